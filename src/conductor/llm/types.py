@@ -1,0 +1,83 @@
+"""Request and completion types shared by every model client."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+__all__ = ["Completion", "Message", "ModelRequest", "RawCompletion", "Usage"]
+
+
+class Message(TypedDict):
+    """One chat message: ``{"role": "user", "content": "..."}``."""
+
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts of one call, as the provider reported them."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+        )
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """What to send: messages plus sampling settings.
+
+    ``params`` holds the sampling parameters and provider pass-through parameters
+    (``temperature``, ``max_tokens``, ``top_p``, ``reasoning_effort``, ...), already
+    merged from the pool's defaults and the worker's own settings.  ``sample_index``
+    is part of the cache key so that repeated samples of one prompt differ on purpose.
+    ``grammar`` is a GBNF grammar that constrains decoding where the client supports
+    it (local models), and ``response_format`` a structured-output request for
+    OpenAI-compatible servers that support guided decoding.
+    """
+
+    messages: tuple[Message, ...]
+    params: dict[str, Any] = field(default_factory=dict)
+    sample_index: int = 0
+    grammar: str | None = None
+    response_format: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RawCompletion:
+    """What one successful attempt returned, before caching and accounting."""
+
+    text: str
+    usage: Usage
+    raw: dict[str, Any]
+    model: str | None = None
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A finished call: the reply plus usage, cost, latency and provenance.
+
+    ``cost_usd`` is ``None`` when the model's price is unknown.  ``latency_s`` is the
+    wall time of the call including retries (near zero when ``cached``).  ``raw`` is the
+    provider's response body, kept as returned.
+    """
+
+    text: str
+    usage: Usage
+    cost_usd: float | None
+    latency_s: float
+    cached: bool
+    attempts: int
+    raw: dict[str, Any]
+    model: str | None = None
+    finish_reason: str | None = None
