@@ -1,0 +1,25 @@
+"""Test doubles for conductor and its users: a fake LLM provider server.
+
+`FakeLLMServer` speaks the OpenAI, Anthropic and Gemini wire protocols on 127.0.0.1, so a
+pool can be tested end to end with the real SDKs and no network or API key.
+"""
+
+from __future__ import annotations
+
+from conductor.testing.fake_server import (
+    FakeLLMServer,
+    FakeRequest,
+    Fault,
+    Reply,
+    Responder,
+    ResponderResult,
+)
+
+__all__ = [
+    "FakeLLMServer",
+    "FakeRequest",
+    "Fault",
+    "Reply",
+    "Responder",
+    "ResponderResult",
+]

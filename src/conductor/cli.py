@@ -1,0 +1,470 @@
+"""The ``conductor`` command line: parse options, call the library, render the result.
+
+This is the only module that prints.  Errors the library raises on purpose become one
+sentence on stderr and an exit code (2 for bad input, 1 for a failed run); a traceback
+is shown only with ``--debug``.  Heavy libraries are imported inside the commands that
+need them so that ``conductor --help`` and ``conductor trace`` start instantly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from . import __version__
+from .errors import ConductorError, UsageError
+
+if TYPE_CHECKING:
+    from .pool import Pool, Worker
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="conductor",
+    help=(
+        "Run and evaluate Conductor orchestrations: a Conductor model writes a workflow "
+        "for each question and a pool of worker LLMs carries it out."
+    ),
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+pools_app = typer.Typer(help="List, show and check pool files.", no_args_is_help=True)
+cache_app = typer.Typer(help="Inspect or clear the on-disk call cache.", no_args_is_help=True)
+app.add_typer(pools_app, name="pools")
+app.add_typer(cache_app, name="cache")
+
+_state: dict[str, bool] = {"debug": False}
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def _out() -> Console:
+    return Console(soft_wrap=False)
+
+
+def _err() -> Console:
+    return Console(stderr=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"conductor {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show tracebacks and debug logs on stderr.")
+    ] = False,
+    version: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = None,
+) -> None:
+    """Conductor: learned orchestration of LLM teams."""
+    _state["debug"] = debug
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    logger = logging.getLogger("conductor")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.DEBUG if debug else logging.WARNING)
+    logger.propagate = False
+
+
+def _load_pool(name_or_path: str | None) -> Pool:
+    from .pool import load_pool, resolve_pool_path
+
+    return load_pool(resolve_pool_path(name_or_path or "local"))
+
+
+# -- ask ------------------------------------------------------------------------------
+
+
+@app.command()
+def ask(
+    question: Annotated[str, typer.Argument(help="The question to answer.")],
+    pool: Annotated[
+        Optional[str],
+        typer.Option(
+            "--pool",
+            "-p",
+            help="Pool file, or the name of a shipped pool. Default: the embedded offline "
+            "pool (local).",
+        ),
+    ] = None,
+    conductor: Annotated[
+        Optional[str],
+        typer.Option(
+            "--conductor",
+            "-c",
+            help="Who writes the workflow: http(s)://HOST/v1[#MODEL], prompted:WORKER_ID, "
+            "prompted:LITELLM_MODEL, local, hf:ORG/NAME or a checkpoint directory. "
+            "Default: the pool's conductor.",
+        ),
+    ] = None,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", "-o", help="Write the run record (JSON) here.")
+    ] = None,
+    max_steps: Annotated[
+        Optional[int], typer.Option("--max-steps", min=1, help="Most steps per workflow.")
+    ] = None,
+    rounds: Annotated[
+        int,
+        typer.Option(
+            "--rounds", min=1, help="Most Conductor rounds; above 1 the Conductor may revise."
+        ),
+    ] = 1,
+    budget_usd: Annotated[
+        Optional[float],
+        typer.Option("--budget-usd", min=0.0, help="Stop starting calls past this spend."),
+    ] = None,
+    max_calls: Annotated[
+        Optional[int],
+        typer.Option("--max-calls", min=1, help="Most model calls, the Conductor's included."),
+    ] = None,
+    template: Annotated[
+        Optional[str],
+        typer.Option("--template", help="Conductor prompt template: a built-in name or a file."),
+    ] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Neither read nor write the call cache.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the run record as JSON on stdout.")
+    ] = False,
+) -> None:
+    """Answer one question with an orchestrated workflow and show how it was made."""
+    from .conductors.spec import resolve_conductor
+    from .execute import RunSettings
+    from .record import write_record
+    from .render import answer_panel, step_table, to_json, topology
+
+    pool_obj = _load_pool(pool)
+    cond = resolve_conductor(pool_obj, conductor, max_steps=max_steps, template=template)
+    settings = RunSettings(
+        max_steps=max_steps, rounds=rounds, budget_usd=budget_usd, max_calls=max_calls
+    )
+    record = _run_with_progress(
+        lambda events: _ask_async(question, pool_obj, cond, settings, no_cache, events),
+        show=not as_json,
+    )
+    if out is not None:
+        write_record(record, out)
+    if as_json:
+        typer.echo(to_json(record))
+    else:
+        console = _out()
+        console.print(topology(record))
+        console.print(step_table(record))
+        console.print(answer_panel(record))
+        if out is not None:
+            console.print(f"record written to {out}  (conductor trace {out})")
+    if record.status == "failed":
+        raise typer.Exit(EXIT_FAILED)
+
+
+async def _ask_async(
+    question: str, pool: Any, cond: Any, settings: Any, no_cache: bool, events: Any
+) -> Any:
+    from .execute import ask as run_ask
+
+    cache = None if no_cache else _open_cache()
+    try:
+        return await run_ask(question, pool, cond, settings, cache=cache, events=events)
+    finally:
+        if cache is not None:
+            cache.close()
+
+
+def _open_cache() -> Any:
+    from .cache import ResponseCache
+
+    return ResponseCache()
+
+
+def _run_with_progress(make: Any, *, show: bool) -> Any:
+    """Run a coroutine factory, showing a live progress view on stderr when useful."""
+    err = _err()
+    if not show or not err.is_terminal:
+        return asyncio.run(make(None))
+    from rich.live import Live
+
+    from .render import ProgressView
+
+    view = ProgressView()
+    with Live(view, console=err, refresh_per_second=8, transient=True):
+        return asyncio.run(make(view))
+
+
+# -- trace ----------------------------------------------------------------------------
+
+
+def _read_records(path: Path) -> list[Any]:
+    from .record import read_record, record_from_dict
+
+    if path.is_dir():
+        samples = path / "samples.jsonl"
+        if not samples.is_file():
+            raise UsageError(f"{path}: no samples.jsonl in this run directory")
+        records = []
+        with samples.open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    records.append(record_from_dict(json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    raise UsageError(f"{samples}:{lineno}: not valid JSON ({exc.msg})") from None
+        return records
+    return [read_record(path)]
+
+
+@app.command()
+def trace(
+    run: Annotated[Path, typer.Argument(help="A run record (run.json) or a bench run directory.")],
+    sample: Annotated[
+        Optional[str],
+        typer.Option("--sample", "-s", help="Sample id to show, for a run directory."),
+    ] = None,
+    fmt: Annotated[
+        str,
+        typer.Option("--format", "-f", help="table, tree, mermaid or json."),
+    ] = "table",
+) -> None:
+    """Replay a recorded run step by step."""
+    from .render import to_json, to_mermaid, trace_renderable
+
+    if fmt not in ("table", "tree", "mermaid", "json"):
+        raise UsageError(f"--format {fmt!r} is not one of table, tree, mermaid, json")
+    records = _read_records(run)
+    if sample is not None:
+        records = [r for r in records if r.sample_id == sample or r.run_id == sample]
+        if not records:
+            raise UsageError(f"{run}: no sample with id {sample!r}")
+    if not records:
+        raise UsageError(f"{run}: holds no records")
+    console = _out()
+    for record in records[:1] if sample is None and run.is_dir() else records:
+        if fmt == "json":
+            typer.echo(to_json(record))
+        elif fmt == "mermaid":
+            typer.echo(to_mermaid(record))
+        else:
+            console.print(trace_renderable(record, fmt))  # type: ignore[arg-type]
+
+
+# -- pools ----------------------------------------------------------------------------
+
+
+@pools_app.command("list")
+def pools_list() -> None:
+    """List the pools shipped with conductor."""
+    from rich.table import Table
+
+    from .pool import list_builtin_pools, load_pool
+
+    table = Table(title="shipped pools")
+    for col in ("name", "workers", "conductor", "description", "file"):
+        table.add_column(col)
+    for path in list_builtin_pools():
+        try:
+            p = load_pool(path)
+        except ConductorError as exc:
+            table.add_row(path.stem, "-", "-", f"[red]{escape(str(exc))}[/red]", str(path))
+            continue
+        backend = p.conductor.backend if p.conductor else "-"
+        table.add_row(p.name, str(len(p.workers)), backend, p.description or "", str(path))
+    _out().print(table)
+
+
+@pools_app.command("show")
+def pools_show(
+    pool: Annotated[str, typer.Argument(help="Pool file or shipped pool name.")],
+) -> None:
+    """Show a pool's workers in the order the Conductor sees them."""
+    from rich.table import Table
+
+    p = _load_pool(pool)
+    table = Table(title=f"pool {p.name}" + (f": {p.description}" if p.description else ""))
+    for col in ("Conductor sees", "id", "model", "client", "endpoint", "params", "conc."):
+        table.add_column(col)
+    for i, w in enumerate(p.workers):
+        params = ", ".join(f"{k}={v}" for k, v in w.params.items())
+        table.add_row(
+            f"Model {i}",
+            w.id,
+            w.model,
+            w.client,
+            w.api_base or "-",
+            params,
+            str(w.max_concurrency),
+        )
+    console = _out()
+    console.print(table)
+    if p.conductor is not None:
+        c = p.conductor
+        where = f" at {c.api_base}" if c.api_base else ""
+        console.print(
+            f"conductor: {c.backend} {c.model or ''}{where} (template {c.template}, "
+            f"max {c.max_steps} steps{', constrained' if c.constrained else ''})"
+        )
+    else:
+        console.print("conductor: none (pass --conductor)")
+
+
+@pools_app.command("check")
+def pools_check(
+    pool: Annotated[str, typer.Argument(help="Pool file or shipped pool name.")],
+    timeout_s: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for each worker.")
+    ] = 60.0,
+) -> None:
+    """Validate a pool and send one tiny request to each worker (and the Conductor)."""
+    from rich.table import Table
+
+    p = _load_pool(pool)
+    results = asyncio.run(_ping_all(p, timeout_s))
+    table = Table(title=f"pool {p.name}: one tiny request per model")
+    for col in ("model", "id", "result", "latency (s)", "reply"):
+        table.add_column(col)
+    failed = 0
+    for label, wid, err, latency, reply in results:
+        if err is None:
+            table.add_row(label, wid, "[green]ok[/green]", f"{latency:.2f}", reply[:40])
+        else:
+            failed += 1
+            table.add_row(label, wid, f"[red]{escape(err)}[/red]", "-", "")
+    _out().print(table)
+    if failed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+async def _ping_all(p: Pool, timeout_s: float) -> list[tuple[str, str, str | None, float, str]]:
+    from dataclasses import replace
+
+    from .conductors.spec import resolve_conductor
+    from .errors import ModelCallError
+    from .llm.caller import CallerSet
+    from .llm.types import ModelRequest
+
+    targets: list[tuple[str, Worker]] = [(f"Model {i}", w) for i, w in enumerate(p.workers)]
+    if p.conductor is not None:
+        try:
+            cond = resolve_conductor(p)
+            if cond.target.model not in {w.model for w in p.workers}:
+                targets.append(("Conductor", cond.target))
+        except ConductorError:
+            pass
+    callers = CallerSet(None)
+
+    async def ping(label: str, w: Worker) -> tuple[str, str, str | None, float, str]:
+        target = replace(w, max_retries=0, timeout_s=min(w.timeout_s, timeout_s))
+        request = ModelRequest(
+            messages=({"role": "user", "content": "Reply with the single word: ready"},),
+            params={**w.params, "max_tokens": 8},
+        )
+        t0 = time.perf_counter()
+        try:
+            done = await callers.get(target).complete(request)
+        except ModelCallError as exc:
+            return label, w.id, exc.describe(), 0.0, ""
+        except ConductorError as exc:
+            return label, w.id, str(exc), 0.0, ""
+        return label, w.id, None, time.perf_counter() - t0, done.text.strip()
+
+    try:
+        return list(await asyncio.gather(*(ping(label, w) for label, w in targets)))
+    finally:
+        await callers.aclose()
+
+
+# -- cache ----------------------------------------------------------------------------
+
+
+def _parse_age(text: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
+    if not m:
+        raise UsageError(f"--older-than {text!r} is not an age like 30m, 12h, 7d or 2w")
+    unit = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+    return float(m.group(1)) * unit
+
+
+@cache_app.command("stats")
+def cache_stats() -> None:
+    """Show where the cache is and how much it holds."""
+    from datetime import datetime
+
+    cache = _open_cache()
+    try:
+        s = cache.stats()
+    finally:
+        cache.close()
+
+    def when(t: float | None) -> str:
+        return datetime.fromtimestamp(t).isoformat(timespec="seconds") if t else "-"
+
+    console = _out()
+    console.print(f"directory: {s.directory}")
+    console.print(f"entries:   {s.entries}")
+    console.print(f"size:      {s.size_bytes / 1e6:.2f} MB")
+    console.print(f"oldest:    {when(s.oldest)}")
+    console.print(f"newest:    {when(s.newest)}")
+
+
+@cache_app.command("clear")
+def cache_clear(
+    older_than: Annotated[
+        Optional[str],
+        typer.Option("--older-than", help="Only entries older than this age (e.g. 7d, 12h)."),
+    ] = None,
+) -> None:
+    """Delete cached calls (all, or those older than an age)."""
+    age = _parse_age(older_than) if older_than else None
+    cache = _open_cache()
+    try:
+        removed = cache.clear(age)
+    finally:
+        cache.close()
+    _out().print(f"removed {removed} cached calls")
+
+
+# -- entry point ----------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: run the app and turn errors into exit codes."""
+    try:
+        app(args=argv, standalone_mode=True)
+    except UsageError as exc:
+        if _state["debug"]:
+            raise
+        _err().print(f"[red]error:[/red] {escape(str(exc))}", markup=True, highlight=False)
+        sys.exit(EXIT_USAGE)
+    except ConductorError as exc:
+        if _state["debug"]:
+            raise
+        _err().print(f"[red]error:[/red] {escape(str(exc))}", markup=True, highlight=False)
+        sys.exit(EXIT_FAILED)
+    except KeyboardInterrupt:
+        _err().print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

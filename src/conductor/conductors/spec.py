@@ -1,0 +1,186 @@
+"""Resolving which model writes the workflows.
+
+Every Conductor backend is reduced to a model target (a :class:`~conductor.pool.Worker`
+named ``conductor``) that the usual call layer drives, plus the prompt settings:
+
+- ``endpoint``: an OpenAI-compatible server, e.g. vLLM serving a trained checkpoint;
+- ``prompted``: a pool worker, or any litellm model, asked to act as Conductor;
+- ``local``: the embedded llama.cpp model (constrained decoding on by default);
+- ``checkpoint``: a trained model directory or ``hf:ORG/NAME`` loaded in-process.
+
+The ``--conductor SPEC`` shorthand of DESIGN.md is parsed by :func:`parse_conductor_spec`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..pool import ConductorConfig, Pool, Worker
+
+__all__ = ["Conductor", "parse_conductor_spec", "resolve_conductor"]
+
+
+@dataclass(frozen=True)
+class Conductor:
+    """A ready-to-use Conductor: the model target plus how to prompt and parse it."""
+
+    backend: str
+    target: Worker
+    template: str = "default"
+    max_steps: int = 5
+    parse_retries: int = 5
+    show_descriptions: bool = False
+    constrained: bool = False
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready description for run records (no secrets)."""
+        from ..pool import pool_to_public_dict  # the redaction rules live with the pool
+
+        target = pool_to_public_dict(Pool(name="conductor", workers=(self.target,)))
+        return {
+            "backend": self.backend,
+            "target": target["workers"][0],
+            "template": self.template,
+            "max_steps": self.max_steps,
+            "parse_retries": self.parse_retries,
+            "show_descriptions": self.show_descriptions,
+            "constrained": self.constrained,
+        }
+
+
+_URL = re.compile(r"^https?://", re.IGNORECASE)
+
+
+def parse_conductor_spec(spec: str) -> ConductorConfig:
+    """Turn ``--conductor SPEC`` into a :class:`ConductorConfig`.
+
+    ``http(s)://HOST/v1[#MODEL]`` is an endpoint; ``prompted:X`` names a pool worker or
+    a litellm model; ``local`` is the embedded model; ``hf:ORG/NAME`` or an existing
+    directory is a checkpoint.
+    """
+    spec = spec.strip()
+    if _URL.match(spec):
+        base, _, model = spec.partition("#")
+        return ConductorConfig(
+            backend="endpoint", api_base=base.rstrip("/"), model=model or None, client="openai"
+        )
+    if spec.startswith("prompted:"):
+        name = spec.split(":", 1)[1].strip()
+        if not name:
+            raise UsageError("--conductor prompted: needs a worker id or a model name")
+        return ConductorConfig(backend="prompted", model=name, client="litellm")
+    if spec == "local":
+        return ConductorConfig(backend="local", model="smollm2", client="local", constrained=True)
+    if spec.startswith("hf:") or Path(spec).expanduser().is_dir():
+        return ConductorConfig(backend="checkpoint", model=spec)
+    raise UsageError(
+        f"--conductor {spec!r} is not understood: use an http(s)://.../v1 URL (#model "
+        "optional), prompted:WORKER_ID or prompted:LITELLM_MODEL, local, hf:ORG/NAME, "
+        "or a checkpoint directory"
+    )
+
+
+def _target_from_config(cfg: ConductorConfig, pool: Pool) -> Worker:
+    params = dict(cfg.params)
+    if cfg.backend == "prompted":
+        if not cfg.model:
+            raise UsageError("a prompted conductor needs `model`: a pool worker id or a model")
+        ids = {w.id: w for w in pool.workers}
+        if cfg.model in ids:
+            # The same model, with the Conductor's own sampling settings on top.
+            base = ids[cfg.model]
+            return replace(base, id="conductor", params={**base.params, **params})
+        return Worker(
+            id="conductor",
+            model=cfg.model,
+            client=cfg.client if cfg.client != "openai" else "litellm",
+            api_base=cfg.api_base,
+            api_key_env=cfg.api_key_env,
+            params=params,
+            price=cfg.price,
+            timeout_s=cfg.timeout_s,
+            max_retries=cfg.max_retries,
+        )
+    if cfg.backend == "endpoint":
+        if not cfg.api_base:
+            raise UsageError("an endpoint conductor needs `api_base` (an OpenAI-compatible URL)")
+        return Worker(
+            id="conductor",
+            # Servers such as vLLM serve one model; its name is what the server was given.
+            model=cfg.model or "conductor",
+            client="openai" if cfg.client == "litellm" else cfg.client,
+            api_base=cfg.api_base,
+            api_key_env=cfg.api_key_env,
+            params=params,
+            price=cfg.price,
+            timeout_s=cfg.timeout_s,
+            max_retries=cfg.max_retries,
+        )
+    if cfg.backend == "local":
+        return Worker(
+            id="conductor",
+            model=cfg.model or "smollm2",
+            client="local",
+            params=params,
+            model_path=cfg.model_path,
+            n_ctx=cfg.n_ctx,
+            n_threads=cfg.n_threads,
+            n_gpu_layers=cfg.n_gpu_layers,
+            timeout_s=cfg.timeout_s,
+            max_retries=0,
+            max_concurrency=1,
+        )
+    if cfg.backend == "checkpoint":
+        if not cfg.model:
+            raise UsageError("a checkpoint conductor needs `model`: a directory or hf:ORG/NAME")
+        return Worker(
+            id="conductor",
+            model=cfg.model,
+            client="checkpoint",  # type: ignore[arg-type]  # in-process transformers client
+            params=params,
+            timeout_s=cfg.timeout_s,
+            max_retries=0,
+            max_concurrency=1,
+        )
+    raise UsageError(f"unknown conductor backend {cfg.backend!r}")
+
+
+def resolve_conductor(
+    pool: Pool,
+    spec: str | None = None,
+    *,
+    max_steps: int | None = None,
+    template: str | None = None,
+) -> Conductor:
+    """The Conductor for a run: ``spec`` if given, else the pool's own ``conductor:``."""
+    if spec is not None:
+        cfg = parse_conductor_spec(spec)
+        if pool.conductor is not None and pool.conductor.backend == cfg.backend:
+            # Keep the pool's prompt settings (template, descriptions, ...) for the
+            # same kind of backend; the spec only says which model.
+            cfg = replace(
+                pool.conductor,
+                model=cfg.model or pool.conductor.model,
+                api_base=cfg.api_base or pool.conductor.api_base,
+            )
+    elif pool.conductor is not None:
+        cfg = pool.conductor
+    else:
+        raise UsageError(
+            f"pool {pool.name!r} has no `conductor:` section; pass --conductor "
+            "(e.g. --conductor prompted:WORKER_ID or --conductor http://HOST:PORT/v1)"
+        )
+    target = _target_from_config(cfg, pool)
+    return Conductor(
+        backend=cfg.backend,
+        target=target,
+        template=template or cfg.template,
+        max_steps=max_steps if max_steps is not None else cfg.max_steps,
+        parse_retries=cfg.parse_retries,
+        show_descriptions=cfg.show_descriptions,
+        constrained=cfg.constrained,
+    )

@@ -1,0 +1,458 @@
+"""Running one question: Conductor -> workflow -> steps -> record.
+
+Each step starts as soon as every step it can see has finished, so steps that see
+nothing run at the same time.  A step's messages depend only on the question, its
+subtask and the responses it can see, so the answers are exactly those of running the
+steps one after another.  Budgets (steps, rounds, calls, USD) bound each question; a
+worker that still fails after its retries is recorded as failed and the rest of the
+workflow runs where it can.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cache import ResponseCache
+from .conductors.prompt import PreviousRound, build_conductor_messages
+from .conductors.spec import Conductor
+from .context import SharedStep, build_worker_messages
+from .errors import ModelCallError, UsageError, WorkflowParseError
+from .events import Event, EventSink, null_sink
+from .llm.caller import CallerSet
+from .llm.types import Completion, Message, ModelRequest
+from .pool import Pool, Worker, pool_to_public_dict
+from .record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals, now_iso
+from .text import strip_think
+from .workflow import ALL, Workflow, format_workflow, parse_workflow, workflow_to_dict
+
+__all__ = ["Budget", "Orchestrator", "RunSettings", "ask"]
+
+log = logging.getLogger("conductor")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Per-question limits and sampling.
+
+    ``rounds`` is the most Conductor rounds (1 = no recursion).  ``max_calls`` and
+    ``budget_usd`` count every model call, the Conductor's included, and count cached
+    calls as if they were made, so that a cached rerun behaves like the cold run.
+    ``sample_index`` separates repeated samples (epochs) of one question in the cache.
+    """
+
+    max_steps: int | None = None
+    rounds: int = 1
+    budget_usd: float | None = None
+    max_calls: int | None = None
+    sample_index: int = 0
+
+
+@dataclass
+class Budget:
+    """Running spend of one question against its limits."""
+
+    max_calls: int | None = None
+    max_usd: float | None = None
+    calls: int = 0
+    usd: float = 0.0
+
+    def refusal(self) -> str | None:
+        """Why one more call may not start, or ``None`` if it may."""
+        if self.max_calls is not None and self.calls >= self.max_calls:
+            return f"call budget reached ({self.max_calls} calls)"
+        if self.max_usd is not None and self.usd >= self.max_usd:
+            return f"USD budget reached (${self.usd:.4f} of ${self.max_usd:.4f})"
+        return None
+
+    def charge(self, cost: float | None) -> None:
+        self.usd += cost or 0.0
+
+
+@dataclass
+class _History:
+    """Steps of finished rounds, which ``"all"`` steps of later rounds also see."""
+
+    steps: list[SharedStep] = field(default_factory=list)
+
+
+def _call_record(messages: list[Message], started: str) -> CallRecord:
+    return CallRecord(messages=messages, started_at=started)
+
+
+def _fill(call: CallRecord, completion: Completion) -> None:
+    call.response = completion.text
+    call.input_tokens = completion.usage.input_tokens
+    call.output_tokens = completion.usage.output_tokens
+    call.cost_usd = completion.cost_usd
+    call.latency_s = round(completion.latency_s, 6)
+    call.cached = completion.cached
+    call.attempts = completion.attempts
+    call.raw = completion.raw
+    call.finished_at = now_iso()
+
+
+def _fail(call: CallRecord, exc: ModelCallError, latency_s: float) -> None:
+    call.error = exc.describe()
+    call.error_kind = type(exc).__name__
+    call.attempts = int(getattr(exc, "attempts", 1))
+    call.latency_s = round(latency_s, 6)
+    call.finished_at = now_iso()
+
+
+class Orchestrator:
+    """Runs questions against one pool and one Conductor.
+
+    One orchestrator holds the callers (clients, per-worker concurrency limits and the
+    cache), so many questions can run on it at once, e.g. from ``conductor bench``.
+    """
+
+    def __init__(
+        self,
+        pool: Pool,
+        conductor: Conductor,
+        *,
+        cache: ResponseCache | None = None,
+        callers: CallerSet | None = None,
+    ) -> None:
+        if not pool.workers:
+            raise UsageError(f"pool {pool.name!r} has no workers")
+        self.pool = pool
+        self.conductor = conductor
+        self.callers = callers if callers is not None else CallerSet(cache)
+        self._pool_dict = pool_to_public_dict(pool)
+        self._conductor_dict = conductor.describe()
+        self._grammar_cache: dict[tuple[int, int, bool], str] = {}
+
+    async def aclose(self) -> None:
+        await self.callers.aclose()
+
+    async def __aenter__(self) -> Orchestrator:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- the Conductor -------------------------------------------------------------
+
+    def _grammar(self, allow_empty: bool, max_steps: int) -> str | None:
+        if not self.conductor.constrained:
+            return None
+        key = (len(self.pool.workers), max_steps, allow_empty)
+        if key not in self._grammar_cache:
+            from .grammar import workflow_grammar
+
+            self._grammar_cache[key] = workflow_grammar(
+                len(self.pool.workers), max_steps, allow_empty=allow_empty
+            )
+        return self._grammar_cache[key]
+
+    async def _plan(
+        self,
+        question: str,
+        rnd: RoundRecord,
+        previous: PreviousRound | None,
+        settings: RunSettings,
+        budget: Budget,
+        emit: EventSink,
+    ) -> Workflow | None:
+        """Ask the Conductor for a workflow, re-asking with the reason when it does not
+        parse.  Returns ``None`` when every try failed or the budget ran out."""
+        cond = self.conductor
+        max_steps = settings.max_steps or cond.max_steps
+        allow_empty = previous is not None
+        messages = build_conductor_messages(
+            question,
+            self.pool.workers,
+            max_steps=max_steps,
+            template=cond.template,
+            show_descriptions=cond.show_descriptions,
+            previous=previous,
+        )
+        grammar = self._grammar(allow_empty, max_steps)
+        caller = self.callers.get(cond.target)
+        for attempt in range(cond.parse_retries + 1):
+            refusal = budget.refusal()
+            if refusal is not None:
+                rnd.stop_reason = refusal
+                return None
+            emit(Event("conductor_started", rnd.index, detail=f"try {attempt + 1}"))
+            call = _call_record(list(messages), now_iso())
+            rnd.conductor_calls.append(call)
+            budget.calls += 1
+            t0 = time.perf_counter()
+            try:
+                completion = await caller.complete(
+                    ModelRequest(
+                        messages=tuple(messages),
+                        params=cond.target.params,
+                        sample_index=settings.sample_index,
+                        grammar=grammar,
+                    )
+                )
+            except ModelCallError as exc:
+                _fail(call, exc.with_target("conductor"), time.perf_counter() - t0)
+                emit(Event("conductor_finished", rnd.index, failed=True, detail=call.error))
+                rnd.stop_reason = f"the Conductor call failed: {call.error}"
+                return None
+            _fill(call, completion)
+            budget.charge(completion.cost_usd)
+            try:
+                workflow = parse_workflow(
+                    completion.text,
+                    n_workers=len(self.pool.workers),
+                    max_steps=max_steps,
+                    allow_empty=allow_empty,
+                )
+            except WorkflowParseError as exc:
+                rnd.parse_errors.append(exc.reason)
+                emit(Event("conductor_parse_failed", rnd.index, detail=exc.reason))
+                messages = [
+                    *messages,
+                    {"role": "assistant", "content": completion.text},
+                    {
+                        "role": "user",
+                        "content": (
+                            f"That reply could not be used: {exc.reason}. Write your plan "
+                            "again and end it with the three lists model_id, subtasks and "
+                            "access_list, of equal length, as described above."
+                        ),
+                    },
+                ]
+                continue
+            emit(
+                Event(
+                    "conductor_finished",
+                    rnd.index,
+                    cached=completion.cached,
+                    latency_s=completion.latency_s,
+                    detail=f"{len(workflow.steps)} steps",
+                )
+            )
+            return workflow
+        rnd.stop_reason = (
+            f"the Conductor's reply could not be parsed after {cond.parse_retries + 1} tries: "
+            f"{rnd.parse_errors[-1]}"
+        )
+        return None
+
+    # -- the steps -----------------------------------------------------------------
+
+    async def _run_steps(
+        self,
+        question: str,
+        workflow: Workflow,
+        rnd: RoundRecord,
+        history: _History,
+        settings: RunSettings,
+        budget: Budget,
+        emit: EventSink,
+    ) -> None:
+        n = len(workflow.steps)
+        done = [asyncio.Event() for _ in range(n)]
+        shared: list[SharedStep | None] = [None] * n
+        records: list[StepRecord | None] = [None] * n
+        seen_requests: dict[str, int] = {}
+
+        async def run_step(i: int) -> None:
+            step = workflow.steps[i]
+            visible = step.visible(i)
+            for j in visible:
+                await done[j].wait()
+            worker: Worker = self.pool.workers[step.worker]
+            context = [s for s in (shared[j] for j in visible) if s is not None]
+            if step.access == ALL:
+                context = [*history.steps, *context]
+            messages = build_worker_messages(question, context, step.subtask)
+            call = _call_record(messages, now_iso())
+            rec = StepRecord(
+                index=i,
+                worker_index=step.worker,
+                worker_id=worker.id,
+                model=worker.model,
+                subtask=step.subtask,
+                access=["all"] if step.access == ALL else list(step.access),
+                visible_steps=list(visible),
+                call=call,
+            )
+            records[i] = rec
+            try:
+                refusal = budget.refusal()
+                if refusal is not None:
+                    rec.status = "skipped"
+                    call.error = refusal
+                    call.error_kind = "BudgetExceeded"
+                    return
+                budget.calls += 1
+                # Identical requests in one run (say, two independent attempts with the
+                # same instruction to the same worker) are separate samples on purpose.
+                text_key = f"{worker.id}\x00{messages[0]['content']}"
+                dup = seen_requests.get(text_key, 0)
+                seen_requests[text_key] = dup + 1
+                emit(Event("step_started", rnd.index, step=i, worker_id=worker.id))
+                t0 = time.perf_counter()
+                try:
+                    completion = await self.callers.get(worker).complete(
+                        ModelRequest(
+                            messages=tuple(messages),
+                            params=worker.params,
+                            sample_index=settings.sample_index * 1000 + dup,
+                        )
+                    )
+                except ModelCallError as exc:
+                    _fail(call, exc.with_target(worker.id), time.perf_counter() - t0)
+                    rec.status = "failed"
+                    emit(
+                        Event(
+                            "step_finished",
+                            rnd.index,
+                            step=i,
+                            worker_id=worker.id,
+                            failed=True,
+                            detail=call.error,
+                        )
+                    )
+                    shared[i] = SharedStep(f"{rnd.index}.{i}", step.worker, step.subtask, None)
+                    return
+                _fill(call, completion)
+                budget.charge(completion.cost_usd)
+                rec.answer = strip_think(completion.text).strip()
+                shared[i] = SharedStep(f"{rnd.index}.{i}", step.worker, step.subtask, rec.answer)
+                emit(
+                    Event(
+                        "step_finished",
+                        rnd.index,
+                        step=i,
+                        worker_id=worker.id,
+                        cached=completion.cached,
+                        latency_s=completion.latency_s,
+                    )
+                )
+            finally:
+                done[i].set()
+
+        await asyncio.gather(*(run_step(i) for i in range(n)))
+        rnd.steps = [r for r in records if r is not None]
+        history.steps.extend(s for s in shared if s is not None)
+
+    # -- one question --------------------------------------------------------------
+
+    async def run(
+        self,
+        question: str,
+        settings: RunSettings | None = None,
+        *,
+        events: EventSink | None = None,
+        sample_id: str | None = None,
+        epoch: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> RunRecord:
+        """Run ``question`` and return its full record (never raises for model errors:
+        failures are in the record's ``status`` and ``error``)."""
+        settings = settings or RunSettings()
+        emit = events or null_sink
+        max_steps = settings.max_steps or self.conductor.max_steps
+        record = RunRecord(
+            question=question,
+            pool=self._pool_dict,
+            conductor=self._conductor_dict,
+            settings={
+                "max_steps": max_steps,
+                "rounds": settings.rounds,
+                "budget_usd": settings.budget_usd,
+                "max_calls": settings.max_calls,
+                "sample_index": settings.sample_index,
+            },
+            sample_id=sample_id,
+            epoch=epoch,
+            metadata=dict(metadata or {}),
+        )
+        budget = Budget(max_calls=settings.max_calls, max_usd=settings.budget_usd)
+        history = _History()
+        previous: PreviousRound | None = None
+        answer: str | None = None
+        t0 = time.perf_counter()
+        for r in range(max(1, settings.rounds)):
+            rnd = RoundRecord(index=r)
+            record.rounds.append(rnd)
+            workflow = await self._plan(question, rnd, previous, settings, budget, emit)
+            if workflow is None:
+                break
+            rnd.workflow = workflow_to_dict(workflow)
+            if workflow.is_empty:
+                rnd.stop_reason = "the Conductor kept the previous answer"
+                rnd.final_answer = answer
+                emit(Event("round_finished", r, detail=rnd.stop_reason))
+                break
+            await self._run_steps(question, workflow, rnd, history, settings, budget, emit)
+            round_answer = next(
+                (s.answer for s in reversed(rnd.steps) if s.status == "ok" and s.answer),
+                None,
+            )
+            if round_answer is not None:
+                answer = round_answer
+            rnd.final_answer = round_answer
+            emit(Event("round_finished", r))
+            if round_answer is None:
+                rnd.stop_reason = "no step of this round gave an answer"
+                break
+            previous = PreviousRound(format_workflow(workflow), round_answer)
+        else:
+            if settings.rounds > 1:
+                record.rounds[-1].stop_reason = (
+                    record.rounds[-1].stop_reason or f"round budget reached ({settings.rounds})"
+                )
+        record.final_answer = answer
+        _finish(record, time.perf_counter() - t0)
+        emit(Event("run_finished", len(record.rounds) - 1, failed=record.status == "failed"))
+        return record
+
+
+def _finish(record: RunRecord, wall_s: float) -> None:
+    totals = Totals(wall_s=round(wall_s, 6))
+    cost = 0.0
+    for call in record.all_calls():
+        if call.response is None and call.error is None:
+            continue
+        totals.calls += 1
+        totals.cached_calls += int(call.cached)
+        totals.failed_calls += int(call.error is not None)
+        totals.input_tokens += call.input_tokens
+        totals.output_tokens += call.output_tokens
+        if call.error is None and call.cost_usd is None:
+            totals.unknown_cost_calls += 1
+        cost += call.cost_usd or 0.0
+    totals.cost_usd = round(cost, 8)
+    record.totals = totals
+    record.finished_at = now_iso()
+    failed_steps = [s for rnd in record.rounds for s in rnd.steps if s.status != "ok"]
+    if record.final_answer is None:
+        record.status = "failed"
+        reasons = [rnd.stop_reason for rnd in record.rounds if rnd.stop_reason]
+        reasons += [s.call.error for s in failed_steps if s.call.error]
+        record.error = reasons[0] if reasons else "no answer was produced"
+    elif failed_steps:
+        record.status = "partial"
+        record.error = "; ".join(
+            f"step {s.index} ({s.worker_id}): {s.call.error}" for s in failed_steps
+        )
+    else:
+        record.status = "ok"
+
+
+async def ask(
+    question: str,
+    pool: Pool,
+    conductor: Conductor,
+    settings: RunSettings | None = None,
+    *,
+    cache: ResponseCache | None = None,
+    events: EventSink | None = None,
+) -> RunRecord:
+    """Run one question and close the clients afterwards."""
+    async with Orchestrator(pool, conductor, cache=cache) as orch:
+        return await orch.run(question, settings, events=events)
+

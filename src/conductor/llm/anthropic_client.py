@@ -1,0 +1,158 @@
+"""A :class:`ModelClient` over the native ``anthropic`` SDK (the Messages API).
+
+System text (the worker's ``system_prompt`` and any ``system`` messages) goes in the
+``system`` argument; ``max_tokens`` is required by the API and defaults to 4096.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ModelCallError
+from .factory import resolve_api_key, strip_prefix
+from .retry import (
+    connection_error,
+    error_for_status,
+    message_from_body,
+    scrub,
+    timeout_error,
+    with_backstop,
+)
+from .types import ModelRequest, RawCompletion, Usage
+
+if TYPE_CHECKING:
+    from ..pool import Worker
+
+__all__ = ["ANTHROPIC_KWARGS", "DEFAULT_MAX_TOKENS", "AnthropicClient"]
+
+#: The Messages API refuses a request without ``max_tokens``.
+DEFAULT_MAX_TOKENS = 4096
+
+#: Parameters sent as keyword arguments of ``messages.create``; others go in
+#: ``extra_body`` (the user named them for this provider on purpose).
+ANTHROPIC_KWARGS = frozenset(
+    {
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stop_sequences",
+        "thinking",
+        "metadata",
+        "tools",
+        "tool_choice",
+        "service_tier",
+    }
+)
+
+_KEY_ENVS = ("ANTHROPIC_API_KEY",)
+_PREFIXES = ("anthropic/",)
+# Settings with no Messages API meaning that pools commonly carry for other providers.
+_DROPPED = frozenset({"reasoning_effort", "presence_penalty", "frequency_penalty", "seed"})
+
+
+class AnthropicClient:
+    """One attempt at a message through ``anthropic.AsyncAnthropic``."""
+
+    def __init__(self, target: Worker) -> None:
+        self.target = target
+        self._model = strip_prefix(target.model, _PREFIXES)
+        self._client: Any = None
+        self._key: str | None = None
+
+    def _sdk(self) -> Any:
+        key = resolve_api_key(self.target, _KEY_ENVS)
+        if self._client is None or key != self._key:
+            import anthropic
+
+            self._client = anthropic.AsyncAnthropic(
+                api_key=key,
+                base_url=self.target.api_base or None,
+                max_retries=0,
+                timeout=self.target.timeout_s,
+            )
+            self._key = key
+        return self._client
+
+    def build_kwargs(self, request: ModelRequest) -> dict[str, Any]:
+        """The keyword arguments of ``messages.create`` for ``request``."""
+        system: list[str] = [self.target.system_prompt] if self.target.system_prompt else []
+        messages: list[Any] = []
+        for m in request.messages:
+            if m["role"] == "system":
+                system.append(m["content"])
+            else:
+                messages.append(m)
+        kwargs: dict[str, Any] = {"model": self._model, "messages": messages}
+        if system:
+            kwargs["system"] = "\n\n".join(system)
+        extra: dict[str, Any] = {}
+        for name, value in request.params.items():
+            if name in ANTHROPIC_KWARGS:
+                kwargs[name] = value
+            elif name == "stop":
+                kwargs["stop_sequences"] = [value] if isinstance(value, str) else value
+            elif name == "thinking_budget":
+                # A budget of 0 means thinking off, which is the API's default.
+                if value and "thinking" not in request.params:
+                    kwargs["thinking"] = {"type": "enabled", "budget_tokens": int(value)}
+            elif name not in _DROPPED:
+                extra[name] = value
+        kwargs.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
+        if extra:
+            kwargs["extra_body"] = extra
+        return kwargs
+
+    async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
+        """Send ``request`` once; raise a ``ModelCallError`` subclass on failure."""
+        client = self._sdk()
+        kwargs = self.build_kwargs(request)
+        try:
+            resp = await with_backstop(
+                client.messages.create(timeout=timeout_s, **kwargs), timeout_s
+            )
+        except ModelCallError:
+            raise
+        except Exception as exc:  # classified below; anything else is re-raised
+            raise self._classify(exc, timeout_s) from None
+        text = "".join(
+            block.text for block in resp.content if getattr(block, "type", None) == "text"
+        )
+        u = resp.usage
+        input_tokens = (
+            (u.input_tokens or 0)
+            + (getattr(u, "cache_creation_input_tokens", None) or 0)
+            + (getattr(u, "cache_read_input_tokens", None) or 0)
+        )
+        return RawCompletion(
+            text=text,
+            usage=Usage(input_tokens, u.output_tokens or 0),
+            raw=resp.model_dump(),
+            model=resp.model,
+            finish_reason=resp.stop_reason,
+        )
+
+    def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
+        import anthropic
+
+        target = self.target.id
+        if isinstance(exc, (anthropic.APITimeoutError, asyncio.TimeoutError)):
+            return timeout_error(target, timeout_s)
+        if isinstance(exc, anthropic.APIConnectionError):
+            return connection_error(target, scrub(str(exc.message), self._key))
+        if isinstance(exc, anthropic.APIStatusError):
+            msg = getattr(exc, "api_message", None) or message_from_body(exc.body) or exc.message
+            return error_for_status(
+                exc.status_code,
+                scrub(str(msg), self._key),
+                target=target,
+                headers=exc.response.headers,
+            )
+        return exc
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connections."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()

@@ -1,0 +1,107 @@
+"""What a call cost, from the pool's price override or litellm's bundled price table.
+
+The table is read straight from the JSON file inside the installed litellm package,
+without importing litellm (which is slow to import), once and only when first needed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..pool import Price
+
+if TYPE_CHECKING:
+    from ..pool import Worker
+    from .types import Usage
+
+__all__ = ["cost_usd", "price_for", "price_table"]
+
+log = logging.getLogger("conductor")
+
+_TABLE_FILE = "model_prices_and_context_window_backup.json"
+_table: dict[str, Any] | None = None
+_lock = threading.Lock()
+_warned: set[str] = set()
+_FREE = Price(0.0, 0.0)
+
+
+def price_table() -> dict[str, Any]:
+    """litellm's price table (``{}`` when litellm or its file is missing)."""
+    global _table
+    if _table is None:
+        with _lock:
+            if _table is None:
+                _table = _load_table()
+    return _table
+
+
+def _load_table() -> dict[str, Any]:
+    try:
+        spec = importlib.util.find_spec("litellm")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin:
+        return {}
+    path = Path(spec.origin).parent / _TABLE_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _entry_price(entry: Any) -> Price | None:
+    if not isinstance(entry, dict):
+        return None
+    inp = entry.get("input_cost_per_token")
+    out = entry.get("output_cost_per_token")
+    if inp is None and out is None:
+        return None
+    return Price(float(inp or 0.0) * 1e6, float(out or 0.0) * 1e6)
+
+
+def price_for(target: Worker) -> Price | None:
+    """The price of ``target``'s model, or None when unknown (warned once per model).
+
+    Order: the pool's ``price`` override; ``Price(0, 0)`` for local models; litellm's
+    table by the exact model string; then without the provider prefix
+    (``openai/gpt-4o`` -> ``gpt-4o``).
+    """
+    if target.price is not None:
+        return target.price
+    if target.client == "local":
+        return _FREE
+    table = price_table()
+    model = target.model
+    candidates = [model]
+    if "/" in model:
+        candidates.append(model.split("/", 1)[1])
+    elif target.client == "google":
+        candidates.append(f"gemini/{model}")
+    for name in candidates:
+        price = _entry_price(table.get(name))
+        if price is not None:
+            return price
+    if model not in _warned:
+        _warned.add(model)
+        log.warning(
+            "no price known for model %r (worker %r): its cost is not counted; "
+            "set price: in the pool file to count it",
+            model,
+            target.id,
+        )
+    return None
+
+
+def cost_usd(usage: Usage, price: Price | None) -> float | None:
+    """USD for ``usage`` at ``price``; None when the price is unknown."""
+    if price is None:
+        return None
+    return (
+        usage.input_tokens * price.input_per_mtok + usage.output_tokens * price.output_per_mtok
+    ) / 1e6

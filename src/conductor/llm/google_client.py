@@ -1,0 +1,199 @@
+"""A :class:`ModelClient` over the native ``google-genai`` SDK (the Gemini API).
+
+System text goes in ``system_instruction``; ``assistant`` turns become ``model``
+turns; ``max_tokens`` becomes ``max_output_tokens`` and ``thinking_budget`` a
+``ThinkingConfig``.  Parameters Gemini has no field for are left out, since its
+config type refuses unknown fields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ModelCallError
+from .factory import resolve_api_key, strip_prefix
+from .retry import (
+    connection_error,
+    error_for_status,
+    message_from_body,
+    scrub,
+    timeout_error,
+    with_backstop,
+)
+from .types import ModelRequest, RawCompletion, Usage
+
+if TYPE_CHECKING:
+    from ..pool import Worker
+
+__all__ = ["GEMINI_CONFIG_FIELDS", "GoogleClient"]
+
+#: Request parameter -> ``GenerateContentConfig`` field.
+GEMINI_CONFIG_FIELDS: dict[str, str] = {
+    "temperature": "temperature",
+    "max_tokens": "max_output_tokens",
+    "max_output_tokens": "max_output_tokens",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "seed": "seed",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "stop": "stop_sequences",
+    "stop_sequences": "stop_sequences",
+    "candidate_count": "candidate_count",
+    "response_mime_type": "response_mime_type",
+}
+
+_KEY_ENVS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+_PREFIXES = ("gemini/", "google/", "vertex_ai/")
+
+
+class GoogleClient:
+    """One attempt at ``generate_content`` through ``google.genai.Client(...).aio``."""
+
+    def __init__(self, target: Worker) -> None:
+        self.target = target
+        self._model = strip_prefix(target.model, _PREFIXES)
+        self._client: Any = None
+        self._key: str | None = None
+        self._types: Any = None
+        self._client_timeout_ms = max(1, int(target.timeout_s * 1000))
+
+    def _sdk(self) -> Any:
+        key = resolve_api_key(self.target, _KEY_ENVS)
+        if self._client is None or key != self._key:
+            from google import genai
+            from google.genai import types
+
+            self._types = types
+            http_options = types.HttpOptions(
+                base_url=self.target.api_base or None,
+                timeout=self._client_timeout_ms,
+                # One attempt: retries belong to ModelCaller.
+                retry_options=types.HttpRetryOptions(attempts=1),
+            )
+            self._client = genai.Client(api_key=key, http_options=http_options)
+            self._key = key
+        return self._client
+
+    def build_request(self, request: ModelRequest, timeout_s: float) -> dict[str, Any]:
+        """The keyword arguments of ``models.generate_content`` for ``request``."""
+        types = self._types
+        system: list[str] = [self.target.system_prompt] if self.target.system_prompt else []
+        contents: list[dict[str, Any]] = []
+        for m in request.messages:
+            role = m["role"]
+            if role == "system":
+                system.append(m["content"])
+                continue
+            contents.append(
+                {
+                    "role": "model" if role == "assistant" else "user",
+                    "parts": [{"text": m["content"]}],
+                }
+            )
+        config: dict[str, Any] = {}
+        if system:
+            config["system_instruction"] = "\n\n".join(system)
+        for name, value in request.params.items():
+            field = GEMINI_CONFIG_FIELDS.get(name)
+            if field is not None:
+                if field == "stop_sequences" and isinstance(value, str):
+                    value = [value]
+                config[field] = value
+            elif name == "thinking_budget":
+                config["thinking_config"] = types.ThinkingConfig(thinking_budget=int(value))
+            elif name == "thinking_config":
+                config["thinking_config"] = value
+        if request.response_format is not None:
+            config.setdefault("response_mime_type", "application/json")
+        timeout_ms = max(1, int(timeout_s * 1000))
+        if timeout_ms != self._client_timeout_ms:
+            config["http_options"] = types.HttpOptions(timeout=timeout_ms)
+        return {
+            "model": self._model,
+            "contents": contents,
+            "config": types.GenerateContentConfig(**config) if config else None,
+        }
+
+    async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
+        """Send ``request`` once; raise a ``ModelCallError`` subclass on failure."""
+        client = self._sdk()
+        kwargs = self.build_request(request, timeout_s)
+        try:
+            resp = await with_backstop(client.aio.models.generate_content(**kwargs), timeout_s)
+        except ModelCallError:
+            raise
+        except Exception as exc:  # classified below; anything else is re-raised
+            raise self._classify(exc, timeout_s) from None
+        u = resp.usage_metadata
+        usage = (
+            Usage(
+                u.prompt_token_count or 0,
+                (u.candidates_token_count or 0) + (u.thoughts_token_count or 0),
+            )
+            if u is not None
+            else Usage()
+        )
+        finish = None
+        if resp.candidates:
+            reason = resp.candidates[0].finish_reason
+            finish = getattr(reason, "value", reason)
+        return RawCompletion(
+            text=_text_of(resp),
+            usage=usage,
+            raw=resp.model_dump(mode="json", exclude_none=True, exclude={"sdk_http_response"}),
+            model=resp.model_version or self._model,
+            finish_reason=finish,
+        )
+
+    def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
+        from google.genai import errors as gerrors
+
+        target = self.target.id
+        if isinstance(exc, asyncio.TimeoutError) or type(exc).__name__ in (
+            "ReadTimeout",
+            "WriteTimeout",
+            "ConnectTimeout",
+            "PoolTimeout",
+            "TimeoutException",
+            "ServerTimeoutError",
+        ):
+            return timeout_error(target, timeout_s)
+        if isinstance(exc, gerrors.APIError):
+            msg = exc.message or message_from_body(exc.details) or str(exc)
+            response = exc.response
+            headers = getattr(response, "headers", None)
+            if headers is None:
+                headers = getattr(getattr(response, "_response", None), "headers", None)
+            return error_for_status(
+                exc.code, scrub(str(msg), self._key), target=target, headers=headers
+            )
+        if isinstance(exc, OSError) or type(exc).__name__ in (
+            "ConnectError",
+            "ClientConnectionError",
+            "ClientConnectorError",
+            "ServerDisconnectedError",
+            "ClientOSError",
+            "RemoteProtocolError",
+        ):
+            return connection_error(target, scrub(str(exc), self._key))
+        return exc
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connections."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aio.aclose()
+
+
+def _text_of(resp: Any) -> str:
+    # The SDK's ``.text`` warns when a reply also holds non-text parts; joining the
+    # text parts ourselves gives the same string without the noise.  Thought parts
+    # (summaries) are not part of the answer.
+    if not resp.candidates:
+        return ""
+    content = resp.candidates[0].content
+    if content is None or not content.parts:
+        return ""
+    return "".join(p.text for p in content.parts if p.text and not p.thought)

@@ -1,0 +1,172 @@
+"""A :class:`ModelClient` over ``litellm.acompletion`` (the default client).
+
+Every request parameter goes to litellm as a keyword argument with
+``drop_params=True``, so that a parameter one provider lacks is dropped instead of
+failing the call.  litellm's own retries are off: retries belong to ModelCaller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from typing import TYPE_CHECKING, Any
+
+from ..errors import AuthenticationError, ModelCallError
+from .factory import PLACEHOLDER_KEY
+from .retry import (
+    connection_error,
+    error_for_status,
+    make_error,
+    message_from_body,
+    scrub,
+    timeout_error,
+    with_backstop,
+)
+from .types import ModelRequest, RawCompletion, Usage
+
+if TYPE_CHECKING:
+    from ..pool import Worker
+
+__all__ = ["LiteLLMClient", "provider_message_of"]
+
+# The variable litellm reads for each provider prefix; used only to decide whether a
+# placeholder key is needed for a local server.
+_PROVIDER_ENVS: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+    "hosted_vllm": ("HOSTED_VLLM_API_KEY",),
+}
+# Providers that speak the OpenAI protocol and accept vLLM's guided decoding fields.
+_OPENAI_COMPATIBLE = ("openai/", "hosted_vllm/")
+_PREFIX_RE = re.compile(r"^(?:litellm\.\w+:\s*)?(?:\w+Error:\s*)?(?:\w+Exception\s*-\s*)?")
+
+_litellm: Any = None
+
+
+def _import_litellm() -> Any:
+    global _litellm
+    if _litellm is None:
+        # Without this, importing litellm fetches its price map from the network.
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import litellm
+
+        litellm.suppress_debug_info = True
+        _litellm = litellm
+    return _litellm
+
+
+class LiteLLMClient:
+    """One attempt at a chat completion through ``litellm.acompletion``."""
+
+    def __init__(self, target: Worker) -> None:
+        self.target = target
+        self._system: list[dict[str, str]] = (
+            [{"role": "system", "content": target.system_prompt}] if target.system_prompt else []
+        )
+        self._openai_compatible = target.model.startswith(_OPENAI_COMPATIBLE)
+        self._key: str | None = None
+
+    def _api_key(self) -> str | None:
+        """The key to pass, or None to let litellm find its own."""
+        target = self.target
+        if target.api_key_env:
+            key = os.environ.get(target.api_key_env)
+            if key:
+                return key
+            if target.api_base:
+                return PLACEHOLDER_KEY
+            raise make_error(
+                AuthenticationError,
+                target=target.id,
+                provider_message=(f"no API key: set the environment variable {target.api_key_env}"),
+            )
+        if target.api_base:
+            provider = target.model.split("/", 1)[0] if "/" in target.model else "openai"
+            envs = _PROVIDER_ENVS.get(provider, ())
+            if not any(os.environ.get(name) for name in envs):
+                return PLACEHOLDER_KEY
+        return None
+
+    def build_kwargs(self, request: ModelRequest, timeout_s: float) -> dict[str, Any]:
+        """The keyword arguments of ``litellm.acompletion`` for ``request``."""
+        kwargs: dict[str, Any] = dict(request.params)
+        kwargs["model"] = self.target.model
+        kwargs["messages"] = self._system + list(request.messages)
+        kwargs["timeout"] = timeout_s
+        kwargs["num_retries"] = 0
+        kwargs["max_retries"] = 0
+        kwargs["drop_params"] = True
+        if self.target.api_base:
+            kwargs["api_base"] = self.target.api_base
+        if request.response_format is not None:
+            kwargs["response_format"] = request.response_format
+        if request.grammar is not None and self._openai_compatible and self.target.api_base:
+            extra = dict(kwargs.get("extra_body") or {})
+            extra["guided_grammar"] = request.grammar
+            kwargs["extra_body"] = extra
+        return kwargs
+
+    async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
+        """Send ``request`` once; raise a ``ModelCallError`` subclass on failure."""
+        litellm = _import_litellm()
+        key = self._api_key()
+        self._key = key
+        kwargs = self.build_kwargs(request, timeout_s)
+        if key is not None:
+            kwargs["api_key"] = key
+        try:
+            resp = await with_backstop(litellm.acompletion(**kwargs), timeout_s)
+        except ModelCallError:
+            raise
+        except Exception as exc:  # classified below; anything else is re-raised
+            raise self._classify(exc, timeout_s) from None
+        choice = resp.choices[0] if resp.choices else None
+        usage = getattr(resp, "usage", None)
+        return RawCompletion(
+            text=(choice.message.content or "") if choice is not None else "",
+            usage=Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0)
+            if usage is not None
+            else Usage(),
+            raw=resp.model_dump(),
+            model=getattr(resp, "model", None),
+            finish_reason=getattr(choice, "finish_reason", None),
+        )
+
+    def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
+        litellm = _import_litellm()
+        target = self.target.id
+        if isinstance(exc, (litellm.Timeout, asyncio.TimeoutError)):
+            return timeout_error(target, timeout_s)
+        message = scrub(provider_message_of(exc), self._key)
+        if isinstance(exc, litellm.APIConnectionError):
+            return connection_error(target, message)
+        status = getattr(exc, "status_code", None)
+        if isinstance(status, int):
+            headers = getattr(exc, "litellm_response_headers", None)
+            if headers is None:
+                response = getattr(exc, "response", None)
+                headers = getattr(response, "headers", None)
+            return error_for_status(status, message, target=target, headers=headers)
+        return exc
+
+    async def aclose(self) -> None:
+        """Nothing to release: litellm keeps its HTTP clients in a shared cache."""
+
+
+def provider_message_of(exc: BaseException) -> str:
+    """The provider's own words from a litellm exception, without litellm's prefixes."""
+    body = getattr(exc, "body", None)
+    msg = message_from_body(body) if body else None
+    if msg:
+        return msg
+    text = str(getattr(exc, "message", None) or exc)
+    text = _PREFIX_RE.sub("", text, count=1).strip()
+    # litellm often appends the provider's JSON body to its message.
+    start = text.find("{")
+    if start != -1:
+        inner = message_from_body(text[start:])
+        if inner and inner != text[start:].strip():
+            return inner
+    return text or type(exc).__name__

@@ -1,0 +1,157 @@
+"""A :class:`ModelClient` over the native ``openai`` SDK (OpenAI and compatible servers).
+
+Used when a worker sets ``client: openai``: OpenAI itself, or any OpenAI-compatible
+server (vLLM, Ollama, SGLang) named by ``api_base``.  Parameters the Chat Completions
+API knows go as keyword arguments; everything else (``top_k``,
+``chat_template_kwargs``, ...) goes in ``extra_body`` for the server to interpret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ModelCallError
+from .factory import resolve_api_key, strip_prefix
+from .retry import (
+    connection_error,
+    error_for_status,
+    message_from_body,
+    scrub,
+    timeout_error,
+    with_backstop,
+)
+from .types import ModelRequest, RawCompletion, Usage
+
+if TYPE_CHECKING:
+    from ..pool import Worker
+
+__all__ = ["OPENAI_KWARGS", "OpenAIClient"]
+
+#: Parameters sent as keyword arguments of ``chat.completions.create``.
+OPENAI_KWARGS = frozenset(
+    {
+        "temperature",
+        "max_tokens",
+        "max_completion_tokens",
+        "top_p",
+        "stop",
+        "seed",
+        "n",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "reasoning_effort",
+        "verbosity",
+        "service_tier",
+        "user",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+    }
+)
+
+_KEY_ENVS = ("OPENAI_API_KEY",)
+_PREFIXES = ("openai/", "hosted_vllm/")
+
+
+class OpenAIClient:
+    """One attempt at a chat completion through ``openai.AsyncOpenAI``."""
+
+    def __init__(self, target: Worker) -> None:
+        self.target = target
+        self._model = strip_prefix(target.model, _PREFIXES)
+        self._system: list[dict[str, str]] = (
+            [{"role": "system", "content": target.system_prompt}] if target.system_prompt else []
+        )
+        # OpenAI's own API wants max_completion_tokens (reasoning models reject
+        # max_tokens); compatible servers such as vLLM expect max_tokens.
+        self._rename_max_tokens = target.api_base is None
+        self._client: Any = None
+        self._key: str | None = None
+
+    def _sdk(self) -> Any:
+        key = resolve_api_key(self.target, _KEY_ENVS)
+        if self._client is None or key != self._key:
+            import openai
+
+            self._client = openai.AsyncOpenAI(
+                api_key=key,
+                base_url=self.target.api_base or None,
+                max_retries=0,
+                timeout=self.target.timeout_s,
+            )
+            self._key = key
+        return self._client
+
+    def build_kwargs(self, request: ModelRequest) -> dict[str, Any]:
+        """The keyword arguments of ``chat.completions.create`` for ``request``."""
+        kwargs: dict[str, Any] = {
+            "model": self._model,
+            "messages": self._system + list(request.messages),
+        }
+        extra: dict[str, Any] = {}
+        for name, value in request.params.items():
+            if name in OPENAI_KWARGS:
+                if name == "max_tokens" and self._rename_max_tokens:
+                    name = "max_completion_tokens"
+                kwargs[name] = value
+            else:
+                extra[name] = value
+        if request.response_format is not None:
+            kwargs["response_format"] = request.response_format
+        if request.grammar is not None and self.target.api_base:
+            extra["guided_grammar"] = request.grammar
+        if extra:
+            kwargs["extra_body"] = extra
+        return kwargs
+
+    async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
+        """Send ``request`` once; raise a ``ModelCallError`` subclass on failure."""
+        client = self._sdk()
+        kwargs = self.build_kwargs(request)
+        try:
+            resp = await with_backstop(
+                client.chat.completions.create(timeout=timeout_s, **kwargs), timeout_s
+            )
+        except ModelCallError:
+            raise
+        except Exception as exc:  # classified below; anything else is re-raised
+            raise self._classify(exc, timeout_s) from None
+        choice = resp.choices[0] if resp.choices else None
+        usage = resp.usage
+        return RawCompletion(
+            text=(choice.message.content or "") if choice is not None else "",
+            usage=Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0)
+            if usage is not None
+            else Usage(),
+            raw=resp.model_dump(),
+            model=resp.model,
+            finish_reason=choice.finish_reason if choice is not None else None,
+        )
+
+    def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
+        import openai
+
+        target = self.target.id
+        if isinstance(exc, (openai.APITimeoutError, asyncio.TimeoutError)):
+            return timeout_error(target, timeout_s)
+        if isinstance(exc, openai.APIConnectionError):
+            return connection_error(target, scrub(str(exc.message), self._key))
+        if isinstance(exc, openai.APIStatusError):
+            msg = message_from_body(exc.body) or exc.message
+            return error_for_status(
+                exc.status_code,
+                scrub(str(msg), self._key),
+                target=target,
+                headers=exc.response.headers,
+            )
+        return exc
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connections."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()

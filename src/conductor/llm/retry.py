@@ -1,0 +1,257 @@
+"""Retries with capped exponential back-off, and the error helpers every client shares.
+
+A client makes one attempt and raises a :class:`~conductor.errors.ModelCallError`
+subclass; :func:`send_with_retries` decides whether to try again and how long to wait.
+The helpers below (:func:`parse_retry_after`, :func:`error_for_status`,
+:func:`make_error`) turn an HTTP status, the provider's message and the response
+headers into the right error class, the same way for every client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any, TypeVar
+
+from ..errors import (
+    AuthenticationError,
+    BadRequestError,
+    ConnectionFailedError,
+    ModelCallError,
+    RateLimitError,
+    RequestTimeoutError,
+    ServerError,
+)
+from .types import RawCompletion
+
+__all__ = [
+    "MAX_RETRY_AFTER_S",
+    "RetryPolicy",
+    "error_for_status",
+    "make_error",
+    "message_from_body",
+    "parse_retry_after",
+    "scrub",
+    "send_with_retries",
+    "connection_error",
+    "timeout_error",
+    "with_backstop",
+]
+
+#: Extra seconds the asyncio backstop allows beyond the SDK's own time-out, so that the
+#: SDK's (better-described) time-out error normally fires first.
+BACKSTOP_GRACE_S = 1.0
+
+T = TypeVar("T")
+
+#: The longest a server's Retry-After is honoured; beyond it we would rather fail.
+MAX_RETRY_AFTER_S = 120.0
+
+E = TypeVar("E", bound=ModelCallError)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently to retry a failed call.
+
+    ``max_retries`` counts retries, not attempts (0 = a single attempt).  The wait
+    before retry ``n`` (1-based) is ``min(max_delay_s, base_delay_s * 2**(n-1))``,
+    scaled by a random factor in ``[1 - jitter, 1 + jitter]``, and never shorter than
+    the server's Retry-After (capped at :data:`MAX_RETRY_AFTER_S`).
+    """
+
+    max_retries: int
+    base_delay_s: float = 0.5
+    max_delay_s: float = 30.0
+    jitter: float = 0.25
+
+    def delay_s(self, retry: int, rng: Callable[[], float], retry_after_s: float | None) -> float:
+        """The wait before retry number ``retry`` (1-based)."""
+        delay = min(self.max_delay_s, self.base_delay_s * (2 ** (retry - 1)))
+        if self.jitter:
+            delay *= 1.0 + self.jitter * (2.0 * rng() - 1.0)
+        if retry_after_s is not None and retry_after_s > 0:
+            delay = max(delay, min(retry_after_s, MAX_RETRY_AFTER_S))
+        return max(0.0, delay)
+
+
+async def send_with_retries(
+    send: Callable[[], Awaitable[RawCompletion]],
+    policy: RetryPolicy,
+    *,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    rng: Callable[[], float] = random.random,
+) -> tuple[RawCompletion, int]:
+    """Call ``send`` until it succeeds; return the completion and the attempt count.
+
+    Errors that are not retryable (authentication, bad request) are raised after the
+    first attempt.  When every attempt fails, the last error is raised with an
+    ``attempts`` attribute.  Exceptions that are not ``ModelCallError`` are bugs and
+    propagate at once.
+    """
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await send(), attempt
+        except ModelCallError as exc:
+            if not exc.retryable or attempt > policy.max_retries:
+                exc.attempts = attempt  # type: ignore[attr-defined]
+                raise
+            await sleep(policy.delay_s(attempt, rng, exc.retry_after_s))
+
+
+def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP-date)."""
+    if not headers:
+        return None
+    if isinstance(headers, dict):
+        # A plain dict is case-sensitive, unlike httpx's and aiohttp's header types.
+        headers = {str(k).lower(): v for k, v in headers.items()}
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return max(0.0, float(ms) / 1000.0)
+    except (TypeError, ValueError):
+        pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    value = str(value).strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def message_from_body(body: Any) -> str | None:
+    """The provider's own message from an error body (OpenAI, Anthropic, Gemini shapes)."""
+    if isinstance(body, (bytes, bytearray)):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str):
+        text = body.strip()
+        if text.startswith(("{", "[")):
+            try:
+                body = json.loads(text)
+            except ValueError:
+                return text or None
+        else:
+            return text or None
+    if isinstance(body, list) and body:
+        body = body[0]
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            msg = err.get("message")
+            if msg:
+                return str(msg)
+        elif isinstance(err, str) and err:
+            return err
+        msg = body.get("message") or body.get("detail")
+        if msg:
+            return str(msg)
+    return None
+
+
+def scrub(text: str, secret: str | None) -> str:
+    """``text`` with ``secret`` masked, so that a key never reaches a message or log."""
+    if secret and len(secret) >= 4 and secret in text:
+        return text.replace(secret, "***")
+    return text
+
+
+def make_error(
+    cls: type[E],
+    *,
+    target: str | None,
+    status: int | None = None,
+    provider_message: str | None = None,
+    retry_after_s: float | None = None,
+) -> E:
+    """Build ``cls`` with a one-sentence message naming the target, status and message."""
+    err = cls(
+        provider_message or "no message",
+        target=target,
+        status=status,
+        provider_message=provider_message or "no message",
+        retry_after_s=retry_after_s,
+    )
+    err.args = (err.describe(),)
+    return err
+
+
+def error_for_status(
+    status: int | None,
+    provider_message: str | None,
+    *,
+    target: str | None,
+    headers: Mapping[str, str] | None = None,
+) -> ModelCallError:
+    """The error class for an HTTP ``status`` (429, 5xx/529, 401/403, other 4xx)."""
+    cls: type[ModelCallError]
+    if status == 429:
+        cls = RateLimitError
+    elif status == 408:
+        cls = RequestTimeoutError
+    elif status is not None and (status >= 500 or status == 529):
+        cls = ServerError
+    elif status in (401, 403):
+        cls = AuthenticationError
+    elif status is not None and 400 <= status < 500:
+        cls = BadRequestError
+    else:
+        cls = ServerError
+    return make_error(
+        cls,
+        target=target,
+        status=status,
+        provider_message=provider_message,
+        retry_after_s=parse_retry_after(headers),
+    )
+
+
+def timeout_error(target: str | None, timeout_s: float) -> RequestTimeoutError:
+    """A time-out after ``timeout_s`` seconds."""
+    return make_error(
+        RequestTimeoutError,
+        target=target,
+        provider_message=f"no reply within {timeout_s:g} s",
+    )
+
+
+def connection_error(target: str | None, detail: str | None) -> ConnectionFailedError:
+    """A connection failure."""
+    return make_error(
+        ConnectionFailedError,
+        target=target,
+        provider_message=detail or "could not reach the server",
+    )
+
+
+async def with_backstop(awaitable: Awaitable[T], timeout_s: float) -> T:
+    """Await ``awaitable`` but give up a little after ``timeout_s`` (raises TimeoutError).
+
+    SDK time-outs apply per read, so a slow trickle of bytes could outlive them; this
+    bounds the whole call.
+    """
+    limit = timeout_s + BACKSTOP_GRACE_S
+    if _HAS_TIMEOUT_CM:
+        async with asyncio.timeout(limit):  # type: ignore[attr-defined]
+            return await awaitable
+    return await asyncio.wait_for(awaitable, limit)
+
+
+# asyncio.timeout (3.11+) avoids wrapping the call in an extra task.
+_HAS_TIMEOUT_CM = hasattr(asyncio, "timeout")

@@ -1,0 +1,740 @@
+"""Rich views of run records: topology trees, step tables, traces, Mermaid, progress.
+
+Everything here turns a :class:`~conductor.record.RunRecord` (or a stream of
+:class:`~conductor.events.Event`) into a rich renderable or a string; nothing prints.
+The CLI imports this module at start-up (``conductor trace`` must feel instant), so it
+imports only rich and the standard library.
+
+Numbering: rounds are shown 1-based by their position in ``record.rounds`` ("Round 1",
+``S1.0``), steps 0-based as in the Conductor's access lists ("step 0", "sees: 0, 2").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.rule import Rule
+from rich.spinner import Spinner
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from .events import Event
+from .record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals, record_to_dict
+
+__all__ = [
+    "ProgressView",
+    "answer_panel",
+    "step_table",
+    "to_json",
+    "to_mermaid",
+    "topology",
+    "topology_kind",
+    "trace_renderable",
+]
+
+#: How much of a long text the tree view keeps.
+TREE_CLIP = 300
+#: Short excerpts of subtasks in the topology and Mermaid views.
+EXCERPT = 60
+
+
+# --------------------------------------------------------------------------- text helpers
+
+
+def _one_line(text: str | None, limit: int = EXCERPT) -> str:
+    """``text`` squeezed onto one line and cut to ``limit`` characters."""
+    flat = " ".join((text or "").split())
+    if len(flat) <= limit:
+        return flat
+    return flat[: max(limit - 1, 1)].rstrip() + "…"
+
+
+def _clip(text: str | None, limit: int = TREE_CLIP) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    text = (text or "").strip()
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit].rstrip()} … [+{len(text) - limit} chars]"
+
+
+def _clip_middle(text: str | None, head: int = 200, tail: int = 400) -> str:
+    """Keep both ends of ``text``: a Conductor reply reasons first and ends with the lists."""
+    text = (text or "").strip()
+    if len(text) <= head + tail + 40:
+        return text
+    omitted = len(text) - head - tail
+    return f"{text[:head].rstrip()}\n… [{omitted} chars omitted] …\n{text[-tail:].lstrip()}"
+
+
+def _fmt_cost(cost: float | None) -> str:
+    if cost is None:
+        return "?"
+    if cost == 0:
+        return "0"
+    if cost >= 0.01:
+        return f"{cost:.4f}"
+    return f"{cost:.6f}"
+
+
+def _fmt_tokens(n: int) -> str:
+    return f"{n:,}"
+
+
+def _round_label(pos: int) -> str:
+    return f"Round {pos}"
+
+
+# --------------------------------------------------------------------------- topology
+
+
+class _PlanStep(NamedTuple):
+    index: int
+    worker_index: int
+    worker_id: str
+    subtask: str
+    access: list[Any]
+    visible: tuple[int, ...]
+    status: str
+    error_kind: str | None
+
+
+def _pool_worker_id(pool: dict[str, Any] | None, index: int) -> str:
+    workers = (pool or {}).get("workers")
+    if isinstance(workers, list) and 0 <= index < len(workers):
+        w = workers[index]
+        if isinstance(w, dict) and w.get("id"):
+            return str(w["id"])
+    return f"Model {index}"
+
+
+def _plan(rnd: RoundRecord, pool: dict[str, Any] | None = None) -> list[_PlanStep]:
+    """The round's steps; from the executed steps, else from the parsed workflow."""
+    if rnd.steps:
+        return [
+            _PlanStep(
+                s.index,
+                s.worker_index,
+                s.worker_id,
+                s.subtask,
+                list(s.access),
+                tuple(s.visible_steps),
+                s.status,
+                s.call.error_kind,
+            )
+            for s in rnd.steps
+        ]
+    wf = rnd.workflow or {}
+    ids = wf.get("model_id") or []
+    subtasks = wf.get("subtasks") or []
+    access = wf.get("access_list") or []
+    out: list[_PlanStep] = []
+    for i, mid in enumerate(ids):
+        acc = list(access[i]) if i < len(access) and isinstance(access[i], list) else []
+        if "all" in acc:
+            vis: tuple[int, ...] = tuple(range(i))
+        else:
+            vis = tuple(j for j in acc if isinstance(j, int) and 0 <= j < i)
+        wid = int(mid) if isinstance(mid, int) else -1
+        sub = str(subtasks[i]) if i < len(subtasks) else ""
+        out.append(_PlanStep(i, wid, _pool_worker_id(pool, wid), sub, acc, vis, "planned", None))
+    return out
+
+
+def _depths(plan: list[_PlanStep]) -> dict[int, int]:
+    """Longest-path depth of each step in the dependency graph: its wave."""
+    depth: dict[int, int] = {}
+    for p in sorted(plan, key=lambda p: p.index):
+        deps = [depth[j] for j in p.visible if j in depth]
+        depth[p.index] = 1 + max(deps) if deps else 0
+    return depth
+
+
+def _waves(plan: list[_PlanStep]) -> list[list[int]]:
+    """Step indices grouped by wave: each group can run at once."""
+    depth = _depths(plan)
+    groups: dict[int, list[int]] = {}
+    for idx, d in depth.items():
+        groups.setdefault(d, []).append(idx)
+    return [sorted(groups[d]) for d in sorted(groups)]
+
+
+def _sees_all(p: _PlanStep) -> bool:
+    return p.index > 0 and p.visible == tuple(range(p.index))
+
+
+def _sees_short(p: _PlanStep) -> str:
+    """``"all earlier"``, ``"0, 2"`` or ``"nothing"``."""
+    if not p.visible:
+        return "nothing"
+    if _sees_all(p):
+        return "all earlier"
+    return ", ".join(str(j) for j in p.visible)
+
+
+def _sees(p: _PlanStep, later_round: bool = False) -> str:
+    text = f"sees: {_sees_short(p)}"
+    # Workers given "all" in a recursive round also see the earlier rounds' history.
+    if later_round and "all" in p.access:
+        text += " (+ earlier rounds)"
+    return text
+
+
+def _is_empty_workflow(rnd: RoundRecord) -> bool:
+    wf = rnd.workflow
+    return wf is not None and not (wf.get("model_id") or [])
+
+
+def topology_kind(round: RoundRecord) -> str:  # noqa: A002 - the name the CLI uses
+    """Name the shape of one round's workflow.
+
+    One of ``"single call"``, ``"chain"``, ``"parallel attempts + judge"``,
+    ``"parallel (independent)"``, ``"mixed DAG"``, ``"kept previous answer"`` (an
+    empty recursive round) or ``"no workflow"`` (the Conductor's replies never parsed).
+    """
+    plan = _plan(round)
+    if not plan:
+        return "kept previous answer" if _is_empty_workflow(round) else "no workflow"
+    n = len(plan)
+    if n == 1:
+        return "single call"
+    if all(not p.visible for p in plan):
+        return "parallel (independent)"
+    depth = _depths(plan)
+    if all(depth[p.index] == pos for pos, p in enumerate(plan)):
+        return "chain"
+    *first, last = plan
+    if len(first) >= 2 and all(not p.visible for p in first):
+        if set(last.visible) == {p.index for p in first}:
+            return "parallel attempts + judge"
+    return "mixed DAG"
+
+
+def _flow_summary(plan: list[_PlanStep]) -> str:
+    """E.g. ``steps 0, 1, 2 run in parallel -> step 3 sees all``."""
+    by_index = {p.index: p for p in plan}
+    parts: list[str] = []
+    for w, group in enumerate(_waves(plan)):
+        if len(group) > 1:
+            parts.append(f"steps {', '.join(map(str, group))} run in parallel")
+            continue
+        p = by_index[group[0]]
+        if w == 0:
+            parts.append(f"step {p.index}")
+        else:
+            sees = "all" if _sees_all(p) else ", ".join(map(str, p.visible))
+            parts.append(f"step {p.index} sees {sees}")
+    return " -> ".join(parts)
+
+
+def _step_label(p: _PlanStep, later_round: bool) -> Text:
+    label = Text()
+    label.append(f"step {p.index}", style="bold")
+    label.append(f"  {p.worker_id}", style="cyan")
+    label.append(f" (Model {p.worker_index})", style="dim")
+    label.append(f"  {_sees(p, later_round)}")
+    if p.status == "failed":
+        label.append(f"  failed ({p.error_kind or 'error'})", style="red")
+    elif p.status == "skipped":
+        label.append("  skipped", style="yellow")
+    label.append(f'\n"{_one_line(p.subtask)}"', style="dim")
+    return label
+
+
+def topology(record: RunRecord) -> Tree:
+    """Per round, the workflow as a topology tree with parallel waves marked."""
+    tree = Tree(Text(f"Run {record.run_id} · {record.status}", style="bold"))
+    if not record.rounds:
+        tree.add(Text("no rounds ran", style="yellow"))
+    for pos, rnd in enumerate(record.rounds, 1):
+        kind = topology_kind(rnd)
+        plan = _plan(rnd, record.pool)
+        if not plan:
+            if kind == "kept previous answer":
+                tree.add(Text(f"{_round_label(pos)}: kept previous answer", style="green"))
+            else:
+                tries = len(rnd.conductor_calls)
+                tree.add(
+                    Text(
+                        f"{_round_label(pos)}: no workflow "
+                        f"(Conductor gave no usable plan in {tries} tries)",
+                        style="red",
+                    )
+                )
+            continue
+        steps_word = "step" if len(plan) == 1 else "steps"
+        node = tree.add(Text(f"{_round_label(pos)}: {kind} ({len(plan)} {steps_word})", "bold"))
+        if len(plan) > 1:
+            node.add(Text(f"flow: {_flow_summary(plan)}", style="italic"))
+        by_index = {p.index: p for p in plan}
+        waves = _waves(plan)
+        later = pos > 1
+        if all(len(g) == 1 for g in waves):
+            for p in plan:
+                node.add(_step_label(p, later))
+            continue
+        for w, group in enumerate(waves, 1):
+            if len(group) > 1:
+                head = f"wave {w}: steps {', '.join(map(str, group))} run in parallel"
+            else:
+                head = f"wave {w}: step {group[0]}"
+            wave_node = node.add(Text(head, style="magenta"))
+            for idx in group:
+                wave_node.add(_step_label(by_index[idx], later))
+    return tree
+
+
+# --------------------------------------------------------------------------- step table
+
+
+def _conductor_statuses(rnd: RoundRecord) -> list[str]:
+    """For each Conductor call of a round: ``parsed``, ``parse error`` or ``failed (kind)``.
+
+    The record keeps parse errors as a separate list, so the accepted reply is taken to
+    be the last call without a call error when the round has a workflow.
+    """
+    calls = rnd.conductor_calls
+    accepted = -1
+    if rnd.workflow is not None:
+        for i in range(len(calls) - 1, -1, -1):
+            if calls[i].error is None:
+                accepted = i
+                break
+    out = []
+    for i, c in enumerate(calls):
+        if c.error is not None:
+            out.append(f"failed ({c.error_kind or 'error'})")
+        elif i == accepted:
+            out.append("parsed")
+        else:
+            out.append("parse error")
+    return out
+
+
+def _call_cells(c: CallRecord) -> list[str]:
+    return [
+        f"{c.latency_s:.2f}",
+        f"{_fmt_tokens(c.input_tokens)}/{_fmt_tokens(c.output_tokens)}",
+        _fmt_cost(c.cost_usd),
+        "cached" if c.cached else "",
+    ]
+
+
+def _step_status(s: StepRecord) -> Text:
+    if s.status == "failed":
+        return Text(f"failed ({s.call.error_kind or 'error'})", style="red")
+    if s.status == "skipped":
+        return Text("skipped", style="yellow")
+    return Text("ok", style="green")
+
+
+def _totals_line(t: Totals) -> str:
+    calls = f"{t.calls} calls ({t.cached_calls} cached"
+    calls += f", {t.failed_calls} failed)" if t.failed_calls else ")"
+    tokens = f"tokens {_fmt_tokens(t.input_tokens)} in / {_fmt_tokens(t.output_tokens)} out"
+    if t.cost_usd is None:
+        cost = "cost ? (unknown price)"
+    elif t.unknown_cost_calls:
+        cost = (
+            f"cost >= ${_fmt_cost(t.cost_usd)} "
+            f"({t.unknown_cost_calls} calls of unknown price)"
+        )
+    else:
+        cost = f"cost ${_fmt_cost(t.cost_usd)}"
+    return f"Totals: {calls} · {tokens} · {cost} · wall {t.wall_s:.2f} s"
+
+
+def step_table(record: RunRecord) -> Table:
+    """One row per model call (Conductor tries and steps), totals in the caption."""
+    table = Table(title="Calls", caption=_totals_line(record.totals), caption_justify="left")
+    table.add_column("round", justify="right")
+    table.add_column("step", justify="right")
+    table.add_column("worker")
+    table.add_column("sees")
+    table.add_column("latency (s)", justify="right")
+    table.add_column("tokens in/out", justify="right")
+    table.add_column("cost (USD)", justify="right")
+    table.add_column("cached")
+    table.add_column("status")
+    for pos, rnd in enumerate(record.rounds, 1):
+        for k, (c, st) in enumerate(zip(rnd.conductor_calls, _conductor_statuses(rnd)), 1):
+            style = "green" if st == "parsed" else ("yellow" if st == "parse error" else "red")
+            table.add_row(
+                str(pos),
+                f"try {k}",
+                Text("conductor", style="magenta"),
+                "-",
+                *_call_cells(c),
+                Text(st, style=style),
+            )
+        plan = {p.index: p for p in _plan(rnd)}
+        for s in rnd.steps:
+            table.add_row(
+                str(pos),
+                str(s.index),
+                Text(s.worker_id),
+                Text(_sees_short(plan[s.index])),
+                *_call_cells(s.call),
+                _step_status(s),
+            )
+        if _is_empty_workflow(rnd):
+            table.add_row(str(pos), "-", "", "", "", "", "", "", "kept previous answer")
+    return table
+
+
+# --------------------------------------------------------------------------- answer
+
+
+def _failed_steps(record: RunRecord) -> list[str]:
+    out = []
+    for pos, rnd in enumerate(record.rounds, 1):
+        for s in rnd.steps:
+            if s.status == "failed":
+                why = s.call.error_kind or "error"
+                msg = f": {_one_line(s.call.error, 120)}" if s.call.error else ""
+                out.append(f"round {pos} step {s.index} ({s.worker_id}) failed, {why}{msg}")
+    return out
+
+
+def answer_panel(record: RunRecord) -> Panel:
+    """The final answer; the error in red when the run failed; for a partial run, the
+    answer followed by what failed."""
+    if record.status == "failed":
+        body = Text(record.error or "the run failed", style="red")
+        if record.final_answer:
+            body.append(f"\n\nlast answer: {record.final_answer}", style="default")
+        return Panel(body, title="Run failed", title_align="left", border_style="red")
+    answer = Text(record.final_answer or "(empty answer)")
+    if record.status == "partial":
+        notes = _failed_steps(record)
+        if record.error:
+            notes.insert(0, record.error)
+        answer.append("\n\nPartial run:", style="yellow bold")
+        for line in notes or ["some calls failed"]:
+            answer.append(f"\n- {line}", style="yellow")
+        return Panel(answer, title="Answer (partial)", title_align="left", border_style="yellow")
+    return Panel(answer, title="Answer", title_align="left", border_style="green")
+
+
+# --------------------------------------------------------------------------- traces
+
+
+def _conductor_table(rnd: RoundRecord) -> Table:
+    table = Table(title="Conductor", title_justify="left", expand=True, show_lines=True)
+    table.add_column("try", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("output / parse error", ratio=1)
+    table.add_column("tokens", justify="right", no_wrap=True)
+    table.add_column("s", justify="right", no_wrap=True)
+    errors = iter(rnd.parse_errors)
+    for k, (c, st) in enumerate(zip(rnd.conductor_calls, _conductor_statuses(rnd)), 1):
+        body = Text(_clip_middle(c.response))
+        if st == "parse error":
+            err = next(errors, None)
+            if err:
+                body.append(f"\nparse error: {err}", style="yellow")
+        elif c.error:
+            body.append(f"\nerror: {_clip(c.error)}", style="red")
+        status = Text(st + (" (cached)" if c.cached else ""))
+        table.add_row(
+            str(k),
+            status,
+            body,
+            f"{c.input_tokens}/{c.output_tokens}",
+            f"{c.latency_s:.2f}",
+        )
+    leftover = list(errors)
+    for err in leftover:
+        table.add_row("-", "parse error", Text(err, style="yellow"), "", "")
+    return table
+
+
+def _steps_detail_table(rnd: RoundRecord, later: bool) -> Table:
+    table = Table(title="Steps", title_justify="left", expand=True, show_lines=True)
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("worker")
+    table.add_column("sees")
+    table.add_column("subtask", ratio=1)
+    table.add_column("response / error", ratio=1)
+    plan = {p.index: p for p in _plan(rnd)}
+    for s in rnd.steps:
+        if s.status == "failed":
+            out = Text(
+                f"failed ({s.call.error_kind or 'error'}): {_clip(s.call.error)}", style="red"
+            )
+        elif s.status == "skipped":
+            out = Text("skipped", style="yellow")
+        else:
+            out = Text(_clip(s.call.response if s.call.response is not None else s.answer))
+        if s.call.cached:
+            out.append("\n(cached)", style="dim")
+        table.add_row(
+            str(s.index),
+            Text(f"{s.worker_id}\n(Model {s.worker_index})"),
+            Text(_sees(plan[s.index], later).removeprefix("sees: ")),
+            Text(_clip(s.subtask)),
+            out,
+        )
+    return table
+
+
+def _trace_table(record: RunRecord) -> Group:
+    parts: list[RenderableType] = [
+        Panel(
+            Text(_clip(record.question, 1000)),
+            title="Question",
+            title_align="left",
+            subtitle=f"run {record.run_id} · {record.status}",
+        )
+    ]
+    for pos, rnd in enumerate(record.rounds, 1):
+        parts.append(Rule(f"{_round_label(pos)}: {topology_kind(rnd)}"))
+        if rnd.conductor_calls or rnd.parse_errors:
+            parts.append(_conductor_table(rnd))
+        if rnd.steps:
+            parts.append(_steps_detail_table(rnd, pos > 1))
+        elif _is_empty_workflow(rnd):
+            parts.append(Text("The Conductor kept the previous answer.", style="green"))
+        if rnd.stop_reason:
+            parts.append(Text(f"stop: {rnd.stop_reason}", style="dim"))
+    parts.append(answer_panel(record))
+    parts.append(Text(_totals_line(record.totals)))
+    return Group(*parts)
+
+
+def _add_call(node: Tree, call: CallRecord) -> None:
+    sent = node.add(Text(f"messages sent ({len(call.messages)})", style="dim"))
+    for m in call.messages:
+        sent.add(Text(f"{m.get('role', '?')}: {_clip(m.get('content', ''))}"))
+    if call.error:
+        node.add(Text(f"error ({call.error_kind or 'error'}): {_clip(call.error)}", "red"))
+    if call.response is not None:
+        node.add(Text(f"response: {_clip(call.response)}"))
+    meta = (
+        f"{call.latency_s:.2f} s · {call.input_tokens}/{call.output_tokens} tokens · "
+        f"cost {_fmt_cost(call.cost_usd)}" + (" · cached" if call.cached else "")
+    )
+    node.add(Text(meta, style="dim"))
+
+
+def _trace_tree(record: RunRecord) -> Tree:
+    tree = Tree(Text(f"Question: {_clip(record.question)}", style="bold"))
+    for pos, rnd in enumerate(record.rounds, 1):
+        rnode = tree.add(Text(f"{_round_label(pos)}: {topology_kind(rnd)}", style="bold"))
+        cnode = rnode.add(Text(f"Conductor ({len(rnd.conductor_calls)} tries)", "magenta"))
+        errors = iter(rnd.parse_errors)
+        for k, (c, st) in enumerate(zip(rnd.conductor_calls, _conductor_statuses(rnd)), 1):
+            label = f"try {k}: {st}"
+            if st == "parse error":
+                err = next(errors, None)
+                if err:
+                    label += f": {_one_line(err, 120)}"
+            tnode = cnode.add(Text(label))
+            _add_call(tnode, c)
+        if _is_empty_workflow(rnd):
+            rnode.add(Text("kept previous answer", style="green"))
+        plan = {p.index: p for p in _plan(rnd)}
+        if rnd.steps:
+            snode = rnode.add(Text("Steps", style="bold"))
+            for s in rnd.steps:
+                p = plan[s.index]
+                status = "" if s.status == "ok" else f" · {_step_status(s).plain}"
+                label = f"step {s.index} · {s.worker_id} · {_sees(p, pos > 1)}{status}"
+                stnode = snode.add(Text(label, style="red" if s.status == "failed" else ""))
+                stnode.add(Text(f"subtask: {_clip(s.subtask)}", style="italic"))
+                _add_call(stnode, s.call)
+    tree.add(Text(f"Final answer: {_clip(record.final_answer)}", style="green bold"))
+    if record.error:
+        tree.add(Text(f"Error: {_clip(record.error)}", style="red"))
+    return tree
+
+
+def trace_renderable(record: RunRecord, fmt: Literal["table", "tree"]) -> RenderableType:
+    """A detailed trace: ``"table"`` (tables per round) or ``"tree"`` (nested calls)."""
+    if fmt == "table":
+        return _trace_table(record)
+    if fmt == "tree":
+        return _trace_tree(record)
+    raise ValueError(f"unknown trace format {fmt!r} (use 'table' or 'tree')")
+
+
+# --------------------------------------------------------------------------- mermaid
+
+
+_MERMAID_ENTITIES = {
+    "#": "#35;",
+    '"': "#quot;",
+    "[": "#91;",
+    "]": "#93;",
+    "{": "#123;",
+    "}": "#125;",
+    "(": "#40;",
+    ")": "#41;",
+    "<": "#lt;",
+    ">": "#gt;",
+    "|": "#124;",
+    "`": "#96;",
+}
+_MERMAID_RE = re.compile("|".join(re.escape(c) for c in _MERMAID_ENTITIES))
+
+
+def _mermaid_text(text: str, limit: int = EXCERPT) -> str:
+    """Text safe inside a quoted Mermaid label (one line, entity-escaped)."""
+    flat = _one_line(text, limit)
+    return _MERMAID_RE.sub(lambda m: _MERMAID_ENTITIES[m.group(0)], flat)
+
+
+def to_mermaid(record: RunRecord) -> str:
+    """A Mermaid ``flowchart TD`` of the run: rounds as subgraphs, steps as nodes."""
+    lines = ["flowchart TD", f'  Q["Question: {_mermaid_text(record.question)}"]']
+    prev_last: str | None = None  # the node holding the previous round's answer
+    for pos, rnd in enumerate(record.rounds, 1):
+        kind = topology_kind(rnd)
+        plan = _plan(rnd, record.pool)
+        lines.append(f'  subgraph R{pos}["Round {pos}: {_mermaid_text(kind)}"]')
+        if not plan:
+            lines.append(f'    K{pos}["{_mermaid_text(kind)}"]')
+            lines.append("  end")
+            if prev_last is not None:
+                lines.append(f"  {prev_last} -.-> K{pos}")
+            continue
+        for p in plan:
+            label = f"S{pos}.{p.index}: {p.worker_id}"
+            lines.append(f'    S{pos}.{p.index}["{_mermaid_text(label)}<br/>'
+                         f'{_mermaid_text(p.subtask)}"]')
+        lines.append("  end")
+        for p in plan:
+            if not p.visible:
+                lines.append(f"  Q --> S{pos}.{p.index}")
+            for j in p.visible:
+                lines.append(f"  S{pos}.{j} --> S{pos}.{p.index}")
+        if prev_last is not None:
+            lines.append(f"  {prev_last} -.->|previous answer| R{pos}")
+        # The answer of a round is its last step that produced something.
+        ok = [p for p in plan if p.status == "ok"]
+        prev_last = f"S{pos}.{(ok or plan)[-1].index}"
+    answer = record.final_answer if record.status != "failed" else f"failed: {record.error}"
+    lines.append(f'  A(["Answer: {_mermaid_text(answer or "", 80)}"])')
+    if prev_last is not None:
+        lines.append(f"  {prev_last} --> A")
+    return "\n".join(lines) + "\n"
+
+
+def to_json(record: RunRecord) -> str:
+    """The record as indented JSON (the format ``--out`` writes)."""
+    return json.dumps(record_to_dict(record), indent=2, ensure_ascii=False)
+
+
+# --------------------------------------------------------------------------- progress
+
+
+@dataclass
+class _StepRow:
+    round: int
+    step: int
+    worker_id: str
+    state: Literal["running", "done", "failed"] = "running"
+    latency_s: float | None = None
+    cached: bool = False
+    detail: str | None = None
+
+
+class ProgressView:
+    """A live view of a running question, fed by :class:`~conductor.events.Event`.
+
+    Pass it as the executor's event sink and render it with ``rich.live.Live(view)``.
+    It assumes ``Event.round`` counts from 0 like ``RoundRecord.index``; round labels
+    appear only once a second round shows up.
+    """
+
+    def __init__(self, title: str = "conductor") -> None:
+        self.title = title
+        self._conductor: dict[int, str] = {}
+        self._conductor_running: dict[int, bool] = {}
+        self._retries: dict[int, int] = {}
+        self._steps: dict[tuple[int, int], _StepRow] = {}
+        self._rounds: list[int] = []
+        self._finished: str | None = None
+
+    def _see_round(self, rnd: int) -> None:
+        if rnd not in self._rounds:
+            self._rounds.append(rnd)
+
+    def __call__(self, event: Event) -> None:
+        """Take in one event."""
+        r = event.round
+        self._see_round(r)
+        kind = event.kind
+        if kind == "conductor_started":
+            n = self._retries.get(r, 0)
+            self._conductor[r] = "planning" if n == 0 else f"parse retry {n}"
+            self._conductor_running[r] = True
+        elif kind == "conductor_parse_failed":
+            n = self._retries.get(r, 0) + 1
+            self._retries[r] = n
+            self._conductor[r] = f"parse retry {n}"
+            self._conductor_running[r] = True
+        elif kind == "conductor_finished":
+            self._conductor_running[r] = False
+            word = "failed" if event.failed else "done"
+            self._conductor[r] = word + (f" ({event.detail})" if event.detail else "")
+        elif kind in ("step_started", "step_finished") and event.step is not None:
+            key = (r, event.step)
+            row = self._steps.get(key)
+            if row is None:
+                row = _StepRow(r, event.step, event.worker_id or "?")
+                self._steps[key] = row
+            if event.worker_id:
+                row.worker_id = event.worker_id
+            if kind == "step_finished":
+                row.state = "failed" if event.failed else "done"
+                row.latency_s = event.latency_s
+                row.cached = event.cached
+                row.detail = event.detail
+        elif kind == "run_finished":
+            self._finished = "failed" if event.failed else "done"
+            if event.detail:
+                self._finished += f" ({event.detail})"
+
+    def _round_prefix(self, r: int) -> str:
+        return f"round {r + 1} " if len(self._rounds) > 1 else ""
+
+    def __rich__(self) -> RenderableType:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(no_wrap=True)
+        grid.add_column(no_wrap=True)
+        grid.add_column()
+        for r in self._rounds:
+            if r in self._conductor:
+                state = self._conductor[r]
+                if self._conductor_running.get(r):
+                    cell: RenderableType = Spinner("dots", text=Text(state + "…"))
+                else:
+                    style = "red" if state.startswith("failed") else "green"
+                    cell = Text(state, style=style)
+                grid.add_row(Text(f"{self._round_prefix(r)}Conductor", "magenta"), "", cell)
+            for (rr, _), row in sorted(self._steps.items()):
+                if rr != r:
+                    continue
+                name = Text(f"{self._round_prefix(r)}step {row.step}")
+                if row.state == "running":
+                    cell = Spinner("dots", text=Text("running…"))
+                else:
+                    parts = [row.state]
+                    if row.latency_s is not None:
+                        parts.append(f"{row.latency_s:.2f} s")
+                    if row.cached:
+                        parts.append("cached")
+                    if row.detail:
+                        parts.append(row.detail)
+                    cell = Text(" · ".join(parts), style="red" if row.state == "failed" else "")
+                grid.add_row(name, Text(row.worker_id, style="cyan"), cell)
+        if self._finished:
+            style = "red" if self._finished.startswith("failed") else "green bold"
+            grid.add_row(Text("run"), "", Text(self._finished, style=style))
+        return Panel(grid, title=self.title, title_align="left")

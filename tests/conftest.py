@@ -1,0 +1,36 @@
+"""Shared fixtures: offline environment, a fresh cache directory, the fake LLM server."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Set before any test module imports litellm / huggingface libraries, so nothing reaches
+# the network and no user cache is touched.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+_SESSION_CACHE = tempfile.TemporaryDirectory(prefix="conductor-test-cache-")
+os.environ["CONDUCTOR_CACHE_DIR"] = _SESSION_CACHE.name
+
+from conductor.testing import FakeLLMServer  # noqa: E402
+
+
+@pytest.fixture
+def fake_server() -> Iterator[FakeLLMServer]:
+    """A started fake OpenAI/Anthropic/Gemini server with empty scripts and log."""
+    with FakeLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private cache directory, exported as CONDUCTOR_CACHE_DIR for this test."""
+    path = tmp_path / "cache"
+    path.mkdir()
+    monkeypatch.setenv("CONDUCTOR_CACHE_DIR", str(path))
+    return path

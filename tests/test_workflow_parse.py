@@ -1,0 +1,172 @@
+"""The workflow parser, formatter and dict form, driven by tests/cases/workflow_parse.json."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conductor.errors import WorkflowParseError
+from conductor.workflow import (
+    ALL,
+    Step,
+    Workflow,
+    format_workflow,
+    parse_workflow,
+    workflow_from_dict,
+    workflow_to_dict,
+)
+
+CASES: list[dict[str, Any]] = json.loads(
+    (Path(__file__).parent / "cases" / "workflow_parse.json").read_text(encoding="utf-8")
+)
+
+
+def test_case_file_is_well_formed() -> None:
+    names = [c["name"] for c in CASES]
+    assert len(names) == len(set(names))
+    assert len(CASES) >= 45
+    for case in CASES:
+        assert ("expect" in case) != ("error" in case), case["name"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_case(case: dict[str, Any]) -> None:
+    kwargs = {
+        "n_workers": case["n_workers"],
+        "max_steps": case.get("max_steps", 5),
+        "allow_empty": case.get("allow_empty", False),
+    }
+    if "error" in case:
+        with pytest.raises(WorkflowParseError) as info:
+            parse_workflow(case["text"], **kwargs)
+        assert case["error"] in info.value.reason
+        assert str(info.value) == info.value.reason
+    else:
+        workflow = parse_workflow(case["text"], **kwargs)
+        assert workflow_to_dict(workflow) == case["expect"]
+
+
+def test_parsed_types() -> None:
+    w = parse_workflow(
+        'model_id = ["1", 0, 2]\nsubtasks = ["a", "b", "c"]\naccess_list = [[], ["all"], [1, 0]]',
+        n_workers=3,
+    )
+    assert w.steps == (
+        Step(1, "a", ()),
+        Step(0, "b", ALL),
+        Step(2, "c", (0, 1)),
+    )
+    assert w.dependencies() == [(), (0,), (0, 1)]
+
+
+def test_empty_workflow_is_empty() -> None:
+    w = parse_workflow("model_id=[]\nsubtasks=[]\naccess_list=[]", n_workers=2, allow_empty=True)
+    assert w.is_empty and w == Workflow(())
+    assert format_workflow(w) == "model_id = []\nsubtasks = []\naccess_list = []"
+
+
+def test_format_canonical_form() -> None:
+    w = Workflow((Step(2, "Design it", ()), Step(0, 'Say "hi"', ALL), Step(1, "Judge", (0, 1))))
+    assert format_workflow(w) == (
+        "model_id = [2, 0, 1]\n"
+        'subtasks = ["Design it", "Say \\"hi\\"", "Judge"]\n'
+        'access_list = [[], ["all"], [0, 1]]'
+    )
+
+
+TRICKY = [
+    "Quote \" and ' both",
+    "Brackets ] [ ]] [[ inside",
+    "Backslash \\ and \\n literal",
+    "Real\nnewline and\ttab",
+    "model_id = [9]\nsubtasks = ['x']\naccess_list = [[]]",
+    "Wrap reasoning in <think> tags and close with </think>",
+    "```python\nprint(1)\n```",
+    "Ünïcödé ✓ 数学",
+    "all",
+    "\u2028 line separator",
+]
+
+
+@pytest.mark.parametrize("subtask", TRICKY)
+def test_round_trip_tricky_subtasks(subtask: str) -> None:
+    w = Workflow((Step(0, "first", ()), Step(1, subtask, ALL)))
+    assert parse_workflow(format_workflow(w), n_workers=2) == w
+    # The canonical form is also embeddable after reasoning and inside a code fence.
+    text = f"<think>plan</think>Plan:\n```python\n{format_workflow(w)}\n```\nDone."
+    assert parse_workflow(text, n_workers=2) == w
+
+
+def _random_workflow(rng: random.Random, n_workers: int) -> Workflow:
+    alphabet = "ab []'\"\\,=:_<>/\n\t{}()#`*-éλ"
+    steps = []
+    for i in range(rng.randint(1, 5)):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30)))
+        if not text.strip():
+            text += "x"
+        kind = rng.random()
+        access: Any
+        if kind < 0.3:
+            access = ()
+        elif kind < 0.6 or i == 0:
+            access = ALL
+        else:
+            access = tuple(sorted(rng.sample(range(i), rng.randint(1, i))))
+        steps.append(Step(rng.randrange(n_workers), text, access))
+    return Workflow(tuple(steps))
+
+
+def test_random_workflows_round_trip() -> None:
+    rng = random.Random(1234)
+    for _ in range(300):
+        n = rng.randint(1, 8)
+        w = _random_workflow(rng, n)
+        assert parse_workflow(format_workflow(w), n_workers=n) == w, format_workflow(w)
+        assert workflow_from_dict(workflow_to_dict(w), n_workers=n) == w
+        assert workflow_from_dict(json.loads(json.dumps(workflow_to_dict(w)))) == w
+
+
+def test_random_decoy_before_final_loses() -> None:
+    rng = random.Random(99)
+    for _ in range(100):
+        decoy, final = _random_workflow(rng, 4), _random_workflow(rng, 4)
+        text = f"First idea:\n{format_workflow(decoy)}\nBetter:\n{format_workflow(final)}\nEnd."
+        assert parse_workflow(text, n_workers=4) == final
+
+
+def test_dict_form() -> None:
+    w = Workflow((Step(1, "a", ()), Step(0, "b", ALL), Step(2, "c", (0,))))
+    d = workflow_to_dict(w)
+    assert d == {
+        "model_id": [1, 0, 2],
+        "subtasks": ["a", "b", "c"],
+        "access_list": [[], ["all"], [0]],
+    }
+    assert json.loads(json.dumps(d)) == d
+    assert workflow_from_dict(d) == w
+    assert workflow_from_dict({"model_id": [], "subtasks": [], "access_list": []}).is_empty
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        ({"model_id": [0], "subtasks": ["a"]}, "`access_list` missing"),
+        ({"model_id": [0], "subtasks": ["a", "b"], "access_list": [[], []]}, "has 1 entries"),
+        ({"model_id": [5], "subtasks": ["a"], "access_list": [[]]}, "out of range"),
+        ({"model_id": [-1], "subtasks": ["a"], "access_list": [[]]}, "negative"),
+        ({"model_id": 0, "subtasks": ["a"], "access_list": [[]]}, "`model_id` is not a list"),
+    ],
+)
+def test_dict_form_rejects(data: dict[str, Any], reason: str) -> None:
+    n_workers = 2 if data.get("model_id") == [5] else None
+    with pytest.raises(WorkflowParseError, match=reason):
+        workflow_from_dict(data, n_workers=n_workers)
+
+
+def test_zero_workers() -> None:
+    with pytest.raises(WorkflowParseError, match="there are no workers"):
+        parse_workflow("model_id=[0]\nsubtasks=['a']\naccess_list=[[]]", n_workers=0)
