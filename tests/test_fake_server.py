@@ -317,6 +317,13 @@ def test_gemini_stream_and_query_key(fake_server: FakeLLMServer) -> None:
     assert status == 200
     assert body["candidates"][0]["content"]["parts"][0]["text"] == "one two three"
     assert fake_server.requests[-1].api_key == "qk"
+    # litellm's gemini provider posts to {api_base}/models/... with no version segment.
+    status, _, body = _post(
+        f"{fake_server.url}/models/g:generateContent",
+        {"contents": [{"parts": [{"text": "hi"}]}]},
+        headers={"x-goog-api-key": "qk"},
+    )
+    assert status == 200 and body["modelVersion"] == "g"
 
 
 # -- behaviour shared by all protocols --------------------------------------------------------

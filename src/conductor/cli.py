@@ -176,6 +176,8 @@ def ask(
         if out is not None:
             console.print(f"record written to {out}  (conductor trace {out})")
     if record.status == "failed":
+        # One plain sentence on stderr as well, for scripts and narrow terminals.
+        _err().print(f"error: the run failed: {escape(record.error or '')}", highlight=False)
         raise typer.Exit(EXIT_FAILED)
 
 

@@ -432,7 +432,11 @@ def _finish(record: RunRecord, wall_s: float) -> None:
     if record.final_answer is None:
         record.status = "failed"
         reasons = [rnd.stop_reason for rnd in record.rounds if rnd.stop_reason]
-        reasons += [s.call.error for s in failed_steps if s.call.error]
+        step_errors = [
+            f"step {s.index} ({s.worker_id}): {s.call.error}" for s in failed_steps if s.call.error
+        ]
+        if step_errors:
+            reasons = ["no step gave an answer: " + "; ".join(step_errors)]
         record.error = reasons[0] if reasons else "no answer was produced"
     elif failed_steps:
         record.status = "partial"

@@ -137,7 +137,14 @@ class Pool:
 
 # Field names, in the order the error messages list them.
 _TOP_KEYS = ("name", "description", "defaults", "workers", "conductor")
-_DEFAULT_KEYS = ("temperature", "max_tokens", "top_p", "timeout_s", "max_retries", "max_concurrency")
+_DEFAULT_KEYS = (
+    "temperature",
+    "max_tokens",
+    "top_p",
+    "timeout_s",
+    "max_retries",
+    "max_concurrency",
+)
 _WORKER_KEYS = (
     "id",
     "model",
@@ -174,15 +181,13 @@ _KEY_PREFIXES = ("sk-", "sk_", "AIza", "gsk_", "xai-", "hf_", "ghp_", "github_pa
 _SECRET_QUERY_KEYS = frozenset(
     {"key", "api_key", "apikey", "api-key", "token", "access_token", "auth", "secret", "password"}
 )
-_SECRET_PARAM_WORDS = ("key", "token", "secret", "password", "authorization", "cookie")
+# Param keys whose values are credentials (e.g. extra_headers: {Authorization: ...}).
+# Matched on whole words so that max_tokens or budget_tokens are kept.
+_SECRET_PARAM_NAMES = frozenset(
+    {"authorization", "cookie", "password", "secret", "token", "key", "apikey", "bearer"}
+)
+_SECRET_PARAM_SUFFIXES = ("_key", "_token", "_secret", "_password", "apikey")
 _REDACTED = "***"
-
-
-class _Missing:
-    """Marks a key that is absent (``None`` is a legal YAML value)."""
-
-
-_MISSING = _Missing()
 
 
 def _line(node: yaml.Node) -> int:
@@ -191,9 +196,9 @@ def _line(node: yaml.Node) -> int:
 
 def _show(value: Any) -> str:
     """How a bad value is quoted in an error message."""
-    if isinstance(value, yaml.SequenceNode) or isinstance(value, list):
+    if isinstance(value, (yaml.SequenceNode, list)):
         return "a list"
-    if isinstance(value, yaml.MappingNode) or isinstance(value, dict):
+    if isinstance(value, (yaml.MappingNode, dict)):
         return "a mapping"
     if value is None:
         return "nothing (null)"
@@ -220,6 +225,7 @@ class _Reader:
         self.environ = environ
         # Used only to build scalars and to resolve plain scalars after expansion.
         self.loader = yaml.SafeLoader("")
+        self.flattened: dict[int, list[tuple[str, yaml.Node, yaml.Node]]] = {}
 
     def close(self) -> None:
         self.loader.dispose()
@@ -311,11 +317,14 @@ class _Reader:
 
     def items(self, node: yaml.MappingNode, field: str) -> list[tuple[str, yaml.Node, yaml.Node]]:
         """The (key, key node, value node) triples of a mapping; keys must be unique strings."""
+        if id(node) in self.flattened:
+            # An alias met again: already checked, and flattening changed its keys.
+            return self.flattened[id(node)]
         seen: dict[str, yaml.Node] = {}
         for key_node, _value in node.value:
-            key = self.key_text(key_node, field)
-            if key == "<<":
+            if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
+            key = self.key_text(key_node, field)
             if key in seen:
                 raise self.error(
                     f'{field or "top level"}: key "{key}" appears twice '
@@ -334,15 +343,18 @@ class _Reader:
         result: dict[str, tuple[yaml.Node, yaml.Node]] = {}
         for key_node, value_node in node.value:
             result[self.key_text(key_node, field)] = (key_node, value_node)
-        return [(k, kn, vn) for k, (kn, vn) in result.items()]
+        triples = [(k, kn, vn) for k, (kn, vn) in result.items()]
+        self.flattened[id(node)] = triples
+        return triples
 
     def key_text(self, key_node: yaml.Node, field: str) -> str:
+        shown: Any = key_node
         if isinstance(key_node, yaml.ScalarNode):
-            key = self.construct(key_node, field)
-            if isinstance(key, str):
-                return key
+            shown = self.construct(key_node, field)
+            if isinstance(shown, str):
+                return shown
         raise self.error(
-            f"{field or 'top level'} has a key that is not a string: {_show(key_node)}",
+            f"{field or 'top level'} has a key that is not a string: {_show(shown)}",
             key_node,
             field,
         )
@@ -404,10 +416,7 @@ class _Reader:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            if minimum == 1:
-                kind = "a positive integer"
-            else:
-                kind = f"an integer >= {minimum}"
+            kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             raise self.error(f"{field} must be {kind}, got {_show(value)}", node, field)
         return value
 
@@ -437,7 +446,7 @@ class _Reader:
             else:
                 kind = "a number >= 0"
             raise self.error(f"{field} must be {kind}, got {_show(value)}", node, field)
-        return value
+        return float(value)
 
     def boolean(self, node: yaml.Node, field: str) -> bool | None:
         value = self.value(node, field)
@@ -471,9 +480,11 @@ class _Reader:
         value = value.strip()
         parts = urllib.parse.urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.netloc:
+            # The value may hold credentials from the environment: do not echo them.
+            shown = _redact_url(value) if ("@" in value or "?" in value) else value
             raise self.error(
                 f"{field} must be an http(s) URL such as http://localhost:8000/v1, "
-                f"got {_show(value)}",
+                f"got {_show(shown)}",
                 node,
                 field,
             )
@@ -638,7 +649,9 @@ class _Reader:
         kwargs["params"] = {**sampling, **own_params}
         return Worker(**kwargs)
 
-    def workers(self, node: yaml.Node | None, top: yaml.Node, defaults: dict[str, Any]) -> tuple[Worker, ...]:
+    def workers(
+        self, node: yaml.Node | None, top: yaml.Node, defaults: dict[str, Any]
+    ) -> tuple[Worker, ...]:
         if node is None:
             raise self.error('the pool is missing required key "workers"', top, "workers")
         value = self.value(node, "workers")
@@ -718,8 +731,7 @@ class _Reader:
                 else "a model directory or hf:ORG/NAME"
             )
             raise self.error(
-                f"conductor.model is required when conductor.backend is {config.backend} "
-                f"({needs})",
+                f"conductor.model is required when conductor.backend is {config.backend} ({needs})",
                 node,
                 "conductor.model",
             )
@@ -744,7 +756,9 @@ class _Reader:
         name = default_name
         if "name" in get:
             name = self.required_string(get["name"], "name").strip()
-        description = self.string(get["description"], "description") if "description" in get else None
+        description = (
+            self.string(get["description"], "description") if "description" in get else None
+        )
         defaults = self.defaults(get["defaults"]) if "defaults" in get else {}
         workers = self.workers(get.get("workers"), root, defaults)
         conductor = self.conductor(get["conductor"]) if "conductor" in get else None
@@ -791,10 +805,11 @@ def load_pool_text(
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
+        # PyYAML splits its message as "while doing X" (context), "found Y" (problem).
         problem = exc.problem or "could not be parsed"
-        context = f" ({exc.context})" if exc.context else ""
+        context = f"{exc.context}, " if exc.context else ""
         raise PoolError(
-            f"invalid YAML: {problem}{context}",
+            f"invalid YAML: {context}{problem}",
             path=source,
             line=(mark.line + 1) if mark is not None else None,
         ) from None
@@ -843,14 +858,18 @@ def _redact_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def _is_secret_name(name: str) -> bool:
+    norm = name.lower().replace("-", "_")
+    return norm in _SECRET_PARAM_NAMES or norm.endswith(_SECRET_PARAM_SUFFIXES)
+
+
 def _redact_params(value: Any) -> Any:
     """Params with values under secret-sounding keys (headers, tokens) replaced."""
     if isinstance(value, dict):
         return {
             k: (
                 _REDACTED
-                if any(word in str(k).lower() for word in _SECRET_PARAM_WORDS)
-                and not isinstance(v, (dict, list))
+                if _is_secret_name(str(k)) and not isinstance(v, (dict, list))
                 else _redact_params(v)
             )
             for k, v in value.items()
@@ -865,7 +884,10 @@ def _public(obj: Any) -> dict[str, Any]:
     for f in fields(obj):
         value = getattr(obj, f.name)
         if isinstance(value, Price):
-            value = {"input_per_mtok": value.input_per_mtok, "output_per_mtok": value.output_per_mtok}
+            value = {
+                "input_per_mtok": value.input_per_mtok,
+                "output_per_mtok": value.output_per_mtok,
+            }
         elif f.name == "api_base" and value is not None:
             value = _redact_url(value)
         elif f.name == "params":

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 from rich.console import Group, RenderableType
 from rich.panel import Panel
@@ -86,6 +86,10 @@ def _fmt_tokens(n: int) -> str:
     return f"{n:,}"
 
 
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
 def _round_label(pos: int) -> str:
     return f"Round {pos}"
 
@@ -93,7 +97,8 @@ def _round_label(pos: int) -> str:
 # --------------------------------------------------------------------------- topology
 
 
-class _PlanStep(NamedTuple):
+@dataclass(frozen=True)
+class _PlanStep:
     index: int
     worker_index: int
     worker_id: str
@@ -190,7 +195,7 @@ def _is_empty_workflow(rnd: RoundRecord) -> bool:
     return wf is not None and not (wf.get("model_id") or [])
 
 
-def topology_kind(round: RoundRecord) -> str:  # noqa: A002 - the name the CLI uses
+def topology_kind(round: RoundRecord) -> str:
     """Name the shape of one round's workflow.
 
     One of ``"single call"``, ``"chain"``, ``"parallel attempts + judge"``,
@@ -209,9 +214,9 @@ def topology_kind(round: RoundRecord) -> str:  # noqa: A002 - the name the CLI u
     if all(depth[p.index] == pos for pos, p in enumerate(plan)):
         return "chain"
     *first, last = plan
-    if len(first) >= 2 and all(not p.visible for p in first):
-        if set(last.visible) == {p.index for p in first}:
-            return "parallel attempts + judge"
+    attempts = {p.index for p in first}
+    if len(first) >= 2 and all(not p.visible for p in first) and set(last.visible) == attempts:
+        return "parallel attempts + judge"
     return "mixed DAG"
 
 
@@ -258,17 +263,17 @@ def topology(record: RunRecord) -> Tree:
             if kind == "kept previous answer":
                 tree.add(Text(f"{_round_label(pos)}: kept previous answer", style="green"))
             else:
-                tries = len(rnd.conductor_calls)
+                tries = _plural(len(rnd.conductor_calls), "try", "tries")
                 tree.add(
                     Text(
                         f"{_round_label(pos)}: no workflow "
-                        f"(Conductor gave no usable plan in {tries} tries)",
+                        f"(the Conductor gave no usable plan in {tries})",
                         style="red",
                     )
                 )
             continue
-        steps_word = "step" if len(plan) == 1 else "steps"
-        node = tree.add(Text(f"{_round_label(pos)}: {kind} ({len(plan)} {steps_word})", "bold"))
+        count = _plural(len(plan), "step", "steps")
+        node = tree.add(Text(f"{_round_label(pos)}: {kind} ({count})", style="bold"))
         if len(plan) > 1:
             node.add(Text(f"flow: {_flow_summary(plan)}", style="italic"))
         by_index = {p.index: p for p in plan}
@@ -316,6 +321,17 @@ def _conductor_statuses(rnd: RoundRecord) -> list[str]:
     return out
 
 
+def _conductor_tries(rnd: RoundRecord) -> list[tuple[int, CallRecord, str, str | None]]:
+    """``(try number, call, status, parse error or None)`` for each Conductor call."""
+    errors = iter(rnd.parse_errors)
+    out = []
+    statuses = _conductor_statuses(rnd)
+    for k, (c, st) in enumerate(zip(rnd.conductor_calls, statuses, strict=True), 1):
+        err = next(errors, None) if st == "parse error" else None
+        out.append((k, c, st, err))
+    return out
+
+
 def _call_cells(c: CallRecord) -> list[str]:
     return [
         f"{c.latency_s:.2f}",
@@ -340,10 +356,8 @@ def _totals_line(t: Totals) -> str:
     if t.cost_usd is None:
         cost = "cost ? (unknown price)"
     elif t.unknown_cost_calls:
-        cost = (
-            f"cost >= ${_fmt_cost(t.cost_usd)} "
-            f"({t.unknown_cost_calls} calls of unknown price)"
-        )
+        unknown = _plural(t.unknown_cost_calls, "call", "calls")
+        cost = f"cost >= ${_fmt_cost(t.cost_usd)} ({unknown} of unknown price)"
     else:
         cost = f"cost ${_fmt_cost(t.cost_usd)}"
     return f"Totals: {calls} · {tokens} · {cost} · wall {t.wall_s:.2f} s"
@@ -352,17 +366,19 @@ def _totals_line(t: Totals) -> str:
 def step_table(record: RunRecord) -> Table:
     """One row per model call (Conductor tries and steps), totals in the caption."""
     table = Table(title="Calls", caption=_totals_line(record.totals), caption_justify="left")
-    table.add_column("round", justify="right")
-    table.add_column("step", justify="right")
-    table.add_column("worker")
-    table.add_column("sees")
-    table.add_column("latency (s)", justify="right")
-    table.add_column("tokens in/out", justify="right")
-    table.add_column("cost (USD)", justify="right")
-    table.add_column("cached")
-    table.add_column("status")
+    # Numbers never wrap; worker, sees and status may, so a long error kind still fits.
+    # Two-line headers keep nine columns inside an 80-100 column terminal.
+    table.add_column("round", justify="right", no_wrap=True)
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("worker", min_width=10)
+    table.add_column("sees", min_width=7)
+    table.add_column("latency\n(s)", justify="right", no_wrap=True)
+    table.add_column("tokens\nin/out", justify="right", no_wrap=True)
+    table.add_column("cost\n(USD)", justify="right", no_wrap=True)
+    table.add_column("cached", no_wrap=True)
+    table.add_column("status", min_width=8)
     for pos, rnd in enumerate(record.rounds, 1):
-        for k, (c, st) in enumerate(zip(rnd.conductor_calls, _conductor_statuses(rnd)), 1):
+        for k, c, st, _ in _conductor_tries(rnd):
             style = "green" if st == "parsed" else ("yellow" if st == "parse error" else "red")
             table.add_row(
                 str(pos),
@@ -428,16 +444,14 @@ def _conductor_table(rnd: RoundRecord) -> Table:
     table = Table(title="Conductor", title_justify="left", expand=True, show_lines=True)
     table.add_column("try", justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
-    table.add_column("output / parse error", ratio=1)
+    table.add_column("output / parse error", ratio=1, overflow="fold")
     table.add_column("tokens", justify="right", no_wrap=True)
     table.add_column("s", justify="right", no_wrap=True)
-    errors = iter(rnd.parse_errors)
-    for k, (c, st) in enumerate(zip(rnd.conductor_calls, _conductor_statuses(rnd)), 1):
+    tries = _conductor_tries(rnd)
+    for k, c, st, err in tries:
         body = Text(_clip_middle(c.response))
-        if st == "parse error":
-            err = next(errors, None)
-            if err:
-                body.append(f"\nparse error: {err}", style="yellow")
+        if err:
+            body.append(f"\nparse error: {err}", style="yellow")
         elif c.error:
             body.append(f"\nerror: {_clip(c.error)}", style="red")
         status = Text(st + (" (cached)" if c.cached else ""))
@@ -448,8 +462,9 @@ def _conductor_table(rnd: RoundRecord) -> Table:
             f"{c.input_tokens}/{c.output_tokens}",
             f"{c.latency_s:.2f}",
         )
-    leftover = list(errors)
-    for err in leftover:
+    # Parse errors the calls do not account for (the record keeps them apart) still show.
+    used = sum(1 for t in tries if t[2] == "parse error")
+    for err in rnd.parse_errors[used:]:
         table.add_row("-", "parse error", Text(err, style="yellow"), "", "")
     return table
 
@@ -459,8 +474,8 @@ def _steps_detail_table(rnd: RoundRecord, later: bool) -> Table:
     table.add_column("step", justify="right", no_wrap=True)
     table.add_column("worker")
     table.add_column("sees")
-    table.add_column("subtask", ratio=1)
-    table.add_column("response / error", ratio=1)
+    table.add_column("subtask", ratio=1, overflow="fold")
+    table.add_column("response / error", ratio=1, overflow="fold")
     plan = {p.index: p for p in _plan(rnd)}
     for s in rnd.steps:
         if s.status == "failed":
@@ -526,14 +541,12 @@ def _trace_tree(record: RunRecord) -> Tree:
     tree = Tree(Text(f"Question: {_clip(record.question)}", style="bold"))
     for pos, rnd in enumerate(record.rounds, 1):
         rnode = tree.add(Text(f"{_round_label(pos)}: {topology_kind(rnd)}", style="bold"))
-        cnode = rnode.add(Text(f"Conductor ({len(rnd.conductor_calls)} tries)", "magenta"))
-        errors = iter(rnd.parse_errors)
-        for k, (c, st) in enumerate(zip(rnd.conductor_calls, _conductor_statuses(rnd)), 1):
+        tries = _plural(len(rnd.conductor_calls), "try", "tries")
+        cnode = rnode.add(Text(f"Conductor ({tries})", style="magenta"))
+        for k, c, st, err in _conductor_tries(rnd):
             label = f"try {k}: {st}"
-            if st == "parse error":
-                err = next(errors, None)
-                if err:
-                    label += f": {_one_line(err, 120)}"
+            if err:
+                label += f": {_one_line(err, 120)}"
             tnode = cnode.add(Text(label))
             _add_call(tnode, c)
         if _is_empty_workflow(rnd):
@@ -573,8 +586,6 @@ _MERMAID_ENTITIES = {
     "]": "#93;",
     "{": "#123;",
     "}": "#125;",
-    "(": "#40;",
-    ")": "#41;",
     "<": "#lt;",
     ">": "#gt;",
     "|": "#124;",
@@ -605,8 +616,9 @@ def to_mermaid(record: RunRecord) -> str:
             continue
         for p in plan:
             label = f"S{pos}.{p.index}: {p.worker_id}"
-            lines.append(f'    S{pos}.{p.index}["{_mermaid_text(label)}<br/>'
-                         f'{_mermaid_text(p.subtask)}"]')
+            lines.append(
+                f'    S{pos}.{p.index}["{_mermaid_text(label)}<br/>{_mermaid_text(p.subtask)}"]'
+            )
         lines.append("  end")
         for p in plan:
             if not p.visible:
@@ -619,7 +631,7 @@ def to_mermaid(record: RunRecord) -> str:
         ok = [p for p in plan if p.status == "ok"]
         prev_last = f"S{pos}.{(ok or plan)[-1].index}"
     answer = record.final_answer if record.status != "failed" else f"failed: {record.error}"
-    lines.append(f'  A(["Answer: {_mermaid_text(answer or "", 80)}"])')
+    lines.append(f'  A(["Answer: {_mermaid_text(answer or "(empty)", 80)}"])')
     if prev_last is not None:
         lines.append(f"  {prev_last} --> A")
     return "\n".join(lines) + "\n"
@@ -682,7 +694,8 @@ class ProgressView:
         elif kind == "conductor_finished":
             self._conductor_running[r] = False
             word = "failed" if event.failed else "done"
-            self._conductor[r] = word + (f" ({event.detail})" if event.detail else "")
+            detail = _one_line(event.detail, 70)
+            self._conductor[r] = word + (f" ({detail})" if detail else "")
         elif kind in ("step_started", "step_finished") and event.step is not None:
             key = (r, event.step)
             row = self._steps.get(key)
@@ -695,7 +708,8 @@ class ProgressView:
                 row.state = "failed" if event.failed else "done"
                 row.latency_s = event.latency_s
                 row.cached = event.cached
-                row.detail = event.detail
+                # A failed step's detail is the whole error message: one short line here.
+                row.detail = _one_line(event.detail, 70) or None
         elif kind == "run_finished":
             self._finished = "failed" if event.failed else "done"
             if event.detail:
@@ -725,7 +739,7 @@ class ProgressView:
                 if row.state == "running":
                     cell = Spinner("dots", text=Text("running…"))
                 else:
-                    parts = [row.state]
+                    parts: list[str] = [row.state]
                     if row.latency_s is not None:
                         parts.append(f"{row.latency_s:.2f} s")
                     if row.cached:

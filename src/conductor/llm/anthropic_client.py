@@ -7,6 +7,7 @@ System text (the worker's ``system_prompt`` and any ``system`` messages) goes in
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelCallError
@@ -29,8 +30,9 @@ __all__ = ["ANTHROPIC_KWARGS", "DEFAULT_MAX_TOKENS", "AnthropicClient"]
 #: The Messages API refuses a request without ``max_tokens``.
 DEFAULT_MAX_TOKENS = 4096
 
-#: Parameters sent as keyword arguments of ``messages.create``; others go in
-#: ``extra_body`` (the user named them for this provider on purpose).
+#: Parameters the Messages API knows.  Those the installed SDK takes as keyword
+#: arguments go that way; every other parameter goes in ``extra_body`` (the user named
+#: it for this provider on purpose).
 ANTHROPIC_KWARGS = frozenset(
     {
         "max_tokens",
@@ -60,6 +62,7 @@ class AnthropicClient:
         self._model = strip_prefix(target.model, _PREFIXES)
         self._client: Any = None
         self._key: str | None = None
+        self._accepted: frozenset[str] = ANTHROPIC_KWARGS
 
     def _sdk(self) -> Any:
         key = resolve_api_key(self.target, _KEY_ENVS)
@@ -73,6 +76,9 @@ class AnthropicClient:
                 timeout=self.target.timeout_s,
             )
             self._key = key
+            # SDK releases differ in which sampling settings are keyword arguments
+            # (2.x dropped temperature/top_p/top_k); the rest travel in extra_body.
+            self._accepted = _keyword_names(self._client.messages.create)
         return self._client
 
     def build_kwargs(self, request: ModelRequest) -> dict[str, Any]:
@@ -88,16 +94,22 @@ class AnthropicClient:
         if system:
             kwargs["system"] = "\n\n".join(system)
         extra: dict[str, Any] = {}
+        accepted = self._accepted
         for name, value in request.params.items():
-            if name in ANTHROPIC_KWARGS:
-                kwargs[name] = value
-            elif name == "stop":
-                kwargs["stop_sequences"] = [value] if isinstance(value, str) else value
+            if name == "stop":
+                name = "stop_sequences"
+                value = [value] if isinstance(value, str) else value
             elif name == "thinking_budget":
                 # A budget of 0 means thinking off, which is the API's default.
-                if value and "thinking" not in request.params:
-                    kwargs["thinking"] = {"type": "enabled", "budget_tokens": int(value)}
-            elif name not in _DROPPED:
+                if not value or "thinking" in request.params:
+                    continue
+                name = "thinking"
+                value = {"type": "enabled", "budget_tokens": int(value)}
+            elif name in _DROPPED:
+                continue
+            if name in accepted:
+                kwargs[name] = value
+            else:
                 extra[name] = value
         kwargs.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
         if extra:
@@ -156,3 +168,14 @@ class AnthropicClient:
         if self._client is not None:
             client, self._client = self._client, None
             await client.close()
+
+
+def _keyword_names(func: Any) -> frozenset[str]:
+    """The keyword parameter names of ``func`` (empty for ``**kwargs``-only functions)."""
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return ANTHROPIC_KWARGS
+    return frozenset(
+        p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ) - {"extra_body", "extra_headers", "extra_query", "timeout", "stream"}

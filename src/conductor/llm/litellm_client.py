@@ -22,6 +22,7 @@ from .retry import (
     scrub,
     timeout_error,
     with_backstop,
+    with_reasoning,
 )
 from .types import ModelRequest, RawCompletion, Usage
 
@@ -125,7 +126,9 @@ class LiteLLMClient:
         choice = resp.choices[0] if resp.choices else None
         usage = getattr(resp, "usage", None)
         return RawCompletion(
-            text=(choice.message.content or "") if choice is not None else "",
+            text=with_reasoning(choice.message.content, choice.message)
+            if choice is not None
+            else "",
             usage=Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0)
             if usage is not None
             else Usage(),

@@ -9,6 +9,7 @@ API knows go as keyword arguments; everything else (``top_k``,
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelCallError
@@ -20,6 +21,7 @@ from .retry import (
     scrub,
     timeout_error,
     with_backstop,
+    with_reasoning,
 )
 from .types import ModelRequest, RawCompletion, Usage
 
@@ -28,7 +30,9 @@ if TYPE_CHECKING:
 
 __all__ = ["OPENAI_KWARGS", "OpenAIClient"]
 
-#: Parameters sent as keyword arguments of ``chat.completions.create``.
+#: Standard Chat Completions parameters, sent as keyword arguments of
+#: ``chat.completions.create`` where the installed SDK takes them; every other
+#: parameter goes in ``extra_body`` for the server to interpret.
 OPENAI_KWARGS = frozenset(
     {
         "temperature",
@@ -71,6 +75,7 @@ class OpenAIClient:
         self._rename_max_tokens = target.api_base is None
         self._client: Any = None
         self._key: str | None = None
+        self._accepted: frozenset[str] = OPENAI_KWARGS
 
     def _sdk(self) -> Any:
         key = resolve_api_key(self.target, _KEY_ENVS)
@@ -84,6 +89,7 @@ class OpenAIClient:
                 timeout=self.target.timeout_s,
             )
             self._key = key
+            self._accepted = OPENAI_KWARGS & _keyword_names(self._client.chat.completions.create)
         return self._client
 
     def build_kwargs(self, request: ModelRequest) -> dict[str, Any]:
@@ -93,10 +99,11 @@ class OpenAIClient:
             "messages": self._system + list(request.messages),
         }
         extra: dict[str, Any] = {}
+        accepted = self._accepted
         for name, value in request.params.items():
-            if name in OPENAI_KWARGS:
-                if name == "max_tokens" and self._rename_max_tokens:
-                    name = "max_completion_tokens"
+            if name == "max_tokens" and self._rename_max_tokens:
+                name = "max_completion_tokens"
+            if name in accepted:
                 kwargs[name] = value
             else:
                 extra[name] = value
@@ -123,7 +130,9 @@ class OpenAIClient:
         choice = resp.choices[0] if resp.choices else None
         usage = resp.usage
         return RawCompletion(
-            text=(choice.message.content or "") if choice is not None else "",
+            text=with_reasoning(choice.message.content, choice.message)
+            if choice is not None
+            else "",
             usage=Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0)
             if usage is not None
             else Usage(),
@@ -155,3 +164,12 @@ class OpenAIClient:
         if self._client is not None:
             client, self._client = self._client, None
             await client.close()
+
+
+def _keyword_names(func: Any) -> frozenset[str]:
+    """The keyword parameter names of ``func`` (all of OPENAI_KWARGS if unknowable)."""
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return OPENAI_KWARGS
+    return frozenset(p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))

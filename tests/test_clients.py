@@ -1,0 +1,238 @@
+"""Every client kind against the fake provider server, through ModelCaller.
+
+Real SDKs (openai, anthropic, google-genai) and litellm send real HTTP to the fake server
+on 127.0.0.1; nothing is mocked.  Retries wait through an injected ``sleep`` that only
+records, so the tests do not wait for back-off.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from conductor.errors import (
+    AuthenticationError,
+    BadRequestError,
+    ModelCallError,
+)
+from conductor.llm.base import ModelClient
+from conductor.llm.caller import ModelCaller
+from conductor.llm.factory import make_client
+from conductor.llm.types import ModelRequest
+from conductor.pool import Worker
+from conductor.testing import FakeLLMServer, Fault, Reply
+
+KEY = "sk-fake-secret-key-0123456789abcdef"
+KEY_ENV = "CONDUCTOR_TEST_FAKE_KEY"
+
+# litellm-anthropic drives litellm's Anthropic route, the others its OpenAI route.
+KINDS = ["litellm", "litellm-anthropic", "openai", "anthropic", "google"]
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLMServer]:
+    """A fake server that insists on KEY, with KEY exported under KEY_ENV."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    with FakeLLMServer(expected_api_key=KEY) as srv:
+        yield srv
+
+
+def make_worker(kind: str, server: FakeLLMServer, model: str, **kw: object) -> Worker:
+    """A worker of client ``kind`` pointed at ``server`` for the scripted ``model``."""
+    base: dict[str, object] = {"id": f"w-{kind}", "api_key_env": KEY_ENV, "max_retries": 3}
+    base.update(kw)
+    if kind == "litellm":
+        return Worker(model=f"openai/{model}", api_base=server.openai_base, **base)  # type: ignore[arg-type]
+    if kind == "litellm-anthropic":
+        return Worker(model=f"anthropic/{model}", api_base=server.url, **base)  # type: ignore[arg-type]
+    if kind == "openai":
+        return Worker(model=model, client="openai", api_base=server.openai_base, **base)  # type: ignore[arg-type]
+    if kind == "anthropic":
+        return Worker(model=model, client="anthropic", api_base=server.anthropic_base, **base)  # type: ignore[arg-type]
+    return Worker(model=model, client="google", api_base=server.gemini_base, **base)  # type: ignore[arg-type]
+
+
+def request(text: str = "What is 2+2?", **params: object) -> ModelRequest:
+    return ModelRequest(
+        messages=({"role": "user", "content": text},),
+        params={"temperature": 0.2, "max_tokens": 64, **params},
+    )
+
+
+class Recorder:
+    """A stand-in for asyncio.sleep that records the waits."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+
+async def call(worker: Worker, req: ModelRequest, sleep: Recorder | None = None):  # type: ignore[no-untyped-def]
+    caller = ModelCaller(worker, sleep=sleep or Recorder())
+    try:
+        return await caller.complete(req)
+    finally:
+        await caller.aclose()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_success_text_usage_and_system_prompt(kind: str, server: FakeLLMServer) -> None:
+    server.script(
+        "m-ok", [Reply("<think>hmm</think>The answer is 4.", input_tokens=11, output_tokens=7)]
+    )
+    worker = make_worker(kind, server, "m-ok", system_prompt="Be brief.")
+    client = make_client(worker)
+    assert isinstance(client, ModelClient)
+    done = await call(worker, request())
+    assert done.text == "<think>hmm</think>The answer is 4."
+    assert (done.usage.input_tokens, done.usage.output_tokens) == (11, 7)
+    assert done.attempts == 1 and not done.cached
+    assert isinstance(done.raw, dict) and json.dumps(done.raw)
+    (sent,) = server.requests
+    assert sent.model == "m-ok"
+    assert sent.api_key == KEY
+    assert sent.messages[0] == {"role": "system", "content": "Be brief."}
+    assert sent.messages[-1] == {"role": "user", "content": "What is 2+2?"}
+    # The key is never echoed into what we keep.
+    assert KEY not in json.dumps(done.raw, default=str)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_rate_limit_waits_at_least_retry_after(kind: str, server: FakeLLMServer) -> None:
+    server.script("m-429", [Fault(429, "slow down", headers={"Retry-After": "7"}), "ok now"])
+    rec = Recorder()
+    done = await call(make_worker(kind, server, "m-429"), request(), rec)
+    assert done.text == "ok now"
+    assert done.attempts == 2
+    assert len(rec.waits) == 1 and rec.waits[0] >= 7.0
+    assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_server_error_then_success(kind: str, server: FakeLLMServer) -> None:
+    server.script("m-500", [Fault(500, "boom"), "recovered"])
+    rec = Recorder()
+    done = await call(make_worker(kind, server, "m-500"), request(), rec)
+    assert done.text == "recovered"
+    assert done.attempts == 2 and len(rec.waits) == 1
+    assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_timeout_then_success(kind: str, server: FakeLLMServer) -> None:
+    server.script("m-slow", [Reply("too late", latency_s=1.5), "in time"])
+    rec = Recorder()
+    worker = make_worker(kind, server, "m-slow", timeout_s=0.3)
+    done = await call(worker, request(), rec)
+    assert done.text == "in time"
+    assert done.attempts == 2 and len(rec.waits) == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_auth_error_fails_at_once(kind: str, server: FakeLLMServer) -> None:
+    server.script("m-401", Fault(401, "Your key was revoked by the fake server."))
+    rec = Recorder()
+    with pytest.raises(AuthenticationError) as info:
+        await call(make_worker(kind, server, "m-401"), request(), rec)
+    err = info.value
+    assert err.attempts == 1  # type: ignore[attr-defined]
+    assert rec.waits == [] and len(server.requests) == 1
+    assert err.status == 401 and err.target == f"w-{kind}"
+    text = str(err)
+    assert f"w-{kind}" in text and "HTTP 401" in text
+    assert "Your key was revoked by the fake server." in text
+    assert KEY not in text and KEY not in repr(err.__dict__)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_wrong_key_is_rejected_and_not_leaked(
+    kind: str, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wrong = "sk-wrong-key-should-never-show-up-42"
+    monkeypatch.setenv(KEY_ENV, wrong)
+    with pytest.raises(AuthenticationError) as info:
+        await call(make_worker(kind, server, "m-any"), request())
+    assert info.value.attempts == 1  # type: ignore[attr-defined]
+    assert wrong not in str(info.value) and wrong not in str(info.value.provider_message)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_bad_request_fails_at_once(kind: str, server: FakeLLMServer) -> None:
+    server.script("m-400", Fault(400, "max_tokens is too large"))
+    rec = Recorder()
+    with pytest.raises(BadRequestError) as info:
+        await call(make_worker(kind, server, "m-400"), request(), rec)
+    assert info.value.attempts == 1  # type: ignore[attr-defined]
+    assert info.value.status == 400
+    assert "max_tokens is too large" in str(info.value)
+    assert rec.waits == [] and len(server.requests) == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_retries_exhausted_raise_last_error(kind: str, server: FakeLLMServer) -> None:
+    server.script("m-503", Fault(503, "still down"))
+    rec = Recorder()
+    with pytest.raises(ModelCallError) as info:
+        await call(make_worker(kind, server, "m-503", max_retries=2), request(), rec)
+    assert info.value.retryable and info.value.attempts == 3  # type: ignore[attr-defined]
+    assert len(rec.waits) == 2 and len(server.requests) == 3
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "google"])
+async def test_missing_key_names_the_variable(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CONDUCTOR_NO_SUCH_KEY", raising=False)
+    worker = Worker(id="nokey", model="m", client=kind, api_key_env="CONDUCTOR_NO_SUCH_KEY")  # type: ignore[arg-type]
+    with pytest.raises(AuthenticationError, match="CONDUCTOR_NO_SUCH_KEY"):
+        await call(worker, request())
+
+
+async def test_local_server_without_key_gets_placeholder(fake_server: FakeLLMServer) -> None:
+    worker = Worker(
+        id="vllm",
+        model="local-model",
+        client="openai",
+        api_base=fake_server.openai_base,
+        api_key_env="CONDUCTOR_NO_SUCH_KEY",
+    )
+    done = await call(worker, request("hello"))
+    assert done.text == "Echo: hello"
+    assert fake_server.requests[0].api_key == "not-needed"
+
+
+async def test_openai_params_split_and_grammar(fake_server: FakeLLMServer) -> None:
+    worker = Worker(id="vllm", model="qwen", client="openai", api_base=fake_server.openai_base)
+    req = ModelRequest(
+        messages=({"role": "user", "content": "hi"},),
+        params={"temperature": 0.5, "max_tokens": 9, "top_k": 20, "chat_template_kwargs": {"a": 1}},
+        grammar='root ::= "x"',
+    )
+    await call(worker, req)
+    body = fake_server.requests[0].body
+    assert body["temperature"] == 0.5 and body["max_tokens"] == 9
+    assert body["top_k"] == 20 and body["chat_template_kwargs"] == {"a": 1}
+    assert body["guided_grammar"] == 'root ::= "x"'
+
+
+async def test_anthropic_and_google_params(fake_server: FakeLLMServer) -> None:
+    req = ModelRequest(
+        messages=({"role": "system", "content": "S"}, {"role": "user", "content": "hi"}),
+        params={"temperature": 0.1, "top_k": 5, "thinking_budget": 128},
+    )
+    anth = Worker(id="a", model="claude-x", client="anthropic", api_base=fake_server.url)
+    await call(anth, ModelRequest(messages=req.messages, params={"top_k": 5}))
+    body = fake_server.requests[-1].body
+    assert body["max_tokens"] == 4096 and body["top_k"] == 5 and body["system"] == "S"
+    goog = Worker(id="g", model="gemini/gem-x", client="google", api_base=fake_server.url)
+    await call(goog, req)
+    sent = fake_server.requests[-1]
+    assert sent.model == "gem-x"
+    config = sent.body["generationConfig"]
+    assert config["temperature"] == 0.1 and config["topK"] == 5
+    thinking = config["thinkingConfig"]
+    # The SDK's wire casing of this field differs between releases.
+    assert thinking.get("thinkingBudget", thinking.get("thinking_budget")) == 128
+    assert sent.messages[0] == {"role": "system", "content": "S"}
