@@ -1,0 +1,159 @@
+"""Back-off, Retry-After handling and error classification."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+
+import pytest
+
+from conductor.errors import (
+    AuthenticationError,
+    BadRequestError,
+    RateLimitError,
+    RequestTimeoutError,
+    ServerError,
+)
+from conductor.llm.retry import (
+    MAX_RETRY_AFTER_S,
+    RetryPolicy,
+    error_for_status,
+    make_error,
+    message_from_body,
+    parse_retry_after,
+    scrub,
+    send_with_retries,
+)
+from conductor.llm.types import RawCompletion, Usage
+
+OK = RawCompletion(text="ok", usage=Usage(1, 1), raw={})
+
+
+class Script:
+    """A send() that raises the given errors in turn, then succeeds."""
+
+    def __init__(self, *errors: Exception) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    async def __call__(self) -> RawCompletion:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return OK
+
+
+class Sleeps:
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    async def __call__(self, s: float) -> None:
+        self.waits.append(s)
+
+
+def server_error(retry_after: float | None = None) -> ServerError:
+    return make_error(ServerError, target="w", status=500, retry_after_s=retry_after)
+
+
+def test_backoff_is_exponential_capped_and_jittered() -> None:
+    policy = RetryPolicy(10, base_delay_s=0.5, max_delay_s=4.0, jitter=0.25)
+    mid = [policy.delay_s(n, lambda: 0.5, None) for n in range(1, 7)]
+    assert mid == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+    assert policy.delay_s(2, lambda: 0.0, None) == pytest.approx(0.75)
+    assert policy.delay_s(2, lambda: 1.0, None) == pytest.approx(1.25)
+
+
+def test_retry_after_is_a_floor_with_a_cap() -> None:
+    policy = RetryPolicy(3, jitter=0.25)
+    assert policy.delay_s(1, lambda: 0.0, 9.0) == 9.0
+    assert policy.delay_s(1, lambda: 0.0, 10_000.0) == MAX_RETRY_AFTER_S
+    # A short Retry-After does not shorten the normal back-off.
+    assert policy.delay_s(3, lambda: 0.5, 0.1) == 2.0
+
+
+async def test_retries_until_success_and_counts_attempts() -> None:
+    send = Script(
+        server_error(), make_error(RateLimitError, target="w", status=429, retry_after_s=3)
+    )
+    sleeps = Sleeps()
+    raw, attempts = await send_with_retries(send, RetryPolicy(5), sleep=sleeps, rng=lambda: 0.5)
+    assert raw is OK and attempts == 3 and send.calls == 3
+    assert sleeps.waits == [0.5, 3.0]
+
+
+@pytest.mark.parametrize("cls", [AuthenticationError, BadRequestError])
+async def test_non_retryable_raise_at_once(cls: type) -> None:
+    send = Script(make_error(cls, target="w", status=400), server_error())
+    sleeps = Sleeps()
+    with pytest.raises(cls) as info:
+        await send_with_retries(send, RetryPolicy(5), sleep=sleeps)
+    assert info.value.attempts == 1 and send.calls == 1 and sleeps.waits == []
+
+
+async def test_exhausted_retries_reraise_last_error() -> None:
+    last = make_error(RequestTimeoutError, target="w")
+    send = Script(server_error(), server_error(), last)
+    with pytest.raises(RequestTimeoutError) as info:
+        await send_with_retries(send, RetryPolicy(2), sleep=Sleeps())
+    assert info.value is last and info.value.attempts == 3
+
+
+async def test_zero_retries_means_one_attempt() -> None:
+    send = Script(server_error())
+    with pytest.raises(ServerError) as info:
+        await send_with_retries(send, RetryPolicy(0), sleep=Sleeps())
+    assert info.value.attempts == 1
+
+
+async def test_other_exceptions_are_not_retried() -> None:
+    send = Script(ValueError("a bug"))
+    with pytest.raises(ValueError):
+        await send_with_retries(send, RetryPolicy(5), sleep=Sleeps())
+    assert send.calls == 1
+
+
+def test_parse_retry_after_forms() -> None:
+    assert parse_retry_after({"Retry-After": "12"}) == 12.0
+    assert parse_retry_after({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
+    when = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 25 <= (parse_retry_after({"retry-after": when}) or 0) <= 31
+    assert parse_retry_after({"retry-after": "soon"}) is None
+    assert parse_retry_after({}) is None and parse_retry_after(None) is None
+
+
+@pytest.mark.parametrize(
+    ("status", "cls"),
+    [
+        (429, RateLimitError),
+        (500, ServerError),
+        (502, ServerError),
+        (503, ServerError),
+        (529, ServerError),
+        (401, AuthenticationError),
+        (403, AuthenticationError),
+        (400, BadRequestError),
+        (404, BadRequestError),
+        (422, BadRequestError),
+        (409, BadRequestError),
+    ],
+)
+def test_error_for_status(status: int, cls: type) -> None:
+    err = error_for_status(status, "provider says no", target="w1", headers={"Retry-After": "4"})
+    assert type(err) is cls
+    assert err.status == status and err.provider_message == "provider says no"
+    assert err.retry_after_s == 4.0
+    assert "w1" in str(err) and f"HTTP {status}" in str(err) and "provider says no" in str(err)
+
+
+def test_message_from_body_shapes() -> None:
+    assert message_from_body({"error": {"message": "a"}}) == "a"
+    assert message_from_body({"type": "error", "error": {"type": "x", "message": "b"}}) == "b"
+    assert message_from_body('{"error": {"code": 400, "message": "c"}}') == "c"
+    assert message_from_body([{"error": {"message": "d"}}]) == "d"
+    assert message_from_body("plain text") == "plain text"
+    assert message_from_body(None) is None
+
+
+def test_scrub_masks_secret() -> None:
+    assert scrub("key sk-abcdef was wrong", "sk-abcdef") == "key *** was wrong"
+    assert scrub("nothing here", None) == "nothing here"
