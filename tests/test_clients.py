@@ -190,17 +190,24 @@ async def test_missing_key_names_the_variable(kind: str, monkeypatch: pytest.Mon
         await call(worker, request())
 
 
-async def test_local_server_without_key_gets_placeholder(fake_server: FakeLLMServer) -> None:
-    worker = Worker(
-        id="vllm",
-        model="local-model",
-        client="openai",
-        api_base=fake_server.openai_base,
-        api_key_env="CONDUCTOR_NO_SUCH_KEY",
-    )
-    done = await call(worker, request("hello"))
-    assert done.text == "Echo: hello"
-    assert fake_server.requests[0].api_key == "not-needed"
+@pytest.mark.parametrize("kind", ["litellm", "openai"])
+async def test_local_server_without_key_gets_placeholder(
+    kind: str, fake_server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CONDUCTOR_NO_SUCH_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    model = "local-model" if kind == "openai" else "openai/local-model"
+    for env in ("CONDUCTOR_NO_SUCH_KEY", None):
+        worker = Worker(
+            id="vllm",
+            model=model,
+            client=kind,  # type: ignore[arg-type]
+            api_base=fake_server.openai_base,
+            api_key_env=env,
+        )
+        done = await call(worker, request("hello"))
+        assert done.text == "Echo: hello"
+        assert fake_server.requests[-1].api_key == "not-needed"
 
 
 async def test_openai_params_split_and_grammar(fake_server: FakeLLMServer) -> None:

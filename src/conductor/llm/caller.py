@@ -89,6 +89,9 @@ class ModelCaller:
                 if exc.target != self.target.id:
                     exc.target = self.target.id
                     exc.args = (exc.describe(),)
+                # The SDK's own exception holds the request, whose headers hold the API
+                # key: drop it so no traceback or log of this error can show the key.
+                exc.__context__ = exc.__cause__ = None
                 raise
         if cache is not None and key is not None:
             cache.set(key, raw)

@@ -41,7 +41,7 @@ def make_client(target: Worker) -> ModelClient:
 
         return GoogleClient(target)
     if kind == "local":
-        from .local_client import LocalClient  # type: ignore[import-not-found]
+        from .local_client import LocalClient
 
         client: ModelClient = LocalClient(target)
         return client

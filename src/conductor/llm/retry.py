@@ -73,7 +73,7 @@ class RetryPolicy:
 
     def delay_s(self, retry: int, rng: Callable[[], float], retry_after_s: float | None) -> float:
         """The wait before retry number ``retry`` (1-based)."""
-        delay = min(self.max_delay_s, self.base_delay_s * (2 ** (retry - 1)))
+        delay: float = min(self.max_delay_s, self.base_delay_s * 2.0 ** (retry - 1))
         if self.jitter:
             delay *= 1.0 + self.jitter * (2.0 * rng() - 1.0)
         if retry_after_s is not None and retry_after_s > 0:
