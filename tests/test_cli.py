@@ -82,9 +82,7 @@ def test_ask_end_to_end_with_every_client(tmp_path: Path, fake_server: FakeLLMSe
 
     # The rerun is answered entirely from the cache: no HTTP request at all.
     before = len(fake_server.requests)
-    again = conductor(
-        "ask", "What is 17 * 23?", "--pool", str(pool), "--json", env=env
-    )
+    again = conductor("ask", "What is 17 * 23?", "--pool", str(pool), "--json", env=env)
     assert again.returncode == 0, again.stderr
     assert len(fake_server.requests) == before
     rerun = json.loads(again.stdout)
@@ -110,7 +108,9 @@ def test_ask_debug_logs_hold_no_secret(tmp_path: Path, fake_server: FakeLLMServe
     fake_server.script("via-openai", [Fault(401, "Incorrect API key provided")])
     pool = four_client_pool(tmp_path, fake_server)
     env = {"FAKE_KEY": SECRET, "CONDUCTOR_CACHE_DIR": str(tmp_path / "c")}
-    res = conductor("--debug", "ask", "q", "--pool", str(pool), "--out", str(tmp_path / "r.json"), env=env)
+    res = conductor(
+        "--debug", "ask", "q", "--pool", str(pool), "--out", str(tmp_path / "r.json"), env=env
+    )
     assert res.returncode == 1
     assert SECRET not in res.stdout + res.stderr
     assert SECRET not in (tmp_path / "r.json").read_text()
@@ -191,9 +191,7 @@ def test_pools_list_and_show() -> None:
     assert "Model 6" in shown.stdout
 
 
-def test_pools_check_reports_latency_and_errors(
-    tmp_path: Path, fake_server: FakeLLMServer
-) -> None:
+def test_pools_check_reports_latency_and_errors(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script("via-anthropic", [Fault(401, "invalid x-api-key")])
     pool = four_client_pool(tmp_path, fake_server)
     res = conductor("pools", "check", str(pool), env={"FAKE_KEY": "k"})

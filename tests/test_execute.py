@@ -230,7 +230,10 @@ async def test_unparseable_conductor_is_reasked_with_the_reason(
 ) -> None:
     fake_server.script(
         CONDUCTOR_MODEL,
-        ["I would use model 9.\nmodel_id = [9]\nsubtasks = ['x']\naccess_list = [[]]", lists([0], ["x"], [[]])],
+        [
+            "I would use model 9.\nmodel_id = [9]\nsubtasks = ['x']\naccess_list = [[]]",
+            lists([0], ["x"], [[]]),
+        ],
     )
     record = await run(make_pool(tmp_path, fake_server))
     assert record.status == "ok"
@@ -255,7 +258,10 @@ async def test_conductor_gives_up_after_six_tries(
 async def test_recursion_stops_on_empty_lists(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script(
         CONDUCTOR_MODEL,
-        [lists([0], ["answer it"], [[]]), "Looks right.\nmodel_id = []\nsubtasks = []\naccess_list = []"],
+        [
+            lists([0], ["answer it"], [[]]),
+            "Looks right.\nmodel_id = []\nsubtasks = []\naccess_list = []",
+        ],
     )
     fake_server.script("w0", ["42"])
     record = await run(make_pool(tmp_path, fake_server), rounds=3)

@@ -168,7 +168,9 @@ async def main_async(quick: bool) -> None:
     with FakeLLMServer() as server:
         server.set_default([Reply("a short reply of a few words", output_tokens=8)])
         for client in ("openai", "litellm"):
-            await per_call_overhead(server, client, n=50 if quick else 200, rounds=3 if quick else 5)
+            await per_call_overhead(
+                server, client, n=50 if quick else 200, rounds=3 if quick else 5
+            )
         await critical_path(server, repeats=3 if quick else 10)
         await cached_rerun(server, n_questions=20 if quick else 200)
     help_time(3 if quick else 7)

@@ -15,7 +15,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -71,7 +71,7 @@ def _root(
         bool, typer.Option("--debug", help="Show tracebacks and debug logs on stderr.")
     ] = False,
     version: Annotated[
-        Optional[bool],
+        bool | None,
         typer.Option(
             "--version", callback=_version, is_eager=True, help="Print the version and exit."
         ),
@@ -100,7 +100,7 @@ def _load_pool(name_or_path: str | None) -> Pool:
 def ask(
     question: Annotated[str, typer.Argument(help="The question to answer.")],
     pool: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(
             "--pool",
             "-p",
@@ -109,7 +109,7 @@ def ask(
         ),
     ] = None,
     conductor: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(
             "--conductor",
             "-c",
@@ -119,10 +119,10 @@ def ask(
         ),
     ] = None,
     out: Annotated[
-        Optional[Path], typer.Option("--out", "-o", help="Write the run record (JSON) here.")
+        Path | None, typer.Option("--out", "-o", help="Write the run record (JSON) here.")
     ] = None,
     max_steps: Annotated[
-        Optional[int], typer.Option("--max-steps", min=1, help="Most steps per workflow.")
+        int | None, typer.Option("--max-steps", min=1, help="Most steps per workflow.")
     ] = None,
     rounds: Annotated[
         int,
@@ -131,15 +131,15 @@ def ask(
         ),
     ] = 1,
     budget_usd: Annotated[
-        Optional[float],
+        float | None,
         typer.Option("--budget-usd", min=0.0, help="Stop starting calls past this spend."),
     ] = None,
     max_calls: Annotated[
-        Optional[int],
+        int | None,
         typer.Option("--max-calls", min=1, help="Most model calls, the Conductor's included."),
     ] = None,
     template: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--template", help="Conductor prompt template: a built-in name or a file."),
     ] = None,
     no_cache: Annotated[
@@ -241,7 +241,7 @@ def _read_records(path: Path) -> list[Any]:
 def trace(
     run: Annotated[Path, typer.Argument(help="A run record (run.json) or a bench run directory.")],
     sample: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--sample", "-s", help="Sample id to show, for a run directory."),
     ] = None,
     fmt: Annotated[
@@ -432,7 +432,7 @@ def cache_stats() -> None:
 @cache_app.command("clear")
 def cache_clear(
     older_than: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--older-than", help="Only entries older than this age (e.g. 7d, 12h)."),
     ] = None,
 ) -> None:

@@ -8,8 +8,8 @@ wrapped in tags naming the agent, then its own subtask, all in one user message.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .llm.types import Message
 

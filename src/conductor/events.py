@@ -7,8 +7,9 @@ below the CLI prints, so this is the only way progress leaves the engine.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 __all__ = ["Event", "EventKind", "EventSink", "null_sink"]
 

@@ -459,4 +459,3 @@ async def ask(
     """Run one question and close the clients afterwards."""
     async with Orchestrator(pool, conductor, cache=cache) as orch:
         return await orch.run(question, settings, events=events)
-

@@ -173,7 +173,8 @@ def record_from_dict(data: dict[str, Any]) -> RunRecord:
             calls = [_build(CallRecord, c) for c in r.get("conductor_calls", [])]
             rounds.append(_build(RoundRecord, {**r, "steps": steps, "conductor_calls": calls}))
         totals = _build(Totals, data.get("totals", {}))
-        return _build(RunRecord, {**data, "rounds": rounds, "totals": totals})
+        record: RunRecord = _build(RunRecord, {**data, "rounds": rounds, "totals": totals})
+        return record
     except (KeyError, TypeError) as exc:
         raise RecordError(f"run record is malformed: {exc}") from exc
 

@@ -11,10 +11,10 @@ the revision text (``revise.txt``) with ``${previous_workflow}`` and
 from __future__ import annotations
 
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
 
 from ..errors import UsageError
 from ..llm.types import Message

@@ -1,0 +1,337 @@
+"""Where a trained Conductor checkpoint lives, and the ``conductor.json`` it may carry.
+
+A trained Conductor is tied to the prompt template and the pool order it was trained
+with (it picks workers by position, "Model 0", "Model 1", ...).  A checkpoint directory
+records both in an optional ``conductor.json`` beside the model files::
+
+    {
+      "format_version": 1,
+      "template": "prompt.txt",
+      "pool_order": ["gemini-2.5-pro", "claude-sonnet-4", "gpt-5"],
+      "max_steps": 5,
+      "base_model": "Qwen/Qwen2.5-7B-Instruct",
+      "allow_indices": false
+    }
+
+Fields (all but ``format_version`` optional):
+
+- ``format_version`` (int, required): ``1``; any other value is refused, so an older
+  conductor never misreads a newer file.
+- ``template`` (str): the file name of the prompt template, relative to the checkpoint
+  directory (it must stay inside it).  Or ``template_text`` (str): the template itself,
+  inline.  At most one of the two.  Placeholders as in :mod:`conductor.conductors.prompt`.
+- ``pool_order`` (list of str): the worker ids, in the order the checkpoint was trained
+  on.  A run whose pool differs gets warnings from :func:`check_pool_against_meta`.
+- ``max_steps`` (int >= 1): the step limit used in training.
+- ``base_model`` (str): the model it was fine-tuned from (informational).
+- ``allow_indices`` (bool, default false): whether it was trained with explicit step
+  indices in access lists (``[0, 2]``) rather than only ``[]`` / ``["all"]``.
+
+Unknown keys are kept in :attr:`CheckpointMeta.extra` and otherwise ignored, so a later
+training run may add fields without breaking older readers.
+
+``--conductor`` names a checkpoint as a local directory or as ``hf:ORG/NAME[@REVISION]``;
+:func:`resolve_checkpoint_dir` turns either into a local directory (downloading, or
+reading Hugging Face's local cache when ``HF_HUB_OFFLINE=1``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import MissingDependencyError, UsageError
+
+__all__ = [
+    "META_FILE",
+    "SUPPORTED_FORMAT_VERSIONS",
+    "CheckpointMeta",
+    "check_pool_against_meta",
+    "read_checkpoint_meta",
+    "resolve_checkpoint_dir",
+    "template_ref",
+    "write_checkpoint_meta",
+]
+
+#: The metadata file's name inside a checkpoint directory.
+META_FILE = "conductor.json"
+#: ``format_version`` values this version of conductor reads.
+SUPPORTED_FORMAT_VERSIONS: tuple[int, ...] = (1,)
+
+_KNOWN_KEYS = (
+    "format_version",
+    "template",
+    "template_text",
+    "pool_order",
+    "max_steps",
+    "base_model",
+    "allow_indices",
+)
+# ORG/NAME as the Hub allows it, plus an optional @REVISION (branch, tag or commit).
+_HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class CheckpointMeta:
+    """The contents of a checkpoint's ``conductor.json`` (see the module docstring)."""
+
+    format_version: int = 1
+    template: str | None = None
+    template_text: str | None = None
+    pool_order: tuple[str, ...] | None = None
+    max_steps: int | None = None
+    base_model: str | None = None
+    allow_indices: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form, without unset optional fields; unknown keys are written back."""
+        out: dict[str, Any] = {"format_version": self.format_version}
+        if self.template is not None:
+            out["template"] = self.template
+        if self.template_text is not None:
+            out["template_text"] = self.template_text
+        if self.pool_order is not None:
+            out["pool_order"] = list(self.pool_order)
+        if self.max_steps is not None:
+            out["max_steps"] = self.max_steps
+        if self.base_model is not None:
+            out["base_model"] = self.base_model
+        out["allow_indices"] = self.allow_indices
+        for key, value in self.extra.items():
+            out.setdefault(key, value)
+        return out
+
+
+def _bad(path: Path, key: str, reason: str) -> UsageError:
+    return UsageError(f"{path}: field {key!r}: {reason}")
+
+
+def _meta_file(path: Path) -> Path:
+    path = Path(path).expanduser()
+    return path / META_FILE if path.is_dir() else path
+
+
+def read_checkpoint_meta(path: Path) -> CheckpointMeta | None:
+    """Read ``conductor.json`` from checkpoint directory ``path`` (or the file itself).
+
+    Returns ``None`` when there is no such file.  A file that is not a JSON object,
+    has an unsupported ``format_version`` or a field of the wrong type raises
+    :class:`~conductor.errors.UsageError` naming the file and the field.  A ``template``
+    must name an existing file inside the checkpoint directory.
+    """
+    file = _meta_file(Path(path))
+    if not file.is_file():
+        return None
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{file}: not UTF-8 text ({exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{file}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"{file}: cannot be read ({exc.strerror or exc})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{file}: expected a JSON object, got {type(data).__name__}")
+
+    if "format_version" not in data:
+        raise _bad(file, "format_version", "missing (expected 1)")
+    version = data["format_version"]
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise _bad(file, "format_version", f"expected an integer, got {version!r}")
+    if version not in SUPPORTED_FORMAT_VERSIONS:
+        supported = ", ".join(str(v) for v in SUPPORTED_FORMAT_VERSIONS)
+        raise _bad(
+            file,
+            "format_version",
+            f"version {version} is not supported by this conductor (supported: {supported}); "
+            "upgrade conductor",
+        )
+
+    def opt_str(key: str) -> str | None:
+        value = data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise _bad(file, key, f"expected a non-empty string, got {value!r}")
+        return value
+
+    template = opt_str("template")
+    template_text = opt_str("template_text")
+    base_model = opt_str("base_model")
+    if template is not None and template_text is not None:
+        raise _bad(file, "template", "set either 'template' or 'template_text', not both")
+    if template is not None:
+        root = file.parent.resolve()
+        target = (root / template).resolve()
+        if os.path.isabs(template) or root not in target.parents:
+            raise _bad(
+                file, "template", f"{template!r} must be a file name inside {file.parent}"
+            )
+        if not target.is_file():
+            raise _bad(file, "template", f"template file {template!r} not found in {root}")
+
+    pool_order: tuple[str, ...] | None = None
+    raw_order = data.get("pool_order")
+    if raw_order is not None:
+        if not isinstance(raw_order, list) or not all(
+            isinstance(x, str) and x.strip() for x in raw_order
+        ):
+            raise _bad(file, "pool_order", "expected a list of worker ids (strings)")
+        dupes = sorted({x for x in raw_order if raw_order.count(x) > 1})
+        if dupes:
+            raise _bad(file, "pool_order", f"repeated worker ids: {', '.join(dupes)}")
+        pool_order = tuple(raw_order)
+
+    max_steps = data.get("max_steps")
+    if max_steps is not None and (
+        isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1
+    ):
+        raise _bad(file, "max_steps", f"expected a positive integer, got {max_steps!r}")
+
+    allow_indices = data.get("allow_indices", False)
+    if allow_indices is None:
+        allow_indices = False
+    if not isinstance(allow_indices, bool):
+        raise _bad(file, "allow_indices", f"expected true or false, got {allow_indices!r}")
+
+    return CheckpointMeta(
+        format_version=version,
+        template=template,
+        template_text=template_text,
+        pool_order=pool_order,
+        max_steps=max_steps,
+        base_model=base_model,
+        allow_indices=allow_indices,
+        extra={k: v for k, v in data.items() if k not in _KNOWN_KEYS},
+    )
+
+
+def write_checkpoint_meta(path: Path, meta: CheckpointMeta) -> Path:
+    """Write ``meta`` as ``conductor.json`` into directory ``path``; return the file."""
+    directory = Path(path).expanduser()
+    directory.mkdir(parents=True, exist_ok=True)
+    file = directory / META_FILE
+    # Write-then-rename, so a crash never leaves a half-written file for readers.
+    tmp = file.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(meta.to_dict(), indent=2, ensure_ascii=False) + "\n", "utf-8")
+    os.replace(tmp, file)
+    return file
+
+
+def check_pool_against_meta(pool_worker_ids: Sequence[str], meta: CheckpointMeta) -> list[str]:
+    """Warnings (one sentence each) where the run's pool differs from the training pool.
+
+    Empty when ``meta`` records no ``pool_order`` or the pool matches it exactly.  The
+    caller logs them; a mismatch is allowed (a Conductor trained on random sub-pools may
+    cope) but the user should know that "Model i" now means another worker.
+    """
+    if meta.pool_order is None:
+        return []
+    trained = list(meta.pool_order)
+    pool = list(pool_worker_ids)
+    if pool == trained:
+        return []
+    warnings: list[str] = []
+    if len(pool) != len(trained):
+        warnings.append(
+            f"the pool has {len(pool)} workers but the checkpoint was trained on "
+            f"{len(trained)} ({', '.join(trained)})"
+        )
+    unknown = [w for w in pool if w not in trained]
+    if unknown:
+        warnings.append(
+            f"workers not in the checkpoint's training pool: {', '.join(unknown)}"
+        )
+    missing = [w for w in trained if w not in pool]
+    if missing:
+        warnings.append(f"training-pool workers missing from this pool: {', '.join(missing)}")
+    moved = [
+        f"Model {i} is {p!r} here but was {t!r} in training"
+        for i, (p, t) in enumerate(zip(pool, trained))
+        if p != t
+    ]
+    if moved:
+        warnings.append(
+            "the pool order differs from the checkpoint's training order "
+            "(the Conductor picks workers by position): " + "; ".join(moved)
+        )
+    return warnings
+
+
+def template_ref(checkpoint_dir: Path, meta: CheckpointMeta | None) -> str | None:
+    """What to pass as the Conductor's ``template`` for this checkpoint, or ``None``.
+
+    ``template`` gives the absolute path of the file in the checkpoint directory.
+    ``template_text`` is written once to a file named by its hash under conductor's
+    cache directory (checkpoint directories, e.g. Hugging Face's cache, may be
+    read-only) and that path is returned, since templates are loaded by path.
+    """
+    if meta is None:
+        return None
+    if meta.template is not None:
+        return str((Path(checkpoint_dir).expanduser() / meta.template).resolve())
+    if meta.template_text is not None:
+        from .cache import default_cache_dir
+
+        digest = hashlib.sha256(meta.template_text.encode("utf-8")).hexdigest()[:16]
+        folder = default_cache_dir().parent / "templates"
+        folder.mkdir(parents=True, exist_ok=True)
+        file = folder / f"checkpoint-{digest}.txt"
+        if not file.is_file():
+            tmp = file.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(meta.template_text, encoding="utf-8")
+            os.replace(tmp, file)
+        return str(file)
+    return None
+
+
+def resolve_checkpoint_dir(spec: str) -> Path:
+    """The local directory of checkpoint ``spec``: a directory, or ``hf:ORG/NAME[@REV]``.
+
+    A Hub id is fetched with ``huggingface_hub.snapshot_download`` (imported only here),
+    which reads the local Hugging Face cache only when ``HF_HUB_OFFLINE=1``.  Failures
+    raise :class:`~conductor.errors.UsageError` naming the id.
+    """
+    spec = spec.strip()
+    if not spec.startswith("hf:"):
+        path = Path(spec).expanduser()
+        if not path.is_dir():
+            raise UsageError(f"checkpoint directory {spec!r} does not exist")
+        return path.resolve()
+
+    ident = spec[3:].strip()
+    repo_id, _, revision = ident.partition("@")
+    if not _HF_ID.match(repo_id) or (revision == "" and "@" in ident):
+        raise UsageError(
+            f"checkpoint {spec!r} is not a Hugging Face id: use hf:ORG/NAME or hf:ORG/NAME@REVISION"
+        )
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "loading hf: checkpoints needs huggingface_hub: "
+            "pip install 'conductor-orchestrate[checkpoint]'"
+        ) from exc
+    try:
+        local = snapshot_download(repo_id=repo_id, revision=revision or None)
+    except Exception as exc:  # the Hub raises many error types; all mean "not available"
+        offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes"}
+        why = (
+            "it is not in the local Hugging Face cache and HF_HUB_OFFLINE is set "
+            "(unset it to download, or run `hf download "
+            f"{repo_id}` where there is network)"
+            if offline
+            else "it is not in the local Hugging Face cache and cannot be downloaded"
+        )
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"checkpoint hf:{ident}: {why} ({detail})") from exc
+    return Path(local)

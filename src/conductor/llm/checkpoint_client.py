@@ -1,0 +1,492 @@
+"""A :class:`ModelClient` that runs a trained Conductor checkpoint in-process.
+
+``target.model`` is a checkpoint directory or ``hf:ORG/NAME[@REVISION]`` (see
+:mod:`conductor.checkpoint_meta`).  Two engines:
+
+- **vLLM** (offline ``vllm.LLM``, bf16), used when ``vllm`` is importable and a CUDA GPU
+  is present.  A request's ``grammar`` (GBNF) is passed to vLLM's guided / structured
+  decoding when the installed vLLM accepts it; otherwise decoding is unconstrained.
+- **transformers** (``AutoModelForCausalLM``), everywhere else: on the GPU in bf16, on
+  the CPU in bf16 when the CPU has native bf16 instructions, else float32.  This engine
+  **ignores** ``request.grammar``: the workflow parser and its re-ask loop then either
+  get a valid workflow or fail with a clear parse error.
+
+The model is loaded on the first :meth:`CheckpointClient.send`, off the event loop, and
+kept in a process-wide registry so that every client naming the same directory (with the
+same engine, dtype and device) shares one loaded copy; calls to one model run one at a
+time under its lock.  The prompt is the tokenizer's chat template with the generation
+prompt added (a plain ``User: ...`` / ``Assistant:`` transcript when the tokenizer has
+none).  Sampling follows ``request.params``: ``temperature`` (0 = greedy), ``top_p``,
+``top_k``, ``repetition_penalty``, ``max_tokens`` (default 1024) and ``stop``; the seed
+is ``params["seed"]`` (default 0) plus ``request.sample_index``, so a sample is
+reproducible and repeated samples differ.  Load options may also be given in
+``params``: ``dtype`` (``bfloat16``, ``float16``, ``float32``) and ``device``
+(``cpu``, ``cuda``, ``cuda:1``); ``engine`` (``transformers`` or ``vllm``) forces one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import BadRequestError, MissingDependencyError, RequestTimeoutError, UsageError
+from .types import ModelRequest, RawCompletion, Usage
+
+if TYPE_CHECKING:
+    from ..pool import Worker
+
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "CheckpointClient",
+    "LoadedCheckpoint",
+    "get_loaded_checkpoint",
+    "loaded_checkpoints",
+    "plain_prompt",
+    "unload_all",
+]
+
+logger = logging.getLogger("conductor")
+
+#: ``max_new_tokens`` when the request sets no ``max_tokens`` (the paper's setting).
+DEFAULT_MAX_TOKENS = 1024
+_INSTALL_HINT = "pip install 'conductor-orchestrate[checkpoint]'"
+# Parameters read by this client; anything else in params is logged once and ignored.
+_SAMPLING = frozenset(
+    {"temperature", "top_p", "top_k", "repetition_penalty", "max_tokens", "stop", "seed"}
+)
+_LOAD_OPTIONS = frozenset({"dtype", "device", "engine"})
+_DTYPES = ("bfloat16", "float16", "float32")
+
+
+@dataclass
+class LoadedCheckpoint:
+    """One loaded model, shared by every client on the same directory and settings."""
+
+    path: Path
+    engine: str  # "transformers" | "vllm"
+    dtype: str
+    device: str
+    model: Any  # transformers model or vllm.LLM
+    tokenizer: Any
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_REGISTRY: dict[tuple[str, str, str, str], LoadedCheckpoint] = {}
+_REGISTRY_LOCK = threading.Lock()
+# One lock per registry key, so two clients asking for one model load it once while
+# loads of different models do not wait on each other.
+_LOAD_LOCKS: dict[tuple[str, str, str, str], threading.Lock] = {}
+
+
+def _require_torch_transformers() -> tuple[Any, Any]:
+    """Import torch and transformers, or raise a one-sentence install hint."""
+    try:
+        import torch
+        import transformers
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"running a checkpoint Conductor needs torch and transformers: {_INSTALL_HINT}"
+        ) from exc
+    return torch, transformers
+
+
+def _importable(name: str) -> bool:
+    """Whether ``name`` can be imported, without importing it (torch takes seconds)."""
+    # sys.modules[name] = None marks a module as disabled; find_spec would raise on it.
+    if name in sys.modules:
+        return sys.modules[name] is not None
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _vllm_available() -> bool:
+    return _importable("vllm")
+
+
+def _cpu_has_bf16() -> bool:
+    """Whether the CPU has native bf16 arithmetic (AVX512-BF16 or AMX), Linux only."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        pass
+    return False
+
+
+def _choose(params: dict[str, Any], torch: Any) -> tuple[str, str, str]:
+    """(engine, dtype, device) for a request's load options and this machine."""
+    cuda = bool(torch.cuda.is_available())
+    device = str(params.get("device") or ("cuda" if cuda else "cpu"))
+    engine = str(params.get("engine") or "")
+    if engine not in ("", "transformers", "vllm"):
+        raise BadRequestError(
+            f"unknown checkpoint engine {engine!r} (expected transformers or vllm)",
+            target="conductor",
+        )
+    if not engine:
+        engine = "vllm" if cuda and device.startswith("cuda") and _vllm_available() else "transformers"
+    dtype = str(params.get("dtype") or "")
+    if dtype and dtype not in _DTYPES:
+        raise BadRequestError(
+            f"unknown dtype {dtype!r} (expected one of {', '.join(_DTYPES)})",
+            target="conductor",
+        )
+    if not dtype:
+        if device.startswith("cuda"):
+            dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+        else:
+            dtype = "bfloat16" if _cpu_has_bf16() else "float32"
+    return engine, dtype, device
+
+
+def _dtype_kwarg(transformers: Any) -> str:
+    # transformers renamed from_pretrained's torch_dtype to dtype in 4.56.
+    match = re.match(r"(\d+)\.(\d+)", transformers.__version__)
+    major, minor = (int(match.group(1)), int(match.group(2))) if match else (5, 0)
+    return "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+
+
+def _load(path: Path, engine: str, dtype: str, device: str) -> LoadedCheckpoint:
+    if engine == "vllm":
+        try:
+            from vllm import LLM
+        except ImportError as exc:
+            raise MissingDependencyError(
+                "engine vllm was requested but vLLM is not installed: pip install vllm"
+            ) from exc
+        llm = LLM(model=str(path), dtype=dtype)
+        return LoadedCheckpoint(path, engine, dtype, device, llm, llm.get_tokenizer())
+
+    torch, transformers = _require_torch_transformers()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path), **{_dtype_kwarg(transformers): getattr(torch, dtype)}
+        )
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"checkpoint {path} cannot be loaded by transformers: {first}") from exc
+    model.to(device)
+    model.eval()
+    return LoadedCheckpoint(path, engine, dtype, device, model, tokenizer)
+
+
+def get_loaded_checkpoint(path: Path, engine: str, dtype: str, device: str) -> LoadedCheckpoint:
+    """The shared loaded model for these settings, loading it on first use (blocking)."""
+    key = (str(Path(path).resolve()), engine, dtype, device)
+    with _REGISTRY_LOCK:
+        entry = _REGISTRY.get(key)
+        if entry is not None:
+            return entry
+        load_lock = _LOAD_LOCKS.setdefault(key, threading.Lock())
+    with load_lock:
+        with _REGISTRY_LOCK:
+            entry = _REGISTRY.get(key)
+        if entry is None:
+            entry = _load(Path(key[0]), engine, dtype, device)
+            with _REGISTRY_LOCK:
+                _REGISTRY[key] = entry
+        return entry
+
+
+def loaded_checkpoints() -> list[LoadedCheckpoint]:
+    """The models loaded in this process."""
+    with _REGISTRY_LOCK:
+        return list(_REGISTRY.values())
+
+
+def unload_all() -> None:
+    """Forget every loaded model (they are freed once no client holds them)."""
+    with _REGISTRY_LOCK:
+        _REGISTRY.clear()
+        _LOAD_LOCKS.clear()
+
+
+def plain_prompt(messages: list[dict[str, str]]) -> str:
+    """A chat as a plain transcript, for tokenizers without a chat template."""
+    lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
+    return "\n".join(lines) + "\nAssistant:"
+
+
+def _seed(params: dict[str, Any], sample_index: int) -> int:
+    return (int(params.get("seed") or 0) + int(sample_index)) & 0xFFFFFFFF
+
+
+def _stops(params: dict[str, Any]) -> list[str]:
+    stop = params.get("stop")
+    if not stop:
+        return []
+    return [stop] if isinstance(stop, str) else [str(s) for s in stop]
+
+
+class CheckpointClient:
+    """One attempt at a chat completion against an in-process Conductor checkpoint.
+
+    ``target`` is the Conductor's target worker (``client="checkpoint"``), whose
+    ``model`` is a checkpoint directory or ``hf:ORG/NAME[@REVISION]``.  Nothing is
+    imported or loaded until the first :meth:`send`.
+    """
+
+    def __init__(self, target: Worker) -> None:
+        for name in ("torch", "transformers"):
+            if not _importable(name):
+                raise MissingDependencyError(
+                    f"running a checkpoint Conductor needs torch and transformers: {_INSTALL_HINT}"
+                )
+        self.target = target
+        self._name: str = target.id or "conductor"
+        self._dir: Path | None = None
+        self._ignored: set[str] = set()
+
+    # ------------------------------------------------------------------ loading
+
+    def _entry(self, params: dict[str, Any]) -> LoadedCheckpoint:
+        """Resolve, import and load (blocking; run off the event loop)."""
+        from ..checkpoint_meta import resolve_checkpoint_dir
+
+        torch, _ = _require_torch_transformers()
+        if self._dir is None:
+            self._dir = resolve_checkpoint_dir(self.target.model)
+        engine, dtype, device = _choose(params, torch)
+        return get_loaded_checkpoint(self._dir, engine, dtype, device)
+
+    def _messages(self, request: ModelRequest) -> list[dict[str, str]]:
+        messages: list[dict[str, str]] = []
+        if self.target.system_prompt:
+            messages.append({"role": "system", "content": self.target.system_prompt})
+        messages.extend({"role": m["role"], "content": m["content"]} for m in request.messages)
+        return messages
+
+    @staticmethod
+    def _prompt(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[str, bool]:
+        """(prompt text, whether the tokenizer should add its special tokens)."""
+        if getattr(tokenizer, "chat_template", None):
+            text = tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False
+            )
+            # The template writes BOS and the like itself.
+            return str(text), False
+        return plain_prompt(messages), True
+
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
+        params = dict(request.params)
+        if "max_tokens" not in params and "max_completion_tokens" in params:
+            params["max_tokens"] = params.pop("max_completion_tokens")
+        params.pop("max_completion_tokens", None)
+        for name in params:
+            if name not in _SAMPLING and name not in _LOAD_OPTIONS and name not in self._ignored:
+                self._ignored.add(name)
+                logger.debug("checkpoint conductor ignores parameter %r", name)
+        return params
+
+    # --------------------------------------------------------------- generation
+
+    def _generate_transformers(
+        self, entry: LoadedCheckpoint, request: ModelRequest, params: dict[str, Any]
+    ) -> RawCompletion:
+        import torch
+
+        tokenizer, model = entry.tokenizer, entry.model
+        text, special = self._prompt(tokenizer, self._messages(request))
+        enc = tokenizer(text, return_tensors="pt", add_special_tokens=special)
+        input_ids = enc["input_ids"].to(entry.device)
+        attention = enc.get("attention_mask")
+        attention = (
+            attention.to(entry.device) if attention is not None else torch.ones_like(input_ids)
+        )
+        max_new = int(params.get("max_tokens") or DEFAULT_MAX_TOKENS)
+        gen: dict[str, Any] = {"max_new_tokens": max_new, "attention_mask": attention}
+        temperature = params.get("temperature")
+        if temperature is not None and float(temperature) <= 0.0:
+            gen["do_sample"] = False
+            # Keep the checkpoint's sampling defaults from triggering warnings in greedy mode.
+            gen.update(temperature=None, top_p=None, top_k=None)
+        else:
+            gen["do_sample"] = True
+            if temperature is not None:
+                gen["temperature"] = float(temperature)
+            if params.get("top_p") is not None:
+                gen["top_p"] = float(params["top_p"])
+            if params.get("top_k") is not None:
+                gen["top_k"] = int(params["top_k"])
+        if params.get("repetition_penalty") is not None:
+            gen["repetition_penalty"] = float(params["repetition_penalty"])
+        stops = _stops(params)
+        if stops:
+            gen["stop_strings"] = stops
+            gen["tokenizer"] = tokenizer
+        eos = tokenizer.eos_token_id
+        if tokenizer.pad_token_id is None and eos is not None:
+            gen["pad_token_id"] = eos
+
+        torch.manual_seed(_seed(params, request.sample_index))
+        with torch.inference_mode():
+            out = model.generate(input_ids, **gen)
+        new_ids = out[0, input_ids.shape[1] :].tolist()
+        eos_ids = self._eos_ids(model, tokenizer)
+        # generate pads finished rows; for one row, nothing follows the stop token.
+        hit_eos = bool(new_ids) and new_ids[-1] in eos_ids
+        reply = tokenizer.decode(new_ids, skip_special_tokens=True)
+        finish = "length" if len(new_ids) >= max_new and not hit_eos else "stop"
+        for s in stops:
+            cut = reply.find(s)
+            if cut >= 0:
+                reply, finish = reply[:cut], "stop"
+        return RawCompletion(
+            text=reply,
+            usage=Usage(input_tokens=int(input_ids.shape[1]), output_tokens=len(new_ids)),
+            raw={
+                "engine": "transformers",
+                "model": str(entry.path),
+                "dtype": entry.dtype,
+                "device": entry.device,
+                "seed": _seed(params, request.sample_index),
+                "grammar_used": False,
+            },
+            model=self.target.model,
+            finish_reason=finish,
+        )
+
+    @staticmethod
+    def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+        ids: set[int] = set()
+        cfg_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        for value in (cfg_eos, tokenizer.eos_token_id):
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, (list, tuple)):
+                ids.update(int(v) for v in value)
+        return ids
+
+    def _generate_vllm(
+        self, entry: LoadedCheckpoint, request: ModelRequest, params: dict[str, Any]
+    ) -> RawCompletion:
+        from vllm import SamplingParams
+
+        text, special = self._prompt(entry.tokenizer, self._messages(request))
+        # Token ids, not text, so vLLM does not add a second BOS to a templated prompt.
+        prompt = {"prompt_token_ids": entry.tokenizer.encode(text, add_special_tokens=special)}
+        sp_kwargs: dict[str, Any] = {
+            "max_tokens": int(params.get("max_tokens") or DEFAULT_MAX_TOKENS),
+            "seed": _seed(params, request.sample_index),
+        }
+        for name in ("temperature", "top_p", "top_k", "repetition_penalty"):
+            if params.get(name) is not None:
+                sp_kwargs[name] = params[name]
+        if _stops(params):
+            sp_kwargs["stop"] = _stops(params)
+        guided = _vllm_guided_kwargs(request.grammar) if request.grammar else {}
+        grammar_used = False
+        outputs = None
+        if guided:
+            try:
+                outputs = entry.model.generate(
+                    [prompt], SamplingParams(**sp_kwargs, **guided), use_tqdm=False
+                )
+                grammar_used = True
+            except Exception as exc:  # vLLM versions differ in what they reject, and how
+                logger.warning(
+                    "vLLM rejected the workflow grammar (%s); decoding unconstrained", exc
+                )
+        if outputs is None:
+            outputs = entry.model.generate([prompt], SamplingParams(**sp_kwargs), use_tqdm=False)
+        result = outputs[0]
+        choice = result.outputs[0]
+        return RawCompletion(
+            text=choice.text,
+            usage=Usage(
+                input_tokens=len(result.prompt_token_ids or ()),
+                output_tokens=len(choice.token_ids or ()),
+            ),
+            raw={
+                "engine": "vllm",
+                "model": str(entry.path),
+                "dtype": entry.dtype,
+                "seed": sp_kwargs["seed"],
+                "grammar_used": grammar_used,
+            },
+            model=self.target.model,
+            finish_reason="length" if choice.finish_reason == "length" else "stop",
+        )
+
+    def _run(
+        self, request: ModelRequest, params: dict[str, Any], abandoned: threading.Event
+    ) -> RawCompletion | None:
+        entry = self._entry(params)
+        with entry.lock:
+            if abandoned.is_set():
+                return None  # timed out while queued: do not spend minutes on a dropped call
+            try:
+                if entry.engine == "vllm":
+                    return self._generate_vllm(entry, request, params)
+                return self._generate_transformers(entry, request, params)
+            except (RuntimeError, ValueError, TypeError) as exc:
+                # Out-of-memory, a prompt longer than the context, bad sampling values.
+                raise BadRequestError(
+                    f"the checkpoint failed to generate: {exc}",
+                    target=self._name,
+                    provider_message=str(exc),
+                ) from exc
+
+    async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
+        """Generate a reply; loads the model on the first call.
+
+        ``timeout_s`` counts from the call and includes loading and the wait for earlier
+        calls.  A call still queued at its time-out never runs; one already generating
+        cannot be interrupted, finishes in the background, and its result is dropped.
+        """
+        if request.response_format is not None:
+            logger.debug("checkpoint conductor ignores response_format")
+        params = self._params(request)
+        abandoned = threading.Event()
+        try:
+            result = await asyncio.wait_for(
+                asyncio.to_thread(self._run, request, params, abandoned), timeout_s
+            )
+        except asyncio.TimeoutError as exc:
+            abandoned.set()
+            raise RequestTimeoutError(
+                f"the checkpoint did not answer within {timeout_s:g} s", target=self._name
+            ) from exc
+        if result is None:  # only an abandoned call returns None; cannot happen here
+            raise RequestTimeoutError("the checkpoint call was abandoned", target=self._name)
+        return result
+
+    async def aclose(self) -> None:
+        """Nothing to release: the loaded model is shared and stays in the registry."""
+
+
+def _vllm_guided_kwargs(grammar: str) -> dict[str, Any]:
+    """SamplingParams keyword arguments that constrain decoding to ``grammar``.
+
+    Newer vLLM has ``StructuredOutputsParams`` (``structured_outputs=``); older has
+    ``GuidedDecodingParams`` (``guided_decoding=``).  Empty when neither exists.
+    """
+    try:
+        from vllm.sampling_params import StructuredOutputsParams  # type: ignore[attr-defined]
+
+        return {"structured_outputs": StructuredOutputsParams(grammar=grammar)}
+    except Exception:  # ImportError, or a constructor that differs in this version
+        pass
+    try:
+        from vllm.sampling_params import GuidedDecodingParams  # type: ignore[attr-defined]
+
+        return {"guided_decoding": GuidedDecodingParams(grammar=grammar)}
+    except Exception:
+        logger.warning("this vLLM has no grammar-guided decoding; decoding unconstrained")
+        return {}
