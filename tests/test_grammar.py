@@ -206,11 +206,9 @@ def test_real_model_always_writes_a_valid_workflow_with_the_grammar() -> None:
 
     n_workers, max_steps = 3, 3
     workers = [Worker(id=f"w{i}", model="smollm2", client="local") for i in range(n_workers)]
-    grammar = workflow_grammar(
-        n_workers, max_steps, max_reasoning_chars=160, max_subtask_chars=100
-    )
+    grammar = workflow_grammar(n_workers, max_steps, max_reasoning_chars=120, max_subtask_chars=80)
     client = LocalClient(Worker(id="conductor", model="smollm2", client="local"))
-    params = {"temperature": 0.3, "max_tokens": 220, "repeat_penalty": 1.1}
+    params = {"temperature": 0.3, "max_tokens": 180, "repeat_penalty": 1.1}
 
     async def run(use_grammar: bool) -> tuple[int, list[str]]:
         ok, failures = 0, []

@@ -173,9 +173,7 @@ def read_checkpoint_meta(path: Path) -> CheckpointMeta | None:
         root = file.parent.resolve()
         target = (root / template).resolve()
         if os.path.isabs(template) or root not in target.parents:
-            raise _bad(
-                file, "template", f"{template!r} must be a file name inside {file.parent}"
-            )
+            raise _bad(file, "template", f"{template!r} must be a file name inside {file.parent}")
         if not target.is_file():
             raise _bad(file, "template", f"template file {template!r} not found in {root}")
 
@@ -248,15 +246,13 @@ def check_pool_against_meta(pool_worker_ids: Sequence[str], meta: CheckpointMeta
         )
     unknown = [w for w in pool if w not in trained]
     if unknown:
-        warnings.append(
-            f"workers not in the checkpoint's training pool: {', '.join(unknown)}"
-        )
+        warnings.append(f"workers not in the checkpoint's training pool: {', '.join(unknown)}")
     missing = [w for w in trained if w not in pool]
     if missing:
         warnings.append(f"training-pool workers missing from this pool: {', '.join(missing)}")
     moved = [
         f"Model {i} is {p!r} here but was {t!r} in training"
-        for i, (p, t) in enumerate(zip(pool, trained))
+        for i, (p, t) in enumerate(zip(pool, trained, strict=False))
         if p != t
     ]
     if moved:

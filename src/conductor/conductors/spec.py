@@ -13,6 +13,7 @@ The ``--conductor SPEC`` shorthand of DESIGN.md is parsed by :func:`parse_conduc
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,6 +23,8 @@ from ..errors import UsageError
 from ..pool import ConductorConfig, Pool, Worker
 
 __all__ = ["Conductor", "parse_conductor_spec", "resolve_conductor"]
+
+log = logging.getLogger("conductor")
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,33 @@ def _target_from_config(cfg: ConductorConfig, pool: Pool) -> Worker:
     raise UsageError(f"unknown conductor backend {cfg.backend!r}")
 
 
+def _apply_checkpoint_meta(
+    cfg: ConductorConfig, pool: Pool, template: str | None, max_steps: int | None
+) -> tuple[ConductorConfig, str | None, int | None]:
+    """Honour a checkpoint's ``conductor.json``: the template it was trained with, its
+    step limit, and a warning for each way the user's pool differs from its pool order."""
+    from ..checkpoint_meta import (
+        check_pool_against_meta,
+        read_checkpoint_meta,
+        resolve_checkpoint_dir,
+        template_ref,
+    )
+
+    assert cfg.model is not None
+    directory = resolve_checkpoint_dir(cfg.model)
+    cfg = replace(cfg, model=str(directory))
+    meta = read_checkpoint_meta(directory)
+    if meta is None:
+        return cfg, template, max_steps
+    if template is None and cfg.template == "default":
+        template = template_ref(directory, meta)
+    if max_steps is None and meta.max_steps:
+        max_steps = meta.max_steps
+    for problem in check_pool_against_meta([w.id for w in pool.workers], meta):
+        log.warning("checkpoint %s: %s", directory, problem)
+    return cfg, template, max_steps
+
+
 def resolve_conductor(
     pool: Pool,
     spec: str | None = None,
@@ -174,6 +204,8 @@ def resolve_conductor(
             f"pool {pool.name!r} has no `conductor:` section; pass --conductor "
             "(e.g. --conductor prompted:WORKER_ID or --conductor http://HOST:PORT/v1)"
         )
+    if cfg.backend == "checkpoint":
+        cfg, template, max_steps = _apply_checkpoint_meta(cfg, pool, template, max_steps)
     target = _target_from_config(cfg, pool)
     return Conductor(
         backend=cfg.backend,

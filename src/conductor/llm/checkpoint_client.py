@@ -17,7 +17,8 @@ same engine, dtype and device) shares one loaded copy; calls to one model run on
 time under its lock.  The prompt is the tokenizer's chat template with the generation
 prompt added (a plain ``User: ...`` / ``Assistant:`` transcript when the tokenizer has
 none).  Sampling follows ``request.params``: ``temperature`` (0 = greedy), ``top_p``,
-``top_k``, ``repetition_penalty``, ``max_tokens`` (default 1024) and ``stop``; the seed
+``top_k``, ``repetition_penalty``, ``max_tokens`` (default 1024) and ``stop``; settings
+left unset keep the checkpoint's ``generation_config`` defaults; the seed
 is ``params["seed"]`` (default 0) plus ``request.sample_index``, so a sample is
 reproducible and repeated samples differ.  Load options may also be given in
 ``params``: ``dtype`` (``bfloat16``, ``float16``, ``float32``) and ``device``
@@ -137,7 +138,9 @@ def _choose(params: dict[str, Any], torch: Any) -> tuple[str, str, str]:
             target="conductor",
         )
     if not engine:
-        engine = "vllm" if cuda and device.startswith("cuda") and _vllm_available() else "transformers"
+        engine = (
+            "vllm" if cuda and device.startswith("cuda") and _vllm_available() else "transformers"
+        )
     dtype = str(params.get("dtype") or "")
     if dtype and dtype not in _DTYPES:
         raise BadRequestError(
@@ -173,14 +176,21 @@ def _load(path: Path, engine: str, dtype: str, device: str) -> LoadedCheckpoint:
     torch, transformers = _require_torch_transformers()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    hf_logging = transformers.utils.logging
+    # Nothing below the CLI prints: silence the weight-loading progress bar.
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
-        model = AutoModelForCausalLM.from_pretrained(
+        tokenizer: Any = AutoTokenizer.from_pretrained(str(path))
+        model: Any = AutoModelForCausalLM.from_pretrained(
             str(path), **{_dtype_kwarg(transformers): getattr(torch, dtype)}
         )
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"checkpoint {path} cannot be loaded by transformers: {first}") from exc
+    finally:
+        if bars_were_on:
+            hf_logging.enable_progress_bar()
     model.to(device)
     model.eval()
     return LoadedCheckpoint(path, engine, dtype, device, model, tokenizer)
@@ -478,13 +488,13 @@ def _vllm_guided_kwargs(grammar: str) -> dict[str, Any]:
     ``GuidedDecodingParams`` (``guided_decoding=``).  Empty when neither exists.
     """
     try:
-        from vllm.sampling_params import StructuredOutputsParams  # type: ignore[attr-defined]
+        from vllm.sampling_params import StructuredOutputsParams
 
         return {"structured_outputs": StructuredOutputsParams(grammar=grammar)}
     except Exception:  # ImportError, or a constructor that differs in this version
         pass
     try:
-        from vllm.sampling_params import GuidedDecodingParams  # type: ignore[attr-defined]
+        from vllm.sampling_params import GuidedDecodingParams
 
         return {"guided_decoding": GuidedDecodingParams(grammar=grammar)}
     except Exception:

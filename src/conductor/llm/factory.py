@@ -45,6 +45,11 @@ def make_client(target: Worker) -> ModelClient:
 
         client: ModelClient = LocalClient(target)
         return client
+    if kind == "checkpoint":
+        # Only the Conductor uses this kind: a trained checkpoint loaded in-process.
+        from .checkpoint_client import CheckpointClient
+
+        return CheckpointClient(target)
     raise UsageError(
         f"worker {target.id!r}: unknown client {kind!r} "
         "(expected litellm, openai, anthropic, google or local)"

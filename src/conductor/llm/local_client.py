@@ -152,8 +152,9 @@ class LocalClient:
             if grammar_text is not None:
                 kwargs = {**kwargs, "grammar": _grammar(entry, grammar_text)}
             with entry.lock:
-                response: dict[str, Any] = entry.llama.create_chat_completion(**kwargs)
-            return response
+                response = entry.llama.create_chat_completion(**kwargs)
+            # Not streaming, so the response is one OpenAI-style dict.
+            return dict(response)  # type: ignore[arg-type]
         except ModelCallError:
             raise
         except ValueError as exc:

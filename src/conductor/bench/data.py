@@ -1,0 +1,645 @@
+"""Benchmark data: read a benchmark's items as :class:`Sample` objects, one at a time.
+
+Where the rows come from (``spec.source``, or ``data_file`` when ``--data FILE`` is
+given): a Hugging Face dataset at a pinned revision (read with ``datasets``; the Arrow
+file is memory-mapped and walked row by row), LiveCodeBench's release JSONL files
+(fetched with ``huggingface_hub`` and read line by line), a URL (downloaded once into
+the cache folder) or a local ``.jsonl`` / ``.json`` / ``.csv`` / ``.parquet`` file with the
+same column names as the Hugging Face schema.  JSONL, CSV and Parquet are streamed, so
+a 10,000-item run never holds every item in memory.
+
+Each loader (see :mod:`conductor.bench.spec`) turns a row into a Sample:
+
+* ``choice``: input ``{question, choices, choices_text}`` with the options shuffled per
+  (seed, sample id); gold is the correct letter; ``metadata["permutation"]`` records
+  the shuffle (``shuffled[i] == original[permutation[i]]``, original index 0 = correct
+  for per-option columns).
+* ``math``: input ``{question}``; gold is the answer text.
+* ``livecodebench``: input ``{question, title, starter_code, starter_code_block}``;
+  gold None; ``metadata["tests"]`` (public then private, decoded) and ``["fn_name"]``.
+* ``bigcodebench``: input ``{question, code_prompt}``; gold None; metadata ``test``,
+  ``entry_point``, ``libs``.
+
+Sample ids are ``NAME/ID`` with the dataset's id column, else ``NAME/`` plus the first
+16 hex digits of the question's SHA-256 (a repeated id gets ``-2``, ``-3``, ...).
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import contextlib
+import csv
+import hashlib
+import io
+import json
+import os
+import pickle
+import string
+import sys
+import urllib.request
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConductorError, MissingDependencyError, UsageError
+from .spec import is_pinned, lcb_release_files, loader_of
+from .types import BenchmarkSpec, DataSource, Sample
+
+__all__ = [
+    "DatasetError",
+    "count_samples",
+    "dataset_provenance",
+    "decode_lcb_tests",
+    "iter_samples",
+    "render_prompt",
+    "sha256_file",
+]
+
+# One dataset row: column name -> value.
+_Row = dict[str, Any]
+
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+class DatasetError(ConductorError):
+    """A benchmark's data cannot be read (not downloadable, bad file, missing column)."""
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def iter_samples(
+    spec: BenchmarkSpec,
+    *,
+    data_file: str | Path | None = None,
+    seed: int = 0,
+    limit: int | None = None,
+) -> Iterator[Sample]:
+    """Yield the benchmark's samples in dataset order, lazily.
+
+    ``data_file`` replaces ``spec.source`` with a local file in the same schema;
+    ``seed`` drives the per-sample choice shuffle; ``limit`` stops after that many
+    samples (after filters).
+    """
+    loader = loader_of(spec)
+    make = _MAKERS[loader]
+    seen: dict[str, int] = {}
+    for n, row in enumerate(_filtered_rows(spec, data_file)):
+        if limit is not None and n >= limit:
+            return
+        sample = make(spec, row, seed, seen)
+        yield sample
+
+
+def count_samples(
+    spec: BenchmarkSpec,
+    *,
+    data_file: str | Path | None = None,
+    seed: int = 0,
+    limit: int | None = None,
+) -> int:
+    """How many samples :func:`iter_samples` would yield (rows are read, not decoded)."""
+    del seed  # the count does not depend on the shuffle
+    count = 0
+    for _row in _filtered_rows(spec, data_file):
+        if limit is not None and count >= limit:
+            break
+        count += 1
+    return count
+
+
+def render_prompt(spec: BenchmarkSpec, sample: Sample) -> str:
+    """The benchmark's prompt template filled with ``sample.input``.
+
+    Only the template is parsed: the values are inserted as they are, so ``$``, ``{}``
+    or ``${x}`` inside a question stay literal text.
+    """
+    values = {key: _as_text(value) for key, value in sample.input.items()}
+    try:
+        return string.Template(spec.prompt).substitute(values)
+    except KeyError as exc:
+        raise UsageError(
+            f"benchmark {spec.name}: the prompt uses ${{{exc.args[0]}}} but sample "
+            f"{sample.id} has no such input (it has: {', '.join(sorted(values))})"
+        ) from None
+    except ValueError as exc:
+        raise UsageError(f"benchmark {spec.name}: bad prompt template: {exc}") from None
+
+
+def dataset_provenance(spec: BenchmarkSpec, data_file: str | Path | None = None) -> dict[str, Any]:
+    """What a run record should say about where its questions came from.
+
+    Dataset id, revision (and whether it is a pinned commit), config, split, the
+    LiveCodeBench release, a local file's path and SHA-256, the prompt template's
+    SHA-256, the benchmark file's SHA-256 and the filters.
+    """
+    source = _effective_source(spec, data_file)
+    out: dict[str, Any] = {
+        "benchmark": spec.name,
+        "benchmark_file": str(spec.path) if spec.path is not None else None,
+        "benchmark_file_sha256": (
+            sha256_file(spec.path) if spec.path is not None and spec.path.is_file() else None
+        ),
+        "loader": loader_of(spec),
+        "source_kind": source.kind,
+        "dataset_id": source.id,
+        "revision": source.revision,
+        "pinned": is_pinned(source),
+        "config": source.config,
+        "split": source.split,
+        "url": source.url,
+        "file": None,
+        "file_sha256": None,
+        "template_sha256": hashlib.sha256(spec.prompt.encode("utf-8")).hexdigest(),
+        "filters": dict(spec.filters),
+    }
+    if loader_of(spec) == "livecodebench" and source.kind == "hf":
+        out["release"] = spec.fields.get("release")
+        out["release_files"] = list(lcb_release_files(spec.fields.get("release", "")) or ())
+    if source.kind == "file" and source.path is not None:
+        path = Path(source.path)
+        out["file"] = str(path.resolve())
+        out["file_sha256"] = sha256_file(path) if path.is_file() else None
+    elif source.kind == "url" and source.url is not None:
+        cached = _url_cache_path(source.url)
+        if cached.is_file():
+            out["file"] = str(cached)
+            out["file_sha256"] = sha256_file(cached)
+    return out
+
+
+def sha256_file(path: str | Path) -> str:
+    """The SHA-256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def _effective_source(spec: BenchmarkSpec, data_file: str | Path | None) -> DataSource:
+    if data_file is None:
+        return spec.source
+    return DataSource(kind="file", path=str(Path(data_file).expanduser()), split="local")
+
+
+def _filtered_rows(spec: BenchmarkSpec, data_file: str | Path | None) -> Iterator[_Row]:
+    keep = _row_filter(spec)
+    for row in _rows(spec, _effective_source(spec, data_file)):
+        if keep(row):
+            yield row
+
+
+def _rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_Row]:
+    if source.kind == "file":
+        assert source.path is not None
+        return _file_rows(Path(source.path))
+    if source.kind == "url":
+        assert source.url is not None
+        return _file_rows(_download(source.url))
+    if loader_of(spec) == "livecodebench":
+        return _lcb_hub_rows(spec, source)
+    return _hf_rows(source)
+
+
+def _file_rows(path: Path) -> Iterator[_Row]:
+    if not path.is_file():
+        raise UsageError(f"{path}: no such data file")
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return _jsonl_rows(path)
+    if suffix == ".json":
+        return _json_rows(path)
+    if suffix == ".csv":
+        return _csv_rows(path)
+    if suffix == ".parquet":
+        return _parquet_rows(path)
+    raise UsageError(f"{path}: data files must be .jsonl, .json, .csv or .parquet")
+
+
+def _jsonl_rows(path: Path) -> Iterator[_Row]:
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise UsageError(f"{path}:{lineno}: each line must be a JSON object")
+            yield row
+
+
+def _json_rows(path: Path) -> Iterator[_Row]:
+    # A JSON array has to be parsed whole; use JSONL for large sets.
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if isinstance(data, dict) and isinstance(data.get("data"), list):
+        data = data["data"]
+    if not isinstance(data, list):
+        raise UsageError(f"{path}: a .json data file must hold a list of objects")
+    for i, row in enumerate(data):
+        if not isinstance(row, dict):
+            raise UsageError(f"{path}: item {i} is not a JSON object")
+        yield row
+
+
+def _csv_rows(path: Path) -> Iterator[_Row]:
+    # Some benchmark cells are long (whole problem statements with code).
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+    with open(path, encoding="utf-8", newline="") as fh:
+        yield from csv.DictReader(fh)
+
+
+def _parquet_rows(path: Path) -> Iterator[_Row]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise MissingDependencyError(
+            "reading .parquet data needs pyarrow: pip install 'datasets>=3,<5'"
+        ) from None
+    parquet = pq.ParquetFile(path)
+    for batch in parquet.iter_batches(batch_size=64):
+        yield from batch.to_pylist()
+
+
+def _hf_rows(source: DataSource) -> Iterator[_Row]:
+    try:
+        import datasets
+    except ImportError:
+        raise MissingDependencyError(
+            f"loading {source.id} needs the datasets library: pip install 'datasets>=3,<5' "
+            "(or pass --data FILE with a local copy)"
+        ) from None
+    try:
+        ds = datasets.load_dataset(
+            source.id, source.config, split=source.split, revision=source.revision
+        )
+    except Exception as exc:  # datasets raises many kinds; all mean "cannot load"
+        raise DatasetError(
+            f"cannot load {source.id} (config {source.config}, split {source.split}, "
+            f"revision {source.revision}): {type(exc).__name__}: {exc}; "
+            "pass --data FILE to use a local copy"
+        ) from None
+    # Row by row over the memory-mapped Arrow table: nothing is copied up front.
+    for row in ds:
+        yield dict(row)
+
+
+def _lcb_hub_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_Row]:
+    # code_generation_lite is a script dataset, which datasets 4 no longer runs, so its
+    # release files are fetched directly and read as JSONL.
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        raise MissingDependencyError(
+            "loading LiveCodeBench needs huggingface_hub: pip install 'datasets>=3,<5' "
+            "(or pass --data FILE with a local copy)"
+        ) from None
+    files = lcb_release_files(spec.fields.get("release", "release_v6")) or ()
+    for name in files:
+        try:
+            local = hf_hub_download(
+                source.id or "", name, repo_type="dataset", revision=source.revision
+            )
+        except Exception as exc:  # offline, missing file, auth: all mean "cannot load"
+            raise DatasetError(
+                f"cannot download {name} of {source.id} (revision {source.revision}): "
+                f"{type(exc).__name__}: {exc}; pass --data FILE to use a local copy"
+            ) from None
+        yield from _jsonl_rows(Path(local))
+
+
+def _url_cache_path(url: str) -> Path:
+    base = os.environ.get("CONDUCTOR_DATA_DIR")
+    if base:
+        folder = Path(base)
+    else:
+        from platformdirs import user_cache_dir
+
+        folder = Path(user_cache_dir("conductor")) / "data"
+    name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    digest = hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
+    return folder / f"{digest}-{name}"
+
+
+def _download(url: str) -> Path:
+    target = _url_cache_path(url)
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + f".part{os.getpid()}")
+    try:
+        with urllib.request.urlopen(url, timeout=60) as resp, open(partial, "wb") as out:
+            while block := resp.read(1 << 20):
+                out.write(block)
+        partial.replace(target)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise DatasetError(
+            f"cannot download {url}: {exc}; pass --data FILE to use a local copy"
+        ) from None
+    return target
+
+
+# --------------------------------------------------------------------------- filters
+
+
+def _row_filter(spec: BenchmarkSpec) -> Any:
+    f = spec.filters
+    fields = spec.fields
+    checks: list[Any] = []
+    if "subjects" in f:
+        wanted = {str(s) for s in f["subjects"]}
+        col = fields["subject"]
+        checks.append(lambda row: str(_get(spec, row, col)) in wanted)
+    if "levels" in f:
+        levels = {str(v) for v in f["levels"]}
+        col = fields["level"]
+        checks.append(lambda row: str(_get(spec, row, col)) in levels)
+    lo, hi = f.get("contest_date_from"), f.get("contest_date_to")
+    if lo or hi:
+        col = fields["date"]
+
+        def in_window(row: _Row) -> bool:
+            day = str(_get(spec, row, col))[:10]
+            return (not lo or day >= lo) and (not hi or day <= hi)
+
+        checks.append(in_window)
+    if "difficulties" in f:
+        difficulties = {str(v).lower() for v in f["difficulties"]}
+        col = fields["difficulty"]
+        checks.append(lambda row: str(_get(spec, row, col)).lower() in difficulties)
+    if "platforms" in f:
+        platforms = {str(v).lower() for v in f["platforms"]}
+        col = fields["platform"]
+        checks.append(lambda row: str(_get(spec, row, col)).lower() in platforms)
+    return lambda row: all(check(row) for check in checks)
+
+
+# --------------------------------------------------------------------------- loaders
+
+
+def _get(spec: BenchmarkSpec, row: _Row, column: str, *, required: bool = True) -> Any:
+    if column in row:
+        return row[column]
+    if not required:
+        return None
+    raise DatasetError(
+        f"benchmark {spec.name}: a row has no column {column!r} (it has: "
+        f"{', '.join(sorted(map(str, row)))}); fix fields in the benchmark file or the data"
+    )
+
+
+def _question_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _sample_id(spec: BenchmarkSpec, row: _Row, question: str, seen: dict[str, int]) -> str:
+    col = spec.fields.get("id")
+    raw = _get(spec, row, col, required=False) if col else None
+    local = str(raw).strip() if raw is not None and str(raw).strip() else _question_hash(question)
+    sid = f"{spec.name}/{local}"
+    # A repeated id (duplicated questions, say) keeps runs resumable by its position.
+    count = seen.get(sid, 0) + 1
+    seen[sid] = count
+    return sid if count == 1 else f"{sid}-{count}"
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def _maybe_json_list(value: Any) -> Any:
+    # CSV cells hold lists as JSON text.
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _choice_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int]) -> Sample:
+    from .graders import choice as choice_grader
+
+    fields = spec.fields
+    question = _text(_get(spec, row, fields["question"]))
+    if "choices" in fields:
+        options = _maybe_json_list(_get(spec, row, fields["choices"]))
+        if not isinstance(options, (list, tuple)) or len(options) < 2:
+            raise DatasetError(
+                f"benchmark {spec.name}: column {fields['choices']!r} must hold a list of "
+                f"at least two options, got {options!r:.80}"
+            )
+        options = [_text(o) for o in options]
+        correct = _answer_index(spec, _get(spec, row, fields["answer"]), len(options))
+    else:
+        wrong_keys = sorted(
+            (k for k in fields if k.startswith("incorrect_")), key=lambda k: int(k[10:])
+        )
+        options = [_text(_get(spec, row, fields["correct"]))]
+        options += [_text(_get(spec, row, fields[k])) for k in wrong_keys]
+        correct = 0
+    sid = _sample_id(spec, row, question, seen)
+    shuffled, gold, permutation = choice_grader.shuffle_choices(options, correct, seed, sid)
+    metadata: dict[str, Any] = {
+        "permutation": list(permutation),
+        "correct_text": options[correct],
+        "seed": seed,
+    }
+    if fields.get("subject"):
+        metadata["subject"] = _get(spec, row, fields["subject"], required=False)
+    return Sample(
+        id=sid,
+        input={
+            "question": question,
+            "choices": list(shuffled),
+            "choices_text": choice_grader.format_choices(list(shuffled)),
+        },
+        gold=gold,
+        metadata=metadata,
+    )
+
+
+def _answer_index(spec: BenchmarkSpec, value: Any, n: int) -> int:
+    index: int | None = None
+    if isinstance(value, bool):
+        index = None
+    elif isinstance(value, int):
+        index = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():
+            index = int(text)
+        elif len(text) == 1 and text.upper() in _LETTERS:
+            index = _LETTERS.index(text.upper())
+    if index is None or not 0 <= index < n:
+        raise DatasetError(
+            f"benchmark {spec.name}: answer {value!r} is not an option index (0..{n - 1}) or letter"
+        )
+    return index
+
+
+def _math_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int]) -> Sample:
+    fields = spec.fields
+    question = _text(_get(spec, row, fields["question"]))
+    answer = _get(spec, row, fields["answer"])
+    metadata: dict[str, Any] = {}
+    for key in ("subject", "level"):
+        if fields.get(key):
+            metadata[key] = _get(spec, row, fields[key], required=False)
+    for col in (c.strip() for c in fields.get("metadata", "").split(",")):
+        if col:
+            metadata[col] = _get(spec, row, col, required=False)
+    return Sample(
+        id=_sample_id(spec, row, question, seen),
+        input={"question": question},
+        gold=_text(answer).strip(),
+        metadata=metadata,
+    )
+
+
+class _TextOnlyUnpickler(pickle.Unpickler):
+    """Refuses every class: LiveCodeBench's pickles hold a plain string, and anything
+    else in a downloaded pickle could run code."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from test data")
+
+
+def decode_lcb_tests(value: Any) -> list[dict[str, Any]]:
+    """LiveCodeBench test cases from a column value.
+
+    Unlike a bare ``pickle.loads``, the pickle reader here refuses to build any object
+    (only strings, lists, dicts and numbers load), so a tampered data file cannot run
+    code when it is read.
+
+    Public tests are a JSON list; private tests are either JSON or base64 of
+    zlib-compressed pickle of that JSON text.  Returns ``[{"input", "output",
+    "testtype"}, ...]``.  Raises :class:`DatasetError` when the value is unreadable.
+    """
+    if value is None or value == "":
+        return []
+    decoded: Any = value
+    if isinstance(value, (bytes, str)):
+        text = value.decode("utf-8") if isinstance(value, bytes) else value
+        try:
+            decoded = json.loads(text)
+        except json.JSONDecodeError:
+            try:
+                raw = zlib.decompress(base64.b64decode(text.encode("ascii"), validate=False))
+                decoded = _TextOnlyUnpickler(io.BytesIO(raw)).load()
+                if isinstance(decoded, (bytes, str)):
+                    decoded = json.loads(decoded)
+            except Exception as exc:  # corrupt base64, zlib or pickle data
+                raise DatasetError(
+                    f"cannot decode LiveCodeBench tests: {type(exc).__name__}: {exc}"
+                ) from None
+    if not isinstance(decoded, list):
+        raise DatasetError("LiveCodeBench tests must decode to a list")
+    tests: list[dict[str, Any]] = []
+    for item in decoded:
+        if not isinstance(item, dict) or "input" not in item or "output" not in item:
+            raise DatasetError("each LiveCodeBench test must have input and output")
+        tests.append(
+            {
+                "input": item["input"],
+                "output": item["output"],
+                "testtype": item.get("testtype", "stdin"),
+            }
+        )
+    return tests
+
+
+def _lcb_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int]) -> Sample:
+    fields = spec.fields
+    question = _text(_get(spec, row, fields["question"]))
+    starter = _text(_get(spec, row, fields["starter_code"], required=False))
+    title = _text(_get(spec, row, fields["title"], required=False))
+    raw_meta = _get(spec, row, fields["metadata"], required=False)
+    meta: Any = raw_meta
+    if isinstance(raw_meta, str):
+        try:
+            meta = json.loads(raw_meta) if raw_meta.strip() else {}
+        except json.JSONDecodeError:
+            meta = {}
+    fn_name = meta.get("func_name") if isinstance(meta, dict) else None
+    public = decode_lcb_tests(_get(spec, row, fields["public_tests"], required=False))
+    private = decode_lcb_tests(_get(spec, row, fields["private_tests"], required=False))
+    if starter.strip():
+        block = (
+            "Complete the following starter code (keep the given signature):\n"
+            f"```python\n{starter.rstrip()}\n```"
+        )
+    else:
+        block = "Read the input from standard input and write the answer to standard output."
+    metadata: dict[str, Any] = {
+        "tests": public + private,
+        "fn_name": fn_name or None,
+        "num_public_tests": len(public),
+    }
+    for key in ("date", "difficulty", "platform", "contest_id"):
+        if fields.get(key):
+            metadata[key] = _get(spec, row, fields[key], required=False)
+    return Sample(
+        id=_sample_id(spec, row, question, seen),
+        input={
+            "question": question,
+            "title": title,
+            "starter_code": starter,
+            "starter_code_block": block,
+        },
+        gold=None,
+        metadata=metadata,
+    )
+
+
+def _bcb_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int]) -> Sample:
+    fields = spec.fields
+    question = _text(_get(spec, row, fields["question"]))
+    libs: Any = _get(spec, row, fields["libs"], required=False) if fields.get("libs") else None
+    if isinstance(libs, str):
+        # The column holds a Python list literal such as "['math', 're']".
+        with contextlib.suppress(ValueError, SyntaxError):
+            libs = ast.literal_eval(libs)
+    return Sample(
+        id=_sample_id(spec, row, question, seen),
+        input={
+            "question": question,
+            "code_prompt": _text(_get(spec, row, fields["code_prompt"], required=False)),
+        },
+        gold=None,
+        metadata={
+            "test": _text(_get(spec, row, fields["test"])),
+            "entry_point": _text(_get(spec, row, fields["entry_point"])),
+            "libs": libs,
+        },
+    )
+
+
+_MAKERS = {
+    "choice": _choice_sample,
+    "math": _math_sample,
+    "livecodebench": _lcb_sample,
+    "bigcodebench": _bcb_sample,
+}

@@ -1,0 +1,331 @@
+"""Pull the answer out of a model's reply.
+
+Pure functions, no state.  Each one first cuts its input to the last
+:data:`MAX_RESPONSE_CHARS` characters and then does a bounded amount of work (one or
+two linear passes, no backtracking-prone patterns), so a huge or hostile reply cannot
+stall a benchmark.  Reasoning blocks (``<think>...</think>``) are removed by the two
+high-level extractors, :func:`extract_letter` and :func:`extract_math_answer`; the
+low-level ones (:func:`last_boxed`, :func:`answer_tag`, :func:`answer_line`) read the
+text they are given as it is.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+
+from conductor.text import strip_think
+
+__all__ = [
+    "MAX_RESPONSE_CHARS",
+    "answer_line",
+    "answer_tag",
+    "clip_tail",
+    "extract_letter",
+    "extract_math_answer",
+    "last_boxed",
+    "strip_think",
+]
+
+#: Replies longer than this are cut to their tail before any extraction.
+MAX_RESPONSE_CHARS = 64_000
+
+_LETTERS = string.ascii_uppercase
+
+
+def clip_tail(text: str, limit: int = MAX_RESPONSE_CHARS) -> str:
+    """Return the last ``limit`` characters of ``text`` (answers sit at the end)."""
+    if limit <= 0:
+        return ""
+    return text if len(text) <= limit else text[-limit:]
+
+
+# --- \boxed{...} -------------------------------------------------------------------
+
+# Box openers, escaped braces (literal set braces, skipped) and plain braces, in one
+# alternation so that a single left-to-right pass can match every box.
+_BRACE_TOKEN = re.compile(r"\\(?:boxed|fbox)\s*\{|\\[{}]|[{}]")
+# ``\boxed 5``: the brace-less form some models write.
+_BARE_BOX = re.compile(r"\\boxed[ \t]+([^\s{}$]+)")
+
+
+def _boxes(text: str) -> list[tuple[int, int, str]]:
+    """Every complete box in ``text`` as ``(start, end, content)``, sorted by end.
+
+    One pass with a stack of open braces; boxes left open (a truncated reply) are
+    dropped.  Nested boxes are all reported; the outer one ends last.
+    """
+    found: list[tuple[int, int, str]] = []
+    # Each entry: (start of the box command, start of its content) for a box opener,
+    # or None for an ordinary brace.
+    stack: list[tuple[int, int] | None] = []
+    for match in _BRACE_TOKEN.finditer(text):
+        token = match.group(0)
+        if token[0] == "\\" and len(token) == 2:
+            continue  # \{ or \}: a literal brace, not grouping
+        if token.endswith("{") and token != "}":
+            stack.append((match.start(), match.end()) if len(token) > 1 else None)
+        elif stack:
+            opener = stack.pop()
+            if opener is not None:
+                found.append((opener[0], match.end(), text[opener[1] : match.start()]))
+    for match in _BARE_BOX.finditer(text):
+        found.append((match.start(), match.end(), match.group(1)))
+    # The latest end wins; for nested boxes ending together the outer (earlier start)
+    # one sorts last.
+    found.sort(key=lambda box: (box[1], -box[0]))
+    return found
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``.
+
+    Braces are matched (``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``), escaped
+    braces ``\\{ \\}`` count as text, a box never closed is ignored, and the brace-less
+    ``\\boxed 5`` is read too.  Returns the stripped content, or ``None`` when there is
+    no complete, non-empty box.
+    """
+    boxes = _boxes(clip_tail(text))
+    for _start, _end, content in reversed(boxes):
+        if content.strip():
+            return content.strip()
+    return None
+
+
+# --- <answer>...</answer> ----------------------------------------------------------
+
+_ANSWER_TAG = re.compile(r"<\s*(/?)\s*answer\s*>", re.IGNORECASE)
+
+
+def _answer_tags(text: str) -> list[tuple[int, str]]:
+    """Every ``<answer>...</answer>`` pair as ``(start, content)``, in order.
+
+    A closing tag pairs with the last opening tag before it; one linear pass.
+    """
+    pairs: list[tuple[int, str]] = []
+    open_at: tuple[int, int] | None = None
+    for match in _ANSWER_TAG.finditer(text):
+        if not match.group(1):
+            open_at = (match.start(), match.end())
+        elif open_at is not None:
+            pairs.append((open_at[0], text[open_at[1] : match.start()]))
+            open_at = None
+    return pairs
+
+
+def answer_tag(text: str) -> str | None:
+    """The stripped content of the last complete ``<answer>...</answer>`` (any case).
+
+    Returns ``None`` when there is none or it is empty.
+    """
+    for _start, content in reversed(_answer_tags(clip_tail(text))):
+        if content.strip():
+            return content.strip()
+    return None
+
+
+# --- ANSWER: lines -----------------------------------------------------------------
+
+# A line that starts (after list / quote / bold markers) with "Answer", "Final answer",
+# "The answer", "Correct answer" ... and a colon.  Anchored at the line start, so the
+# leading run of markers is the only repetition that can backtrack (linear per line).
+_ANSWER_LINE = re.compile(
+    r"^[\s>#*_\-]*(?:(?:the|my)\s+)?(?:(?:final|correct)\s+)?answer[\s*_]*[:：]\s*(.*)$",
+    re.IGNORECASE,
+)
+
+
+def _strip_markup(value: str) -> str:
+    """Remove surrounding whitespace and markdown bold / italic markers."""
+    value = value.strip()
+    while True:
+        before = value
+        for marker in ("**", "__"):
+            if value.startswith(marker):
+                value = value[len(marker) :].strip()
+            if value.endswith(marker):
+                value = value[: -len(marker)].strip()
+        if value == before:
+            return value
+
+
+def _answer_lines(text: str) -> list[tuple[int, str]]:
+    """Every answer line as ``(offset, content)``, in order.
+
+    When the label stands alone (``Final answer:`` then the answer below), the content
+    is the next non-empty line.
+    """
+    found: list[tuple[int, str]] = []
+    lines = text.splitlines(keepends=True)
+    offset = 0
+    for index, line in enumerate(lines):
+        match = _ANSWER_LINE.match(line.rstrip("\r\n"))
+        if match:
+            content = _strip_markup(match.group(1))
+            if not content:
+                for following in lines[index + 1 :]:
+                    if following.strip():
+                        content = _strip_markup(following)
+                        break
+            if content:
+                found.append((offset, content))
+        offset += len(line)
+    return found
+
+
+def answer_line(text: str) -> str | None:
+    """The content of the last ``ANSWER: ...`` line (case-insensitive).
+
+    Also ``Answer: ...``, ``Final answer: ...``, ``**Answer:** ...``,
+    ``**Final Answer**: ...`` and ``- Answer: ...``; bold markers around the content
+    are removed.  A label alone on its line takes the next non-empty line.  Returns
+    ``None`` when no such line has content.
+    """
+    found = _answer_lines(clip_tail(text))
+    return found[-1][1] if found else None
+
+
+# --- multiple-choice letters -------------------------------------------------------
+
+# LaTeX wrappers a letter is often dressed in: \text{B}, \textbf{B}, \mathrm{B}, \boxed{B}.
+_WRAPPER = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|boxed|fbox)\s*\{([^{}]*)\}")
+# A letter at the start of an answer, with its optional bracket and what follows it.
+_LEAD_LETTER = re.compile(r"(?:(?:option|choice)\s+)?[(\[]?\s*([A-Za-z])(?![A-Za-z0-9'])(.*)", re.I)
+# Words after which a standalone "A" or "I" is still the answer, not an article/pronoun.
+_AFTER_LETTER_WORDS = frozenset({"is", "and", "because", "since", "as", "which", "-", "--"})
+# "the answer is B", "the correct option would be (C)", ...
+_ANSWER_IS = re.compile(
+    r"\b(?:answer|option|choice)\s+(?:is|would\s+be|should\s+be|will\s+be)\b\s*:?[ \t]*([^\n]*)",
+    re.IGNORECASE,
+)
+# "... so, ANSWER: B" in the middle of a line (line-start labels are read as lines).
+_INLINE_ANSWER = re.compile(r"\banswer[ \t*_]*[:：][ \t]*([^\n]*)", re.IGNORECASE)
+# The loose forms, read from the final line only: "**B**", "(B)", "B.", "Option B".
+_FINAL_LINE_LETTER = re.compile(
+    r"^[*_]*\s*(?:(?:option|choice)\s+)?(?:\(([A-Z])\)|([A-Z]))[.):]?\s*[*_]*\s*\.?$",
+    re.IGNORECASE,
+)
+
+
+def _clean_letter_text(value: str) -> str:
+    """Strip markdown and LaTeX dressing around a short answer."""
+    value = value.strip()
+    # Unwrap innermost-first; bounded because each pass removes one wrapper.
+    for _ in range(4):
+        unwrapped = _WRAPPER.sub(r"\1", value)
+        if unwrapped == value:
+            break
+        value = unwrapped
+    for noise in ("$", "**", "__", "\\(", "\\)", "\\[", "\\]"):
+        value = value.replace(noise, "")
+    return value.strip()
+
+
+def _letter_in(value: str, allowed: str) -> str | None:
+    """The answer letter that ``value`` (an answer's content) starts with, if any.
+
+    Accepted: the letter alone in any case (``b``, ``(B)``, ``B.``), or an upper-case
+    letter followed by a delimiter and more text (``B) 42``, ``(C) Paris``,
+    ``D: none``).  An upper-case letter followed by a space and a word counts unless it
+    is "A" or "I" starting an ordinary sentence ("A car ..."): for those the next word
+    must be one like "is" or "because".
+    """
+    value = _clean_letter_text(value)
+    match = _LEAD_LETTER.match(value)
+    if not match:
+        return None
+    letter, rest = match.group(1), match.group(2)
+    upper = letter.upper()
+    if upper not in allowed:
+        return None
+    rest_stripped = rest.strip()
+    if not rest_stripped.strip(".:;,)]!*"):
+        return upper  # the letter alone, punctuation aside
+    if letter != upper:
+        return None  # a lower-case letter followed by words: an article or a variable
+    if rest[:1] in ")].:,;":
+        return upper
+    if not rest[:1].isspace():
+        return None
+    if upper not in "AI":
+        return upper
+    next_word = rest_stripped.split(maxsplit=1)[0].lower().strip(",.;:")
+    return upper if next_word in _AFTER_LETTER_WORDS else None
+
+
+def extract_letter(text: str, n_choices: int) -> str | None:
+    """The multiple-choice letter a reply settles on, or ``None``.
+
+        Only the first ``n_choices`` letters count.  Explicit forms come first and the last
+        one in the text wins: ``ANSWER: X`` (``Answer: (B)``, ``**Final Answer:** C``, also
+    mid-line),
+        ``the answer is B``, ``\\boxed{B}`` / ``\\boxed{\\text{B}}`` and
+        ``<answer>B</answer>``.  Only when there is none are loose forms read, from the
+        final non-empty line alone: ``**B**``, ``(B)``, ``B.`` or ``Option B``.  A letter
+        must stand on its own: the "A" of "A car" is not an answer.
+    """
+    if n_choices <= 0:
+        return None
+    allowed = _LETTERS[: min(n_choices, len(_LETTERS))]
+    body = strip_think(clip_tail(text))
+
+    explicit: list[tuple[int, str]] = []
+    for offset, content in _answer_lines(body):
+        letter = _letter_in(content, allowed)
+        if letter:
+            explicit.append((offset, letter))
+    for match in _INLINE_ANSWER.finditer(body):
+        letter = _letter_in(match.group(1), allowed)
+        if letter:
+            explicit.append((match.start(), letter))
+    for match in _ANSWER_IS.finditer(body):
+        letter = _letter_in(match.group(1), allowed)
+        if letter:
+            explicit.append((match.start(), letter))
+    for start, _end, content in _boxes(body):
+        letter = _letter_in(content, allowed)
+        if letter:
+            explicit.append((start, letter))
+    for start, content in _answer_tags(body):
+        letter = _letter_in(content, allowed)
+        if letter:
+            explicit.append((start, letter))
+    if explicit:
+        # max() keeps the first of equal offsets; all of them name the same spot.
+        return max(explicit, key=lambda item: item[0])[1]
+
+    lines = [line for line in body.splitlines() if line.strip()]
+    if not lines:
+        return None
+    final = _FINAL_LINE_LETTER.match(lines[-1].strip())
+    if not final:
+        return None
+    letter = final.group(1) or final.group(2)
+    # Loose forms demand the capital letter unless it is in brackets: a lone "a" line
+    # is more likely a stray word than an answer.
+    if final.group(2) and not letter.isupper():
+        return None
+    return letter.upper() if letter.upper() in allowed else None
+
+
+# --- math answers ------------------------------------------------------------------
+
+
+def extract_math_answer(text: str) -> str | None:
+    """The final answer of a math reply, as written (LaTeX kept), or ``None``.
+
+    Reasoning blocks are ignored.  Looks, in order, for the last
+    ``<answer>...</answer>`` (a ``\\boxed{}`` inside it is unwrapped), the last
+    ``\\boxed{...}``, then the last ``ANSWER: ...`` line.
+    """
+    body = strip_think(clip_tail(text))
+    tagged = answer_tag(body)
+    if tagged is not None:
+        return last_boxed(tagged) or tagged
+    boxed = last_boxed(body)
+    if boxed is not None:
+        return boxed
+    line = answer_line(body)
+    if line is not None:
+        return last_boxed(line) or line
+    return None

@@ -1,0 +1,665 @@
+"""Benchmark files (``benchmarks/*.yaml``): schema, loading and validation.
+
+A benchmark is a YAML file, not Python.  Schema (every key but ``source``, ``prompt``
+and ``grader`` is optional)::
+
+    name: gpqa-diamond              # default: the file's stem; used to prefix sample ids
+    description: one line for humans
+    paper_key: GPQA-D               # the column name in the paper's result tables
+    source:                         # exactly one of hf / url / file:
+      hf: Idavidrein/gpqa           #   a Hugging Face dataset ...
+      revision: 56686c06...         #   ... at a pinned commit (``main`` = not pinned yet)
+      config: gpqa_diamond          #   optional dataset config (subset)
+      split: train                  #   default: test
+      # url: https://.../data.jsonl #   or a file on the web (.jsonl/.json/.csv/.parquet)
+      # file: data/mine.jsonl       #   or a local file, relative to this YAML file
+    train_source: {...}             # same shape; questions for training, not evaluation
+    fields:                         # dataset column names, plus loader-specific keys
+      loader: choice                # choice | math | livecodebench | bigcodebench
+      question: Question
+      ...
+    prompt: |                       # string.Template text over the sample's input:
+      ${question}                   # ${name} or $name; write $$ for a literal dollar
+      ${choices_text}
+    answer_format: letter           # letter | math | code
+    grader: choice                  # choice | math | code
+    grader_options: {}              # passed to the grader as they are
+    epochs: 1                       # default number of repeats of each sample
+    filters: {...}                  # loader-specific, see below
+
+Loaders, the ``fields`` keys they read (with their defaults) and the placeholders
+their prompts may use:
+
+* ``choice`` (multiple choice; default when ``grader: choice``).  Either a list column
+  ``choices`` plus ``answer`` (an index or a letter), or one column per option:
+  ``correct`` plus ``incorrect_1`` .. ``incorrect_N``.  Also ``question``, ``id`` and
+  ``subject`` (optional).  Choices are shuffled per sample and seed.  Placeholders:
+  ``question``, ``choices``, ``choices_text``.  Filters: ``subjects`` (a list).
+* ``math`` (default when ``grader: math``): ``question``, ``answer``, ``id``,
+  ``metadata`` (comma-separated columns copied into the sample's metadata).
+  Placeholders: ``question``.  Filters: ``subjects``, ``levels`` (lists; need
+  ``subject`` / ``level`` fields).
+* ``livecodebench``: ``release`` (``release_v1`` .. ``release_v6``, ``release_latest``,
+  or ``v1`` .. ``v6`` for one release file), and columns ``question``
+  (question_content), ``title``, ``id`` (question_id), ``starter_code``, ``date``
+  (contest_date), ``public_tests``, ``private_tests``, ``metadata``, ``difficulty``,
+  ``platform``.  Placeholders: ``question``, ``title``, ``starter_code``,
+  ``starter_code_block``.  Filters: ``contest_date_from`` / ``contest_date_to``
+  (inclusive, YYYY-MM-DD), ``difficulties``, ``platforms``.
+* ``bigcodebench``: ``question`` (``complete_prompt`` or ``instruct_prompt``), ``id``,
+  ``test``, ``entry_point``, ``code_prompt``, ``libs``.  Placeholders: ``question``,
+  ``code_prompt``.
+
+Every mistake raises :class:`BenchmarkFileError` (a :class:`~conductor.errors.UsageError`)
+whose message starts ``FILE:LINE:`` and names the field.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import string
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import PoolError
+from ..pool import _line, _Reader, _show
+from .types import BenchmarkSpec, DataSource
+
+__all__ = [
+    "ANSWER_FORMATS",
+    "GRADERS",
+    "LOADERS",
+    "LOADER_FIELDS",
+    "LOADER_FILTERS",
+    "LOADER_INPUTS",
+    "LCB_RELEASE_FILES",
+    "BenchmarkFileError",
+    "builtin_benchmarks_dir",
+    "is_pinned",
+    "lcb_release_files",
+    "list_benchmarks",
+    "load_benchmark",
+    "load_benchmark_text",
+    "loader_of",
+    "resolve_benchmark_path",
+    "template_placeholders",
+]
+
+ANSWER_FORMATS: tuple[str, ...] = ("letter", "math", "code")
+GRADERS: tuple[str, ...] = ("choice", "math", "code")
+LOADERS: tuple[str, ...] = ("choice", "math", "livecodebench", "bigcodebench")
+
+#: The ``fields`` keys each loader reads, with the column each defaults to (None: unset).
+LOADER_FIELDS: dict[str, dict[str, str | None]] = {
+    "choice": {
+        "question": "question",
+        "id": None,
+        "subject": None,
+        "choices": None,
+        "answer": None,
+        "correct": None,
+        # incorrect_1 .. incorrect_N are accepted too (see _INCORRECT_RE).
+    },
+    "math": {
+        "question": "problem",
+        "answer": "answer",
+        "id": None,
+        "subject": None,
+        "level": None,
+        "metadata": None,
+    },
+    "livecodebench": {
+        "release": "release_v6",
+        "question": "question_content",
+        "title": "question_title",
+        "id": "question_id",
+        "starter_code": "starter_code",
+        "date": "contest_date",
+        "public_tests": "public_test_cases",
+        "private_tests": "private_test_cases",
+        "metadata": "metadata",
+        "difficulty": "difficulty",
+        "platform": "platform",
+        "contest_id": "contest_id",
+    },
+    "bigcodebench": {
+        "question": "complete_prompt",
+        "id": "task_id",
+        "test": "test",
+        "entry_point": "entry_point",
+        "code_prompt": "code_prompt",
+        "libs": "libs",
+    },
+}
+
+#: The sample-input keys a prompt template may name, per loader.
+LOADER_INPUTS: dict[str, tuple[str, ...]] = {
+    "choice": ("question", "choices", "choices_text"),
+    "math": ("question",),
+    "livecodebench": ("question", "title", "starter_code", "starter_code_block"),
+    "bigcodebench": ("question", "code_prompt"),
+}
+
+#: The filters each loader understands.
+LOADER_FILTERS: dict[str, tuple[str, ...]] = {
+    "choice": ("subjects",),
+    "math": ("subjects", "levels"),
+    "livecodebench": ("contest_date_from", "contest_date_to", "difficulties", "platforms"),
+    "bigcodebench": (),
+}
+
+#: LiveCodeBench publishes one JSONL file per release; ``release_vN`` is all of the
+#: files up to N (that is how the dataset's own ``version_tag`` works), ``vN`` only N's.
+LCB_RELEASE_FILES: tuple[str, ...] = (
+    "test.jsonl",
+    "test2.jsonl",
+    "test3.jsonl",
+    "test4.jsonl",
+    "test5.jsonl",
+    "test6.jsonl",
+)
+
+_TOP_KEYS = (
+    "name",
+    "description",
+    "paper_key",
+    "source",
+    "train_source",
+    "fields",
+    "prompt",
+    "answer_format",
+    "grader",
+    "grader_options",
+    "epochs",
+    "filters",
+)
+_SOURCE_KEYS = ("hf", "revision", "config", "split", "url", "file")
+_DEFAULT_LOADER = {"choice": "choice", "math": "math"}
+_INCORRECT_RE = re.compile(r"incorrect_[1-9][0-9]?\Z")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
+_SHA_RE = re.compile(r"[0-9a-f]{40}\Z")
+_DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+
+
+class BenchmarkFileError(PoolError):
+    """A benchmark file is invalid.  Formatted like a pool error: ``FILE:LINE: msg``."""
+
+
+class _BenchReader(_Reader):
+    """The pool loader's line-aware YAML walker, minus environment expansion.
+
+    Benchmark prompts use ``${name}`` for the sample's fields, so ``${...}`` must reach
+    the template untouched rather than be read as an environment variable.
+    """
+
+    def scalar(self, node: yaml.ScalarNode, field: str) -> Any:
+        return self.construct(node, field)
+
+    def error(self, message: str, node: yaml.Node | None, field: str | None) -> PoolError:
+        return BenchmarkFileError(
+            message,
+            path=self.source,
+            line=_line(node) if node is not None else 1,
+            field=field,
+        )
+
+    # ---------------------------------------------------------------- benchmark parts
+
+    def data_source(self, node: yaml.Node, field: str, base: Path | None) -> DataSource:
+        keys = self.mapping(node, field, _SOURCE_KEYS, "a mapping with hf, url or file")
+        get = {k: vn for k, (_kn, vn) in keys.items()}
+        given = [k for k in ("hf", "url", "file") if k in get]
+        if len(given) != 1:
+            what = "none" if not given else " and ".join(given)
+            raise self.error(
+                f"{field} needs exactly one of hf, url or file (got {what})", node, field
+            )
+        kind = given[0]
+        split = "test"
+        if "split" in get:
+            split = self.required_string(get["split"], f"{field}.split").strip()
+        config = self.string(get["config"], f"{field}.config") if "config" in get else None
+        if kind == "hf":
+            dataset_id = self.required_string(get["hf"], f"{field}.hf").strip()
+            if dataset_id.count("/") != 1 or any(c.isspace() for c in dataset_id):
+                raise self.error(
+                    f'{field}.hf must be a Hugging Face dataset id like "org/name", '
+                    f"got {_show(dataset_id)}",
+                    get["hf"],
+                    f"{field}.hf",
+                )
+            if "revision" not in get:
+                raise self.error(
+                    f"{field} needs a revision: a commit SHA of {dataset_id} "
+                    "(or main, which is not reproducible)",
+                    node,
+                    f"{field}.revision",
+                )
+            revision = self._revision(get["revision"], f"{field}.revision")
+            return DataSource(
+                kind="hf", id=dataset_id, revision=revision, config=config, split=split
+            )
+        for extra in ("revision",):
+            if extra in get:
+                raise self.error(
+                    f"{field}.{extra} only applies to an hf source", keys[extra][0], field
+                )
+        if kind == "url":
+            url = self.required_string(get["url"], f"{field}.url").strip()
+            if not re.match(r"(https?|file)://", url):
+                raise self.error(
+                    f"{field}.url must start with http://, https:// or file://, got {_show(url)}",
+                    get["url"],
+                    f"{field}.url",
+                )
+            self._suffix(url.split("?", 1)[0], get["url"], f"{field}.url")
+            return DataSource(kind="url", url=url, config=config, split=split)
+        raw = self.required_string(get["file"], f"{field}.file").strip()
+        self._suffix(raw, get["file"], f"{field}.file")
+        path = Path(raw).expanduser()
+        if not path.is_absolute() and base is not None:
+            path = base / path
+        return DataSource(kind="file", path=str(path), config=config, split=split)
+
+    def _revision(self, node: yaml.Node, field: str) -> str:
+        value = self.value(node, field)
+        if isinstance(value, int) and not isinstance(value, bool):
+            # An all-digit short SHA is read by YAML as a number; say how to write it.
+            raise self.error(f"{field} must be quoted text, got {_show(value)}", node, field)
+        return self.required_string(node, field).strip()
+
+    def _suffix(self, text: str, node: yaml.Node, field: str) -> None:
+        if not text.lower().endswith(_DATA_SUFFIXES):
+            raise self.error(
+                f"{field} must name a .jsonl, .json, .csv or .parquet file, got {_show(text)}",
+                node,
+                field,
+            )
+
+    def fields(
+        self, node: yaml.Node | None, loader: str, loader_node: yaml.Node | None
+    ) -> dict[str, str]:
+        allowed = tuple(LOADER_FIELDS[loader])
+        out: dict[str, str] = {k: v for k, v in LOADER_FIELDS[loader].items() if v is not None}
+        out["loader"] = loader
+        if node is None:
+            return out
+        if not isinstance(node, yaml.MappingNode):
+            raise self.error(
+                f"fields must be a mapping of names to dataset columns, "
+                f"got {_show(self.value(node, 'fields'))}",
+                node,
+                "fields",
+            )
+        for key, key_node, value_node in self.items(node, "fields"):
+            sub = f"fields.{key}"
+            if key == "loader":
+                continue
+            if key not in allowed and not (loader == "choice" and _INCORRECT_RE.match(key)):
+                close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+                hint = (
+                    f' (did you mean "{close[0]}"?)'
+                    if close
+                    else f"; the {loader} loader reads: {', '.join(allowed)}"
+                )
+                raise self.error(f'fields: unknown key "{key}"{hint}', key_node, sub)
+            value = self.value(value_node, sub)
+            if value is None:
+                out.pop(key, None)
+                continue
+            if not isinstance(value, str) or not value.strip():
+                raise self.error(
+                    f"{sub} must be a column name (text), got {_show(value)}", value_node, sub
+                )
+            out[key] = value
+        if loader == "choice":
+            self._check_choice_fields(out, node)
+        if loader == "livecodebench":
+            release = out["release"]
+            if lcb_release_files(release) is None:
+                where = dict((k, kn) for k, kn, _v in self.items(node, "fields"))
+                raise self.error(
+                    f"fields.release must be release_v1 .. release_v6, release_latest or "
+                    f"v1 .. v6; got {_show(release)}",
+                    where.get("release", node),
+                    "fields.release",
+                )
+        return out
+
+    def _check_choice_fields(self, out: dict[str, str], node: yaml.Node) -> None:
+        has_list = "choices" in out or "answer" in out
+        has_cols = "correct" in out or any(_INCORRECT_RE.match(k) for k in out)
+        if has_list and has_cols:
+            raise self.error(
+                "fields: give either choices + answer (a list column and its answer) or "
+                "correct + incorrect_1 .. incorrect_N (one column per option), not both",
+                node,
+                "fields",
+            )
+        if has_list and not ("choices" in out and "answer" in out):
+            missing = "answer" if "choices" in out else "choices"
+            raise self.error(f"fields needs {missing} too", node, f"fields.{missing}")
+        if has_cols and not ("correct" in out and any(_INCORRECT_RE.match(k) for k in out)):
+            raise self.error(
+                "fields needs correct and at least one incorrect_N column",
+                node,
+                "fields.correct",
+            )
+        if not has_list and not has_cols:
+            raise self.error(
+                "fields must say where the options are: choices + answer, or "
+                "correct + incorrect_1 .. incorrect_N",
+                node,
+                "fields",
+            )
+
+    def filters(self, node: yaml.Node, loader: str) -> dict[str, Any]:
+        allowed = LOADER_FILTERS[loader]
+        keys = self.mapping(node, "filters", allowed) if allowed else None
+        if keys is None:
+            if isinstance(node, yaml.MappingNode) and node.value:
+                first = node.value[0][0]
+                raise self.error(f"filters: the {loader} loader takes no filters", first, "filters")
+            if not isinstance(node, yaml.MappingNode) and self.value(node, "filters") is not None:
+                raise self.error("filters must be a mapping", node, "filters")
+            return {}
+        out: dict[str, Any] = {}
+        for key, (_kn, vn) in keys.items():
+            sub = f"filters.{key}"
+            if key in ("contest_date_from", "contest_date_to"):
+                value = self.value(vn, sub)
+                if value is None:
+                    continue
+                if not isinstance(value, str) or not _DATE_RE.match(value):
+                    raise self.error(
+                        f"{sub} must be a date written YYYY-MM-DD, got {_show(value)}", vn, sub
+                    )
+                out[key] = value
+            else:
+                if not isinstance(vn, yaml.SequenceNode):
+                    raise self.error(
+                        f"{sub} must be a list, got {_show(self.value(vn, sub))}", vn, sub
+                    )
+                items = [self.plain(item, f"{sub}[{i}]") for i, item in enumerate(vn.value)]
+                for i, item in enumerate(items):
+                    if not isinstance(item, (str, int)) or isinstance(item, bool):
+                        raise self.error(
+                            f"{sub}[{i}] must be text or a number, got {_show(item)}",
+                            vn.value[i],
+                            sub,
+                        )
+                out[key] = items
+        lo, hi = out.get("contest_date_from"), out.get("contest_date_to")
+        if lo and hi and lo > hi:
+            raise self.error(
+                f"filters: contest_date_from ({lo}) is after contest_date_to ({hi})",
+                node,
+                "filters",
+            )
+        return out
+
+    def prompt(self, node: yaml.Node, loader: str) -> str:
+        text = self.required_string(node, "prompt")
+        allowed = LOADER_INPUTS[loader]
+        for name, pos in _template_names(text):
+            line = _line(node) + text[:pos].count("\n")
+            if isinstance(node, yaml.ScalarNode) and node.style in ("|", ">"):
+                line += 1  # block scalars start on the line after the indicator
+            if name is None:
+                raise self.error(
+                    "prompt has a lone $ that is not a placeholder; write $$ for a literal "
+                    "dollar sign, or ${name} for a field",
+                    _AtLine(line),
+                    "prompt",
+                )
+            if name not in allowed:
+                close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
+                hint = f' (did you mean "{close[0]}"?)' if close else ""
+                raise self.error(
+                    f"prompt uses ${{{name}}}, which the {loader} loader does not give{hint}; "
+                    f"it gives: {', '.join(allowed)}",
+                    _AtLine(line),
+                    "prompt",
+                )
+        return text
+
+    def benchmark(
+        self, root: yaml.Node | None, default_name: str, path: Path | None
+    ) -> BenchmarkSpec:
+        if root is None:
+            raise BenchmarkFileError(
+                "the benchmark file is empty; it needs at least source, prompt and grader",
+                path=self.source,
+                line=1,
+            )
+        if not isinstance(root, yaml.MappingNode):
+            raise self.error(
+                f"the top level must be a mapping, got {_show(self.value(root, 'top level'))}",
+                root,
+                None,
+            )
+        keys = self.mapping(root, "", _TOP_KEYS)
+        get = {k: vn for k, (_kn, vn) in keys.items()}
+        for required in ("source", "prompt", "grader"):
+            if required not in get:
+                raise self.error(f"missing required key: {required}", root, required)
+        name = default_name
+        if "name" in get:
+            name = self.required_string(get["name"], "name").strip()
+            if not _NAME_RE.match(name):
+                raise self.error(
+                    f"name may hold only letters, digits, '.', '_' and '-', got {_show(name)}",
+                    get["name"],
+                    "name",
+                )
+        base = path.parent if path is not None else None
+        source = self.data_source(get["source"], "source", base)
+        train_source = (
+            self.data_source(get["train_source"], "train_source", base)
+            if "train_source" in get and self.value(get["train_source"], "train_source") is not None
+            else None
+        )
+        grader = self.choice(get["grader"], "grader", GRADERS)
+        assert grader is not None
+        answer_format = {"choice": "letter", "math": "math", "code": "code"}[grader]
+        if "answer_format" in get:
+            answer_format = self.choice(get["answer_format"], "answer_format", ANSWER_FORMATS) or (
+                answer_format
+            )
+        loader, loader_node = self._loader(get.get("fields"), grader)
+        fields = self.fields(get.get("fields"), loader, loader_node)
+        if loader == "choice" and answer_format != "letter":
+            raise self.error(
+                "answer_format must be letter for a multiple-choice benchmark",
+                get.get("answer_format", root),
+                "answer_format",
+            )
+        prompt = self.prompt(get["prompt"], loader)
+        grader_options: dict[str, Any] = {}
+        if "grader_options" in get:
+            node = get["grader_options"]
+            if not isinstance(node, yaml.MappingNode):
+                if self.value(node, "grader_options") is not None:
+                    raise self.error("grader_options must be a mapping", node, "grader_options")
+            else:
+                grader_options = self.plain(node, "grader_options")
+        epochs = 1
+        if "epochs" in get:
+            epochs = self.integer(get["epochs"], "epochs", 1) or 1
+        filters = self.filters(get["filters"], loader) if "filters" in get else {}
+        needs = {"subjects": "subject", "levels": "level"}
+        for key, col in needs.items():
+            if key in filters and col not in fields:
+                raise self.error(
+                    f"filters.{key} needs fields.{col} (the dataset column holding it)",
+                    get["filters"],
+                    f"filters.{key}",
+                )
+        description = (
+            self.string(get["description"], "description") if "description" in get else None
+        )
+        paper_key = self.string(get["paper_key"], "paper_key") if "paper_key" in get else None
+        return BenchmarkSpec(
+            name=name,
+            source=source,
+            fields=fields,
+            prompt=prompt,
+            grader=grader,
+            answer_format=answer_format,
+            epochs=epochs,
+            description=description,
+            grader_options=grader_options,
+            filters=filters,
+            train_source=train_source,
+            paper_key=paper_key,
+            path=path,
+        )
+
+    def _loader(self, node: yaml.Node | None, grader: str) -> tuple[str, yaml.Node | None]:
+        if isinstance(node, yaml.MappingNode):
+            for key, _kn, vn in self.items(node, "fields"):
+                if key == "loader":
+                    value = self.choice(vn, "fields.loader", LOADERS)
+                    if value is not None:
+                        return value, vn
+        if grader in _DEFAULT_LOADER:
+            return _DEFAULT_LOADER[grader], None
+        raise self.error(
+            "fields.loader must say which loader reads a code benchmark: "
+            "livecodebench or bigcodebench",
+            node,
+            "fields.loader",
+        )
+
+
+class _AtLine(yaml.Node):  # type: ignore[misc]
+    """A stand-in node that carries only a line number, for errors inside a text block."""
+
+    def __init__(self, line: int) -> None:
+        mark = yaml.Mark("", 0, line - 1, 0, None, None)
+        super().__init__("", "", mark, mark)
+
+
+def _template_names(text: str) -> list[tuple[str | None, int]]:
+    """(placeholder name or None for an invalid ``$``, offset) for each ``$`` use."""
+    out: list[tuple[str | None, int]] = []
+    for match in string.Template.pattern.finditer(text):
+        if match.group("escaped") is not None:
+            continue
+        name = match.group("named") or match.group("braced")
+        out.append((name, match.start()))
+    return out
+
+
+def template_placeholders(template: str) -> list[str]:
+    """The distinct ``${name}`` / ``$name`` placeholders of a prompt template, in order."""
+    seen: list[str] = []
+    for name, _pos in _template_names(template):
+        if name is not None and name not in seen:
+            seen.append(name)
+    return seen
+
+
+def loader_of(spec: BenchmarkSpec) -> str:
+    """The loader that reads ``spec``'s data (``choice``, ``math``, ...)."""
+    return spec.fields.get("loader") or _DEFAULT_LOADER.get(spec.grader, "math")
+
+
+def lcb_release_files(release: str) -> tuple[str, ...] | None:
+    """The LiveCodeBench JSONL files making up ``release``; None if it is unknown."""
+    if release == "release_latest":
+        return LCB_RELEASE_FILES
+    match = re.fullmatch(r"(release_)?v([1-9])", release)
+    if match is None or int(match.group(2)) > len(LCB_RELEASE_FILES):
+        return None
+    n = int(match.group(2))
+    return LCB_RELEASE_FILES[:n] if match.group(1) else (LCB_RELEASE_FILES[n - 1],)
+
+
+def is_pinned(source: DataSource) -> bool:
+    """Whether an hf source names a full commit SHA (always true for url / file)."""
+    if source.kind != "hf":
+        return True
+    return bool(source.revision and _SHA_RE.match(source.revision))
+
+
+def load_benchmark_text(
+    text: str, *, source: str = "<string>", path: Path | None = None
+) -> BenchmarkSpec:
+    """Parse and validate benchmark YAML held in a string.
+
+    ``source`` is the name errors start with; ``path`` (the file, when there is one)
+    anchors relative ``file:`` sources and is kept in the spec.
+    """
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        context = f"{exc.context}, " if exc.context else ""
+        raise BenchmarkFileError(
+            f"invalid YAML: {context}{exc.problem or 'could not be parsed'}",
+            path=source,
+            line=(mark.line + 1) if mark is not None else None,
+        ) from None
+    except yaml.YAMLError as exc:
+        raise BenchmarkFileError(f"invalid YAML: {exc}", path=source) from None
+    default_name = "benchmark" if source.startswith("<") else Path(source).stem
+    reader = _BenchReader(source, {})
+    try:
+        return reader.benchmark(root, default_name, path)
+    finally:
+        reader.close()
+
+
+def builtin_benchmarks_dir() -> Path:
+    """The folder of shipped benchmark files (``conductor/benchmarks``, a symlink to the
+    repository's ``benchmarks/`` in a checkout; else the repository's own folder)."""
+    here = Path(__file__).resolve().parent.parent
+    packaged = here / "benchmarks"
+    if packaged.is_dir():
+        return packaged
+    return here.parent.parent / "benchmarks"
+
+
+def list_benchmarks() -> list[str]:
+    """The names of the shipped benchmarks, sorted."""
+    folder = builtin_benchmarks_dir()
+    if not folder.is_dir():
+        return []
+    return sorted(p.stem for p in folder.glob("*.yaml") if p.is_file())
+
+
+def resolve_benchmark_path(name_or_path: str) -> Path:
+    """An existing benchmark file, or the shipped benchmark called ``name_or_path``."""
+    candidate = Path(name_or_path).expanduser()
+    if candidate.is_file():
+        return candidate
+    stem = name_or_path[:-5] if name_or_path.endswith(".yaml") else name_or_path
+    folder = builtin_benchmarks_dir()
+    if "/" not in name_or_path and stem in list_benchmarks():
+        return folder / f"{stem}.yaml"
+    names = list_benchmarks()
+    close = difflib.get_close_matches(stem, names, n=1, cutoff=0.6)
+    hint = f' (did you mean "{close[0]}"?)' if close else ""
+    raise BenchmarkFileError(
+        f'no benchmark file or shipped benchmark named "{name_or_path}"{hint}; '
+        f"shipped: {', '.join(names) or 'none'}"
+    )
+
+
+def load_benchmark(name_or_path: str | Path) -> BenchmarkSpec:
+    """Load and validate a benchmark by shipped name (``gpqa-diamond``) or file path."""
+    path = resolve_benchmark_path(str(name_or_path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise BenchmarkFileError("is a directory, not a benchmark file", path=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise BenchmarkFileError(f"is not UTF-8 text ({exc.reason})", path=str(path)) from None
+    except OSError as exc:
+        raise BenchmarkFileError(f"cannot be read: {exc.strerror}", path=str(path)) from None
+    return load_benchmark_text(text, source=str(path), path=path.resolve())

@@ -1,0 +1,107 @@
+"""The code grader against tests/cases/grade_code.json, plus its pure helpers."""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conductor.bench.graders.code import (
+    CodeGrader,
+    decode_lcb_private_tests,
+    extract_code,
+    outputs_match,
+    values_match,
+)
+from conductor.bench.types import Sample
+
+CASES = json.loads((Path(__file__).parent / "cases" / "grade_code.json").read_text())
+ESCAPE = Path("/tmp/conductor_grader_escape.txt")
+
+
+def encode_lcb(tests: list[dict[str, Any]]) -> str:
+    """LiveCodeBench's private-test encoding: json -> pickle -> zlib -> base64."""
+    return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode()
+
+
+def build_sample(name: str, meta: dict[str, Any]) -> Sample:
+    meta = dict(meta)
+    for key, value in list(meta.items()):
+        if isinstance(value, dict) and "encode" in value:
+            meta[key] = encode_lcb(value["encode"])
+    return Sample(id=name, input={"question": "?"}, gold=None, metadata=meta)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_case(case: dict[str, Any]) -> None:
+    ESCAPE.unlink(missing_ok=True)
+    grader = CodeGrader(**case.get("options", {}))
+    verdict = grader.grade(case["response"], build_sample(case["name"], case["sample"]))
+    assert verdict.status == case["expect"], verdict
+    if "outcome" in case:
+        assert verdict.detail.get("outcome") == case["outcome"], verdict
+    if case.get("blocked"):
+        assert verdict.detail.get("blocked"), verdict
+    if "reason_contains" in case:
+        assert case["reason_contains"] in verdict.reason, verdict
+    if verdict.status == "correct":
+        assert verdict.detail["passed"] == verdict.detail["total"] > 0
+    if "total" in case:
+        assert verdict.detail["total"] == case["total"]
+    assert not ESCAPE.exists(), "model code wrote outside its sandbox"
+
+
+def test_case_file_is_big_enough() -> None:
+    assert len(CASES) >= 20
+    assert len({c["name"] for c in CASES}) == len(CASES)
+
+
+def test_decode_lcb_private_tests_both_formats() -> None:
+    tests = [{"input": "1\n", "output": "2\n", "testtype": "stdin"}]
+    assert decode_lcb_private_tests(encode_lcb(tests)) == tests
+    assert decode_lcb_private_tests(json.dumps(tests)) == tests
+    with pytest.raises(ValueError):
+        decode_lcb_private_tests(json.dumps({"not": "a list"}))
+
+
+def test_extract_code_rules() -> None:
+    assert extract_code(None) is None
+    assert extract_code("```py\nx = 1\n```") == "x = 1\n"
+    assert extract_code("```\nA\n```\n```python\nB\n```\n```\nC\n```") == "B\n"
+    assert extract_code("```\nA\n```\n```\nC\n```") == "C\n"
+    assert extract_code("<think>```python\nA\n```</think>```python\nB\n```") == "B\n"
+    # a truncated reply: the last fence never closes
+    assert extract_code("```python\nprint(1)\n") == "print(1)\n"
+    assert extract_code("just words") is None
+
+
+def test_outputs_and_values_match() -> None:
+    assert outputs_match("1 2  \n3\n\n", "1 2\n3")
+    assert outputs_match("0.1000000001", "0.1")
+    assert not outputs_match("1 2", "1 2 3")
+    assert not outputs_match("yes", "no")
+    assert not outputs_match("1\n2", "1")
+    assert values_match([1, [2.0000000001]], [1, [2.0]])
+    assert not values_match(True, 1)
+    assert not values_match({"a": 1}, {"a": 2})
+
+
+def test_timeouts_are_per_test_not_per_sample() -> None:
+    # three tests each taking ~0.4 s pass under a 1 s per-test limit
+    sample = build_sample(
+        "slowish",
+        {"tests": [{"input": "", "output": "ok", "testtype": "stdin"}] * 3},
+    )
+    code = "```python\nimport time\ntime.sleep(0.4)\nprint('ok')\n```"
+    verdict = CodeGrader(time_limit_s=1).grade(code, sample)
+    assert verdict.status == "correct", verdict
+
+
+def test_grader_protocol_attributes() -> None:
+    grader = CodeGrader()
+    assert grader.name == "code" and grader.version == "1"

@@ -1,0 +1,290 @@
+"""The choice and math graders, the answer extractors and the grader registry.
+
+Driven by tests/cases/grade_choice.json (letter extraction) and
+tests/cases/grade_math.json (math equivalence, through real math-verify in its child
+process), plus time-limit, truncation and shuffling checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conductor.bench import graders as graders_pkg
+from conductor.bench.graders import GRADER_NAMES, Grader, get_grader
+from conductor.bench.graders import math as math_mod
+from conductor.bench.graders.choice import ChoiceGrader, format_choices, shuffle_choices
+from conductor.bench.graders.extract import (
+    MAX_RESPONSE_CHARS,
+    answer_line,
+    answer_tag,
+    clip_tail,
+    extract_letter,
+    extract_math_answer,
+    last_boxed,
+)
+from conductor.bench.graders.math import MathGrader, normalise_answer
+from conductor.bench.types import Sample, Verdict
+from conductor.errors import UsageError
+
+CASES_DIR = Path(__file__).parent / "cases"
+CHOICE_CASES: list[dict[str, Any]] = json.loads(
+    (CASES_DIR / "grade_choice.json").read_text(encoding="utf-8")
+)
+MATH_CASES: list[dict[str, Any]] = json.loads(
+    (CASES_DIR / "grade_math.json").read_text(encoding="utf-8")
+)
+
+# 9^(9^(9^9)) has far too many digits to compute: sympy works on it until killed.
+# (Checked with math-verify 0.9.0 / sympy 1.14: its comparison with 1 never returns.)
+POWER_TOWER = r"The answer is $\boxed{9^{9^{9^{9}}}}$."
+
+
+@pytest.fixture(scope="module")
+def math_grader() -> MathGrader:
+    return MathGrader(timeout_s=10.0)
+
+
+def _sample(gold: Any, **inputs: Any) -> Sample:
+    return Sample(id="s1", input=dict(inputs), gold=gold)
+
+
+# --- case files ----------------------------------------------------------------------
+
+
+def test_case_files_are_well_formed() -> None:
+    for cases, minimum in ((CHOICE_CASES, 25), (MATH_CASES, 35)):
+        names = [c["name"] for c in cases]
+        assert len(names) == len(set(names))
+        assert len(cases) >= minimum
+    statuses = {c["expect"] for c in MATH_CASES}
+    assert statuses == {"correct", "incorrect", "no_answer"}
+    assert {c["expect"] is None for c in CHOICE_CASES} == {True, False}
+
+
+@pytest.mark.parametrize("case", CHOICE_CASES, ids=[c["name"] for c in CHOICE_CASES])
+def test_choice_case(case: dict[str, Any]) -> None:
+    assert extract_letter(case["response"], case["n_choices"]) == case["expect"]
+
+
+@pytest.mark.parametrize("case", MATH_CASES, ids=[c["name"] for c in MATH_CASES])
+def test_math_case(case: dict[str, Any], math_grader: MathGrader) -> None:
+    verdict = math_grader.grade(case["response"], _sample(case["gold"]))
+    assert verdict.status == case["expect"], verdict.reason
+
+
+# --- extractors ----------------------------------------------------------------------
+
+
+def test_last_boxed_matches_braces_and_skips_broken_boxes() -> None:
+    assert last_boxed(r"\boxed{\frac{1}{\sqrt{2}}}") == r"\frac{1}{\sqrt{2}}"
+    assert last_boxed(r"\boxed{\{1, 2\}}") == r"\{1, 2\}"  # escaped braces are text
+    assert last_boxed(r"\boxed{1} then \boxed{2} then \boxed{3") == "2"
+    assert last_boxed(r"\boxed{\boxed{5}}") == r"\boxed{5}"  # the outer box
+    assert last_boxed(r"\boxed 7") == "7"
+    assert last_boxed(r"\fbox{x}") == "x"
+    assert last_boxed("no box {here}") is None
+    assert last_boxed(r"\boxed{  }") is None
+
+
+def test_answer_tag_and_answer_line() -> None:
+    assert answer_tag("<answer>1</answer> <ANSWER> 2 </Answer>") == "2"
+    assert answer_tag("<answer>unfinished") is None
+    assert answer_line("Answer: 1\nmore\n**Final Answer**: 2\n") == "2"
+    assert answer_line("- answer: __x__") == "x"
+    assert answer_line("Answer choices: A, B") is None
+    assert answer_line("The answer is 3") is None
+
+
+def test_extract_math_answer_order() -> None:
+    # <answer> beats \boxed beats ANSWER: lines, whatever their positions.
+    assert extract_math_answer(r"<answer>1</answer> \boxed{2} ANSWER: 3") == "1"
+    assert extract_math_answer("ANSWER: 3\n" + r"\boxed{2}") == "2"
+    assert extract_math_answer("ANSWER: 3") == "3"
+    assert extract_math_answer("just words") is None
+    assert extract_math_answer(r"<think>\boxed{1}</think>") is None
+
+
+def test_extractors_are_bounded_on_hostile_input() -> None:
+    hostile = r"\boxed{" * 50_000 + "<answer>" * 20_000 + "*" * 100_000 + "\n" + "Answer:" * 9000
+    started = time.monotonic()
+    extract_letter(hostile, 4)
+    extract_math_answer(hostile)
+    assert time.monotonic() - started < 5.0
+
+
+def test_clip_tail_keeps_the_end() -> None:
+    assert clip_tail("abcdef", 3) == "def"
+    assert clip_tail("abc", 10) == "abc"
+
+
+def test_normalise_answer() -> None:
+    assert normalise_answer(r"$\dfrac{1}{2}$") == normalise_answer(r"\frac{1}{2}")
+    assert normalise_answer(r"\left( 1,\, 2 \right).") == "(1,2)"
+    assert normalise_answer("-2") != normalise_answer("2")
+
+
+# --- registry ------------------------------------------------------------------------
+
+
+def test_registry_builds_graders_with_options() -> None:
+    choice = get_grader("choice")
+    assert isinstance(choice, Grader)
+    assert (choice.name, choice.version) == ("choice", "1")
+    grader = get_grader("math", {"timeout_s": 2.5})
+    assert isinstance(grader, MathGrader)
+    assert grader.timeout_s == 2.5
+    assert set(GRADER_NAMES) == {"choice", "code", "math"}
+
+
+def test_registry_rejects_unknown_names_and_options() -> None:
+    with pytest.raises(UsageError, match="choice, code, math"):
+        get_grader("regex")
+    with pytest.raises(UsageError, match="no option 'tolerance'.*max_chars"):
+        get_grader("math", {"tolerance": 0.1})
+    with pytest.raises(UsageError, match="timeout_s"):
+        get_grader("math", {"timeout_s": 0})
+
+
+def test_registry_reports_a_missing_grader_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(graders_pkg._REGISTRY, "ghost", (".ghost", "GhostGrader"))
+    with pytest.raises(UsageError, match="not available"):
+        get_grader("ghost")
+
+
+# --- choice grader and shuffling -------------------------------------------------------
+
+
+def test_choice_grader_verdicts() -> None:
+    grader = ChoiceGrader()
+    sample = _sample("C", choices=["w", "x", "y", "z", "v"])
+    right = grader.grade("ANSWER: C", sample)
+    assert (right.status, right.extracted, right.correct) == ("correct", "C", True)
+    wrong = grader.grade("ANSWER: E", sample)  # E is valid: five choices
+    assert wrong.status == "incorrect"
+    assert "E" in wrong.reason and "C" in wrong.reason
+    assert wrong.score == 0.0
+    none = grader.grade("no idea", sample)
+    assert none == Verdict("no_answer", "no answer letter could be read", detail=none.detail)
+    assert grader.grade(None, sample).status == "no_answer"
+    assert grader.grade("ANSWER: C", _sample("Q", choices=["a", "b"])).status == "grader_error"
+
+
+def test_shuffle_choices_is_deterministic_and_tracks_gold() -> None:
+    choices = ["alpha", "beta", "gamma", "delta", "epsilon"]
+    first = shuffle_choices(choices, 2, seed=7, sample_id="q1")
+    assert first == shuffle_choices(choices, 2, seed=7, sample_id="q1")
+    shuffled, gold, permutation = first
+    assert sorted(permutation) == list(range(5))
+    assert shuffled == [choices[i] for i in permutation]
+    assert shuffled["ABCDE".index(gold)] == "gamma"
+    # Other seeds / ids give other orders (at least for some of them).
+    orders = {
+        tuple(shuffle_choices(choices, 0, seed, f"q{i}")[2]) for seed in range(3) for i in range(5)
+    }
+    assert len(orders) > 5
+    for index in range(5):
+        _shuffled, letter, _perm = shuffle_choices(choices, index, seed=1, sample_id="x")
+        assert _shuffled["ABCDE".index(letter)] == choices[index]
+    with pytest.raises(ValueError):
+        shuffle_choices(choices, 5, seed=1, sample_id="x")
+
+
+def test_format_choices() -> None:
+    assert format_choices(["red", " blue "]) == "A) red\nB) blue"
+
+
+# --- math grader: limits -------------------------------------------------------------
+
+
+def test_math_grader_without_answer_or_gold(math_grader: MathGrader) -> None:
+    assert math_grader.grade(None, _sample("1")).status == "no_answer"
+    verdict = math_grader.grade(r"\boxed{1}", _sample(""))
+    assert verdict.status == "grader_error"
+    verdict = math_grader.grade(r"\boxed{1}", _sample(r"\frac{"))
+    assert verdict.status == "grader_error"
+    assert "could not be read" in verdict.reason
+
+
+def test_math_time_limit_from_a_worker_thread(math_grader: MathGrader) -> None:
+    grader = MathGrader(timeout_s=1.0)
+    # Warm a child first so that the measured time is the comparison alone.
+    assert grader.grade(r"\boxed{0.5}", _sample(r"\frac12")).status == "correct"
+    idle = list(math_mod._POOL._idle)
+    assert idle, "a warm child should be waiting"
+    taken = idle[-1]  # the pool hands out its most recently used child
+
+    results: list[Verdict] = []
+    thread = threading.Thread(
+        target=lambda: results.append(grader.grade(POWER_TOWER, _sample("1")))
+    )
+    started = time.monotonic()
+    thread.start()
+    thread.join(timeout=30)
+    elapsed = time.monotonic() - started
+    assert results and results[0].status == "time_limit", results
+    assert elapsed < 1.0 + 2.0
+    # The stuck child was killed, and the next comparison gets a working one.
+    assert taken.process.poll() is not None
+    assert taken not in math_mod._POOL._idle
+    assert grader.grade(r"\boxed{\sqrt{8}}", _sample(r"2\sqrt2")).status == "correct"
+
+
+async def test_math_time_limit_under_asyncio_to_thread() -> None:
+    grader = MathGrader(timeout_s=1.0)
+    grader.grade(r"\boxed{0.25}", _sample(r"\frac14"))  # warm
+    started = time.monotonic()
+    verdict = await asyncio.to_thread(grader.grade, POWER_TOWER, _sample("1"))
+    assert verdict.status == "time_limit"
+    assert time.monotonic() - started < 1.0 + 2.0
+
+
+def test_math_grader_replaces_a_dead_child_and_serves_threads(math_grader: MathGrader) -> None:
+    math_grader.grade(r"\boxed{0.5}", _sample(r"\frac12"))  # warm
+    victim = math_mod._POOL._idle[-1]
+    victim.process.kill()
+    victim.process.wait(timeout=10)
+    assert math_grader.grade(r"\boxed{0.5}", _sample(r"\frac12")).status == "correct"
+    # More threads than children: each one still gets its own, correct verdict.
+    pairs = [(r"\frac{1}{4}", "0.25"), ("3", "-3"), (r"\sqrt{9}", "3"), ("0.2", r"\frac15")]
+    results: dict[int, str] = {}
+
+    def grade(index: int) -> None:
+        answer, gold = pairs[index]
+        results[index] = math_grader.grade(f"ANSWER: {answer}", _sample(gold)).status
+
+    threads = [threading.Thread(target=grade, args=(i,)) for i in range(len(pairs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert results == {0: "correct", 1: "incorrect", 2: "correct", 3: "correct"}
+
+
+def test_megabyte_response_is_truncated_and_graded_quickly(math_grader: MathGrader) -> None:
+    filler = "Let me keep checking the arithmetic. " * 30_000  # about 1.1 MB
+    response = r"Early guess \boxed{99}. " + filler + r"So the answer is $\boxed{\frac{3}{4}}$."
+    assert len(response) > 1_000_000
+    started = time.monotonic()
+    verdict = math_grader.grade(response, _sample("0.75"))
+    assert verdict.status == "correct"
+    assert verdict.detail.get("truncated") is True
+    assert time.monotonic() - started < 5.0
+    # The early box is outside the kept tail: with the final box gone, nothing is read.
+    assert (
+        math_grader.grade(
+            response[: -len(r"So the answer is $\boxed{\frac{3}{4}}$.")], _sample("99")
+        ).status
+        == "no_answer"
+    )
+    letter = ChoiceGrader().grade(
+        "ANSWER: A\n" + filler + "ANSWER: B", _sample("B", choices=list("abcd"))
+    )
+    assert letter.status == "correct"
+    assert len(clip_tail(response)) == MAX_RESPONSE_CHARS

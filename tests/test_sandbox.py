@@ -1,0 +1,202 @@
+"""Each isolation layer of the sandbox, checked directly.
+
+Tests that need the OS layer (namespaces, read-only mounts, uid drop) are skipped where it
+is unavailable; there the fallback (resource limits + audit hook) is still tested.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conductor.bench.sandbox import os_isolation_available, run_sandboxed
+
+needs_os = pytest.mark.skipif(
+    not os_isolation_available(), reason="namespaces unavailable (needs root + unshare)"
+)
+
+
+@pytest.fixture
+def outside() -> Iterator[Path]:
+    """A path outside any sandbox dir that must never be created by sandboxed code."""
+    path = Path("/tmp") / f"conductor-sbx-escape-{uuid.uuid4().hex}"
+    yield path
+    path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A listening TCP socket on 127.0.0.1."""
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(5)
+    srv.settimeout(0.5)
+    yield srv
+    srv.close()
+
+
+def no_connection(srv: socket.socket) -> bool:
+    try:
+        conn, _ = srv.accept()
+    except TimeoutError:
+        return True
+    conn.close()
+    return False
+
+
+def test_runs_code_with_stdin_and_files() -> None:
+    res = run_sandboxed(
+        "import sys\nprint(sys.stdin.read().upper(), open('data.txt').read())",
+        stdin="hello",
+        files={"data.txt": "world"},
+    )
+    assert res.ok, res
+    assert res.stdout.strip() == "HELLO world"
+
+
+def test_write_outside_is_blocked_by_audit_hook(outside: Path) -> None:
+    res = run_sandboxed(f"open({str(outside)!r}, 'w').write('x')")
+    assert not outside.exists()
+    assert res.returncode != 0
+    assert any(str(outside) in b for b in res.blocked), res.blocked
+    assert "PermissionError" in res.stderr
+
+
+def test_write_outside_is_blocked_without_namespaces(outside: Path) -> None:
+    res = run_sandboxed(f"open({str(outside)!r}, 'w').write('x')", isolate=False)
+    assert not outside.exists()
+    assert res.blocked
+    assert "netns" not in res.isolation
+
+
+@needs_os
+def test_write_outside_is_stopped_by_readonly_mounts(outside: Path) -> None:
+    # a child process is a fresh interpreter without the audit hook: only the OS layer
+    # stands between it and the file system
+    code = (
+        "import subprocess, sys\n"
+        f"r = subprocess.run(['sh', '-c', 'echo x > {outside}'])\n"
+        "print('rc', r.returncode)\n"
+    )
+    res = run_sandboxed(code, allow_subprocess=True)
+    assert "readonly-fs" in res.isolation, res
+    assert "rc 0" not in res.stdout, res
+    assert not outside.exists()
+
+
+def test_connect_is_blocked_by_audit_hook(listener: socket.socket) -> None:
+    port = listener.getsockname()[1]
+    code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)"
+    res = run_sandboxed(code, wall_time_s=10)
+    assert res.returncode != 0
+    assert res.blocked
+    assert no_connection(listener)
+
+
+@needs_os
+def test_connect_is_stopped_by_network_namespace(listener: socket.socket) -> None:
+    port = listener.getsockname()[1]
+    inner = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=1)"
+    code = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {inner!r}])\n"
+    res = run_sandboxed(code, allow_subprocess=True, wall_time_s=10)
+    assert "netns" in res.isolation
+    assert "ConnectionRefused" in res.stderr or "unreachable" in res.stderr, res.stderr
+    assert no_connection(listener)
+
+
+def test_parent_environment_is_not_passed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_SECRET", "sk-do-not-leak")
+    res = run_sandboxed(
+        "import os\nprint(repr(os.environ.get('FAKE_SECRET')))\nprint(dict(os.environ))"
+    )
+    assert res.ok, res
+    assert res.stdout.splitlines()[0] == "None"
+    assert "sk-do-not-leak" not in res.stdout
+
+
+def test_temp_dir_is_removed_afterwards() -> None:
+    res = run_sandboxed("import os\nopen('junk.txt', 'w').write('x')\nprint(os.getcwd())")
+    assert res.ok, res
+    workdir = Path(res.stdout.strip())
+    assert workdir.name.startswith("conductor-sbx-")
+    assert not workdir.exists()
+
+
+def test_sigterm_ignoring_sleeper_is_killed_at_wall_limit() -> None:
+    code = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)"
+    res = run_sandboxed(code, wall_time_s=1.0, cpu_time_s=30)
+    assert res.timed_out
+    assert res.returncode is None
+    assert res.wall_s < 5
+
+
+@needs_os
+def test_no_process_outlives_the_run() -> None:
+    marker = f"{37 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 1000:03d}"
+    code = (
+        "import subprocess, time\n"
+        f"subprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n"
+        "time.sleep(60)\n"
+    )
+    res = run_sandboxed(code, allow_subprocess=True, wall_time_s=1.0)
+    assert res.timed_out
+    survivors = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmd:
+                survivors.append(pid)
+    assert not survivors
+
+
+def test_cpu_limit_kills_busy_loop() -> None:
+    res = run_sandboxed("while True:\n    pass", cpu_time_s=1, wall_time_s=15)
+    assert not res.timed_out
+    assert res.killed_by_signal in ("SIGXCPU", "SIGKILL"), res
+    assert res.wall_s < 10
+
+
+def test_memory_limit() -> None:
+    code = "try:\n    x = bytearray(600 * 1024 * 1024)\nexcept MemoryError:\n    print('capped')"
+    res = run_sandboxed(code, memory_mb=300)
+    assert res.stdout.strip() == "capped", res
+
+
+def test_output_is_capped() -> None:
+    res = run_sandboxed("print('x' * 3_000_000)", output_limit=100_000)
+    assert res.ok
+    assert len(res.stdout) == 100_000
+    assert res.stdout_truncated
+
+
+def test_process_creation_blocked_by_default() -> None:
+    res = run_sandboxed("import os\nos.system('true')")
+    assert res.returncode != 0
+    assert any(b.startswith("os.system") for b in res.blocked)
+
+
+@needs_os
+def test_root_only_files_are_unreadable(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hidden")
+    secret.chmod(0o600)
+    res = run_sandboxed(f"print(open({str(secret)!r}).read())")
+    assert "uid-drop" in res.isolation
+    assert "hidden" not in res.stdout
+    assert "PermissionError" in res.stderr
+
+
+def test_interpreter_is_usable_for_imports() -> None:
+    res = run_sandboxed("import json, collections, decimal\nprint(json.dumps([1]))")
+    assert res.ok, res
+    assert res.stdout.strip() == "[1]"
+    assert sys.executable  # the default interpreter is this one
