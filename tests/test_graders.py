@@ -112,7 +112,20 @@ def test_extract_math_answer_order() -> None:
 
 
 def test_extractors_are_bounded_on_hostile_input() -> None:
-    hostile = r"\boxed{" * 50_000 + "<answer>" * 20_000 + "*" * 100_000 + "\n" + "Answer:" * 9000
+    nested = r"\boxed{" * 5000 + "B" + "}" * 5000
+    started = time.monotonic()
+    assert extract_letter(nested, 4) == "B"
+    assert last_boxed(nested) == r"\boxed{" * 4999 + "B" + "}" * 4999
+    assert time.monotonic() - started < 5.0
+    hostile = (
+        r"\boxed{" * 50_000
+        + "<answer>" * 20_000
+        + "*" * 100_000
+        + "\n"
+        + "Answer:" * 9000
+        + "\nAnswer:" * 20_000
+        + "\n" * 20_000
+    )
     started = time.monotonic()
     extract_letter(hostile, 4)
     extract_math_answer(hostile)

@@ -145,8 +145,14 @@ class Orchestrator:
         if key not in self._grammar_cache:
             from .grammar import workflow_grammar
 
+            cond = self.conductor
             self._grammar_cache[key] = workflow_grammar(
-                len(self.pool.workers), max_steps, allow_empty=allow_empty
+                len(self.pool.workers),
+                max_steps,
+                allow_empty=allow_empty,
+                max_reasoning_chars=cond.max_reasoning_chars,
+                min_subtask_chars=cond.min_subtask_chars,
+                max_subtask_chars=cond.max_subtask_chars,
             )
         return self._grammar_cache[key]
 

@@ -35,11 +35,12 @@ __all__ = [
 # Reasoning may hold any character except square brackets (no decoy lists) and control
 # characters other than tab and newline.
 _REASONING_CHAR = r"[^\[\]\x00-\x08\x0b-\x1f]"
-# A subtask is a double-quoted, single-line string.  Its first character is visible (not
-# a space), so a subtask is never empty or blank; later characters may be anything but
+# A subtask is a double-quoted, single-line string.  Its first character is visible and
+# not punctuation (tiny models otherwise write subtasks like ","), so a subtask is never
+# empty or blank; later characters may be anything but
 # a quote, a backslash or a control character, or one of a few escapes that
 # ``ast.literal_eval`` and ``json.loads`` both read the same way.
-_SUBTASK_FIRST = r'[^"\\\x00-\x20]'
+_SUBTASK_FIRST = r'[^"\\\x00-\x20,.;:!?()\[\]{}]'
 _SUBTASK_CHAR = r'[^"\\\x00-\x1f] | "\\" ["\\nt]'
 _EMPTY_WORKFLOW = "model_id = []\nsubtasks = []\naccess_list = []"
 
@@ -70,6 +71,7 @@ def workflow_grammar(
     allow_indices: bool = False,
     max_reasoning_chars: int = 600,
     max_subtask_chars: int = 300,
+    min_subtask_chars: int = 1,
 ) -> str:
     """A GBNF grammar (root rule ``root``) admitting only valid workflow replies.
 
@@ -78,7 +80,8 @@ def workflow_grammar(
     round's "keep the previous answer").  ``allow_indices`` also admits explicit access
     lists of earlier steps (``[0, 2]``, ascending, each below the step's own index)
     besides ``[]`` and ``["all"]``.  ``max_reasoning_chars`` bounds the free text before
-    the lists (0 forbids it) and ``max_subtask_chars`` each subtask's length.
+    the lists (0 forbids it); ``min_subtask_chars`` and ``max_subtask_chars`` bound each
+    subtask's length.
     """
     _check_bounds(n_workers, max_steps)
     if max_subtask_chars < 1:
@@ -112,7 +115,8 @@ def workflow_grammar(
         )
 
     rules.append("id ::= " + " | ".join(f'"{i}"' for i in range(n_workers)))
-    rules.append(f'subtask ::= "\\"" sfirst schar{{0,{max_subtask_chars - 1}}} "\\""')
+    low = max(0, min(min_subtask_chars, max_subtask_chars) - 1)
+    rules.append(f'subtask ::= "\\"" sfirst schar{{{low},{max_subtask_chars - 1}}} "\\""')
     rules.append(f"sfirst ::= {_SUBTASK_FIRST}")
     rules.append(f"schar ::= {_SUBTASK_CHAR}")
 

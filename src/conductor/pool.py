@@ -105,6 +105,9 @@ class ConductorConfig:
     parse_retries: int = 5
     show_descriptions: bool = False
     constrained: bool = False
+    max_reasoning_chars: int = 600
+    min_subtask_chars: int = 1
+    max_subtask_chars: int = 300
     timeout_s: float = 600.0
     max_retries: int = 6
     price: Price | None = None
@@ -703,8 +706,10 @@ class _Reader:
                 value = value.strip() if value else None
             elif key in ("max_steps", "n_ctx", "n_threads"):
                 value = self.integer(vn, sub, 1)
-            elif key in ("parse_retries", "max_retries"):
+            elif key in ("parse_retries", "max_retries", "max_reasoning_chars"):
                 value = self.integer(vn, sub, 0)
+            elif key in ("min_subtask_chars", "max_subtask_chars"):
+                value = self.integer(vn, sub, 1)
             elif key == "n_gpu_layers":
                 value = self.integer(vn, sub, -1)
             elif key in ("show_descriptions", "constrained"):

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rich import box
 from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.rule import Rule
@@ -365,10 +366,18 @@ def _totals_line(t: Totals) -> str:
 
 def step_table(record: RunRecord) -> Table:
     """One row per model call (Conductor tries and steps), totals in the caption."""
-    table = Table(title="Calls", caption=_totals_line(record.totals), caption_justify="left")
+    table = Table(
+        title="Calls",
+        caption=_totals_line(record.totals),
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
     # Numbers never wrap; worker, sees and status may, so a long error kind still fits.
-    # Two-line headers keep nine columns inside an 80-100 column terminal.
-    table.add_column("round", justify="right", no_wrap=True)
+    # No vertical rules, two-line headers and a round column only when there are
+    # several rounds keep the table inside an 80-column terminal.
+    rounds = len(record.rounds) > 1
+    if rounds:
+        table.add_column("round", justify="right", no_wrap=True)
     table.add_column("step", justify="right", no_wrap=True)
     table.add_column("worker", min_width=10)
     table.add_column("sees", min_width=7)
@@ -377,11 +386,15 @@ def step_table(record: RunRecord) -> Table:
     table.add_column("cost\n(USD)", justify="right", no_wrap=True)
     table.add_column("cached", no_wrap=True)
     table.add_column("status", min_width=8)
+
+    def row(pos: int, *cells: Any) -> None:
+        table.add_row(*((str(pos),) if rounds else ()), *cells)
+
     for pos, rnd in enumerate(record.rounds, 1):
         for k, c, st, _ in _conductor_tries(rnd):
             style = "green" if st == "parsed" else ("yellow" if st == "parse error" else "red")
-            table.add_row(
-                str(pos),
+            row(
+                pos,
                 f"try {k}",
                 Text("conductor", style="magenta"),
                 "-",
@@ -390,8 +403,8 @@ def step_table(record: RunRecord) -> Table:
             )
         plan = {p.index: p for p in _plan(rnd)}
         for s in rnd.steps:
-            table.add_row(
-                str(pos),
+            row(
+                pos,
                 str(s.index),
                 Text(s.worker_id),
                 Text(_sees_short(plan[s.index])),
@@ -399,7 +412,7 @@ def step_table(record: RunRecord) -> Table:
                 _step_status(s),
             )
         if _is_empty_workflow(rnd):
-            table.add_row(str(pos), "-", "", "", "", "", "", "", "kept previous answer")
+            row(pos, "-", "", "", "", "", "", "", "kept previous answer")
     return table
 
 

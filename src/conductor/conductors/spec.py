@@ -38,6 +38,9 @@ class Conductor:
     parse_retries: int = 5
     show_descriptions: bool = False
     constrained: bool = False
+    max_reasoning_chars: int = 600
+    min_subtask_chars: int = 1
+    max_subtask_chars: int = 300
 
     def describe(self) -> dict[str, Any]:
         """A JSON-ready description for run records (no secrets)."""
@@ -215,4 +218,7 @@ def resolve_conductor(
         parse_retries=cfg.parse_retries,
         show_descriptions=cfg.show_descriptions,
         constrained=cfg.constrained,
+        max_reasoning_chars=cfg.max_reasoning_chars,
+        min_subtask_chars=cfg.min_subtask_chars,
+        max_subtask_chars=cfg.max_subtask_chars,
     )

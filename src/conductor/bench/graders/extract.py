@@ -49,13 +49,15 @@ _BRACE_TOKEN = re.compile(r"\\(?:boxed|fbox)\s*\{|\\[{}]|[{}]")
 _BARE_BOX = re.compile(r"\\boxed[ \t]+([^\s{}$]+)")
 
 
-def _boxes(text: str) -> list[tuple[int, int, str]]:
-    """Every complete box in ``text`` as ``(start, end, content)``, sorted by end.
+def _boxes(text: str) -> list[tuple[int, int, int]]:
+    """Every complete box in ``text`` as ``(start, content_start, content_end)``.
 
-    One pass with a stack of open braces; boxes left open (a truncated reply) are
-    dropped.  Nested boxes are all reported; the outer one ends last.
+    Sorted so that the box ending last comes last (for nested boxes ending together,
+    the outer one).  One pass with a stack of open braces; boxes left open (a truncated
+    reply) are dropped.  Indices, not text: slicing every nested box of a hostile reply
+    would copy quadratically many characters.
     """
-    found: list[tuple[int, int, str]] = []
+    found: list[tuple[int, int, int]] = []
     # Each entry: (start of the box command, start of its content) for a box opener,
     # or None for an ordinary brace.
     stack: list[tuple[int, int] | None] = []
@@ -63,17 +65,15 @@ def _boxes(text: str) -> list[tuple[int, int, str]]:
         token = match.group(0)
         if token[0] == "\\" and len(token) == 2:
             continue  # \{ or \}: a literal brace, not grouping
-        if token.endswith("{") and token != "}":
+        if token.endswith("{"):
             stack.append((match.start(), match.end()) if len(token) > 1 else None)
         elif stack:
             opener = stack.pop()
             if opener is not None:
-                found.append((opener[0], match.end(), text[opener[1] : match.start()]))
+                found.append((opener[0], opener[1], match.start()))
     for match in _BARE_BOX.finditer(text):
-        found.append((match.start(), match.end(), match.group(1)))
-    # The latest end wins; for nested boxes ending together the outer (earlier start)
-    # one sorts last.
-    found.sort(key=lambda box: (box[1], -box[0]))
+        found.append((match.start(), match.start(1), match.end(1)))
+    found.sort(key=lambda box: (box[2], -box[0]))
     return found
 
 
@@ -85,10 +85,11 @@ def last_boxed(text: str) -> str | None:
     ``\\boxed 5`` is read too.  Returns the stripped content, or ``None`` when there is
     no complete, non-empty box.
     """
-    boxes = _boxes(clip_tail(text))
-    for _start, _end, content in reversed(boxes):
-        if content.strip():
-            return content.strip()
+    text = clip_tail(text)
+    for _start, content_start, content_end in reversed(_boxes(text)):
+        content = text[content_start:content_end].strip()
+        if content:
+            return content
     return None
 
 
@@ -135,6 +136,10 @@ _ANSWER_LINE = re.compile(
 )
 
 
+# How many lines below a bare "Final answer:" label the answer may sit.
+_LABEL_LOOKAHEAD = 4
+
+
 def _strip_markup(value: str) -> str:
     """Remove surrounding whitespace and markdown bold / italic markers."""
     value = value.strip()
@@ -153,7 +158,7 @@ def _answer_lines(text: str) -> list[tuple[int, str]]:
     """Every answer line as ``(offset, content)``, in order.
 
     When the label stands alone (``Final answer:`` then the answer below), the content
-    is the next non-empty line.
+    is the next non-empty line (within a few lines).
     """
     found: list[tuple[int, str]] = []
     lines = text.splitlines(keepends=True)
@@ -163,7 +168,8 @@ def _answer_lines(text: str) -> list[tuple[int, str]]:
         if match:
             content = _strip_markup(match.group(1))
             if not content:
-                for following in lines[index + 1 :]:
+                # A few lines at most: many bare labels must not make this quadratic.
+                for following in lines[index + 1 : index + 1 + _LABEL_LOOKAHEAD]:
                     if following.strip():
                         content = _strip_markup(following)
                         break
@@ -198,6 +204,8 @@ _ANSWER_IS = re.compile(
     r"\b(?:answer|option|choice)\s+(?:is|would\s+be|should\s+be|will\s+be)\b\s*:?[ \t]*([^\n]*)",
     re.IGNORECASE,
 )
+# A box longer than this cannot hold just a letter (``\\boxed{\\textbf{(B)}}`` is short).
+_MAX_LETTER_BOX = 200
 # "... so, ANSWER: B" in the middle of a line (line-start labels are read as lines).
 _INLINE_ANSWER = re.compile(r"\banswer[ \t*_]*[:：][ \t]*([^\n]*)", re.IGNORECASE)
 # The loose forms, read from the final line only: "**B**", "(B)", "B.", "Option B".
@@ -282,8 +290,10 @@ def extract_letter(text: str, n_choices: int) -> str | None:
         letter = _letter_in(match.group(1), allowed)
         if letter:
             explicit.append((match.start(), letter))
-    for start, _end, content in _boxes(body):
-        letter = _letter_in(content, allowed)
+    for start, content_start, content_end in _boxes(body):
+        if content_end - content_start > _MAX_LETTER_BOX:
+            continue  # far too long to be a letter; do not copy it
+        letter = _letter_in(body[content_start:content_end], allowed)
         if letter:
             explicit.append((start, letter))
     for start, content in _answer_tags(body):
