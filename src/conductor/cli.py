@@ -214,6 +214,259 @@ def _run_with_progress(make: Any, *, show: bool) -> Any:
         return asyncio.run(make(view))
 
 
+# -- bench ----------------------------------------------------------------------------
+
+
+def _parse_shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
+        raise UsageError(f"--shard {text!r} must be I/N with 0 <= I < N, e.g. 0/4")
+    return int(m.group(1)), int(m.group(2))
+
+
+@app.command()
+def bench(
+    benchmark: Annotated[
+        str,
+        typer.Argument(
+            help="A shipped benchmark (gpqa-diamond, math500, aime24, aime25, mmlu, "
+            "livecodebench, bigcodebench-hard) or a benchmark YAML file; `merge` joins "
+            "shard directories."
+        ),
+    ],
+    dirs: Annotated[
+        list[Path] | None, typer.Argument(help="With `merge`: the shard directories.")
+    ] = None,
+    pool: Annotated[
+        str | None, typer.Option("--pool", "-p", help="Pool file or shipped pool name.")
+    ] = None,
+    conductor: Annotated[
+        str | None,
+        typer.Option("--conductor", "-c", help="Conductor SPEC (as for ask)."),
+    ] = None,
+    strategy: Annotated[
+        str,
+        typer.Option(
+            "--strategy",
+            help="conductor, single:WORKER, vote:K:WORKER, moa, moa:AGGREGATOR, "
+            "reflect:K:WORKER, or singles (every worker alone).",
+        ),
+    ] = "conductor",
+    data: Annotated[
+        Path | None, typer.Option("--data", help="Run on a local file in the same schema.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="First N samples.")] = None,
+    epochs: Annotated[
+        int | None, typer.Option("--epochs", min=1, help="Repeats per sample.")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for choice shuffling.")] = 0,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", min=1, help="Samples in flight at once.")
+    ] = 16,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Run directory (default: runs/...).")
+    ] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="Continue the run in this directory.")
+    ] = None,
+    retry_errors: Annotated[
+        bool, typer.Option("--retry-errors", help="With --resume: run failed samples again.")
+    ] = False,
+    shard: Annotated[
+        str | None, typer.Option("--shard", help="Run shard I of N (I/N, from 0).")
+    ] = None,
+    max_steps: Annotated[int | None, typer.Option("--max-steps", min=1)] = None,
+    rounds: Annotated[int, typer.Option("--rounds", min=1)] = 1,
+    budget_usd: Annotated[float | None, typer.Option("--budget-usd", min=0.0)] = None,
+    max_calls: Annotated[int | None, typer.Option("--max-calls", min=1)] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Do not use the call cache.")
+    ] = False,
+) -> None:
+    """Run a benchmark with the Conductor or a baseline strategy, graded and resumable."""
+    if benchmark == "merge":
+        _bench_merge(dirs or [], out)
+        return
+    if dirs:
+        raise UsageError(f"unexpected arguments after the benchmark name: {dirs}")
+    from .bench.spec import load_benchmark
+
+    spec = load_benchmark(benchmark)
+    pool_obj = _load_pool(pool)
+    shard_t = _parse_shard(shard)
+    if retry_errors and resume is None:
+        raise UsageError("--retry-errors needs --resume DIR")
+    if resume is not None:
+        if out is not None and out != resume:
+            raise UsageError("give either --out or --resume, not both")
+        out = resume
+    if out is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        label = strategy.replace(":", "-")
+        out = Path("runs") / f"{spec.name}-{label}-{stamp}"
+    strategies = (
+        [f"single:{w.id}" for w in pool_obj.workers] if strategy == "singles" else [strategy]
+    )
+    run_dirs = []
+    failed = False
+    for strat in strategies:
+        run_dir = out / f"single-{strat.split(':', 1)[1]}" if strategy == "singles" else out
+        progress = _bench_one(
+            spec,
+            pool_obj,
+            strat,
+            conductor,
+            run_dir,
+            data=data,
+            limit=limit,
+            epochs=epochs,
+            seed=seed,
+            concurrency=concurrency,
+            resume=resume is not None,
+            retry_errors=retry_errors,
+            shard=shard_t,
+            settings=(max_steps, rounds, budget_usd, max_calls),
+            no_cache=no_cache,
+        )
+        failed = failed or (progress.done > 0 and progress.errors == progress.done)
+        run_dirs.append(run_dir)
+    _print_report(run_dirs)
+    if failed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _bench_one(
+    spec: Any,
+    pool_obj: Pool,
+    strategy: str,
+    conductor_spec: str | None,
+    run_dir: Path,
+    *,
+    data: Path | None,
+    limit: int | None,
+    epochs: int | None,
+    seed: int,
+    concurrency: int,
+    resume: bool,
+    retry_errors: bool,
+    shard: tuple[int, int] | None,
+    settings: tuple[int | None, int, float | None, int | None],
+    no_cache: bool,
+) -> Any:
+    from .bench.graders import get_grader
+    from .bench.report import write_summary
+    from .bench.runner import BenchOptions, run_benchmark
+    from .bench.strategies import ConductorStrategy, answer_key_for, parse_strategy
+    from .conductors.spec import resolve_conductor
+    from .execute import RunSettings
+    from .llm.caller import CallerSet
+    from .pool import pool_to_public_dict
+
+    grader = get_grader(spec.grader, spec.grader_options)
+    max_steps, rounds, budget_usd, max_calls = settings
+    options = BenchOptions(
+        out_dir=run_dir,
+        data_file=data,
+        limit=limit,
+        epochs=epochs,
+        seed=seed,
+        concurrency=concurrency,
+        resume=resume,
+        retry_errors=retry_errors,
+        shard=shard,
+    )
+    console = _err()
+
+    async def go(progress_cb: Any) -> Any:
+        cache = None if no_cache else _open_cache()
+        callers = CallerSet(cache)
+        strat: Any
+        if strategy == "conductor":
+            cond = resolve_conductor(pool_obj, conductor_spec, max_steps=max_steps)
+            run_settings = RunSettings(
+                max_steps=max_steps, rounds=rounds, budget_usd=budget_usd, max_calls=max_calls
+            )
+            strat = ConductorStrategy(pool_obj, cond, run_settings, callers)
+        else:
+            if conductor_spec is not None:
+                raise UsageError("--conductor applies to --strategy conductor only")
+            strat = parse_strategy(
+                strategy, pool_obj, callers, vote_key=answer_key_for(spec.grader)
+            )
+        try:
+            return await run_benchmark(
+                spec,
+                strat,
+                grader,
+                pool_to_public_dict(pool_obj),
+                options,
+                on_progress=progress_cb,
+            )
+        finally:
+            if cache is not None:
+                cache.close()
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+        disable=not console.is_terminal,
+    ) as bar:
+        task = bar.add_task(f"{spec.name} · {strategy}", total=None, stats="")
+
+        def on_progress(p: Any) -> None:
+            acc = f"{p.accuracy:.1f}%" if p.accuracy is not None else "-"
+            stats = f"acc {acc} · ${p.cost_usd:.4f} · errors {p.errors}"
+            bar.update(task, total=p.total, completed=p.skipped + p.done, stats=stats)
+
+        try:
+            progress = asyncio.run(go(on_progress))
+        except KeyboardInterrupt:
+            write_summary(run_dir)
+            _err().print(
+                f"interrupted: finished samples are kept in {run_dir} (--resume {run_dir})"
+            )
+            raise typer.Exit(130) from None
+    write_summary(run_dir)
+    return progress
+
+
+def _bench_merge(dirs: list[Path], out: Path | None) -> None:
+    from .bench.report import write_summary
+    from .bench.runner import merge_runs
+
+    if out is None:
+        raise UsageError("bench merge needs --out DIR")
+    n = merge_runs(dirs, out)
+    write_summary(out)
+    _out().print(f"merged {n} records from {len(dirs)} runs into {out}")
+    _print_report([out])
+
+
+def _print_report(run_dirs: list[Path]) -> None:
+    from .bench.report import report_renderables
+
+    console = _out()
+    for renderable in report_renderables(run_dirs):
+        console.print(renderable)
+
+
+@app.command()
+def report(
+    runs: Annotated[list[Path], typer.Argument(help="Bench run directories, side by side.")],
+) -> None:
+    """Scores, cost and usage of saved bench runs, with the paper's figures for reference."""
+    _print_report(runs)
+
+
 # -- trace ----------------------------------------------------------------------------
 
 

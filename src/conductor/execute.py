@@ -83,7 +83,7 @@ def _call_record(messages: list[Message], started: str) -> CallRecord:
     return CallRecord(messages=messages, started_at=started)
 
 
-def _fill(call: CallRecord, completion: Completion) -> None:
+def fill_call(call: CallRecord, completion: Completion) -> None:
     call.response = completion.text
     call.input_tokens = completion.usage.input_tokens
     call.output_tokens = completion.usage.output_tokens
@@ -95,7 +95,7 @@ def _fill(call: CallRecord, completion: Completion) -> None:
     call.finished_at = now_iso()
 
 
-def _fail(call: CallRecord, exc: ModelCallError, latency_s: float) -> None:
+def fail_call(call: CallRecord, exc: ModelCallError, latency_s: float) -> None:
     call.error = exc.describe()
     call.error_kind = type(exc).__name__
     call.attempts = int(getattr(exc, "attempts", 1))
@@ -200,11 +200,11 @@ class Orchestrator:
                     )
                 )
             except ModelCallError as exc:
-                _fail(call, exc.with_target("conductor"), time.perf_counter() - t0)
+                fail_call(call, exc.with_target("conductor"), time.perf_counter() - t0)
                 emit(Event("conductor_finished", rnd.index, failed=True, detail=call.error))
                 rnd.stop_reason = f"the Conductor call failed: {call.error}"
                 return None
-            _fill(call, completion)
+            fill_call(call, completion)
             budget.charge(completion.cost_usd)
             try:
                 workflow = parse_workflow(
@@ -309,7 +309,7 @@ class Orchestrator:
                         )
                     )
                 except ModelCallError as exc:
-                    _fail(call, exc.with_target(worker.id), time.perf_counter() - t0)
+                    fail_call(call, exc.with_target(worker.id), time.perf_counter() - t0)
                     rec.status = "failed"
                     emit(
                         Event(
@@ -323,7 +323,7 @@ class Orchestrator:
                     )
                     shared[i] = SharedStep(f"{rnd.index}.{i}", step.worker, step.subtask, None)
                     return
-                _fill(call, completion)
+                fill_call(call, completion)
                 budget.charge(completion.cost_usd)
                 rec.answer = strip_think(completion.text).strip()
                 shared[i] = SharedStep(f"{rnd.index}.{i}", step.worker, step.subtask, rec.answer)
@@ -412,12 +412,12 @@ class Orchestrator:
                     record.rounds[-1].stop_reason or f"round budget reached ({settings.rounds})"
                 )
         record.final_answer = answer
-        _finish(record, time.perf_counter() - t0)
+        finish_record(record, time.perf_counter() - t0)
         emit(Event("run_finished", len(record.rounds) - 1, failed=record.status == "failed"))
         return record
 
 
-def _finish(record: RunRecord, wall_s: float) -> None:
+def finish_record(record: RunRecord, wall_s: float) -> None:
     totals = Totals(wall_s=round(wall_s, 6))
     cost = 0.0
     for call in record.all_calls():

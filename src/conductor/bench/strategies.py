@@ -1,0 +1,347 @@
+"""Ways to answer a benchmark question: the Conductor, and the baselines it is compared to.
+
+- ``conductor``: the Conductor writes a workflow per question (the executor runs it).
+- ``single:WORKER``: one call to one worker with the plain prompt.
+- ``vote:K:WORKER``: K independent samples from one worker, majority over the answers
+  the benchmark's grader extracts (self-consistency); ties go to the earliest answer.
+- ``moa`` / ``moa:AGGREGATOR``: every pool worker answers independently, then one
+  aggregator (the first worker unless named) sees all answers and writes the final one,
+  as the paper's Mixture-of-Agents baseline (one proposer layer and an aggregator).
+- ``reflect:K:WORKER``: one answer, then K rounds in which the worker reviews its latest
+  answer and writes an improved one.
+
+Every strategy returns a :class:`~conductor.record.RunRecord` of the same shape, so
+``trace`` and ``report`` treat baselines and Conductor runs alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..conductors.spec import Conductor
+from ..context import SharedStep, build_worker_messages
+from ..errors import ModelCallError, UsageError
+from ..events import EventSink
+from ..execute import Orchestrator, RunSettings, fail_call, fill_call, finish_record
+from ..llm.caller import CallerSet
+from ..llm.types import Message, ModelRequest
+from ..pool import Pool, Worker, pool_to_public_dict
+from ..record import CallRecord, RoundRecord, RunRecord, StepRecord, now_iso
+from ..text import strip_think
+
+__all__ = [
+    "MOA_INSTRUCTION",
+    "REFLECT_INSTRUCTION",
+    "answer_key_for",
+    "AnswerKey",
+    "ConductorStrategy",
+    "FixedStrategy",
+    "Strategy",
+    "parse_strategy",
+]
+
+#: What the aggregator of the Mixture-of-Agents baseline is asked to do.
+MOA_INSTRUCTION = (
+    "Several models answered the task independently; their answers are shown above. "
+    "Judge them critically (they may be wrong, and the majority may be wrong too), then "
+    "write one final answer of the highest quality, in the exact format the task asks for."
+)
+#: What each self-reflection round asks of the worker.
+REFLECT_INSTRUCTION = (
+    "Above is your latest answer to the task. Check it carefully for mistakes in "
+    "reasoning, calculation or format. Then write an improved, complete final answer, in "
+    "the exact format the task asks for (repeat the answer if it was already right)."
+)
+
+#: Turns a response into the key that votes are counted on (``None`` = no answer).
+AnswerKey = Callable[[str], "str | None"]
+
+
+class Strategy(Protocol):
+    """Something that answers one question and records how."""
+
+    name: str
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready description for the run's config (no secrets)."""
+        ...
+
+    async def run(
+        self,
+        question: str,
+        *,
+        sample_index: int,
+        sample_id: str | None = None,
+        epoch: int | None = None,
+        events: EventSink | None = None,
+    ) -> RunRecord: ...
+
+    async def aclose(self) -> None: ...
+
+
+class ConductorStrategy:
+    """The Conductor writes a workflow for each question."""
+
+    name = "conductor"
+
+    def __init__(
+        self, pool: Pool, conductor: Conductor, settings: RunSettings, callers: CallerSet
+    ) -> None:
+        self.settings = settings
+        self.orchestrator = Orchestrator(pool, conductor, callers=callers)
+
+    def describe(self) -> dict[str, Any]:
+        return {"strategy": self.name, "conductor": self.orchestrator.conductor.describe()}
+
+    async def run(
+        self,
+        question: str,
+        *,
+        sample_index: int,
+        sample_id: str | None = None,
+        epoch: int | None = None,
+        events: EventSink | None = None,
+    ) -> RunRecord:
+        settings = RunSettings(
+            max_steps=self.settings.max_steps,
+            rounds=self.settings.rounds,
+            budget_usd=self.settings.budget_usd,
+            max_calls=self.settings.max_calls,
+            sample_index=sample_index,
+        )
+        return await self.orchestrator.run(
+            question, settings, events=events, sample_id=sample_id, epoch=epoch
+        )
+
+    async def aclose(self) -> None:
+        await self.orchestrator.aclose()
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """A step of a fixed plan: who answers, seeing which earlier steps, told what.
+
+    ``subtask`` is ``None`` for a step that gets the plain prompt and nothing else.
+    """
+
+    worker: int
+    visible: tuple[int, ...] = ()
+    subtask: str | None = None
+
+
+class FixedStrategy:
+    """A baseline with a plan fixed in advance (no Conductor call)."""
+
+    def __init__(
+        self,
+        name: str,
+        pool: Pool,
+        plan: list[_Planned],
+        callers: CallerSet,
+        *,
+        vote_key: AnswerKey | None = None,
+    ) -> None:
+        self.name = name
+        self.pool = pool
+        self.plan = plan
+        self.callers = callers
+        self.vote_key = vote_key
+        self._pool_dict = pool_to_public_dict(pool)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "strategy": self.name,
+            "workflow": _plan_dict(self.plan),
+            "votes": self.vote_key is not None,
+        }
+
+    def _messages(self, question: str, step: _Planned, shared: list[SharedStep]) -> list[Message]:
+        if step.subtask is None:
+            return [{"role": "user", "content": question}]
+        return build_worker_messages(question, [shared[j] for j in step.visible], step.subtask)
+
+    async def run(
+        self,
+        question: str,
+        *,
+        sample_index: int,
+        sample_id: str | None = None,
+        epoch: int | None = None,
+        events: EventSink | None = None,
+    ) -> RunRecord:
+        t0 = time.perf_counter()
+        record = RunRecord(
+            question=question,
+            pool=self._pool_dict,
+            conductor={"backend": "strategy", "strategy": self.name},
+            settings={"sample_index": sample_index, "strategy": self.name},
+            sample_id=sample_id,
+            epoch=epoch,
+        )
+        rnd = RoundRecord(index=0, workflow=_plan_dict(self.plan))
+        record.rounds.append(rnd)
+        n = len(self.plan)
+        done = [asyncio.Event() for _ in range(n)]
+        shared: list[SharedStep] = [
+            SharedStep(f"0.{i}", s.worker, "", None) for i, s in enumerate(self.plan)
+        ]
+        steps: list[StepRecord | None] = [None] * n
+        seen: Counter[str] = Counter()
+
+        async def run_step(i: int) -> None:
+            step = self.plan[i]
+            try:
+                for j in step.visible:
+                    await done[j].wait()
+                worker: Worker = self.pool.workers[step.worker]
+                messages = self._messages(question, step, shared)
+                # Identical prompts in one plan (votes, proposers) are separate samples.
+                dup_key = f"{worker.id}\x00{messages[0]['content']}"
+                dup = seen[dup_key]
+                seen[dup_key] += 1
+                call = CallRecord(messages=messages, started_at=now_iso())
+                rec = StepRecord(
+                    index=i,
+                    worker_index=step.worker,
+                    worker_id=worker.id,
+                    model=worker.model,
+                    subtask=step.subtask or "(the task as given)",
+                    access=list(step.visible),
+                    visible_steps=list(step.visible),
+                    call=call,
+                )
+                steps[i] = rec
+                t = time.perf_counter()
+                try:
+                    done_call = await self.callers.get(worker).complete(
+                        ModelRequest(
+                            messages=tuple(messages),
+                            params=worker.params,
+                            sample_index=sample_index * 1000 + dup,
+                        )
+                    )
+                except ModelCallError as exc:
+                    fail_call(call, exc.with_target(worker.id), time.perf_counter() - t)
+                    rec.status = "failed"
+                    return
+                fill_call(call, done_call)
+                rec.answer = strip_think(done_call.text).strip()
+                shared[i] = SharedStep(f"0.{i}", step.worker, rec.subtask, rec.answer)
+            finally:
+                done[i].set()
+
+        await asyncio.gather(*(run_step(i) for i in range(n)))
+        rnd.steps = [s for s in steps if s is not None]
+        answers = [s.answer if s.status == "ok" else None for s in rnd.steps]
+        if self.vote_key is not None:
+            record.final_answer, record.metadata["votes"] = _majority(answers, self.vote_key)
+        else:
+            record.final_answer = next((a for a in reversed(answers) if a), None)
+        rnd.final_answer = record.final_answer
+        finish_record(record, time.perf_counter() - t0)
+        return record
+
+    async def aclose(self) -> None:
+        await self.callers.aclose()
+
+
+def _plan_dict(plan: list[_Planned]) -> dict[str, Any]:
+    return {
+        "model_id": [s.worker for s in plan],
+        "subtasks": [s.subtask or "(the task as given)" for s in plan],
+        "access_list": [list(s.visible) for s in plan],
+    }
+
+
+def _majority(answers: list[str | None], key: AnswerKey) -> tuple[str | None, dict[str, int]]:
+    """The answer whose key is most common (earliest wins a tie), and the tally."""
+    keys = [key(a) if a else None for a in answers]
+    tally = Counter(k for k in keys if k is not None)
+    if not tally:
+        return next((a for a in answers if a), None), {}
+    best = max(tally.values())
+    winner = next(k for k in keys if k is not None and tally[k] == best)
+    return answers[keys.index(winner)], dict(tally)
+
+
+_STRATEGY = re.compile(r"^(single|vote|moa|reflect)(?::(.*))?$")
+
+
+def _worker_index(pool: Pool, worker_id: str, strategy: str) -> int:
+    for i, w in enumerate(pool.workers):
+        if w.id == worker_id:
+            return i
+    ids = ", ".join(w.id for w in pool.workers)
+    raise UsageError(
+        f"--strategy {strategy}: no worker {worker_id!r} in pool {pool.name!r} ({ids})"
+    )
+
+
+def _count(text: str, strategy: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"--strategy {strategy}: K must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def parse_strategy(
+    text: str, pool: Pool, callers: CallerSet, *, vote_key: AnswerKey | None = None
+) -> FixedStrategy:
+    """A baseline from its name: ``single:W``, ``vote:K:W``, ``moa[:W]``, ``reflect:K:W``."""
+    m = _STRATEGY.match(text.strip())
+    if not m:
+        raise UsageError(
+            f"--strategy {text!r} is not understood: use conductor, single:WORKER, "
+            "vote:K:WORKER, moa, moa:AGGREGATOR, reflect:K:WORKER or singles"
+        )
+    kind, rest = m.group(1), m.group(2) or ""
+    if kind == "single":
+        return FixedStrategy(text, pool, [_Planned(_worker_index(pool, rest, text))], callers)
+    if kind == "moa":
+        agg = _worker_index(pool, rest, text) if rest else 0
+        proposers = [_Planned(i) for i in range(len(pool.workers))]
+        final = _Planned(agg, tuple(range(len(proposers))), MOA_INSTRUCTION)
+        return FixedStrategy(text, pool, [*proposers, final], callers)
+    k_text, _, worker_id = rest.partition(":")
+    if not worker_id:
+        raise UsageError(f"--strategy {text!r} needs K and a worker: {kind}:K:WORKER")
+    k, w = _count(k_text, text), _worker_index(pool, worker_id, text)
+    if kind == "vote":
+        if vote_key is None:
+            raise UsageError(f"--strategy {text}: voting needs a benchmark grader to read answers")
+        return FixedStrategy(
+            text, pool, [_Planned(w) for _ in range(k)], callers, vote_key=vote_key
+        )
+    plan = [_Planned(w)] + [_Planned(w, (i,), REFLECT_INSTRUCTION) for i in range(k)]
+    return FixedStrategy(text, pool, plan, callers)
+
+
+def answer_key_for(grader: str) -> AnswerKey:
+    """How votes are counted for a benchmark graded by ``grader``: the letter for
+    multiple choice, a normalised final answer for math, the code text for code (exact
+    matches only, so code votes rarely agree; a test-based vote is future work)."""
+    if grader == "choice":
+        from .graders.extract import extract_letter
+
+        return lambda text: extract_letter(text, 26)
+    if grader == "math":
+        from .graders.extract import extract_math_answer
+        from .graders.math import normalise_answer
+
+        def math_key(text: str) -> str | None:
+            found = extract_math_answer(text)
+            return normalise_answer(found) if found else None
+
+        return math_key
+    from .graders.code import extract_code
+
+    def code_key(text: str) -> str | None:
+        code = extract_code(text)
+        return code.strip() if code else None
+
+    return code_key
