@@ -290,3 +290,41 @@ def test_multiple_choice_and_code_benchmarks_run(
     records = read_samples(tmp_path / "mc")
     assert [r["grade"]["status"] for r in records] == ["correct", "correct"]
     assert all("permutation" in r["metadata"]["sample"] for r in records)
+
+
+async def test_identical_rerun_replays_samples_from_the_cache(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    from conductor.cache import ResponseCache
+
+    script_math(fake_server)
+    spec = load_benchmark("math500")
+    data = make_math_file(tmp_path / "m.jsonl", 5)
+    cache = ResponseCache(tmp_path / "cache")
+
+    async def run_once(out: str, pool_file: Path) -> list[dict[str, Any]]:
+        pool = load_pool(pool_file)
+        strat = parse_strategy("single:w1", pool, CallerSet(cache))
+        opts = BenchOptions(out_dir=tmp_path / out, data_file=data)
+        await run_benchmark(
+            spec, strat, get_grader("math"), pool_to_public_dict(pool), opts, cache=cache
+        )
+        return read_samples(tmp_path / out)
+
+    pool_file = bench_pool(tmp_path, fake_server)
+    first = await run_once("a", pool_file)
+    n = len(fake_server.requests)
+    again = await run_once("b", pool_file)
+    assert len(fake_server.requests) == n  # nothing re-run
+    assert all(r["metadata"]["sample_cache"] for r in again)
+    assert all(r["totals"]["cached_calls"] == r["totals"]["calls"] == 1 for r in again)
+    key = lambda r: (r["sample_id"], r["final_answer"], r["grade"]["status"])  # noqa: E731
+    assert sorted(map(key, again)) == sorted(map(key, first))
+    assert {r["run_id"] for r in again}.isdisjoint({r["run_id"] for r in first})
+    # Any change to what decides a sample (here a worker's temperature) runs it again.
+    changed = pool_dict(fake_server, [worker(fake_server, "w0"), worker(fake_server, "w1")])
+    changed["workers"][1]["temperature"] = 0.7
+    third = await run_once("c", write_pool(tmp_path / "p2.yaml", changed))
+    assert len(fake_server.requests) == n + 5
+    assert not any(r["metadata"].get("sample_cache") for r in third)
+    cache.close()

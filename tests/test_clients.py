@@ -28,7 +28,7 @@ KEY = "sk-fake-secret-key-0123456789abcdef"
 KEY_ENV = "CONDUCTOR_TEST_FAKE_KEY"
 
 # litellm-anthropic drives litellm's Anthropic route, the others its OpenAI route.
-KINDS = ["litellm", "litellm-anthropic", "openai", "anthropic", "google"]
+KINDS = ["litellm", "litellm-anthropic", "openai", "http", "anthropic", "google"]
 
 
 @pytest.fixture
@@ -47,8 +47,8 @@ def make_worker(kind: str, server: FakeLLMServer, model: str, **kw: object) -> W
         return Worker(model=f"openai/{model}", api_base=server.openai_base, **base)  # type: ignore[arg-type]
     if kind == "litellm-anthropic":
         return Worker(model=f"anthropic/{model}", api_base=server.url, **base)  # type: ignore[arg-type]
-    if kind == "openai":
-        return Worker(model=model, client="openai", api_base=server.openai_base, **base)  # type: ignore[arg-type]
+    if kind in ("openai", "http"):
+        return Worker(model=model, client=kind, api_base=server.openai_base, **base)  # type: ignore[arg-type]
     if kind == "anthropic":
         return Worker(model=model, client="anthropic", api_base=server.anthropic_base, **base)  # type: ignore[arg-type]
     return Worker(model=model, client="google", api_base=server.gemini_base, **base)  # type: ignore[arg-type]
@@ -182,7 +182,7 @@ async def test_retries_exhausted_raise_last_error(kind: str, server: FakeLLMServ
     assert len(rec.waits) == 2 and len(server.requests) == 3
 
 
-@pytest.mark.parametrize("kind", ["openai", "anthropic", "google"])
+@pytest.mark.parametrize("kind", ["openai", "http", "anthropic", "google"])
 async def test_missing_key_names_the_variable(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CONDUCTOR_NO_SUCH_KEY", raising=False)
     worker = Worker(id="nokey", model="m", client=kind, api_key_env="CONDUCTOR_NO_SUCH_KEY")  # type: ignore[arg-type]
@@ -190,13 +190,13 @@ async def test_missing_key_names_the_variable(kind: str, monkeypatch: pytest.Mon
         await call(worker, request())
 
 
-@pytest.mark.parametrize("kind", ["litellm", "openai"])
+@pytest.mark.parametrize("kind", ["litellm", "openai", "http"])
 async def test_local_server_without_key_gets_placeholder(
     kind: str, fake_server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("CONDUCTOR_NO_SUCH_KEY", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    model = "local-model" if kind == "openai" else "openai/local-model"
+    model = "openai/local-model" if kind == "litellm" else "local-model"
     for env in ("CONDUCTOR_NO_SUCH_KEY", None):
         worker = Worker(
             id="vllm",

@@ -103,6 +103,14 @@ class ResponseCache:
         }
         self._cache.set(key, value)
 
+    def get_value(self, key: str) -> Any:
+        """A stored value other than a completion (e.g. a finished benchmark sample)."""
+        value = self._cache.get(key)
+        return value.get("value") if isinstance(value, dict) else None
+
+    def set_value(self, key: str, value: Any) -> None:
+        self._cache.set(key, {"value": value, "stored_at": time.time()})
+
     def stats(self) -> CacheStats:
         entries = 0
         oldest: float | None = None

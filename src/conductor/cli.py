@@ -402,6 +402,7 @@ def _bench_one(
                 grader,
                 pool_to_public_dict(pool_obj),
                 options,
+                cache=cache,
                 on_progress=progress_cb,
             )
         finally:

@@ -38,8 +38,8 @@ __all__ = [
     "resolve_pool_path",
 ]
 
-ClientKind = Literal["litellm", "openai", "anthropic", "google", "local"]
-CLIENT_KINDS: tuple[str, ...] = ("litellm", "openai", "anthropic", "google", "local")
+ClientKind = Literal["litellm", "openai", "http", "anthropic", "google", "local"]
+CLIENT_KINDS: tuple[str, ...] = ("litellm", "openai", "http", "anthropic", "google", "local")
 ConductorBackend = Literal["endpoint", "checkpoint", "prompted", "local"]
 CONDUCTOR_BACKENDS: tuple[str, ...] = ("endpoint", "checkpoint", "prompted", "local")
 
@@ -105,6 +105,7 @@ class ConductorConfig:
     parse_retries: int = 5
     show_descriptions: bool = False
     constrained: bool = False
+    max_concurrency: int = 64
     max_reasoning_chars: int = 600
     min_subtask_chars: int = 1
     max_subtask_chars: int = 300
@@ -704,7 +705,7 @@ class _Reader:
             elif key in ("model", "template", "model_path"):
                 value = self.string(vn, sub)
                 value = value.strip() if value else None
-            elif key in ("max_steps", "n_ctx", "n_threads"):
+            elif key in ("max_steps", "n_ctx", "n_threads", "max_concurrency"):
                 value = self.integer(vn, sub, 1)
             elif key in ("parse_retries", "max_retries", "max_reasoning_chars"):
                 value = self.integer(vn, sub, 0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -143,9 +143,21 @@ class RunRecord:
         return out
 
 
+def _plain(value: Any) -> Any:
+    # dataclasses.asdict deep-copies every value, which dominated the cost of writing a
+    # cached benchmark sample; records are serialised right away, so sharing the
+    # (JSON-ready) dicts and strings is safe.
+    if hasattr(value, "__dataclass_fields__"):
+        return {name: _plain(getattr(value, name)) for name in value.__dataclass_fields__}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
 def record_to_dict(record: RunRecord) -> dict[str, Any]:
-    """A JSON-ready dict of ``record``."""
-    return asdict(record)
+    """A JSON-ready dict of ``record`` (it shares nested dicts with the record)."""
+    data: dict[str, Any] = _plain(record)
+    return data
 
 
 def _build(cls: Any, data: dict[str, Any]) -> Any:

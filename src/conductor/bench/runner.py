@@ -15,6 +15,7 @@ dataset order; ``merge_runs`` joins the shards of one run.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -23,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..cache import ResponseCache
 from ..errors import UsageError
-from ..record import RunRecord, now_iso, record_to_dict
+from ..record import RunRecord, new_run_id, now_iso, record_to_dict
 from .data import count_samples, dataset_provenance, iter_samples, render_prompt
 from .graders import Grader
 from .strategies import Strategy
@@ -232,9 +234,16 @@ async def run_benchmark(
     pool_dict: dict[str, Any],
     options: BenchOptions,
     *,
+    cache: ResponseCache | None = None,
     on_progress: Callable[[BenchProgress], None] | None = None,
 ) -> BenchProgress:
     """Run every remaining (sample, epoch) of ``spec`` and append its record.
+
+    With ``cache``, each graded sample is also kept under a key that covers everything
+    that decides it (benchmark, prompt, grader, strategy, pool, Conductor settings and
+    template, seed, epoch, conductor version), so an identical rerun replays it without
+    re-running the workflow; such records say ``metadata.sample_cache: true`` and mark
+    every call as cached.  Failed runs and grader errors are never kept.
 
     Cancelling (Ctrl-C) stops new work, abandons what is in flight and keeps everything
     already written.  Returns the running totals of this invocation.
@@ -262,30 +271,40 @@ async def run_benchmark(
     lock = asyncio.Lock()
     fh = (out / SAMPLES).open("a", encoding="utf-8")
 
+    run_key = _run_key(config)
+
     async def one(sample: Sample, epoch: int) -> None:
         try:
             question = render_prompt(spec, sample)
-            record: RunRecord = await strategy.run(
-                question, sample_index=epoch, sample_id=sample.id, epoch=epoch
-            )
-            record.gold = sample.gold
-            record.metadata.update(
-                {"benchmark": spec.name, "strategy": strategy.name, "sample": sample.metadata}
-            )
-            if record.status != "failed":
-                async with grading:
-                    verdict = await asyncio.to_thread(grader.grade, record.final_answer, sample)
-                record.grade = _grade_dict(verdict)
-            line = json.dumps(record_to_dict(record), ensure_ascii=False) + "\n"
+            key = _sample_key(run_key, sample, question, epoch) if cache is not None else None
+            data = cache.get_value(key) if cache is not None and key is not None else None
+            if isinstance(data, dict):
+                _mark_replayed(data)
+            else:
+                record: RunRecord = await strategy.run(
+                    question, sample_index=epoch, sample_id=sample.id, epoch=epoch
+                )
+                record.gold = sample.gold
+                record.metadata.update(
+                    {"benchmark": spec.name, "strategy": strategy.name, "sample": sample.metadata}
+                )
+                if record.status != "failed":
+                    async with grading:
+                        verdict = await asyncio.to_thread(grader.grade, record.final_answer, sample)
+                    record.grade = _grade_dict(verdict)
+                data = record_to_dict(record)
+                if cache is not None and key is not None and not _is_error(data):
+                    cache.set_value(key, data)
+            line = json.dumps(data, ensure_ascii=False) + "\n"
             async with lock:
                 fh.write(line)
                 fh.flush()
             progress.done += 1
-            status = (record.grade or {}).get("status", "run_failed")
+            status = (data.get("grade") or {}).get("status", "run_failed")
             progress.verdicts[status] = progress.verdicts.get(status, 0) + 1
             progress.correct += int(status == "correct")
             progress.errors += int(status in ("run_failed", "grader_error"))
-            progress.cost_usd += record.totals.cost_usd or 0.0
+            progress.cost_usd += data["totals"].get("cost_usd") or 0.0
             notify(progress)
         finally:
             slots.release()
@@ -313,6 +332,45 @@ async def run_benchmark(
         fh.close()
         await strategy.aclose()
     return progress
+
+
+def _run_key(config: dict[str, Any]) -> str:
+    bench = config["benchmark"]
+    identity = {
+        "v": 1,
+        "conductor_version": config["conductor_version"],
+        "benchmark": [bench["name"], bench["grader"], bench["grader_version"]],
+        "grader_options": bench.get("grader_options"),
+        "template_sha256": bench["provenance"].get("template_sha256"),
+        "strategy": config["strategy_detail"],
+        "pool": config["pool"],
+        "seed": config["seed"],
+    }
+    blob = json.dumps(identity, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _sample_key(run_key: str, sample: Sample, question: str, epoch: int) -> str:
+    blob = json.dumps([run_key, sample.id, epoch, question, sample.gold], default=str)
+    return "sample:" + hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _mark_replayed(data: dict[str, Any]) -> None:
+    """Turn a kept record into this run's record: new id and time, every call cached."""
+    now = now_iso()
+    data["run_id"] = new_run_id()
+    data["started_at"] = data["finished_at"] = now
+    data["metadata"] = {**data.get("metadata", {}), "sample_cache": True}
+    calls = 0
+    for rnd in data.get("rounds", []):
+        for call in [*rnd.get("conductor_calls", []), *(s["call"] for s in rnd.get("steps", []))]:
+            if call.get("response") is not None:
+                call["cached"] = True
+                call["latency_s"] = 0.0
+                calls += 1
+    totals = data.get("totals", {})
+    totals["cached_calls"] = calls
+    totals["wall_s"] = 0.0
 
 
 # -- merging shards -------------------------------------------------------------------

@@ -97,7 +97,17 @@ class ConductorStrategy:
         self.orchestrator = Orchestrator(pool, conductor, callers=callers)
 
     def describe(self) -> dict[str, Any]:
-        return {"strategy": self.name, "conductor": self.orchestrator.conductor.describe()}
+        s = self.settings
+        return {
+            "strategy": self.name,
+            "conductor": self.orchestrator.conductor.describe(),
+            "settings": {
+                "max_steps": s.max_steps,
+                "rounds": s.rounds,
+                "budget_usd": s.budget_usd,
+                "max_calls": s.max_calls,
+            },
+        }
 
     async def run(
         self,

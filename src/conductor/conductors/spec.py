@@ -46,15 +46,26 @@ class Conductor:
         """A JSON-ready description for run records (no secrets)."""
         from ..pool import pool_to_public_dict  # the redaction rules live with the pool
 
+        import hashlib
+
+        from .prompt import load_template
+
         target = pool_to_public_dict(Pool(name="conductor", workers=(self.target,)))
+        text = load_template(self.template)
         return {
             "backend": self.backend,
             "target": target["workers"][0],
             "template": self.template,
+            "template_sha256": hashlib.sha256(text.encode()).hexdigest(),
             "max_steps": self.max_steps,
             "parse_retries": self.parse_retries,
             "show_descriptions": self.show_descriptions,
             "constrained": self.constrained,
+            "grammar_bounds": [
+                self.max_reasoning_chars,
+                self.min_subtask_chars,
+                self.max_subtask_chars,
+            ],
         }
 
 
@@ -110,6 +121,7 @@ def _target_from_config(cfg: ConductorConfig, pool: Pool) -> Worker:
             price=cfg.price,
             timeout_s=cfg.timeout_s,
             max_retries=cfg.max_retries,
+            max_concurrency=cfg.max_concurrency,
         )
     if cfg.backend == "endpoint":
         if not cfg.api_base:
@@ -125,6 +137,7 @@ def _target_from_config(cfg: ConductorConfig, pool: Pool) -> Worker:
             price=cfg.price,
             timeout_s=cfg.timeout_s,
             max_retries=cfg.max_retries,
+            max_concurrency=cfg.max_concurrency,
         )
     if cfg.backend == "local":
         return Worker(

@@ -45,6 +45,10 @@ def make_client(target: Worker) -> ModelClient:
 
         client: ModelClient = LocalClient(target)
         return client
+    if kind == "http":
+        from .http_client import HttpClient
+
+        return HttpClient(target)
     if kind == "checkpoint":
         # Only the Conductor uses this kind: a trained checkpoint loaded in-process.
         from .checkpoint_client import CheckpointClient
@@ -52,7 +56,7 @@ def make_client(target: Worker) -> ModelClient:
         return CheckpointClient(target)
     raise UsageError(
         f"worker {target.id!r}: unknown client {kind!r} "
-        "(expected litellm, openai, anthropic, google or local)"
+        "(expected litellm, openai, http, anthropic, google or local)"
     )
 
 
