@@ -17,7 +17,7 @@ import pytest
 from poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
 
 from conductor.bench.graders import get_grader
-from conductor.bench.runner import BenchOptions, merge_runs, run_benchmark
+from conductor.bench.runner import BenchOptions, run_benchmark
 from conductor.bench.spec import load_benchmark
 from conductor.bench.strategies import answer_key_for, parse_strategy
 from conductor.llm.caller import CallerSet
@@ -316,8 +316,9 @@ async def test_identical_rerun_replays_samples_from_the_cache(
     n = len(fake_server.requests)
     again = await run_once("b", pool_file)
     assert len(fake_server.requests) == n  # nothing re-run
-    assert all(r["metadata"]["sample_cache"] for r in again)
-    assert all(r["totals"]["cached_calls"] == r["totals"]["calls"] == 1 for r in again)
+    originals = {r["sample_id"]: r["run_id"] for r in first}
+    assert all(r["replayed_from"]["run_id"] == originals[r["sample_id"]] for r in again)
+    assert all(r["totals"]["calls"] == 1 for r in again)
     key = lambda r: (r["sample_id"], r["final_answer"], r["grade"]["status"])  # noqa: E731
     assert sorted(map(key, again)) == sorted(map(key, first))
     assert {r["run_id"] for r in again}.isdisjoint({r["run_id"] for r in first})
@@ -326,5 +327,8 @@ async def test_identical_rerun_replays_samples_from_the_cache(
     changed["workers"][1]["temperature"] = 0.7
     third = await run_once("c", write_pool(tmp_path / "p2.yaml", changed))
     assert len(fake_server.requests) == n + 5
-    assert not any(r["metadata"].get("sample_cache") for r in third)
+    assert not any(r.get("replayed_from") for r in third)
+    from conductor.record import record_from_dict
+
+    assert record_from_dict(again[0]).replayed_from is not None
     cache.close()

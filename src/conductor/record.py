@@ -133,6 +133,9 @@ class RunRecord:
     gold: Any = None
     grade: dict[str, Any] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: Set when a benchmark rerun reused this sample's record: the original run id and
+    #: when it was reused.
+    replayed_from: dict[str, Any] | None = None
 
     def all_calls(self) -> list[CallRecord]:
         """Every model call, in order: each round's Conductor calls, then its steps."""

@@ -242,8 +242,9 @@ async def run_benchmark(
     With ``cache``, each graded sample is also kept under a key that covers everything
     that decides it (benchmark, prompt, grader, strategy, pool, Conductor settings and
     template, seed, epoch, conductor version), so an identical rerun replays it without
-    re-running the workflow; such records say ``metadata.sample_cache: true`` and mark
-    every call as cached.  Failed runs and grader errors are never kept.
+    re-running the workflow.  A replayed record is the original one with a new run id
+    and ``replayed_from`` (the original run id and the time of the replay).  Failed runs
+    and grader errors are never kept.
 
     Cancelling (Ctrl-C) stops new work, abandons what is in flight and keeps everything
     already written.  Returns the running totals of this invocation.
@@ -277,9 +278,10 @@ async def run_benchmark(
         try:
             question = render_prompt(spec, sample)
             key = _sample_key(run_key, sample, question, epoch) if cache is not None else None
-            data = cache.get_value(key) if cache is not None and key is not None else None
-            if isinstance(data, dict):
-                _mark_replayed(data)
+            kept = cache.get_value(key) if cache is not None and key is not None else None
+            if isinstance(kept, dict) and "line" in kept:
+                line = _replayed_line(kept)
+                status, cost = kept["status"], kept["cost"]
             else:
                 record: RunRecord = await strategy.run(
                     question, sample_index=epoch, sample_id=sample.id, epoch=epoch
@@ -293,18 +295,21 @@ async def run_benchmark(
                         verdict = await asyncio.to_thread(grader.grade, record.final_answer, sample)
                     record.grade = _grade_dict(verdict)
                 data = record_to_dict(record)
+                line = json.dumps(data, ensure_ascii=False) + "\n"
+                status = (record.grade or {}).get("status", "run_failed")
+                cost = record.totals.cost_usd or 0.0
                 if cache is not None and key is not None and not _is_error(data):
-                    cache.set_value(key, data)
-            line = json.dumps(data, ensure_ascii=False) + "\n"
+                    cache.set_value(
+                        key, {"line": line, "run_id": record.run_id, "status": status, "cost": cost}
+                    )
             async with lock:
                 fh.write(line)
                 fh.flush()
             progress.done += 1
-            status = (data.get("grade") or {}).get("status", "run_failed")
             progress.verdicts[status] = progress.verdicts.get(status, 0) + 1
             progress.correct += int(status == "correct")
             progress.errors += int(status in ("run_failed", "grader_error"))
-            progress.cost_usd += data["totals"].get("cost_usd") or 0.0
+            progress.cost_usd += cost
             notify(progress)
         finally:
             slots.release()
@@ -355,22 +360,20 @@ def _sample_key(run_key: str, sample: Sample, question: str, epoch: int) -> str:
     return "sample:" + hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _mark_replayed(data: dict[str, Any]) -> None:
-    """Turn a kept record into this run's record: new id and time, every call cached."""
-    now = now_iso()
-    data["run_id"] = new_run_id()
-    data["started_at"] = data["finished_at"] = now
-    data["metadata"] = {**data.get("metadata", {}), "sample_cache": True}
-    calls = 0
-    for rnd in data.get("rounds", []):
-        for call in [*rnd.get("conductor_calls", []), *(s["call"] for s in rnd.get("steps", []))]:
-            if call.get("response") is not None:
-                call["cached"] = True
-                call["latency_s"] = 0.0
-                calls += 1
-    totals = data.get("totals", {})
-    totals["cached_calls"] = calls
-    totals["wall_s"] = 0.0
+def _replayed_line(kept: dict[str, Any]) -> str:
+    """A kept sample's line for this run: a new run id and a ``replayed_from`` note.
+
+    The rest is the original record as it was written (its latencies, costs and cached
+    flags describe the execution that produced it), so replaying costs no parsing.
+    """
+    old_id, new_id = kept["run_id"], new_run_id()
+    line: str = kept["line"].replace(f'"run_id": "{old_id}"', f'"run_id": "{new_id}"', 1)
+    note = json.dumps({"run_id": old_id, "at": now_iso()})
+    # ``replayed_from`` is the record's last field, written as null the first time.
+    head, sep, tail = line.rpartition('"replayed_from": null')
+    if not sep:
+        return line
+    return f'{head}"replayed_from": {note}{tail}'
 
 
 # -- merging shards -------------------------------------------------------------------
