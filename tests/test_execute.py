@@ -324,3 +324,43 @@ def test_no_workers_is_a_usage_error() -> None:
 
     with pytest.raises(UsageError):
         Orchestrator(Pool(name="empty", workers=()), Conductor("prompted", Worker("c", "m")))
+
+
+async def test_given_plan_is_executed_without_asking(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    fake_server.script("w2", ["from w2"])
+    pool = make_pool(tmp_path, fake_server)
+    orch = Orchestrator(pool, resolve_conductor(pool))
+    try:
+        record = await orch.run(QUESTION, plan=lists([2], ["Answer it."], [[]]))
+        bad = await orch.run(QUESTION, plan="no lists at all")
+    finally:
+        await orch.aclose()
+    assert not fake_server.requests_for(CONDUCTOR_MODEL)
+    assert record.final_answer == "from w2"
+    assert record.rounds[0].conductor_calls[0].response.endswith("access_list = [[]]\n")
+    assert bad.status == "failed" and "could not be parsed" in (bad.error or "")
+    assert len(bad.rounds[0].conductor_calls) == 1  # no re-asking a given plan
+
+
+async def test_continue_from_runs_a_revision_round(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    fake_server.script("w0", ["draft answer"])
+    fake_server.script("w1", ["revised answer"])
+    pool = make_pool(tmp_path, fake_server)
+    orch = Orchestrator(pool, resolve_conductor(pool))
+    try:
+        first = await orch.run(QUESTION, plan=lists([0], ["Try it."], [[]]))
+        second = await orch.run(
+            QUESTION, plan=lists([1], ["Improve it."], [["all"]]), continue_from=first
+        )
+    finally:
+        await orch.aclose()
+    assert [r.index for r in second.rounds] == [0, 1]
+    assert second.final_answer == "revised answer"
+    revise_prompt = second.rounds[1].conductor_calls[0].messages[0]["content"]
+    assert "model_id = [0]" in revise_prompt and "draft answer" in revise_prompt
+    seen = fake_server.requests_for("w1")[0].messages[0]["content"]
+    assert '<agent_0 step="0.0">' in seen and "draft answer" in seen

@@ -164,9 +164,14 @@ class Orchestrator:
         settings: RunSettings,
         budget: Budget,
         emit: EventSink,
+        given: str | None = None,
     ) -> Workflow | None:
         """Ask the Conductor for a workflow, re-asking with the reason when it does not
-        parse.  Returns ``None`` when every try failed or the budget ran out."""
+        parse.  Returns ``None`` when every try failed or the budget ran out.
+
+        ``given`` is a reply the Conductor already wrote (a trainer's rollout): it is
+        recorded as this round's Conductor call and parsed once, with no re-asking.
+        """
         cond = self.conductor
         max_steps = settings.max_steps or cond.max_steps
         allow_empty = previous is not None
@@ -178,6 +183,22 @@ class Orchestrator:
             show_descriptions=cond.show_descriptions,
             previous=previous,
         )
+        if given is not None:
+            call = _call_record(list(messages), now_iso())
+            call.response = given
+            call.finished_at = call.started_at
+            rnd.conductor_calls.append(call)
+            try:
+                return parse_workflow(
+                    given,
+                    n_workers=len(self.pool.workers),
+                    max_steps=max_steps,
+                    allow_empty=allow_empty,
+                )
+            except WorkflowParseError as exc:
+                rnd.parse_errors.append(exc.reason)
+                rnd.stop_reason = f"the given Conductor reply could not be parsed: {exc.reason}"
+                return None
         grammar = self._grammar(allow_empty, max_steps)
         caller = self.callers.get(cond.target)
         for attempt in range(cond.parse_retries + 1):
@@ -355,9 +376,18 @@ class Orchestrator:
         sample_id: str | None = None,
         epoch: int | None = None,
         metadata: dict[str, Any] | None = None,
+        plan: str | None = None,
+        continue_from: RunRecord | None = None,
     ) -> RunRecord:
         """Run ``question`` and return its full record (never raises for model errors:
-        failures are in the record's ``status`` and ``error``)."""
+        failures are in the record's ``status`` and ``error``).
+
+        ``plan`` is the Conductor's reply for the first round this call runs, already
+        written (by a trainer's rollout, say); it is executed instead of asking the
+        Conductor.  ``continue_from`` is an earlier record of the same question: its
+        rounds are kept, the Conductor sees its last plan and answer, and workers given
+        ``"all"`` see its steps, so this call runs at least one more (revision) round.
+        """
         settings = settings or RunSettings()
         emit = events or null_sink
         max_steps = settings.max_steps or self.conductor.max_steps
@@ -380,11 +410,17 @@ class Orchestrator:
         history = _History()
         previous: PreviousRound | None = None
         answer: str | None = None
+        start = 0
+        if continue_from is not None:
+            previous, answer = _continue(record, continue_from, history)
+            start = len(record.rounds)
         t0 = time.perf_counter()
-        for r in range(max(1, settings.rounds)):
+        for r in range(start, max(start + 1, settings.rounds)):
             rnd = RoundRecord(index=r)
             record.rounds.append(rnd)
-            workflow = await self._plan(question, rnd, previous, settings, budget, emit)
+            workflow = await self._plan(
+                question, rnd, previous, settings, budget, emit, plan if r == start else None
+            )
             if workflow is None:
                 break
             rnd.workflow = workflow_to_dict(workflow)
@@ -415,6 +451,27 @@ class Orchestrator:
         finish_record(record, time.perf_counter() - t0)
         emit(Event("run_finished", len(record.rounds) - 1, failed=record.status == "failed"))
         return record
+
+
+def _continue(
+    record: RunRecord, earlier: RunRecord, history: _History
+) -> tuple[PreviousRound | None, str | None]:
+    """Seed ``record`` with the rounds of ``earlier``; return what the next round sees."""
+    from .workflow import workflow_from_dict
+
+    record.rounds = list(earlier.rounds)
+    last_plan: Workflow | None = None
+    for rnd in earlier.rounds:
+        if rnd.workflow:
+            last_plan = workflow_from_dict(rnd.workflow)
+        for s in rnd.steps:
+            answer = s.answer if s.status == "ok" else None
+            history.steps.append(
+                SharedStep(f"{rnd.index}.{s.index}", s.worker_index, s.subtask, answer)
+            )
+    if last_plan is None or earlier.final_answer is None:
+        return None, earlier.final_answer
+    return PreviousRound(format_workflow(last_plan), earlier.final_answer), earlier.final_answer
 
 
 def finish_record(record: RunRecord, wall_s: float) -> None:
