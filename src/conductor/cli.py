@@ -525,6 +525,68 @@ def trace(
             console.print(trace_renderable(record, fmt))  # type: ignore[arg-type]
 
 
+# -- train ----------------------------------------------------------------------------
+
+
+@app.command()
+def train(
+    config_file: Annotated[
+        Path, typer.Argument(metavar="CONFIG.yaml", help="Training config (configs/train/*.yaml).")
+    ],
+    steps: Annotated[
+        int | None,
+        typer.Option("--steps", min=1, help="Override grpo.steps (optimizer steps)."),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Override output_dir (checkpoint and metrics)."),
+    ] = None,
+    no_live: Annotated[
+        bool,
+        typer.Option("--no-live", help="No live table; print one line per step instead."),
+    ] = False,
+) -> None:
+    """Train a Conductor with GRPO on verifiable rewards (needs the train extra).
+
+    Every sampled workflow is executed on the config's pool and graded; the reward is
+    0 unparsed, 0.5 parsed but wrong, 1 correct (configurable).  Writes
+    OUTPUT_DIR/metrics.jsonl and OUTPUT_DIR/checkpoint, which --conductor PATH loads.
+    For several GPUs start it with accelerate launch (see the README).
+    """
+    import dataclasses
+
+    from .train.config import load_train_config
+
+    config = load_train_config(config_file)
+    if steps is not None:
+        config = dataclasses.replace(config, grpo=dataclasses.replace(config.grpo, steps=steps))
+    if output is not None:
+        config = dataclasses.replace(config, output_dir=str(output))
+    err = _err()
+    live = not no_live and err.is_terminal
+
+    def line(row: dict[str, Any]) -> None:
+        def num(key: str, digits: int = 3) -> str:
+            value = row.get(key)
+            return "-" if value is None else f"{value:.{digits}f}"
+
+        err.print(
+            f"step {row.get('step')}: reward {num('reward_mean')} ± {num('reward_std')}  "
+            f"parsed {num('parse_rate', 2)}  correct {num('correct_rate', 2)}  "
+            f"steps/workflow {num('steps_per_workflow', 2)}  loss {num('loss', 4)}  "
+            f"{num('elapsed_s', 0)}s",
+            highlight=False,
+        )
+
+    from .train.trainer import METRICS_FILE
+    from .train.trainer import train as run_training
+
+    checkpoint = run_training(config, live=live, on_metrics=None if live else line)
+    out = _out()
+    out.print(f"checkpoint written to {checkpoint}  (conductor ask ... --conductor {checkpoint})")
+    out.print(f"metrics written to {Path(config.output_dir).expanduser() / METRICS_FILE}")
+
+
 # -- pools ----------------------------------------------------------------------------
 
 

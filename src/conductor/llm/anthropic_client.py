@@ -6,18 +6,13 @@ System text (the worker's ``system_prompt`` and any ``system`` messages) goes in
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelCallError
 from .factory import resolve_api_key, strip_prefix
 from .retry import (
-    connection_error,
-    error_for_status,
-    message_from_body,
-    scrub,
-    timeout_error,
+    classify_sdk_error,
+    keyword_names,
     with_backstop,
 )
 from .types import ModelRequest, RawCompletion, Usage
@@ -78,7 +73,7 @@ class AnthropicClient:
             self._key = key
             # SDK releases differ in which sampling settings are keyword arguments
             # (2.x dropped temperature/top_p/top_k); the rest travel in extra_body.
-            self._accepted = _keyword_names(self._client.messages.create)
+            self._accepted = keyword_names(self._client.messages.create, ANTHROPIC_KWARGS)
         return self._client
 
     def build_kwargs(self, request: ModelRequest) -> dict[str, Any]:
@@ -148,34 +143,12 @@ class AnthropicClient:
     def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
         import anthropic
 
-        target = self.target.id
-        if isinstance(exc, (anthropic.APITimeoutError, asyncio.TimeoutError)):
-            return timeout_error(target, timeout_s)
-        if isinstance(exc, anthropic.APIConnectionError):
-            return connection_error(target, scrub(str(exc.message), self._key))
-        if isinstance(exc, anthropic.APIStatusError):
-            msg = getattr(exc, "api_message", None) or message_from_body(exc.body) or exc.message
-            return error_for_status(
-                exc.status_code,
-                scrub(str(msg), self._key),
-                target=target,
-                headers=exc.response.headers,
-            )
-        return exc
+        return classify_sdk_error(
+            exc, anthropic, target=self.target.id, timeout_s=timeout_s, key=self._key
+        )
 
     async def aclose(self) -> None:
         """Close the SDK client's connections."""
         if self._client is not None:
             client, self._client = self._client, None
             await client.close()
-
-
-def _keyword_names(func: Any) -> frozenset[str]:
-    """The keyword parameter names of ``func`` (empty for ``**kwargs``-only functions)."""
-    try:
-        params = inspect.signature(func).parameters.values()
-    except (TypeError, ValueError):
-        return ANTHROPIC_KWARGS
-    return frozenset(
-        p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ) - {"extra_body", "extra_headers", "extra_query", "timeout", "stream"}

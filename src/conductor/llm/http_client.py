@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from .factory import resolve_api_key, strip_prefix
@@ -23,6 +24,7 @@ from .retry import (
     scrub,
     timeout_error,
     with_backstop,
+    with_reasoning,
 )
 from .types import ModelRequest, RawCompletion, Usage
 
@@ -109,10 +111,7 @@ class HttpClient:
         choices = data.get("choices") or [{}]
         choice = choices[0] if isinstance(choices[0], dict) else {}
         message = choice.get("message") or {}
-        text = message.get("content") or ""
-        reasoning = message.get("reasoning_content") or message.get("reasoning")
-        if isinstance(reasoning, str) and reasoning and "<think>" not in text:
-            text = f"<think>{reasoning}</think>{text}"
+        text = with_reasoning(message.get("content"), SimpleNamespace(**message))
         usage = data.get("usage") or {}
         return RawCompletion(
             text=text,

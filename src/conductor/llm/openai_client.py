@@ -8,18 +8,13 @@ API knows go as keyword arguments; everything else (``top_k``,
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelCallError
 from .factory import resolve_api_key, strip_prefix
 from .retry import (
-    connection_error,
-    error_for_status,
-    message_from_body,
-    scrub,
-    timeout_error,
+    classify_sdk_error,
+    keyword_names,
     with_backstop,
     with_reasoning,
 )
@@ -89,7 +84,9 @@ class OpenAIClient:
                 timeout=self.target.timeout_s,
             )
             self._key = key
-            self._accepted = OPENAI_KWARGS & _keyword_names(self._client.chat.completions.create)
+            self._accepted = OPENAI_KWARGS & keyword_names(
+                self._client.chat.completions.create, OPENAI_KWARGS
+            )
         return self._client
 
     def build_kwargs(self, request: ModelRequest) -> dict[str, Any]:
@@ -144,32 +141,12 @@ class OpenAIClient:
     def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
         import openai
 
-        target = self.target.id
-        if isinstance(exc, (openai.APITimeoutError, asyncio.TimeoutError)):
-            return timeout_error(target, timeout_s)
-        if isinstance(exc, openai.APIConnectionError):
-            return connection_error(target, scrub(str(exc.message), self._key))
-        if isinstance(exc, openai.APIStatusError):
-            msg = message_from_body(exc.body) or exc.message
-            return error_for_status(
-                exc.status_code,
-                scrub(str(msg), self._key),
-                target=target,
-                headers=exc.response.headers,
-            )
-        return exc
+        return classify_sdk_error(
+            exc, openai, target=self.target.id, timeout_s=timeout_s, key=self._key
+        )
 
     async def aclose(self) -> None:
         """Close the SDK client's connections."""
         if self._client is not None:
             client, self._client = self._client, None
             await client.close()
-
-
-def _keyword_names(func: Any) -> frozenset[str]:
-    """The keyword parameter names of ``func`` (all of OPENAI_KWARGS if unknowable)."""
-    try:
-        params = inspect.signature(func).parameters.values()
-    except (TypeError, ValueError):
-        return OPENAI_KWARGS
-    return frozenset(p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))

@@ -270,3 +270,38 @@ def with_reasoning(content: str | None, message: Any) -> str:
     if isinstance(reasoning, str) and reasoning and "<think>" not in text:
         return f"<think>{reasoning}</think>{text}"
     return text
+
+
+def keyword_names(func: Any, fallback: frozenset[str]) -> frozenset[str]:
+    """The keyword parameter names of an SDK method (``fallback`` if unknowable), so that
+    settings the installed SDK version does not take go in ``extra_body`` instead."""
+    import inspect
+
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return fallback
+    return frozenset(p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def classify_sdk_error(
+    exc: Exception,
+    sdk: Any,
+    *,
+    target: str,
+    timeout_s: float,
+    key: str | None,
+) -> BaseException:
+    """Our error for an exception of the ``openai`` or ``anthropic`` SDK (both raise
+    ``APITimeoutError``, ``APIConnectionError`` and ``APIStatusError``); anything else is
+    returned unchanged, to be re-raised as the bug it is."""
+    if isinstance(exc, (sdk.APITimeoutError, asyncio.TimeoutError)):
+        return timeout_error(target, timeout_s)
+    if isinstance(exc, sdk.APIConnectionError):
+        return connection_error(target, scrub(str(exc.message), key))
+    if isinstance(exc, sdk.APIStatusError):
+        msg = getattr(exc, "api_message", None) or message_from_body(exc.body) or exc.message
+        return error_for_status(
+            exc.status_code, scrub(str(msg), key), target=target, headers=exc.response.headers
+        )
+    return exc

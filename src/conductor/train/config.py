@@ -1,0 +1,518 @@
+"""Training configuration files (``configs/train/*.yaml``): schema, loading, validation.
+
+A training config says which model to train, on which pool and data, how rollouts are
+rewarded and how GRPO is run.  Schema (``base_model``, ``pool``, ``data`` and
+``output_dir`` are required; everything else has the default shown)::
+
+    base_model: Qwen/Qwen2.5-7B-Instruct   # a local dir, hf:ORG/NAME, ORG/NAME or
+                                           # gguf:PATH (or gguf:smollm2, the embedded model)
+    pool: paper                    # a pool file (relative to this file, or to the current
+                                   # directory) or a shipped pool name
+    data:                          # one or more benchmarks, mixed
+      - benchmark: math500         # shipped name or benchmark YAML (relative to this file)
+        split: train               # train (the benchmark's train_source) | test
+        file: data/mine.jsonl      # optional local file in the benchmark's schema
+        limit: 320                 # optional: at most this many questions
+      - mmlu                       # shorthand for {benchmark: mmlu}
+    output_dir: runs/train/paper   # relative to the current directory
+    max_steps: 5                   # most workflow steps the Conductor may write
+    template: default              # the Conductor prompt template (name or file)
+    seed: 0
+    worker_max_tokens: 4096        # optional: override every worker's max_tokens
+    reward: {unparsed: 0.0, parsed_wrong: 0.5, correct: 1.0, format_bonus: 0.0,
+             cost_penalty_per_usd: 0.0, cost_penalty_per_call: 0.0, failed_run: 0.0}
+    grpo: {group_size: 8, questions_per_step: 4, learning_rate: 1.0e-6, ...}
+    randomise_pool: {k_min: 2, k_max: 4}   # optional: a random k-of-n pool per question
+    recursion: {fraction: 0.5, discount: 0.25}   # optional: forced second rounds
+
+Every mistake raises :class:`TrainConfigError` (a :class:`~conductor.errors.UsageError`)
+whose message starts ``FILE:LINE:`` and names the field, with a did-you-mean hint for a
+misspelt key.  ``${VAR}`` / ``${VAR:-default}`` are expanded as in pool files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from ..errors import PoolError
+from ..pool import _line, _Reader, _show
+
+__all__ = [
+    "LR_SCHEDULERS",
+    "VLLM_MODES",
+    "DataMix",
+    "GRPOSettings",
+    "PoolSampling",
+    "RecursionSettings",
+    "RewardSettings",
+    "TrainConfig",
+    "TrainConfigError",
+    "load_train_config",
+    "load_train_config_text",
+]
+
+#: Learning-rate schedules understood by transformers' ``get_scheduler``.
+LR_SCHEDULERS: tuple[str, ...] = (
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "polynomial",
+    "constant",
+    "constant_with_warmup",
+    "inverse_sqrt",
+    "cosine_with_min_lr",
+    "warmup_stable_decay",
+)
+#: TRL's ways of using vLLM for rollouts: inside the training process, or a server.
+VLLM_MODES: tuple[str, ...] = ("colocate", "server")
+
+
+@dataclass(frozen=True)
+class DataMix:
+    """One benchmark in the training mix.
+
+    ``split="train"`` reads the benchmark's ``train_source`` when it has one (else its
+    evaluation source, with a warning); ``file`` replaces either with a local file in
+    the benchmark's schema; ``limit`` keeps the first N questions.
+    """
+
+    benchmark: str
+    split: Literal["train", "test"] = "train"
+    file: str | None = None
+    limit: int | None = None
+
+
+@dataclass(frozen=True)
+class RewardSettings:
+    """How one rollout is scored.
+
+    * ``unparsed``: the reply's three lists could not be parsed (paper: 0).
+    * ``parsed_wrong`` / ``correct``: the workflow ran and its answer was graded wrong /
+      right (paper: 0.5 / 1).
+    * ``format_bonus``: added to every parsed-and-graded reward.  The released code's
+      0 / 0.5 / 1.5 is ``parsed_wrong: 0``, ``correct: 1``, ``format_bonus: 0.5``.
+    * ``cost_penalty_per_usd`` / ``cost_penalty_per_call``: subtracted per USD spent and
+      per worker call made (the Conductor's own reply is not a call); paper: none.
+    * ``failed_run``: the whole reward when the workflow parsed but produced no answer
+      at all (every step failed or was skipped); the paper gives 0 when "the workflow
+      fails".  No bonus or penalty is applied to it, so that failing is never scored
+      below not parsing just because calls were spent.
+    """
+
+    unparsed: float = 0.0
+    parsed_wrong: float = 0.5
+    correct: float = 1.0
+    format_bonus: float = 0.0
+    cost_penalty_per_usd: float = 0.0
+    cost_penalty_per_call: float = 0.0
+    failed_run: float = 0.0
+
+
+@dataclass(frozen=True)
+class GRPOSettings:
+    """GRPO hyper-parameters (named after, and passed on to, TRL's ``GRPOConfig``).
+
+    ``group_size`` completions per question, ``questions_per_step`` questions per
+    optimiser step; ``bf16=None`` picks bf16 when the hardware supports it.
+    """
+
+    group_size: int = 8
+    questions_per_step: int = 4
+    learning_rate: float = 1e-6
+    lr_scheduler: str = "cosine"
+    warmup_ratio: float = 0.03
+    kl_beta: float = 0.0
+    clip_epsilon: float = 0.2
+    temperature: float = 1.0
+    max_completion_tokens: int = 1024
+    steps: int = 200
+    gradient_accumulation_steps: int = 1
+    bf16: bool | None = None
+    use_vllm: bool = False
+    vllm_mode: str = "colocate"
+    logging_steps: int = 1
+    save_steps: int | None = None
+
+
+@dataclass(frozen=True)
+class PoolSampling:
+    """Randomised pools: each question lists a random subset of ``k_min``..``k_max``
+    workers (in random order, renumbered from Model 0)."""
+
+    k_min: int
+    k_max: int
+
+
+@dataclass(frozen=True)
+class RecursionSettings:
+    """Recursion fine-tuning: ``fraction`` of the questions get a forced second round;
+    their reward is ``discount * round1 + (1 - discount) * round2``."""
+
+    fraction: float = 0.5
+    discount: float = 0.25
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A validated training config (see the module docstring for the file format)."""
+
+    base_model: str
+    pool: str
+    data: tuple[DataMix, ...]
+    output_dir: str
+    reward: RewardSettings = field(default_factory=RewardSettings)
+    grpo: GRPOSettings = field(default_factory=GRPOSettings)
+    randomise_pool: PoolSampling | None = None
+    recursion: RecursionSettings | None = None
+    max_steps: int = 5
+    template: str = "default"
+    seed: int = 0
+    worker_max_tokens: int | None = None
+    path: Path | None = None
+
+
+class TrainConfigError(PoolError):
+    """A training config is invalid.  Formatted like a pool error: ``FILE:LINE: msg``."""
+
+
+_TOP_KEYS = (
+    "base_model",
+    "pool",
+    "data",
+    "output_dir",
+    "reward",
+    "grpo",
+    "randomise_pool",
+    "recursion",
+    "max_steps",
+    "template",
+    "seed",
+    "worker_max_tokens",
+)
+_MIX_KEYS = tuple(f.name for f in fields(DataMix))
+_REWARD_KEYS = tuple(f.name for f in fields(RewardSettings))
+_GRPO_KEYS = tuple(f.name for f in fields(GRPOSettings))
+_SAMPLING_KEYS = ("k_min", "k_max")
+_RECURSION_KEYS = tuple(f.name for f in fields(RecursionSettings))
+_SPLITS = ("train", "test")
+
+
+class _TrainReader(_Reader):
+    """The pool loader's line-aware YAML walker, with training-config sections."""
+
+    def __init__(self, source: str, environ: Mapping[str, str], base: Path | None) -> None:
+        super().__init__(source, environ)
+        self.base = base
+
+    def error(self, message: str, node: yaml.Node | None, field: str | None) -> PoolError:
+        return TrainConfigError(
+            message, path=self.source, line=_line(node) if node is not None else 1, field=field
+        )
+
+    # ---------------------------------------------------------------- values
+
+    def real(
+        self,
+        node: yaml.Node,
+        field: str,
+        *,
+        low: float | None = None,
+        high: float | None = None,
+        low_open: bool = False,
+    ) -> float | None:
+        """A number (negative allowed unless ``low`` says otherwise), or None."""
+        value = self.value(node, field)
+        if value is None:
+            return None
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+        if ok and low is not None and (value <= low if low_open else value < low):
+            ok = False
+        if ok and high is not None and value > high:
+            ok = False
+        if not ok:
+            if low is not None and high is not None:
+                kind = f"a number between {low:g} and {high:g}"
+            elif low is not None:
+                kind = f"a number > {low:g}" if low_open else f"a number >= {low:g}"
+            else:
+                kind = "a number"
+            raise self.error(f"{field} must be {kind}, got {_show(value)}", node, field)
+        return float(value)
+
+    def local_path(self, text: str) -> Path:
+        """``text`` as a path: absolute, or relative to the config file's folder."""
+        path = Path(text).expanduser()
+        if not path.is_absolute() and self.base is not None:
+            path = self.base / path
+        return path
+
+    # ---------------------------------------------------------------- sections
+
+    def pool_ref(self, node: yaml.Node) -> str:
+        from ..pool import resolve_pool_path
+
+        text = self.required_string(node, "pool").strip()
+        beside = self.local_path(text)
+        if beside.is_file():
+            return str(beside.resolve())
+        try:
+            return str(resolve_pool_path(text))
+        except PoolError as exc:
+            raise self.error(f"pool: {exc.reason}", node, "pool") from None
+
+    def benchmark_ref(self, node: yaml.Node, field: str) -> str:
+        from ..bench.spec import resolve_benchmark_path
+
+        text = self.required_string(node, field).strip()
+        beside = self.local_path(text)
+        if beside.is_file():
+            return str(beside.resolve())
+        try:
+            resolve_benchmark_path(text)
+        except PoolError as exc:
+            raise self.error(f"{field}: {exc.reason}", node, field) from None
+        return text
+
+    def mix(self, node: yaml.Node, index: int) -> DataMix:
+        field = f"data[{index}]"
+        if isinstance(node, yaml.ScalarNode):
+            return DataMix(benchmark=self.benchmark_ref(node, field))
+        keys = self.mapping(node, field, _MIX_KEYS, "a benchmark name or a mapping")
+        get = {k: vn for k, (_kn, vn) in keys.items()}
+        if "benchmark" not in get:
+            raise self.error(
+                f'{field} is missing required key "benchmark"', node, f"{field}.benchmark"
+            )
+        benchmark = self.benchmark_ref(get["benchmark"], f"{field}.benchmark")
+        split = "train"
+        if "split" in get:
+            split = self.choice(get["split"], f"{field}.split", _SPLITS) or "train"
+        file = None
+        if "file" in get:
+            raw = self.string(get["file"], f"{field}.file")
+            if raw is not None:
+                path = self.local_path(raw.strip())
+                if not path.is_file():
+                    raise self.error(
+                        f"{field}.file: no such file: {path}", get["file"], f"{field}.file"
+                    )
+                file = str(path.resolve())
+        limit = self.integer(get["limit"], f"{field}.limit", 1) if "limit" in get else None
+        return DataMix(benchmark=benchmark, split=split, file=file, limit=limit)  # type: ignore[arg-type]
+
+    def data(self, node: yaml.Node) -> tuple[DataMix, ...]:
+        if not isinstance(node, yaml.SequenceNode) or not node.value:
+            shown = self.value(node, "data")
+            if isinstance(node, yaml.SequenceNode) or shown is None:
+                raise self.error("data must list at least one benchmark", node, "data")
+            raise self.error(
+                f"data must be a list of benchmarks, got {_show(shown)}", node, "data"
+            )
+        return tuple(self.mix(item, i) for i, item in enumerate(node.value))
+
+    def reward(self, node: yaml.Node) -> RewardSettings:
+        if isinstance(node, yaml.ScalarNode) and self.scalar(node, "reward") is None:
+            return RewardSettings()
+        keys = self.mapping(node, "reward", _REWARD_KEYS)
+        kwargs: dict[str, float] = {}
+        for key, (_kn, vn) in keys.items():
+            sub = f"reward.{key}"
+            low = 0.0 if key.startswith("cost_penalty") else None
+            value = self.real(vn, sub, low=low)
+            if value is not None:
+                kwargs[key] = value
+        return RewardSettings(**kwargs)
+
+    def grpo(self, node: yaml.Node) -> GRPOSettings:
+        if isinstance(node, yaml.ScalarNode) and self.scalar(node, "grpo") is None:
+            return GRPOSettings()
+        keys = self.mapping(node, "grpo", _GRPO_KEYS)
+        kwargs: dict[str, Any] = {}
+        for key, (_kn, vn) in keys.items():
+            sub = f"grpo.{key}"
+            value: Any
+            if key == "group_size":
+                value = self.integer(vn, sub, 2)
+            elif key in (
+                "questions_per_step",
+                "max_completion_tokens",
+                "steps",
+                "gradient_accumulation_steps",
+                "logging_steps",
+                "save_steps",
+            ):
+                value = self.integer(vn, sub, 1)
+            elif key in ("learning_rate", "temperature", "clip_epsilon"):
+                value = self.real(vn, sub, low=0.0, low_open=True)
+            elif key == "warmup_ratio":
+                value = self.real(vn, sub, low=0.0, high=1.0)
+            elif key == "kl_beta":
+                value = self.real(vn, sub, low=0.0)
+            elif key == "lr_scheduler":
+                value = self.choice(vn, sub, LR_SCHEDULERS)
+            elif key == "vllm_mode":
+                value = self.choice(vn, sub, VLLM_MODES)
+            elif key in ("bf16", "use_vllm"):
+                value = self.boolean(vn, sub)
+            else:  # pragma: no cover - _GRPO_KEYS and this chain agree
+                raise AssertionError(key)
+            if value is not None or key in ("bf16", "save_steps"):
+                kwargs[key] = value
+        return GRPOSettings(**kwargs)
+
+    def sampling(self, node: yaml.Node) -> PoolSampling | None:
+        if isinstance(node, yaml.ScalarNode) and self.scalar(node, "randomise_pool") is None:
+            return None
+        keys = self.mapping(node, "randomise_pool", _SAMPLING_KEYS, "a mapping with k_min, k_max")
+        values: dict[str, int] = {}
+        for key in _SAMPLING_KEYS:
+            sub = f"randomise_pool.{key}"
+            if key not in keys:
+                raise self.error(f'randomise_pool is missing required key "{key}"', node, sub)
+            value = self.integer(keys[key][1], sub, 1)
+            if value is None:
+                raise self.error(f"{sub} must be a positive integer", keys[key][1], sub)
+            values[key] = value
+        if values["k_min"] > values["k_max"]:
+            raise self.error(
+                f"randomise_pool.k_min ({values['k_min']}) is larger than "
+                f"randomise_pool.k_max ({values['k_max']})",
+                node,
+                "randomise_pool.k_min",
+            )
+        return PoolSampling(**values)
+
+    def recursion(self, node: yaml.Node) -> RecursionSettings | None:
+        if isinstance(node, yaml.ScalarNode) and self.scalar(node, "recursion") is None:
+            return None
+        keys = self.mapping(node, "recursion", _RECURSION_KEYS)
+        kwargs: dict[str, float] = {}
+        for key, (_kn, vn) in keys.items():
+            value = self.real(vn, f"recursion.{key}", low=0.0, high=1.0)
+            if value is not None:
+                kwargs[key] = value
+        return RecursionSettings(**kwargs)
+
+    def config(self, root: yaml.Node | None, path: Path | None) -> TrainConfig:
+        if root is None:
+            raise TrainConfigError(
+                "the training config is empty; it needs base_model, pool, data and output_dir",
+                path=self.source,
+                line=1,
+            )
+        if not isinstance(root, yaml.MappingNode):
+            raise self.error(
+                f"the top level must be a mapping, got {_show(self.value(root, 'top level'))}",
+                root,
+                None,
+            )
+        keys = self.mapping(root, "", _TOP_KEYS)
+        get = {k: vn for k, (_kn, vn) in keys.items()}
+        for required in ("base_model", "pool", "data", "output_dir"):
+            if required not in get:
+                raise self.error(f'missing required key "{required}"', root, required)
+        base_model = self.required_string(get["base_model"], "base_model").strip()
+        if base_model in ("gguf:", "hf:") or (
+            base_model.startswith("hf:") and base_model[3:].count("/") != 1
+        ):
+            raise self.error(
+                "base_model must be a local directory, hf:ORG/NAME, ORG/NAME or "
+                f"gguf:PATH (gguf:smollm2 for the embedded model), got {_show(base_model)}",
+                get["base_model"],
+                "base_model",
+            )
+        kwargs: dict[str, Any] = {
+            "base_model": base_model,
+            "pool": self.pool_ref(get["pool"]),
+            "data": self.data(get["data"]),
+            "output_dir": self.required_string(get["output_dir"], "output_dir").strip(),
+            "path": path,
+        }
+        if "reward" in get:
+            kwargs["reward"] = self.reward(get["reward"])
+        if "grpo" in get:
+            kwargs["grpo"] = self.grpo(get["grpo"])
+        if "randomise_pool" in get:
+            kwargs["randomise_pool"] = self.sampling(get["randomise_pool"])
+        if "recursion" in get:
+            kwargs["recursion"] = self.recursion(get["recursion"])
+        if "max_steps" in get:
+            value = self.integer(get["max_steps"], "max_steps", 1)
+            if value is not None:
+                kwargs["max_steps"] = value
+        if "template" in get:
+            template = self.string(get["template"], "template")
+            if template is not None:
+                template = template.strip()
+                beside = self.local_path(template)
+                # A template file next to the config wins over a built-in name.
+                kwargs["template"] = str(beside.resolve()) if beside.is_file() else template
+        if "seed" in get:
+            value = self.integer(get["seed"], "seed", 0)
+            if value is not None:
+                kwargs["seed"] = value
+        if "worker_max_tokens" in get:
+            kwargs["worker_max_tokens"] = self.integer(
+                get["worker_max_tokens"], "worker_max_tokens", 1
+            )
+        return TrainConfig(**kwargs)
+
+
+def load_train_config_text(
+    text: str,
+    *,
+    source: str = "<string>",
+    path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> TrainConfig:
+    """Parse and validate a training config held in a string.
+
+    ``source`` is the name errors start with; ``path`` (the file, when there is one)
+    anchors relative ``pool``, ``benchmark``, ``file`` and ``template`` values.
+    """
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        context = f"{exc.context}, " if exc.context else ""
+        raise TrainConfigError(
+            f"invalid YAML: {context}{exc.problem or 'could not be parsed'}",
+            path=source,
+            line=(mark.line + 1) if mark is not None else None,
+        ) from None
+    except yaml.YAMLError as exc:
+        raise TrainConfigError(f"invalid YAML: {exc}", path=source) from None
+    env = os.environ if environ is None else environ
+    base = path.parent if path is not None else None
+    reader = _TrainReader(source, env, base)
+    try:
+        return reader.config(root, path)
+    finally:
+        reader.close()
+
+
+def load_train_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> TrainConfig:
+    """Read and validate the training config at ``path``.
+
+    Raises :class:`TrainConfigError` naming the file, line and field on any mistake.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TrainConfigError("no such training config file", path=str(path)) from None
+    except IsADirectoryError:
+        raise TrainConfigError("is a directory, not a training config", path=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise TrainConfigError(f"is not UTF-8 text ({exc.reason})", path=str(path)) from None
+    except OSError as exc:
+        raise TrainConfigError(f"cannot be read: {exc.strerror}", path=str(path)) from None
+    return load_train_config_text(
+        text, source=str(path), path=file.resolve(), environ=environ
+    )

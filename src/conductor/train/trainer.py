@@ -1,0 +1,566 @@
+"""GRPO training of a Conductor with TRL's ``GRPOTrainer``.
+
+:func:`train` turns a :class:`~conductor.train.config.TrainConfig` into a run:
+
+1. load the pool and the base policy (:func:`load_policy`);
+2. build the prompt rows (:func:`conductor.train.dataset.build_rows`); for recursion
+   fine-tuning, first let the *base policy* write a round-1 workflow for each question
+   and execute it, so that the forced second round has a real earlier round to revise;
+3. run ``GRPOTrainer`` with :class:`~conductor.train.reward.WorkflowReward` as the
+   reward: every sampled completion is parsed, executed on the pool and graded;
+4. log one metrics line per logging step (``OUTPUT_DIR/metrics.jsonl``, plus an optional
+   rich live table) and save ``OUTPUT_DIR/checkpoint`` with ``conductor.json`` (template,
+   pool order, step limit, base model), which ``--conductor PATH`` loads.
+
+One optimizer step consumes ``questions_per_step x group_size`` completions (one
+generation batch); GRPO's advantages are normalised within each question's group.
+On several processes (``accelerate launch``) each process scores its share of the
+completions; the metrics line is written by the main process from its share plus TRL's
+globally gathered reward mean.
+
+Heavy libraries (torch, transformers, trl, datasets) are imported inside functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib.util
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import MissingDependencyError, UsageError
+
+if TYPE_CHECKING:
+    from ..conductors.spec import Conductor
+    from ..pool import Pool
+    from ..record import RunRecord
+    from .config import TrainConfig
+
+__all__ = [
+    "CHECKPOINT_DIR",
+    "METRICS_FILE",
+    "TEMPLATE_FILE",
+    "build_grpo_config",
+    "load_policy",
+    "train",
+    "training_conductor",
+]
+
+log = logging.getLogger("conductor")
+
+#: The final checkpoint's folder inside ``output_dir``.
+CHECKPOINT_DIR = "checkpoint"
+#: The metrics file inside ``output_dir``.
+METRICS_FILE = "metrics.jsonl"
+#: The prompt template copied into the checkpoint (referenced by ``conductor.json``).
+TEMPLATE_FILE = "prompt.txt"
+
+_INSTALL_HINT = "pip install 'conductor-orchestrate[train]'"
+# A chat template for base models that have none: the same plain transcript that the
+# checkpoint backend falls back to, so training and inference see identical prompts.
+_PLAIN_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] | capitalize }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+# Keyword arguments TRL passes to reward functions besides the dataset columns.
+_TRL_REWARD_EXTRAS = frozenset(
+    {"completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+)
+
+
+def _require_train_deps() -> None:
+    missing = [
+        name
+        for name in ("torch", "transformers", "trl", "datasets")
+        if importlib.util.find_spec(name) is None
+    ]
+    if missing:
+        raise MissingDependencyError(
+            f"training needs {', '.join(missing)}, which is not installed: {_INSTALL_HINT}"
+        )
+
+
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+# -- the policy -----------------------------------------------------------------------
+
+
+def _gguf_file(spec: str) -> Path:
+    """The GGUF file named by ``gguf:smollm2`` or ``gguf:PATH``."""
+    from ..local_model import EMBEDDED_MODEL, embedded_model_path
+
+    name = spec[len("gguf:") :].strip()
+    if not name:
+        raise UsageError("base_model 'gguf:' needs a file path or 'smollm2'")
+    if name == EMBEDDED_MODEL:
+        return embedded_model_path()
+    path = Path(name).expanduser()
+    if not path.is_file():
+        raise UsageError(f"base_model {spec!r}: GGUF file {str(path)!r} does not exist")
+    return path.resolve()
+
+
+def load_policy(base_model: str) -> tuple[Any, Any]:
+    """Load the policy to train and its tokenizer from ``base_model``.
+
+    ``base_model`` is a local model directory, ``ORG/NAME`` or ``hf:ORG/NAME`` (Hugging
+    Face; offline when ``HF_HUB_OFFLINE=1``), or ``gguf:PATH`` / ``gguf:smollm2`` (a GGUF
+    file, e.g. the embedded SmolLM2-135M-Instruct, dequantised to float32 by
+    transformers; needs the ``gguf`` package).  On a GPU with bf16 a Hub / directory
+    model loads in bf16, else float32.  The tokenizer gets a pad token (its EOS) and,
+    if it has no chat template, the plain ``User: ...`` / ``Assistant:`` transcript
+    the checkpoint backend also uses.
+    """
+    _require_train_deps()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = base_model.strip()
+    if not spec:
+        raise UsageError("base_model is empty")
+    kwargs: dict[str, Any] = {}
+    if spec.startswith("gguf:"):
+        if importlib.util.find_spec("gguf") is None:
+            raise MissingDependencyError(
+                f"loading a GGUF base model needs the gguf package: {_INSTALL_HINT}"
+            )
+        file = _gguf_file(spec)
+        source, kwargs = str(file.parent), {"gguf_file": file.name}
+        dtype = torch.float32  # dequantised weights; bf16 would lose what is left
+    else:
+        source = spec[3:].strip() if spec.startswith("hf:") else spec
+        local = Path(source).expanduser()
+        if local.is_dir():
+            source = str(local.resolve())
+        elif source.count("/") != 1 or source.startswith(("/", ".", "~")):
+            raise UsageError(
+                f"base_model {spec!r} is neither an existing directory nor a Hugging Face "
+                "id (ORG/NAME or hf:ORG/NAME) nor gguf:PATH / gguf:smollm2"
+            )
+        cuda = _cuda()
+        dtype = torch.bfloat16 if cuda and torch.cuda.is_bf16_supported() else torch.float32
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"base_model {spec!r} cannot be loaded by transformers: {first}") from exc
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = _PLAIN_CHAT_TEMPLATE
+    if getattr(model.config, "pad_token_id", None) is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+# -- configuration --------------------------------------------------------------------
+
+
+def training_conductor(config: TrainConfig) -> Conductor:
+    """The Conductor settings used while training: the config's template and step limit.
+
+    Its model target is never called (rollouts are executed with ``plan=``); it names
+    the base model so that run records say what was being trained.
+    """
+    from ..conductors.spec import Conductor
+    from ..pool import Worker
+
+    return Conductor(
+        backend="checkpoint",
+        target=Worker(id="conductor", model=config.base_model, client="checkpoint"),  # type: ignore[arg-type]
+        template=config.template,
+        max_steps=config.max_steps,
+        parse_retries=0,
+    )
+
+
+def _vllm_importable() -> bool:
+    try:
+        return importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def build_grpo_config(config: TrainConfig, *, output_dir: Path, live: bool) -> Any:
+    """The ``trl.GRPOConfig`` for ``config`` (see the module docstring for the batch)."""
+    import torch
+    from trl import GRPOConfig
+
+    g = config.grpo
+    world = max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
+    completions = g.questions_per_step * g.group_size
+    per_device, rest = divmod(completions, world * g.gradient_accumulation_steps)
+    if rest or per_device < 1:
+        raise UsageError(
+            f"{_where(config)}grpo: questions_per_step x group_size = {completions} "
+            f"completions per step must split evenly over {world} process(es) x "
+            f"{g.gradient_accumulation_steps} gradient accumulation step(s)"
+        )
+    cuda = _cuda()
+    bf16 = g.bf16
+    if bf16 is None:
+        bf16 = cuda and torch.cuda.is_bf16_supported()
+    use_vllm = bool(g.use_vllm)
+    if use_vllm and not (cuda and _vllm_importable()):
+        log.warning(
+            "grpo.use_vllm is set but %s; generating with transformers instead",
+            "vllm is not installed" if cuda else "there is no CUDA GPU",
+        )
+        use_vllm = False
+    values: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "num_generations": g.group_size,
+        "per_device_train_batch_size": per_device,
+        "gradient_accumulation_steps": g.gradient_accumulation_steps,
+        "generation_batch_size": completions,
+        "max_steps": g.steps,
+        "learning_rate": g.learning_rate,
+        "lr_scheduler_type": g.lr_scheduler,
+        "beta": g.kl_beta,
+        "epsilon": g.clip_epsilon,
+        "temperature": g.temperature,
+        "max_completion_length": g.max_completion_tokens,
+        "bf16": bool(bf16),
+        "fp16": False,
+        "use_vllm": use_vllm,
+        "vllm_mode": g.vllm_mode,
+        "logging_steps": g.logging_steps,
+        "save_strategy": "steps" if g.save_steps else "no",
+        "seed": config.seed,
+        "data_seed": config.seed,
+        "report_to": "none",
+        # Gradient checkpointing saves GPU memory at the price of a second forward
+        # pass; on a CPU the small models trained there fit anyway.
+        "gradient_checkpointing": cuda,
+        "remove_unused_columns": False,
+        "disable_tqdm": True,
+        "log_completions": False,
+        "dataloader_num_workers": 0,
+        "use_cpu": not cuda,
+    }
+    if g.save_steps:
+        values["save_steps"] = g.save_steps
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    # transformers 5 folded warmup_ratio into warmup_steps (a float below 1 is a ratio).
+    if "warmup_ratio" in fields:
+        values["warmup_ratio"] = g.warmup_ratio
+    elif 0 < g.warmup_ratio < 1:
+        values["warmup_steps"] = g.warmup_ratio
+    return GRPOConfig(**{k: v for k, v in values.items() if k in fields})
+
+
+def _where(config: TrainConfig) -> str:
+    return f"{config.path}: " if getattr(config, "path", None) else ""
+
+
+# -- round 1 for recursion fine-tuning --------------------------------------------------
+
+
+def _generate(model: Any, tokenizer: Any, messages: list[Any], max_new_tokens: int) -> list[str]:
+    """Sample one reply per chat with ``model`` (temperature 1, as in the rollouts)."""
+    import torch
+
+    texts = [
+        tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
+        for m in messages
+    ]
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"  # decoder-only batches must end where generation starts
+    try:
+        replies: list[str] = []
+        for start in range(0, len(texts), 8):
+            batch = tokenizer(
+                texts[start : start + 8],
+                return_tensors="pt",
+                padding=True,
+                add_special_tokens=False,
+            ).to(model.device)
+            with torch.no_grad():
+                out = model.generate(
+                    **batch,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=True,
+                    temperature=1.0,
+                    pad_token_id=tokenizer.pad_token_id,
+                )
+            width = batch["input_ids"].shape[1]
+            replies += tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+        return replies
+    finally:
+        tokenizer.padding_side = side
+
+
+def _first_rounds(
+    config: TrainConfig,
+    pool: Pool,
+    conductor: Conductor,
+    model: Any,
+    tokenizer: Any,
+    rows: list[dict[str, Any]],
+) -> dict[str, RunRecord]:
+    """Round-1 records for the questions of ``rows``, written by the base policy itself.
+
+    Each question's prompt lists the workers the row lists (``worker_ids``), so a
+    randomised pool's first round runs on the same sub-pool as its revision.
+    """
+    from ..conductors.prompt import build_conductor_messages
+    from ..execute import Orchestrator, RunSettings
+    from ..pool import Pool as PoolType
+    from .recursion import first_round
+
+    by_id = {w.id: w for w in pool.workers}
+    seen: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        seen.setdefault(row["sample_id"], row)
+    todo = list(seen.values())
+    messages = [
+        build_conductor_messages(
+            row["question"],
+            [by_id[w] for w in row["worker_ids"]],
+            max_steps=conductor.max_steps,
+            template=conductor.template,
+            show_descriptions=conductor.show_descriptions,
+        )
+        for row in todo
+    ]
+    plans = _generate(model, tokenizer, messages, config.grpo.max_completion_tokens)
+
+    async def run_all() -> dict[str, RunRecord]:
+        out: dict[str, RunRecord] = {}
+        orchestrators: dict[tuple[str, ...], Orchestrator] = {}
+        from ..llm.caller import CallerSet
+
+        callers = CallerSet(None)
+        try:
+            for row, plan in zip(todo, plans, strict=True):
+                key = tuple(row["worker_ids"])
+                if key not in orchestrators:
+                    sub = dataclasses.replace(pool, workers=tuple(by_id[w] for w in key))
+                    assert isinstance(sub, PoolType)
+                    orchestrators[key] = Orchestrator(sub, conductor, callers=callers)
+            results = await asyncio.gather(
+                *(
+                    first_round(orchestrators[tuple(row["worker_ids"])], row["question"], plan)
+                    for row, plan in zip(todo, plans, strict=True)
+                )
+            )
+            for row, record in zip(todo, results, strict=True):
+                out[row["sample_id"]] = record
+        finally:
+            await callers.aclose()
+        return out
+
+    del RunSettings  # settings come from the conductor inside first_round
+    return asyncio.run(run_all())
+
+
+# -- the run ----------------------------------------------------------------------------
+
+
+class _RecordingReward:
+    """Wraps the reward so that every rollout's result is kept until the next log line
+    (TRL may score several generation batches between two logging steps)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.__name__ = getattr(inner, "__name__", "conductor_reward")
+        self.pending: list[Any] = []
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **columns: Any) -> list[float]:
+        kept = {k: v for k, v in columns.items() if k not in _TRL_REWARD_EXTRAS}
+        rewards = self.inner(prompts, completions, **kept)
+        self.pending.extend(self.inner.last_batch)
+        return rewards
+
+    def drain(self) -> list[Any]:
+        out, self.pending = self.pending, []
+        return out
+
+
+def _live_view(live: bool) -> Any:
+    """A started rich Live on stderr when asked for and stderr is a terminal, else None."""
+    if not live or not sys.stderr.isatty():
+        return None
+    from rich.console import Console
+    from rich.live import Live
+
+    view = Live(console=Console(stderr=True), refresh_per_second=2, transient=False)
+    view.start()
+    return view
+
+
+def _make_callback(
+    reward: _RecordingReward,
+    metrics: Any,
+    started: float,
+    on_metrics: Callable[[dict[str, Any]], None] | None,
+    view: Any,
+) -> Any:
+    from transformers import TrainerCallback
+
+    from .metrics import metrics_table, summarise_rollouts
+
+    class MetricsCallback(TrainerCallback):  # type: ignore[misc]
+        """Writes a metrics line each time the trainer logs."""
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            logs = dict(logs or {})
+            if "train_runtime" in logs or not state.is_world_process_zero:
+                return  # the end-of-training summary, or not the process that writes
+            row: dict[str, Any] = {"step": state.global_step}
+            row.update(summarise_rollouts(reward.drain()))
+            if row.get("reward_mean") is None:
+                row["reward_mean"] = logs.get("reward")
+                row["reward_std"] = logs.get("reward_std")
+            row["loss"] = logs.get("loss")
+            row["learning_rate"] = logs.get("learning_rate")
+            row["completion_length"] = logs.get("completions/mean_length")
+            row["kl"] = logs.get("kl")
+            row["elapsed_s"] = round(time.monotonic() - started, 2)
+            written = metrics.append(row)
+            if view is not None:
+                view.update(metrics_table(metrics.rows))
+            if on_metrics is not None:
+                on_metrics(written)
+
+    return MetricsCallback()
+
+
+def _quiet_trainer(trainer: Any) -> None:
+    """Remove transformers' own printing callbacks: only the CLI prints."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    for cb in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(cb)
+
+
+def _save_checkpoint(
+    trainer: Any, tokenizer: Any, config: TrainConfig, pool: Pool, directory: Path
+) -> None:
+    from ..checkpoint_meta import CheckpointMeta, write_checkpoint_meta
+    from ..conductors.prompt import load_template
+
+    trainer.save_model(str(directory))
+    if not trainer.is_world_process_zero():
+        return
+    tokenizer.save_pretrained(str(directory))
+    (directory / TEMPLATE_FILE).write_text(load_template(config.template), encoding="utf-8")
+    extra: dict[str, Any] = {"trained_with": "conductor train (GRPO)"}
+    if config.randomise_pool is not None:
+        extra["randomised_pool"] = {
+            "k_min": config.randomise_pool.k_min,
+            "k_max": config.randomise_pool.k_max,
+        }
+    if config.recursion is not None:
+        extra["recursion"] = {
+            "fraction": config.recursion.fraction,
+            "discount": config.recursion.discount,
+        }
+    write_checkpoint_meta(
+        directory,
+        CheckpointMeta(
+            format_version=1,
+            template=TEMPLATE_FILE,
+            pool_order=tuple(w.id for w in pool.workers),
+            max_steps=config.max_steps,
+            base_model=config.base_model,
+            extra=extra,
+        ),
+    )
+
+
+def train(
+    config: TrainConfig,
+    *,
+    live: bool = True,
+    on_metrics: Callable[[dict[str, Any]], None] | None = None,
+) -> Path:
+    """Train a Conductor with GRPO as ``config`` says; return the checkpoint directory.
+
+    ``live`` shows a rich table of the last steps on stderr when stderr is a terminal.
+    ``on_metrics`` is called with each metrics line (a dict) after it is written to
+    ``OUTPUT_DIR/metrics.jsonl``.  Bad settings raise
+    :class:`~conductor.errors.UsageError`; a missing training package raises
+    :class:`~conductor.errors.MissingDependencyError`.
+    """
+    _require_train_deps()
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from ..cache import ResponseCache
+    from ..pool import load_pool, resolve_pool_path
+    from .dataset import build_rows
+    from .metrics import MetricsLog
+    from .reward import WorkflowReward
+
+    output_dir = Path(config.output_dir).expanduser()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    pool = load_pool(resolve_pool_path(config.pool))
+    conductor = training_conductor(config)
+    args = build_grpo_config(config, output_dir=output_dir, live=live)
+    model, tokenizer = load_policy(config.base_model)
+
+    rows = build_rows(config, pool, conductor, rng_seed=config.seed)
+    if config.recursion is not None:
+        first = _first_rounds(config, pool, conductor, model, tokenizer, rows)
+        rows = build_rows(config, pool, conductor, rng_seed=config.seed, first_rounds=first)
+    if not rows:
+        raise UsageError(f"{_where(config)}data: no training questions were loaded")
+    dataset = Dataset.from_list(rows)
+
+    from ..execute import RunSettings
+
+    cache = ResponseCache()
+    inner = WorkflowReward(
+        pool,
+        conductor,
+        config.reward,
+        cache=cache,
+        run_settings=RunSettings(max_steps=config.max_steps),
+    )
+    reward = _RecordingReward(inner)
+    metrics = MetricsLog(output_dir / METRICS_FILE)
+    started = time.monotonic()
+    view = _live_view(live)
+    try:
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[reward],
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[_make_callback(reward, metrics, started, on_metrics, view)],
+        )
+        _quiet_trainer(trainer)
+        trainer.train()
+        checkpoint = output_dir / CHECKPOINT_DIR
+        _save_checkpoint(trainer, tokenizer, config, pool, checkpoint)
+    finally:
+        if view is not None:
+            view.stop()
+        metrics.close()
+        inner.close()
+        cache.close()
+    (output_dir / "train_config.json").write_text(
+        json.dumps(_config_dict(config), indent=2, default=str) + "\n", encoding="utf-8"
+    )
+    return checkpoint
+
+
+def _config_dict(config: TrainConfig) -> dict[str, Any]:
+    """The config as JSON-ready data, recorded beside the checkpoint."""
+    if dataclasses.is_dataclass(config):
+        return dataclasses.asdict(config)
+    return {"config": str(config)}
