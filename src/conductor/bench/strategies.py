@@ -21,7 +21,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ..conductors.spec import Conductor
@@ -118,13 +118,7 @@ class ConductorStrategy:
         epoch: int | None = None,
         events: EventSink | None = None,
     ) -> RunRecord:
-        settings = RunSettings(
-            max_steps=self.settings.max_steps,
-            rounds=self.settings.rounds,
-            budget_usd=self.settings.budget_usd,
-            max_calls=self.settings.max_calls,
-            sample_index=sample_index,
-        )
+        settings = replace(self.settings, sample_index=sample_index)
         return await self.orchestrator.run(
             question, settings, events=events, sample_id=sample_id, epoch=epoch
         )
