@@ -311,9 +311,7 @@ class _TrainReader(_Reader):
             shown = self.value(node, "data")
             if isinstance(node, yaml.SequenceNode) or shown is None:
                 raise self.error("data must list at least one benchmark", node, "data")
-            raise self.error(
-                f"data must be a list of benchmarks, got {_show(shown)}", node, "data"
-            )
+            raise self.error(f"data must be a list of benchmarks, got {_show(shown)}", node, "data")
         return tuple(self.mix(item, i) for i, item in enumerate(node.value))
 
     def reward(self, node: yaml.Node) -> RewardSettings:
@@ -513,6 +511,4 @@ def load_train_config(path: str | Path, *, environ: Mapping[str, str] | None = N
         raise TrainConfigError(f"is not UTF-8 text ({exc.reason})", path=str(path)) from None
     except OSError as exc:
         raise TrainConfigError(f"cannot be read: {exc.strerror}", path=str(path)) from None
-    return load_train_config_text(
-        text, source=str(path), path=file.resolve(), environ=environ
-    )
+    return load_train_config_text(text, source=str(path), path=file.resolve(), environ=environ)

@@ -128,7 +128,9 @@ def summarise_rollouts(results: Iterable[Any]) -> dict[str, Any]:
             last[r.workers[-1]] += 1
     return {
         "reward_mean": _mean(rewards),
-        "reward_std": statistics.pstdev(rewards) if len(rewards) > 1 else (0.0 if rewards else None),
+        "reward_std": statistics.pstdev(rewards)
+        if len(rewards) > 1
+        else (0.0 if rewards else None),
         "parse_rate": len(parsed) / len(results) if results else None,
         "correct_rate": (sum(1 for r in results if r.correct) / len(results)) if results else None,
         "steps_per_workflow": _mean([float(r.steps) for r in parsed]),
@@ -156,7 +158,9 @@ def _usage(value: Any) -> str:
     return " ".join(f"{k}:{v}" for k, v in value.items())
 
 
-def metrics_table(rows: Sequence[dict[str, Any]], *, last: int = 12, title: str | None = None) -> Any:
+def metrics_table(
+    rows: Sequence[dict[str, Any]], *, last: int = 12, title: str | None = None
+) -> Any:
     """A :class:`rich.table.Table` of the last ``last`` metrics lines."""
     from rich.table import Table
 

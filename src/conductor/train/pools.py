@@ -13,12 +13,24 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from ..pool import Pool
+from ..pool import Pool, Worker
 from ..workflow import Step, Workflow
 
-__all__ = ["SubPool", "map_back", "sample_subpool", "subpool_from_ids"]
+if TYPE_CHECKING:
+    from ..conductors.spec import Conductor
+    from .config import TrainConfig
+
+__all__ = [
+    "SubPool",
+    "load_train_pool",
+    "map_back",
+    "sample_subpool",
+    "subpool_from_ids",
+    "training_conductor",
+]
 
 
 @dataclass(frozen=True)
@@ -90,3 +102,45 @@ def map_back(workflow: Workflow, sub: SubPool) -> Workflow:
             )
         steps.append(Step(sub.original_index[step.worker], step.subtask, step.access))
     return Workflow(tuple(steps))
+
+
+def load_train_pool(config: TrainConfig) -> Pool:
+    """The pool ``config`` trains over, with ``worker_max_tokens`` applied to every
+    worker (the paper's workers had 4096 tokens during training)."""
+    from ..pool import load_pool
+
+    pool = load_pool(config.pool)
+    if config.worker_max_tokens is None:
+        return pool
+    workers = tuple(
+        replace(w, params={**w.params, "max_tokens": config.worker_max_tokens})
+        for w in pool.workers
+    )
+    return replace(pool, workers=workers)
+
+
+def training_conductor(config: TrainConfig, pool: Pool) -> Conductor:
+    """The Conductor settings prompts and rewards are built with during training.
+
+    Its model target is never called (the policy's replies are given to the executor
+    as plans); what matters is the template, step limit and description setting.  The
+    pool's ``conductor:`` section is used where it resolves (keeping e.g. its
+    ``show_descriptions``), with the config's template and ``max_steps`` on top; a pool
+    without one (or with a checkpoint Conductor, which would be loaded to resolve) gets
+    a stand-in target named ``policy``.
+    """
+    from ..conductors.spec import Conductor, resolve_conductor
+
+    cfg = pool.conductor
+    if cfg is not None and cfg.backend != "checkpoint":
+        try:
+            return resolve_conductor(pool, max_steps=config.max_steps, template=config.template)
+        except UsageError:
+            pass
+    return Conductor(
+        backend="prompted",
+        target=Worker(id="conductor", model="policy"),
+        template=config.template,
+        max_steps=config.max_steps,
+        show_descriptions=cfg.show_descriptions if cfg is not None else False,
+    )

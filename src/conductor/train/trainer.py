@@ -50,7 +50,6 @@ __all__ = [
     "build_grpo_config",
     "load_policy",
     "train",
-    "training_conductor",
 ]
 
 log = logging.getLogger("conductor")
@@ -166,24 +165,6 @@ def load_policy(base_model: str) -> tuple[Any, Any]:
 
 
 # -- configuration --------------------------------------------------------------------
-
-
-def training_conductor(config: TrainConfig) -> Conductor:
-    """The Conductor settings used while training: the config's template and step limit.
-
-    Its model target is never called (rollouts are executed with ``plan=``); it names
-    the base model so that run records say what was being trained.
-    """
-    from ..conductors.spec import Conductor
-    from ..pool import Worker
-
-    return Conductor(
-        backend="checkpoint",
-        target=Worker(id="conductor", model=config.base_model, client="checkpoint"),  # type: ignore[arg-type]
-        template=config.template,
-        max_steps=config.max_steps,
-        parse_retries=0,
-    )
 
 
 def _vllm_importable() -> bool:
@@ -309,6 +290,7 @@ def _first_rounds(
     model: Any,
     tokenizer: Any,
     rows: list[dict[str, Any]],
+    cache: Any = None,
 ) -> dict[str, RunRecord]:
     """Round-1 records for the questions of ``rows``, written by the base policy itself.
 
@@ -316,8 +298,9 @@ def _first_rounds(
     randomised pool's first round runs on the same sub-pool as its revision.
     """
     from ..conductors.prompt import build_conductor_messages
-    from ..execute import Orchestrator, RunSettings
-    from ..pool import Pool as PoolType
+    from ..execute import Orchestrator
+    from ..llm.caller import CallerSet
+    from .pools import subpool_from_ids
     from .recursion import first_round
 
     by_id = {w.id: w for w in pool.workers}
@@ -340,15 +323,12 @@ def _first_rounds(
     async def run_all() -> dict[str, RunRecord]:
         out: dict[str, RunRecord] = {}
         orchestrators: dict[tuple[str, ...], Orchestrator] = {}
-        from ..llm.caller import CallerSet
-
-        callers = CallerSet(None)
+        callers = CallerSet(cache)
         try:
-            for row, plan in zip(todo, plans, strict=True):
+            for row in todo:
                 key = tuple(row["worker_ids"])
                 if key not in orchestrators:
-                    sub = dataclasses.replace(pool, workers=tuple(by_id[w] for w in key))
-                    assert isinstance(sub, PoolType)
+                    sub = subpool_from_ids(pool, key).pool
                     orchestrators[key] = Orchestrator(sub, conductor, callers=callers)
             results = await asyncio.gather(
                 *(
@@ -362,7 +342,6 @@ def _first_rounds(
             await callers.aclose()
         return out
 
-    del RunSettings  # settings come from the conductor inside first_round
     return asyncio.run(run_all())
 
 
@@ -500,41 +479,33 @@ def train(
     from trl import GRPOTrainer
 
     from ..cache import ResponseCache
-    from ..pool import load_pool, resolve_pool_path
     from .dataset import build_rows
     from .metrics import MetricsLog
+    from .pools import load_train_pool, training_conductor
     from .reward import WorkflowReward
 
     output_dir = Path(config.output_dir).expanduser()
     output_dir.mkdir(parents=True, exist_ok=True)
-    pool = load_pool(resolve_pool_path(config.pool))
-    conductor = training_conductor(config)
+    pool = load_train_pool(config)
+    conductor = training_conductor(config, pool)
     args = build_grpo_config(config, output_dir=output_dir, live=live)
     model, tokenizer = load_policy(config.base_model)
 
-    rows = build_rows(config, pool, conductor, rng_seed=config.seed)
-    if config.recursion is not None:
-        first = _first_rounds(config, pool, conductor, model, tokenizer, rows)
-        rows = build_rows(config, pool, conductor, rng_seed=config.seed, first_rounds=first)
-    if not rows:
-        raise UsageError(f"{_where(config)}data: no training questions were loaded")
-    dataset = Dataset.from_list(rows)
-
-    from ..execute import RunSettings
-
     cache = ResponseCache()
-    inner = WorkflowReward(
-        pool,
-        conductor,
-        config.reward,
-        cache=cache,
-        run_settings=RunSettings(max_steps=config.max_steps),
-    )
-    reward = _RecordingReward(inner)
-    metrics = MetricsLog(output_dir / METRICS_FILE)
-    started = time.monotonic()
-    view = _live_view(live)
+    inner: Any = None
+    metrics: Any = None
+    view: Any = None
     try:
+        rows = build_rows(config, pool, conductor, rng_seed=config.seed)
+        if config.recursion is not None:
+            first = _first_rounds(config, pool, conductor, model, tokenizer, rows, cache)
+            rows = build_rows(config, pool, conductor, rng_seed=config.seed, first_rounds=first)
+        dataset = Dataset.from_list(rows)
+        inner = WorkflowReward.from_config(config, pool, conductor, cache=cache)
+        reward = _RecordingReward(inner)
+        metrics = MetricsLog(output_dir / METRICS_FILE)
+        started = time.monotonic()
+        view = _live_view(live)
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=[reward],
@@ -550,8 +521,10 @@ def train(
     finally:
         if view is not None:
             view.stop()
-        metrics.close()
-        inner.close()
+        if metrics is not None:
+            metrics.close()
+        if inner is not None:
+            inner.close()
         cache.close()
     (output_dir / "train_config.json").write_text(
         json.dumps(_config_dict(config), indent=2, default=str) + "\n", encoding="utf-8"

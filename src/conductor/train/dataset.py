@@ -1,0 +1,183 @@
+"""Training rows: one per question, in the conversational shape TRL's GRPOTrainer reads.
+
+Each row holds the Conductor's prompt (``prompt``: one user message) and everything the
+reward needs to execute and grade a completion without looking anything up again: the
+rendered benchmark question, the sample (JSON), the gold answer (JSON), the grader and
+its options, the ids of the workers the prompt lists (in order) and, for recursion rows,
+the first round's record and the reward it earned.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from dataclasses import replace
+from typing import Any
+
+from ..bench.data import iter_samples, render_prompt
+from ..bench.graders import Grader, get_grader
+from ..bench.spec import load_benchmark
+from ..bench.types import BenchmarkSpec, Sample
+from ..conductors.prompt import build_conductor_messages
+from ..conductors.spec import Conductor
+from ..errors import UsageError
+from ..pool import Pool
+from ..record import RunRecord, record_to_dict
+from .config import DataMix, TrainConfig
+from .pools import SubPool, sample_subpool, subpool_from_ids
+from .recursion import can_revise, revision_messages
+from .reward import score_record
+
+__all__ = ["ROW_COLUMNS", "build_rows", "mix_spec"]
+
+log = logging.getLogger("conductor")
+
+#: The columns of every row, in order.
+ROW_COLUMNS: tuple[str, ...] = (
+    "prompt",
+    "question",
+    "sample_id",
+    "gold",
+    "grader",
+    "grader_options",
+    "sample",
+    "worker_ids",
+    "round1",
+    "round1_reward",
+)
+
+
+def mix_spec(mix: DataMix) -> BenchmarkSpec:
+    """The benchmark a mix entry reads, with its source chosen by ``split``.
+
+    ``split="train"`` reads the benchmark's ``train_source``; a benchmark without one
+    falls back to its evaluation source with a warning (scores on those questions are
+    then no longer held out).  ``mix.file``, when set, is read instead of either (it is
+    passed to :func:`~conductor.bench.data.iter_samples` as ``data_file``).
+    """
+    spec = load_benchmark(mix.benchmark)
+    if mix.split == "train" and mix.file is None:
+        if spec.train_source is not None:
+            return replace(spec, source=spec.train_source)
+        log.warning(
+            "benchmark %s has no train_source: training on its evaluation questions "
+            "(give data[].file to train on other questions)",
+            spec.name,
+        )
+    return spec
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _record_workers(record: RunRecord, pool: Pool) -> SubPool | None:
+    """The (sub-)pool ``record`` ran on, in its order, or None if ``pool`` lacks one of
+    its workers."""
+    ids = [str(w.get("id")) for w in (record.pool or {}).get("workers", [])]
+    if not ids:
+        return None
+    try:
+        return subpool_from_ids(pool, ids)
+    except UsageError:
+        return None
+
+
+def build_rows(
+    config: TrainConfig,
+    pool: Pool,
+    conductor: Conductor,
+    *,
+    rng_seed: int,
+    first_rounds: dict[str, RunRecord] | None = None,
+) -> list[dict[str, Any]]:
+    """The training rows for ``config``: every question of every data mix, in order.
+
+    With ``config.randomise_pool``, each row lists a random sub-pool (drawn with
+    ``random.Random(rng_seed)``, so the same seed gives the same rows); otherwise the
+    full pool.  With ``config.recursion`` and ``first_rounds`` (sample id -> a first-round
+    record of that question), ``recursion.fraction`` of the rows whose sample has a
+    revisable record become revision rows: their prompt is the round-2 prompt over the
+    workers that record ran on, ``round1`` its JSON and ``round1_reward`` the reward it
+    earned under ``config.reward``.  Prompts use ``conductor``'s template, step limit and
+    description setting.  Raises :class:`UsageError` when no question is found.
+    """
+    rng = random.Random(rng_seed)
+    full = SubPool(pool=pool, original_index=tuple(range(len(pool.workers))))
+    rows: list[dict[str, Any]] = []
+    samples: list[tuple[Sample, Grader]] = []
+    for mix in config.data:
+        spec = mix_spec(mix)
+        grader = get_grader(spec.grader, spec.grader_options)
+        for sample in iter_samples(spec, data_file=mix.file, seed=config.seed, limit=mix.limit):
+            question = render_prompt(spec, sample)
+            sub = full
+            if config.randomise_pool is not None:
+                k = config.randomise_pool
+                sub = sample_subpool(pool, rng, k.k_min, k.k_max)
+            messages = build_conductor_messages(
+                question,
+                sub.pool.workers,
+                max_steps=conductor.max_steps,
+                template=conductor.template,
+                show_descriptions=conductor.show_descriptions,
+            )
+            rows.append(
+                {
+                    "prompt": [dict(m) for m in messages],
+                    "question": question,
+                    "sample_id": sample.id,
+                    "gold": _dumps(sample.gold),
+                    "grader": spec.grader,
+                    "grader_options": _dumps(spec.grader_options),
+                    "sample": _dumps({"input": sample.input, "metadata": sample.metadata}),
+                    "worker_ids": sub.worker_ids,
+                    "round1": "",
+                    "round1_reward": 0.0,
+                }
+            )
+            samples.append((sample, grader))
+    if not rows:
+        names = ", ".join(m.benchmark for m in config.data)
+        raise UsageError(f"the training data ({names}) holds no questions")
+    if config.recursion is not None and first_rounds:
+        _add_revisions(config, pool, conductor, rows, samples, first_rounds, rng)
+    return rows
+
+
+def _add_revisions(
+    config: TrainConfig,
+    pool: Pool,
+    conductor: Conductor,
+    rows: list[dict[str, Any]],
+    samples: list[tuple[Sample, Grader]],
+    first_rounds: dict[str, RunRecord],
+    rng: random.Random,
+) -> None:
+    """Turn ``recursion.fraction`` of the eligible rows into revision rows, in place."""
+    assert config.recursion is not None
+    eligible: list[tuple[int, SubPool]] = []
+    for i, row in enumerate(rows):
+        record = first_rounds.get(row["sample_id"])
+        if record is None or not can_revise(record):
+            continue
+        sub = _record_workers(record, pool)
+        if sub is None:
+            log.warning(
+                "recursion: the first round of %s ran on workers the pool lacks; skipped",
+                row["sample_id"],
+            )
+            continue
+        eligible.append((i, sub))
+    count = round(config.recursion.fraction * len(eligible))
+    for i, sub in sorted(rng.sample(eligible, count), key=lambda item: item[0]):
+        record = first_rounds[rows[i]["sample_id"]]
+        sample, grader = samples[i]
+        messages = revision_messages(record, sub.pool.workers, conductor)
+        rows[i].update(
+            prompt=[dict(m) for m in messages],
+            worker_ids=sub.worker_ids,
+            round1=_dumps(record_to_dict(record)),
+            round1_reward=float(score_record(record, sample, grader, config.reward)),
+        )

@@ -1,0 +1,448 @@
+"""The GRPO reward: run each sampled workflow through the executor and grade its answer.
+
+:class:`WorkflowReward` is a reward function in the shape TRL's ``GRPOTrainer`` calls
+(``reward(prompts=..., completions=..., **dataset_columns) -> list[float]``), but it
+does not import TRL.  For every completion it:
+
+1. takes the Conductor's reply text (plain or conversational completions);
+2. executes it with :meth:`Orchestrator.run(question, plan=text) <conductor.execute.
+   Orchestrator.run>` on the row's pool (the sub-pool the Conductor was shown, when pools
+   are randomised): parsed once, no re-asking, every call through the shared cache and
+   per-worker concurrency limits;
+3. grades the final answer with the benchmark's grader and turns the outcome into a
+   reward with :class:`~conductor.train.config.RewardSettings`.
+
+All completions of a batch run at once (up to ``concurrency``) on ONE background event
+loop that lives as long as the reward object, because model clients and their
+connections are bound to the loop that made them.
+
+Recursion rows (a ``round1`` record in the row) continue that record with the
+completion as the forced second round; their reward is
+``discount * round1_reward + (1 - discount) * round-2 reward``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from ..bench.graders import Grader, get_grader
+from ..bench.types import Sample, Verdict
+from ..conductors.spec import Conductor
+from ..errors import UsageError
+from ..execute import Orchestrator, RunSettings
+from ..llm.caller import CallerSet
+from ..pool import Pool
+from ..record import RoundRecord, RunRecord, record_from_dict
+from .config import RewardSettings
+from .pools import subpool_from_ids
+
+if TYPE_CHECKING:
+    from ..cache import ResponseCache
+    from .config import TrainConfig
+
+__all__ = [
+    "REQUIRED_COLUMNS",
+    "RolloutResult",
+    "WorkflowReward",
+    "completion_text",
+    "sample_from_row",
+    "score_record",
+]
+
+log = logging.getLogger("conductor")
+
+#: The dataset columns (see :func:`conductor.train.dataset.build_rows`) the reward reads.
+REQUIRED_COLUMNS: tuple[str, ...] = (
+    "question",
+    "sample_id",
+    "gold",
+    "grader",
+    "grader_options",
+    "sample",
+)
+
+
+@dataclass
+class RolloutResult:
+    """What one completion earned, and what its workflow did (for metrics).
+
+    ``correct`` is None when nothing was graded (unparsed, or no answer).  ``steps``,
+    ``workers`` (worker ids, by step), ``calls`` (worker calls made, the Conductor's
+    reply not counted) and ``cost_usd`` cover only the round(s) this rollout ran, not a
+    recursion row's given first round.
+    """
+
+    reward: float
+    parsed: bool
+    correct: bool | None
+    steps: int
+    workers: list[str] = field(default_factory=list)
+    calls: int = 0
+    cost_usd: float = 0.0
+    record: RunRecord | None = None
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+@dataclass
+class _Outcome:
+    reward: float
+    parsed: bool
+    correct: bool | None
+    steps: int
+    workers: list[str]
+    calls: int
+    cost_usd: float
+
+
+def _spend(rounds: Sequence[RoundRecord]) -> tuple[int, float, int, list[str]]:
+    """(worker calls made, their USD cost, steps, worker ids by step) over ``rounds``."""
+    calls, cost, steps, workers = 0, 0.0, 0, []
+    for rnd in rounds:
+        for step in rnd.steps:
+            steps += 1
+            workers.append(step.worker_id)
+            call = step.call
+            if step.status != "skipped" and (call.response is not None or call.error is not None):
+                calls += 1
+                cost += call.cost_usd or 0.0
+    return calls, cost, steps, workers
+
+
+def _grade_dict(verdict: Verdict) -> dict[str, Any]:
+    return {
+        "status": verdict.status,
+        "score": verdict.score,
+        "reason": verdict.reason,
+        "extracted": verdict.extracted,
+        "detail": verdict.detail,
+    }
+
+
+def _outcome(
+    record: RunRecord,
+    sample: Sample,
+    grader: Grader,
+    settings: RewardSettings,
+    first_round: int = 0,
+) -> _Outcome:
+    """Grade ``record`` and score the rounds from ``first_round`` on.
+
+    A round "parsed" when it has a workflow: a reply that parsed after re-asking (a live
+    Conductor's first round) counts as parsed.  With a given plan there is one try, so
+    this is the same as "no parse errors".
+    """
+    rounds = record.rounds[first_round:]
+    calls, cost, steps, workers = _spend(rounds)
+    last = record.rounds[-1] if record.rounds else None
+    if last is None or last.workflow is None:
+        return _Outcome(settings.unparsed, False, None, steps, workers, calls, cost)
+    if record.final_answer is None:
+        # The workflow parsed, but no step gave an answer (every worker failed).
+        return _Outcome(settings.failed_run, True, None, steps, workers, calls, cost)
+    verdict = grader.grade(record.final_answer, sample)
+    record.gold = sample.gold
+    record.grade = _grade_dict(verdict)
+    base = settings.correct if verdict.correct else settings.parsed_wrong
+    reward = (
+        base
+        + settings.format_bonus
+        - settings.cost_penalty_per_usd * cost
+        - settings.cost_penalty_per_call * calls
+    )
+    return _Outcome(reward, True, verdict.correct, steps, workers, calls, cost)
+
+
+def score_record(
+    record: RunRecord, sample: Sample, grader: Grader, settings: RewardSettings
+) -> float:
+    """The reward ``record`` earns under ``settings``, graded by ``grader`` on ``sample``.
+
+    The same rule the trainer's reward applies to a one-round rollout: ``unparsed`` when
+    the last round has no workflow, ``failed_run`` when it produced no answer, else
+    ``correct`` / ``parsed_wrong`` plus ``format_bonus`` minus the cost penalties (over
+    every round of the record).  Used for a recursion row's first-round reward.
+    """
+    return _outcome(record, sample, grader, settings).reward
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def completion_text(completion: Any) -> str:
+    """The Conductor's reply from a TRL completion: a string, or a conversational list
+    of messages (the assistant messages' text is joined)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        completion = [completion]
+    if isinstance(completion, Sequence):
+        parts: list[str] = []
+        for message in completion:
+            if not isinstance(message, dict) or message.get("role", "assistant") != "assistant":
+                continue
+            content = message.get("content")
+            if isinstance(content, str):
+                parts.append(content)
+            elif isinstance(content, list):
+                # Content given as parts: keep the text ones.
+                parts.extend(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        return "".join(parts)
+    return str(completion)
+
+
+def _loads(text: Any, what: str) -> Any:
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text) if text else None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"dataset column {what!r} is not valid JSON: {exc.msg}") from None
+
+
+def sample_from_row(sample_id: str, sample_json: Any, gold_json: Any) -> Sample:
+    """Rebuild the :class:`Sample` a grader needs from a dataset row's columns."""
+    data = _loads(sample_json, "sample") or {}
+    return Sample(
+        id=sample_id,
+        input=dict(data.get("input") or {}),
+        gold=_loads(gold_json, "gold"),
+        metadata=dict(data.get("metadata") or {}),
+    )
+
+
+@dataclass
+class _Job:
+    orchestrator: Orchestrator
+    question: str
+    text: str
+    sample: Sample
+    grader: Grader
+    sample_id: str
+    round1: RunRecord | None
+    round1_reward: float
+
+
+# --------------------------------------------------------------------------- the reward
+
+
+class WorkflowReward:
+    """A GRPO reward function that executes and grades Conductor workflows.
+
+    ``pool`` is the full training pool (rows name the workers they were shown with
+    ``worker_ids``); ``conductor`` sets the prompt template, step limit and description
+    setting, which must be those the prompts were built with.  ``cache`` is shared by
+    every worker call; ``concurrency`` bounds the rollouts in flight; ``run_settings``
+    are the per-question limits (default: the Conductor's ``max_steps``, no budget);
+    ``discount`` weights a recursion row's first-round reward.
+    """
+
+    __name__ = "conductor_reward"
+
+    def __init__(
+        self,
+        pool: Pool,
+        conductor: Conductor,
+        settings: RewardSettings,
+        *,
+        cache: ResponseCache | None = None,
+        concurrency: int = 32,
+        run_settings: RunSettings | None = None,
+        discount: float = 0.25,
+    ) -> None:
+        self.pool = pool
+        self.conductor = conductor
+        self.settings = settings
+        self.concurrency = max(1, concurrency)
+        self.run_settings = run_settings or RunSettings(max_steps=conductor.max_steps)
+        self.discount = discount
+        self.callers = CallerSet(cache)
+        self.last_batch: list[RolloutResult] = []
+        self._orchestrators: dict[tuple[str, ...], Orchestrator] = {}
+        self._graders: dict[tuple[str, str], Grader] = {}
+        self._round1: dict[str, dict[str, Any]] = {}
+        self._closed = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="conductor-reward", daemon=True
+        )
+        self._thread.start()
+
+    @classmethod
+    def from_config(
+        cls,
+        config: TrainConfig,
+        pool: Pool,
+        conductor: Conductor,
+        *,
+        cache: ResponseCache | None = None,
+        concurrency: int = 32,
+    ) -> WorkflowReward:
+        """The reward a training config asks for (its reward settings, step limit and
+        recursion discount)."""
+        discount = config.recursion.discount if config.recursion is not None else 0.25
+        return cls(
+            pool,
+            conductor,
+            config.reward,
+            cache=cache,
+            concurrency=concurrency,
+            run_settings=RunSettings(max_steps=config.max_steps),
+            discount=discount,
+        )
+
+    # ---------------------------------------------------------------- lookups
+
+    def orchestrator(self, worker_ids: Sequence[str] | None) -> Orchestrator:
+        """The orchestrator for the sub-pool ``worker_ids`` (the full pool when empty);
+        every orchestrator shares this reward's callers (cache, concurrency limits)."""
+        key = tuple(worker_ids) if worker_ids else tuple(w.id for w in self.pool.workers)
+        orch = self._orchestrators.get(key)
+        if orch is None:
+            sub = subpool_from_ids(self.pool, key).pool
+            orch = Orchestrator(sub, self.conductor, callers=self.callers)
+            self._orchestrators[key] = orch
+        return orch
+
+    def _grader(self, name: str, options_json: Any) -> Grader:
+        options = _loads(options_json, "grader_options") or {}
+        key = (name, json.dumps(options, sort_keys=True))
+        grader = self._graders.get(key)
+        if grader is None:
+            grader = get_grader(name, options)
+            self._graders[key] = grader
+        return grader
+
+    def _first_round(self, text: str) -> RunRecord:
+        data = self._round1.get(text)
+        if data is None:
+            data = json.loads(text)
+            self._round1[text] = data
+        # A fresh record per rollout: the executor extends the record it continues.
+        return record_from_dict(data)
+
+    # ---------------------------------------------------------------- the call
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **columns: Any) -> list[float]:
+        """Rewards for ``completions`` (aligned with ``prompts`` and every column)."""
+        if self._closed:
+            raise RuntimeError("this WorkflowReward is closed")
+        n = len(completions)
+        missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+        if missing:
+            raise UsageError(
+                f"the training dataset lacks the column(s) {', '.join(missing)} the reward "
+                "needs (build it with conductor.train.dataset.build_rows)"
+            )
+
+        def column(name: str, default: Any) -> list[Any]:
+            values = columns.get(name)
+            if values is None:
+                return [default] * n
+            values = list(values)
+            if len(values) != n:
+                raise UsageError(f"column {name!r} has {len(values)} values for {n} completions")
+            return values
+
+        questions = column("question", "")
+        ids = column("sample_id", "")
+        golds = column("gold", "null")
+        graders = column("grader", "")
+        options = column("grader_options", "{}")
+        samples = column("sample", "{}")
+        worker_ids = column("worker_ids", None)
+        round1 = column("round1", "")
+        round1_reward = column("round1_reward", 0.0)
+
+        jobs = []
+        for i in range(n):
+            jobs.append(
+                _Job(
+                    orchestrator=self.orchestrator(worker_ids[i]),
+                    question=str(questions[i]),
+                    text=completion_text(completions[i]),
+                    sample=sample_from_row(str(ids[i]), samples[i], golds[i]),
+                    grader=self._grader(str(graders[i]), options[i]),
+                    sample_id=str(ids[i]),
+                    round1=self._first_round(round1[i]) if round1[i] else None,
+                    round1_reward=float(round1_reward[i] or 0.0),
+                )
+            )
+        future = asyncio.run_coroutine_threadsafe(self._run_all(jobs), self._loop)
+        results = future.result()
+        self.last_batch = results
+        return [r.reward for r in results]
+
+    async def _run_all(self, jobs: list[_Job]) -> list[RolloutResult]:
+        limit = asyncio.Semaphore(self.concurrency)
+        return list(await asyncio.gather(*(self._rollout(job, limit) for job in jobs)))
+
+    async def _rollout(self, job: _Job, limit: asyncio.Semaphore) -> RolloutResult:
+        try:
+            async with limit:
+                if job.round1 is not None:
+                    start = len(job.round1.rounds)
+                    record = await job.orchestrator.run(
+                        job.question,
+                        replace(self.run_settings, rounds=start + 1),
+                        sample_id=job.sample_id,
+                        plan=job.text,
+                        continue_from=job.round1,
+                    )
+                else:
+                    start = 0
+                    record = await job.orchestrator.run(
+                        job.question,
+                        replace(self.run_settings, rounds=1),
+                        sample_id=job.sample_id,
+                        plan=job.text,
+                    )
+            # Graders may block (math-verify, code under test): keep the loop free.
+            out = await asyncio.to_thread(
+                _outcome, record, job.sample, job.grader, self.settings, start
+            )
+        except Exception as exc:  # one broken rollout must not end a long training run
+            log.warning("reward: rollout for %s failed: %r", job.sample_id, exc, exc_info=True)
+            return RolloutResult(self.settings.failed_run, False, None, 0)
+        reward = out.reward
+        if job.round1 is not None:
+            reward = self.discount * job.round1_reward + (1.0 - self.discount) * out.reward
+        return RolloutResult(
+            reward=reward,
+            parsed=out.parsed,
+            correct=out.correct,
+            steps=out.steps,
+            workers=out.workers,
+            calls=out.calls,
+            cost_usd=out.cost_usd,
+            record=record,
+        )
+
+    # ---------------------------------------------------------------- lifetime
+
+    def close(self) -> None:
+        """Close every client and stop the background loop (safe to call twice)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            asyncio.run_coroutine_threadsafe(self.callers.aclose(), self._loop).result(timeout=30)
+        except Exception as exc:  # closing must not hide the error that led here
+            log.warning("reward: closing the model clients failed: %r", exc)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> WorkflowReward:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
