@@ -26,7 +26,7 @@ from .retry import (
     with_backstop,
     with_reasoning,
 )
-from .types import ModelRequest, RawCompletion, Usage
+from .types import Message, ModelRequest, RawCompletion, Usage
 
 if TYPE_CHECKING:
     import aiohttp
@@ -66,7 +66,7 @@ class HttpClient:
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body of the request."""
-        messages: list[dict[str, str]] = []
+        messages: list[Message] = []
         if self.target.system_prompt:
             messages.append({"role": "system", "content": self.target.system_prompt})
         messages.extend(request.messages)
@@ -101,17 +101,17 @@ class HttpClient:
         except ValueError:
             data = {"error": {"message": payload[:500].decode("utf-8", "replace")}}
         if status >= 400 or not isinstance(data, dict) or "choices" not in data:
-            message = message_from_body(data) or f"HTTP {status}"
+            reason = message_from_body(data) or f"HTTP {status}"
             raise error_for_status(
                 status if status >= 400 else 502,
-                scrub(message, self._key),
+                scrub(reason, self._key),
                 target=target,
                 headers=headers,
             )
         choices = data.get("choices") or [{}]
         choice = choices[0] if isinstance(choices[0], dict) else {}
-        message = choice.get("message") or {}
-        text = with_reasoning(message.get("content"), SimpleNamespace(**message))
+        reply: dict[str, Any] = choice.get("message") or {}
+        text = with_reasoning(reply.get("content"), SimpleNamespace(**reply))
         usage = data.get("usage") or {}
         return RawCompletion(
             text=text,

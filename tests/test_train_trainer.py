@@ -1,0 +1,358 @@
+"""``conductor train`` end to end on the CPU: GRPO steps, metrics, checkpoint, CLI.
+
+The policy is built in the test (a 2-layer Llama with a byte-level BPE tokenizer, as in
+tests/test_checkpoint.py), first taught by a few supervised steps to write one of two
+workflows, so that sampled completions parse and earn different rewards: one routes
+to the worker that knows the answer (reward 1), the other to one that does not (0.5).
+Workers are served by the fake LLM server; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from poolkit import pool_dict, worker, write_pool
+
+from conductor.testing import FakeLLMServer
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+pytest.importorskip("trl")
+pytest.importorskip("datasets")
+
+TEMPLATE = "Models:\n${workers}\nAt most ${max_steps} steps.\nQ: ${question}\n"
+GOOD = 'model_id = [0]\nsubtasks = ["Solve it"]\naccess_list = [[]]'
+BAD = 'model_id = [1]\nsubtasks = ["Solve it"]\naccess_list = [[]]'
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+QUESTIONS = [("q1", "What is 2 + 2?", "4"), ("q2", "What is 3 + 4?", "7")]
+
+
+def _tokenizer() -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    corpus = [
+        GOOD,
+        BAD,
+        TEMPLATE,
+        "Models: - Model 0 - Model 1 At most steps. Q: What is 2 + 2? 3 + 4? End with ANSWER:",
+        "user assistant 0 1 2 3 4 5 6 7 8 9 [ ] \" ' , . : = + ?",
+    ]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|end|>", "<|bos|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|end|>", bos_token="<|bos|>", pad_token="<|end|>"
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def _policy_dir(directory: Path, prompts: list[list[dict[str, str]]]) -> Path:
+    """A tiny model that, given any of ``prompts``, writes GOOD or BAD about equally often."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = _tokenizer()
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            eos_token_id=tok.eos_token_id,
+            bos_token_id=tok.bos_token_id,
+            pad_token_id=tok.pad_token_id,
+            tie_word_embeddings=True,
+        )
+    )
+    batch = []
+    for messages in prompts:
+        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        prompt_ids = tok(text, add_special_tokens=False)["input_ids"]
+        for target in (GOOD, BAD):
+            ids = prompt_ids + tok(target, add_special_tokens=False)["input_ids"]
+            ids.append(tok.eos_token_id)
+            batch.append((prompt_ids, ids))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(300):
+        total = 0.0
+        for prompt_ids, ids in batch:
+            x = torch.tensor([ids])
+            labels = x.clone()
+            labels[0, : len(prompt_ids)] = -100
+            loss = model(input_ids=x, labels=labels).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.item()
+        # Both replies learnt: what is left is the coin flip at the differing token.
+        if total / len(batch) < 0.08:
+            break
+    directory.mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(directory)
+    model.save_pretrained(directory)
+    return directory
+
+
+def _setup(tmp_path: Path, server: FakeLLMServer, *, steps: int = 2) -> Path:
+    """Pool, benchmark, template, policy and training config in ``tmp_path``; the config."""
+    from conductor.conductors.prompt import build_conductor_messages
+    from conductor.pool import load_pool
+
+    golds = {q: a for _, q, a in QUESTIONS}
+
+    def knows(request: Any) -> str:
+        text = request.last_user_message
+        gold = next((a for q, a in golds.items() if q in text), "0")
+        return f"ANSWER: {gold}"
+
+    server.script("solver", knows)
+    server.script("guesser", "ANSWER: 11")
+    pool_file = write_pool(
+        tmp_path / "pool.yaml",
+        pool_dict(server, [worker(server, "solver"), worker(server, "guesser")]),
+    )
+    data = tmp_path / "questions.jsonl"
+    data.write_text(
+        "".join(json.dumps({"id": i, "question": q, "answer": a}) + "\n" for i, q, a in QUESTIONS)
+    )
+    (tmp_path / "arith.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "arith",
+                "source": {"file": "questions.jsonl"},
+                "train_source": {"file": "questions.jsonl"},
+                "fields": {"loader": "math", "question": "question", "answer": "answer"},
+                "prompt": "${question}",
+                "answer_format": "math",
+                "grader": "math",
+            }
+        )
+    )
+    (tmp_path / "tiny.txt").write_text(TEMPLATE)
+    pool = load_pool(pool_file)
+    prompts = [
+        build_conductor_messages(q, pool.workers, max_steps=2, template=str(tmp_path / "tiny.txt"))
+        for _, q, _ in QUESTIONS
+    ]
+    policy = _policy_dir(tmp_path / "policy", prompts)
+    config = {
+        "base_model": str(policy),
+        "pool": "pool.yaml",
+        "data": [{"benchmark": "arith.yaml"}],
+        "output_dir": str(tmp_path / "run"),
+        "max_steps": 2,
+        "template": "tiny.txt",
+        "seed": 3,
+        "grpo": {
+            "group_size": 4,
+            "questions_per_step": 2,
+            "learning_rate": 1e-4,
+            "lr_scheduler": "constant",
+            "warmup_ratio": 0.0,
+            "temperature": 1.0,
+            "max_completion_tokens": 24,
+            "steps": steps,
+        },
+    }
+    file = tmp_path / "train.yaml"
+    file.write_text(yaml.safe_dump(config, sort_keys=False))
+    return file
+
+
+def _weights(directory: Path) -> dict[str, Any]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(directory)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.slow
+def test_grpo_steps_train_log_and_save(tmp_path: Path, fake_server: FakeLLMServer) -> None:
+    from conductor.checkpoint_meta import read_checkpoint_meta
+    from conductor.conductors.spec import resolve_conductor
+    from conductor.pool import load_pool
+    from conductor.train.config import load_train_config
+    from conductor.train.metrics import METRIC_KEYS, read_metrics
+    from conductor.train.trainer import train
+
+    config = load_train_config(_setup(tmp_path, fake_server))
+    before = _weights(Path(config.base_model))
+    seen: list[dict[str, Any]] = []
+    checkpoint = train(config, live=False, on_metrics=seen.append)
+
+    # The weights moved: the reward differed within groups, so GRPO had a gradient.
+    after = _weights(checkpoint)
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert changed, "no parameter changed after two GRPO steps"
+
+    # One metrics line per step, with every key; rollouts really ran on the fake pool.
+    rows = read_metrics(Path(config.output_dir) / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows == seen
+    for row in rows:
+        assert set(METRIC_KEYS) <= set(row)
+        assert row["rollouts"] == 8  # 2 questions x group of 4
+        assert 0.0 <= row["reward_mean"] <= 1.0
+        assert row["parse_rate"] is not None and row["parse_rate"] > 0
+        assert row["learning_rate"] is not None and row["elapsed_s"] >= 0
+        assert set(row["worker_usage"]) <= {"solver", "guesser"}
+    assert sum(sum(r["last_worker_usage"].values()) for r in rows) > 0
+    assert fake_server.requests_for("solver") or fake_server.requests_for("guesser")
+
+    # conductor.json records what the checkpoint was trained with.
+    meta = read_checkpoint_meta(checkpoint)
+    assert meta is not None and meta.format_version == 1
+    assert meta.pool_order == ("solver", "guesser")
+    assert meta.max_steps == 2
+    assert meta.base_model == config.base_model
+    assert meta.template == "prompt.txt"
+    assert (checkpoint / "prompt.txt").read_text() == TEMPLATE
+
+    # --conductor PATH resolves it with its own template and step limit, and it runs.
+    pool = load_pool(tmp_path / "pool.yaml")
+    cond = resolve_conductor(pool, str(checkpoint))
+    assert cond.backend == "checkpoint"
+    assert cond.max_steps == 2
+    assert Path(cond.template).read_text() == TEMPLATE
+    _generate_with_checkpoint_backend(cond.target, pool, cond.template)
+
+
+def _generate_with_checkpoint_backend(target: Any, pool: Any, template: str) -> None:
+    import asyncio
+
+    from conductor.conductors.prompt import build_conductor_messages
+    from conductor.llm import checkpoint_client as cc
+    from conductor.llm.types import ModelRequest
+    from conductor.workflow import parse_workflow
+
+    messages = build_conductor_messages(
+        QUESTIONS[0][1], pool.workers, max_steps=2, template=template
+    )
+    client = cc.CheckpointClient(target)
+    try:
+        out = asyncio.run(
+            client.send(
+                ModelRequest(
+                    messages=tuple(messages),
+                    params={"max_tokens": 24, "temperature": 0, "dtype": "float32"},
+                ),
+                timeout_s=120,
+            )
+        )
+    finally:
+        cc.unload_all()
+    # Greedy decoding of the trained policy gives one of the two workflows it knows.
+    workflow = parse_workflow(out.text, n_workers=2, max_steps=2)
+    assert [s.worker for s in workflow.steps] in ([0], [1])
+
+
+def test_cli_train_reports_bad_config(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from conductor.cli import app
+
+    bad = tmp_path / "train.yaml"
+    bad.write_text("base_model: x\npool: local\ndata: []\noutput_dir: out\ngrpo: {group_sise: 4}\n")
+    result = CliRunner().invoke(app, ["train", str(bad)])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, Exception)
+    assert str(bad) in str(result.exception)
+
+
+def test_grpo_config_batches(tmp_path: Path) -> None:
+    """One optimizer step = questions_per_step x group_size completions, grouped by prompt."""
+    import dataclasses
+
+    from conductor.errors import UsageError
+    from conductor.train.config import DataMix, GRPOSettings, TrainConfig
+    from conductor.train.trainer import build_grpo_config
+
+    config = TrainConfig(
+        base_model="x",
+        pool="local",
+        data=(DataMix(benchmark="math500"),),
+        output_dir=str(tmp_path),
+        grpo=GRPOSettings(
+            group_size=8,
+            questions_per_step=4,
+            gradient_accumulation_steps=2,
+            kl_beta=0.01,
+            clip_epsilon=0.3,
+            max_completion_tokens=96,
+            steps=7,
+            learning_rate=3e-5,
+            warmup_ratio=0.1,
+            use_vllm=True,
+        ),
+    )
+    args = build_grpo_config(config, output_dir=tmp_path, live=False)
+    assert args.num_generations == 8
+    assert args.per_device_train_batch_size * args.gradient_accumulation_steps == 32
+    assert args.generation_batch_size == 32
+    assert args.max_steps == 7 and args.max_completion_length == 96
+    assert args.beta == 0.01 and args.epsilon == 0.3 and args.learning_rate == 3e-5
+    assert args.use_vllm is False  # no GPU here: falls back to transformers generation
+    assert args.report_to in ([], "none", ["none"])
+
+    odd = dataclasses.replace(
+        config, grpo=dataclasses.replace(config.grpo, questions_per_step=3, group_size=3)
+    )
+    with pytest.raises(UsageError, match="split evenly"):
+        build_grpo_config(odd, output_dir=tmp_path, live=False)
+
+
+def test_metrics_log_and_table(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from conductor.train.metrics import MetricsLog, metrics_table, read_metrics, summarise_rollouts
+    from conductor.train.reward import RolloutResult
+
+    results = [
+        RolloutResult(1.0, True, True, 2, ["a", "b"], 2, 0.01, None),
+        RolloutResult(0.5, True, False, 1, ["a"], 1, 0.005, None),
+        RolloutResult(0.0, False, None, 0, [], 0, 0.0, None),
+        RolloutResult(0.5, True, False, 1, ["b"], 1, 0.0, None),
+    ]
+    summary = summarise_rollouts(results)
+    assert summary["reward_mean"] == pytest.approx(0.5)
+    assert summary["parse_rate"] == pytest.approx(0.75)
+    assert summary["correct_rate"] == pytest.approx(0.25)
+    assert summary["steps_per_workflow"] == pytest.approx(4 / 3)
+    assert summary["worker_usage"] == {"a": 2, "b": 2}
+    assert summary["last_worker_usage"] == {"a": 1, "b": 2}
+    assert summary["calls_per_rollout"] == pytest.approx(1.0)
+    assert summary["cost_usd"] == pytest.approx(0.015)
+
+    path = tmp_path / "m" / "metrics.jsonl"
+    with MetricsLog(path) as log:
+        log.append({"step": 1, **summary, "loss": float("nan")})
+        log.append({"step": 2, "reward_mean": 0.75})
+        # Each line is on disk as soon as it is appended.
+        assert len(read_metrics(path)) == 2
+    rows = read_metrics(path)
+    assert rows[0]["loss"] is None and rows[1]["parse_rate"] is None
+    console = Console(record=True, width=160)
+    console.print(metrics_table(rows))
+    text = console.export_text()
+    assert "0.750" in text and "a:1 b:2" in text
