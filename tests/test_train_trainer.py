@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from poolkit import pool_dict, worker, write_pool
+from poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
 
 from conductor.testing import FakeLLMServer
 
@@ -187,7 +187,6 @@ def _weights(directory: Path) -> dict[str, Any]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.slow
 def test_grpo_steps_train_log_and_save(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     from conductor.checkpoint_meta import read_checkpoint_meta
     from conductor.conductors.spec import resolve_conductor
@@ -306,7 +305,7 @@ def test_grpo_config_batches(tmp_path: Path) -> None:
             use_vllm=True,
         ),
     )
-    args = build_grpo_config(config, output_dir=tmp_path, live=False)
+    args = build_grpo_config(config, output_dir=tmp_path)
     assert args.num_generations == 8
     assert args.per_device_train_batch_size * args.gradient_accumulation_steps == 32
     assert args.generation_batch_size == 32
@@ -319,7 +318,7 @@ def test_grpo_config_batches(tmp_path: Path) -> None:
         config, grpo=dataclasses.replace(config.grpo, questions_per_step=3, group_size=3)
     )
     with pytest.raises(UsageError, match="split evenly"):
-        build_grpo_config(odd, output_dir=tmp_path, live=False)
+        build_grpo_config(odd, output_dir=tmp_path)
 
 
 def test_metrics_log_and_table(tmp_path: Path) -> None:
@@ -356,3 +355,60 @@ def test_metrics_log_and_table(tmp_path: Path) -> None:
     console.print(metrics_table(rows))
     text = console.export_text()
     assert "0.750" in text and "a:1 b:2" in text
+
+
+def test_cli_train_overrides_steps_and_output(tmp_path: Path, fake_server: FakeLLMServer) -> None:
+    from typer.testing import CliRunner
+
+    from conductor.cli import app
+
+    config = _setup(tmp_path, fake_server, steps=5)
+    out = tmp_path / "elsewhere"
+    result = CliRunner().invoke(
+        app, ["train", str(config), "--steps", "1", "--output", str(out), "--no-live"]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"checkpoint written to {out / 'checkpoint'}" in result.stdout
+    assert str(out / "metrics.jsonl") in result.stdout
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["step"] == 1
+    assert (out / "checkpoint" / "conductor.json").is_file()
+    assert not (tmp_path / "run").exists()  # the config's own output_dir was overridden
+
+
+def test_recursion_config_runs_first_rounds_with_the_base_policy(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    """With ``recursion``, the base policy writes and runs round 1 before training; the
+    forced second rounds are then trained on and recorded in conductor.json."""
+    from conductor.checkpoint_meta import read_checkpoint_meta
+    from conductor.train.config import load_train_config
+    from conductor.train.dataset import build_rows
+    from conductor.train.pools import load_train_pool, training_conductor
+    from conductor.train.trainer import _first_rounds, load_policy, train
+
+    file = _setup(tmp_path, fake_server, steps=1)
+    data = yaml.safe_load(file.read_text())
+    data["recursion"] = {"fraction": 1.0, "discount": 0.25}
+    file.write_text(yaml.safe_dump(data, sort_keys=False))
+    config = load_train_config(file)
+
+    pool = load_train_pool(config)
+    conductor = training_conductor(config, pool)
+    model, tok = load_policy(config.base_model)
+    rows = build_rows(config, pool, conductor, rng_seed=config.seed)
+    torch.manual_seed(0)
+    first = _first_rounds(config, pool, conductor, model, tok, rows)
+    assert set(first) == {r["sample_id"] for r in rows}
+    for record in first.values():
+        assert len(record.rounds) == 1
+    # The plans came from the policy: the pool's own Conductor endpoint was never asked.
+    assert fake_server.requests_for(CONDUCTOR_MODEL) == []
+    ran = [r for r in first.values() if r.final_answer is not None]
+    assert ran, "no first round of the base policy produced an answer"
+
+    checkpoint = train(config, live=False)
+    meta = read_checkpoint_meta(checkpoint)
+    assert meta is not None and meta.extra["recursion"] == {"fraction": 1.0, "discount": 0.25}
+    rows_logged = (Path(config.output_dir) / "metrics.jsonl").read_text().splitlines()
+    assert len(rows_logged) == 1 and json.loads(rows_logged[0])["rollouts"] == 8

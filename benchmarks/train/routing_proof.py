@@ -100,7 +100,14 @@ def write_pool(server: Any, directory: Path) -> Path:
     import yaml
 
     workers = [
-        {"id": w, "model": w, "client": "openai", "api_base": server.openai_base, "max_retries": 1}
+        {
+            "id": w,
+            "model": w,
+            "client": "openai",
+            "api_base": server.openai_base,
+            "max_retries": 1,
+            "price": {"input_per_mtok": 0.0, "output_per_mtok": 0.0},  # scripted: free
+        }
         for w in WORKERS
     ]
     data = {"name": "routing-proof", "defaults": {"temperature": 0.2, "max_tokens": 64}}

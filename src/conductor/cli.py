@@ -582,9 +582,9 @@ def train(
     from .train.trainer import train as run_training
 
     checkpoint = run_training(config, live=live, on_metrics=None if live else line)
-    out = _out()
-    out.print(f"checkpoint written to {checkpoint}  (conductor ask ... --conductor {checkpoint})")
-    out.print(f"metrics written to {Path(config.output_dir).expanduser() / METRICS_FILE}")
+    # Plain echo: paths must not be wrapped or highlighted, scripts copy them.
+    typer.echo(f"checkpoint written to {checkpoint}  (use: --conductor {checkpoint})")
+    typer.echo(f"metrics written to {Path(config.output_dir).expanduser() / METRICS_FILE}")
 
 
 # -- pools ----------------------------------------------------------------------------

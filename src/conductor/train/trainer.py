@@ -24,6 +24,7 @@ Heavy libraries (torch, transformers, trl, datasets) are imported inside functio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -129,6 +130,7 @@ def load_policy(base_model: str) -> tuple[Any, Any]:
     if not spec:
         raise UsageError("base_model is empty")
     kwargs: dict[str, Any] = {}
+    model_kwargs: dict[str, Any] = {}
     if spec.startswith("gguf:"):
         if importlib.util.find_spec("gguf") is None:
             raise MissingDependencyError(
@@ -136,6 +138,13 @@ def load_policy(base_model: str) -> tuple[Any, Any]:
             )
         file = _gguf_file(spec)
         source, kwargs = str(file.parent), {"gguf_file": file.name}
+        try:
+            from transformers import GgufConfig
+        except ImportError:  # older transformers always dequantise GGUF weights
+            GgufConfig = None  # noqa: N806
+        if GgufConfig is not None:
+            # Dense float weights: packed GGUF blocks can be neither trained nor saved.
+            model_kwargs["quantization_config"] = GgufConfig(dequantize=True)
         dtype = torch.float32  # dequantised weights; bf16 would lose what is left
     else:
         source = spec[3:].strip() if spec.startswith("hf:") else spec
@@ -151,10 +160,12 @@ def load_policy(base_model: str) -> tuple[Any, Any]:
         dtype = torch.bfloat16 if cuda and torch.cuda.is_bf16_supported() else torch.float32
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs, **model_kwargs)
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"base_model {spec!r} cannot be loaded by transformers: {first}") from exc
+    if spec.startswith("gguf:"):
+        _forget_gguf_quantizer(model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if not getattr(tokenizer, "chat_template", None):
@@ -162,6 +173,24 @@ def load_policy(base_model: str) -> tuple[Any, Any]:
     if getattr(model.config, "pad_token_id", None) is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
+
+
+def _forget_gguf_quantizer(model: Any) -> None:
+    """Make a dequantised GGUF model an ordinary one.
+
+    transformers marks a model loaded from a GGUF file as quantized with "gguf" even
+    when every weight was unpacked into a dense tensor, and then refuses to train it or
+    to save it.  The weights are plain float tensors, so the mark is dropped.
+    """
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer = None
+    for attr in ("quantization_config",):
+        if hasattr(model.config, attr):
+            delattr(model.config, attr)
+    if getattr(model, "is_quantized", False):
+        # A read-only property (derived from hf_quantizer) on some versions.
+        with contextlib.suppress(AttributeError):
+            model.is_quantized = False
 
 
 # -- configuration --------------------------------------------------------------------
@@ -174,7 +203,7 @@ def _vllm_importable() -> bool:
         return False
 
 
-def build_grpo_config(config: TrainConfig, *, output_dir: Path, live: bool) -> Any:
+def build_grpo_config(config: TrainConfig, *, output_dir: Path) -> Any:
     """The ``trl.GRPOConfig`` for ``config`` (see the module docstring for the batch)."""
     import torch
     from trl import GRPOConfig
@@ -488,7 +517,7 @@ def train(
     output_dir.mkdir(parents=True, exist_ok=True)
     pool = load_train_pool(config)
     conductor = training_conductor(config, pool)
-    args = build_grpo_config(config, output_dir=output_dir, live=live)
+    args = build_grpo_config(config, output_dir=output_dir)
     model, tokenizer = load_policy(config.base_model)
 
     cache = ResponseCache()
