@@ -115,7 +115,7 @@ GOOD_HEAD = "source:\n  hf: org/data\n  revision: main\n"
 BAD_CASES = [
     ("", 1, "empty"),
     ("- a\n- b\n", 1, "top level must be a mapping"),
-    (GOOD_HEAD + "prompt: x\n", 1, "missing required key: grader"),
+    (GOOD_HEAD + "prompt: x\n", 1, 'missing required key "grader"'),
     (GOOD_HEAD + "prompt: x\ngrader: math\nepochz: 2\n", 6, 'did you mean "epochs"'),
     (GOOD_HEAD + "prompt: x\ngrader: maths\n", 5, 'did you mean "math"'),
     ("source:\n  hf: org/data\nprompt: x\ngrader: math\n", 2, "needs a revision"),

@@ -234,13 +234,42 @@ class _Reader:
     def close(self) -> None:
         self.loader.dispose()
 
+    #: The class of the errors this reader raises (a subclass per kind of file).
+    error_class: type[PoolError] = PoolError
+
     def error(self, message: str, node: yaml.Node | None, field: str | None) -> PoolError:
-        return PoolError(
+        return self.error_class(
             message,
             path=self.source,
             line=_line(node) if node is not None else 1,
             field=field,
         )
+
+    def document(
+        self,
+        root: yaml.Node | None,
+        top_keys: tuple[str, ...],
+        *,
+        empty: str,
+        shape: str = "a mapping",
+        required: tuple[str, ...] = (),
+    ) -> dict[str, yaml.Node]:
+        """The top-level mapping of a file, key -> value node, with its keys checked:
+        ``empty`` is the sentence for an empty file, ``shape`` what the top level must be."""
+        if root is None:
+            raise self.error(empty, None, None)
+        if not isinstance(root, yaml.MappingNode):
+            raise self.error(
+                f"the top level must be {shape}, got {_show(self.value(root, 'top level'))}",
+                root,
+                None,
+            )
+        keys = self.mapping(root, "", top_keys)
+        get = {k: vn for k, (_kn, vn) in keys.items()}
+        for key in required:
+            if key not in get:
+                raise self.error(f'missing required key "{key}"', root, key)
+        return get
 
     # ---------------------------------------------------------------- raw values
 
@@ -744,21 +773,12 @@ class _Reader:
         return config
 
     def pool(self, root: yaml.Node | None, default_name: str, path: Path | None) -> Pool:
-        if root is None:
-            raise PoolError(
-                "the pool file is empty; it needs at least a workers list",
-                path=self.source,
-                line=1,
-            )
-        if not isinstance(root, yaml.MappingNode):
-            raise self.error(
-                f"the top level must be a mapping with a workers list, "
-                f"got {_show(self.value(root, 'top level'))}",
-                root,
-                None,
-            )
-        keys = self.mapping(root, "", _TOP_KEYS)
-        get = {k: vn for k, (_kn, vn) in keys.items()}
+        get = self.document(
+            root,
+            _TOP_KEYS,
+            empty="the pool file is empty; it needs at least a workers list",
+            shape="a mapping with a workers list",
+        )
         name = default_name
         if "name" in get:
             name = self.required_string(get["name"], "name").strip()

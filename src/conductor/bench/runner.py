@@ -30,7 +30,7 @@ from ..record import RunRecord, new_run_id, now_iso, record_to_dict
 from .data import count_samples, dataset_provenance, iter_samples, render_prompt
 from .graders import Grader
 from .strategies import Strategy
-from .types import BenchmarkSpec, Sample, Verdict
+from .types import BenchmarkSpec, Sample
 
 __all__ = [
     "BenchOptions",
@@ -217,16 +217,6 @@ def _work(
                 yield sample, epoch
 
 
-def _grade_dict(verdict: Verdict) -> dict[str, Any]:
-    return {
-        "status": verdict.status,
-        "score": verdict.score,
-        "reason": verdict.reason,
-        "extracted": verdict.extracted,
-        "detail": verdict.detail,
-    }
-
-
 async def run_benchmark(
     spec: BenchmarkSpec,
     strategy: Strategy,
@@ -293,7 +283,7 @@ async def run_benchmark(
                 if record.status != "failed":
                     async with grading:
                         verdict = await asyncio.to_thread(grader.grade, record.final_answer, sample)
-                    record.grade = _grade_dict(verdict)
+                    record.grade = verdict.to_dict()
                 data = record_to_dict(record)
                 line = json.dumps(data, ensure_ascii=False) + "\n"
                 status = (record.grade or {}).get("status", "run_failed")

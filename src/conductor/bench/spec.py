@@ -199,13 +199,7 @@ class _BenchReader(_Reader):
     def scalar(self, node: yaml.ScalarNode, field: str) -> Any:
         return self.construct(node, field)
 
-    def error(self, message: str, node: yaml.Node | None, field: str | None) -> PoolError:
-        return BenchmarkFileError(
-            message,
-            path=self.source,
-            line=_line(node) if node is not None else 1,
-            field=field,
-        )
+    error_class = BenchmarkFileError
 
     # ---------------------------------------------------------------- benchmark parts
 
@@ -430,23 +424,12 @@ class _BenchReader(_Reader):
     def benchmark(
         self, root: yaml.Node | None, default_name: str, path: Path | None
     ) -> BenchmarkSpec:
-        if root is None:
-            raise BenchmarkFileError(
-                "the benchmark file is empty; it needs at least source, prompt and grader",
-                path=self.source,
-                line=1,
-            )
-        if not isinstance(root, yaml.MappingNode):
-            raise self.error(
-                f"the top level must be a mapping, got {_show(self.value(root, 'top level'))}",
-                root,
-                None,
-            )
-        keys = self.mapping(root, "", _TOP_KEYS)
-        get = {k: vn for k, (_kn, vn) in keys.items()}
-        for required in ("source", "prompt", "grader"):
-            if required not in get:
-                raise self.error(f"missing required key: {required}", root, required)
+        get = self.document(
+            root,
+            _TOP_KEYS,
+            empty="the benchmark file is empty; it needs at least source, prompt and grader",
+            required=("source", "prompt", "grader"),
+        )
         name = default_name
         if "name" in get:
             name = self.required_string(get["name"], "name").strip()

@@ -44,6 +44,16 @@ class Verdict:
     def score(self) -> float:
         return 1.0 if self.status == "correct" else 0.0
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form kept in a run record's ``grade``."""
+        return {
+            "status": self.status,
+            "score": self.score,
+            "reason": self.reason,
+            "extracted": self.extracted,
+            "detail": self.detail,
+        }
+
 
 @dataclass(frozen=True)
 class Sample:

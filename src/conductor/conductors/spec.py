@@ -44,10 +44,9 @@ class Conductor:
 
     def describe(self) -> dict[str, Any]:
         """A JSON-ready description for run records (no secrets)."""
-        from ..pool import pool_to_public_dict  # the redaction rules live with the pool
-
         import hashlib
 
+        from ..pool import pool_to_public_dict  # the redaction rules live with the pool
         from .prompt import load_template
 
         target = pool_to_public_dict(Pool(name="conductor", workers=(self.target,)))

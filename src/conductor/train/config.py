@@ -41,7 +41,7 @@ from typing import Any, Literal
 import yaml
 
 from ..errors import PoolError
-from ..pool import _line, _Reader, _show
+from ..pool import _Reader, _show
 
 __all__ = [
     "LR_SCHEDULERS",
@@ -210,10 +210,7 @@ class _TrainReader(_Reader):
         super().__init__(source, environ)
         self.base = base
 
-    def error(self, message: str, node: yaml.Node | None, field: str | None) -> PoolError:
-        return TrainConfigError(
-            message, path=self.source, line=_line(node) if node is not None else 1, field=field
-        )
+    error_class = TrainConfigError
 
     # ---------------------------------------------------------------- values
 
@@ -398,23 +395,12 @@ class _TrainReader(_Reader):
         return RecursionSettings(**kwargs)
 
     def config(self, root: yaml.Node | None, path: Path | None) -> TrainConfig:
-        if root is None:
-            raise TrainConfigError(
-                "the training config is empty; it needs base_model, pool, data and output_dir",
-                path=self.source,
-                line=1,
-            )
-        if not isinstance(root, yaml.MappingNode):
-            raise self.error(
-                f"the top level must be a mapping, got {_show(self.value(root, 'top level'))}",
-                root,
-                None,
-            )
-        keys = self.mapping(root, "", _TOP_KEYS)
-        get = {k: vn for k, (_kn, vn) in keys.items()}
-        for required in ("base_model", "pool", "data", "output_dir"):
-            if required not in get:
-                raise self.error(f'missing required key "{required}"', root, required)
+        get = self.document(
+            root,
+            _TOP_KEYS,
+            empty="the training config is empty; it needs base_model, pool, data and output_dir",
+            required=("base_model", "pool", "data", "output_dir"),
+        )
         base_model = self.required_string(get["base_model"], "base_model").strip()
         if base_model in ("gguf:", "hf:") or (
             base_model.startswith("hf:") and base_model[3:].count("/") != 1

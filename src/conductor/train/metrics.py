@@ -75,9 +75,9 @@ class MetricsLog:
 
     def append(self, row: dict[str, Any]) -> dict[str, Any]:
         """Write ``row`` (every :data:`METRIC_KEYS` key present, missing ones null)."""
-        full = {key: None for key in METRIC_KEYS}
-        full.update(row)
-        full = _clean(full)
+        merged: dict[str, Any] = {key: None for key in METRIC_KEYS}
+        merged.update(row)
+        full: dict[str, Any] = _clean(merged)
         self._fh.write(json.dumps(full, ensure_ascii=False) + "\n")
         # Flush per line: the file is the record of a run that may be killed at any time.
         self._fh.flush()

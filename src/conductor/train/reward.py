@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..bench.graders import Grader, get_grader
-from ..bench.types import Sample, Verdict
+from ..bench.types import Sample
 from ..conductors.spec import Conductor
 from ..errors import UsageError
 from ..execute import Orchestrator, RunSettings
@@ -116,16 +116,6 @@ def _spend(rounds: Sequence[RoundRecord]) -> tuple[int, float, int, list[str]]:
     return calls, cost, steps, workers
 
 
-def _grade_dict(verdict: Verdict) -> dict[str, Any]:
-    return {
-        "status": verdict.status,
-        "score": verdict.score,
-        "reason": verdict.reason,
-        "extracted": verdict.extracted,
-        "detail": verdict.detail,
-    }
-
-
 def _outcome(
     record: RunRecord,
     sample: Sample,
@@ -149,7 +139,7 @@ def _outcome(
         return _Outcome(settings.failed_run, True, None, steps, workers, calls, cost)
     verdict = grader.grade(record.final_answer, sample)
     record.gold = sample.gold
-    record.grade = _grade_dict(verdict)
+    record.grade = verdict.to_dict()
     base = settings.correct if verdict.correct else settings.parsed_wrong
     reward = (
         base

@@ -138,13 +138,13 @@ def load_policy(base_model: str) -> tuple[Any, Any]:
             )
         file = _gguf_file(spec)
         source, kwargs = str(file.parent), {"gguf_file": file.name}
-        try:
-            from transformers import GgufConfig
-        except ImportError:  # older transformers always dequantise GGUF weights
-            GgufConfig = None  # noqa: N806
-        if GgufConfig is not None:
+        import transformers
+
+        # Older transformers always dequantise GGUF weights; newer ones need asking.
+        gguf_config = getattr(transformers, "GgufConfig", None)
+        if gguf_config is not None:
             # Dense float weights: packed GGUF blocks can be neither trained nor saved.
-            model_kwargs["quantization_config"] = GgufConfig(dequantize=True)
+            model_kwargs["quantization_config"] = gguf_config(dequantize=True)
         dtype = torch.float32  # dequantised weights; bf16 would lose what is left
     else:
         source = spec[3:].strip() if spec.startswith("hf:") else spec
@@ -206,7 +206,7 @@ def _vllm_importable() -> bool:
 def build_grpo_config(config: TrainConfig, *, output_dir: Path) -> Any:
     """The ``trl.GRPOConfig`` for ``config`` (see the module docstring for the batch)."""
     import torch
-    from trl import GRPOConfig
+    from trl import GRPOConfig  # type: ignore[attr-defined]
 
     g = config.grpo
     world = max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
@@ -388,7 +388,7 @@ class _RecordingReward:
 
     def __call__(self, prompts: list[Any], completions: list[Any], **columns: Any) -> list[float]:
         kept = {k: v for k, v in columns.items() if k not in _TRL_REWARD_EXTRAS}
-        rewards = self.inner(prompts, completions, **kept)
+        rewards: list[float] = self.inner(prompts, completions, **kept)
         self.pending.extend(self.inner.last_batch)
         return rewards
 
@@ -420,7 +420,7 @@ def _make_callback(
 
     from .metrics import metrics_table, summarise_rollouts
 
-    class MetricsCallback(TrainerCallback):  # type: ignore[misc]
+    class MetricsCallback(TrainerCallback):
         """Writes a metrics line each time the trainer logs."""
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
@@ -505,7 +505,7 @@ def train(
     """
     _require_train_deps()
     from datasets import Dataset
-    from trl import GRPOTrainer
+    from trl import GRPOTrainer  # type: ignore[attr-defined]
 
     from ..cache import ResponseCache
     from .dataset import build_rows
@@ -537,7 +537,7 @@ def train(
         view = _live_view(live)
         trainer = GRPOTrainer(
             model=model,
-            reward_funcs=[reward],
+            reward_funcs=[reward],  # type: ignore[list-item]
             args=args,
             train_dataset=dataset,
             processing_class=tokenizer,
