@@ -170,3 +170,18 @@ def test_dict_form_rejects(data: dict[str, Any], reason: str) -> None:
 def test_zero_workers() -> None:
     with pytest.raises(WorkflowParseError, match="there are no workers"):
         parse_workflow("model_id=[0]\nsubtasks=['a']\naccess_list=[[]]", n_workers=0)
+
+
+def test_huge_hostile_reply_is_bounded() -> None:
+    """Only the tail is searched, so a reply full of unclosed lists cannot stall a run."""
+    import time
+
+    from conductor.workflow import MAX_REPLY_CHARS
+
+    junk = "model_id = [ subtasks = [ access_list = [ " * 20_000  # ~840k characters
+    plan = '\nmodel_id = [0]\nsubtasks = ["Go"]\naccess_list = [[]]'
+    t0 = time.perf_counter()
+    wf = parse_workflow(junk + plan, n_workers=1)
+    assert time.perf_counter() - t0 < 10
+    assert [s.worker for s in wf.steps] == [0]
+    assert len(junk) > MAX_REPLY_CHARS

@@ -27,6 +27,7 @@ from .text import strip_think
 
 __all__ = [
     "ALL",
+    "MAX_REPLY_CHARS",
     "Access",
     "Step",
     "Workflow",
@@ -38,6 +39,9 @@ __all__ = [
 ]
 
 ALL: Literal["all"] = "all"
+#: Only this many characters at the end of a reply (after reasoning blocks are removed)
+#: are searched for the lists.
+MAX_REPLY_CHARS = 16_000
 #: ``"all"`` (every earlier step), or the explicit indices of earlier steps
 #: (the empty tuple means the step sees no earlier step).
 Access = Literal["all"] | tuple[int, ...]
@@ -385,6 +389,10 @@ def parse_workflow(
     """
     cleaned = strip_think(text.replace("\r\n", "\n").replace("\r", "\n"))
     cleaned = _FENCE.sub("", cleaned)
+    if len(cleaned) > MAX_REPLY_CHARS:
+        # The plan is at the end; bounding the text bounds the list search, whose worst
+        # case (many unclosed brackets) grows with the square of the length.
+        cleaned = cleaned[-MAX_REPLY_CHARS:]
     found = _find_lists(cleaned)
     if not found:
         raise WorkflowParseError(
