@@ -33,14 +33,12 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
+from tinymodels import tiny_llama, tiny_tokenizer  # noqa: E402
+
 from conductor.llm import checkpoint_client as cc  # noqa: E402
 
 WORKFLOW = 'model_id = [0]\nsubtasks = ["Solve it"]\naccess_list = [[]]'
 QUESTION = "What is 2 + 2?"
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
 CORPUS = [
     WORKFLOW,
     'model_id = [2, 0, 1]\nsubtasks = ["Plan", "Write the code", "Check it"]',
@@ -52,46 +50,11 @@ CORPUS = [
 
 
 def _tokenizer(*, chat_template: bool = True) -> Any:
-    """A byte-level BPE tokenizer (exact round trip) trained on CORPUS."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<|end|>", "<|bos|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(CORPUS * 4, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|end|>", bos_token="<|bos|>", pad_token="<|end|>"
-    )
-    if chat_template:
-        fast.chat_template = CHAT_TEMPLATE
-    return fast
+    return tiny_tokenizer(CORPUS, chat_template=chat_template)
 
 
 def _model(tokenizer: Any, seed: int = 0) -> Any:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True,
-    )
-    return LlamaForCausalLM(config)
+    return tiny_llama(tokenizer, seed=seed)
 
 
 def _save(directory: Path, tokenizer: Any, model: Any, meta: dict[str, Any] | None) -> Path:

@@ -1,7 +1,7 @@
 """``conductor train`` end to end on the CPU: GRPO steps, metrics, checkpoint, CLI.
 
-The policy is built in the test (a 2-layer Llama with a byte-level BPE tokenizer, as in
-tests/test_checkpoint.py), first taught by a few supervised steps to write one of two
+The policy is built in the test (a 2-layer Llama with a byte-level BPE tokenizer, from
+tests/tinymodels.py), first taught by a few supervised steps to write one of two
 workflows, so that sampled completions parse and earn different rewards: one routes
 to the worker that knows the answer (reward 1), the other to one that does not (0.5).
 Workers are served by the fake LLM server; nothing is downloaded.
@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
+from tinymodels import tiny_llama, tiny_tokenizer
 
 from conductor.testing import FakeLLMServer
 
@@ -28,17 +29,10 @@ pytest.importorskip("datasets")
 TEMPLATE = "Models:\n${workers}\nAt most ${max_steps} steps.\nQ: ${question}\n"
 GOOD = 'model_id = [0]\nsubtasks = ["Solve it"]\naccess_list = [[]]'
 BAD = 'model_id = [1]\nsubtasks = ["Solve it"]\naccess_list = [[]]'
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
 QUESTIONS = [("q1", "What is 2 + 2?", "4"), ("q2", "What is 3 + 4?", "7")]
 
 
 def _tokenizer() -> Any:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     corpus = [
         GOOD,
         BAD,
@@ -46,44 +40,13 @@ def _tokenizer() -> Any:
         "Models: - Model 0 - Model 1 At most steps. Q: What is 2 + 2? 3 + 4? End with ANSWER:",
         "user assistant 0 1 2 3 4 5 6 7 8 9 [ ] \" ' , . : = + ?",
     ]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<|end|>", "<|bos|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(corpus * 4, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|end|>", bos_token="<|bos|>", pad_token="<|end|>"
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
+    return tiny_tokenizer(corpus)
 
 
 def _policy_dir(directory: Path, prompts: list[list[dict[str, str]]]) -> Path:
     """A tiny model that, given any of ``prompts``, writes GOOD or BAD about equally often."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     tok = _tokenizer()
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=512,
-            eos_token_id=tok.eos_token_id,
-            bos_token_id=tok.bos_token_id,
-            pad_token_id=tok.pad_token_id,
-            tie_word_embeddings=True,
-        )
-    )
+    model = tiny_llama(tok, seed=0, max_positions=512)
     batch = []
     for messages in prompts:
         text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)

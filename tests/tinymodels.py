@@ -1,0 +1,61 @@
+"""Tiny transformers models built in the test process (nothing is downloaded).
+
+Shared by the checkpoint and training tests: a byte-level BPE tokenizer trained on a
+small corpus (exact round trip of any text) with a simple chat template, and a
+two-layer Llama sized to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def tiny_tokenizer(corpus: Sequence[str], *, chat_template: bool = True) -> Any:
+    """A byte-level BPE tokenizer trained on ``corpus``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|end|>", "<|bos|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(corpus) * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|end|>", bos_token="<|bos|>", pad_token="<|end|>"
+    )
+    if chat_template:
+        fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def tiny_llama(tokenizer: Any, *, seed: int = 0, max_positions: int = 256) -> Any:
+    """A randomly initialised two-layer Llama for ``tokenizer``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    return LlamaForCausalLM(config)
