@@ -31,10 +31,12 @@ __all__ = [
     "Price",
     "Worker",
     "builtin_pools_dir",
+    "compose_yaml",
     "list_builtin_pools",
     "load_pool",
     "load_pool_text",
     "pool_to_public_dict",
+    "read_config_file",
     "resolve_pool_path",
 ]
 
@@ -813,6 +815,42 @@ def _looks_like_key(value: str) -> bool:
     )
 
 
+def read_config_file(path: Path, what: str, error_class: type[PoolError] = PoolError) -> str:
+    """The text of a YAML file the user named; each way reading fails is one sentence
+    (``what`` names the kind of file, e.g. ``"pool file"``)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error_class(f"no such {what}", path=str(path)) from None
+    except IsADirectoryError:
+        raise error_class(f"is a directory, not a {what}", path=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise error_class(f"is not UTF-8 text ({exc.reason})", path=str(path)) from None
+    except OSError as exc:
+        raise error_class(f"cannot be read: {exc.strerror}", path=str(path)) from None
+
+
+def compose_yaml(
+    text: str, source: str, error_class: type[PoolError] = PoolError
+) -> yaml.Node | None:
+    """The YAML node tree of ``text`` (nodes keep their line numbers for messages)."""
+    try:
+        node: yaml.Node | None = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        # PyYAML splits its message as "while doing X" (context), "found Y" (problem).
+        problem = exc.problem or "could not be parsed"
+        context = f"{exc.context}, " if exc.context else ""
+        raise error_class(
+            f"invalid YAML: {context}{problem}",
+            path=source,
+            line=(mark.line + 1) if mark is not None else None,
+        ) from None
+    except yaml.YAMLError as exc:
+        raise error_class(f"invalid YAML: {exc}", path=source) from None
+    return node
+
+
 def load_pool_text(
     text: str,
     *,
@@ -827,20 +865,7 @@ def load_pool_text(
     defaults to the stem of ``source``.  Raises :class:`PoolError` on any mistake.
     """
     env = os.environ if environ is None else environ
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        # PyYAML splits its message as "while doing X" (context), "found Y" (problem).
-        problem = exc.problem or "could not be parsed"
-        context = f"{exc.context}, " if exc.context else ""
-        raise PoolError(
-            f"invalid YAML: {context}{problem}",
-            path=source,
-            line=(mark.line + 1) if mark is not None else None,
-        ) from None
-    except yaml.YAMLError as exc:
-        raise PoolError(f"invalid YAML: {exc}", path=source) from None
+    root = compose_yaml(text, source)
     default_name = "pool" if source.startswith("<") else Path(source).stem
     reader = _Reader(source, env)
     try:
@@ -852,16 +877,7 @@ def load_pool_text(
 def load_pool(path: str | Path, *, environ: Mapping[str, str] | None = None) -> Pool:
     """Read and validate the pool file at ``path`` (see :func:`load_pool_text`)."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PoolError("no such pool file", path=str(path)) from None
-    except IsADirectoryError:
-        raise PoolError("is a directory, not a pool file", path=str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise PoolError(f"is not UTF-8 text ({exc.reason})", path=str(path)) from None
-    except OSError as exc:
-        raise PoolError(f"cannot be read: {exc.strerror}", path=str(path)) from None
+    text = read_config_file(file, "pool file")
     return load_pool_text(text, source=str(path), environ=environ, path=file)
 
 

@@ -65,7 +65,7 @@ from typing import Any
 import yaml
 
 from ..errors import PoolError
-from ..pool import _line, _Reader, _show
+from ..pool import _line, _Reader, _show, compose_yaml, read_config_file
 from .types import BenchmarkSpec, DataSource
 
 __all__ = [
@@ -578,18 +578,7 @@ def load_benchmark_text(
     ``source`` is the name errors start with; ``path`` (the file, when there is one)
     anchors relative ``file:`` sources and is kept in the spec.
     """
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        context = f"{exc.context}, " if exc.context else ""
-        raise BenchmarkFileError(
-            f"invalid YAML: {context}{exc.problem or 'could not be parsed'}",
-            path=source,
-            line=(mark.line + 1) if mark is not None else None,
-        ) from None
-    except yaml.YAMLError as exc:
-        raise BenchmarkFileError(f"invalid YAML: {exc}", path=source) from None
+    root = compose_yaml(text, source, BenchmarkFileError)
     default_name = "benchmark" if source.startswith("<") else Path(source).stem
     reader = _BenchReader(source, {})
     try:
@@ -637,12 +626,5 @@ def resolve_benchmark_path(name_or_path: str) -> Path:
 def load_benchmark(name_or_path: str | Path) -> BenchmarkSpec:
     """Load and validate a benchmark by shipped name (``gpqa-diamond``) or file path."""
     path = resolve_benchmark_path(str(name_or_path))
-    try:
-        text = path.read_text(encoding="utf-8")
-    except IsADirectoryError:
-        raise BenchmarkFileError("is a directory, not a benchmark file", path=str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise BenchmarkFileError(f"is not UTF-8 text ({exc.reason})", path=str(path)) from None
-    except OSError as exc:
-        raise BenchmarkFileError(f"cannot be read: {exc.strerror}", path=str(path)) from None
+    text = read_config_file(path, "benchmark file", BenchmarkFileError)
     return load_benchmark_text(text, source=str(path), path=path.resolve())

@@ -41,7 +41,7 @@ from typing import Any, Literal
 import yaml
 
 from ..errors import PoolError
-from ..pool import _Reader, _show
+from ..pool import _Reader, _show, compose_yaml, read_config_file
 
 __all__ = [
     "LR_SCHEDULERS",
@@ -460,18 +460,7 @@ def load_train_config_text(
     ``source`` is the name errors start with; ``path`` (the file, when there is one)
     anchors relative ``pool``, ``benchmark``, ``file`` and ``template`` values.
     """
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        context = f"{exc.context}, " if exc.context else ""
-        raise TrainConfigError(
-            f"invalid YAML: {context}{exc.problem or 'could not be parsed'}",
-            path=source,
-            line=(mark.line + 1) if mark is not None else None,
-        ) from None
-    except yaml.YAMLError as exc:
-        raise TrainConfigError(f"invalid YAML: {exc}", path=source) from None
+    root = compose_yaml(text, source, TrainConfigError)
     env = os.environ if environ is None else environ
     base = path.parent if path is not None else None
     reader = _TrainReader(source, env, base)
@@ -487,14 +476,5 @@ def load_train_config(path: str | Path, *, environ: Mapping[str, str] | None = N
     Raises :class:`TrainConfigError` naming the file, line and field on any mistake.
     """
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TrainConfigError("no such training config file", path=str(path)) from None
-    except IsADirectoryError:
-        raise TrainConfigError("is a directory, not a training config", path=str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise TrainConfigError(f"is not UTF-8 text ({exc.reason})", path=str(path)) from None
-    except OSError as exc:
-        raise TrainConfigError(f"cannot be read: {exc.strerror}", path=str(path)) from None
+    text = read_config_file(file, "training config file", TrainConfigError)
     return load_train_config_text(text, source=str(path), path=file.resolve(), environ=environ)
