@@ -72,6 +72,25 @@ class Budget:
         self.usd += cost or 0.0
 
 
+class SampleIndexer:
+    """The sample index of each request in one run.
+
+    Identical requests (say, two independent attempts with the same instruction to the
+    same worker) are separate samples on purpose: each gets its own index, so the cache
+    does not hand the second the first one's reply.  ``base`` separates epochs.
+    """
+
+    def __init__(self, base: int) -> None:
+        self._base = base * 1000
+        self._seen: dict[str, int] = {}
+
+    def next(self, worker_id: str, messages: list[Message]) -> int:
+        key = f"{worker_id}\x00{messages[0]['content']}"
+        repeat = self._seen.get(key, 0)
+        self._seen[key] = repeat + 1
+        return self._base + repeat
+
+
 @dataclass
 class _History:
     """Steps of finished rounds, which ``"all"`` steps of later rounds also see."""
@@ -282,7 +301,7 @@ class Orchestrator:
         done = [asyncio.Event() for _ in range(n)]
         shared: list[SharedStep | None] = [None] * n
         records: list[StepRecord | None] = [None] * n
-        seen_requests: dict[str, int] = {}
+        samples = SampleIndexer(settings.sample_index)
 
         async def run_step(i: int) -> None:
             step = workflow.steps[i]
@@ -314,11 +333,7 @@ class Orchestrator:
                     call.error_kind = "BudgetExceeded"
                     return
                 budget.calls += 1
-                # Identical requests in one run (say, two independent attempts with the
-                # same instruction to the same worker) are separate samples on purpose.
-                text_key = f"{worker.id}\x00{messages[0]['content']}"
-                dup = seen_requests.get(text_key, 0)
-                seen_requests[text_key] = dup + 1
+                sample_index = samples.next(worker.id, messages)
                 emit(Event("step_started", rnd.index, step=i, worker_id=worker.id))
                 t0 = time.perf_counter()
                 try:
@@ -326,7 +341,7 @@ class Orchestrator:
                         ModelRequest(
                             messages=tuple(messages),
                             params=worker.params,
-                            sample_index=settings.sample_index * 1000 + dup,
+                            sample_index=sample_index,
                         )
                     )
                 except ModelCallError as exc:

@@ -28,7 +28,14 @@ from ..conductors.spec import Conductor
 from ..context import SharedStep, build_worker_messages
 from ..errors import ModelCallError, UsageError
 from ..events import EventSink
-from ..execute import Orchestrator, RunSettings, fail_call, fill_call, finish_record
+from ..execute import (
+    Orchestrator,
+    RunSettings,
+    SampleIndexer,
+    fail_call,
+    fill_call,
+    finish_record,
+)
 from ..llm.caller import CallerSet
 from ..llm.types import Message, ModelRequest
 from ..pool import Pool, Worker, pool_to_public_dict
@@ -196,7 +203,7 @@ class FixedStrategy:
             SharedStep(f"0.{i}", s.worker, "", None) for i, s in enumerate(self.plan)
         ]
         steps: list[StepRecord | None] = [None] * n
-        seen: Counter[str] = Counter()
+        samples = SampleIndexer(sample_index)
 
         async def run_step(i: int) -> None:
             step = self.plan[i]
@@ -205,10 +212,7 @@ class FixedStrategy:
                     await done[j].wait()
                 worker: Worker = self.pool.workers[step.worker]
                 messages = self._messages(question, step, shared)
-                # Identical prompts in one plan (votes, proposers) are separate samples.
-                dup_key = f"{worker.id}\x00{messages[0]['content']}"
-                dup = seen[dup_key]
-                seen[dup_key] += 1
+                index = samples.next(worker.id, messages)
                 call = CallRecord(messages=messages, started_at=now_iso())
                 rec = StepRecord(
                     index=i,
@@ -227,7 +231,7 @@ class FixedStrategy:
                         ModelRequest(
                             messages=tuple(messages),
                             params=worker.params,
-                            sample_index=sample_index * 1000 + dup,
+                            sample_index=index,
                         )
                     )
                 except ModelCallError as exc:
