@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "AuthenticationError",
     "BadRequestError",
+    "BadResponseError",
     "BudgetExceededError",
     "ConductorError",
     "ConnectionFailedError",
@@ -152,6 +153,16 @@ class ConnectionFailedError(RetryableError):
     @property
     def kind(self) -> str:
         return "connection failed"
+
+
+class BadResponseError(RetryableError):
+    """The server answered, but not with a usable completion: a body that is not JSON
+    (an HTML error page, a cut-off body), a body of the wrong shape (no ``choices``, a
+    ``message`` that is not an object) or an empty reply.  Retried, and never cached."""
+
+    @property
+    def kind(self) -> str:
+        return "bad response"
 
 
 class AuthenticationError(ModelCallError):

@@ -75,6 +75,9 @@ class Worker:
     max_concurrency: int = 16
     timeout_s: float = 600.0
     max_retries: int = 6
+    # The most one call may take across its attempts and back-off waits (never less
+    # than one timeout_s): a silent server fails the call in minutes, not an hour.
+    total_timeout_s: float = 900.0
     description: str | None = None
     system_prompt: str | None = None
     # client: local only (llama.cpp).
@@ -150,6 +153,7 @@ _DEFAULT_KEYS = (
     "timeout_s",
     "max_retries",
     "max_concurrency",
+    "total_timeout_s",
 )
 _WORKER_KEYS = (
     "id",
@@ -162,6 +166,7 @@ _WORKER_KEYS = (
     "max_concurrency",
     "timeout_s",
     "max_retries",
+    "total_timeout_s",
     "temperature",
     "max_tokens",
     "top_p",
@@ -594,7 +599,7 @@ class _Reader:
             return self.number(node, field)
         if key == "top_p":
             return self.number(node, field, maximum=1.0)
-        if key == "timeout_s":
+        if key in ("timeout_s", "total_timeout_s"):
             return self.number(node, field, positive=True)
         if key in ("max_tokens", "max_concurrency"):
             return self.integer(node, field, 1)
@@ -644,7 +649,7 @@ class _Reader:
 
         kwargs: dict[str, Any] = {"id": worker_id, "model": model, "client": client}
         sampling = {k: defaults[k] for k in _SAMPLING_KEYS if k in defaults}
-        for key in ("timeout_s", "max_retries", "max_concurrency"):
+        for key in ("timeout_s", "max_retries", "max_concurrency", "total_timeout_s"):
             if key in defaults:
                 kwargs[key] = defaults[key]
         own_params: dict[str, Any] = {}
@@ -657,7 +662,7 @@ class _Reader:
                 value = self.common_setting(key, vn, sub)
                 if value is not None:
                     sampling[key] = value
-            elif key in ("timeout_s", "max_retries", "max_concurrency"):
+            elif key in ("timeout_s", "max_retries", "max_concurrency", "total_timeout_s"):
                 value = self.common_setting(key, vn, sub)
                 if value is not None:
                     kwargs[key] = value
@@ -679,8 +684,9 @@ class _Reader:
             else:  # pragma: no cover - _WORKER_KEYS and this chain agree
                 raise AssertionError(key)
 
-        if "timeout_s" in kwargs:
-            kwargs["timeout_s"] = float(kwargs["timeout_s"])
+        for key in ("timeout_s", "total_timeout_s"):
+            if key in kwargs:
+                kwargs[key] = float(kwargs[key])
         kwargs["params"] = {**sampling, **own_params}
         return Worker(**kwargs)
 

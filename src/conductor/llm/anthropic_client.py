@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelCallError
 from .factory import resolve_api_key, strip_prefix
+from .replies import anthropic_reply, body_of
 from .retry import (
     classify_sdk_error,
     keyword_names,
     with_backstop,
 )
-from .types import ModelRequest, RawCompletion, Usage
+from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
     from ..pool import Worker
@@ -91,6 +92,10 @@ class AnthropicClient:
         extra: dict[str, Any] = {}
         accepted = self._accepted
         for name, value in request.params.items():
+            if name == "extra_headers":
+                # HTTP headers, not part of the body.
+                kwargs["extra_headers"] = value
+                continue
             if name == "stop":
                 name = "stop_sequences"
                 value = [value] if isinstance(value, str) else value
@@ -123,22 +128,8 @@ class AnthropicClient:
             raise
         except Exception as exc:  # classified below; anything else is re-raised
             raise self._classify(exc, timeout_s) from None
-        text = "".join(
-            block.text for block in resp.content if getattr(block, "type", None) == "text"
-        )
-        u = resp.usage
-        input_tokens = (
-            (u.input_tokens or 0)
-            + (getattr(u, "cache_creation_input_tokens", None) or 0)
-            + (getattr(u, "cache_read_input_tokens", None) or 0)
-        )
-        return RawCompletion(
-            text=text,
-            usage=Usage(input_tokens, u.output_tokens or 0),
-            raw=resp.model_dump(),
-            model=resp.model,
-            finish_reason=resp.stop_reason,
-        )
+        target = self.target.id
+        return anthropic_reply(body_of(resp, target), target)
 
     def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
         import anthropic

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 from ..cache import cache_key
 from ..errors import ModelCallError
 from .cost import cost_usd, price_for
-from .factory import make_client
-from .retry import RetryPolicy, send_with_retries
+from .factory import known_secrets, make_client
+from .replies import check_reply
+from .retry import Deadline, RetryPolicy, mask_error, send_with_retries
 from .types import Completion, ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
@@ -53,6 +54,8 @@ class ModelCaller:
         self._semaphore = asyncio.Semaphore(max(1, target.max_concurrency))
         self._price: Price | None = _UNSET
         self._timeout_s = target.timeout_s
+        # One full attempt always fits, whatever the two settings say.
+        self._total_timeout_s = max(target.total_timeout_s, target.timeout_s)
 
     @property
     def price(self) -> Price | None:
@@ -65,7 +68,9 @@ class ModelCaller:
         """Answer ``request`` from the cache or the model.
 
         Raises the final :class:`~conductor.errors.ModelCallError` (with ``target``
-        and ``attempts`` set) when every try failed.  Errors are never cached.
+        and ``attempts`` set) when every try failed, or when the target's
+        ``total_timeout_s`` ran out.  Errors, empty replies and truncated replies
+        (cut off at the token limit) are never cached: a rerun asks again.
         """
         start = time.perf_counter()
         cache = self.cache
@@ -75,15 +80,15 @@ class ModelCaller:
             hit = cache.get(key)
             if hit is not None:
                 return self._completion(hit, cached=True, attempts=0, start=start)
-        client = self.client
-        timeout_s = self._timeout_s
         async with self._semaphore:
             start = time.perf_counter()
+            deadline = Deadline(self._total_timeout_s)
             try:
                 raw, attempts = await send_with_retries(
-                    lambda: client.send(request, timeout_s=timeout_s),
+                    lambda: self._attempt(request, deadline),
                     self.policy,
                     sleep=self._sleep,
+                    deadline=deadline,
                 )
             except ModelCallError as exc:
                 if exc.target != self.target.id:
@@ -93,9 +98,25 @@ class ModelCaller:
                 # key: drop it so no traceback or log of this error can show the key.
                 exc.__context__ = exc.__cause__ = None
                 raise
-        if cache is not None and key is not None:
+        if cache is not None and key is not None and not raw.truncated:
             cache.set(key, raw)
         return self._completion(raw, cached=False, attempts=attempts, start=start)
+
+    async def _attempt(self, request: ModelRequest, deadline: Deadline) -> RawCompletion:
+        """One try, within what remains of the call's deadline; an empty reply is a
+        retryable error, and the target's keys are masked in replies and errors (a
+        provider may echo the key it was sent, and litellm reads keys we never see)."""
+        secrets = known_secrets(self.target)
+        try:
+            raw = await self.client.send(
+                request, timeout_s=deadline.attempt_timeout_s(self._timeout_s)
+            )
+        except ModelCallError as exc:
+            raise mask_error(exc, secrets) from None
+        try:
+            return check_reply(raw, self.target.id, secrets)
+        except ModelCallError as exc:
+            raise mask_error(exc, secrets) from None
 
     def _completion(
         self, raw: RawCompletion, *, cached: bool, attempts: int, start: float

@@ -15,10 +15,32 @@ if TYPE_CHECKING:
     from ..pool import Worker
     from .base import ModelClient
 
-__all__ = ["PLACEHOLDER_KEY", "make_client", "resolve_api_key", "strip_prefix"]
+__all__ = [
+    "PLACEHOLDER_KEY",
+    "key_env_names",
+    "known_secrets",
+    "make_client",
+    "resolve_api_key",
+    "strip_prefix",
+]
 
 #: Sent to local OpenAI-compatible servers (vLLM, Ollama) that want a key but check none.
 PLACEHOLDER_KEY = "not-needed"
+
+#: The variables each client kind (or litellm provider prefix) reads a key from when
+#: the worker names none.
+DEFAULT_KEY_ENVS: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_API_KEY",),
+    "http": ("OPENAI_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "google": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+    "vertex_ai": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+    "hosted_vllm": ("HOSTED_VLLM_API_KEY",),
+}
+
+#: Shorter values are not masked: they are not keys, and masking them would mangle text.
+_MIN_SECRET_CHARS = 8
 
 
 def make_client(target: Worker) -> ModelClient:
@@ -80,6 +102,31 @@ def resolve_api_key(target: Worker, default_envs: tuple[str, ...]) -> str:
         AuthenticationError,
         target=target.id,
         provider_message=f"no API key: set the environment variable {wanted}",
+    )
+
+
+def key_env_names(target: Worker) -> tuple[str, ...]:
+    """Every variable ``target``'s key may come from: its ``api_key_env``, the defaults
+    of its client kind, and for litellm those of the model's provider prefix (litellm
+    reads ``{PROVIDER}_API_KEY`` itself when the worker names no variable)."""
+    names: list[str] = [target.api_key_env] if target.api_key_env else []
+    kind = target.client or "litellm"
+    names.extend(DEFAULT_KEY_ENVS.get(kind, ()))
+    if kind == "litellm":
+        provider = target.model.split("/", 1)[0] if "/" in target.model else "openai"
+        names.extend(DEFAULT_KEY_ENVS.get(provider, ()))
+        names.append(f"{provider.upper()}_API_KEY")
+    return tuple(dict.fromkeys(names))
+
+
+def known_secrets(target: Worker) -> tuple[str, ...]:
+    """The values of ``target``'s key variables, to be masked wherever a reply or an
+    error message could carry them (a provider may echo the key it was sent)."""
+    values = (os.environ.get(name) for name in key_env_names(target))
+    return tuple(
+        dict.fromkeys(
+            v for v in values if v and len(v) >= _MIN_SECRET_CHARS and v != PLACEHOLDER_KEY
+        )
     )
 
 

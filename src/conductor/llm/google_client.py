@@ -13,15 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelCallError
 from .factory import resolve_api_key, strip_prefix
+from .replies import body_of, gemini_reply
 from .retry import (
     connection_error,
     error_for_status,
     message_from_body,
     scrub,
     timeout_error,
+    unreadable_body_error,
     with_backstop,
 )
-from .types import ModelRequest, RawCompletion, Usage
+from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
     from ..pool import Worker
@@ -108,8 +110,14 @@ class GoogleClient:
         if request.response_format is not None:
             config.setdefault("response_mime_type", "application/json")
         timeout_ms = max(1, int(timeout_s * 1000))
-        if timeout_ms != self._client_timeout_ms:
-            config["http_options"] = types.HttpOptions(timeout=timeout_ms)
+        headers = request.params.get("extra_headers")
+        if timeout_ms != self._client_timeout_ms or headers:
+            config["http_options"] = types.HttpOptions(
+                timeout=timeout_ms,
+                headers={str(k): str(v) for k, v in headers.items()}
+                if isinstance(headers, dict)
+                else None,
+            )
         return {
             "model": self._model,
             "contents": contents,
@@ -126,26 +134,9 @@ class GoogleClient:
             raise
         except Exception as exc:  # classified below; anything else is re-raised
             raise self._classify(exc, timeout_s) from None
-        u = resp.usage_metadata
-        usage = (
-            Usage(
-                u.prompt_token_count or 0,
-                (u.candidates_token_count or 0) + (u.thoughts_token_count or 0),
-            )
-            if u is not None
-            else Usage()
-        )
-        finish = None
-        if resp.candidates:
-            reason = resp.candidates[0].finish_reason
-            finish = getattr(reason, "value", reason)
-        return RawCompletion(
-            text=_text_of(resp),
-            usage=usage,
-            raw=resp.model_dump(mode="json", exclude_none=True, exclude={"sdk_http_response"}),
-            model=resp.model_version or self._model,
-            finish_reason=finish,
-        )
+        target = self.target.id
+        body = body_of(resp, target, mode="json", exclude_none=True, exclude={"sdk_http_response"})
+        return gemini_reply(body, target, self._model)
 
     def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
         from google.genai import errors as gerrors
@@ -178,22 +169,10 @@ class GoogleClient:
             "RemoteProtocolError",
         ):
             return connection_error(target, scrub(str(exc), self._key))
-        return exc
+        return unreadable_body_error(exc, target=target, key=self._key)
 
     async def aclose(self) -> None:
         """Close the SDK client's connections."""
         if self._client is not None:
             client, self._client = self._client, None
             await client.aio.aclose()
-
-
-def _text_of(resp: Any) -> str:
-    # The SDK's ``.text`` warns when a reply also holds non-text parts; joining the
-    # text parts ourselves gives the same string without the noise.  Thought parts
-    # (summaries) are not part of the answer.
-    if not resp.candidates:
-        return ""
-    content = resp.candidates[0].content
-    if content is None or not content.parts:
-        return ""
-    return "".join(p.text for p in content.parts if p.text and not p.thought)

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from .factory import resolve_api_key, strip_prefix
+from .replies import bad_response, openai_reply
 from .retry import (
     connection_error,
     error_for_status,
@@ -24,9 +24,8 @@ from .retry import (
     scrub,
     timeout_error,
     with_backstop,
-    with_reasoning,
 )
-from .types import Message, ModelRequest, RawCompletion, Usage
+from .types import Message, ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
     import aiohttp
@@ -65,12 +64,13 @@ class HttpClient:
         return self._session
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
-        """The JSON body of the request."""
+        """The JSON body of the request (``params.extra_headers`` go as headers instead)."""
         messages: list[Message] = []
         if self.target.system_prompt:
             messages.append({"role": "system", "content": self.target.system_prompt})
         messages.extend(request.messages)
         body: dict[str, Any] = {"model": self._model, "messages": messages, **request.params}
+        body.pop("extra_headers", None)
         if request.response_format is not None:
             body["response_format"] = request.response_format
         if request.grammar is not None:
@@ -83,10 +83,12 @@ class HttpClient:
 
         session = self._session or self._open()
         target = self.target.id
+        extra_headers = request.params.get("extra_headers")
         try:
             async with session.post(
                 self._url,
                 data=json.dumps(self.body(request)),
+                headers=_header_dict(extra_headers) if extra_headers else None,
                 timeout=aiohttp.ClientTimeout(total=timeout_s),
             ) as resp:
                 payload = await with_backstop(resp.read(), timeout_s)
@@ -97,34 +99,28 @@ class HttpClient:
         except aiohttp.ClientError as exc:
             raise connection_error(target, scrub(str(exc), self._key)) from None
         try:
-            data = json.loads(payload) if payload else {}
+            data = json.loads(payload)
         except ValueError:
-            data = {"error": {"message": payload[:500].decode("utf-8", "replace")}}
-        if status >= 400 or not isinstance(data, dict) or "choices" not in data:
-            reason = message_from_body(data) or f"HTTP {status}"
+            data = None
+        if status >= 400:
+            reason = message_from_body(data if data is not None else payload) or f"HTTP {status}"
             raise error_for_status(
-                status if status >= 400 else 502,
-                scrub(reason, self._key),
-                target=target,
-                headers=headers,
+                status, scrub(reason[:500], self._key), target=target, headers=headers
             )
-        choices = data.get("choices") or [{}]
-        choice = choices[0] if isinstance(choices[0], dict) else {}
-        reply: dict[str, Any] = choice.get("message") or {}
-        text = with_reasoning(reply.get("content"), SimpleNamespace(**reply))
-        usage = data.get("usage") or {}
-        return RawCompletion(
-            text=text,
-            usage=Usage(
-                int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-            ),
-            raw=data,
-            model=data.get("model"),
-            finish_reason=choice.get("finish_reason"),
-        )
+        if data is None:
+            text = payload[:200].decode("utf-8", "replace")
+            raise bad_response(target, scrub(f"the reply is not JSON: {text!r}", self._key))
+        return openai_reply(data, target)
 
     async def aclose(self) -> None:
         """Close the session and its connections."""
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
+
+
+def _header_dict(value: Any) -> dict[str, str]:
+    """``params.extra_headers`` as HTTP headers (names and values as strings)."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): str(v) for k, v in value.items()}

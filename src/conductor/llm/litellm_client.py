@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AuthenticationError, ModelCallError
 from .factory import PLACEHOLDER_KEY
+from .replies import bad_response, body_of, openai_reply
 from .retry import (
     connection_error,
     error_for_status,
@@ -22,9 +23,8 @@ from .retry import (
     scrub,
     timeout_error,
     with_backstop,
-    with_reasoning,
 )
-from .types import ModelRequest, RawCompletion, Usage
+from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
     from ..pool import Worker
@@ -123,19 +123,8 @@ class LiteLLMClient:
             raise
         except Exception as exc:  # classified below; anything else is re-raised
             raise self._classify(exc, timeout_s) from None
-        choice = resp.choices[0] if resp.choices else None
-        usage = getattr(resp, "usage", None)
-        return RawCompletion(
-            text=with_reasoning(choice.message.content, choice.message)
-            if choice is not None
-            else "",
-            usage=Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0)
-            if usage is not None
-            else Usage(),
-            raw=resp.model_dump(),
-            model=getattr(resp, "model", None),
-            finish_reason=getattr(choice, "finish_reason", None),
-        )
+        target = self.target.id
+        return openai_reply(body_of(resp, target), target)
 
     def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
         litellm = _import_litellm()
@@ -143,6 +132,17 @@ class LiteLLMClient:
         if isinstance(exc, (litellm.Timeout, asyncio.TimeoutError)):
             return timeout_error(target, timeout_s)
         message = scrub(provider_message_of(exc), self._key)
+        # litellm wraps what went wrong below it (a reset connection, an error status,
+        # a body its parsers could not read) in its own classes with made-up statuses
+        # (500, or 422 for Gemini); the chained causes say what really happened.
+        causes = _causes(exc)
+        if any(_is_connection_failure(c) for c in causes):
+            return connection_error(target, message)
+        cause_status = next((s for s in map(_http_status, causes) if s is not None), None)
+        if cause_status is not None:
+            return error_for_status(cause_status, message, target=target, headers=None)
+        if any(isinstance(c, _UNREADABLE) for c in causes) or _UNREADABLE_RE.search(message):
+            return bad_response(target, f"the reply could not be read: {message}")
         if isinstance(exc, litellm.APIConnectionError):
             return connection_error(target, message)
         status = getattr(exc, "status_code", None)
@@ -158,6 +158,55 @@ class LiteLLMClient:
         """Nothing to release: litellm keeps its HTTP clients in a shared cache."""
 
 
+# What litellm's own parsers raise on a body they cannot read: JSONDecodeError (a
+# ValueError), or KeyError / IndexError / TypeError / AttributeError on a wrong shape.
+_UNREADABLE = (ValueError, LookupError, TypeError, AttributeError)
+# litellm's words for a reply it could not use, where it raises without a cause.
+_UNREADABLE_RE = re.compile(
+    r"Empty or invalid response|Invalid response object|no 'choices'|"
+    r"Unable to get json response|Error converting to valid response"
+)
+# Transport failures below litellm, by class name (httpx, aiohttp, the openai SDK).
+_CONNECTION_NAMES = frozenset(
+    {
+        "ReadError",
+        "WriteError",
+        "ConnectError",
+        "RemoteProtocolError",
+        "ClientOSError",
+        "ClientConnectorError",
+        "ServerDisconnectedError",
+        "ClientPayloadError",
+        "APIConnectionError",
+    }
+)
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """The exceptions chained below ``exc`` (causes and contexts), nearest first."""
+    out: list[BaseException] = []
+    seen = {id(exc)}
+    current = exc.__cause__ or exc.__context__
+    while current is not None and id(current) not in seen and len(out) < 16:
+        seen.add(id(current))
+        out.append(current)
+        current = current.__cause__ or current.__context__
+    return out
+
+
+def _is_connection_failure(exc: BaseException) -> bool:
+    return isinstance(exc, ConnectionError) or type(exc).__name__ in _CONNECTION_NAMES
+
+
+def _http_status(exc: BaseException) -> int | None:
+    """The error status of the HTTP response behind ``exc``, if it is httpx's
+    ``HTTPStatusError`` (litellm's own errors carry made-up statuses instead)."""
+    if "HTTPStatusError" not in type(exc).__name__:
+        return None
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    return status if isinstance(status, int) and status >= 400 else None
+
+
 def provider_message_of(exc: BaseException) -> str:
     """The provider's own words from a litellm exception, without litellm's prefixes."""
     body = getattr(exc, "body", None)
@@ -165,6 +214,8 @@ def provider_message_of(exc: BaseException) -> str:
     if msg:
         return msg
     text = str(getattr(exc, "message", None) or exc)
+    # Some litellm errors carry the traceback of their cause in their message.
+    text = text.split("Traceback (most recent call last)", 1)[0]
     text = _PREFIX_RE.sub("", text, count=1).strip()
     # litellm often appends the provider's JSON body to its message.
     start = text.find("{")

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelCallError
 from .factory import resolve_api_key, strip_prefix
+from .replies import body_of, openai_reply
 from .retry import (
     classify_sdk_error,
     keyword_names,
     with_backstop,
-    with_reasoning,
 )
-from .types import ModelRequest, RawCompletion, Usage
+from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
     from ..pool import Worker
@@ -98,6 +98,10 @@ class OpenAIClient:
         extra: dict[str, Any] = {}
         accepted = self._accepted
         for name, value in request.params.items():
+            if name == "extra_headers":
+                # HTTP headers, not part of the body.
+                kwargs["extra_headers"] = value
+                continue
             if name == "max_tokens" and self._rename_max_tokens:
                 name = "max_completion_tokens"
             if name in accepted:
@@ -124,19 +128,8 @@ class OpenAIClient:
             raise
         except Exception as exc:  # classified below; anything else is re-raised
             raise self._classify(exc, timeout_s) from None
-        choice = resp.choices[0] if resp.choices else None
-        usage = resp.usage
-        return RawCompletion(
-            text=with_reasoning(choice.message.content, choice.message)
-            if choice is not None
-            else "",
-            usage=Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0)
-            if usage is not None
-            else Usage(),
-            raw=resp.model_dump(),
-            model=resp.model,
-            finish_reason=choice.finish_reason if choice is not None else None,
-        )
+        target = self.target.id
+        return openai_reply(body_of(resp, target), target)
 
     def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
         import openai

@@ -27,6 +27,7 @@ from ..errors import (
     RequestTimeoutError,
     ServerError,
 )
+from .replies import bad_response
 from .types import RawCompletion
 
 __all__ = [
@@ -41,7 +42,8 @@ __all__ = [
     "connection_error",
     "timeout_error",
     "with_backstop",
-    "with_reasoning",
+    "Deadline",
+    "mask_error",
 ]
 
 #: Extra seconds the asyncio backstop allows beyond the SDK's own time-out, so that the
@@ -52,6 +54,9 @@ T = TypeVar("T")
 
 #: The longest a server's Retry-After is honoured; beyond it we would rather fail.
 MAX_RETRY_AFTER_S = 120.0
+
+#: The shortest attempt worth starting when a call's total deadline is near.
+MIN_ATTEMPT_S = 0.05
 
 E = TypeVar("E", bound=ModelCallError)
 
@@ -81,19 +86,50 @@ class RetryPolicy:
         return max(0.0, delay)
 
 
+class Deadline:
+    """The total time one call may take across all its attempts and waits.
+
+    ``total_s`` None means no limit.  Each attempt's time-out is the worker's per-attempt
+    ``timeout_s`` cut to what remains, so that a silent server fails the call once the
+    total is spent instead of after ``(max_retries + 1) * timeout_s``.
+    """
+
+    def __init__(
+        self, total_s: float | None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.total_s = total_s
+        self._clock = clock
+        self._end = None if total_s is None else clock() + total_s
+
+    def remaining_s(self) -> float | None:
+        """Seconds left (may be negative), or None without a limit."""
+        return None if self._end is None else self._end - self._clock()
+
+    def attempt_timeout_s(self, timeout_s: float) -> float:
+        """The time-out of the next attempt: ``timeout_s`` cut to what remains."""
+        left = self.remaining_s()
+        return timeout_s if left is None else max(MIN_ATTEMPT_S, min(timeout_s, left))
+
+    def allows_wait(self, delay_s: float) -> bool:
+        """Whether an attempt is still worth making after waiting ``delay_s``."""
+        left = self.remaining_s()
+        return left is None or left - delay_s >= MIN_ATTEMPT_S
+
+
 async def send_with_retries(
     send: Callable[[], Awaitable[RawCompletion]],
     policy: RetryPolicy,
     *,
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     rng: Callable[[], float] = random.random,
+    deadline: Deadline | None = None,
 ) -> tuple[RawCompletion, int]:
     """Call ``send`` until it succeeds; return the completion and the attempt count.
 
     Errors that are not retryable (authentication, bad request) are raised after the
-    first attempt.  When every attempt fails, the last error is raised with an
-    ``attempts`` attribute.  Exceptions that are not ``ModelCallError`` are bugs and
-    propagate at once.
+    first attempt.  When every attempt fails, or ``deadline`` leaves no time for the
+    next one after its wait, the last error is raised with an ``attempts`` attribute.
+    Exceptions that are not ``ModelCallError`` are bugs and propagate at once.
     """
     attempt = 0
     while True:
@@ -104,7 +140,17 @@ async def send_with_retries(
             if not exc.retryable or attempt > policy.max_retries:
                 exc.attempts = attempt  # type: ignore[attr-defined]
                 raise
-            await sleep(policy.delay_s(attempt, rng, exc.retry_after_s))
+            delay = policy.delay_s(attempt, rng, exc.retry_after_s)
+            if deadline is not None and not deadline.allows_wait(delay):
+                exc.attempts = attempt  # type: ignore[attr-defined]
+                exc.provider_message = (
+                    f"{exc.provider_message} (gave up after {attempt} attempt"
+                    f"{'s' if attempt > 1 else ''}: the call's total_timeout_s of "
+                    f"{deadline.total_s:g} s ran out)"
+                )
+                exc.args = (exc.describe(),)
+                raise
+            await sleep(delay)
 
 
 def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
@@ -171,6 +217,20 @@ def scrub(text: str, secret: str | None) -> str:
     if secret and len(secret) >= 4 and secret in text:
         return text.replace(secret, "***")
     return text
+
+
+def mask_error(exc: ModelCallError, secrets: tuple[str, ...]) -> ModelCallError:
+    """``exc`` with every secret masked in its provider message and its text."""
+    if not secrets:
+        return exc
+    message = exc.provider_message
+    args_text = " ".join(str(a) for a in exc.args)
+    if any(secret in message or secret in args_text for secret in secrets):
+        for secret in secrets:
+            message = message.replace(secret, "***")
+        exc.provider_message = message
+        exc.args = (exc.describe(),)
+    return exc
 
 
 def make_error(
@@ -258,20 +318,6 @@ async def with_backstop(awaitable: Awaitable[T], timeout_s: float) -> T:
 _HAS_TIMEOUT_CM = hasattr(asyncio, "timeout")
 
 
-def with_reasoning(content: str | None, message: Any) -> str:
-    """The reply text, with reasoning that came back separately kept as a ``<think>`` block.
-
-    litellm and vLLM's reasoning parsers move ``<think>...</think>`` out of the content
-    into ``reasoning_content`` / ``reasoning``; the project keeps the block in the text
-    (as open models write it) and strips it only where a final answer is taken.
-    """
-    text = content or ""
-    reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
-    if isinstance(reasoning, str) and reasoning and "<think>" not in text:
-        return f"<think>{reasoning}</think>{text}"
-    return text
-
-
 def keyword_names(func: Any, fallback: frozenset[str]) -> frozenset[str]:
     """The keyword parameter names of an SDK method (``fallback`` if unknowable), so that
     settings the installed SDK version does not take go in ``extra_body`` instead."""
@@ -293,8 +339,9 @@ def classify_sdk_error(
     key: str | None,
 ) -> BaseException:
     """Our error for an exception of the ``openai`` or ``anthropic`` SDK (both raise
-    ``APITimeoutError``, ``APIConnectionError`` and ``APIStatusError``); anything else is
-    returned unchanged, to be re-raised as the bug it is."""
+    ``APITimeoutError``, ``APIConnectionError`` and ``APIStatusError``, and a
+    ``ValueError`` such as ``JSONDecodeError`` for a body they cannot read); anything
+    else is returned unchanged, to be re-raised as the bug it is."""
     if isinstance(exc, (sdk.APITimeoutError, asyncio.TimeoutError)):
         return timeout_error(target, timeout_s)
     if isinstance(exc, sdk.APIConnectionError):
@@ -303,5 +350,18 @@ def classify_sdk_error(
         msg = getattr(exc, "api_message", None) or message_from_body(exc.body) or exc.message
         return error_for_status(
             exc.status_code, scrub(str(msg), key), target=target, headers=exc.response.headers
+        )
+    return unreadable_body_error(exc, target=target, key=key)
+
+
+def unreadable_body_error(exc: Exception, *, target: str, key: str | None) -> BaseException:
+    """A :class:`BadResponseError` for an SDK's failure to read a reply body: a body that
+    is not JSON (``JSONDecodeError``), not UTF-8, or (for SDKs that validate) of the
+    wrong shape (pydantic's ``ValidationError``) all raise ``ValueError`` subclasses.
+    Anything else is returned unchanged, to be re-raised as the bug it is."""
+    if isinstance(exc, ValueError):
+        detail = " ".join(str(exc).split())[:300]
+        return bad_response(
+            target, scrub(f"the reply could not be read ({type(exc).__name__}: {detail})", key)
         )
     return exc

@@ -5,7 +5,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-__all__ = ["Completion", "Message", "ModelRequest", "RawCompletion", "Usage"]
+__all__ = [
+    "TRUNCATED_REASONS",
+    "Completion",
+    "Message",
+    "ModelRequest",
+    "RawCompletion",
+    "Usage",
+    "is_truncated",
+]
+
+#: Finish reasons that mean the reply was cut off at the token limit: OpenAI and
+#: compatible servers say ``length``, Anthropic ``max_tokens``, Gemini ``MAX_TOKENS``.
+TRUNCATED_REASONS = frozenset({"length", "max_tokens", "MAX_TOKENS"})
+
+
+def is_truncated(finish_reason: str | None) -> bool:
+    """Whether ``finish_reason`` says the reply was cut off at the token limit."""
+    return finish_reason in TRUNCATED_REASONS
 
 
 class Message(TypedDict):
@@ -62,6 +79,11 @@ class RawCompletion:
     model: str | None = None
     finish_reason: str | None = None
 
+    @property
+    def truncated(self) -> bool:
+        """Cut off at the token limit: returned, recorded, but never cached."""
+        return is_truncated(self.finish_reason)
+
 
 @dataclass(frozen=True)
 class Completion:
@@ -69,7 +91,9 @@ class Completion:
 
     ``cost_usd`` is ``None`` when the model's price is unknown.  ``latency_s`` is the
     wall time of the call including retries (near zero when ``cached``).  ``raw`` is the
-    provider's response body, kept as returned.
+    provider's response body, kept as returned (with any API key masked).  ``truncated``
+    says the reply was cut off at the token limit (``finish_reason`` ``length`` or a
+    provider's equivalent): it is returned as the answer, but never cached.
     """
 
     text: str
@@ -81,3 +105,7 @@ class Completion:
     raw: dict[str, Any]
     model: str | None = None
     finish_reason: str | None = None
+
+    @property
+    def truncated(self) -> bool:
+        return is_truncated(self.finish_reason)

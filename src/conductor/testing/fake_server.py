@@ -31,6 +31,7 @@ import itertools
 import json
 import re
 import socket
+import struct
 import threading
 import time
 import uuid
@@ -41,12 +42,14 @@ from typing import Any, Literal, TypeAlias
 from aiohttp import web
 
 __all__ = [
+    "SHAPES",
     "FakeLLMServer",
     "FakeRequest",
     "Fault",
     "Reply",
     "Responder",
     "ResponderResult",
+    "Shape",
 ]
 
 Protocol = Literal["openai", "anthropic", "gemini"]
@@ -58,12 +61,32 @@ class Reply:
 
     Token counts left as None default to whitespace word counts (input: every message's
     content; output: `text`). `latency_s` None means the server's `latency_s`.
+    `finish_reason` ``"length"`` marks the reply as cut off at the token limit, in each
+    protocol's own words (OpenAI ``length``, Anthropic ``max_tokens``, Gemini
+    ``MAX_TOKENS``); None is a normal stop.
     """
 
     text: str
     latency_s: float | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    finish_reason: Literal["stop", "length"] | None = None
+
+
+#: Status-200 replies of a broken shape that `Fault.malformed` serves, in each protocol:
+#: ``empty_choices`` (OpenAI ``choices: []``, Anthropic ``content: []``, Gemini
+#: ``candidates: []``), ``no_choices`` (that key missing), ``null_content`` (OpenAI
+#: ``message.content: null``, Anthropic ``content: null``, Gemini a candidate with no
+#: ``content``), ``empty_text`` (the reply text is ``""``) and ``string_message`` (OpenAI
+#: ``message`` a string, Anthropic ``content`` a string, Gemini ``content`` a string).
+Shape = Literal["empty_choices", "no_choices", "null_content", "empty_text", "string_message"]
+SHAPES: tuple[Shape, ...] = (
+    "empty_choices",
+    "no_choices",
+    "null_content",
+    "empty_text",
+    "string_message",
+)
 
 
 @dataclass
@@ -71,13 +94,46 @@ class Fault:
     """An error answer with HTTP `status`, in the provider's own error format.
 
     `headers` are added to the response (e.g. ``{"Retry-After": "1"}``); `latency_s` None
-    means the server's `latency_s`.
+    means the server's `latency_s`.  The constructors make the faults that are not an
+    error body: `raw` (a verbatim body, e.g. broken JSON or an HTML page), `malformed` (a
+    reply of a broken shape, see `SHAPES`), `reset` (the connection is reset, no reply)
+    and `hang` (no reply for `hang_s` seconds).
     """
 
     status: int
     message: str = "Injected fault from the fake LLM server"
     headers: dict[str, str] = field(default_factory=dict)
     latency_s: float | None = None
+    body: bytes | None = None
+    content_type: str = "application/json"
+    shape: Shape | None = None
+    action: Literal["respond", "reset", "hang"] = "respond"
+    hang_s: float = 3600.0
+
+    @classmethod
+    def raw(
+        cls, body: str | bytes, status: int = 200, content_type: str = "application/json"
+    ) -> Fault:
+        """Serve `body` verbatim with `status` and `content_type`, in every protocol."""
+        data = body.encode() if isinstance(body, str) else body
+        return cls(status, body=data, content_type=content_type)
+
+    @classmethod
+    def malformed(cls, shape: Shape) -> Fault:
+        """A status-200 reply of the broken `shape` in the request's protocol."""
+        if shape not in SHAPES:
+            raise ValueError(f"unknown shape {shape!r}; expected one of {', '.join(SHAPES)}")
+        return cls(200, shape=shape)
+
+    @classmethod
+    def reset(cls) -> Fault:
+        """Reset the connection once the request has been read; nothing is answered."""
+        return cls(0, action="reset")
+
+    @classmethod
+    def hang(cls, seconds: float = 3600.0) -> Fault:
+        """Answer nothing for `seconds` (the client's time-out should fire first)."""
+        return cls(0, action="hang", hang_s=seconds)
 
 
 @dataclass
@@ -182,6 +238,13 @@ _GEMINI_ERRORS: dict[int, str] = {
     500: "INTERNAL",
     503: "UNAVAILABLE",
     504: "DEADLINE_EXCEEDED",
+}
+
+# A Reply's finish_reason in each protocol's own words.
+_FINISH: dict[Protocol, dict[str, str]] = {
+    "openai": {"stop": "stop", "length": "length"},
+    "anthropic": {"stop": "end_turn", "length": "max_tokens"},
+    "gemini": {"stop": "STOP", "length": "MAX_TOKENS"},
 }
 
 _PIECES = re.compile(r"\s*\S+\s*|\s+")
@@ -516,6 +579,37 @@ class FakeLLMServer:
             payload = {"error": {"code": status, "message": message, "status": gstatus}}
         return web.json_response(payload, status=status, headers=headers)
 
+    async def _fault(
+        self, request: web.Request, protocol: Protocol, fault: Fault, fake: FakeRequest
+    ) -> web.StreamResponse:
+        """What `fault` answers: nothing (reset, hang), a verbatim body, a reply of a
+        broken shape, or the provider's error body."""
+        if fault.action == "hang":
+            await asyncio.sleep(fault.hang_s)
+            return self._error(protocol, 504, "the fake server hung", fault.headers)
+        if fault.action == "reset":
+            transport = request.transport
+            if transport is not None:
+                sock = transport.get_extra_info("socket")
+                if sock is not None:
+                    # Linger 0: closing sends a TCP reset instead of an orderly FIN.
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(
+                            socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                        )
+                transport.abort()
+            return web.Response(status=500)
+        if fault.body is not None:
+            return web.Response(
+                body=fault.body,
+                status=fault.status,
+                headers={"Content-Type": fault.content_type, **fault.headers},
+            )
+        if fault.shape is not None:
+            body = _broken_reply(protocol, fault.shape, fake, self._new_id("broken-"))
+            return web.json_response(body, status=fault.status, headers=fault.headers)
+        return self._error(protocol, fault.status, fault.message, fault.headers)
+
     def _new_id(self, prefix: str) -> str:
         return f"{prefix}{next(self._ids):06d}{uuid.uuid4().hex[:12]}"
 
@@ -537,7 +631,7 @@ class FakeLLMServer:
             return error
         result = await self._respond(fake)
         if isinstance(result, Fault):
-            return self._error("openai", result.status, result.message, result.headers)
+            return await self._fault(request, "openai", result, fake)
         prompt, completion = self._usage(fake, result)
         usage = {
             "prompt_tokens": prompt,
@@ -546,7 +640,9 @@ class FakeLLMServer:
         }
         ident, created = self._new_id("chatcmpl-"), int(time.time())
         if fake.body.get("stream"):
-            return await self._openai_stream(request, fake, result.text, usage, ident, created)
+            return await self._openai_stream(
+                request, fake, result.text, usage, ident, created, result.finish_reason
+            )
         return web.json_response(
             {
                 "id": ident,
@@ -558,7 +654,7 @@ class FakeLLMServer:
                         "index": 0,
                         "message": {"role": "assistant", "content": result.text, "refusal": None},
                         "logprobs": None,
-                        "finish_reason": "stop",
+                        "finish_reason": _FINISH["openai"][result.finish_reason or "stop"],
                     }
                 ],
                 "usage": usage,
@@ -574,6 +670,7 @@ class FakeLLMServer:
         usage: dict[str, int],
         ident: str,
         created: int,
+        finish_reason: str | None = None,
     ) -> web.StreamResponse:
         options = fake.body.get("stream_options") or {}
         include_usage = bool(options.get("include_usage"))
@@ -596,7 +693,7 @@ class FakeLLMServer:
 
         events = [chunk(choice({"role": "assistant", "content": ""}))]
         events += [chunk(choice({"content": piece})) for piece in _pieces(text)]
-        events.append(chunk(choice({}, "stop")))
+        events.append(chunk(choice({}, _FINISH["openai"][finish_reason or "stop"])))
         if include_usage:
             events.append(chunk([], usage=usage))
         events.append(b"data: [DONE]\n\n")
@@ -636,12 +733,12 @@ class FakeLLMServer:
             return error
         result = await self._respond(fake)
         if isinstance(result, Fault):
-            return self._error("anthropic", result.status, result.message, result.headers)
+            return await self._fault(request, "anthropic", result, fake)
         prompt, completion = self._usage(fake, result)
         ident = self._new_id("msg_")
         if fake.body.get("stream"):
             return await self._anthropic_stream(
-                request, fake, result.text, prompt, completion, ident
+                request, fake, result.text, prompt, completion, ident, result.finish_reason
             )
         return web.json_response(
             {
@@ -650,7 +747,7 @@ class FakeLLMServer:
                 "role": "assistant",
                 "model": fake.model,
                 "content": [{"type": "text", "text": result.text}],
-                "stop_reason": "end_turn",
+                "stop_reason": _FINISH["anthropic"][result.finish_reason or "stop"],
                 "stop_sequence": None,
                 "usage": {"input_tokens": prompt, "output_tokens": completion},
             }
@@ -664,7 +761,10 @@ class FakeLLMServer:
         prompt: int,
         completion: int,
         ident: str,
+        finish_reason: str | None = None,
     ) -> web.StreamResponse:
+        stop = _FINISH["anthropic"][finish_reason or "stop"]
+
         def event(name: str, data: dict[str, Any]) -> bytes:
             data = {"type": name, **data}
             return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
@@ -695,7 +795,7 @@ class FakeLLMServer:
             event(
                 "message_delta",
                 {
-                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "delta": {"stop_reason": stop, "stop_sequence": None},
                     "usage": {"output_tokens": completion},
                 },
             ),
@@ -716,9 +816,10 @@ class FakeLLMServer:
             return error
         result = await self._respond(fake)
         if isinstance(result, Fault):
-            return self._error("gemini", result.status, result.message, result.headers)
+            return await self._fault(request, "gemini", result, fake)
         prompt, completion = self._usage(fake, result)
         response_id = self._new_id("")
+        finish = result.finish_reason or "stop"
 
         def payload(text: str, final: bool) -> dict[str, Any]:
             candidate: dict[str, Any] = {
@@ -727,7 +828,7 @@ class FakeLLMServer:
             }
             data: dict[str, Any] = {"candidates": [candidate]}
             if final:
-                candidate["finishReason"] = "STOP"
+                candidate["finishReason"] = _FINISH["gemini"][finish]
             data["usageMetadata"] = {
                 "promptTokenCount": prompt,
                 "candidatesTokenCount": completion if final else 0,
@@ -748,3 +849,62 @@ class FakeLLMServer:
             return await self._sse(request, events)
         # Without alt=sse the REST API streams one JSON array of responses.
         return web.json_response([payload(p, i == len(pieces) - 1) for i, p in enumerate(pieces)])
+
+
+def _broken_reply(protocol: Protocol, shape: Shape, fake: FakeRequest, ident: str) -> dict[str, Any]:
+    """A reply body of `protocol` whose answer is broken as `shape` says (see `SHAPES`)."""
+    text = "" if shape == "empty_text" else "unused"
+    broken = "a reply that is a string, not an object"
+    if protocol == "openai":
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": "stop"}
+        body: dict[str, Any] = {
+            "id": ident,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": fake.model,
+            "choices": [choice],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 0, "total_tokens": 1},
+        }
+        if shape == "null_content":
+            message["content"] = None
+        elif shape == "string_message":
+            choice["message"] = broken
+        key = "choices"
+    elif protocol == "anthropic":
+        body = {
+            "id": ident,
+            "type": "message",
+            "role": "assistant",
+            "model": fake.model,
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 1, "output_tokens": 0},
+        }
+        if shape == "null_content":
+            body["content"] = None
+        elif shape == "string_message":
+            body["content"] = broken
+        key = "content"
+    else:
+        candidate: dict[str, Any] = {
+            "content": {"role": "model", "parts": [{"text": text}]},
+            "finishReason": "STOP",
+            "index": 0,
+        }
+        body = {
+            "candidates": [candidate],
+            "usageMetadata": {"promptTokenCount": 1, "totalTokenCount": 1},
+            "modelVersion": fake.model,
+        }
+        if shape == "null_content":
+            del candidate["content"]
+        elif shape == "string_message":
+            candidate["content"] = broken
+        key = "candidates"
+    if shape == "empty_choices":
+        body[key] = []
+    elif shape == "no_choices":
+        del body[key]
+    return body

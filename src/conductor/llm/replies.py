@@ -1,0 +1,248 @@
+"""Read a provider's reply body into a :class:`RawCompletion`, trusting none of its shape.
+
+Each client hands the body it got (a plain dict, or the SDK's object for it) to the
+reader of its protocol: OpenAI chat completions (``openai``, ``http`` and ``litellm``
+clients), Anthropic messages, or Gemini ``generateContent``.  A body that is not an
+object, or lacks the fields a reply needs, raises :class:`BadResponseError` (retryable)
+naming what was wrong; no reader lets an ``AttributeError`` or ``KeyError`` escape as
+if it were a bug, and none turns a missing reply into ``""``.
+
+:func:`check_reply` is the last check every client's reply passes (in
+:class:`~conductor.llm.caller.ModelCaller`): an empty reply is a bad response too, and
+API keys are masked in what is kept.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..errors import BadResponseError
+from .types import RawCompletion, Usage
+
+__all__ = [
+    "anthropic_reply",
+    "bad_response",
+    "body_of",
+    "check_reply",
+    "gemini_reply",
+    "mask_secrets",
+    "openai_reply",
+    "text_with_reasoning",
+]
+
+#: How much of an unreadable body an error message quotes.
+_QUOTE_CHARS = 200
+
+
+def bad_response(target: str | None, detail: str) -> BadResponseError:
+    """A :class:`BadResponseError` for ``target`` saying what was wrong with the reply."""
+    err = BadResponseError(detail, target=target, provider_message=detail)
+    err.args = (err.describe(),)
+    return err
+
+
+def _quote(value: Any) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    text = " ".join(text.split())
+    if len(text) > _QUOTE_CHARS:
+        text = text[:_QUOTE_CHARS] + "..."
+    return json.dumps(text, ensure_ascii=True)
+
+
+def body_of(resp: Any, target: str | None, **dump: Any) -> dict[str, Any]:
+    """The reply body as a plain dict.
+
+    SDKs return their response object, or (the ``openai`` and ``anthropic`` SDKs, for a
+    body that is not JSON, such as an HTML error page with status 200) the body's text.
+    ``dump`` is passed to the object's ``model_dump``.
+    """
+    if isinstance(resp, Mapping):
+        return dict(resp)
+    dumper = getattr(resp, "model_dump", None)
+    if callable(dumper):
+        # The SDKs build response objects without validation, so a field of the wrong
+        # type is normal here; pydantic's warnings about it would only be noise.
+        data = dumper(warnings=False, **dump)
+        if isinstance(data, dict):
+            return data
+    if isinstance(resp, (str, bytes, bytearray)):
+        if isinstance(resp, (bytes, bytearray)):
+            resp = resp.decode("utf-8", "replace")
+        raise bad_response(target, f"the reply is not a JSON object: {_quote(resp)}")
+    raise bad_response(target, f"the reply is not a JSON object but {type(resp).__name__}")
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def text_with_reasoning(content: str, message: Mapping[str, Any]) -> str:
+    """The reply text, with reasoning that came back separately kept as a ``<think>`` block.
+
+    litellm and vLLM's reasoning parsers move ``<think>...</think>`` out of the content
+    into ``reasoning_content`` / ``reasoning``; the project keeps the block in the text
+    (as open models write it) and strips it only where a final answer is taken.
+    """
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if isinstance(reasoning, str) and reasoning and "<think>" not in content:
+        return f"<think>{reasoning}</think>{content}"
+    return content
+
+
+def _openai_content(content: Any, target: str | None) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    # Some compatible servers send content as a list of typed parts.
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        return "".join(p["text"] for p in content if isinstance(p.get("text"), str))
+    raise bad_response(
+        target, f"choices[0].message.content is not text but {type(content).__name__}"
+    )
+
+
+def openai_reply(body: Any, target: str | None) -> RawCompletion:
+    """A Chat Completions body (``choices[0].message.content``) as a completion."""
+    if not isinstance(body, dict):
+        raise bad_response(target, f"the reply is not a JSON object: {_quote(body)}")
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
+        what = "an empty choices list" if isinstance(choices, list) else "no choices"
+        raise bad_response(target, f"the reply has {what}")
+    choice = choices[0]
+    if not isinstance(choice, dict):
+        raise bad_response(target, "choices[0] is not an object")
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise bad_response(
+            target, f"choices[0].message is not an object but {_quote(message)}"
+        )
+    content = _openai_content(message.get("content"), target)
+    usage = body.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    return RawCompletion(
+        text=text_with_reasoning(content, message),
+        usage=Usage(_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))),
+        raw=body,
+        model=_str(body.get("model")),
+        finish_reason=_str(choice.get("finish_reason")),
+    )
+
+
+def anthropic_reply(body: Any, target: str | None) -> RawCompletion:
+    """A Messages API body (text blocks of ``content``) as a completion."""
+    if not isinstance(body, dict):
+        raise bad_response(target, f"the reply is not a JSON object: {_quote(body)}")
+    content = body.get("content")
+    if not isinstance(content, list):
+        raise bad_response(target, f"the reply's content is not a list but {_quote(content)}")
+    text = "".join(
+        block["text"]
+        for block in content
+        if isinstance(block, dict)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+    )
+    u = body.get("usage")
+    u = u if isinstance(u, dict) else {}
+    input_tokens = (
+        _int(u.get("input_tokens"))
+        + _int(u.get("cache_creation_input_tokens"))
+        + _int(u.get("cache_read_input_tokens"))
+    )
+    return RawCompletion(
+        text=text,
+        usage=Usage(input_tokens, _int(u.get("output_tokens"))),
+        raw=body,
+        model=_str(body.get("model")),
+        finish_reason=_str(body.get("stop_reason")),
+    )
+
+
+def gemini_reply(body: Any, target: str | None, model: str | None) -> RawCompletion:
+    """A ``generateContent`` body, as google-genai dumps it (snake_case), as a completion.
+
+    Thought parts (summaries) are not part of the answer.
+    """
+    if not isinstance(body, dict):
+        raise bad_response(target, f"the reply is not a JSON object: {_quote(body)}")
+    candidates = body.get("candidates")
+    if not isinstance(candidates, list) or not candidates:
+        feedback = body.get("prompt_feedback")
+        why = f" (prompt feedback: {_quote(feedback)})" if feedback else ""
+        raise bad_response(target, f"the reply has no candidates{why}")
+    candidate = candidates[0]
+    if not isinstance(candidate, dict):
+        raise bad_response(target, "candidates[0] is not an object")
+    content = candidate.get("content")
+    parts = content.get("parts") if isinstance(content, dict) else None
+    text = ""
+    if isinstance(parts, list):
+        text = "".join(
+            p["text"]
+            for p in parts
+            if isinstance(p, dict) and isinstance(p.get("text"), str) and not p.get("thought")
+        )
+    elif content is not None and not isinstance(content, dict):
+        raise bad_response(target, f"candidates[0].content is not an object: {_quote(content)}")
+    finish = candidate.get("finish_reason")
+    u = body.get("usage_metadata")
+    u = u if isinstance(u, dict) else {}
+    return RawCompletion(
+        text=text,
+        usage=Usage(
+            _int(u.get("prompt_token_count")),
+            _int(u.get("candidates_token_count")) + _int(u.get("thoughts_token_count")),
+        ),
+        raw=body,
+        model=_str(body.get("model_version")) or model,
+        finish_reason=_str(getattr(finish, "value", finish)),
+    )
+
+
+def mask_secrets(value: Any, secrets: Iterable[str]) -> Any:
+    """``value`` (a string, or JSON-like data) with every secret in it replaced by ``***``."""
+    found = [s for s in secrets if s]
+    if not found:
+        return value
+    if isinstance(value, str):
+        for secret in found:
+            if secret in value:
+                value = value.replace(secret, "***")
+        return value
+    if isinstance(value, dict):
+        return {k: mask_secrets(v, found) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mask_secrets(v, found) for v in value]
+    return value
+
+
+def _holds_secret(value: Any, secrets: Iterable[str]) -> bool:
+    blob = json.dumps(value, ensure_ascii=False, default=str)
+    return any(secret in blob for secret in secrets)
+
+
+def check_reply(raw: RawCompletion, target: str | None, secrets: tuple[str, ...]) -> RawCompletion:
+    """``raw`` with API keys masked; an empty reply raises :class:`BadResponseError`.
+
+    An empty reply is never an answer: it is retried, and never cached.
+    """
+    if not raw.text.strip():
+        why = f" (finish_reason {raw.finish_reason})" if raw.finish_reason else ""
+        raise bad_response(target, f"the reply is empty{why}")
+    if secrets and (
+        _holds_secret(raw.raw, secrets) or any(secret in raw.text for secret in secrets)
+    ):
+        return RawCompletion(
+            text=mask_secrets(raw.text, secrets),
+            usage=raw.usage,
+            raw=mask_secrets(raw.raw, secrets),
+            model=raw.model,
+            finish_reason=raw.finish_reason,
+        )
+    return raw
