@@ -3,8 +3,13 @@
 The key is a SHA-256 over the canonical JSON of everything that decides a reply:
 client kind, model, endpoint, messages, sampling parameters, grammar / response
 format, and the sample index (so that repeated samples differ on purpose).  API keys
-are never part of the key or the value.  Errors are never cached.  diskcache stores
-entries in SQLite, which is safe when several processes share one directory.
+are never part of the key or the value.  diskcache stores entries in SQLite, which is
+safe when several processes share one directory.
+
+Only complete answers are kept: errors, empty replies and replies cut off at the token
+limit (``finish_reason`` ``length`` or a provider's equivalent) are never stored, and
+such an entry written by an older version is ignored on reading, so that a rerun asks
+the model again instead of replaying a glitch.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from .llm.types import ModelRequest, RawCompletion, Usage
 if TYPE_CHECKING:
     from .pool import Worker
 
-__all__ = ["CacheStats", "ResponseCache", "cache_key", "default_cache_dir"]
+__all__ = ["CacheStats", "ResponseCache", "cache_key", "default_cache_dir", "storable"]
 
 #: Part of every key: bump to invalidate every cached entry at once.
 KEY_VERSION = 1
@@ -36,6 +41,15 @@ def default_cache_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("conductor", appauthor=False)) / "calls"
+
+
+def storable(completion: RawCompletion) -> bool:
+    """Whether ``completion`` is a complete answer: not empty, not cut off."""
+    return (
+        isinstance(completion.text, str)
+        and bool(completion.text.strip())
+        and not completion.truncated
+    )
 
 
 def cache_key(target: Worker, request: ModelRequest) -> str:
@@ -78,11 +92,12 @@ class ResponseCache:
         self._cache = diskcache.Cache(str(self.directory), timeout=60, size_limit=2**36)
 
     def get(self, key: str) -> RawCompletion | None:
+        """The stored complete answer for ``key``, or None (a miss)."""
         value = self._cache.get(key)
         if not isinstance(value, dict):
             return None
         try:
-            return RawCompletion(
+            completion = RawCompletion(
                 text=value["text"],
                 usage=Usage(**value["usage"]),
                 raw=value["raw"],
@@ -91,8 +106,12 @@ class ResponseCache:
             )
         except (KeyError, TypeError):
             return None
+        return completion if storable(completion) else None
 
     def set(self, key: str, completion: RawCompletion) -> None:
+        """Store ``completion`` under ``key``, unless it is not a complete answer."""
+        if not storable(completion):
+            return
         value: dict[str, Any] = {
             "text": completion.text,
             "usage": asdict(completion.usage),

@@ -111,6 +111,8 @@ def fill_call(call: CallRecord, completion: Completion) -> None:
     call.cached = completion.cached
     call.attempts = completion.attempts
     call.raw = completion.raw
+    call.finish_reason = completion.finish_reason
+    call.truncated = completion.truncated
     call.finished_at = now_iso()
 
 

@@ -68,6 +68,10 @@ class CallRecord:
     started_at: str | None = None
     finished_at: str | None = None
     raw: dict[str, Any] | None = None
+    #: The provider's finish reason; ``truncated`` when it says the reply was cut off at
+    #: the token limit (such a reply is kept as the answer but never cached).
+    finish_reason: str | None = None
+    truncated: bool = False
 
 
 @dataclass

@@ -102,6 +102,8 @@ class RunSummary:
     latency_p50: float | None = None
     latency_p95: float | None = None
     cached_share: float | None = None
+    #: Calls whose reply was cut off at the token limit (finish_reason length).
+    truncated_calls: int = 0
     worker_usage: dict[str, dict[int, int]] = field(default_factory=dict)
     worker_order: list[str] = field(default_factory=list)
     topology_counts: dict[str, int] = field(default_factory=dict)
@@ -237,6 +239,7 @@ class _Acc:
     tokens_out: int = 0
     calls: int = 0
     cached: int = 0
+    truncated: int = 0
     steps: int = 0
     rounds: int = 0
     walls: list[float] = field(default_factory=list)
@@ -288,6 +291,7 @@ class _Acc:
         self.tokens_out += t.output_tokens
         self.calls += t.calls
         self.cached += t.cached_calls
+        self.truncated += sum(1 for call in rec.all_calls() if call.truncated)
         self.walls.append(float(t.wall_s))
 
 
@@ -368,6 +372,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
         latency_p50=_percentile(walls, 0.5),
         latency_p95=_percentile(walls, 0.95),
         cached_share=_ratio(acc.cached, acc.calls),
+        truncated_calls=acc.truncated,
         worker_usage={w: dict(sorted(p.items())) for w, p in acc.usage.items()},
         worker_order=_worker_order(config, acc.usage),
         topology_counts=dict(sorted(acc.topologies.items(), key=lambda kv: (-kv[1], kv[0]))),
@@ -543,6 +548,7 @@ _ROWS: list[tuple[str, Any]] = [
         lambda s: f"{_num(s.latency_p50)} s / {_num(s.latency_p95)} s",
     ),
     ("cached calls", lambda s: _pct(s.cached_share)),
+    ("truncated calls", lambda s: str(s.truncated_calls)),
     ("parse failures", _parse_failures),
     (
         "unreadable answers",

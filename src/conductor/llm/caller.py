@@ -98,8 +98,8 @@ class ModelCaller:
                 # key: drop it so no traceback or log of this error can show the key.
                 exc.__context__ = exc.__cause__ = None
                 raise
-        if cache is not None and key is not None and not raw.truncated:
-            cache.set(key, raw)
+        if cache is not None and key is not None:
+            cache.set(key, raw)  # only a complete answer is stored (see cache.storable)
         return self._completion(raw, cached=False, attempts=attempts, start=start)
 
     async def _attempt(self, request: ModelRequest, deadline: Deadline) -> RawCompletion:

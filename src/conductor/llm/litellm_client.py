@@ -138,19 +138,21 @@ class LiteLLMClient:
         causes = _causes(exc)
         if any(_is_connection_failure(c) for c in causes):
             return connection_error(target, message)
-        cause_status = next((s for s in map(_http_status, causes) if s is not None), None)
-        if cause_status is not None:
-            return error_for_status(cause_status, message, target=target, headers=None)
-        if any(isinstance(c, _UNREADABLE) for c in causes) or _UNREADABLE_RE.search(message):
+        http = next((c for c in causes if _http_status(c) is not None), None)
+        if http is None and (
+            any(isinstance(c, _UNREADABLE) for c in causes) or _UNREADABLE_RE.search(message)
+        ):
             return bad_response(target, f"the reply could not be read: {message}")
-        if isinstance(exc, litellm.APIConnectionError):
-            return connection_error(target, message)
         status = getattr(exc, "status_code", None)
+        if http is not None and (isinstance(exc, litellm.APIConnectionError) or status is None):
+            status = _http_status(http)
+        elif isinstance(exc, litellm.APIConnectionError):
+            return connection_error(target, message)
         if isinstance(status, int):
             headers = getattr(exc, "litellm_response_headers", None)
-            if headers is None:
-                response = getattr(exc, "response", None)
-                headers = getattr(response, "headers", None)
+            for source in (exc, http):
+                if headers is None:
+                    headers = getattr(getattr(source, "response", None), "headers", None)
             return error_for_status(status, message, target=target, headers=headers)
         return exc
 

@@ -176,6 +176,15 @@ Responder: TypeAlias = (
 """A script: one item, a list (consumed in order, the last repeats) or a callable."""
 
 
+async def _cancel_pending() -> None:
+    """Cancel every other task of the running loop and wait for them to end."""
+    current = asyncio.current_task()
+    pending = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+
+
 def _echo(request: FakeRequest) -> str:
     """The built-in default: echo the start of the last user message."""
     return f"Echo: {request.last_user_message[:80]}"
@@ -410,6 +419,9 @@ class FakeLLMServer:
             # A failed cleanup must not hide the test's own outcome.
             with contextlib.suppress(Exception):
                 asyncio.run_coroutine_threadsafe(self._runner.cleanup(), loop).result(timeout=10)
+        # Handlers still waiting (a hang fault) end here, not as "task destroyed" noise.
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(_cancel_pending(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
         loop.close()
