@@ -130,3 +130,78 @@ async def test_caller_set_reuses_callers(fake_server: FakeLLMServer) -> None:
     done = await first.complete(req("hello"))
     assert done.text == "Echo: hello"
     await callers.aclose()
+
+
+async def test_degenerate_entries_of_older_versions_are_not_replayed(
+    fake_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    """An empty or truncated reply an older version cached is a miss: the model is asked
+    again, and only its complete answer is stored."""
+    from conductor.cache import cache_key
+
+    fake_server.script("m", ["complete answer"])
+    target = worker(fake_server, "m")
+    cache = ResponseCache(tmp_path)
+    key = cache_key(target, req())
+    degenerate = [
+        {"text": "", "finish_reason": "stop"},
+        {"text": "half an ans", "finish_reason": "length"},
+    ]
+    caller = ModelCaller(target, cache=cache)
+    try:
+        for old in degenerate:
+            # Written as an older version did, around ResponseCache.set's refusal.
+            cache._cache.set(
+                key, {**old, "usage": {"input_tokens": 1, "output_tokens": 1}, "raw": {}}
+            )
+            assert cache.get(key) is None
+            done = await caller.complete(req())
+            assert (done.text, done.cached) == ("complete answer", False)
+            hit = cache.get(key)
+            assert hit is not None and hit.text == "complete answer"
+        cache.set("other", RawCompletion(text=" \n", usage=Usage(), raw={}))
+        cache.set("cut", RawCompletion(text="x", usage=Usage(), raw={}, finish_reason="MAX_TOKENS"))
+        assert cache.get("other") is None and cache.get("cut") is None
+    finally:
+        await caller.aclose()
+        cache.close()
+    assert len(fake_server.requests) == 2
+
+
+async def test_one_full_attempt_fits_whatever_the_total_timeout(
+    fake_server: FakeLLMServer,
+) -> None:
+    """total_timeout_s below timeout_s still allows one attempt of timeout_s."""
+    from conductor.errors import RequestTimeoutError
+
+    fake_server.script("m", [Fault.hang()])
+    caller = ModelCaller(
+        worker(fake_server, "m", timeout_s=0.4, total_timeout_s=0.01, max_retries=3),
+        sleep=no_sleep,
+    )
+    try:
+        with pytest.raises(RequestTimeoutError, match="no reply within 0.4 s"):
+            await caller.complete(req())
+    finally:
+        await caller.aclose()
+    assert len(fake_server.requests) == 1
+
+
+def test_total_timeout_is_a_pool_setting(tmp_path: Path) -> None:
+    from conductor.pool import load_pool
+
+    path = tmp_path / "pool.yaml"
+    path.write_text(
+        "defaults: {total_timeout_s: 120}\n"
+        "workers:\n"
+        "  - {id: a, model: openai/gpt-x}\n"
+        "  - {id: b, model: openai/gpt-x, total_timeout_s: 30}\n"
+    )
+    pool = load_pool(path)
+    assert [w.total_timeout_s for w in pool.workers] == [120.0, 30.0]
+    assert Worker(id="c", model="m").total_timeout_s == 900.0
+    path.write_text("workers:\n  - {id: a, model: m, total_timeout_s: 0}\n")
+    from conductor.errors import PoolError
+
+    with pytest.raises(PoolError, match="total_timeout_s"):
+        load_pool(path)

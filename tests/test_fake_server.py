@@ -451,3 +451,114 @@ def test_bad_json_and_restart() -> None:
             {"model": "m", "messages": [{"role": "user", "content": "back"}]},
         )
         assert status == 200 and body["choices"][0]["message"]["content"] == "Echo: back"
+
+
+# -- faults that are not an error body ---------------------------------------------------------
+
+_ENDPOINTS = {
+    "openai": (
+        "/v1/chat/completions",
+        {"model": "m", "messages": [{"role": "user", "content": "q"}]},
+    ),
+    "anthropic": (
+        "/v1/messages",
+        {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "q"}]},
+    ),
+    "gemini": ("/v1beta/models/m:generateContent", {"contents": [{"parts": [{"text": "q"}]}]}),
+}
+
+
+def _raw_post(server: FakeLLMServer, protocol: str, timeout: float = 10) -> tuple[int, str, bytes]:
+    path, body = _ENDPOINTS[protocol]
+    req = urllib.request.Request(
+        server.url + path,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.headers.get("Content-Type", ""), resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Content-Type", ""), exc.read()
+
+
+@pytest.mark.parametrize("protocol", list(_ENDPOINTS))
+def test_raw_bodies_are_served_verbatim(fake_server: FakeLLMServer, protocol: str) -> None:
+    fake_server.script(
+        "m",
+        [Fault.raw("<html>down</html>", status=502, content_type="text/html"), Fault.raw('{"cut')],
+    )
+    assert _raw_post(fake_server, protocol) == (502, "text/html", b"<html>down</html>")
+    status, ctype, body = _raw_post(fake_server, protocol)
+    assert (status, body) == (200, b'{"cut') and ctype.startswith("application/json")
+
+
+# Where each protocol keeps its answer, and what each broken shape leaves there.
+_ANSWER_KEY = {"openai": "choices", "anthropic": "content", "gemini": "candidates"}
+
+
+@pytest.mark.parametrize("protocol", list(_ENDPOINTS))
+def test_malformed_shapes(fake_server: FakeLLMServer, protocol: str) -> None:
+    from conductor.testing.fake_server import SHAPES
+
+    fake_server.script("m", [Fault.malformed(shape) for shape in SHAPES])
+    got: dict[str, Any] = {}
+    for shape in SHAPES:
+        status, _ctype, body = _raw_post(fake_server, protocol)
+        assert status == 200
+        got[shape] = json.loads(body)
+    key = _ANSWER_KEY[protocol]
+    assert got["empty_choices"][key] == []
+    assert key not in got["no_choices"]
+    if protocol == "openai":
+        assert got["null_content"]["choices"][0]["message"]["content"] is None
+        assert got["empty_text"]["choices"][0]["message"]["content"] == ""
+        assert isinstance(got["string_message"]["choices"][0]["message"], str)
+    elif protocol == "anthropic":
+        assert got["null_content"]["content"] is None
+        assert got["empty_text"]["content"] == [{"type": "text", "text": ""}]
+        assert isinstance(got["string_message"]["content"], str)
+    else:
+        assert "content" not in got["null_content"]["candidates"][0]
+        assert got["empty_text"]["candidates"][0]["content"]["parts"] == [{"text": ""}]
+        assert isinstance(got["string_message"]["candidates"][0]["content"], str)
+    with pytest.raises(ValueError, match="unknown shape"):
+        Fault.malformed("nonsense")  # type: ignore[arg-type]
+
+
+def test_finish_reason_length_in_each_protocol(fake_server: FakeLLMServer) -> None:
+    fake_server.script("m", Reply("cut sh", finish_reason="length"))
+    openai_client = _openai(fake_server)
+    oa = openai_client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "q"}]
+    )
+    assert oa.choices[0].finish_reason == "length"
+    stream = openai_client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "q"}], stream=True
+    )
+    assert [c.choices[0].finish_reason for c in stream if c.choices][-1] == "length"
+    anthropic_client = _anthropic(fake_server)
+    an = anthropic_client.messages.create(
+        model="m", max_tokens=8, messages=[{"role": "user", "content": "q"}]
+    )
+    assert an.stop_reason == "max_tokens"
+    with anthropic_client.messages.stream(
+        model="m", max_tokens=8, messages=[{"role": "user", "content": "q"}]
+    ) as s:
+        assert s.get_final_message().stop_reason == "max_tokens"
+    gemini_client = _gemini(fake_server)
+    ge = gemini_client.models.generate_content(model="m", contents="q")
+    assert ge.candidates[0].finish_reason.value == "MAX_TOKENS"
+
+
+def test_reset_and_hang(fake_server: FakeLLMServer) -> None:
+    fake_server.script("m", [Fault.reset(), Fault.hang(5.0), "fine"])
+    with pytest.raises((ConnectionError, urllib.error.URLError, OSError)):
+        _raw_post(fake_server, "openai")
+    started = time.monotonic()
+    with pytest.raises((TimeoutError, urllib.error.URLError, OSError)):
+        _raw_post(fake_server, "openai", timeout=0.3)
+    assert time.monotonic() - started < 4.0
+    status, _ctype, body = _raw_post(fake_server, "openai")
+    assert status == 200 and json.loads(body)["choices"][0]["message"]["content"] == "fine"
+    assert len(fake_server.requests) == 3  # a reset or hung request is still logged

@@ -42,7 +42,15 @@ HANG_TIMEOUT_S = 0.4
 
 # litellm-anthropic and litellm-gemini drive litellm's own Anthropic and Gemini code,
 # whose failures differ from its OpenAI route's.
-CLIENTS = ["openai", "http", "litellm", "litellm-anthropic", "litellm-gemini", "anthropic", "google"]
+CLIENTS = [
+    "openai",
+    "http",
+    "litellm",
+    "litellm-anthropic",
+    "litellm-gemini",
+    "anthropic",
+    "google",
+]
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,9 @@ FAULTS: dict[str, Case] = {
     "503": Case(Fault(503, "unavailable"), ServerError),
     "reset": Case(Fault.reset(), ConnectionFailedError),
     "hang": Case(Fault.hang(), RequestTimeoutError, timeout_s=HANG_TIMEOUT_S),
-    "malformed json": Case(Fault.raw('{"choices": [{"message": {"content": "cut'), BadResponseError),
+    "malformed json": Case(
+        Fault.raw('{"choices": [{"message": {"content": "cut'), BadResponseError
+    ),
     "html": Case(
         Fault.raw("<html><body><h1>502 Bad Gateway</h1></body></html>", content_type="text/html"),
         BadResponseError,
@@ -311,4 +321,81 @@ async def test_litellm_default_key_is_masked_when_echoed(
             hit = store.get(cache_key(worker, REQUEST))
             assert hit is not None and secret not in json.dumps([hit.text, hit.raw])
         finally:
+            store.close()
+
+
+async def test_bench_records_and_reports_truncated_calls(tmp_path: Path) -> None:
+    """Through a bench: a truncated reply is the sample's answer, marked on its call in
+    the record and counted by the report; a bad body retried then answered loses no
+    sample; neither the truncated nor the bad reply is in the cache."""
+    from conductor.bench.graders import get_grader
+    from conductor.bench.report import summarize_run
+    from conductor.bench.runner import BenchOptions, run_benchmark
+    from conductor.bench.spec import load_benchmark
+    from conductor.bench.strategies import answer_key_for, parse_strategy
+    from conductor.llm.caller import CallerSet
+    from conductor.pool import Pool, pool_to_public_dict
+
+    data = tmp_path / "math.jsonl"
+    with data.open("w") as fh:
+        for i in range(4):
+            item = {"problem": f"What is {i} + 0?", "answer": str(i), "unique_id": f"t/{i}"}
+            fh.write(json.dumps(item) + "\n")
+
+    def answer(request: object) -> ResponderResult:
+        text = request.last_user_message  # type: ignore[attr-defined]
+        n = next(i for i in range(4) if f"What is {i} + 0?" in text)
+        if n == 1:
+            return Reply("Let me think about \\boxed", finish_reason="length")
+        return f"\\boxed{{{n}}}"
+
+    with FakeLLMServer() as srv:
+        srv.script("w0", answer)
+        srv.script("w1", [Fault.malformed("empty_choices"), "\\boxed{3}"])
+        pool = Pool(
+            name="fake",
+            workers=(
+                Worker(id="w0", model="w0", client="http", api_base=srv.openai_base),
+                Worker(id="w1", model="w1", client="http", api_base=srv.openai_base),
+            ),
+        )
+        store = ResponseCache(tmp_path / "calls")
+        callers = CallerSet(store, sleep=Waits())
+        try:
+            spec = load_benchmark("math500")
+            strat = parse_strategy("single:w0", pool, callers, vote_key=answer_key_for("math"))
+            out = tmp_path / "run"
+            options = BenchOptions(out_dir=out, data_file=data)
+            await run_benchmark(
+                spec, strat, get_grader(spec.grader), pool_to_public_dict(pool), options
+            )
+            records = [
+                json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()
+            ]
+            assert len(records) == 4
+            calls = {r["sample_id"]: r["rounds"][0]["steps"][0]["call"] for r in records}
+            truncated = [sid for sid, call in calls.items() if call["truncated"]]
+            assert truncated == ["math500/t/1"]
+            assert calls["math500/t/1"]["finish_reason"] == "length"
+            assert calls["math500/t/0"]["finish_reason"] == "stop"
+            summary = summarize_run(out)
+            assert summary.truncated_calls == 1 and summary.n_records == 4
+            # Three complete answers are cached; the truncated one is not.
+            assert store.stats().entries == 3
+
+            # A bad body once, then the answer: retried within the call, one record.
+            strat1 = parse_strategy("single:w1", pool, callers, vote_key=answer_key_for("math"))
+            out1 = tmp_path / "run1"
+            options1 = BenchOptions(out_dir=out1, data_file=data, limit=1)
+            await run_benchmark(
+                spec, strat1, get_grader(spec.grader), pool_to_public_dict(pool), options1
+            )
+            (rec,) = [
+                json.loads(line) for line in (out1 / "samples.jsonl").read_text().splitlines()
+            ]
+            call = rec["rounds"][0]["steps"][0]["call"]
+            assert call["attempts"] == 2 and call["response"] == "\\boxed{3}"
+            assert len(srv.requests_for("w1")) == 2
+        finally:
+            await callers.aclose()
             store.close()

@@ -157,3 +157,72 @@ def test_message_from_body_shapes() -> None:
 def test_scrub_masks_secret() -> None:
     assert scrub("key sk-abcdef was wrong", "sk-abcdef") == "key *** was wrong"
     assert scrub("nothing here", None) == "nothing here"
+
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_deadline_cuts_attempts_to_what_remains() -> None:
+    from conductor.llm.retry import MIN_ATTEMPT_S, Deadline
+
+    clock = Clock()
+    deadline = Deadline(10.0, clock=clock)
+    assert deadline.attempt_timeout_s(600.0) == 10.0
+    assert deadline.attempt_timeout_s(3.0) == 3.0
+    clock.now += 8.0
+    assert deadline.attempt_timeout_s(600.0) == pytest.approx(2.0)
+    assert deadline.allows_wait(1.0) and not deadline.allows_wait(2.0)
+    clock.now += 5.0  # past the end: an attempt still gets the minimum, never zero
+    assert deadline.attempt_timeout_s(600.0) == MIN_ATTEMPT_S
+    unlimited = Deadline(None, clock=clock)
+    assert unlimited.attempt_timeout_s(600.0) == 600.0 and unlimited.allows_wait(1e9)
+
+
+async def test_send_with_retries_stops_when_the_deadline_leaves_no_time() -> None:
+    from conductor.llm.retry import Deadline
+
+    clock = Clock()
+    deadline = Deadline(20.0, clock=clock)
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        clock.now += seconds
+
+    async def send() -> RawCompletion:
+        clock.now += 6.0  # each attempt times out after 6 s
+        raise make_error(RequestTimeoutError, target="w", provider_message="no reply")
+
+    policy = RetryPolicy(max_retries=10, base_delay_s=1.0, jitter=0.0)
+    with pytest.raises(RequestTimeoutError, match="total_timeout_s of 20 s ran out") as info:
+        await send_with_retries(send, policy, sleep=sleep, deadline=deadline)
+    # 6 s, wait 1, 6 s, wait 2 (t = 15), 6 s (t = 21): no time for a fourth.
+    assert info.value.attempts == 3  # type: ignore[attr-defined]
+    assert waits == [1.0, 2.0]
+
+
+async def test_a_retry_after_beyond_the_deadline_fails_now() -> None:
+    from conductor.llm.retry import Deadline
+
+    clock = Clock()
+    script = Script(
+        make_error(RateLimitError, target="w", provider_message="slow", retry_after_s=60.0)
+    )
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    with pytest.raises(RateLimitError) as info:
+        await send_with_retries(
+            script, RetryPolicy(5), sleep=sleep, deadline=Deadline(30.0, clock=clock)
+        )
+    assert script.calls == 1 and waits == []
+    assert info.value.retry_after_s == 60.0

@@ -119,9 +119,7 @@ def openai_reply(body: Any, target: str | None) -> RawCompletion:
         raise bad_response(target, "choices[0] is not an object")
     message = choice.get("message")
     if not isinstance(message, dict):
-        raise bad_response(
-            target, f"choices[0].message is not an object but {_quote(message)}"
-        )
+        raise bad_response(target, f"choices[0].message is not an object but {_quote(message)}")
     content = _openai_content(message.get("content"), target)
     usage = body.get("usage")
     usage = usage if isinstance(usage, dict) else {}

@@ -288,7 +288,7 @@ def timeout_error(target: str | None, timeout_s: float) -> RequestTimeoutError:
     return make_error(
         RequestTimeoutError,
         target=target,
-        provider_message=f"no reply within {timeout_s:g} s",
+        provider_message=f"no reply within {round(timeout_s, 2):g} s",
     )
 
 

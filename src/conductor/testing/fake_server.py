@@ -863,7 +863,9 @@ class FakeLLMServer:
         return web.json_response([payload(p, i == len(pieces) - 1) for i, p in enumerate(pieces)])
 
 
-def _broken_reply(protocol: Protocol, shape: Shape, fake: FakeRequest, ident: str) -> dict[str, Any]:
+def _broken_reply(
+    protocol: Protocol, shape: Shape, fake: FakeRequest, ident: str
+) -> dict[str, Any]:
     """A reply body of `protocol` whose answer is broken as `shape` says (see `SHAPES`)."""
     text = "" if shape == "empty_text" else "unused"
     broken = "a reply that is a string, not an object"
