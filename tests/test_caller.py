@@ -205,3 +205,38 @@ def test_total_timeout_is_a_pool_setting(tmp_path: Path) -> None:
 
     with pytest.raises(PoolError, match="total_timeout_s"):
         load_pool(path)
+
+
+async def test_empty_reply_of_a_seeded_in_process_model_is_returned_not_retried(
+    tmp_path: Path,
+) -> None:
+    """A local model with a fixed seed would only repeat an empty reply: it is returned
+    at once (the Conductor's parser answers it), and not cached."""
+
+    class Empty:
+        def __init__(self) -> None:
+            self.sends = 0
+
+        async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
+            self.sends += 1
+            return RawCompletion(text="", usage=Usage(1, 0), raw={})
+
+        async def aclose(self) -> None:
+            return None
+
+    cache = ResponseCache(tmp_path)
+    for client_kind, sends, error in (("local", 1, None), ("openai", 3, True)):
+        fake = Empty()
+        target = Worker(id="w", model="m", client=client_kind, max_retries=2)  # type: ignore[arg-type]
+        caller = ModelCaller(target, fake, cache=cache, sleep=no_sleep)
+        if error:
+            from conductor.errors import BadResponseError
+
+            with pytest.raises(BadResponseError, match="the reply is empty"):
+                await caller.complete(req())
+        else:
+            done = await caller.complete(req())
+            assert done.text == "" and not done.cached
+        assert fake.sends == sends
+    assert cache.stats().entries == 0
+    cache.close()

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["CallerSet", "ModelCaller"]
 
 _UNSET: Any = object()
+# Clients that run the model in this process with a seed fixed by the request: a retry
+# would reproduce the same reply.
+_IN_PROCESS = frozenset({"local", "checkpoint"})
 
 
 class ModelCaller:
@@ -114,7 +117,9 @@ class ModelCaller:
         except ModelCallError as exc:
             raise mask_error(exc, secrets) from None
         try:
-            return check_reply(raw, self.target.id, secrets)
+            return check_reply(
+                raw, self.target.id, secrets, deterministic=self.target.client in _IN_PROCESS
+            )
         except ModelCallError as exc:
             raise mask_error(exc, secrets) from None
 

@@ -225,12 +225,20 @@ def _holds_secret(value: Any, secrets: Iterable[str]) -> bool:
     return any(secret in blob for secret in secrets)
 
 
-def check_reply(raw: RawCompletion, target: str | None, secrets: tuple[str, ...]) -> RawCompletion:
+def check_reply(
+    raw: RawCompletion,
+    target: str | None,
+    secrets: tuple[str, ...],
+    *,
+    deterministic: bool = False,
+) -> RawCompletion:
     """``raw`` with API keys masked; an empty reply raises :class:`BadResponseError`.
 
-    An empty reply is never an answer: it is retried, and never cached.
+    An empty reply from a provider is a glitch: it is retried, and never cached.  An
+    in-process model with a fixed seed (``deterministic``) would only repeat it, so its
+    empty reply is returned (for the Conductor's parser to answer) but still not cached.
     """
-    if not raw.text.strip():
+    if not deterministic and not raw.text.strip():
         why = f" (finish_reason {raw.finish_reason})" if raw.finish_reason else ""
         raise bad_response(target, f"the reply is empty{why}")
     if secrets and (
