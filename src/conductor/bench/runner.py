@@ -59,6 +59,7 @@ __all__ = [
     "merge_runs",
     "read_run_config",
     "run_benchmark",
+    "stored_invocation",
 ]
 
 log = logging.getLogger(__name__)
@@ -235,6 +236,41 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     return data
 
 
+def stored_invocation(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The options that rebuild the run ``config`` describes, for ``--resume DIR``.
+
+    Schema 2 keeps them as given.  For a schema 1 config they are read back from what it
+    recorded (benchmark file, pool path, strategy, data file, limits, Conductor
+    settings); the ``--conductor`` option was not recorded, so the pool's own Conductor
+    is assumed, and a run started with another one is refused (naming the difference)
+    until ``--conductor`` is given again."""
+    kept = config.get("invocation")
+    if isinstance(kept, Mapping):
+        return dict(kept)
+    bench = config.get("benchmark") or {}
+    prov = bench.get("provenance") or {}
+    detail = config.get("strategy_detail") or {}
+    found = detail.get("settings")
+    settings: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    shard = config.get("shard")
+    return {
+        "benchmark": prov.get("benchmark_file") or bench.get("name"),
+        "pool": (config.get("pool") or {}).get("path"),
+        "conductor": None,
+        "strategy": config.get("strategy"),
+        "data": prov.get("file") if prov.get("source_kind") == "file" else None,
+        "limit": config.get("limit"),
+        "epochs": config.get("epochs"),
+        "seed": config.get("seed", 0),
+        "shard": f"{shard[0]}/{shard[1]}" if isinstance(shard, list) and len(shard) == 2 else None,
+        "max_steps": settings.get("max_steps"),
+        "rounds": settings.get("rounds"),
+        "budget_usd": settings.get("budget_usd"),
+        "max_calls": settings.get("max_calls"),
+        "concurrency": (config.get("settings") or {}).get("concurrency"),
+    }
+
+
 # What must match for a resume (or a merge) to continue the same run, with the name a
 # refusal uses.  Paths are not compared (a moved pool or data file with the same
 # contents is the same run); contents and hashes are.
@@ -312,7 +348,7 @@ def _check_same_run(
         diff = _first_difference(old.get(key), new.get(key))
         if diff is not None:
             raise UsageError(
-                f"{where}: cannot {'merge' if shards else 'resume'}: the {name} differ "
+                f"{where}: cannot {'merge' if shards else 'resume'}: the {name} changed "
                 f"({diff}); run it in a new --out directory"
             )
 
