@@ -206,7 +206,7 @@ async def test_retry_errors_reruns_failed_samples_without_duplicates(
     fake_server.script(CONDUCTOR_MODEL, [lists([0], ["Solve the problem."], [[]])])
     fake_server.script(
         "w0",
-        lambda r: Fault(400, "bad request") if number_in(r) % 3 == 0 else f"\\boxed{{{number_in(r)}}}",
+        lambda r: Fault(400, "bad") if number_in(r) % 3 == 0 else f"\\boxed{{{number_in(r)}}}",
     )
     pool = load_pool(bench_pool(tmp_path, fake_server))
     spec = load_benchmark("math500")
