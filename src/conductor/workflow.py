@@ -116,6 +116,11 @@ class _Found:
     too_deep: bool = False
 
 
+# The characters that matter when matching brackets; the scan jumps between them.
+_BRACKET_OR_QUOTE = re.compile(r"[\[\]\"'\\]")
+_BRACKET = re.compile(r"[\[\]]")
+
+
 def _balanced_end(text: str, start: int, *, honour_strings: bool) -> tuple[int | None, int]:
     """Index just past the bracket that closes the ``[`` at ``start`` (or None), and
     the deepest nesting seen on the way.
@@ -127,17 +132,17 @@ def _balanced_end(text: str, start: int, *, honour_strings: bool) -> tuple[int |
     depth = 0
     deepest = 0
     quote: str | None = None
-    i = start
-    n = len(text)
-    while i < n:
-        ch = text[i]
+    pattern = _BRACKET_OR_QUOTE if honour_strings else _BRACKET
+    pos = start
+    while (match := pattern.search(text, pos)) is not None:
+        ch = match.group()
+        pos = match.end()
         if quote is not None:
             if ch == "\\":
-                i += 2
-                continue
-            if ch == quote:
+                pos += 1  # the escaped character never ends the string
+            elif ch == quote:
                 quote = None
-        elif honour_strings and ch in "\"'":
+        elif ch in "\"'":
             quote = ch
         elif ch == "[":
             depth += 1
@@ -145,8 +150,7 @@ def _balanced_end(text: str, start: int, *, honour_strings: bool) -> tuple[int |
         elif ch == "]":
             depth -= 1
             if depth == 0:
-                return i + 1, deepest
-        i += 1
+                return pos, deepest
     return None, deepest
 
 

@@ -673,7 +673,7 @@ async def _run_locked(
                 if auth is not None:
                     # Not written: the sample runs again on resume, once the key works.
                     halt(
-                        _auth_stop(_reason(Exception(auth), secrets), out, progress.done),
+                        _auth_stop(_scrub(auth, secrets), out, progress.done),
                         cancel=False,
                     )
                     return
