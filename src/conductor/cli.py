@@ -331,8 +331,9 @@ def bench(
     pool_obj = _load_pool(pool)
     shard_t = _parse_shard(shard)
     invocation = {
-        "benchmark": str(spec.path) if spec.path is not None else benchmark,
-        "pool": str(pool_obj.path.resolve()) if pool_obj.path is not None else pool,
+        # Files by absolute path, shipped names as names (they move with the package).
+        "benchmark": _as_given(benchmark),
+        "pool": _as_given(pool),
         "conductor": conductor,
         "strategy": strategy,
         "data": str(data.resolve()) if data is not None else None,
@@ -505,6 +506,14 @@ def _stored_invocation(run_dir: Path) -> dict[str, Any]:
         if singles:
             return {**stored_invocation(read_run_config(singles[0].parent)), "strategy": "singles"}
     return stored_invocation(read_run_config(run_dir))
+
+
+def _as_given(name_or_path: str | None) -> str | None:
+    """A file's absolute path, or the name of a shipped file unchanged."""
+    if name_or_path is None:
+        return None
+    path = Path(name_or_path).expanduser()
+    return str(path.resolve()) if path.is_file() else name_or_path
 
 
 def _opt_path(value: Any) -> Path | None:
