@@ -161,12 +161,12 @@ def test_a_full_disk_stops_dispatching_and_the_run_resumes(
     opened = runner._open_samples
     monkeypatch.setattr(runner, "_open_samples", lambda p: _FullDisk(opened(p), after=10))
     strat, pool = single(tmp_path, fake_server)
-    opts = BenchOptions(out_dir=out, data_file=data, concurrency=4)
+    opts = BenchOptions(out_dir=out, data_file=data, concurrency=4, grader_concurrency=1)
     with pytest.raises(BenchStopped) as info:
         asyncio.run(run_benchmark(MATH, strat, get_grader("math"), pool, opts))
     assert "No space left on device" in str(info.value) and f"--resume {out}" in str(info.value)
-    # The samples in flight when the write failed, and no more.
-    assert len(fake_server.requests) <= 10 + 1 + 4
+    # The 10 written, and those in flight when the write failed (4 slots, 1 grader).
+    assert len(fake_server.requests) <= 10 + 4 + 1
     assert len(keys(out)) == 10
     monkeypatch.setattr(runner, "_open_samples", opened)
     strat, pool = single(tmp_path, fake_server)
@@ -266,16 +266,16 @@ async def test_grading_frees_the_slot_and_runs_in_its_own_pool(
     data = make_math_file(tmp_path / "m.jsonl", 4)
     grader = _SlowGrader()
     opts = BenchOptions(out_dir=tmp_path / "run", data_file=data, concurrency=1,
-                        grader_concurrency=2)  # fmt: skip
+                        grader_concurrency=3)  # fmt: skip
     run = asyncio.create_task(run_benchmark(MATH, strat, grader, pool, opts))
     deadline = time.monotonic() + 20
     while len(fake_server.requests) < 4 and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
     # One slot, yet every sample's call was made while the first grade still waits.
-    assert len(fake_server.requests) == 4 and grader.most == 2
+    assert len(fake_server.requests) == 4 and grader.most == 3
     grader.release.set()
     progress = await run
-    assert progress.correct == 4 and grader.most == 2
+    assert progress.correct == 4 and grader.most == 3
 
 
 # -- guarded run directories ----------------------------------------------------------

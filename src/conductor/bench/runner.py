@@ -576,8 +576,9 @@ async def _run_locked(
     notify = on_progress or (lambda _p: None)
     slots = asyncio.Semaphore(max(1, options.concurrency))
     graders = max(1, options.grader_concurrency)
-    # Samples waiting to be graded hold no slot; this bounds how many may queue.
-    pending = asyncio.Semaphore(2 * max(1, options.concurrency) + graders)
+    # A sample being graded holds no slot; this bounds how many are in flight in all,
+    # so requests slow down only when every grader thread is busy and one more waits.
+    pending = asyncio.Semaphore(max(1, options.concurrency) + graders)
     grade_pool = ThreadPoolExecutor(max_workers=graders, thread_name_prefix="conductor-grade")
     loop = asyncio.get_running_loop()
     samples_path = out / SAMPLES
