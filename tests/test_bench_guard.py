@@ -98,6 +98,39 @@ async def test_exceptions_of_finished_samples_become_records(
     assert progress.errors == 4 and progress.correct == 5
 
 
+class _Leaky:
+    """A strategy whose error message quotes the API key."""
+
+    name = "leaky"
+
+    def describe(self) -> dict[str, Any]:
+        return {"strategy": self.name}
+
+    async def run(self, question: str, **kw: Any) -> RunRecord:
+        raise RuntimeError(f"bad body for key {os.environ['BENCH_TEST_KEY']}\n" + "x" * 5000)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_failed_sample_reason_is_clipped_and_masks_the_key(
+    tmp_path: Path, fake_server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BENCH_TEST_KEY", "sk-test-0123456789abcdef")
+    pool = pool_dict(fake_server, [worker(fake_server, "w0", api_key_env="BENCH_TEST_KEY")])
+    public = pool_to_public_dict(load_pool(write_pool(tmp_path / "p.yaml", pool)))
+    data = make_math_file(tmp_path / "m.jsonl", 2)
+    out = tmp_path / "run"
+    opts = BenchOptions(out_dir=out, data_file=data)
+    await run_benchmark(MATH, _Leaky(), get_grader("math"), public, opts)
+    text = (out / "samples.jsonl").read_text()
+    assert "sk-test-0123456789abcdef" not in text
+    errors = [r["error"] for r in read_samples(out)]
+    assert len(errors) == 2
+    assert all(e.startswith("the run raised RuntimeError: bad body for key ***") for e in errors)
+    assert all(len(e) < 600 for e in errors)
+
+
 async def test_a_lone_surrogate_in_the_data_is_recorded(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -386,12 +419,14 @@ def test_resume_refuses_changed_settings(
     assert (out / "samples.jsonl").read_text() == before
 
 
-def test_resume_accepts_a_moved_pool_with_the_same_contents(
+def test_resume_accepts_a_moved_pool_with_a_new_time_out(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
     out, _ = _started_run(tmp_path, fake_server)
+    # Another path, and a longer time-out: neither decides an answer.
     moved = tmp_path / "moved.yaml"
-    moved.write_text((tmp_path / "pool.yaml").read_text())
+    moved.write_text((tmp_path / "pool.yaml").read_text().replace("timeout_s: 10", "timeout_s: 30"))
+    assert "timeout_s: 30" in moved.read_text()
     res = cli("bench", "--resume", str(out), "--pool", str(moved), "--concurrency", "3",
               cache=tmp_path / "c")  # fmt: skip
     assert res.returncode == 0, res.stderr

@@ -290,7 +290,20 @@ _SAME_RUN: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 # Compared field by field, so a refusal names e.g. ``settings.max_steps``.
 _SAME_RUN_TREES = (("strategy settings", "strategy_detail"), ("pool", "pool"))
-_IGNORED_POOL_KEYS = frozenset({"path"})
+# How a model is reached, paced and paid for does not decide its answers: a resume may
+# change these (a moved pool file, a longer time-out, a new price or key variable).
+_RUNTIME_KEYS = frozenset(
+    {
+        "path",
+        "api_key_env",
+        "max_concurrency",
+        "timeout_s",
+        "max_retries",
+        "price",
+        "n_threads",
+        "n_gpu_layers",
+    }
+)
 
 
 def _get(data: Mapping[str, Any], path: tuple[str, ...]) -> Any:
@@ -308,7 +321,7 @@ def _first_difference(old: Any, new: Any, where: str = "") -> str | None:
     while stack:
         a, b, at = stack.pop()
         if isinstance(a, Mapping) and isinstance(b, Mapping):
-            keys = [k for k in {**a, **b} if not (at == "" and k in _IGNORED_POOL_KEYS)]
+            keys = [k for k in {**a, **b} if k not in _RUNTIME_KEYS]
             stack.extend(
                 (a.get(k), b.get(k), f"{at}.{k}" if at else str(k)) for k in reversed(keys)
             )
@@ -332,6 +345,8 @@ def _check_same_run(
     A schema 1 config has no pool file hash; its pool is compared by contents like any
     other.  ``shards`` compares the shards of one run, which differ in ``shard``."""
     for name, path in _SAME_RUN:
+        if path[-1] == "file_sha256" and _get(old, path) is None:
+            continue  # a downloaded file not yet fetched when the run started
         if _get(old, path) != _get(new, path):
             raise UsageError(
                 f"{where}: cannot {'merge' if shards else 'resume'}: the {name} was "
