@@ -117,19 +117,22 @@ class _Found:
 
 
 # The characters that matter when matching brackets; the scan jumps between them.
-_BRACKET_OR_QUOTE = re.compile(r"[\[\]\"'\\]")
-_BRACKET = re.compile(r"[\[\]]")
+# Parentheses and braces do not close a list but count towards its nesting, since the
+# literal and JSON readers nest through them too.
+_BRACKET_OR_QUOTE = re.compile(r"[\[\](){}\"'\\]")
+_BRACKET = re.compile(r"[\[\](){}]")
 
 
 def _balanced_end(text: str, start: int, *, honour_strings: bool) -> tuple[int | None, int]:
     """Index just past the bracket that closes the ``[`` at ``start`` (or None), and
-    the deepest nesting seen on the way.
+    the deepest nesting of brackets, parentheses and braces seen on the way.
 
     With ``honour_strings`` brackets inside quoted strings do not count and backslash
     escapes are honoured (the normal case); without it quotes are ignored, which rescues
     lenient lists such as ``[Check Bob's proof]`` whose apostrophe opens no string.
     """
     depth = 0
+    nesting = 0
     deepest = 0
     quote: str | None = None
     pattern = _BRACKET_OR_QUOTE if honour_strings else _BRACKET
@@ -144,13 +147,16 @@ def _balanced_end(text: str, start: int, *, honour_strings: bool) -> tuple[int |
                 quote = None
         elif ch in "\"'":
             quote = ch
-        elif ch == "[":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch == "]":
-            depth -= 1
-            if depth == 0:
-                return pos, deepest
+        elif ch in "[({":
+            depth += ch == "["
+            nesting += 1
+            deepest = max(deepest, nesting)
+        elif ch in "])}":
+            nesting = max(0, nesting - 1)
+            if ch == "]":
+                depth -= 1
+                if depth == 0:
+                    return pos, deepest
     return None, deepest
 
 

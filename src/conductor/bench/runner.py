@@ -342,8 +342,8 @@ def _check_same_run(
 ) -> None:
     """Refuse, naming the first difference, unless ``new`` continues the run ``old``.
 
-    A schema 1 config has no pool file hash; its pool is compared by contents like any
-    other.  ``shards`` compares the shards of one run, which differ in ``shard``."""
+    ``shards`` compares the shards of one run, which differ in ``shard`` (and may reach
+    their models at other addresses)."""
     for name, path in _SAME_RUN:
         if path[-1] == "file_sha256" and _get(old, path) is None:
             continue  # a downloaded file not yet fetched when the run started
@@ -357,13 +357,15 @@ def _check_same_run(
         raise UsageError(
             f"{where}: cannot resume: --shard was {old.get('shard')}, now {new.get('shard')}"
         )
-    for name, key in _SAME_RUN_TREES:
+    for name, key in () if shards else _SAME_RUN_TREES:
+        # Shards may reach the same models at other addresses, so merging compares
+        # only the fields above.
         if key not in old:
             continue  # not recorded by the run that wrote the config
         diff = _first_difference(old.get(key), new.get(key))
         if diff is not None:
             raise UsageError(
-                f"{where}: cannot {'merge' if shards else 'resume'}: the {name} changed "
+                f"{where}: cannot resume: the {name} changed "
                 f"({diff}); run it in a new --out directory"
             )
 
