@@ -431,3 +431,41 @@ def test_resume_accepts_a_moved_pool_with_a_new_time_out(
               cache=tmp_path / "c")  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert len(keys(out)) == 8
+
+
+def test_resume_a_singles_run_from_its_directory(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    script_math(fake_server)
+    data = make_math_file(tmp_path / "m.jsonl", 3)
+    out = tmp_path / "singles"
+    res = cli("bench", "math500", "--pool", str(bench_pool(tmp_path, fake_server)),
+              "--data", str(data), "--strategy", "singles", "--out", str(out),
+              cache=tmp_path / "c")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    for d in ("single-w0", "single-w1"):
+        lines = (out / d / "samples.jsonl").read_text().splitlines(keepends=True)
+        (out / d / "samples.jsonl").write_text(lines[0])
+    res = cli("bench", "--resume", str(out), "--no-cache", cache=tmp_path / "c")
+    assert res.returncode == 0, res.stderr
+    assert len(keys(out / "single-w0")) == len(keys(out / "single-w1")) == 3
+    assert {r["conductor"]["strategy"] for r in read_samples(out / "single-w1")} == {"single:w1"}
+
+
+async def test_an_error_outside_any_sample_stops_the_run_with_its_reason(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    script_math(fake_server)
+    strat, pool = single(tmp_path, fake_server)
+    data = make_math_file(tmp_path / "m.jsonl", 20)
+
+    def progress(p: Any) -> None:
+        if p.done == 3:
+            raise KeyError("display broke")
+
+    opts = BenchOptions(out_dir=tmp_path / "run", data_file=data, concurrency=2,
+                        grader_concurrency=1)  # fmt: skip
+    with pytest.raises(BenchStopped, match="unexpected error .KeyError: 'display broke'"):
+        await run_benchmark(MATH, strat, get_grader("math"), pool, opts, on_progress=progress)
+    assert len(read_samples(tmp_path / "run")) == 3
+    assert len(fake_server.requests) <= 3 + 2 + 1  # written, and in flight (2 slots, 1 grader)
