@@ -206,7 +206,7 @@ async def test_retry_errors_reruns_failed_samples_without_duplicates(
     fake_server.script(CONDUCTOR_MODEL, [lists([0], ["Solve the problem."], [[]])])
     fake_server.script(
         "w0",
-        lambda r: Fault(401, "bad key") if number_in(r) % 3 == 0 else f"\\boxed{{{number_in(r)}}}",
+        lambda r: Fault(400, "bad") if number_in(r) % 3 == 0 else f"\\boxed{{{number_in(r)}}}",
     )
     pool = load_pool(bench_pool(tmp_path, fake_server))
     spec = load_benchmark("math500")
@@ -222,7 +222,7 @@ async def test_retry_errors_reruns_failed_samples_without_duplicates(
     out = tmp_path / "run"
     opts = BenchOptions(out_dir=out, data_file=data)
     first = await run_benchmark(spec, strategy(), grader, {}, opts)
-    assert first.errors == 2  # items 0 and 3 failed with 401
+    assert first.errors == 2  # items 0 and 3 failed with 400
     fake_server.script("w0", lambda r: f"\\boxed{{{number_in(r)}}}")
     # A plain resume skips failed samples too; --retry-errors runs them again.
     plain = BenchOptions(out_dir=out, data_file=data, resume=True)

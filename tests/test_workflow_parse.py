@@ -185,3 +185,29 @@ def test_huge_hostile_reply_is_bounded() -> None:
     assert time.perf_counter() - t0 < 10
     assert [s.worker for s in wf.steps] == [0]
     assert len(junk) > MAX_REPLY_CHARS
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "model_id = " + "[" * 100_000 + "]" * 100_000 + '\nsubtasks = ["a"]\naccess_list = [[]]',
+        'model_id = [0]\nsubtasks = ["a"]\naccess_list = [' + "[" * 100_000 + "]" * 100_000 + "]",
+        "model_id = [0]\nsubtasks = [" + "[a, " * 100_000 + "]" * 100_001 + "\naccess_list = [[]]",
+        "model_id = [0]\nsubtasks = [" + "[a'b, " * 5_000 + "]" * 5_001 + "\naccess_list = [[]]",
+        "model_id = [" + "[" * 100_000,
+    ],
+    ids=["ids", "access", "lenient_words", "lenient_apostrophes", "unclosed"],
+)
+def test_deeply_nested_brackets_are_a_parse_error_not_a_crash(text: str) -> None:
+    """A reply of 100,000 nested brackets is refused with a reason (once a RecursionError
+    that escaped the executor and lost the benchmark sample)."""
+    with pytest.raises(WorkflowParseError):
+        parse_workflow(text, n_workers=2)
+
+
+def test_deep_nesting_within_the_read_window_names_the_list() -> None:
+    depth = 7_000  # 14,000 brackets: inside MAX_REPLY_CHARS, so every one is scanned
+    text = 'model_id = [0]\nsubtasks = ["a"]\naccess_list = [' + "[" * depth + "]" * depth + "]"
+    with pytest.raises(WorkflowParseError) as info:
+        parse_workflow(text, n_workers=2)
+    assert "`access_list` list nests brackets more than" in info.value.reason

@@ -9,6 +9,7 @@ need them so that ``conductor --help`` and ``conductor trace`` start instantly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -229,13 +230,13 @@ def _parse_shard(text: str | None) -> tuple[int, int] | None:
 @app.command()
 def bench(
     benchmark: Annotated[
-        str,
+        str | None,
         typer.Argument(
             help="A shipped benchmark (gpqa-diamond, math500, aime24, aime25, mmlu, "
             "livecodebench, bigcodebench-hard) or a benchmark YAML file; `merge` joins "
-            "shard directories."
+            "shard directories.  With --resume DIR it may be left out."
         ),
-    ],
+    ] = None,
     dirs: Annotated[
         list[Path] | None, typer.Argument(help="With `merge`: the shard directories.")
     ] = None,
@@ -247,13 +248,13 @@ def bench(
         typer.Option("--conductor", "-c", help="Conductor SPEC (as for ask)."),
     ] = None,
     strategy: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--strategy",
             help="conductor, single:WORKER, vote:K:WORKER, moa, moa:AGGREGATOR, "
-            "reflect:K:WORKER, or singles (every worker alone).",
+            "reflect:K:WORKER, or singles (every worker alone).  Default: conductor.",
         ),
-    ] = "conductor",
+    ] = None,
     data: Annotated[
         Path | None, typer.Option("--data", help="Run on a local file in the same schema.")
     ] = None,
@@ -261,15 +262,23 @@ def bench(
     epochs: Annotated[
         int | None, typer.Option("--epochs", min=1, help="Repeats per sample.")
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for choice shuffling.")] = 0,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Seed for choice shuffling (default 0).")
+    ] = None,
     concurrency: Annotated[
-        int, typer.Option("--concurrency", min=1, help="Samples in flight at once.")
-    ] = 16,
+        int | None,
+        typer.Option("--concurrency", min=1, help="Samples in flight at once (default 16)."),
+    ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Run directory (default: runs/...).")
     ] = None,
     resume: Annotated[
-        Path | None, typer.Option("--resume", help="Continue the run in this directory.")
+        Path | None,
+        typer.Option(
+            "--resume",
+            help="Continue the run in this directory, with the settings it was started "
+            "with; options given beside it must agree with them.",
+        ),
     ] = None,
     retry_errors: Annotated[
         bool, typer.Option("--retry-errors", help="With --resume: run failed samples again.")
@@ -278,7 +287,7 @@ def bench(
         str | None, typer.Option("--shard", help="Run shard I of N (I/N, from 0).")
     ] = None,
     max_steps: Annotated[int | None, typer.Option("--max-steps", min=1)] = None,
-    rounds: Annotated[int, typer.Option("--rounds", min=1)] = 1,
+    rounds: Annotated[int | None, typer.Option("--rounds", min=1)] = None,
     budget_usd: Annotated[float | None, typer.Option("--budget-usd", min=0.0)] = None,
     max_calls: Annotated[int | None, typer.Option("--max-calls", min=1)] = None,
     no_cache: Annotated[
@@ -293,15 +302,51 @@ def bench(
         raise UsageError(f"unexpected arguments after the benchmark name: {dirs}")
     from .bench.spec import load_benchmark
 
-    spec = load_benchmark(benchmark)
-    pool_obj = _load_pool(pool)
-    shard_t = _parse_shard(shard)
     if retry_errors and resume is None:
         raise UsageError("--retry-errors needs --resume DIR")
     if resume is not None:
         if out is not None and out != resume:
             raise UsageError("give either --out or --resume, not both")
         out = resume
+    # What was not given again is taken from the run being resumed.
+    stored = _stored_invocation(resume) if resume is not None else {}
+    benchmark = benchmark if benchmark is not None else stored.get("benchmark")
+    if benchmark is None:
+        raise UsageError("name a benchmark, or give --resume DIR to continue a run")
+    pool = pool if pool is not None else stored.get("pool")
+    conductor = conductor if conductor is not None else stored.get("conductor")
+    strategy = strategy or stored.get("strategy") or "conductor"
+    data = data if data is not None else _opt_path(stored.get("data"))
+    limit = limit if limit is not None else stored.get("limit")
+    epochs = epochs if epochs is not None else stored.get("epochs")
+    seed = seed if seed is not None else stored.get("seed", 0)
+    concurrency = concurrency or stored.get("concurrency") or 16
+    shard = shard if shard is not None else stored.get("shard")
+    max_steps = max_steps if max_steps is not None else stored.get("max_steps")
+    rounds = rounds or stored.get("rounds") or 1
+    budget_usd = budget_usd if budget_usd is not None else stored.get("budget_usd")
+    max_calls = max_calls if max_calls is not None else stored.get("max_calls")
+
+    spec = load_benchmark(benchmark)
+    pool_obj = _load_pool(pool)
+    shard_t = _parse_shard(shard)
+    invocation = {
+        # Files by absolute path, shipped names as names (they move with the package).
+        "benchmark": _as_given(benchmark),
+        "pool": _as_given(pool),
+        "conductor": conductor,
+        "strategy": strategy,
+        "data": str(data.resolve()) if data is not None else None,
+        "limit": limit,
+        "epochs": epochs,
+        "seed": seed,
+        "shard": shard,
+        "max_steps": max_steps,
+        "rounds": rounds,
+        "budget_usd": budget_usd,
+        "max_calls": max_calls,
+        "concurrency": concurrency,
+    }
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         label = strategy.replace(":", "-")
@@ -329,6 +374,7 @@ def bench(
             shard=shard_t,
             settings=(max_steps, rounds, budget_usd, max_calls),
             no_cache=no_cache,
+            invocation=invocation,
         )
         failed = failed or (progress.done > 0 and progress.errors == progress.done)
         run_dirs.append(run_dir)
@@ -354,10 +400,11 @@ def _bench_one(
     shard: tuple[int, int] | None,
     settings: tuple[int | None, int, float | None, int | None],
     no_cache: bool,
+    invocation: dict[str, Any] | None = None,
 ) -> Any:
     from .bench.graders import get_grader
     from .bench.report import write_summary
-    from .bench.runner import BenchOptions, run_benchmark
+    from .bench.runner import BenchOptions, BenchStopped, run_benchmark
     from .bench.strategies import ConductorStrategy, answer_key_for, parse_strategy
     from .conductors.spec import resolve_conductor
     from .execute import RunSettings
@@ -376,6 +423,8 @@ def _bench_one(
         resume=resume,
         retry_errors=retry_errors,
         shard=shard,
+        invocation=invocation,
+        pool_sha256=_file_sha256(pool_obj.path),
     )
     console = _err()
 
@@ -430,6 +479,11 @@ def _bench_one(
 
         try:
             progress = asyncio.run(go(on_progress))
+        except BenchStopped:
+            # What was written is summarised if the directory still takes a write.
+            with contextlib.suppress(Exception):
+                write_summary(run_dir)
+            raise
         except KeyboardInterrupt:
             write_summary(run_dir)
             _err().print(
@@ -438,6 +492,43 @@ def _bench_one(
             raise typer.Exit(130) from None
     write_summary(run_dir)
     return progress
+
+
+def _stored_invocation(run_dir: Path) -> dict[str, Any]:
+    """The options a bench run in ``run_dir`` was started with (for ``--resume DIR``).
+
+    A ``singles`` run keeps one directory per worker below ``run_dir``; the first one
+    speaks for all."""
+    from .bench.runner import CONFIG, read_run_config, stored_invocation
+
+    if not (run_dir / CONFIG).is_file():
+        singles = sorted(run_dir.glob(f"single-*/{CONFIG}"))
+        if singles:
+            return {**stored_invocation(read_run_config(singles[0].parent)), "strategy": "singles"}
+    return stored_invocation(read_run_config(run_dir))
+
+
+def _as_given(name_or_path: str | None) -> str | None:
+    """A file's absolute path, or the name of a shipped file unchanged."""
+    if name_or_path is None:
+        return None
+    path = Path(name_or_path).expanduser()
+    return str(path.resolve()) if path.is_file() else name_or_path
+
+
+def _opt_path(value: Any) -> Path | None:
+    return Path(value) if isinstance(value, str) and value else None
+
+
+def _file_sha256(path: Path | None) -> str | None:
+    import hashlib
+
+    if path is None:
+        return None
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def _bench_merge(dirs: list[Path], out: Path | None) -> None:

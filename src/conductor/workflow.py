@@ -27,6 +27,7 @@ from .text import strip_think
 
 __all__ = [
     "ALL",
+    "MAX_NESTING",
     "MAX_REPLY_CHARS",
     "Access",
     "Step",
@@ -42,6 +43,10 @@ ALL: Literal["all"] = "all"
 #: Only this many characters at the end of a reply (after reasoning blocks are removed)
 #: are searched for the lists.
 MAX_REPLY_CHARS = 16_000
+#: Lists nested deeper than this are refused: a workflow needs two levels, and a bound
+#: keeps every reader below (``ast``, ``json``, the lenient reader, ``repr`` in error
+#: messages) far from Python's recursion limit whatever the reply holds.
+MAX_NESTING = 32
 #: ``"all"`` (every earlier step), or the explicit indices of earlier steps
 #: (the empty tuple means the step sees no earlier step).
 Access = Literal["all"] | tuple[int, ...]
@@ -106,39 +111,53 @@ class _Found:
     """One labelled list found in the reply."""
 
     kind: str
-    value: list[Any] | None  # None when its brackets never close
+    value: list[Any] | None  # None when its brackets never close or nest too deep
     start: int
+    too_deep: bool = False
 
 
-def _balanced_end(text: str, start: int, *, honour_strings: bool) -> int | None:
-    """Index just past the bracket that closes the ``[`` at ``start``, or None.
+# The characters that matter when matching brackets; the scan jumps between them.
+# Parentheses and braces do not close a list but count towards its nesting, since the
+# literal and JSON readers nest through them too.
+_BRACKET_OR_QUOTE = re.compile(r"[\[\](){}\"'\\]")
+_BRACKET = re.compile(r"[\[\](){}]")
+
+
+def _balanced_end(text: str, start: int, *, honour_strings: bool) -> tuple[int | None, int]:
+    """Index just past the bracket that closes the ``[`` at ``start`` (or None), and
+    the deepest nesting of brackets, parentheses and braces seen on the way.
 
     With ``honour_strings`` brackets inside quoted strings do not count and backslash
     escapes are honoured (the normal case); without it quotes are ignored, which rescues
     lenient lists such as ``[Check Bob's proof]`` whose apostrophe opens no string.
     """
     depth = 0
+    nesting = 0
+    deepest = 0
     quote: str | None = None
-    i = start
-    n = len(text)
-    while i < n:
-        ch = text[i]
+    pattern = _BRACKET_OR_QUOTE if honour_strings else _BRACKET
+    pos = start
+    while (match := pattern.search(text, pos)) is not None:
+        ch = match.group()
+        pos = match.end()
         if quote is not None:
             if ch == "\\":
-                i += 2
-                continue
-            if ch == quote:
+                pos += 1  # the escaped character never ends the string
+            elif ch == quote:
                 quote = None
-        elif honour_strings and ch in "\"'":
+        elif ch in "\"'":
             quote = ch
-        elif ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return None
+        elif ch in "[({":
+            depth += ch == "["
+            nesting += 1
+            deepest = max(deepest, nesting)
+        elif ch in "])}":
+            nesting = max(0, nesting - 1)
+            if ch == "]":
+                depth -= 1
+                if depth == 0:
+                    return pos, deepest
+    return None, deepest
 
 
 def _split_top_level(inner: str) -> list[str]:
@@ -179,12 +198,16 @@ def _split_top_level(inner: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def _lenient_list(source: str) -> list[Any]:
-    """Last resort: read ``[a, b, [c]]`` item by item, unquoted words as strings."""
+def _lenient_list(source: str, depth: int) -> list[Any]:
+    """Last resort: read ``[a, b, [c]]`` item by item, unquoted words as strings.
+
+    ``depth`` counts the enclosing lists; past :data:`MAX_NESTING` an inner list is kept
+    as its text, so no input can drive the reader into deep recursion.
+    """
     items: list[Any] = []
     for part in _split_top_level(source.strip()[1:-1]):
-        if part.startswith("[") and part.endswith("]"):
-            items.append(_read_list(part))
+        if part.startswith("[") and part.endswith("]") and depth < MAX_NESTING:
+            items.append(_read_list(part, depth + 1))
             continue
         try:
             items.append(ast.literal_eval(part))
@@ -197,8 +220,11 @@ def _lenient_list(source: str) -> list[Any]:
     return items
 
 
-def _read_list(source: str) -> list[Any]:
-    """Read a bracketed list: as a Python literal, then as JSON, then leniently."""
+def _read_list(source: str, depth: int = 1) -> list[Any]:
+    """Read a bracketed list: as a Python literal, then as JSON, then leniently.
+
+    Callers pass only lists whose brackets nest at most :data:`MAX_NESTING` deep, so
+    the literal and JSON readers never meet deep input."""
     try:
         value = ast.literal_eval(source)
         if isinstance(value, list):
@@ -212,7 +238,7 @@ def _read_list(source: str) -> list[Any]:
             return value
     except (ValueError, RecursionError):
         pass
-    return _lenient_list(source)
+    return _lenient_list(source, depth)
 
 
 def _find_lists(text: str) -> list[_Found]:
@@ -229,12 +255,13 @@ def _find_lists(text: str) -> list[_Found]:
             return found
         kind = match.lastgroup or _MODEL
         bracket = match.end()
-        end = _balanced_end(text, bracket, honour_strings=True)
+        end, deepest = _balanced_end(text, bracket, honour_strings=True)
         if end is None:
-            end = _balanced_end(text, bracket, honour_strings=False)
-        if end is None:
-            found.append(_Found(kind, None, match.start()))
-            pos = bracket + 1
+            end, deepest = _balanced_end(text, bracket, honour_strings=False)
+        if end is None or deepest > MAX_NESTING:
+            too_deep = end is not None
+            found.append(_Found(kind, None, match.start(), too_deep=too_deep))
+            pos = bracket + 1 if end is None else end
             continue
         found.append(_Found(kind, _read_list(text[bracket:end]), match.start()))
         pos = end
@@ -417,7 +444,13 @@ def parse_workflow(
 
 def _why_incomplete(found: list[_Found]) -> str:
     """The reason when no complete triple exists, about the last attempt at one."""
-    unclosed = [f for f in found if f.value is None]
+    unreadable = [f for f in found if f.value is None]
+    if unreadable and unreadable[-1].too_deep:
+        return (
+            f"the `{unreadable[-1].kind}` list nests brackets more than {MAX_NESTING} deep; "
+            "write flat lists as described"
+        )
+    unclosed = unreadable
     if unclosed:
         return f"the `{unclosed[-1].kind}` list is never closed (unbalanced brackets)"
     groups = _group(found)
