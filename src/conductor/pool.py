@@ -194,6 +194,9 @@ _SECRET_PARAM_NAMES = frozenset(
 )
 _SECRET_PARAM_SUFFIXES = ("_key", "_token", "_secret", "_password", "apikey")
 _REDACTED = "***"
+#: How deeply collections may nest in a pool, benchmark or training file; the readers
+#: recurse, and no real file comes near this.
+MAX_YAML_DEPTH = 64
 
 
 def _line(node: yaml.Node) -> int:
@@ -848,7 +851,40 @@ def compose_yaml(
         ) from None
     except yaml.YAMLError as exc:
         raise error_class(f"invalid YAML: {exc}", path=source) from None
+    except RecursionError:
+        # PyYAML composes nested collections recursively.
+        raise error_class(
+            f"invalid YAML: collections are nested too deeply (at most {MAX_YAML_DEPTH} "
+            "levels are read)",
+            path=source,
+        ) from None
+    _check_depth(node, source, error_class)
     return node
+
+
+def _check_depth(root: yaml.Node | None, source: str, error_class: type[PoolError]) -> None:
+    """Refuse trees deeper than :data:`MAX_YAML_DEPTH` before any recursive reader sees
+    them (an explicit stack: the check itself must not recurse)."""
+    stack: list[tuple[yaml.Node, int]] = [(root, 1)] if root is not None else []
+    # Deepest level each node was walked at: an alias reached deeper is walked again.
+    seen: dict[int, int] = {}
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_YAML_DEPTH:
+            raise error_class(
+                f"invalid YAML: collections are nested more than {MAX_YAML_DEPTH} levels deep",
+                path=source,
+                line=_line(node),
+            )
+        if seen.get(id(node), 0) >= depth:
+            continue
+        seen[id(node)] = depth
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                stack.append((key, depth + 1))
+                stack.append((value, depth + 1))
 
 
 def load_pool_text(
