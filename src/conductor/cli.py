@@ -181,9 +181,7 @@ def ask(
             console.print(f"record written to {out}  (conductor trace {out})")
     if record.status == "failed":
         # One plain sentence on stderr as well, for scripts and narrow terminals.
-        _err().print(
-            f"error: the run failed: {escape(printable(record.error or ''))}", highlight=False
-        )
+        _print_error(f"the run failed: {record.error or ''}")
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -828,7 +826,9 @@ def _describe_os_error(exc: OSError) -> str:
 
 
 def _print_error(message: str) -> None:
-    _err().print(f"[red]error:[/red] {escape(printable(message))}", markup=True, highlight=False)
+    _err().print(
+        f"[red]error:[/red] {escape(printable(message))}", markup=True, highlight=False, emoji=False
+    )
 
 
 if __name__ == "__main__":

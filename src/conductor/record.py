@@ -312,7 +312,9 @@ def record_from_dict(data: dict[str, Any]) -> RunRecord:
             f"run record schema version {version} is not supported "
             f"(this conductor reads version {SCHEMA_VERSION})"
         )
-    rounds = [_build_round(r, f"rounds[{i}]") for i, r in enumerate(_list_of(data, "rounds", ""))]
+    rounds = [
+        _build_round(r, f"rounds[{i}]") for i, r in enumerate(_list_of(data, "rounds", "record"))
+    ]
     totals = _build(Totals, data.get("totals", {}), "totals")
     record: RunRecord = _build(RunRecord, data, "record", {"rounds": rounds, "totals": totals})
     return record
