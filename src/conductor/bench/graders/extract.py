@@ -342,6 +342,9 @@ def extract_math_answer(text: str) -> str | None:
     return None
 
 
+# The last "answer:" label of a line and what follows it (the greedy prefix finds the
+# last one; a single match attempt per line keeps it linear).
+_LAST_INLINE_ANSWER = re.compile(r".*\banswer[ \t*_]*[:：][ \t]*(.*)", re.IGNORECASE)
 _BLANK_LINE = re.compile(r"\n[ \t\r]*\n")
 
 
@@ -360,13 +363,12 @@ def _last_answer(text: str) -> str | None:
     answer: 42."), whichever comes last."""
     found = _answer_lines(text)
     start = _final_paragraph_start(text)
-    line_starts = {offset for offset, _content in found}
     offset = start
     for line in text[start:].splitlines(keepends=True):
-        if offset not in line_starts:
-            for match in _INLINE_ANSWER.finditer(line):
-                content = _strip_markup(match.group(1)).rstrip(".").strip()
-                if content:
-                    found.append((offset + match.start(), content))
+        # Also on answer lines: "Answer: 3, no, the answer: 4" ends with 4.
+        match = _LAST_INLINE_ANSWER.match(line)
+        content = _strip_markup(match.group(1)) if match else ""
+        if match and content:
+            found.append((offset + match.start(1), content))
         offset += len(line)
     return max(found, key=lambda item: item[0])[1] if found else None
