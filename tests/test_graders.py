@@ -414,3 +414,16 @@ def test_building_the_grader_starts_children_before_any_answer() -> None:
     finally:
         math_mod._POOL = monkey_pool
         pool.close()
+
+
+def test_a_child_that_cannot_start_is_a_grader_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # E.g. an interpreter under a private home directory, graded as another user.
+    monkeypatch.setattr(math_mod, "_POOL", math_mod._ChildPool(2))
+    monkeypatch.setattr(math_mod.sys, "executable", "/nonexistent/python3")
+    grader = MathGrader()  # warming fails quietly in the background
+    verdict = grader.grade(r"\boxed{\sqrt{8}}", _sample(r"2\sqrt{2}"))
+    assert verdict.status == "grader_error"
+    assert "cannot start the comparison process (/nonexistent/python3)" in verdict.reason
+    # Plain numbers need no child at all.
+    assert grader.grade("ANSWER: 0.5", _sample("1/2")).status == "correct"
+    math_mod._POOL.close()

@@ -154,11 +154,13 @@ def ask(
     """Answer one question with an orchestrated workflow and show how it was made."""
     from .conductors.spec import resolve_conductor
     from .execute import RunSettings
-    from .record import write_record
+    from .record import check_record_path, write_record
     from .render import answer_panel, step_table, to_json, topology
     from .text import check_question
 
     check_question(question)
+    if out is not None:
+        check_record_path(out)
     pool_obj = _load_pool(pool)
     cond = resolve_conductor(pool_obj, conductor, max_steps=max_steps, template=template)
     settings = RunSettings(
@@ -826,8 +828,13 @@ def _describe_os_error(exc: OSError) -> str:
 
 
 def _print_error(message: str) -> None:
+    # One line whatever the width (scripts read it); no emoji codes such as ":x:".
     _err().print(
-        f"[red]error:[/red] {escape(printable(message))}", markup=True, highlight=False, emoji=False
+        f"[red]error:[/red] {escape(printable(message))}",
+        markup=True,
+        highlight=False,
+        emoji=False,
+        soft_wrap=True,
     )
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "RunStatus",
     "StepRecord",
     "Totals",
+    "check_record_path",
     "new_run_id",
     "now_iso",
     "read_record",
@@ -322,12 +323,26 @@ def record_from_dict(data: dict[str, Any]) -> RunRecord:
 
 def write_record(record: RunRecord, path: str | Path) -> None:
     """Write ``record`` as indented JSON (atomically: a temp file, then a rename)."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
     text = json.dumps(record_to_dict(record), indent=2, ensure_ascii=False) + "\n"
+    _write_atomically(Path(path), text)
+
+
+def check_record_path(path: str | Path) -> None:
+    """Raise the error :func:`write_record` would raise for ``path``, before a run is
+    paid for (by writing and removing its temporary file)."""
+    _write_atomically(Path(path), None)
+
+
+def _write_atomically(target: Path, text: str | None) -> None:
+    if target.is_dir():
+        raise UsageError(f"{target}: is a directory; give a file path for the run record")
+    tmp = target.with_name(f".{target.name}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(target)
+        tmp.write_text(text or "", encoding="utf-8")
+        if text is None:
+            tmp.unlink()
+        else:
+            tmp.replace(target)
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)

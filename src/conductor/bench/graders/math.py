@@ -228,15 +228,20 @@ class _Child:
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (package_root, env.get("PYTHONPATH", "")) if p
         )
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", _CHILD_CODE],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            text=True,
-            encoding="utf-8",
-        )
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", _CHILD_CODE],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                text=True,
+                encoding="utf-8",
+            )
+        except OSError as exc:  # the interpreter cannot be run (permissions, resources)
+            raise _ChildFailed(
+                f"cannot start the comparison process ({sys.executable}): {exc.strerror or exc}"
+            ) from None
         self._replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
         # A reader thread turns the blocking pipe into a queue that can be waited on
         # with a time-out, on every platform.
@@ -342,7 +347,7 @@ class _ChildPool:
         for _ in range(count):
             try:
                 child: _Child | None = _Child()
-            except _ChildFailed as exc:
+            except Exception as exc:  # nothing may escape a background thread
                 # A comparison that needs a child starts one itself and reports why not.
                 log.debug("math grader: warming a child failed: %s", exc)
                 child = None
