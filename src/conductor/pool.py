@@ -323,7 +323,9 @@ class _Reader:
             if node.style is None:
                 # A plain (unquoted) scalar is typed by what it expands to, so that
                 # `max_tokens: ${MAX_TOKENS:-4096}` gives an int and `${URL:-}` gives null.
-                tag = self.loader.resolve(yaml.ScalarNode, expanded, (True, False))
+                tag = self.loader.resolve(  # type: ignore[no-untyped-call, unused-ignore]
+                    yaml.ScalarNode, expanded, (True, False)
+                )
                 return self.construct(yaml.ScalarNode(tag, expanded), field, node)
             return expanded
         return value
@@ -348,6 +350,7 @@ class _Reader:
             return self.scalar(node, field)
         if isinstance(node, yaml.SequenceNode):
             return [self.plain(item, f"{field}[{i}]") for i, item in enumerate(node.value)]
+        assert isinstance(node, yaml.MappingNode)  # the only other kind of node
         out: dict[str, Any] = {}
         for key, _key_node, value_node in self.items(node, field):
             out[key] = self.plain(value_node, f"{field}.{key}")
@@ -456,7 +459,7 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             raise self.error(f"{field} must be {kind}, got {_show(value)}", node, field)
-        return value
+        return int(value)
 
     def number(
         self,
@@ -688,7 +691,7 @@ class _Reader:
         return Worker(**kwargs)
 
     def workers(
-        self, node: yaml.Node | None, top: yaml.Node, defaults: dict[str, Any]
+        self, node: yaml.Node | None, top: yaml.Node | None, defaults: dict[str, Any]
     ) -> tuple[Worker, ...]:
         if node is None:
             raise self.error('the pool is missing required key "workers"', top, "workers")
