@@ -465,3 +465,13 @@ def test_livecodebench_rows_have_no_line_limit(
 def test_missing_data_file_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no such data file"):
         list(iter_samples(load_benchmark("math500"), data_file=tmp_path / "nope.jsonl"))
+
+
+def test_a_huge_csv_cell_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conductor.bench import data as data_mod
+
+    monkeypatch.setattr(data_mod, "MAX_ROW_BYTES", 1000)
+    path = tmp_path / "d.csv"
+    path.write_text("problem,answer\nfine,1\n" + "x" * 5000 + ",2\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=r"d.csv:\d+: not valid CSV \(field larger than"):
+        count_samples(load_benchmark("math500"), data_file=path)

@@ -239,7 +239,7 @@ def _check(value: Any, expected: Any, where: str) -> Any:
                     _check(value[key], kind, f"{where}.{key}")
             return value
     else:
-        raise AssertionError(f"no check for {expected!r}")  # a new field type
+        return value  # a kind of field this reader does not check
     shown = json.dumps(value, ensure_ascii=True, default=str)
     if len(shown) > 40:
         shown = shown[:37] + "..."

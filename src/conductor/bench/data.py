@@ -279,7 +279,7 @@ def _file_rows(path: Path, max_line: int | None) -> Iterator[_LocatedRow]:
     if suffix == ".json":
         return _json_rows(path)
     if suffix == ".csv":
-        return _csv_rows(path)
+        return _csv_rows(path, max_line)
     if suffix == ".parquet":
         return _parquet_rows(path)
     raise UsageError(f"{path}: data files must be .jsonl, .json, .csv or .parquet")
@@ -347,9 +347,10 @@ def _json_rows(path: Path) -> Iterator[_LocatedRow]:
         yield f"{path}: item {i}", row
 
 
-def _csv_rows(path: Path) -> Iterator[_LocatedRow]:
-    # Some benchmark cells are long (whole problem statements with code).
-    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+def _csv_rows(path: Path, max_field: int | None = None) -> Iterator[_LocatedRow]:
+    # Some benchmark cells are long (whole problem statements with code), but a cell
+    # over the row limit is refused as soon as the reader sees it is too long.
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1, max_field or sys.maxsize))
     with open(path, encoding="utf-8", newline="") as fh:
         reader = csv.DictReader(fh)
         while True:
