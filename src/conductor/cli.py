@@ -617,7 +617,9 @@ def pools_list() -> None:
         try:
             p = load_pool(path)
         except ConductorError as exc:
-            table.add_row(path.stem, "-", "-", f"[red]{escape(str(exc))}[/red]", str(path))
+            table.add_row(
+                path.stem, "-", "-", f"[red]{escape(printable(str(exc)))}[/red]", str(path)
+            )
             continue
         backend = p.conductor.backend if p.conductor else "-"
         table.add_row(p.name, str(len(p.workers)), backend, p.description or "", str(path))
