@@ -364,6 +364,114 @@ def test_missing_column_is_a_clear_error(tmp_path: Path) -> None:
         list(iter_samples(spec, data_file=path))
 
 
+@pytest.mark.parametrize("count", [False, True], ids=["iter", "count"])
+def test_missing_column_names_the_row_and_the_columns_found(tmp_path: Path, count: bool) -> None:
+    path = tmp_path / "d.jsonl"
+    good = {"problem": "What is 1+1?", "answer": "2"}
+    path.write_text(json.dumps(good) + "\n\n" + json.dumps({"problem": "q", "gold": "1"}) + "\n")
+    spec = load_benchmark("math500")
+    read = count_samples if count else (lambda spec, **kw: list(iter_samples(spec, **kw)))
+    # Bad input (exit 2), found before any sample of a bench runs: counting checks rows.
+    with pytest.raises(UsageError) as info:
+        read(spec, data_file=path)
+    assert isinstance(info.value, DatasetError)
+    assert str(info.value).startswith(f"{path}:3: ")
+    assert "no column 'answer' (it has: gold, problem)" in str(info.value)
+
+
+def _latin1(path: Path, text: str) -> Path:
+    path.write_bytes(text.encode("latin-1"))
+    return path
+
+
+def test_data_files_that_are_not_utf8_are_refused_with_their_line(tmp_path: Path) -> None:
+    spec = load_benchmark("math500")
+    ok = json.dumps({"problem": "fine", "answer": "1"})
+    jsonl = _latin1(tmp_path / "d.jsonl", ok + "\n" + '{"problem": "caf\u00e9", "answer": "1"}\n')
+    with pytest.raises(UsageError, match=r"d.jsonl:2: is not UTF-8 text \(byte 0xe9"):
+        count_samples(spec, data_file=jsonl)
+    csv_file = _latin1(tmp_path / "d.csv", "problem,answer\nfine,1\ncaf\u00e9,2\n")
+    with pytest.raises(UsageError, match=r"d.csv:\d+: is not UTF-8 text"):
+        list(iter_samples(spec, data_file=csv_file))
+    json_file = _latin1(tmp_path / "d.json", '[{"problem": "caf\u00e9", "answer": "1"}]')
+    with pytest.raises(UsageError, match=r"d.json: is not UTF-8 text"):
+        list(iter_samples(spec, data_file=json_file))
+
+
+def test_a_question_over_the_limit_is_refused_at_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONDUCTOR_MAX_QUESTION_CHARS", "50")
+    path = tmp_path / "d.jsonl"
+    rows_ = [{"problem": "short", "answer": "1"}, {"problem": "x" * 51, "answer": "2"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows_))
+    spec = load_benchmark("math500")
+    with pytest.raises(UsageError, match=r"d.jsonl:2: the question is 51 characters long"):
+        count_samples(spec, data_file=path)
+    monkeypatch.setenv("CONDUCTOR_MAX_QUESTION_CHARS", "51")
+    assert count_samples(spec, data_file=path) == 2
+    monkeypatch.setenv("CONDUCTOR_MAX_QUESTION_CHARS", "lots")
+    with pytest.raises(UsageError, match="CONDUCTOR_MAX_QUESTION_CHARS"):
+        count_samples(spec, data_file=path)
+
+
+def test_the_default_question_limit_is_documented() -> None:
+    from conductor.text import MAX_QUESTION_CHARS, check_question
+
+    check_question("x" * MAX_QUESTION_CHARS)
+    with pytest.raises(UsageError, match="over the limit of 1,000,000"):
+        check_question("x" * (MAX_QUESTION_CHARS + 1))
+
+
+def test_a_lone_surrogate_in_a_question_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"problem": "bad \\ud800 text", "answer": "1"}\n')
+    with pytest.raises(UsageError, match=r"d.jsonl:1: the question holds a lone surrogate"):
+        count_samples(load_benchmark("math500"), data_file=path)
+
+
+def test_a_huge_line_is_refused_without_being_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conductor.bench import data as data_mod
+
+    monkeypatch.setattr(data_mod, "MAX_ROW_BYTES", 100_000)
+    path = tmp_path / "d.jsonl"
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps({"problem": "fine", "answer": "1"}) + "\n")
+        fh.write(json.dumps({"problem": "x" * 20_000_000, "answer": "1"}) + "\n")
+    spec = load_benchmark("math500")
+    tracemalloc.start()
+    try:
+        with pytest.raises(UsageError, match=r"d.jsonl:2: the line is longer than 100,000 bytes"):
+            count_samples(spec, data_file=path)
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2_000_000, peak  # a 20 MB line, never held
+
+
+def test_livecodebench_rows_have_no_line_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conductor.bench import data as data_mod
+
+    # Their test cases make LiveCodeBench rows large; only the question is limited.
+    monkeypatch.setattr(data_mod, "MAX_ROW_BYTES", 100)
+    spec = load_benchmark("livecodebench")
+    assert count_samples(spec, data_file=FIXTURES / "livecodebench.jsonl") > 0
+
+
 def test_missing_data_file_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no such data file"):
         list(iter_samples(load_benchmark("math500"), data_file=tmp_path / "nope.jsonl"))
+
+
+def test_a_huge_csv_cell_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conductor.bench import data as data_mod
+
+    monkeypatch.setattr(data_mod, "MAX_ROW_BYTES", 1000)
+    path = tmp_path / "d.csv"
+    path.write_text("problem,answer\nfine,1\n" + "x" * 5000 + ",2\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=r"d.csv:\d+: not valid CSV \(field larger than"):
+        count_samples(load_benchmark("math500"), data_file=path)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -212,3 +216,224 @@ def test_cache_stats_and_clear(tmp_path: Path, fake_server: FakeLLMServer) -> No
     assert "removed 2" in conductor("cache", "clear", env=env).stdout
     bad = conductor("cache", "clear", "--older-than", "soon", env=env)
     assert bad.returncode == 2
+
+
+# -- bad inputs: one line, exit 2 ----------------------------------------------------
+
+
+def one_error_line(res: Any) -> str:
+    """The single line a refused command prints: no traceback, exactly one line (log
+    warnings aside)."""
+    assert "Traceback" not in res.stderr, res.stderr
+    lines = [
+        line for line in res.stderr.splitlines() if line.strip() and not line.startswith("WARNING")
+    ]
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def fake_pool(tmp_path: Path, server: FakeLLMServer) -> Path:
+    data = pool_dict(server, [worker(server, "w", api_key_env="FAKE_KEY")], api_key_env="FAKE_KEY")
+    return write_pool(tmp_path / "pool.yaml", data)
+
+
+def bench_cmd(pool: Path, data: Path, out: Path) -> list[str]:
+    return ["bench", "math500", "--pool", str(pool), "--strategy", "single:w", "--data", str(data),
+            "--out", str(out)]  # fmt: skip
+
+
+def test_bench_refuses_bad_data_before_any_request(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    pool = fake_pool(tmp_path, fake_server)
+    env = {"FAKE_KEY": "k", "CONDUCTOR_CACHE_DIR": str(tmp_path / "c")}
+    latin1 = tmp_path / "latin1.jsonl"
+    latin1.write_bytes('{"problem": "caf\u00e9?", "answer": "1"}\n'.encode("latin-1"))
+    res = conductor(*bench_cmd(pool, latin1, tmp_path / "r1"), env=env)
+    assert res.returncode == 2
+    assert f"{latin1}:1: is not UTF-8 text" in one_error_line(res)
+
+    columns = tmp_path / "columns.jsonl"
+    columns.write_text('{"question": "q", "gold": "1"}\n')
+    res = conductor(*bench_cmd(pool, columns, tmp_path / "r2"), env=env)
+    assert res.returncode == 2
+    line = one_error_line(res)
+    assert f"{columns}:1:" in line and "no column 'problem' (it has: gold, question)" in line
+
+    long = tmp_path / "long.jsonl"
+    long.write_text(json.dumps({"problem": "x" * 200, "answer": "1"}) + "\n")
+    limited = {**env, "CONDUCTOR_MAX_QUESTION_CHARS": "100"}
+    res = conductor(*bench_cmd(pool, long, tmp_path / "r3"), env=limited)
+    assert res.returncode == 2
+    assert "the question is 200 characters long, over the limit of 100" in one_error_line(res)
+    assert fake_server.requests == []
+
+
+def test_ask_refuses_a_question_over_the_limit(tmp_path: Path) -> None:
+    res = conductor("ask", "y" * 200, env={"CONDUCTOR_MAX_QUESTION_CHARS": "100"})
+    assert res.returncode == 2
+    assert "over the limit of 100" in one_error_line(res)
+
+
+def test_unusable_output_and_cache_paths_exit_2(tmp_path: Path, fake_server: FakeLLMServer) -> None:
+    fake_server.script(CONDUCTOR_MODEL, lambda request: lists([0], ["Solve it"], [[]]))
+    fake_server.set_default(lambda request: "ANSWER: 1000")
+    pool = fake_pool(tmp_path, fake_server)
+    data = tmp_path / "ok.jsonl"
+    data.write_text(json.dumps({"problem": "What is 1000?", "answer": "1000"}) + "\n")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    env = {"FAKE_KEY": "k", "CONDUCTOR_CACHE_DIR": str(tmp_path / "c")}
+
+    res = conductor("ask", "q", "--pool", str(pool), "--out", str(a_file / "run.json"), env=env)
+    assert res.returncode == 2
+    assert "cannot write the run record (Not a directory)" in one_error_line(res)
+    assert fake_server.requests == []  # refused before paying for the run
+    res = conductor(*bench_cmd(pool, data, a_file / "run"), env=env)
+    assert res.returncode == 2
+    assert f"{a_file / 'run'}: Not a directory" in one_error_line(res)
+    bad_cache = {**env, "CONDUCTOR_CACHE_DIR": str(a_file / "cache")}
+    res = conductor(*bench_cmd(pool, data, tmp_path / "r"), env=bad_cache)
+    assert res.returncode == 2
+    assert "the cache directory" in one_error_line(res) and "--no-cache" in res.stderr
+    res = conductor("cache", "stats", env=bad_cache)
+    assert res.returncode == 2
+
+
+def _as_unprivileged() -> list[str]:
+    """A command prefix that drops root (root ignores file permissions)."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv to drop privileges")
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory an unprivileged user can enter (pytest's tmp_path is private)."""
+    path = Path(tempfile.mkdtemp(prefix="conductor-test-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        for sub in path.rglob("*"):
+            with contextlib.suppress(OSError):
+                sub.chmod(0o755 if sub.is_dir() else 0o644)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_read_only_output_and_cache_directories_exit_2(
+    shared_dir: Path, fake_server: FakeLLMServer
+) -> None:
+    fake_server.script(CONDUCTOR_MODEL, lambda request: lists([0], ["Solve it"], [[]]))
+    fake_server.set_default(lambda request: "ANSWER: 1000")
+    pool = fake_pool(shared_dir, fake_server)
+    data = shared_dir / "ok.jsonl"
+    data.write_text(json.dumps({"problem": "What is 1000?", "answer": "1000"}) + "\n")
+    for path in (pool, data):
+        path.chmod(0o644)
+    read_only = shared_dir / "read-only"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    writable_cache = shared_dir / "cache"
+    writable_cache.mkdir()
+    writable_cache.chmod(0o777)
+    prefix = _as_unprivileged()
+
+    def run(*args: str, cache: Path) -> Any:
+        env = {**os.environ, "COLUMNS": "120", "FAKE_KEY": "k", "CONDUCTOR_CACHE_DIR": str(cache)}
+        return subprocess.run(
+            [*prefix, sys.executable, "-m", "conductor", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=shared_dir,
+        )
+
+    res = run(
+        "ask", "q", "--pool", str(pool), "--out", str(read_only / "r.json"), cache=writable_cache
+    )
+    assert res.returncode == 2, res.stderr
+    assert "cannot write the run record (Permission denied)" in one_error_line(res)
+    res = run(*bench_cmd(pool, data, read_only / "run"), cache=writable_cache)
+    assert res.returncode == 2, res.stderr
+    assert f"{read_only / 'run'}: Permission denied" in one_error_line(res)
+    # A read-only cache directory, empty or already holding a cache.
+    res = run(*bench_cmd(pool, data, shared_dir / "run"), cache=read_only)
+    assert res.returncode == 2, res.stderr
+    assert f"the cache directory {read_only} cannot be used" in one_error_line(res)
+    for sub in writable_cache.rglob("*"):
+        sub.chmod(0o555 if sub.is_dir() else 0o444)
+    writable_cache.chmod(0o555)
+    res = run("cache", "stats", cache=writable_cache)
+    assert res.returncode == 2, res.stderr
+    assert "cannot be used" in one_error_line(res)
+
+
+def test_deeply_nested_pool_yaml_exits_2(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("workers: " + "[" * 10_000 + "]" * 10_000 + "\n")
+    res = conductor("pools", "show", str(deep))
+    assert res.returncode == 2
+    assert f"{deep}: invalid YAML: collections are nested too deeply" in one_error_line(res)
+
+
+@pytest.mark.parametrize(
+    ("shape", "needle"),
+    [
+        ("[]", "not a conductor run record"),
+        ('{"schema_version": 1, "rounds": [1]}', "rounds[0] must be an object"),
+        ('{"schema_version": 1, "rounds": [{"steps": [{"index": 0}]}]}', "has no 'call'"),
+        ('{"schema_version": 1, "rounds": [], "question": 5}', "record.question must be"),
+        (
+            '{"schema_version": 1, "rounds": [], "question": "q", "pool": {}, "conductor": {},'
+            ' "settings": {}, "totals": {"wall_s": "3"}}',
+            'totals.wall_s must be a number, not "3"',
+        ),
+    ],
+)
+def test_malformed_run_records_exit_2(tmp_path: Path, shape: str, needle: str) -> None:
+    path = tmp_path / "run.json"
+    path.write_text(shape)
+    for fmt in ("table", "tree", "mermaid", "json"):
+        res = conductor("trace", str(path), "--format", fmt)
+        assert res.returncode == 2, res.stderr
+        line = one_error_line(res)
+        assert line.startswith(f"error: {path}: ") and needle in line
+
+
+def test_malformed_bench_samples_name_their_line(tmp_path: Path) -> None:
+    (tmp_path / "samples.jsonl").write_bytes(b'{"schema_version": 1, "rounds": 3}\n')
+    res = conductor("trace", str(tmp_path))
+    assert res.returncode == 2
+    assert "samples.jsonl:1: record.rounds must be a list" in one_error_line(res)
+
+
+def test_terminal_escapes_in_replies_are_shown_not_obeyed(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    hostile = "\x1b[2J\x1b]0;pwned\x07"
+    fake_server.script(CONDUCTOR_MODEL, [lists([0], [f"Solve it {hostile}"], [[]])])
+    fake_server.script("w", [f"ANSWER: 4 {hostile} \x9b31m"])
+    pool = fake_pool(tmp_path, fake_server)
+    out = tmp_path / "run.json"
+    env = {"FAKE_KEY": "k", "CONDUCTOR_CACHE_DIR": str(tmp_path / "c")}
+    res = conductor("ask", "q", "--pool", str(pool), "--out", str(out), env=env)
+    assert res.returncode == 0, res.stderr
+    for text in (res.stdout, res.stderr):
+        assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text
+    assert "\\x1b[2J\\x1b]0;pwned\\x07" in res.stdout
+    assert hostile in json.loads(out.read_text())["final_answer"]  # the record keeps it
+    for fmt in ("table", "tree", "mermaid", "json"):
+        shown = conductor("trace", str(out), "--format", fmt)
+        assert shown.returncode == 0, shown.stderr
+        assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+        assert "\x9b" not in shown.stdout
+    # A provider's error message is escaped too.
+    fake_server.script("w", [Fault(400, f"bad {hostile}")])
+    res = conductor("ask", "q2", "--pool", str(pool), "--no-cache", env=env)
+    assert res.returncode == 1
+    assert "\x1b" not in res.stdout + res.stderr and "\\x1b" in res.stderr

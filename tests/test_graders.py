@@ -102,6 +102,21 @@ def test_answer_tag_and_answer_line() -> None:
     assert answer_line("The answer is 3") is None
 
 
+def test_math_answer_label_anywhere_in_the_final_paragraph() -> None:
+    assert extract_math_answer("I checked it twice, so the final answer: 42.") == "42."
+    assert extract_math_answer("Therefore **Final Answer:** $x = 2$") == "$x = 2$"
+    # The last label of the line, and the later of a line-start label and an inline one.
+    assert extract_math_answer("answer: 3, no wait, the answer: 4") == "4"
+    assert extract_math_answer("Answer: 3\n\nRechecking: so the answer: 5") == "5"
+    assert extract_math_answer("So the answer: 5\nAnswer: 6") == "6"
+    # Only the final paragraph is read mid-line: earlier prose quoting "answer:" is not.
+    assert extract_math_answer("My first answer: 7 was wrong.\n\nI am not sure now.") is None
+    # A line-start label anywhere still counts, and prose without a label does not.
+    assert extract_math_answer("Answer: 8\n\nThat is all.") == "8"
+    assert extract_math_answer("The answer is 3") is None
+    assert extract_math_answer("Answer choices: A, B") is None
+
+
 def test_extract_math_answer_order() -> None:
     # <answer> beats \boxed beats ANSWER: lines, whatever their positions.
     assert extract_math_answer(r"<answer>1</answer> \boxed{2} ANSWER: 3") == "1"
@@ -227,8 +242,8 @@ def test_math_grader_without_answer_or_gold(math_grader: MathGrader) -> None:
 
 def test_math_time_limit_from_a_worker_thread(math_grader: MathGrader) -> None:
     grader = MathGrader(timeout_s=1.0)
-    # Warm a child first so that the measured time is the comparison alone.
-    assert grader.grade(r"\boxed{0.5}", _sample(r"\frac12")).status == "correct"
+    # Use a child first (plain numbers never do) so that the child taken next is known.
+    assert grader.grade(r"\boxed{\sqrt{8}}", _sample(r"2\sqrt2")).status == "correct"
     idle = list(math_mod._POOL._idle)
     assert idle, "a warm child should be waiting"
     taken = idle[-1]  # the pool hands out its most recently used child
@@ -251,7 +266,7 @@ def test_math_time_limit_from_a_worker_thread(math_grader: MathGrader) -> None:
 
 async def test_math_time_limit_under_asyncio_to_thread() -> None:
     grader = MathGrader(timeout_s=1.0)
-    grader.grade(r"\boxed{0.25}", _sample(r"\frac14"))  # warm
+    grader.grade(r"\boxed{\sqrt{8}}", _sample(r"2\sqrt2"))  # warm
     started = time.monotonic()
     verdict = await asyncio.to_thread(grader.grade, POWER_TOWER, _sample("1"))
     assert verdict.status == "time_limit"
@@ -259,11 +274,11 @@ async def test_math_time_limit_under_asyncio_to_thread() -> None:
 
 
 def test_math_grader_replaces_a_dead_child_and_serves_threads(math_grader: MathGrader) -> None:
-    math_grader.grade(r"\boxed{0.5}", _sample(r"\frac12"))  # warm
+    math_grader.grade(r"\boxed{\sqrt{8}}", _sample(r"2\sqrt2"))  # warm
     victim = math_mod._POOL._idle[-1]
     victim.process.kill()
     victim.process.wait(timeout=10)
-    assert math_grader.grade(r"\boxed{0.5}", _sample(r"\frac12")).status == "correct"
+    assert math_grader.grade(r"\boxed{\sqrt{8}}", _sample(r"2\sqrt2")).status == "correct"
     # More threads than children: each one still gets its own, correct verdict.
     pairs = [(r"\frac{1}{4}", "0.25"), ("3", "-3"), (r"\sqrt{9}", "3"), ("0.2", r"\frac15")]
     results: dict[int, str] = {}
@@ -301,3 +316,114 @@ def test_megabyte_response_is_truncated_and_graded_quickly(math_grader: MathGrad
     )
     assert letter.status == "correct"
     assert len(clip_tail(response)) == MAX_RESPONSE_CHARS
+
+
+# --- plain numbers in process, warm children -----------------------------------------
+
+
+def test_plain_number_reads_only_plain_numbers() -> None:
+    from fractions import Fraction
+
+    plain = math_mod.plain_number
+    assert plain("42") == (Fraction(42), True)
+    assert plain("$-0.5$.") == (Fraction(-1, 2), False)
+    assert plain(r"\dfrac{3}{4}") == (Fraction(3, 4), False)
+    assert plain(r"-\frac34") == (Fraction(-3, 4), False)
+    assert plain("6/8") == (Fraction(3, 4), False)
+    for text in ("1,000", r"10\%", "1e3", "x=3", r"\sqrt{2}", "1/0", r"\frac{-1}{2}", "3.1.4", ""):
+        assert plain(text) is None, text
+
+
+NUMERIC_PAIRS = [
+    (answer, gold)
+    for gold in ("0", "7", "-7", "0.5", "1/3", "2.25", "100", r"\frac{9}{4}", "1000000")
+    for answer in (
+        "0",
+        "7",
+        "-7",
+        "007",
+        "7.0",
+        "0.5",
+        ".5",
+        "1/2",
+        "0.3333333",
+        "0.333",
+        "0.34",
+        "2.25",
+        "9/4",
+        "2.2500001",
+        "100",
+        "100.0004",
+        "99",
+        "1000001",
+        "1000000.0",
+    )
+]
+
+
+def test_numeric_fast_path_agrees_with_math_verify() -> None:
+    """Every pair the in-process path decides gets math-verify's own verdict."""
+    decided = 0
+    for answer, gold in NUMERIC_PAIRS:
+        settled = math_mod._numeric_verdict([gold], answer)
+        if settled is None:
+            continue
+        decided += 1
+        # math-verify in this process (the grader's children run the same function).
+        reference = math_mod._compare([gold], answer)
+        assert settled[0] == reference["equal"], (answer, gold, reference)
+    assert decided >= len(NUMERIC_PAIRS) * 3 // 4
+
+
+def test_plain_numbers_are_graded_without_a_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_child(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a plain number went to a child process")
+
+    grader = MathGrader(warm=False)
+    monkeypatch.setattr(math_mod._POOL, "compare", no_child)
+    checks = [
+        ("ANSWER: 0.75", "3/4", "correct"),
+        (r"\boxed{12}", "13", "incorrect"),
+        ("So the answer: 1/2.", r"\frac{1}{2}", "correct"),
+        ("ANSWER: 2.5", "2", "incorrect"),
+    ]
+    for response, gold, expected in checks:
+        verdict = grader.grade(response, _sample(gold))
+        assert verdict.status == expected, verdict.reason
+        assert verdict.detail["method"] in ("exact", "numeric")
+
+
+def test_building_the_grader_starts_children_before_any_answer() -> None:
+    pool = math_mod._ChildPool(2)
+    monkey_pool = math_mod._POOL
+    math_mod._POOL = pool
+    try:
+        MathGrader()
+        deadline = time.monotonic() + 120
+        while len(pool._idle) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(pool._idle) == 2, "both children should be warm without a comparison"
+        children = list(pool._idle)
+        # The first comparison takes a warm child instead of starting one.
+        verdict = MathGrader(warm=False).grade(r"\boxed{\sqrt{8}}", _sample(r"2\sqrt{2}"))
+        assert verdict.status == "correct"
+        assert set(pool._idle) == set(children)
+        # Warming again never goes past the limit.
+        pool.warm()
+        assert pool._alive == 2 and len(pool._idle) == 2
+    finally:
+        math_mod._POOL = monkey_pool
+        pool.close()
+
+
+def test_a_child_that_cannot_start_is_a_grader_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # E.g. an interpreter under a private home directory, graded as another user.
+    monkeypatch.setattr(math_mod, "_POOL", math_mod._ChildPool(2))
+    monkeypatch.setattr(math_mod.sys, "executable", "/nonexistent/python3")
+    grader = MathGrader()  # warming fails quietly in the background
+    verdict = grader.grade(r"\boxed{\sqrt{8}}", _sample(r"2\sqrt{2}"))
+    assert verdict.status == "grader_error"
+    assert "cannot start the comparison process (/nonexistent/python3)" in verdict.reason
+    # Plain numbers need no child at all.
+    assert grader.grade("ANSWER: 0.5", _sample("1/2")).status == "correct"
+    math_mod._POOL.close()

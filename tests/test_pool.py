@@ -467,3 +467,25 @@ def test_bad_url_error_hides_credentials() -> None:
         load_pool_text(text, environ={"BASE": f"ftp://u:{SECRET}@h/v1?key={SECRET}"})
     assert SECRET not in str(info.value)
     assert "must be an http(s) URL" in str(info.value)
+
+
+@pytest.mark.parametrize("depth", [500, 10_000])
+def test_deeply_nested_yaml_is_one_error_not_a_recursion(depth: int) -> None:
+    from conductor.bench.spec import load_benchmark_text
+
+    text = "workers: " + "[" * depth + "]" * depth + "\n"
+    with pytest.raises(PoolError, match="nested"):
+        load_pool_text(text, source="deep.yaml", environ={})
+    # The benchmark and training readers compose through the same function.
+    with pytest.raises(UsageError, match="nested"):
+        load_benchmark_text("prompt: " + "[" * depth + "]" * depth + "\n", source="deep.yaml")
+
+
+def test_nesting_through_aliases_is_measured_where_it_is_used() -> None:
+    # Each level is shallow, but the aliases stack it past the limit.
+    lines = ["a0: &a0 [x]"]
+    for i in range(1, 70):
+        lines.append(f"a{i}: &a{i} [*a{i - 1}]")
+    lines.append("workers: [*a69]")
+    with pytest.raises(PoolError, match="nested more than 64 levels"):
+        load_pool_text("\n".join(lines) + "\n", source="alias.yaml", environ={})

@@ -17,11 +17,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import UsageError
 from .llm.types import ModelRequest, RawCompletion, Usage
 
 if TYPE_CHECKING:
@@ -87,9 +89,17 @@ class ResponseCache:
         import diskcache
 
         self.directory = Path(directory) if directory is not None else default_cache_dir()
-        self.directory.mkdir(parents=True, exist_ok=True)
-        # A generous SQLite timeout: several processes may write at once.
-        self._cache = diskcache.Cache(str(self.directory), timeout=60, size_limit=2**36)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            # A generous SQLite timeout: several processes may write at once.
+            self._cache = diskcache.Cache(str(self.directory), timeout=60, size_limit=2**36)
+        except (OSError, sqlite3.Error) as exc:
+            # Read-only, unwritable or not a directory: diskcache writes on opening.
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise UsageError(
+                f"the cache directory {self.directory} cannot be used ({reason}); set "
+                "CONDUCTOR_CACHE_DIR to a writable directory or pass --no-cache"
+            ) from None
 
     def get(self, key: str) -> RawCompletion | None:
         """The stored complete answer for ``key``, or None (a miss)."""

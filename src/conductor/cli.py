@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import re
@@ -24,6 +25,7 @@ from rich.markup import escape
 
 from . import __version__
 from .errors import ConductorError, UsageError
+from .text import printable
 
 if TYPE_CHECKING:
     from .pool import Pool, Worker
@@ -153,9 +155,13 @@ def ask(
     """Answer one question with an orchestrated workflow and show how it was made."""
     from .conductors.spec import resolve_conductor
     from .execute import RunSettings
-    from .record import write_record
+    from .record import check_record_path, write_record
     from .render import answer_panel, step_table, to_json, topology
+    from .text import check_question
 
+    check_question(question)
+    if out is not None:
+        check_record_path(out)
     pool_obj = _load_pool(pool)
     cond = resolve_conductor(pool_obj, conductor, max_steps=max_steps, template=template)
     settings = RunSettings(
@@ -178,7 +184,7 @@ def ask(
             console.print(f"record written to {out}  (conductor trace {out})")
     if record.status == "failed":
         # One plain sentence on stderr as well, for scripts and narrow terminals.
-        _err().print(f"error: the run failed: {escape(record.error or '')}", highlight=False)
+        _print_error(f"the run failed: {record.error or ''}")
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -563,6 +569,7 @@ def report(
 
 
 def _read_records(path: Path) -> list[Any]:
+    from .errors import RecordError
     from .record import read_record, record_from_dict
 
     if path.is_dir():
@@ -570,14 +577,20 @@ def _read_records(path: Path) -> list[Any]:
         if not samples.is_file():
             raise UsageError(f"{path}: no samples.jsonl in this run directory")
         records = []
-        with samples.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
+        with samples.open("rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                if not raw.strip():
                     continue
                 try:
-                    records.append(record_from_dict(json.loads(line)))
+                    records.append(record_from_dict(json.loads(raw.decode("utf-8"))))
+                except UnicodeDecodeError as exc:
+                    raise UsageError(f"{samples}:{lineno}: not UTF-8 text ({exc.reason})") from None
                 except json.JSONDecodeError as exc:
                     raise UsageError(f"{samples}:{lineno}: not valid JSON ({exc.msg})") from None
+                except RecursionError:
+                    raise UsageError(f"{samples}:{lineno}: JSON nested too deeply") from None
+                except RecordError as exc:
+                    raise RecordError(f"{samples}:{lineno}: {exc}") from None
         return records
     return [read_record(path)]
 
@@ -695,7 +708,9 @@ def pools_list() -> None:
         try:
             p = load_pool(path)
         except ConductorError as exc:
-            table.add_row(path.stem, "-", "-", f"[red]{escape(str(exc))}[/red]", str(path))
+            table.add_row(
+                path.stem, "-", "-", f"[red]{escape(printable(str(exc)))}[/red]", str(path)
+            )
             continue
         backend = p.conductor.backend if p.conductor else "-"
         table.add_row(p.name, str(len(p.workers)), backend, p.description or "", str(path))
@@ -755,10 +770,11 @@ def pools_check(
     failed = 0
     for label, wid, err, latency, reply in results:
         if err is None:
-            table.add_row(label, wid, "[green]ok[/green]", f"{latency:.2f}", reply[:40])
+            shown = escape(printable(reply[:40]))
+            table.add_row(label, wid, "[green]ok[/green]", f"{latency:.2f}", shown)
         else:
             failed += 1
-            table.add_row(label, wid, f"[red]{escape(err)}[/red]", "-", "")
+            table.add_row(label, wid, f"[red]{escape(printable(err))}[/red]", "-", "")
     _out().print(table)
     if failed:
         raise typer.Exit(EXIT_FAILED)
@@ -863,16 +879,56 @@ def main(argv: list[str] | None = None) -> None:
     except UsageError as exc:
         if _state["debug"]:
             raise
-        _err().print(f"[red]error:[/red] {escape(str(exc))}", markup=True, highlight=False)
+        _print_error(str(exc))
         sys.exit(EXIT_USAGE)
     except ConductorError as exc:
         if _state["debug"]:
             raise
-        _err().print(f"[red]error:[/red] {escape(str(exc))}", markup=True, highlight=False)
+        _print_error(str(exc))
         sys.exit(EXIT_FAILED)
+    except OSError as exc:
+        # A file or directory the command was pointed at (an --out under a read-only
+        # directory, a path through a regular file): one line, not a traceback.
+        if _state["debug"]:
+            raise
+        _print_error(_describe_os_error(exc))
+        sys.exit(EXIT_USAGE if exc.errno in _USER_PATH_ERRNOS else EXIT_FAILED)
     except KeyboardInterrupt:
         _err().print("interrupted")
         sys.exit(130)
+
+
+# OS errors that mean "that path cannot be used as given", which the user can fix.
+_USER_PATH_ERRNOS = frozenset(
+    {
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.ENOENT,
+        errno.EEXIST,
+        errno.ENAMETOOLONG,
+        errno.ELOOP,
+    }
+)
+
+
+def _describe_os_error(exc: OSError) -> str:
+    where = f"{exc.filename}: " if exc.filename is not None else ""
+    what = exc.strerror or str(exc)
+    return f"{where}{what}; check the path and its permissions"
+
+
+def _print_error(message: str) -> None:
+    # One line whatever the width (scripts read it); no emoji codes such as ":x:".
+    _err().print(
+        f"[red]error:[/red] {escape(printable(message))}",
+        markup=True,
+        highlight=False,
+        emoji=False,
+        soft_wrap=True,
+    )
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .cache import ResponseCache
-from .conductors.prompt import PreviousRound, build_conductor_messages
+from .conductors.prompt import PreviousRound, build_conductor_messages, build_reask_messages
 from .conductors.spec import Conductor
 from .context import SharedStep, build_worker_messages
 from .errors import ModelCallError, UsageError, WorkflowParseError
@@ -258,18 +258,7 @@ class Orchestrator:
             except WorkflowParseError as exc:
                 rnd.parse_errors.append(exc.reason)
                 emit(Event("conductor_parse_failed", rnd.index, detail=exc.reason))
-                messages = [
-                    *messages,
-                    {"role": "assistant", "content": completion.text},
-                    {
-                        "role": "user",
-                        "content": (
-                            f"That reply could not be used: {exc.reason}. Write your plan "
-                            "again and end it with the three lists model_id, subtasks and "
-                            "access_list, of equal length, as described above."
-                        ),
-                    },
-                ]
+                messages = build_reask_messages(messages, completion.text, exc.reason)
                 continue
             emit(
                 Event(

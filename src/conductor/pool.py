@@ -199,6 +199,9 @@ _SECRET_PARAM_NAMES = frozenset(
 )
 _SECRET_PARAM_SUFFIXES = ("_key", "_token", "_secret", "_password", "apikey")
 _REDACTED = "***"
+#: How deeply collections may nest in a pool, benchmark or training file; the readers
+#: recurse, and no real file comes near this.
+MAX_YAML_DEPTH = 64
 
 
 def _line(node: yaml.Node) -> int:
@@ -325,7 +328,9 @@ class _Reader:
             if node.style is None:
                 # A plain (unquoted) scalar is typed by what it expands to, so that
                 # `max_tokens: ${MAX_TOKENS:-4096}` gives an int and `${URL:-}` gives null.
-                tag = self.loader.resolve(yaml.ScalarNode, expanded, (True, False))
+                tag = self.loader.resolve(  # type: ignore[no-untyped-call, unused-ignore]
+                    yaml.ScalarNode, expanded, (True, False)
+                )
                 return self.construct(yaml.ScalarNode(tag, expanded), field, node)
             return expanded
         return value
@@ -350,6 +355,7 @@ class _Reader:
             return self.scalar(node, field)
         if isinstance(node, yaml.SequenceNode):
             return [self.plain(item, f"{field}[{i}]") for i, item in enumerate(node.value)]
+        assert isinstance(node, yaml.MappingNode)  # the only other kind of node
         out: dict[str, Any] = {}
         for key, _key_node, value_node in self.items(node, field):
             out[key] = self.plain(value_node, f"{field}.{key}")
@@ -458,7 +464,7 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             raise self.error(f"{field} must be {kind}, got {_show(value)}", node, field)
-        return value
+        return int(value)
 
     def number(
         self,
@@ -691,7 +697,7 @@ class _Reader:
         return Worker(**kwargs)
 
     def workers(
-        self, node: yaml.Node | None, top: yaml.Node, defaults: dict[str, Any]
+        self, node: yaml.Node | None, top: yaml.Node | None, defaults: dict[str, Any]
     ) -> tuple[Worker, ...]:
         if node is None:
             raise self.error('the pool is missing required key "workers"', top, "workers")
@@ -854,7 +860,40 @@ def compose_yaml(
         ) from None
     except yaml.YAMLError as exc:
         raise error_class(f"invalid YAML: {exc}", path=source) from None
+    except RecursionError:
+        # PyYAML composes nested collections recursively.
+        raise error_class(
+            f"invalid YAML: collections are nested too deeply (at most {MAX_YAML_DEPTH} "
+            "levels are read)",
+            path=source,
+        ) from None
+    _check_depth(node, source, error_class)
     return node
+
+
+def _check_depth(root: yaml.Node | None, source: str, error_class: type[PoolError]) -> None:
+    """Refuse trees deeper than :data:`MAX_YAML_DEPTH` before any recursive reader sees
+    them (an explicit stack: the check itself must not recurse)."""
+    stack: list[tuple[yaml.Node, int]] = [(root, 1)] if root is not None else []
+    # Deepest level each node was walked at: an alias reached deeper is walked again.
+    seen: dict[int, int] = {}
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_YAML_DEPTH:
+            raise error_class(
+                f"invalid YAML: collections are nested more than {MAX_YAML_DEPTH} levels deep",
+                path=source,
+                line=_line(node),
+            )
+        if seen.get(id(node), 0) >= depth:
+            continue
+        seen[id(node)] = depth
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                stack.append((key, depth + 1))
+                stack.append((value, depth + 1))
 
 
 def load_pool_text(

@@ -10,14 +10,17 @@ convert them to and from JSON-ready dicts.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import types
+import typing
 import uuid
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from .errors import RecordError
+from .errors import RecordError, UsageError
 from .llm.types import Message
 
 __all__ = [
@@ -28,6 +31,7 @@ __all__ = [
     "RunStatus",
     "StepRecord",
     "Totals",
+    "check_record_path",
     "new_run_id",
     "now_iso",
     "read_record",
@@ -167,13 +171,144 @@ def record_to_dict(record: RunRecord) -> dict[str, Any]:
     return data
 
 
-def _build(cls: Any, data: dict[str, Any]) -> Any:
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
+def _kind(expected: Any) -> str:
+    """How a field's type is named in an error message."""
+    if expected is float:
+        return "a number"
+    if expected is int:
+        return "a whole number"
+    if expected is str:
+        return "a string"
+    if expected is bool:
+        return "true or false"
+    origin = typing.get_origin(expected)
+    if origin is list:
+        return "a list"
+    if origin is dict or expected is dict:
+        return "an object"
+    if origin is Literal:
+        return " or ".join(json.dumps(v) for v in typing.get_args(expected))
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(expected)
+        named = [_kind(a) for a in args if a is not type(None)]
+        return " or ".join(named) + (" or null" if type(None) in args else "")
+    if isinstance(expected, type) and issubclass(expected, dict):  # a TypedDict
+        return "an object"
+    return str(expected)
+
+
+def _check(value: Any, expected: Any, where: str) -> Any:
+    """``value`` if it has the type a record field declares; else a :class:`RecordError`.
+
+    Renderers format these values (``f"{latency:.2f}"``, ``len(...)``), so a number held
+    as a string or a list where text belongs must be refused here, with its place.
+    """
+    if expected is Any:
+        return value
+    origin = typing.get_origin(expected)
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(expected):
+            try:
+                return _check(value, option, where)
+            except RecordError:
+                continue
+    elif expected is type(None):
+        if value is None:
+            return value
+    elif expected is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value
+    elif expected is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif expected in (str, bool):
+        if isinstance(value, expected):
+            return value
+    elif origin is Literal:
+        if value in typing.get_args(expected):
+            return value
+    elif origin is list:
+        if isinstance(value, list):
+            (item,) = typing.get_args(expected) or (Any,)
+            for i, element in enumerate(value):
+                _check(element, item, f"{where}[{i}]")
+            return value
+    elif origin is dict or expected is dict:
+        if isinstance(value, dict):
+            return value
+    elif isinstance(expected, type) and issubclass(expected, dict):  # a message
+        if isinstance(value, dict):
+            for key, kind in typing.get_type_hints(expected).items():
+                if key in value:
+                    _check(value[key], kind, f"{where}.{key}")
+            return value
+    else:
+        return value  # a kind of field this reader does not check
+    shown = json.dumps(value, ensure_ascii=True, default=str)
+    if len(shown) > 40:
+        shown = shown[:37] + "..."
+    raise RecordError(f"{where} must be {_kind(expected)}, not {shown}")
+
+
+def _build(cls: Any, data: Any, where: str, nested: dict[str, Any] | None = None) -> Any:
+    """An instance of the record dataclass ``cls`` from ``data``, every field checked.
+
+    ``nested`` holds fields already built (lists of sub-records).  Unknown keys are
+    ignored so that records from newer minor versions still load.
+    """
+    if not isinstance(data, dict):
+        raise RecordError(f"{where} must be an object, not {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        if nested is not None and f.name in nested:
+            values[f.name] = nested[f.name]
+        elif f.name in data:
+            values[f.name] = _check(data[f.name], hints[f.name], f"{where}.{f.name}")
+        elif f.default is MISSING and f.default_factory is MISSING:
+            raise RecordError(f"{where} has no {f.name!r}")
+    return cls(**values)
+
+
+def _list_of(data: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        raise RecordError(f"{where}.{key} must be a list, not {type(value).__name__}")
+    return value
+
+
+def _build_round(r: Any, where: str) -> RoundRecord:
+    if not isinstance(r, dict):
+        raise RecordError(f"{where} must be an object, not {type(r).__name__}")
+    steps = []
+    for j, s in enumerate(_list_of(r, "steps", where)):
+        at = f"{where}.steps[{j}]"
+        if not isinstance(s, dict):
+            raise RecordError(f"{at} must be an object, not {type(s).__name__}")
+        if "call" not in s:
+            raise RecordError(f"{at} has no 'call'")
+        call = _build(CallRecord, s["call"], f"{at}.call")
+        steps.append(_build(StepRecord, s, at, {"call": call}))
+    calls = [
+        _build(CallRecord, c, f"{where}.conductor_calls[{k}]")
+        for k, c in enumerate(_list_of(r, "conductor_calls", where))
+    ]
+    rnd: RoundRecord = _build(RoundRecord, r, where, {"steps": steps, "conductor_calls": calls})
+    if rnd.workflow is not None:
+        _check_workflow(rnd.workflow, f"{where}.workflow")
+    return rnd
+
+
+def _check_workflow(wf: dict[str, Any], where: str) -> None:
+    """A recorded workflow: three lists (worker numbers, subtasks, access lists)."""
+    for key, item in (("model_id", int), ("subtasks", str), ("access_list", list[int | str])):
+        if key in wf:
+            _check(wf[key], list[item], f"{where}.{key}")  # type: ignore[valid-type]
 
 
 def record_from_dict(data: dict[str, Any]) -> RunRecord:
-    """Rebuild a :class:`RunRecord`; raises :class:`RecordError` on a foreign schema."""
+    """Rebuild a :class:`RunRecord`; raises :class:`RecordError` on a foreign schema or
+    on any field of the wrong shape (the message names the field's place)."""
     if not isinstance(data, dict) or "schema_version" not in data or "rounds" not in data:
         raise RecordError("this is not a conductor run record (no schema_version or rounds)")
     version = data["schema_version"]
@@ -182,39 +317,60 @@ def record_from_dict(data: dict[str, Any]) -> RunRecord:
             f"run record schema version {version} is not supported "
             f"(this conductor reads version {SCHEMA_VERSION})"
         )
-    try:
-        rounds = []
-        for r in data["rounds"]:
-            steps = [
-                _build(StepRecord, {**s, "call": _build(CallRecord, s["call"])})
-                for s in r.get("steps", [])
-            ]
-            calls = [_build(CallRecord, c) for c in r.get("conductor_calls", [])]
-            rounds.append(_build(RoundRecord, {**r, "steps": steps, "conductor_calls": calls}))
-        totals = _build(Totals, data.get("totals", {}))
-        record: RunRecord = _build(RunRecord, {**data, "rounds": rounds, "totals": totals})
-        return record
-    except (KeyError, TypeError) as exc:
-        raise RecordError(f"run record is malformed: {exc}") from exc
+    rounds = [
+        _build_round(r, f"rounds[{i}]") for i, r in enumerate(_list_of(data, "rounds", "record"))
+    ]
+    totals = _build(Totals, data.get("totals", {}), "totals")
+    record: RunRecord = _build(RunRecord, data, "record", {"rounds": rounds, "totals": totals})
+    return record
 
 
 def write_record(record: RunRecord, path: str | Path) -> None:
     """Write ``record`` as indented JSON (atomically: a temp file, then a rename)."""
-    target = Path(path)
+    text = json.dumps(record_to_dict(record), indent=2, ensure_ascii=False) + "\n"
+    _write_atomically(Path(path), text)
+
+
+def check_record_path(path: str | Path) -> None:
+    """Raise the error :func:`write_record` would raise for ``path``, before a run is
+    paid for (by writing and removing its temporary file)."""
+    _write_atomically(Path(path), None)
+
+
+def _write_atomically(target: Path, text: str | None) -> None:
+    if target.is_dir():
+        raise UsageError(f"{target}: is a directory; give a file path for the run record")
     tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(json.dumps(record_to_dict(record), indent=2, ensure_ascii=False) + "\n")
-    tmp.replace(target)
+    try:
+        tmp.write_text(text or "", encoding="utf-8")
+        if text is None:
+            tmp.unlink()
+        else:
+            tmp.replace(target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise UsageError(
+            f"{target}: cannot write the run record ({exc.strerror or exc}); "
+            "choose a writable --out path"
+        ) from None
 
 
 def read_record(path: str | Path) -> RunRecord:
     """Read one record written by :func:`write_record` (or by ``conductor ask --out``)."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise RecordError(f"{p}: no such file") from None
     except json.JSONDecodeError as exc:
         raise RecordError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"{p}: is not UTF-8 text ({exc.reason})") from None
+    except RecursionError:
+        raise RecordError(f"{p}: JSON nested too deeply") from None
+    except OSError as exc:
+        raise RecordError(f"{p}: cannot be read ({exc.strerror or exc})") from None
     try:
         return record_from_dict(data)
     except RecordError as exc:

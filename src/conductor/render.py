@@ -11,10 +11,11 @@ Numbering: rounds are shown 1-based by their position in ``record.rounds`` ("Rou
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -27,6 +28,7 @@ from rich.tree import Tree
 
 from .events import Event
 from .record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals, record_to_dict
+from .text import printable
 
 __all__ = [
     "ProgressView",
@@ -46,6 +48,29 @@ EXCERPT = 60
 
 
 # --------------------------------------------------------------------------- text helpers
+
+_T = TypeVar("_T")
+
+
+def _shown(value: _T) -> _T:
+    """A copy of ``value`` (a record, or part of one) whose every string is
+    :func:`~conductor.text.printable`: answers, subtasks, worker names and errors come
+    from models, providers and files, and must not drive the terminal.  Raw provider
+    bodies are left out; no view shows them."""
+    if isinstance(value, str):
+        return printable(value)  # type: ignore[return-value]
+    if isinstance(value, CallRecord):
+        value = dataclasses.replace(value, raw=None)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: _shown(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return dataclasses.replace(value, **changes)
+    if isinstance(value, list):
+        return [_shown(v) for v in value]  # type: ignore[return-value]
+    if isinstance(value, tuple):
+        return tuple(_shown(v) for v in value)  # type: ignore[return-value]
+    if isinstance(value, dict):
+        return {_shown(k): _shown(v) for k, v in value.items()}  # type: ignore[return-value]
+    return value
 
 
 def _one_line(text: str | None, limit: int = EXCERPT) -> str:
@@ -254,6 +279,7 @@ def _step_label(p: _PlanStep, later_round: bool) -> Text:
 
 def topology(record: RunRecord) -> Tree:
     """Per round, the workflow as a topology tree with parallel waves marked."""
+    record = _shown(record)
     tree = Tree(Text(f"Run {record.run_id} · {record.status}", style="bold"))
     if not record.rounds:
         tree.add(Text("no rounds ran", style="yellow"))
@@ -366,6 +392,7 @@ def _totals_line(t: Totals) -> str:
 
 def step_table(record: RunRecord) -> Table:
     """One row per model call (Conductor tries and steps), totals in the caption."""
+    record = _shown(record)
     table = Table(
         title="Calls",
         caption=_totals_line(record.totals),
@@ -433,6 +460,7 @@ def _failed_steps(record: RunRecord) -> list[str]:
 def answer_panel(record: RunRecord) -> Panel:
     """The final answer; the error in red when the run failed; for a partial run, the
     answer followed by what failed."""
+    record = _shown(record)
     if record.status == "failed":
         body = Text(record.error or "the run failed", style="red")
         if record.final_answer:
@@ -582,6 +610,7 @@ def _trace_tree(record: RunRecord) -> Tree:
 
 def trace_renderable(record: RunRecord, fmt: Literal["table", "tree"]) -> RenderableType:
     """A detailed trace: ``"table"`` (tables per round) or ``"tree"`` (nested calls)."""
+    record = _shown(record)
     if fmt == "table":
         return _trace_table(record)
     if fmt == "tree":
@@ -615,6 +644,7 @@ def _mermaid_text(text: str, limit: int = EXCERPT) -> str:
 
 def to_mermaid(record: RunRecord) -> str:
     """A Mermaid ``flowchart TD`` of the run: rounds as subgraphs, steps as nodes."""
+    record = _shown(record)
     lines = ["flowchart TD", f'  Q["Question: {_mermaid_text(record.question)}"]']
     prev_last: str | None = None  # the node holding the previous round's answer
     for pos, rnd in enumerate(record.rounds, 1):
@@ -651,8 +681,16 @@ def to_mermaid(record: RunRecord) -> str:
 
 
 def to_json(record: RunRecord) -> str:
-    """The record as indented JSON (the format ``--out`` writes)."""
-    return json.dumps(record_to_dict(record), indent=2, ensure_ascii=False)
+    """The record as indented JSON (the format ``--out`` writes).
+
+    JSON already escapes the C0 controls; DEL, the C1 controls and the bidirectional
+    overrides are escaped too (``\\u009b``), so printing it cannot drive a terminal.
+    """
+    text = json.dumps(record_to_dict(record), indent=2, ensure_ascii=False)
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
+
+
+_JSON_UNSAFE = re.compile(r"[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 # --------------------------------------------------------------------------- progress
@@ -692,6 +730,7 @@ class ProgressView:
 
     def __call__(self, event: Event) -> None:
         """Take in one event."""
+        event = _shown(event)
         r = event.round
         self._see_round(r)
         kind = event.kind

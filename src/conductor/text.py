@@ -9,10 +9,60 @@ response, reasoning removed).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 
-__all__ = ["final_answer_text", "strip_think"]
+from .errors import UsageError
+
+__all__ = [
+    "MAX_QUESTION_CHARS",
+    "check_question",
+    "final_answer_text",
+    "printable",
+    "strip_think",
+]
+
+#: The longest question accepted (characters), from ``conductor ask`` or a benchmark
+#: row.  Far above any benchmark's questions, far below what would make every prompt,
+#: request body, cache key and record carry copies of a runaway text.  The environment
+#: variable ``CONDUCTOR_MAX_QUESTION_CHARS`` sets another limit.
+MAX_QUESTION_CHARS = 1_000_000
+
+
+def _question_limit() -> int:
+    raw = os.environ.get("CONDUCTOR_MAX_QUESTION_CHARS", "").strip()
+    if not raw:
+        return MAX_QUESTION_CHARS
+    try:
+        limit = int(raw)
+    except ValueError:
+        limit = 0
+    if limit <= 0:
+        raise UsageError(
+            f"CONDUCTOR_MAX_QUESTION_CHARS={raw!r} must be a positive whole number of characters"
+        )
+    return limit
+
+
+def check_question(question: str) -> None:
+    """Refuse (:class:`~conductor.errors.UsageError`) a question that could not be sent:
+    longer than the limit (:data:`MAX_QUESTION_CHARS`), or holding a lone surrogate,
+    which no UTF-8 request body can carry."""
+    limit = _question_limit()
+    if len(question) > limit:
+        raise UsageError(
+            f"the question is {len(question):,} characters long, over the limit of "
+            f"{limit:,} (set CONDUCTOR_MAX_QUESTION_CHARS to change it)"
+        )
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(
+            f"the question holds a lone surrogate ({question[exc.start]!r} at character "
+            f"{exc.start}), which is not text that can be sent"
+        ) from None
+
 
 # One pattern for both the opening and the closing tag of either spelling, so that a
 # single left-to-right pass can track nesting.
@@ -71,3 +121,25 @@ def final_answer_text(responses: Sequence[str | None]) -> str | None:
         if cleaned:
             return cleaned
     return None
+
+
+# Characters a terminal acts on instead of showing: C0 controls other than tab and
+# newline (ESC starts colour, cursor, title and clipboard sequences), DEL, the C1
+# controls (U+009B is a one-character CSI), and the bidirectional overrides and
+# isolates that make shown text read differently from what it is.
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` safe to show on a terminal: each control character is written out as a
+    visible escape (ESC becomes ``\\x1b``); newlines and tabs are kept, and a
+    Windows line end becomes a newline.  Model replies, subtasks and provider error
+    messages pass through here before they are rendered."""
+    if _UNPRINTABLE.search(text) is None:
+        return text
+    return _UNPRINTABLE.sub(_escape_char, text.replace("\r\n", "\n"))

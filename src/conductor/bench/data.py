@@ -44,10 +44,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConductorError, MissingDependencyError, UsageError
+from ..text import check_question
 from .spec import is_pinned, lcb_release_files, loader_of
 from .types import BenchmarkSpec, DataSource, Sample
 
 __all__ = [
+    "MAX_ROW_BYTES",
+    "DataFileError",
     "DatasetError",
     "count_samples",
     "dataset_provenance",
@@ -59,12 +62,25 @@ __all__ = [
 
 # One dataset row: column name -> value.
 _Row = dict[str, Any]
+# A row and where it is ("FILE:LINE", "DATASET (split) row N"), for error messages.
+_LocatedRow = tuple[str, _Row]
 
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 class DatasetError(ConductorError):
     """A benchmark's data cannot be read (not downloadable, bad file, missing column)."""
+
+
+class DataFileError(DatasetError, UsageError):
+    """The data is there but not usable as given (a missing column, text that is not
+    UTF-8, a row or question over the size limits): bad input, CLI exit code 2."""
+
+
+#: Longest line of a JSONL data file read for the question-only loaders (choice, math,
+#: bigcodebench); a longer line is refused after reading this much of it, never whole.
+#: LiveCodeBench rows carry their (large, encoded) test cases and have no line limit.
+MAX_ROW_BYTES = 32 * 1024 * 1024
 
 
 # --------------------------------------------------------------------------- public API
@@ -86,10 +102,11 @@ def iter_samples(
     loader = loader_of(spec)
     make = _MAKERS[loader]
     seen: dict[str, int] = {}
-    for n, row in enumerate(_filtered_rows(spec, data_file)):
+    for n, (where, row) in enumerate(_filtered_rows(spec, data_file)):
         if limit is not None and n >= limit:
             return
-        sample = make(spec, row, seed, seen)
+        with _located(where):
+            sample = make(spec, row, seed, seen)
         yield sample
 
 
@@ -100,7 +117,11 @@ def count_samples(
     seed: int = 0,
     limit: int | None = None,
 ) -> int:
-    """How many samples :func:`iter_samples` would yield (rows are read, not decoded)."""
+    """How many samples :func:`iter_samples` would yield (rows are read, not decoded).
+
+    Every counted row is also checked (its columns, its size, its text), so a bad row
+    anywhere in the data is refused here, before a benchmark starts any call.
+    """
     del seed  # the count does not depend on the shuffle
     count = 0
     for _row in _filtered_rows(spec, data_file):
@@ -188,61 +209,134 @@ def _effective_source(spec: BenchmarkSpec, data_file: str | Path | None) -> Data
     return DataSource(kind="file", path=str(Path(data_file).expanduser()), split="local")
 
 
-def _filtered_rows(spec: BenchmarkSpec, data_file: str | Path | None) -> Iterator[_Row]:
+@contextlib.contextmanager
+def _located(where: str) -> Iterator[None]:
+    """Say which row a data error is about (``FILE:LINE: ...``), and make it exit 2."""
+    try:
+        yield
+    except DataFileError as exc:
+        raise DataFileError(f"{where}: {exc}") from None
+    except DatasetError as exc:
+        raise DatasetError(f"{where}: {exc}") from None
+
+
+def _filtered_rows(spec: BenchmarkSpec, data_file: str | Path | None) -> Iterator[_LocatedRow]:
     keep = _row_filter(spec)
-    for row in _rows(spec, _effective_source(spec, data_file)):
-        if keep(row):
-            yield row
+    required = _required_columns(spec)
+    for where, row in _rows(spec, _effective_source(spec, data_file)):
+        with _located(where):
+            _check_row(spec, row, required)
+            wanted = keep(row)
+        if wanted:
+            yield where, row
 
 
-def _rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_Row]:
+def _required_columns(spec: BenchmarkSpec) -> list[str]:
+    """The columns every row must have for its loader (the prompt's text among them)."""
+    fields = spec.fields
+    keys = {
+        "choice": ["question", "choices", "answer"]
+        if "choices" in fields
+        else ["question", "correct", *(k for k in fields if k.startswith("incorrect_"))],
+        "math": ["question", "answer"],
+        "livecodebench": ["question"],
+        "bigcodebench": ["question", "test", "entry_point"],
+    }[loader_of(spec)]
+    return [fields[k] for k in keys]
+
+
+def _check_row(spec: BenchmarkSpec, row: _Row, required: list[str]) -> None:
+    """Refuse a row without a required column, or whose question cannot be sent."""
+    for column in required:
+        _get(spec, row, column)
+    question = row[required[0]]
+    if isinstance(question, str):
+        try:
+            check_question(question)
+        except UsageError as exc:
+            raise DataFileError(str(exc)) from None
+
+
+def _rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_LocatedRow]:
+    max_line = None if loader_of(spec) == "livecodebench" else MAX_ROW_BYTES
     if source.kind == "file":
         assert source.path is not None
-        return _file_rows(Path(source.path))
+        return _file_rows(Path(source.path), max_line)
     if source.kind == "url":
         assert source.url is not None
-        return _file_rows(_download(source.url))
+        return _file_rows(_download(source.url), max_line)
     if loader_of(spec) == "livecodebench":
         return _lcb_hub_rows(spec, source)
     return _hf_rows(source)
 
 
-def _file_rows(path: Path) -> Iterator[_Row]:
+def _file_rows(path: Path, max_line: int | None) -> Iterator[_LocatedRow]:
     if not path.is_file():
         raise UsageError(f"{path}: no such data file")
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        return _jsonl_rows(path)
+        return _jsonl_rows(path, max_line)
     if suffix == ".json":
         return _json_rows(path)
     if suffix == ".csv":
-        return _csv_rows(path)
+        return _csv_rows(path, max_line)
     if suffix == ".parquet":
         return _parquet_rows(path)
     raise UsageError(f"{path}: data files must be .jsonl, .json, .csv or .parquet")
 
 
-def _jsonl_rows(path: Path) -> Iterator[_Row]:
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+def _not_utf8(where: str, exc: UnicodeDecodeError) -> DataFileError:
+    return DataFileError(
+        f"{where}: is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+        f"{exc.start}); save the data file as UTF-8"
+    )
+
+
+def _jsonl_rows(path: Path, max_line: int | None = None) -> Iterator[_LocatedRow]:
+    # Bytes, line by line, with a cap: a huge line is refused after reading at most
+    # ``max_line`` bytes of it instead of being held (and copied) whole.
+    with open(path, "rb") as fh:
+        lineno = 0
+        while True:
+            raw = fh.readline(max_line + 1) if max_line is not None else fh.readline()
+            if not raw:
+                return
+            lineno += 1
+            if max_line is not None and len(raw) > max_line and not raw.endswith(b"\n"):
+                raise DataFileError(
+                    f"{path}:{lineno}: the line is longer than {max_line:,} bytes; "
+                    "a data row must be smaller (split long texts into several rows)"
+                )
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _not_utf8(f"{path}:{lineno}", exc) from None
+            del raw
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise UsageError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            except RecursionError:
+                raise DataFileError(f"{path}:{lineno}: JSON nested too deeply") from None
+            del line
             if not isinstance(row, dict):
                 raise UsageError(f"{path}:{lineno}: each line must be a JSON object")
-            yield row
+            yield f"{path}:{lineno}", row
 
 
-def _json_rows(path: Path) -> Iterator[_Row]:
+def _json_rows(path: Path) -> Iterator[_LocatedRow]:
     # A JSON array has to be parsed whole; use JSONL for large sets.
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(str(path), exc) from None
+    except RecursionError:
+        raise DataFileError(f"{path}: JSON nested too deeply") from None
     if isinstance(data, dict) and isinstance(data.get("data"), list):
         data = data["data"]
     if not isinstance(data, list):
@@ -250,17 +344,28 @@ def _json_rows(path: Path) -> Iterator[_Row]:
     for i, row in enumerate(data):
         if not isinstance(row, dict):
             raise UsageError(f"{path}: item {i} is not a JSON object")
-        yield row
+        yield f"{path}: item {i}", row
 
 
-def _csv_rows(path: Path) -> Iterator[_Row]:
-    # Some benchmark cells are long (whole problem statements with code).
-    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+def _csv_rows(path: Path, max_field: int | None = None) -> Iterator[_LocatedRow]:
+    # Some benchmark cells are long (whole problem statements with code), but a cell
+    # over the row limit is refused as soon as the reader sees it is too long.
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1, max_field or sys.maxsize))
     with open(path, encoding="utf-8", newline="") as fh:
-        yield from csv.DictReader(fh)
+        reader = csv.DictReader(fh)
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except UnicodeDecodeError as exc:
+                raise _not_utf8(f"{path}:{reader.line_num + 1}", exc) from None
+            except csv.Error as exc:
+                raise UsageError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
+            yield f"{path}:{reader.line_num}", row
 
 
-def _parquet_rows(path: Path) -> Iterator[_Row]:
+def _parquet_rows(path: Path) -> Iterator[_LocatedRow]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -268,11 +373,14 @@ def _parquet_rows(path: Path) -> Iterator[_Row]:
             "reading .parquet data needs pyarrow: pip install 'datasets>=3,<5'"
         ) from None
     parquet = pq.ParquetFile(path)
+    n = 0
     for batch in parquet.iter_batches(batch_size=64):
-        yield from batch.to_pylist()
+        for row in batch.to_pylist():
+            yield f"{path}: row {n}", row
+            n += 1
 
 
-def _hf_rows(source: DataSource) -> Iterator[_Row]:
+def _hf_rows(source: DataSource) -> Iterator[_LocatedRow]:
     try:
         import datasets
     except ImportError:
@@ -291,11 +399,11 @@ def _hf_rows(source: DataSource) -> Iterator[_Row]:
             "pass --data FILE to use a local copy"
         ) from None
     # Row by row over the memory-mapped Arrow table: nothing is copied up front.
-    for row in ds:
-        yield dict(row)
+    for n, row in enumerate(ds):
+        yield f"{source.id} ({source.split}) row {n}", dict(row)
 
 
-def _lcb_hub_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_Row]:
+def _lcb_hub_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_LocatedRow]:
     # code_generation_lite is a script dataset, which datasets 4 no longer runs, so its
     # release files are fetched directly and read as JSONL.
     try:
@@ -394,7 +502,7 @@ def _get(spec: BenchmarkSpec, row: _Row, column: str, *, required: bool = True) 
         return row[column]
     if not required:
         return None
-    raise DatasetError(
+    raise DataFileError(
         f"benchmark {spec.name}: a row has no column {column!r} (it has: "
         f"{', '.join(sorted(map(str, row)))}); fix fields in the benchmark file or the data"
     )

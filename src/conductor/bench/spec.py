@@ -519,11 +519,11 @@ class _BenchReader(_Reader):
         )
 
 
-class _AtLine(yaml.Node):  # type: ignore[misc]
+class _AtLine(yaml.Node):  # type: ignore[misc, unused-ignore]
     """A stand-in node that carries only a line number, for errors inside a text block."""
 
     def __init__(self, line: int) -> None:
-        mark = yaml.Mark("", 0, line - 1, 0, None, None)
+        mark = yaml.Mark("", 0, line - 1, 0, None, 0)
         super().__init__("", "", mark, mark)
 
 

@@ -21,8 +21,11 @@ from ..llm.types import Message
 from ..pool import Worker
 
 __all__ = [
+    "REASK_REASON_CHARS",
+    "REASK_REPLY_CHARS",
     "PreviousRound",
     "build_conductor_messages",
+    "build_reask_messages",
     "builtin_templates",
     "describe_workers",
     "load_template",
@@ -100,3 +103,36 @@ def build_conductor_messages(
             max_steps=str(max_steps),
         )
     return [{"role": "user", "content": text}]
+
+
+#: How much of a Conductor reply that did not parse is quoted back when re-asking: its
+#: end, where the lists belong.  A huge or hostile reply is not resent whole with every
+#: try (the parser itself reads only the last ``MAX_REPLY_CHARS``).
+REASK_REPLY_CHARS = 4_000
+#: How much of the parse error is quoted (a reason may quote a bad value).
+REASK_REASON_CHARS = 500
+
+
+def _tail(text: str, limit: int, unit: str) -> str:
+    if len(text) <= limit:
+        return text
+    return f"[... {len(text) - limit:,} earlier {unit} left out ...]\n{text[-limit:]}"
+
+
+def build_reask_messages(messages: Sequence[Message], reply: str, reason: str) -> list[Message]:
+    """``messages`` followed by the reply that did not parse (its end only) and a request
+    to write the plan again, naming ``reason``."""
+    if len(reason) > REASK_REASON_CHARS:
+        reason = reason[:REASK_REASON_CHARS] + " ..."
+    return [
+        *messages,
+        {"role": "assistant", "content": _tail(reply, REASK_REPLY_CHARS, "characters")},
+        {
+            "role": "user",
+            "content": (
+                f"That reply could not be used: {reason}. Write your plan "
+                "again and end it with the three lists model_id, subtasks and "
+                "access_list, of equal length, as described above."
+            ),
+        },
+    ]

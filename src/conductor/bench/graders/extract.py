@@ -326,7 +326,8 @@ def extract_math_answer(text: str) -> str | None:
 
     Reasoning blocks are ignored.  Looks, in order, for the last
     ``<answer>...</answer>`` (a ``\\boxed{}`` inside it is unwrapped), the last
-    ``\\boxed{...}``, then the last ``ANSWER: ...`` line.
+    ``\\boxed{...}``, then the last ``ANSWER: ...``: at the start of any line, or
+    anywhere in a line of the final paragraph ("Therefore the final answer: 42.").
     """
     body = strip_think(clip_tail(text))
     tagged = answer_tag(body)
@@ -335,7 +336,39 @@ def extract_math_answer(text: str) -> str | None:
     boxed = last_boxed(body)
     if boxed is not None:
         return boxed
-    line = answer_line(body)
+    line = _last_answer(body)
     if line is not None:
         return last_boxed(line) or line
     return None
+
+
+# The last "answer:" label of a line and what follows it (the greedy prefix finds the
+# last one; a single match attempt per line keeps it linear).
+_LAST_INLINE_ANSWER = re.compile(r".*\banswer[ \t*_]*[:：][ \t]*(.*)", re.IGNORECASE)
+_BLANK_LINE = re.compile(r"\n[ \t\r]*\n")
+
+
+def _final_paragraph_start(text: str) -> int:
+    """Where the last paragraph (the text after the last blank line) starts."""
+    end = len(text.rstrip())
+    start = 0
+    for match in _BLANK_LINE.finditer(text, 0, end):
+        start = match.end()
+    return start
+
+
+def _last_answer(text: str) -> str | None:
+    """The last ``ANSWER: ...``: an answer line anywhere (see :func:`answer_line`), or
+    an ``answer:`` label in the middle of a line of the final paragraph ("So the final
+    answer: 42."), whichever comes last."""
+    found = _answer_lines(text)
+    start = _final_paragraph_start(text)
+    offset = start
+    for line in text[start:].splitlines(keepends=True):
+        # Also on answer lines: "Answer: 3, no, the answer: 4" ends with 4.
+        match = _LAST_INLINE_ANSWER.match(line)
+        content = _strip_markup(match.group(1)) if match else ""
+        if match and content:
+            found.append((offset + match.start(1), content))
+        offset += len(line)
+    return max(found, key=lambda item: item[0])[1] if found else None

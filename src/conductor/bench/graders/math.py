@@ -11,8 +11,15 @@ child processes (fresh interpreters started with :mod:`subprocess`, speaking JSO
 over their standard streams: nothing is inherited and the caller's main script is not
 re-run, unlike multiprocessing's spawn) with math-verify's time limits off.  The parent
 waits at most ``timeout_s`` for the answer and otherwise kills that child (a new one is
-started for the next comparison) and returns a ``time_limit`` verdict.  Answers that
-are equal as normalised strings are accepted without a child process.
+started for the next comparison) and returns a ``time_limit`` verdict.
+
+The children are started in the background when a grader is built, so the first
+answer that needs one does not wait for sympy to load.  Most answers never need one:
+answers equal as normalised strings are accepted, and plainly numeric answers (integers,
+decimals, fractions ``a/b`` or ``\\frac{a}{b}``) are compared exactly in this process:
+equal values are correct, and clearly different values (all integers, or more than
+0.1% apart) are incorrect.  Only numbers close but not equal go to math-verify, whose
+rounding decides them.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +44,7 @@ from conductor.bench.graders.extract import MAX_RESPONSE_CHARS, clip_tail, extra
 from conductor.bench.types import Sample, Verdict
 from conductor.errors import MissingDependencyError
 
-__all__ = ["DEFAULT_TIMEOUT_S", "MathGrader", "normalise_answer"]
+__all__ = ["DEFAULT_TIMEOUT_S", "MathGrader", "normalise_answer", "plain_number"]
 
 log = logging.getLogger("conductor")
 
@@ -52,6 +60,15 @@ _START_TIMEOUT_S = 120.0
 _SPACING = re.compile(r"\\[,!;: ]|\\(?:left|right|displaystyle)(?![A-Za-z])|\s+")
 _FRAC_VARIANTS = re.compile(r"\\[dt]frac(?![A-Za-z])")
 _DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+# A plain number after normalising: an integer or decimal, ``a/b``, or ``\frac{a}{b}``
+# (``\frac12`` too), with an optional sign.  Anything else (commas, units, percent
+# signs, exponents) is left to math-verify.
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
+_FRACTION = re.compile(
+    r"([+-]?)(?:(\d+)/(\d+)|\\frac(?:\{(\d+)\}\{(\d+)\}|(\d)(\d)|\{(\d+)\}(\d)|(\d)\{(\d+)\}))"
+)
+# Values this close (relative) are left to math-verify, which rounds before comparing.
+_CLOSE = Fraction(1, 1000)
 
 
 def normalise_answer(answer: str) -> str:
@@ -71,6 +88,54 @@ def normalise_answer(answer: str) -> str:
     value = _SPACING.sub("", value)
     value = _FRAC_VARIANTS.sub(r"\\frac", value)
     return value.rstrip(".")
+
+
+def plain_number(answer: str) -> tuple[Fraction, bool] | None:
+    """``(value, is_integer_literal)`` of an answer written as a plain number, else None.
+
+    ``1/2``, ``0.5``, ``\\frac{1}{2}`` and ``$-3$`` are plain numbers; ``1,000``,
+    ``10\\%``, ``1e3`` and ``x=3`` are not (math-verify reads those).
+    """
+    value = normalise_answer(answer)
+    for opening, closing in _DELIMITERS:  # "$42$." loses its full stop first
+        if len(value) > len(opening) + len(closing) and (
+            value.startswith(opening) and value.endswith(closing)
+        ):
+            value = value[len(opening) : -len(closing)]
+            break
+    if len(value) > 100:
+        return None
+    if _NUMBER.fullmatch(value):
+        return Fraction(value), "." not in value
+    match = _FRACTION.fullmatch(value)
+    if match is None:
+        return None
+    sign, *parts = match.groups()
+    numerator, denominator = (p for p in parts if p is not None)
+    if int(denominator) == 0:
+        return None
+    fraction = Fraction(int(numerator), int(denominator))
+    return (-fraction if sign == "-" else fraction), False
+
+
+def _numeric_verdict(golds: list[str], predicted: str) -> tuple[bool, str] | None:
+    """``(equal, gold)`` when plain numbers settle the comparison without math-verify;
+    ``None`` when the answer or a gold is not a plain number, or the values are close."""
+    answer = plain_number(predicted)
+    if answer is None:
+        return None
+    values = [plain_number(gold) for gold in golds]
+    for gold, value in zip(golds, values, strict=True):
+        if value is not None and value[0] == answer[0]:
+            return True, gold
+    for value in values:
+        if value is None:
+            return None
+        both_integers = value[1] and answer[1]
+        scale = max(abs(value[0]), abs(answer[0]))
+        if not both_integers and abs(value[0] - answer[0]) <= _CLOSE * scale:
+            return None
+    return False, golds[0]
 
 
 # --- the child process side ---------------------------------------------------------
@@ -125,7 +190,8 @@ def _child_main() -> None:
     try:
         # math-verify warns once that its time limits are off; that is on purpose.
         logging.getLogger("math_verify").setLevel(logging.ERROR)
-        import math_verify  # noqa: F401
+        # One comparison now loads the LaTeX grammar, which the first real one would wait for.
+        _compare(["\\frac{1}{2}"], "\\sqrt{2}")
     except BaseException as exc:  # report anything, then stop
         send({"error": f"cannot load math-verify: {type(exc).__name__}: {exc}"})
         return
@@ -162,15 +228,20 @@ class _Child:
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (package_root, env.get("PYTHONPATH", "")) if p
         )
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", _CHILD_CODE],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            text=True,
-            encoding="utf-8",
-        )
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", _CHILD_CODE],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                text=True,
+                encoding="utf-8",
+            )
+        except OSError as exc:  # the interpreter cannot be run (permissions, resources)
+            raise _ChildFailed(
+                f"cannot start the comparison process ({sys.executable}): {exc.strerror or exc}"
+            ) from None
         self._replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
         # A reader thread turns the blocking pipe into a queue that can be waited on
         # with a time-out, on every platform.
@@ -249,10 +320,52 @@ class _ChildPool:
     """Up to ``max_workers`` warm children, each used by one comparison at a time."""
 
     def __init__(self, max_workers: int) -> None:
+        self._max_workers = max_workers
         self._slots = threading.BoundedSemaphore(max_workers)
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._idle: list[_Child] = []
+        # Children being started in the background (by :meth:`warm`), and all children
+        # alive (idle, comparing or starting): warming never exceeds ``max_workers``.
+        self._starting = 0
+        self._alive = 0
         self._pid = os.getpid()
+
+    def warm(self) -> None:
+        """Start children in the background until ``max_workers`` are alive."""
+        with self._lock:
+            self._forget_if_forked()
+            missing = self._max_workers - self._alive
+            self._starting += missing
+            self._alive += missing
+        if missing > 0:
+            threading.Thread(
+                target=self._start, args=(missing,), name="conductor-math-verify-warm", daemon=True
+            ).start()
+
+    def _start(self, count: int) -> None:
+        # One after the other: the first is ready sooner than if all shared the CPU.
+        for _ in range(count):
+            try:
+                child: _Child | None = _Child()
+            except Exception as exc:  # nothing may escape a background thread
+                # A comparison that needs a child starts one itself and reports why not.
+                log.debug("math grader: warming a child failed: %s", exc)
+                child = None
+            with self._lock:
+                self._starting -= 1
+                if child is None:
+                    self._alive -= 1
+                else:
+                    self._idle.append(child)
+                self._lock.notify_all()
+
+    def _forget_if_forked(self) -> None:
+        if self._pid != os.getpid():
+            # A forked copy of this process: the children belong to the parent.
+            self._idle = []
+            self._starting = 0
+            self._alive = 0
+            self._pid = os.getpid()
 
     def compare(self, golds: list[str], predicted: str, timeout_s: float) -> dict[str, Any] | None:
         """Run one comparison; ``None`` when it ran out of time.
@@ -264,34 +377,51 @@ class _ChildPool:
             try:
                 reply = child.compare(golds, predicted, timeout_s)
             except BaseException:
-                child.kill()
+                self._discard(child)
                 raise
             if reply is None:
                 # Still computing: the only way to stop sympy is to end the process.
-                child.kill()
+                self._discard(child)
                 return None
             with self._lock:
                 self._idle.append(child)
             return reply
 
+    def _discard(self, child: _Child) -> None:
+        child.kill()
+        with self._lock:
+            self._alive = max(self._alive - 1, 0)
+
     def _take(self) -> _Child:
         with self._lock:
-            if self._pid != os.getpid():
-                # A forked copy of this process: the children belong to the parent.
-                self._idle = []
-                self._pid = os.getpid()
-            while self._idle:
-                child = self._idle.pop()
-                if child.process.poll() is None:
-                    return child
-                child.kill()  # died while idle (e.g. the OOM killer): just replace it
-        return _Child()
+            self._forget_if_forked()
+            while True:
+                while self._idle:
+                    child = self._idle.pop()
+                    if child.process.poll() is None:
+                        return child
+                    # Died while idle (e.g. the OOM killer): just replace it.
+                    child.kill()
+                    self._alive = max(self._alive - 1, 0)
+                if not self._starting:
+                    break
+                # One is being warmed: waiting for it beats starting yet another.
+                self._lock.wait()
+            self._alive += 1
+        try:
+            return _Child()
+        except BaseException:
+            with self._lock:
+                self._alive = max(self._alive - 1, 0)
+            raise
 
     def close(self) -> None:
         """Stop every idle child (called at interpreter exit)."""
         with self._lock:
             idle, self._idle = self._idle, []
             mine = self._pid == os.getpid()
+            if mine:
+                self._alive = max(self._alive - len(idle), 0)
         if mine:
             for child in idle:
                 child.stop()
@@ -306,14 +436,18 @@ class MathGrader:
 
     The answer is read with :func:`~conductor.bench.graders.extract.extract_math_answer`
     (``<answer>`` tag, last ``\\boxed{}``, ``ANSWER:`` line).  The gold is a string (a
-    number or LaTeX, without ``$``), or a list of acceptable answers.
+    number or LaTeX, without ``$``), or a list of acceptable answers.  Building one
+    starts the comparison processes in the background (``warm=False`` does not).
     """
 
     name = "math"
     version = "1"
 
     def __init__(
-        self, timeout_s: float = DEFAULT_TIMEOUT_S, max_chars: int = MAX_RESPONSE_CHARS
+        self,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_chars: int = MAX_RESPONSE_CHARS,
+        warm: bool = True,
     ) -> None:
         if not timeout_s > 0:
             raise ValueError("timeout_s must be positive")
@@ -325,6 +459,8 @@ class MathGrader:
             )
         self.timeout_s = float(timeout_s)
         self.max_chars = max_chars
+        if warm:
+            _POOL.warm()
 
     def grade(self, response: str | None, sample: Sample) -> Verdict:
         """Extract the final answer from ``response`` and compare it with the gold."""
@@ -352,6 +488,20 @@ class MathGrader:
                 return Verdict(
                     "correct", f"{extracted!r} equals the gold answer", extracted, detail
                 )
+
+        settled = _numeric_verdict(golds, extracted)
+        if settled is not None:
+            detail["method"] = "numeric"
+            equal, gold = settled
+            if equal:
+                return Verdict("correct", f"{extracted!r} equals {gold!r}", extracted, detail)
+            shown = golds[0] if len(golds) == 1 else golds
+            return Verdict(
+                "incorrect",
+                f"{extracted!r} is not equal to the gold answer {shown!r}",
+                extracted,
+                detail,
+            )
 
         detail["method"] = "math_verify"
         started = time.monotonic()
