@@ -292,7 +292,9 @@ def test_unusable_output_and_cache_paths_exit_2(tmp_path: Path, fake_server: Fak
     assert fake_server.requests == []  # refused before paying for the run
     res = conductor(*bench_cmd(pool, data, a_file / "run"), env=env)
     assert res.returncode == 2
-    assert f"{a_file / 'run'}: Not a directory" in one_error_line(res)
+    assert f"{a_file / 'run'}: cannot create the run directory (Not a directory)" in (
+        one_error_line(res)
+    )
     bad_cache = {**env, "CONDUCTOR_CACHE_DIR": str(a_file / "cache")}
     res = conductor(*bench_cmd(pool, data, tmp_path / "r"), env=bad_cache)
     assert res.returncode == 2

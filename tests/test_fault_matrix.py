@@ -399,3 +399,60 @@ async def test_bench_records_and_reports_truncated_calls(tmp_path: Path) -> None
         finally:
             await callers.aclose()
             store.close()
+
+
+async def test_bench_sample_cache_never_replays_a_truncated_answer(tmp_path: Path) -> None:
+    """An identical rerun replays whole samples from the cache, except the one whose
+    answer came from a cut-off reply: that one asks the model again."""
+    from conductor.bench.graders import get_grader
+    from conductor.bench.runner import BenchOptions, run_benchmark
+    from conductor.bench.spec import load_benchmark
+    from conductor.bench.strategies import answer_key_for, parse_strategy
+    from conductor.llm.caller import CallerSet
+    from conductor.pool import Pool, pool_to_public_dict
+
+    data = tmp_path / "math.jsonl"
+    with data.open("w") as fh:
+        for i in range(3):
+            item = {"problem": f"What is {i} + 0?", "answer": str(i), "unique_id": f"t/{i}"}
+            fh.write(json.dumps(item) + "\n")
+
+    def answer(request: object) -> ResponderResult:
+        text = request.last_user_message  # type: ignore[attr-defined]
+        n = next(i for i in range(3) if f"What is {i} + 0?" in text)
+        if n == 1:
+            return Reply("\\boxed{1", finish_reason="length")
+        return f"\\boxed{{{n}}}"
+
+    with FakeLLMServer() as srv:
+        srv.script("w0", answer)
+        pool = Pool(
+            name="fake",
+            workers=(Worker(id="w0", model="w0", client="http", api_base=srv.openai_base),),
+        )
+        store = ResponseCache(tmp_path / "calls")
+        spec = load_benchmark("math500")
+        for run in ("first", "again"):
+            callers = CallerSet(store, sleep=Waits())
+            try:
+                strat = parse_strategy("single:w0", pool, callers, vote_key=answer_key_for("math"))
+                options = BenchOptions(out_dir=tmp_path / run, data_file=data)
+                await run_benchmark(
+                    spec,
+                    strat,
+                    get_grader(spec.grader),
+                    pool_to_public_dict(pool),
+                    options,
+                    cache=store,
+                )
+            finally:
+                await callers.aclose()
+        asked = [r.last_user_message for r in srv.requests_for("w0")]
+        # Three on the first run; on the rerun only the truncated sample is asked again.
+        assert len(asked) == 4
+        assert "What is 1 + 0?" in asked[-1]
+        again = [
+            json.loads(line) for line in (tmp_path / "again" / "samples.jsonl").open()
+        ]
+        replayed = sorted(r["sample_id"] for r in again if r.get("replayed_from"))
+        assert replayed == ["math500/t/0", "math500/t/2"]

@@ -298,6 +298,7 @@ _RUNTIME_KEYS = frozenset(
         "api_key_env",
         "max_concurrency",
         "timeout_s",
+        "total_timeout_s",
         "max_retries",
         "price",
         "n_threads",
@@ -649,7 +650,10 @@ async def _run_locked(
         line = _record_line(data)
         status = str((record.grade or {}).get("status", "run_failed"))
         cost = record.totals.cost_usd or 0.0
-        if key is not None and not _is_error(data):
+        # An answer built on a cut-off reply is not kept either: a rerun should ask again,
+        # as the call cache does for the truncated call itself.
+        truncated = any(call.truncated for call in record.all_calls())
+        if key is not None and not truncated and not _is_error(data):
             _cache_set(
                 cache, key, {"line": line, "run_id": record.run_id, "status": status, "cost": cost}
             )
