@@ -362,7 +362,9 @@ def test_read_only_output_and_cache_directories_exit_2(
     assert "cannot write the run record (Permission denied)" in one_error_line(res)
     res = run(*bench_cmd(pool, data, read_only / "run"), cache=writable_cache)
     assert res.returncode == 2, res.stderr
-    assert f"{read_only / 'run'}: Permission denied" in one_error_line(res)
+    assert f"{read_only / 'run'}: cannot create the run directory (Permission denied)" in (
+        one_error_line(res)
+    )
     # A read-only cache directory, empty or already holding a cache.
     res = run(*bench_cmd(pool, data, shared_dir / "run"), cache=read_only)
     assert res.returncode == 2, res.stderr
