@@ -2,7 +2,9 @@
 
 :class:`ModelCaller` wraps one :class:`ModelClient` for one target (a worker or the
 Conductor).  :class:`CallerSet` hands out one caller per target, so that every call
-to a target shares its client (and its connections) and its concurrency limit.
+to a target shares its client (and its connections) and its concurrency limit, and
+every target of one provider key shares that key's adaptive limit
+(:mod:`conductor.llm.limiter`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from ..cache import cache_key
 from ..errors import ModelCallError
 from .cost import cost_usd, price_for
 from .factory import make_client
-from .retry import RetryPolicy, send_with_retries
+from .limiter import AdaptiveLimiter, CallGate, ProviderLimits, provider_key
+from .retry import MAX_RETRY_AFTER_S, RetryPolicy, send_with_retries
 from .types import Completion, ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
@@ -32,9 +35,12 @@ _UNSET: Any = object()
 class ModelCaller:
     """Calls one target: cache first, then a limited number of concurrent tries.
 
-    ``sleep`` is what retries wait with (tests pass a recorder).  The concurrency limit
-    is ``target.max_concurrency`` calls in flight, held across a call's retries so that
-    a rate-limited target is not hit harder while it recovers.
+    ``sleep`` is what retries wait with (tests pass a recorder).  Each attempt passes
+    a :class:`~conductor.llm.limiter.CallGate`: at most ``target.max_concurrency`` of
+    this target's attempts in flight, within ``limiter``, the adaptive limit of the
+    target's provider key (a private one when none is given).  Slots are held per
+    attempt, not across the sleep before a retry: the limiter, which shrinks and pauses
+    on rate limits, is what keeps a rate-limited provider from being hit harder.
     """
 
     def __init__(
@@ -44,13 +50,17 @@ class ModelCaller:
         *,
         cache: ResponseCache | None = None,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        limiter: AdaptiveLimiter | None = None,
     ) -> None:
         self.target = target
         self.client: ModelClient = client if client is not None else make_client(target)
         self.cache = cache
         self.policy = RetryPolicy(max(0, target.max_retries))
         self._sleep = sleep
-        self._semaphore = asyncio.Semaphore(max(1, target.max_concurrency))
+        if limiter is None:
+            key = provider_key(target)
+            limiter = AdaptiveLimiter(key, target.max_concurrency) if key is not None else None
+        self.gate = CallGate(target.max_concurrency, limiter)
         self._price: Price | None = _UNSET
         self._timeout_s = target.timeout_s
 
@@ -77,25 +87,31 @@ class ModelCaller:
                 return self._completion(hit, cached=True, attempts=0, start=start)
         client = self.client
         timeout_s = self._timeout_s
-        async with self._semaphore:
-            start = time.perf_counter()
-            try:
-                raw, attempts = await send_with_retries(
-                    lambda: client.send(request, timeout_s=timeout_s),
-                    self.policy,
-                    sleep=self._sleep,
-                )
-            except ModelCallError as exc:
-                if exc.target != self.target.id:
-                    exc.target = self.target.id
-                    exc.args = (exc.describe(),)
-                # The SDK's own exception holds the request, whose headers hold the API
-                # key: drop it so no traceback or log of this error can show the key.
-                exc.__context__ = exc.__cause__ = None
-                raise
+        gate = self.gate
+        # Latency counts from when the first attempt got its slot, as it always has:
+        # time queued behind the concurrency limit is not the call's.
+        admitted: list[float] = []
+
+        def send() -> Awaitable[RawCompletion]:
+            if not admitted:
+                admitted.append(time.perf_counter())
+            return client.send(request, timeout_s=timeout_s)
+
+        try:
+            raw, attempts = await send_with_retries(
+                lambda: gate.attempt(send), self.policy, sleep=self._sleep
+            )
+        except ModelCallError as exc:
+            if exc.target != self.target.id:
+                exc.target = self.target.id
+                exc.args = (exc.describe(),)
+            # The SDK's own exception holds the request, whose headers hold the API
+            # key: drop it so no traceback or log of this error can show the key.
+            exc.__context__ = exc.__cause__ = None
+            raise
         if cache is not None and key is not None:
             cache.set(key, raw)
-        return self._completion(raw, cached=False, attempts=attempts, start=start)
+        return self._completion(raw, cached=False, attempts=attempts, start=admitted[0])
 
     def _completion(
         self, raw: RawCompletion, *, cached: bool, attempts: int, start: float
@@ -118,24 +134,33 @@ class ModelCaller:
 
 
 class CallerSet:
-    """One :class:`ModelCaller` per target (by id and model), created on demand."""
+    """One :class:`ModelCaller` per target (by id and model), created on demand.
+
+    ``limits`` holds one adaptive limiter per provider key, shared by every target of
+    that key; ``start_limit`` caps where each key's limit starts (default: the sum of
+    its targets' ``max_concurrency``).  ``limits.history()`` is what a bench records.
+    """
 
     def __init__(
         self,
         cache: ResponseCache | None = None,
         *,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        start_limit: int | None = None,
     ) -> None:
         self.cache = cache
         self._sleep = sleep
         self._callers: dict[tuple[str, str], ModelCaller] = {}
+        self.limits = ProviderLimits(start=start_limit, max_pause_s=MAX_RETRY_AFTER_S)
 
     def get(self, target: Worker) -> ModelCaller:
         """The caller for ``target``, made on first use."""
         key = (target.id, target.model)
         caller = self._callers.get(key)
         if caller is None:
-            caller = ModelCaller(target, cache=self.cache, sleep=self._sleep)
+            caller = ModelCaller(
+                target, cache=self.cache, sleep=self._sleep, limiter=self.limits.join(target)
+            )
             self._callers[key] = caller
         return caller
 

@@ -27,6 +27,7 @@ from ..errors import (
     RequestTimeoutError,
     ServerError,
 )
+from .limiter import reset_wait_s
 from .types import RawCompletion
 
 __all__ = [
@@ -214,12 +215,15 @@ def error_for_status(
         cls = BadRequestError
     else:
         cls = ServerError
+    wait_s = parse_retry_after(headers)
+    if wait_s is None and cls is RateLimitError:
+        wait_s = reset_wait_s(headers)  # OpenAI's / Anthropic's rate-limit reset headers
     return make_error(
         cls,
         target=target,
         status=status,
         provider_message=provider_message,
-        retry_after_s=parse_retry_after(headers),
+        retry_after_s=wait_s,
     )
 
 
