@@ -34,6 +34,7 @@ queues like any new attempt (behind the pause, if one is pending).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import re
 import time
@@ -318,10 +319,8 @@ class AdaptiveLimiter:
                 self.in_flight -= 1  # the slot was handed over as we were cancelled
                 self._wake()
             else:
-                try:
+                with contextlib.suppress(ValueError):
                     self._waiters.remove(fut)
-                except ValueError:
-                    pass
             raise
         return self._generation
 
