@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,15 @@ def req(text: str) -> ModelRequest:
 
 async def no_sleep(_: float) -> None:
     return None
+
+
+async def wait_until(condition: Callable[[], bool], what: str) -> None:
+    """Poll ``condition`` (for at most 10 s, so a broken limiter fails, not hangs)."""
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting until {what}")
 
 
 def openai_worker(server: FakeLLMServer, wid: str, **kw: Any) -> Worker:
@@ -245,8 +255,7 @@ async def test_retry_after_pauses_the_shared_key_only(fake_server: FakeLLMServer
         assert shared is not None and callers.get(b).gate.shared is shared
         assert callers.get(c).gate.shared is not shared
         task_a = asyncio.create_task(callers.get(a).complete(req("a")))
-        while shared.rate_limits == 0:
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: shared.rate_limits > 0, "a was rate limited")
         assert shared.paused
         done_b, done_c = await asyncio.gather(
             callers.get(b).complete(req("b")), callers.get(c).complete(req("c"))
@@ -375,8 +384,7 @@ async def test_a_call_sleeping_before_its_retry_holds_no_slot(fake_server: FakeL
     caller = ModelCaller(openai_worker(fake_server, "m", max_concurrency=1), sleep=held_sleep)
     try:
         first = asyncio.create_task(caller.complete(req("x")))
-        while not seen:
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: bool(seen), "x reached the server")
         # With the slot held across the back-off this would wait forever.
         second = await asyncio.wait_for(caller.complete(req("y")), 10)
         waking.set()
