@@ -409,9 +409,14 @@ def _bench_one(
     invocation: dict[str, Any] | None = None,
 ) -> Any:
     from .bench.graders import get_grader
-    from .bench.report import write_summary
+    from .bench.report import record_rate_limits, write_summary
     from .bench.runner import BenchOptions, BenchStopped, run_benchmark
-    from .bench.strategies import ConductorStrategy, answer_key_for, parse_strategy
+    from .bench.strategies import (
+        ConductorStrategy,
+        answer_key_for,
+        concurrency_warning,
+        parse_strategy,
+    )
     from .conductors.spec import resolve_conductor
     from .execute import RunSettings
     from .llm.caller import CallerSet
@@ -450,6 +455,9 @@ def _bench_one(
             strat = parse_strategy(
                 strategy, pool_obj, callers, vote_key=answer_key_for(spec.grader)
             )
+        warning = concurrency_warning(strat, concurrency)
+        if warning:
+            console.print(f"[yellow]warning:[/] {warning}", highlight=False)
         try:
             return await run_benchmark(
                 spec,
@@ -461,6 +469,7 @@ def _bench_one(
                 on_progress=progress_cb,
             )
         finally:
+            record_rate_limits(run_dir, callers.limits.history())
             if cache is not None:
                 cache.close()
 

@@ -28,7 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import RecordError, UsageError
-from ..record import RunRecord, record_from_dict
+from ..record import RunRecord, now_iso, record_from_dict
 from ..render import topology_kind
 from .paper import PaperFigure, paper_reference
 
@@ -36,7 +36,9 @@ __all__ = [
     "STATUSES",
     "RunSummary",
     "best_single",
+    "rate_limit_table",
     "read_summary",
+    "record_rate_limits",
     "report_renderables",
     "summarize_run",
     "summary_from_dict",
@@ -62,6 +64,10 @@ STATUSES: tuple[str, ...] = (
 CONFIG_FILE = "config.json"
 SAMPLES_FILE = "samples.jsonl"
 SUMMARY_FILE = "summary.json"
+#: Each invocation's adaptive-limit history per provider key (see ``record_rate_limits``).
+RATE_LIMITS_FILE = "rate_limits.json"
+#: How many invocations (a run and its resumes) ``rate_limits.json`` keeps, newest last.
+MAX_LIMIT_INVOCATIONS = 10
 
 
 @dataclass
@@ -113,6 +119,7 @@ class RunSummary:
     shard: list[int] | None = None
     created_at: str | None = None
     conductor_version: str | None = None
+    rate_limits: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def errors(self) -> int:
@@ -382,6 +389,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
         shard=list(shard) if isinstance(shard, list | tuple) else None,
         created_at=config.get("created_at"),
         conductor_version=config.get("conductor_version"),
+        rate_limits=_read_rate_limits(run_dir / RATE_LIMITS_FILE),
     )
 
 
@@ -420,6 +428,46 @@ def write_summary(run_dir: Path) -> RunSummary:
     tmp.write_text(json.dumps(summary_to_dict(summary), indent=2, ensure_ascii=False) + "\n")
     tmp.replace(target)
     return summary
+
+
+def _read_rate_limits(path: Path) -> list[dict[str, Any]]:
+    """The invocations kept in ``rate_limits.json`` (none if absent or unreadable)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        log.warning("%s: ignored (%s)", path, exc)
+        return []
+    runs = data.get("invocations") if isinstance(data, dict) else None
+    if not isinstance(runs, list):
+        log.warning("%s: ignored (no invocations list)", path)
+        return []
+    return [r for r in runs if isinstance(r, dict) and isinstance(r.get("providers"), dict)]
+
+
+def record_rate_limits(run_dir: Path, providers: dict[str, dict[str, Any]]) -> bool:
+    """Add one invocation's limit history per provider key to ``rate_limits.json``.
+
+    ``providers`` is :meth:`conductor.llm.limiter.ProviderLimits.history`.  The file
+    keeps the newest :data:`MAX_LIMIT_INVOCATIONS` invocations and is replaced
+    atomically.  The history is a diagnostic: a directory that cannot be written is
+    logged and skipped (returns ``False``) rather than hiding the run's own outcome.
+    """
+    if not providers:
+        return False
+    path = Path(run_dir) / RATE_LIMITS_FILE
+    runs = _read_rate_limits(path)
+    runs.append({"recorded_at": now_iso(), "providers": providers})
+    data = {"schema_version": 1, "invocations": runs[-MAX_LIMIT_INVOCATIONS:]}
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        log.warning("%s: rate-limit history not written (%s)", path, exc)
+        return False
+    return True
 
 
 def read_summary(path: Path) -> RunSummary:
@@ -624,6 +672,38 @@ def topology_table(summary: RunSummary) -> Table:
     return table
 
 
+def rate_limit_table(summary: RunSummary) -> Table | None:
+    """Provider keys that were rate-limited, per invocation: how the adaptive limit
+    moved (start, lowest, end), the 429s, the time paused and the latest changes.
+    ``None`` when no invocation met a rate limit."""
+    rows = [
+        (i, key, p)
+        for i, run in enumerate(summary.rate_limits)
+        for key, p in run["providers"].items()
+        if isinstance(p, dict) and (p.get("rate_limits") or p.get("paused_s"))
+    ]
+    if not rows:
+        return None
+    table = Table(title=f"Rate limits: {summary.label}", box=box.SIMPLE_HEAD)
+    for name in ("run", "provider key", "targets", "limit", "429s", "paused"):
+        table.add_column(name, no_wrap=name != "provider key")
+    table.add_column("latest changes (s: limit, why)")
+    for i, key, p in rows:
+        events = [e for e in p.get("events") or [] if isinstance(e, list) and len(e) == 3]
+        start = events[0][1] if events and events[0][2] == "start" else "?"
+        recent = "; ".join(f"{e[0]:g}: {e[1]} {e[2]}" for e in events[-4:])
+        table.add_row(
+            str(i + 1),
+            key,
+            ", ".join(map(str, p.get("targets") or [])),
+            f"{start} → {p.get('min_limit', '?')} → {p.get('limit', '?')}",
+            str(p.get("rate_limits", 0)),
+            f"{p.get('paused_s', 0):g} s",
+            recent,
+        )
+    return table
+
+
 def report_renderables(run_dirs: list[Path]) -> list[RenderableType]:
     """What ``conductor report DIR [DIR...]`` shows: the summary table (with an
     oracle-best column per benchmark that has several ``single:*`` runs), then the
@@ -643,4 +723,7 @@ def report_renderables(run_dirs: list[Path]) -> list[RenderableType]:
             if s.worker_usage:
                 out.append(usage_table(s))
             out.append(topology_table(s))
+        limits = rate_limit_table(s)
+        if limits is not None:
+            out.append(limits)
     return out

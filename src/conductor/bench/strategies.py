@@ -37,6 +37,7 @@ from ..execute import (
     finish_record,
 )
 from ..llm.caller import CallerSet
+from ..llm.limiter import oversubscription_warning
 from ..llm.types import Message, ModelRequest
 from ..pool import Pool, Worker, pool_to_public_dict
 from ..record import CallRecord, RoundRecord, RunRecord, StepRecord, now_iso
@@ -47,6 +48,7 @@ __all__ = [
     "REFLECT_INSTRUCTION",
     "answer_key_for",
     "AnswerKey",
+    "concurrency_warning",
     "ConductorStrategy",
     "FixedStrategy",
     "Strategy",
@@ -353,3 +355,17 @@ def answer_key_for(grader: str) -> AnswerKey:
         return code.strip() if code else None
 
     return code_key
+
+
+def concurrency_warning(strategy: Strategy, concurrency: int) -> str | None:
+    """The sentence to show once when ``concurrency`` samples in flight exceed what the
+    ``max_concurrency`` of the targets each sample starts with allows (the Conductor for
+    ``conductor``; the first calls of a fixed plan), or ``None``."""
+    first: list[Worker]
+    if isinstance(strategy, ConductorStrategy):
+        first = [strategy.orchestrator.conductor.target]
+    elif isinstance(strategy, FixedStrategy):
+        first = [strategy.pool.workers[step.worker] for step in strategy.plan if not step.visible]
+    else:
+        return None
+    return oversubscription_warning(concurrency, first)

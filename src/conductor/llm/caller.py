@@ -2,7 +2,9 @@
 
 :class:`ModelCaller` wraps one :class:`ModelClient` for one target (a worker or the
 Conductor).  :class:`CallerSet` hands out one caller per target, so that every call
-to a target shares its client (and its connections) and its concurrency limit.
+to a target shares its client (and its connections) and its concurrency limit, and
+every target of one provider key shares that key's adaptive limit
+(:mod:`conductor.llm.limiter`).
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from ..cache import cache_key
 from ..errors import ModelCallError
 from .cost import cost_usd, price_for
 from .factory import known_secrets, make_client
+from .limiter import AdaptiveLimiter, CallGate, ProviderLimits, provider_key
 from .replies import check_reply
-from .retry import Deadline, RetryPolicy, mask_error, send_with_retries
+from .retry import MAX_RETRY_AFTER_S, Deadline, RetryPolicy, mask_error, send_with_retries
 from .types import Completion, ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
@@ -36,9 +39,12 @@ _IN_PROCESS = frozenset({"local", "checkpoint"})
 class ModelCaller:
     """Calls one target: cache first, then a limited number of concurrent tries.
 
-    ``sleep`` is what retries wait with (tests pass a recorder).  The concurrency limit
-    is ``target.max_concurrency`` calls in flight, held across a call's retries so that
-    a rate-limited target is not hit harder while it recovers.
+    ``sleep`` is what retries wait with (tests pass a recorder).  Each attempt passes
+    a :class:`~conductor.llm.limiter.CallGate`: at most ``target.max_concurrency`` of
+    this target's attempts in flight, within ``limiter``, the adaptive limit of the
+    target's provider key (a private one when none is given).  Slots are held per
+    attempt, not across the sleep before a retry: the limiter, which shrinks and pauses
+    on rate limits, is what keeps a rate-limited provider from being hit harder.
     """
 
     def __init__(
@@ -48,13 +54,17 @@ class ModelCaller:
         *,
         cache: ResponseCache | None = None,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        limiter: AdaptiveLimiter | None = None,
     ) -> None:
         self.target = target
         self.client: ModelClient = client if client is not None else make_client(target)
         self.cache = cache
         self.policy = RetryPolicy(max(0, target.max_retries))
         self._sleep = sleep
-        self._semaphore = asyncio.Semaphore(max(1, target.max_concurrency))
+        if limiter is None:
+            key = provider_key(target)
+            limiter = AdaptiveLimiter(key, target.max_concurrency) if key is not None else None
+        self.gate = CallGate(target.max_concurrency, limiter)
         self._price: Price | None = _UNSET
         self._timeout_s = target.timeout_s
         # One full attempt always fits, whatever the two settings say.
@@ -83,27 +93,33 @@ class ModelCaller:
             hit = cache.get(key)
             if hit is not None:
                 return self._completion(hit, cached=True, attempts=0, start=start)
-        async with self._semaphore:
-            start = time.perf_counter()
-            deadline = Deadline(self._total_timeout_s)
-            try:
-                raw, attempts = await send_with_retries(
-                    lambda: self._attempt(request, deadline),
-                    self.policy,
-                    sleep=self._sleep,
-                    deadline=deadline,
-                )
-            except ModelCallError as exc:
-                if exc.target != self.target.id:
-                    exc.target = self.target.id
-                    exc.args = (exc.describe(),)
-                # The SDK's own exception holds the request, whose headers hold the API
-                # key: drop it so no traceback or log of this error can show the key.
-                exc.__context__ = exc.__cause__ = None
-                raise
+        gate = self.gate
+        # Latency and the call's total deadline count from when the first attempt got
+        # its slot: time queued behind the concurrency limit is not the call's.
+        deadline = Deadline(self._total_timeout_s, started=False)
+        admitted: list[float] = []
+
+        def send() -> Awaitable[RawCompletion]:
+            if not admitted:
+                admitted.append(time.perf_counter())
+                deadline.begin()
+            return self._attempt(request, deadline)
+
+        try:
+            raw, attempts = await send_with_retries(
+                lambda: gate.attempt(send), self.policy, sleep=self._sleep, deadline=deadline
+            )
+        except ModelCallError as exc:
+            if exc.target != self.target.id:
+                exc.target = self.target.id
+                exc.args = (exc.describe(),)
+            # The SDK's own exception holds the request, whose headers hold the API
+            # key: drop it so no traceback or log of this error can show the key.
+            exc.__context__ = exc.__cause__ = None
+            raise
         if cache is not None and key is not None:
             cache.set(key, raw)  # only a complete answer is stored (see cache.storable)
-        return self._completion(raw, cached=False, attempts=attempts, start=start)
+        return self._completion(raw, cached=False, attempts=attempts, start=admitted[0])
 
     async def _attempt(self, request: ModelRequest, deadline: Deadline) -> RawCompletion:
         """One try, within what remains of the call's deadline; an empty reply is a
@@ -144,24 +160,33 @@ class ModelCaller:
 
 
 class CallerSet:
-    """One :class:`ModelCaller` per target (by id and model), created on demand."""
+    """One :class:`ModelCaller` per target (by id and model), created on demand.
+
+    ``limits`` holds one adaptive limiter per provider key, shared by every target of
+    that key; ``start_limit`` caps where each key's limit starts (default: the sum of
+    its targets' ``max_concurrency``).  ``limits.history()`` is what a bench records.
+    """
 
     def __init__(
         self,
         cache: ResponseCache | None = None,
         *,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        start_limit: int | None = None,
     ) -> None:
         self.cache = cache
         self._sleep = sleep
         self._callers: dict[tuple[str, str], ModelCaller] = {}
+        self.limits = ProviderLimits(start=start_limit, max_pause_s=MAX_RETRY_AFTER_S)
 
     def get(self, target: Worker) -> ModelCaller:
         """The caller for ``target``, made on first use."""
         key = (target.id, target.model)
         caller = self._callers.get(key)
         if caller is None:
-            caller = ModelCaller(target, cache=self.cache, sleep=self._sleep)
+            caller = ModelCaller(
+                target, cache=self.cache, sleep=self._sleep, limiter=self.limits.join(target)
+            )
             self._callers[key] = caller
         return caller
 

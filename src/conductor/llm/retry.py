@@ -27,6 +27,7 @@ from ..errors import (
     RequestTimeoutError,
     ServerError,
 )
+from .limiter import reset_wait_s
 from .replies import bad_response
 from .types import RawCompletion
 
@@ -95,15 +96,29 @@ class Deadline:
     """
 
     def __init__(
-        self, total_s: float | None, *, clock: Callable[[], float] = time.monotonic
+        self,
+        total_s: float | None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        started: bool = True,
     ) -> None:
         self.total_s = total_s
         self._clock = clock
-        self._end = None if total_s is None else clock() + total_s
+        self._end: float | None = None
+        if started:
+            self.begin()
+
+    def begin(self) -> None:
+        """Start the clock (once): a caller starts it when the first attempt is admitted,
+        so that time queued behind a concurrency limit is not taken from the call."""
+        if self._end is None and self.total_s is not None:
+            self._end = self._clock() + self.total_s
 
     def remaining_s(self) -> float | None:
         """Seconds left (may be negative), or None without a limit."""
-        return None if self._end is None else self._end - self._clock()
+        if self._end is None:
+            return self.total_s
+        return self._end - self._clock()
 
     def attempt_timeout_s(self, timeout_s: float) -> float:
         """The time-out of the next attempt: ``timeout_s`` cut to what remains."""
@@ -274,12 +289,15 @@ def error_for_status(
         cls = BadRequestError
     else:
         cls = ServerError
+    wait_s = parse_retry_after(headers)
+    if wait_s is None and cls is RateLimitError:
+        wait_s = reset_wait_s(headers)  # OpenAI's / Anthropic's rate-limit reset headers
     return make_error(
         cls,
         target=target,
         status=status,
         provider_message=provider_message,
-        retry_after_s=parse_retry_after(headers),
+        retry_after_s=wait_s,
     )
 
 

@@ -1,0 +1,491 @@
+"""Adaptive concurrency per provider key: shrink on rate limits, grow back on success.
+
+Every remote target belongs to a *provider key*, the quota a provider counts its calls
+against.  Its identity (see :func:`provider_key`) is:
+
+- with an ``api_base``: that endpoint plus the name of the key variable
+  (``api_key_env``), whatever the client kind, because one server behind one key is
+  one quota however it is reached;
+- without one: the provider (``openai`` for the ``openai`` and ``http`` clients, which
+  both default to OpenAI's API and ``OPENAI_API_KEY``; ``anthropic``; ``google``;
+  ``litellm/<prefix>`` for litellm models, by their provider prefix) plus the key
+  variable's name.
+
+Only variable *names* enter the identity, never a key's value, so the identity can be
+logged and written to a run's summary.  In-process clients (``local``,
+``checkpoint``) have no provider and get no shared limiter.
+
+All the targets of one key share one :class:`AdaptiveLimiter`: a limit on attempts in
+flight that starts at the sum of their ``max_concurrency`` (or a lower configured
+start) and never exceeds that sum.  A rate-limit error cuts the limit by a factor
+(multiplicative decrease; once per "generation", so that a burst of 429s from calls
+that were all sent under the old limit counts as one signal); every ``limit``
+successes since the last change add one slot (additive increase).  When the 429 says
+how long to wait (``Retry-After``, ``retry-after-ms``, or the providers' reset headers,
+read by :func:`reset_wait_s`), the key is paused until then: new attempts queue instead
+of hammering the provider.  Each target's own ``max_concurrency`` stays a hard cap on
+its own attempts (:class:`CallGate`).
+
+Slots are held per *attempt*, not per call: a call that failed and sleeps before its
+retry holds no slot, so the capacity it would idle goes to other calls, and its retry
+queues like any new attempt (behind the pause, if one is pending).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import re
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..errors import RateLimitError
+
+if TYPE_CHECKING:
+    from ..pool import Worker
+
+__all__ = [
+    "AdaptiveLimiter",
+    "CallGate",
+    "LimitEvent",
+    "ProviderLimits",
+    "oversubscription_warning",
+    "parse_duration_s",
+    "provider_key",
+    "reset_wait_s",
+]
+
+T = TypeVar("T")
+
+#: Clients that run in this process: no provider quota to share.
+_IN_PROCESS = frozenset({"local", "checkpoint"})
+
+#: How many limit changes each key keeps (the newest); older ones are counted only.
+HISTORY_SIZE = 200
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def provider_key(target: Worker) -> str | None:
+    """The provider key ``target`` counts against, as a loggable label (no secrets).
+
+    ``None`` for in-process clients.  See the module docstring for the rules.
+    """
+    kind = target.client or "litellm"
+    if kind in _IN_PROCESS:
+        return None
+    key_var = f"${target.api_key_env}" if target.api_key_env else "default key"
+    if target.api_base:
+        return f"{target.api_base.rstrip('/')} · {key_var}"
+    if kind == "litellm":
+        prefix, sep, _ = target.model.partition("/")
+        provider = f"litellm/{prefix}" if sep else "litellm"
+    elif kind == "http":
+        provider = "openai"
+    else:
+        provider = kind
+    return f"{provider} · {key_var}"
+
+
+# --------------------------------------------------------------------------- headers
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration_s(text: str) -> float | None:
+    """Seconds in a Go-style duration as OpenAI sends it (``1s``, ``6m0s``, ``20ms``,
+    ``1h2m3.5s``); a bare number is seconds.  ``None`` if it is neither."""
+    text = text.strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    pos, total = 0, 0.0
+    for m in _DURATION_PART.finditer(text):
+        if m.start() != pos:
+            return None
+        total += float(m.group(1)) * _UNIT_S[m.group(2)]
+        pos = m.end()
+    return total if pos == len(text) and pos > 0 else None
+
+
+def _seconds_until(text: str, now: float) -> float | None:
+    """Seconds from ``now`` (epoch) to an RFC 3339 time (Anthropic's reset headers)."""
+    value = text.strip()
+    if value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"  # fromisoformat takes "Z" only from 3.11
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, when.timestamp() - now)
+
+
+# (remaining header, reset header, whether the reset is a duration or a time)
+_RESET_HEADERS: tuple[tuple[str, str, bool], ...] = (
+    ("x-ratelimit-remaining-requests", "x-ratelimit-reset-requests", True),
+    ("x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens", True),
+    *(
+        (f"anthropic-ratelimit-{what}-remaining", f"anthropic-ratelimit-{what}-reset", False)
+        for what in ("requests", "tokens", "input-tokens", "output-tokens")
+    ),
+)
+
+
+def reset_wait_s(headers: Mapping[str, str] | None, *, now: float | None = None) -> float | None:
+    """Seconds until the exhausted limit resets, from the providers' reset headers.
+
+    Reads OpenAI's ``x-ratelimit-reset-{requests,tokens}`` (durations such as ``6m0s``)
+    and Anthropic's ``anthropic-ratelimit-*-reset`` (RFC 3339 times).  A limit whose
+    ``remaining`` header says calls are left is not what refused the call and is
+    skipped; of the rest, the latest reset is what must pass.  ``None`` when no header
+    applies.  (``Retry-After`` is read by :func:`conductor.llm.retry.parse_retry_after`;
+    it wins when present.)
+    """
+    if not headers:
+        return None
+    if isinstance(headers, dict):
+        # A plain dict is case-sensitive, unlike httpx's and aiohttp's header types.
+        headers = {str(k).lower(): str(v) for k, v in headers.items()}
+    clock = time.time() if now is None else now
+    waits: list[float] = []
+    for remaining_name, reset_name, is_duration in _RESET_HEADERS:
+        reset = headers.get(reset_name)
+        if reset is None:
+            continue
+        remaining = headers.get(remaining_name)
+        if remaining is not None:
+            try:
+                if float(remaining) > 0:
+                    continue
+            except ValueError:
+                pass
+        wait = parse_duration_s(reset) if is_duration else _seconds_until(reset, clock)
+        if wait is not None:
+            waits.append(wait)
+    return max(waits) if waits else None
+
+
+# --------------------------------------------------------------------------- limiter
+
+
+@dataclass(frozen=True)
+class LimitEvent:
+    """One change of a key's limit: seconds since the limits were created, the new
+    limit, and why (``start``, ``rate limited``, ``recovered``, ``paused N s``...)."""
+
+    t_s: float
+    limit: int
+    reason: str
+
+    def to_list(self) -> list[Any]:
+        return [round(self.t_s, 3), self.limit, self.reason]
+
+
+class AdaptiveLimiter:
+    """An AIMD limit on attempts in flight for one provider key (see the module doc).
+
+    ``ceiling`` is the most the limit may reach; ``start`` (default: the ceiling) where
+    it begins.  ``decrease`` is the factor a rate limit multiplies the limit by (the cut
+    is at least one slot; the limit never drops below one).  ``max_pause_s`` bounds how
+    long one rate limit may pause the key.  Waiters are served in arrival order.
+
+    Halving is the default because the start (the sum of the targets' caps) is often
+    far above what the provider serves, and every cut costs one round of refused
+    attempts: measured against a server serving 4 at once from a start of 32
+    (benchmarks/perf/limiter_speed.py), halving drew about a third fewer 429s than a
+    factor of 0.75 at the same wall time.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        ceiling: int,
+        *,
+        start: int | None = None,
+        decrease: float = 0.5,
+        max_pause_s: float = 120.0,
+        history_size: int = HISTORY_SIZE,
+        t0: float | None = None,
+    ) -> None:
+        if not 0.0 < decrease < 1.0:
+            raise ValueError(f"decrease must be between 0 and 1, got {decrease}")
+        self.key = key
+        self.ceiling = max(1, ceiling)
+        self._start_cap = start
+        self.limit = self._initial()
+        self.decrease = decrease
+        self.max_pause_s = max_pause_s
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.rate_limits = 0
+        self.successes = 0
+        self.min_limit = self.limit
+        self.paused_s = 0.0
+        self._generation = 0
+        self._streak = 0
+        self._paused_until = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._t0 = time.monotonic() if t0 is None else t0
+        self._events: deque[LimitEvent] = deque(maxlen=max(1, history_size))
+        self.events_dropped = 0
+        self._record("start")
+
+    def _initial(self) -> int:
+        start = self._start_cap
+        return self.ceiling if start is None else max(1, min(start, self.ceiling))
+
+    # -- bookkeeping -------------------------------------------------------------------
+
+    def _record(self, reason: str) -> None:
+        if len(self._events) == self._events.maxlen:
+            self.events_dropped += 1
+        self._events.append(LimitEvent(time.monotonic() - self._t0, self.limit, reason))
+
+    @property
+    def events(self) -> list[LimitEvent]:
+        """The kept limit changes, oldest first."""
+        return list(self._events)
+
+    @property
+    def paused(self) -> bool:
+        """Whether a reset is pending (new attempts wait)."""
+        return time.monotonic() < self._paused_until
+
+    def add_capacity(self, n: int) -> None:
+        """Raise the ceiling by ``n`` (another target joined the key).  Before any rate
+        limit the limit rises with it; after one, the learned limit stays."""
+        self.ceiling += max(1, n)
+        if self.rate_limits == 0:
+            old, self.limit = self.limit, self._initial()
+            self.min_limit = min(self.min_limit, self.limit)
+            if self.limit != old:
+                self._record("target joined")
+                self._wake()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The key's history, JSON-ready (what a bench writes to its summary)."""
+        return {
+            "ceiling": self.ceiling,
+            "limit": self.limit,
+            "min_limit": self.min_limit,
+            "max_in_flight": self.max_in_flight,
+            "rate_limits": self.rate_limits,
+            "successes": self.successes,
+            "paused_s": round(self.paused_s, 3),
+            "events": [e.to_list() for e in self._events],
+            "events_dropped": self.events_dropped,
+        }
+
+    # -- slots -------------------------------------------------------------------------
+
+    def _take(self) -> int:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        return self._generation
+
+    def _wake(self) -> None:
+        """Hand free slots to waiters in order, or wake them when the pause ends."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        delay = self._paused_until - time.monotonic()
+        if delay > 0:
+            if self._waiters:
+                loop = asyncio.get_running_loop()
+                self._timer = loop.call_later(delay, self._wake)
+            return
+        while self._waiters and self.in_flight < self.limit:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                self._take()
+                fut.set_result(None)
+
+    async def acquire(self) -> int:
+        """Wait for a slot; returns the generation it was granted under (for release)."""
+        if not self._waiters and self.in_flight < self.limit and not self.paused:
+            return self._take()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        self._wake()
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.in_flight -= 1  # the slot was handed over as we were cancelled
+                self._wake()
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(fut)
+            raise
+        return self._generation
+
+    def release(
+        self, generation: int, *, ok: bool, rate_limited: bool = False, wait_s: float | None = None
+    ) -> None:
+        """Give the slot back, with what the attempt found.
+
+        ``ok``: it succeeded (counts towards growth).  ``rate_limited``: the provider
+        refused it (shrinks the limit, once per generation); ``wait_s``: how long the
+        provider asked to wait (pauses the key).  Neither: another failure, neutral.
+        """
+        self.in_flight = max(0, self.in_flight - 1)
+        if rate_limited:
+            self._on_rate_limit(generation, wait_s)
+        elif ok:
+            self._on_success()
+        self._wake()
+
+    def _on_success(self) -> None:
+        self.successes += 1
+        self._streak += 1
+        if self.limit < self.ceiling and self._streak >= self.limit:
+            self.limit += 1
+            self._streak = 0
+            self._record("recovered")
+
+    def _on_rate_limit(self, generation: int, wait_s: float | None) -> None:
+        self.rate_limits += 1
+        self._streak = 0
+        reasons: list[str] = []
+        if generation == self._generation:
+            # The first 429 of calls sent under this limit; later ones of the same
+            # generation are the same overload and do not cut again.
+            self._generation += 1
+            new = min(self.limit - 1, math.floor(self.limit * self.decrease))
+            if max(1, new) != self.limit:
+                self.limit = max(1, new)
+                self.min_limit = min(self.min_limit, self.limit)
+                reasons.append("rate limited")
+        if wait_s is not None and wait_s > 0:
+            now = time.monotonic()
+            until = now + min(wait_s, self.max_pause_s)
+            if until > self._paused_until + 0.05:
+                # Count the pause time this extension adds, not overlapping time twice.
+                self.paused_s += until - max(now, self._paused_until)
+                self._paused_until = until
+                reasons.append(f"paused {until - now:.3g} s")
+        if reasons:
+            self._record(", ".join(reasons))
+
+
+class CallGate:
+    """How one target's attempts get in: its own hard cap, then its key's limiter."""
+
+    def __init__(self, max_concurrency: int, shared: AdaptiveLimiter | None) -> None:
+        self.cap = max(1, max_concurrency)
+        self.shared = shared
+        self._own = asyncio.Semaphore(self.cap)
+
+    async def attempt(self, send: Callable[[], Awaitable[T]]) -> T:
+        """Run one attempt within both limits and report its outcome to the limiter."""
+        async with self._own:
+            shared = self.shared
+            if shared is None:
+                return await send()
+            generation = await shared.acquire()
+            try:
+                result = await send()
+            except RateLimitError as exc:
+                shared.release(generation, ok=False, rate_limited=True, wait_s=exc.retry_after_s)
+                raise
+            except BaseException:
+                shared.release(generation, ok=False)
+                raise
+            shared.release(generation, ok=True)
+            return result
+
+
+class ProviderLimits:
+    """The limiters of one run, one per provider key, made as targets join.
+
+    ``start`` caps every key's starting limit (default: start at the sum of the
+    targets' ``max_concurrency``).
+    """
+
+    def __init__(
+        self, *, start: int | None = None, decrease: float = 0.5, max_pause_s: float = 120.0
+    ) -> None:
+        self.start = start
+        self.decrease = decrease
+        self.max_pause_s = max_pause_s
+        self._t0 = time.monotonic()
+        self._limiters: dict[str, AdaptiveLimiter] = {}
+        self._members: dict[str, list[str]] = {}
+
+    def join(self, target: Worker) -> AdaptiveLimiter | None:
+        """The limiter ``target`` shares (its capacity added), or ``None`` in-process."""
+        key = provider_key(target)
+        if key is None:
+            return None
+        limiter = self._limiters.get(key)
+        if limiter is None:
+            limiter = AdaptiveLimiter(
+                key,
+                target.max_concurrency,
+                start=self.start,
+                decrease=self.decrease,
+                max_pause_s=self.max_pause_s,
+                t0=self._t0,
+            )
+            self._limiters[key] = limiter
+            self._members[key] = [target.id]
+        else:
+            limiter.add_capacity(target.max_concurrency)
+            self._members[key].append(target.id)
+        return limiter
+
+    def get(self, key: str) -> AdaptiveLimiter | None:
+        """The limiter of ``key``, if a target joined it."""
+        return self._limiters.get(key)
+
+    def history(self) -> dict[str, dict[str, Any]]:
+        """Each key's limit history and counters, JSON-ready, with its targets' ids."""
+        return {
+            key: {"targets": list(self._members[key]), **limiter.to_dict()}
+            for key, limiter in self._limiters.items()
+        }
+
+
+# --------------------------------------------------------------------------- warning
+
+
+def oversubscription_warning(concurrency: int, first_calls: list[Worker]) -> str | None:
+    """The sentence to show once when ``concurrency`` samples cannot all be in flight.
+
+    ``first_calls`` are the targets one sample calls at once when it starts (the
+    Conductor; the K voters of ``vote:K:W``; every proposer of ``moa``).  A target
+    called ``c`` times per sample with ``max_concurrency`` ``m`` serves at most
+    ``max(1, m // c)`` samples at a time; ``None`` when no target bounds ``concurrency``.
+    """
+    counts: dict[str, int] = {}
+    by_id: dict[str, Worker] = {}
+    for target in first_calls:
+        counts[target.id] = counts.get(target.id, 0) + 1
+        by_id[target.id] = target
+    bound: tuple[int, Worker, int] | None = None
+    for tid, c in counts.items():
+        target = by_id[tid]
+        n = max(1, target.max_concurrency // c)
+        if bound is None or n < bound[0]:
+            bound = (n, target, c)
+    if bound is None or concurrency <= bound[0]:
+        return None
+    n, target, c = bound
+    per_sample = f"each sample starts with {c} calls to it, " if c > 1 else ""
+    return (
+        f"--concurrency {concurrency} exceeds what {target.id!r} allows: "
+        f"{per_sample}its max_concurrency is {target.max_concurrency}, so at most {n} "
+        f"samples start at once; raise its max_concurrency in the pool or lower "
+        f"--concurrency to {n}."
+    )
