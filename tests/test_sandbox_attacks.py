@@ -191,3 +191,55 @@ def test_quoted_output_is_scrubbed_and_clipped(monkeypatch: pytest.MonkeyPatch) 
     assert "\x1b" not in verdict.reason
     assert len(verdict.reason) < 600
     assert _clip("a\x00b") == "a\\x00b"
+
+
+# ------------------------------------------------------------------------------ CLI
+
+
+def _bench_cli(tmp_path: Path, server: Any, *extra: str) -> subprocess.CompletedProcess[str]:
+    from poolkit import pool_dict, worker, write_pool
+
+    pool = write_pool(tmp_path / "pool.yaml", pool_dict(server, [worker(server, "w0")]))
+    data = REPO / "tests" / "fixtures" / "bench" / "livecodebench.jsonl"
+    env = {
+        **os.environ,
+        "CONDUCTOR_CACHE_DIR": str(tmp_path / "cache"),
+        "COLUMNS": "200",
+        ISOLATION_ENV: "off",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "conductor", "bench", "livecodebench", "--pool", str(pool),
+         "--data", str(data), "--limit", "1", "--strategy", "single:w0",
+         "--out", str(tmp_path / "run"), *extra],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+
+
+def test_bench_refuses_code_without_isolation(tmp_path: Path, fake_server: Any) -> None:
+    res = _bench_cli(tmp_path, fake_server)
+    assert res.returncode == 2, res.stderr
+    assert "--confirm-run-unsafe-code" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not fake_server.requests  # refused before any paid call
+
+
+def test_bench_opt_in_records_unisolated(tmp_path: Path, fake_server: Any) -> None:
+    fake_server.script("w0", "```python\nprint(sum(map(int, open(0).read().split()[1:])))\n```")
+    res = _bench_cli(tmp_path, fake_server, "--confirm-run-unsafe-code")
+    assert res.returncode == 0, res.stderr
+    records = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    assert len(records) == 1
+    grade = records[0]["grade"]
+    assert grade["status"] == "correct", grade
+    assert grade["detail"]["unisolated"] is True
+
+
+def test_train_config_opt_in_key() -> None:
+    from conductor.train.config import TrainConfigError, load_train_config_text
+
+    head = "base_model: x/y\npool: local\ndata: [livecodebench]\noutput_dir: o\n"
+    assert not load_train_config_text(head, source="c.yaml").confirm_run_unsafe_code
+    on = load_train_config_text(head + "confirm_run_unsafe_code: true\n", source="c.yaml")
+    assert on.confirm_run_unsafe_code is True
+    with pytest.raises(TrainConfigError, match="confirm_run_unsafe_code"):
+        load_train_config_text(head + "confirm_run_unsafe_code: maybe\n", source="c.yaml")
