@@ -249,8 +249,14 @@ GRADING: dict[str, tuple[str, str]] = {
             return Always(0)
         """,
     ),
-    "bcb: os._exit(0) at import": ("bcb", "import os\nos._exit(0)\ndef task_func(xs):\n    return 0"),
-    "bcb: sys.exit(0) at import": ("bcb", "import sys\nsys.exit(0)\ndef task_func(xs):\n    return 0"),
+    "bcb: os._exit(0) at import": (
+        "bcb",
+        "import os\nos._exit(0)\ndef task_func(xs):\n    return 0",
+    ),
+    "bcb: sys.exit(0) at import": (
+        "bcb",
+        "import sys\nsys.exit(0)\ndef task_func(xs):\n    return 0",
+    ),
     "bcb: os._exit(0) inside the call": (
         "bcb",
         "import os\ndef task_func(xs):\n    os._exit(0)",
@@ -381,8 +387,8 @@ def _os_network() -> Outcome:
     srv.settimeout(0.5)
     port = srv.getsockname()[1]
     inner = (
-        "import socket; s = socket.create_connection(('127.0.0.1', %d), timeout=1);"
-        " s.sendall(b'%s')" % (port, SECRET)
+        f"import socket; s = socket.create_connection(('127.0.0.1', {port}), timeout=1);"
+        f" s.sendall(b'{SECRET}')"
     )
     code = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {inner!r}])\n"
     run_sandboxed(code, allow_subprocess=True, wall_time_s=10)
@@ -399,10 +405,8 @@ def _os_network() -> Outcome:
 def _os_kill_everything() -> Outcome:
     canary = subprocess.Popen(["sleep", "60"])
     try:
-        code = (
-            "import subprocess\n"
-            "subprocess.run(['sh', '-c', 'kill -9 -1; kill -9 %d %d'])\n" % (os.getpid(), canary.pid)
-        )
+        targets = f"{os.getpid()} {canary.pid}"
+        code = f"import subprocess\nsubprocess.run(['sh', '-c', 'kill -9 -1; kill -9 {targets}'])\n"
         run_sandboxed(code, allow_subprocess=True)
         alive = canary.poll() is None
         return alive, "bench and a process of the same user survive" if alive else "canary killed"

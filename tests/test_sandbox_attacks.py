@@ -155,9 +155,7 @@ def test_opt_in_only_reaches_the_code_grader() -> None:
         "bcb: forge a pass verdict on every fd",
     ],
 )
-def test_grading_attacks_fail_even_unisolated(
-    monkeypatch: pytest.MonkeyPatch, name: str
-) -> None:
+def test_grading_attacks_fail_even_unisolated(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     # The judge is a separate process whatever the OS offers: only the OS layer goes.
     monkeypatch.setenv(ISOLATION_ENV, "off")
     assert name in GRADING

@@ -242,6 +242,7 @@ def _homes() -> list[str]:
     homes = {os.path.realpath(h) for h in out if h}
     return sorted(h for h in homes if h != "/" and os.path.isdir(h))
 
+
 def _expose_list(interpreter: str) -> list[str]:
     """Directories the sandboxed interpreter must be able to read (stdlib, packages)."""
     if os.path.realpath(interpreter) == os.path.realpath(sys.executable):

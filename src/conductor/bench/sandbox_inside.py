@@ -37,6 +37,7 @@ result frame from a driver).  Only the driver holds that fd.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -54,10 +55,8 @@ REPORT_FD = -1
 
 def report(kind: str, text: str) -> None:
     """One line on the report channel (driver only)."""
-    try:
+    with contextlib.suppress(OSError):
         os.write(REPORT_FD, (kind + " " + text.replace("\n", " ") + "\n").encode())
-    except OSError:
-        pass
 
 
 def frame(obj: dict[str, Any]) -> None:
@@ -112,7 +111,9 @@ class _Mounter:
         self.libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_void_p]
 
     def mount(self, src: str | None, tgt: str, fstype: str | None, flags: int) -> None:
-        enc = (lambda v: None if v is None else v.encode())
+        def enc(v: str | None) -> bytes | None:
+            return None if v is None else v.encode()
+
         if self.libc.mount(enc(src), enc(tgt), enc(fstype), flags, None) != 0:
             err = self._ctypes.get_errno()
             raise OSError(err, os.strerror(err), tgt)
@@ -122,13 +123,13 @@ def _hide(m: _Mounter, hidden: list[str], expose: list[str], stage_root: str) ->
     """Cover each dir in ``hidden`` with an empty tmpfs, binding back what must be seen."""
     for n, top in enumerate(hidden):
         if _under(stage_root, top) or not os.path.isdir(top):
-            report("N", "cannot hide %s (it holds the control dir)" % top)
+            report("N", f"cannot hide {top} (it holds the control dir)")
             continue
         inner = sorted({p for p in expose if _under(p, top) and p != top and os.path.exists(p)})
         keep = [p for p in inner if not any(p != q and _under(p, q) for q in inner)]
         staged = []
         for i, path in enumerate(keep):
-            stage = os.path.join(stage_root, "stage%d_%d" % (n, i))
+            stage = os.path.join(stage_root, f"stage{n}_{i}")
             if os.path.isdir(path):
                 os.mkdir(stage)
             else:
@@ -144,7 +145,7 @@ def _hide(m: _Mounter, hidden: list[str], expose: list[str], stage_root: str) ->
                 os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
                 open(path, "w").close()
             m.mount(stage, path, None, m.MS_MOVE)
-        report("N", "hid %s%s" % (top, (", exposing " + ", ".join(keep)) if keep else ""))
+        report("N", "hid {}{}".format(top, (", exposing " + ", ".join(keep)) if keep else ""))
 
 
 def setup_mounts() -> None:
@@ -259,10 +260,8 @@ def enter_child(work: str) -> None:
     if lim.get("nproc") is not None:
         pairs.append((resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"])))
     for res, value in pairs:
-        try:
+        with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(res, value)
-        except (ValueError, OSError):
-            pass
     os.umask(0o077)
     os.close(REPORT_FD)
 
@@ -338,7 +337,7 @@ def install_guard(work: str, allow_subprocess: bool, fd: int) -> None:
         _me: list[Any] = me,
     ) -> None:
         def refuse(detail: str) -> None:
-            try:
+            try:  # noqa: SIM105 - nothing may be looked up at call time (no contextlib)
                 _write(
                     _fd,
                     ("B " + event + ": " + detail.replace("\n", " ")[:300] + "\n").encode(
@@ -389,8 +388,8 @@ def install_guard(work: str, allow_subprocess: bool, fd: int) -> None:
             path = args[0]
             if _isinst(path, _int):
                 return
-            mode = args[1] if len(args) > 1 else None
-            flags = args[2] if len(args) > 2 else 0
+            mode: Any = args[1] if len(args) > 1 else None
+            flags: Any = args[2] if len(args) > 2 else 0
             writing = False
             if _isinst(mode, _str):
                 writing = ("w" in mode) or ("a" in mode) or ("x" in mode) or ("+" in mode)
@@ -401,8 +400,10 @@ def install_guard(work: str, allow_subprocess: bool, fd: int) -> None:
             if writing:
                 refuse("write to " + _str(path))
             target = resolve(path)
-            if target is not None and target.startswith("/proc/") and (
-                target.endswith("/mem") or target.endswith("/environ")
+            if (
+                target is not None
+                and target.startswith("/proc/")
+                and (target.endswith("/mem") or target.endswith("/environ"))
             ):
                 refuse("read " + target)
             # A directory handle outside could serve as dir_fd for a relative write
@@ -508,10 +509,8 @@ def _wait(pid: int, timeout: float) -> tuple[int | None, bool]:
         left = deadline - time.monotonic()
         if left <= 0:
             timed_out = True
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             _, status = os.waitpid(pid, 0)
             break
         if pidfd >= 0:
@@ -543,10 +542,8 @@ def _fork_child(body: Callable[[], int]) -> int:
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:
-        try:
+        with contextlib.suppress(BaseException):
             traceback.print_exc()
-        except BaseException:
-            pass
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -605,7 +602,7 @@ def job_lcb() -> None:
     try:
         code = compile(job["solution"], "solution.py", "exec")
     except (SyntaxError, ValueError) as exc:
-        frame({"event": "compile_error", "error": "%s: %s" % (type(exc).__name__, exc)})
+        frame({"event": "compile_error", "error": f"{type(exc).__name__}: {exc}"})
         return
     prelude = compile(prelude_src, "<prelude>", "exec")
     # the prelude's modules are imported once here, so each child starts warm
@@ -617,10 +614,8 @@ def job_lcb() -> None:
 
     def fresh_globals() -> dict[str, Any]:
         g: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
-        try:
+        with contextlib.suppress(Exception):
             exec(prelude, g)
-        except Exception:
-            pass
         g["__name__"] = "__main__"
         return g
 
@@ -653,12 +648,12 @@ def job_lcb() -> None:
             elif callable(g.get(str(fn_name))):
                 fn = g[str(fn_name)]
             else:
-                raise NameError("no Solution.%s or function %s defined" % (fn_name, fn_name))
+                raise NameError(f"no Solution.{fn_name} or function {fn_name} defined")
             value = fn(*args)
             try:
                 text = json.dumps(value)
             except (TypeError, ValueError) as exc:
-                raise TypeError("the result is not JSON data: %s" % exc) from None
+                raise TypeError(f"the result is not JSON data: {exc}") from None
             sys.stdout.flush()
             os.write(res_fd, ("V " + text + "\n").encode("utf-8", "replace"))
             return 0
@@ -758,11 +753,11 @@ def _untrusted(value: Any, known: frozenset[int]) -> str | None:
             for c in t.__mro__:
                 if id(c) in known:
                     if c is not object:
-                        return "a %s subclass made by the solution" % c.__name__
+                        return f"a {c.__name__} subclass made by the solution"
                     continue
                 extra = [k for k in vars(c) if k.startswith("__") and k not in _PLAIN_DUNDERS]
                 if extra:
-                    return "an object of a class made by the solution that defines %s" % (
+                    return "an object of a class made by the solution that defines {}".format(
                         ", ".join(sorted(extra)[:3])
                     )
         if t is list or t is tuple or t is set or t is frozenset:
@@ -777,10 +772,9 @@ def _preimport(names: list[str]) -> None:
     import importlib
 
     for name in names:
-        try:
+        # a missing optional library fails the test later, not here
+        with contextlib.suppress(BaseException):
             importlib.import_module(name)
-        except BaseException:  # a missing optional library fails the test later, not here
-            pass
 
 
 def job_bcb() -> None:
@@ -794,7 +788,7 @@ def job_bcb() -> None:
     try:
         sol_code = compile(job["solution"], "solution.py", "exec")
     except (SyntaxError, ValueError) as exc:
-        frame({"event": "compile_error", "error": "%s: %s" % (type(exc).__name__, exc)})
+        frame({"event": "compile_error", "error": f"{type(exc).__name__}: {exc}"})
         return
     test_code = compile(job["test"], "test_code.py", "exec")
     sys.path.insert(0, work)
@@ -802,11 +796,7 @@ def job_bcb() -> None:
     known = frozenset(_all_classes())
     # Pristine state captured before any model code: module dicts the tests rely on and
     # the TestCase / TestResult classes.
-    watched = {
-        n: sys.modules[n]
-        for n in [*_WATCHED, *job["imports"]]
-        if n in sys.modules
-    }
+    watched = {n: sys.modules[n] for n in [*_WATCHED, *job["imports"]] if n in sys.modules}
     pristine_mods = {n: dict(vars(m)) for n, m in watched.items()}
     test_case_cls = unittest.TestCase
     test_result_cls = unittest.TestResult
@@ -893,7 +883,7 @@ def job_bcb() -> None:
                     ns[entry] = _wrap(fn, _known, _restore)
                 try:
                     _exec(test_code, ns)
-                    cls = ns.get("TestCases")
+                    cls: Any = ns.get("TestCases")
                     if not (_isinstance(cls, type) and _issubclass(cls, test_case_cls)):
                         raise TypeError("TestCases is not a unittest.TestCase")
                     _restore()
@@ -945,7 +935,7 @@ def job_bcb() -> None:
         elif status is None or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
             if outcome == "pass":
                 outcome = "error"
-            error = error or "the test process ended with %s" % json.dumps(_status_json(status))
+            error = error or f"the test process ended with {json.dumps(_status_json(status))}"
         frame(
             {
                 "event": "test",
@@ -979,9 +969,7 @@ def _restoring(method: Callable[..., Any], restore: Callable[[], None]) -> Calla
 def _checked(
     fn: Callable[..., Any], known: frozenset[int], restore: Callable[[], None]
 ) -> Callable[..., Any]:
-    def task(
-        *args: Any, _check: Callable[..., str | None] = _untrusted, **kwargs: Any
-    ) -> Any:
+    def task(*args: Any, _check: Callable[..., str | None] = _untrusted, **kwargs: Any) -> Any:
         value = fn(*args, **kwargs)
         restore()
         why = _check(value, known)
@@ -1012,11 +1000,9 @@ def main(argv: list[str]) -> int:
         try:
             setup_mounts()
         except Exception as exc:
-            report("N", "read-only mounts unavailable: %r" % (exc,))
-    try:
+            report("N", f"read-only mounts unavailable: {exc!r}")
+    with contextlib.suppress(OSError):
         _prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    except OSError:
-        pass
     for job in _iter_jobs():
         try:
             job()

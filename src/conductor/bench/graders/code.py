@@ -50,14 +50,14 @@ the machine, but code written to tamper with the harness itself could fake a pas
 
 from __future__ import annotations
 
-import base64
 import ast
-import os
-import signal
+import base64
 import json
 import math
+import os
 import pickle
 import re
+import signal
 import zlib
 from typing import Any
 
@@ -191,6 +191,7 @@ _PRELUDE = (
     "import sys, os, re, math, heapq, bisect, itertools, functools, collections, string\n"
     "import random, copy, operator, json\n"
 )
+
 
 def with_unsafe_opt_in(grader: str, options: dict[str, Any], confirm: bool) -> dict[str, Any]:
     """``options`` for grader ``grader``, with the user's opt-in to unisolated code runs.
@@ -366,7 +367,8 @@ class CodeGrader:
         self, i: int, test: dict[str, Any], frame: dict[str, Any], code: str, base: dict[str, Any]
     ) -> Verdict | None:
         """The verdict when test ``i`` failed, judged here from its raw frame; else None."""
-        status = frame.get("status") if isinstance(frame.get("status"), dict) else {}
+        raw_status = frame.get("status")
+        status: dict[str, Any] = raw_status if isinstance(raw_status, dict) else {}
         blocked = [str(b)[:300] for b in frame.get("blocked") or [] if isinstance(b, str)]
         fail = {**base, "failed_test": i}
         if blocked:
@@ -384,7 +386,8 @@ class CodeGrader:
                 extracted=code,
                 detail=fail,
             )
-        tail = frame.get("stderr_tail") if isinstance(frame.get("stderr_tail"), str) else ""
+        raw_tail = frame.get("stderr_tail")
+        tail = raw_tail if isinstance(raw_tail, str) else ""
         if status.get("exit") != 0:
             why = (
                 f"killed by signal {status['signal']}"
@@ -502,9 +505,7 @@ class CodeGrader:
                 detail={**fail, "outcome": kind},
             )
         base["passed"] = len(names)
-        return Verdict(
-            "correct", f"all {len(names)} tests passed", extracted=code, detail=base
-        )
+        return Verdict("correct", f"all {len(names)} tests passed", extracted=code, detail=base)
 
     # -- shared -------------------------------------------------------------------------
 
@@ -539,8 +540,6 @@ class CodeGrader:
             extracted=code,
             detail={**base, "failed_test": at},
         )
-
-
 
 
 def bcb_test_names(source: str) -> tuple[list[str], list[str]]:
