@@ -1,54 +1,68 @@
 """Run untrusted Python code (model-written solutions) in a throw-away sandbox.
 
-:func:`run_sandboxed` runs one Python program in a fresh subprocess and returns a
+:func:`run_sandboxed` runs one Python program; :func:`run_job` runs one of the test
+drivers of :mod:`conductor.bench.sandbox_inside` (the code grader's).  Either returns a
 :class:`SandboxResult`.  Every run gets its own temporary working directory (deleted
-afterwards), a minimal environment (the parent's environment is never passed on, so API
-keys stay out), resource limits, a wall-clock limit that kills the whole process tree,
-and capped output.  Isolation is layered; what each layer does and does not stop:
+afterwards), a minimal environment (the parent's environment is never passed on, in
+any mode, so API keys stay out), resource limits, a wall-clock limit that kills the
+whole process tree, and capped output.  Isolation is layered; what each layer does and
+does not stop:
 
-1. **OS layer** (used when the ``unshare`` tool works, i.e. we are root on Linux; the
-   layers in effect are listed in :attr:`SandboxResult.isolation`, and the ones that
-   could not be set up in :attr:`SandboxResult.notes`):
+1. **OS layer**, for every user where Linux namespaces can be made
+   (:func:`isolation_mode`): as root, ``unshare`` makes them directly and the code runs
+   under a fresh uid; as anyone else, an *unprivileged user namespace*
+   (``unshare --user --map-root-user``) holds the others and the code runs as the
+   user with every capability dropped (bounding set included) and
+   ``PR_SET_NO_NEW_PRIVS``.  The layers in effect are listed in
+   :attr:`SandboxResult.isolation`, and the ones that could not be set up in
+   :attr:`SandboxResult.notes`:
 
    * a new *network namespace*: only a down loopback device exists, so no connection
      to the host, 127.0.0.1 services or the internet can be made by any code, native
      or not;
    * a new *mount namespace* in which every mount is re-mounted read-only except the
-     run's temporary directory (bind-mounted read-write); a fresh ``/proc`` for
-     the new PID namespace is mounted too;
+     run's work directory; the user's home directory (and ``/root``) is covered with
+     an empty tmpfs, with only the interpreter's own directories bound back (so
+     Python works wherever it is installed, a venv under a private home included);
+     the control directory (job, report file) is covered once the driver has read
+     it; a fresh ``/proc`` shows only the sandbox's processes;
    * a new *PID namespace*: when its first process dies (or the wall limit kills it),
-     the kernel kills every process left inside, so nothing can outlive the run;
-   * the code runs under a fresh unprivileged uid/gid (no capabilities), so it cannot
-     undo the read-only mounts, read root-only files (``/proc/PID/environ`` of other
-     processes included) or signal other users' processes, and ``RLIMIT_NPROC``
-     (which root ignores) really caps the number of processes and threads.
+     the kernel kills every process left inside, so nothing can outlive the run, and
+     no process outside can be seen or signalled;
+   * without capabilities (fresh uid as root; dropped inside the user namespace) the
+     code cannot undo the read-only mounts, and ``RLIMIT_NPROC`` caps its processes.
 
-   Without these (not root, no ``unshare``), the run falls back to a plain subprocess in
-   its own session and only the layers below apply; a warning is logged once.
+   Where no namespace can be made (not Linux, no ``unshare``, user namespaces
+   disabled, or ``CONDUCTOR_SANDBOX_ISOLATION=off``), the run is a plain subprocess in
+   its own session, only the layers below apply, ``isolation`` says ``unisolated``,
+   and :func:`require_isolation` refuses unless the user opted in
+   (``--confirm-run-unsafe-code``).
 
-2. **Resource limits** (always): ``RLIMIT_CPU``, ``RLIMIT_AS`` (memory), ``RLIMIT_FSIZE``,
-   ``RLIMIT_NPROC``, ``RLIMIT_NOFILE``, ``RLIMIT_CORE`` = 0; plus the wall-clock
-   limit enforced from outside with ``SIGKILL`` to the whole process group.
+2. **Resource limits** (always, per child): ``RLIMIT_CPU``, ``RLIMIT_AS`` (memory),
+   ``RLIMIT_FSIZE``, ``RLIMIT_NPROC``, ``RLIMIT_NOFILE``, ``RLIMIT_CORE`` = 0; plus the
+   wall-clock limit enforced from outside with ``SIGKILL`` to the whole process group.
 
 3. **In-process guard** (always): a ``sys.addaudithook`` hook, installed before the user
    code runs, turns these into ``PermissionError`` and records them in
    :attr:`SandboxResult.blocked`: opening a file for writing (or a directory at all)
-   outside the temporary directory; removing, renaming, creating directories, chmod,
-   chown, utime, truncate, (sym)links and xattrs outside it; creating non-``AF_UNIX``
-   sockets, connect/bind/sendto and DNS look-ups; ``os.system``, ``os.exec*``,
-   ``os.posix_spawn``, ``os.spawn*``, ``os.fork`` and ``subprocess.Popen`` (unless
-   ``allow_subprocess``); signalling other processes; ``ctypes`` symbol look-ups,
-   raw-memory objects and foreign calls; and the usual ways of reaching or patching the
-   hook itself (``gc`` object walks, replacing a function's code or defaults).
-   Audit hooks cannot be removed from Python code, so for *pure Python* code this is a
-   real barrier.  It does **not** stop native code (a C extension or anything that
-   escapes through a hole in CPython's audit coverage, e.g. ``_posixsubprocess``
-   called directly), and it is not a defence against code that attacks the grading
-   harness running in the same interpreter; that is what layer 1 is for.
+   outside the work directory, and reading ``/proc/*/mem`` or ``/proc/*/environ``;
+   removing, renaming, creating directories, chmod, chown, utime, truncate, (sym)links
+   and xattrs outside it; creating non-``AF_UNIX`` sockets, connect/bind/sendto and DNS
+   look-ups; ``os.system``, ``os.exec*``, ``os.posix_spawn``, ``os.spawn*``,
+   ``os.fork`` and ``subprocess.Popen`` (unless ``allow_subprocess``); signalling other
+   processes; ``ctypes``; ``gc`` object walks, ``sys.settrace`` / ``setprofile`` /
+   ``_current_frames``; replacing any function's code, defaults or globals.  It does
+   **not** stop native code (a C extension, ``sqlite3``, or ``_posixsubprocess``
+   called directly): that is what layer 1 is for.
 
-Only Python programs are run: the program is written to ``main.py`` in the temporary
-directory and executed as ``__main__`` by a small launcher under ``python -I``
-(isolated mode: no ``PYTHON*`` variables, no user site-packages).
+4. **A separate judge** (always): the driver that runs the tests is a different process
+   from the solution (each test runs in a fresh child it forks); only the driver holds
+   the report channel, and the grader compares the results it brings back in the
+   parent (see :mod:`conductor.bench.graders.code` for what that does and does not
+   defend against).
+
+Programs run under ``python -I`` (isolated mode: no ``PYTHON*`` variables, no user
+site-packages).
 """
 
 from __future__ import annotations

@@ -20,15 +20,17 @@ given as a list, a JSON string, or LCB's encoded private-test string (see
   (tuples become lists), floats within 1e-6.
 
 A common import prelude (``typing``, ``collections``, ``heapq``, ``bisect``, ``math``,
-``itertools``, ``functools``) is available to the solution, as in LiveCodeBench.  All
-tests of a sample run in one sandboxed process, one after another, each under its own
-timer (``time_limit_s``), stopping at the first failure.
+``itertools``, ``functools``) is available to the solution, as in LiveCodeBench.  The
+tests of a sample run in one sandbox: its driver forks a fresh process per test (under
+``time_limit_s``), stopping after a time-out or crash.
 
 **BigCodeBench** (``metadata["test"]``: unittest source defining ``TestCases`` that
 expects the solution in the same module; ``metadata["entry_point"]``, usually
-``task_func``): solution and test code are executed as one module and ``TestCases`` is
-run with unittest (fail-fast); correct when every test passes.  The whole unittest run
-has ``bigcodebench_time_limit_s`` and ``bigcodebench_memory_mb``.
+``task_func``): the test methods are read from the source with :mod:`ast` here
+(:func:`bcb_test_names`); each runs in a fresh process that executes the solution and
+then the tests as one module; correct when every one of those methods reported a pass
+(fail-fast).  The whole run has ``bigcodebench_time_limit_s`` and
+``bigcodebench_memory_mb``.
 
 Code extraction (:func:`extract_code`): ``<think>`` blocks are dropped; the **last**
 fenced block tagged ``python``/``py``/``python3`` wins; else the last untagged fenced
@@ -44,8 +46,42 @@ operation the sandbox forbids (writing outside its directory, network, processes
 never correct: it is graded ``runtime_error`` with the refused operations in
 ``detail["blocked"]``.
 
-The grading harness runs in the same interpreter as the solution: the sandbox protects
-the machine, but code written to tamper with the harness itself could fake a pass.
+Quoted program output (expected / got, error tails) is clipped, control characters are
+escaped and values of the parent's environment (keys) are redacted (:func:`_clip`).
+Where the machine offers no OS isolation the grader refuses to be built unless
+``confirm_run_unsafe_code`` is given, and its verdicts then carry ``"unisolated": true``.
+
+**What a solution cannot do to its grade** (each is a test in
+tests/test_sandbox_attacks.py):
+
+* LiveCodeBench: the expected outputs never enter the sandbox (only the inputs do), and
+  the verdict is computed here, in the parent, from plain data: a stdin test's captured
+  stdout, or a functional test's return value serialised with :func:`json.dumps` in
+  the sandbox and parsed here, so no object with a rigged ``__eq__`` survives the
+  crossing.  The solution runs in a child of the driver without the driver's report
+  channel, so calling or patching reporting or comparison functions, printing fake
+  markers, exiting early, killing the driver or reading test files only changes what
+  *its own* output is.
+* BigCodeBench: the assertions must run next to the solution, so the defences are in
+  that process: the parent decides which test methods must pass (from the source) and
+  each must report a pass individually, tagged with a per-test random nonce, on a
+  memory file the driver reads; exiting early (``os._exit``, ``sys.exit``), printing
+  fake runner output, skipping a test (``SkipTest``) or forging a verdict without the
+  nonce fails.  The test code is compiled and defined *after* the solution ran, and
+  before it (and after each call of the entry point and before each assertion) the
+  attributes of ``builtins``, ``unittest``, ``json``, ``traceback``, ``types`` and
+  every module the test imports, and of ``TestCase`` / ``TestResult``, are put back
+  as they were before the solution ran; the entry point's return value may not be an
+  object of a class the solution made that subclasses a real type or defines
+  behaviour dunders (``__eq__``, ``__bool__``, ...).
+
+**Not defended** (BigCodeBench only; LiveCodeBench has no such in-process state): a
+solution that walks the interpreter's frames (``sys._getframe``) or closures up to the
+test runner can find the nonce and forge a pass; one can patch classes other than
+``TestCase`` / ``TestResult`` (e.g. ``pandas.DataFrame.equals``), work from a thread
+it started, return a generator or a library container holding rigged objects, or read
+the test's expected values from the test module's own code.  These need deliberate
+introspection of the grader; the OS layer still holds whatever the solution does.
 """
 
 from __future__ import annotations
