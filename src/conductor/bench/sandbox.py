@@ -72,6 +72,7 @@ import json
 import logging
 import os
 import random
+import select
 import shutil
 import signal
 import subprocess
@@ -166,16 +167,26 @@ def _ns_cmd(mode: str) -> list[str]:
 
 
 def _probe(mode: str) -> bool:
-    try:
-        done = subprocess.run(
-            [*_ns_cmd(mode), "/bin/true"],
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-            capture_output=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
+    # Tried a few times: one failure on a busy machine must not turn the sandbox off
+    # (or make every code benchmark refuse) for the whole life of the process.
+    why = ""
+    for attempt in range(3):
+        try:
+            done = subprocess.run(
+                [*_ns_cmd(mode), "/bin/true"],
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                capture_output=True,
+                timeout=30,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = str(exc)
+        else:
+            if done.returncode == 0:
+                return True
+            why = done.stderr.decode("utf-8", "replace").strip()[:300]
+        time.sleep(0.2 * (attempt + 1))
+    logger.debug("sandbox: %s namespaces unavailable: %s", mode, why)
+    return False
 
 
 def isolation_mode() -> str:
@@ -268,6 +279,25 @@ def _expose_list(interpreter: str) -> list[str]:
         }
     out = {os.path.realpath(p) for p in paths if p and os.path.isdir(p)}
     return sorted(out)
+
+
+def _wait_for(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Whether ``proc`` ended within ``timeout`` s.  Waits on a pidfd where there is one:
+    ``Popen.wait(timeout)`` polls with sleeps of up to 50 ms, which would be most of a
+    short run's cost."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        ready, _, _ = select.select([pidfd], [], [], timeout)
+    finally:
+        os.close(pidfd)
+    return bool(ready) or proc.poll() is not None
 
 
 def _read_capped(path: Path, limit: int) -> tuple[str, bool]:
@@ -468,10 +498,7 @@ def run_job(
                 )
             finally:
                 os.close(report_fd)
-            try:
-                proc.wait(timeout=max(0.1, wall_time_s))
-            except subprocess.TimeoutExpired:
-                timed_out = True
+            timed_out = not _wait_for(proc, max(0.1, wall_time_s))
             # Kill the whole group in every case: the run is over, nothing may linger.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
