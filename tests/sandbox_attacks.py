@@ -67,9 +67,11 @@ def _sample(kind: str) -> Sample:
     return Sample(id=kind, input={"question": "?"}, gold=None, metadata=meta)
 
 
-def _graded(kind: str, code: str) -> Outcome:
+def _graded(kind: str, code: str, unisolated: bool = False) -> Outcome:
     """Defended when cheating code is not graded correct."""
-    grader = CodeGrader(time_limit_s=5, bigcodebench_time_limit_s=30)
+    grader = CodeGrader(
+        time_limit_s=5, bigcodebench_time_limit_s=30, confirm_run_unsafe_code=unisolated
+    )
     verdict = grader.grade(f"```python\n{textwrap.dedent(code)}\n```", _sample(kind))
     return verdict.status != "correct", f"{verdict.status}: {verdict.reason[:120]}"
 
@@ -319,9 +321,10 @@ GRADING: dict[str, tuple[str, str]] = {
 }
 
 
-def grading_attack(name: str) -> Callable[[], Outcome]:
+def grading_attack(name: str, unisolated: bool = False) -> Callable[[], Outcome]:
+    """The attack ``name``; ``unisolated`` lets it run where no OS isolation exists."""
     kind, code = GRADING[name]
-    return lambda: _graded(kind, code)
+    return lambda: _graded(kind, code, unisolated)
 
 
 # ------------------------------------------------------------------------- OS attacks
@@ -471,6 +474,42 @@ def _os_python_in_private_home() -> Outcome:
         subprocess.run(["rm", "-rf", str(home)], check=False)
 
 
+_NESTED = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_void_p]
+CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x00020000
+MS_REMOUNT, MS_BIND = 32, 4096
+print("unshare", libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), ctypes.get_errno())
+target = sys.argv[1]
+top = os.path.dirname(target)
+for point in ("/", top):
+    print("remount", point, libc.mount(None, point.encode(), None, MS_REMOUNT | MS_BIND, None))
+    print("umount", point, libc.umount2(point.encode(), 2))
+try:
+    open(target, "w").write("x")
+    print("WROTE")
+except OSError as exc:
+    print("write", exc)
+"""
+
+
+def _os_nested_namespace() -> Outcome:
+    target = _outside()
+    code = (
+        "import subprocess, sys\n"
+        f"r = subprocess.run([sys.executable, '-c', {_NESTED!r}, {str(target)!r}],"
+        " capture_output=True, text=True)\n"
+        "print(r.stdout, r.stderr)\n"
+    )
+    res = run_sandboxed(code, allow_subprocess=True)
+    made = target.exists()
+    target.unlink(missing_ok=True)
+    return not made, "file created" if made else "mounts stay read-only: " + " ".join(
+        res.stdout.split()
+    )[:150]
+
+
 OS_ATTACKS: dict[str, Callable[[], Outcome]] = {
     "os: read API keys from the environment and /proc/*/environ": _os_parent_env,
     "os: write outside the work dir with sqlite (native code)": _os_sqlite_write,
@@ -478,6 +517,7 @@ OS_ATTACKS: dict[str, Callable[[], Outcome]] = {
     "os: write outside from a shell (no audit hook)": _os_shell_write,
     "os: send a key to a server on 127.0.0.1 from a child process": _os_network,
     "os: kill -9 -1 and kill the bench": _os_kill_everything,
+    "os: new user namespace in the sandbox to remount read-write": _os_nested_namespace,
     "os: see other processes in /proc": _os_see_processes,
     "os: read a file in the user's home directory": _os_home_secret,
     "grading works with Python in a private home dir": _os_python_in_private_home,

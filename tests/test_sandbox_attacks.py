@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandbox_attacks import ATTACKS, GRADING, grading_attack
+from sandbox_attacks import ATTACKS, grading_attack
 
 from conductor.bench.graders import get_grader
 from conductor.bench.graders.code import CodeGrader, _clip, with_unsafe_opt_in
@@ -158,14 +158,7 @@ def test_opt_in_only_reaches_the_code_grader() -> None:
 def test_grading_attacks_fail_even_unisolated(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     # The judge is a separate process whatever the OS offers: only the OS layer goes.
     monkeypatch.setenv(ISOLATION_ENV, "off")
-    assert name in GRADING
-    real_init = CodeGrader.__init__
-
-    def init(self: CodeGrader, **kw: Any) -> None:
-        real_init(self, **kw, confirm_run_unsafe_code=True)
-
-    monkeypatch.setattr(CodeGrader, "__init__", init)
-    defended, detail = grading_attack(name)()
+    defended, detail = grading_attack(name, unisolated=True)()
     assert defended, detail
 
 

@@ -791,7 +791,6 @@ def job_bcb() -> None:
         frame({"event": "compile_error", "error": f"{type(exc).__name__}: {exc}"})
         return
     test_code = compile(job["test"], "test_code.py", "exec")
-    sys.path.insert(0, work)
     _preimport(list(job["imports"]))
     known = frozenset(_all_classes())
     # Pristine state captured before any model code: module dicts the tests rely on and
@@ -852,6 +851,7 @@ def job_bcb() -> None:
             _write: Callable[[int, bytes], int] = os.write,
             _dumps: Callable[..., str] = json.dumps,
             _fmt: Callable[[], str] = traceback.format_exc,
+            _sum: Callable[[str], str] = _summary,
             _isinstance: Callable[[Any, Any], bool] = isinstance,
             _issubclass: Callable[[Any, Any], bool] = issubclass,
             _callable: Callable[[Any], bool] = callable,
@@ -864,6 +864,7 @@ def job_bcb() -> None:
         ) -> int:
             os.dup2(out_fd, 1)
             os.dup2(out_fd, 2)
+            sys.path.insert(0, work)
             install_guard(work, CFG["allow_subprocess"], fd)
             module = types.ModuleType("__test_module__")
             module.__file__ = os.path.join(work, "solution.py")
@@ -901,7 +902,7 @@ def job_bcb() -> None:
                         outcome = "pass"
                 except BaseException:
                     outcome, err = "error", _fmt()
-            tail = "\n".join(_str(err).strip().splitlines()[-3:])[-600:]
+            tail = _sum(_str(err))
             line = _dumps({"nonce": nonce, "test": name, "outcome": outcome, "error": tail})
             _write(fd, ("V " + line + "\n").encode("utf-8", "replace"))
             return 0
@@ -951,6 +952,24 @@ def job_bcb() -> None:
 
 
 _MISSING = object()
+
+
+def _summary(trace: str) -> str:
+    """A traceback as its exception (all its lines) and where in the test or solution
+    it was raised."""
+    lines = trace.rstrip().splitlines()
+    frames = [i for i, line in enumerate(lines) if line.lstrip().startswith('File "')]
+    start = frames[-1] + 1 if frames else 0
+    # after the last frame come its source line and carets (indented), then the error
+    while start < len(lines) and lines[start][:1] in (" ", "\t"):
+        start += 1
+    message = " ".join(line.strip() for line in lines[start:] if line.strip())
+    ours = [
+        lines[i].strip()
+        for i in frames
+        if lines[i].strip().startswith(('File "test_code.py"', 'File "solution.py"'))
+    ]
+    return (message + (f" ({ours[-1]})" if ours else ""))[-600:]
 
 
 class UntrustedResultError(TypeError):
