@@ -234,3 +234,33 @@ def test_train_config_opt_in_key() -> None:
     assert on.confirm_run_unsafe_code is True
     with pytest.raises(TrainConfigError, match="confirm_run_unsafe_code"):
         load_train_config_text(head + "confirm_run_unsafe_code: maybe\n", source="c.yaml")
+
+
+def test_train_rows_carry_the_opt_in_to_the_reward_grader(
+    tmp_path: Path, fake_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from poolkit import pool_dict, worker, write_pool
+
+    from conductor.conductors.spec import Conductor
+    from conductor.pool import Worker, load_pool
+    from conductor.train.config import DataMix, TrainConfig
+    from conductor.train.dataset import build_rows
+
+    monkeypatch.setenv(ISOLATION_ENV, "off")
+    data = pool_dict(fake_server, [worker(fake_server, "w0")])
+    del data["conductor"]
+    pool = load_pool(write_pool(tmp_path / "pool.yaml", data))
+    conductor = Conductor(backend="prompted", target=Worker(id="c", model="p"), max_steps=2)
+    data_file = REPO / "tests" / "fixtures" / "bench" / "livecodebench.jsonl"
+    mix = (DataMix(benchmark="livecodebench", split="test", file=str(data_file), limit=1),)
+
+    def config(confirm: bool) -> TrainConfig:
+        return TrainConfig(
+            base_model="gguf:smollm2", pool=str(pool.path), data=mix, output_dir="unused",
+            confirm_run_unsafe_code=confirm,
+        )  # fmt: skip
+
+    with pytest.raises(UsageError, match="confirm_run_unsafe_code"):
+        build_rows(config(False), pool, conductor, rng_seed=0)
+    rows = build_rows(config(True), pool, conductor, rng_seed=0)
+    assert json.loads(rows[0]["grader_options"]) == {"confirm_run_unsafe_code": True}
