@@ -182,6 +182,11 @@ def test_quoted_output_is_scrubbed_and_clipped(monkeypatch: pytest.MonkeyPatch) 
     assert "\x1b" not in verdict.reason
     assert len(verdict.reason) < 600
     assert _clip("a\x00b") == "a\\x00b"
+    monkeypatch.setenv("SOME_ID", "abcdef0123456789xyz")
+    monkeypatch.setenv("SOME_LOCALE", "en_US.UTF-8")
+    assert (
+        _clip("id abcdef0123456789xyz, locale en_US.UTF-8") == "id [redacted], locale en_US.UTF-8"
+    )
 
 
 # ------------------------------------------------------------------------------ CLI

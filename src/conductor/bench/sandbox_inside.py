@@ -202,9 +202,12 @@ _PR_SET_DUMPABLE = 4
 
 
 def _prctl(*args: int) -> int:
+    """``prctl(2)``; -1 where there is none (not Linux)."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "prctl"):
+        return -1
     return int(libc.prctl(*[ctypes.c_ulong(a) for a in args]))
 
 
@@ -472,7 +475,14 @@ def install_guard(work: str, allow_subprocess: bool, fd: int) -> None:
 
 
 def _memfd(name: str, data: bytes = b"") -> int:
-    fd = os.memfd_create(name, 0)
+    """An anonymous file (no path anything could open), holding ``data``."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create(name, 0)
+    else:  # not Linux: an unlinked file in the private control dir
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix=name, dir=CFG["control"])
+        os.unlink(path)
     if data:
         os.write(fd, data)
         os.lseek(fd, 0, os.SEEK_SET)

@@ -616,9 +616,19 @@ def bcb_test_names(source: str) -> tuple[list[str], list[str]]:
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|AUTH|CREDENTIAL|PRIVATE|SESSION|COOKIE", re.I)
+
+
 def _secrets() -> list[str]:
-    """Values of this process's environment long enough to be keys, longest first."""
-    values = {v for v in os.environ.values() if len(v) >= 8 and not v.startswith("/")}
+    """Values of this process's environment that may be keys, longest first: those of
+    variables named like one, and any long token mixing letters and digits."""
+    values = set()
+    for name, value in os.environ.items():
+        if len(value) < 8 or value.startswith("/") or any(c.isspace() for c in value):
+            continue
+        mixed = any(c.isalpha() for c in value) and any(c.isdigit() for c in value)
+        if _SECRET_NAME.search(name) or (len(value) >= 16 and mixed):
+            values.add(value)
     return sorted(values, key=len, reverse=True)
 
 
