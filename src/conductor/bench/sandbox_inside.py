@@ -718,8 +718,8 @@ _WALK_LIMIT = 10_000
 # Modules whose attributes the solution might replace to change how tests are judged;
 # their dicts are put back as they were before the solution ran.
 _WATCHED = (
-    "builtins", "unittest", "unittest.case", "unittest.result", "json", "json.encoder",
-    "traceback", "types",
+    "builtins", "unittest", "unittest.case", "unittest.result", "unittest.suite", "json",
+    "json.encoder", "traceback", "types",
 )  # fmt: skip
 
 
@@ -809,6 +809,7 @@ def job_bcb() -> None:
     pristine_mods = {n: dict(vars(m)) for n, m in watched.items()}
     test_case_cls = unittest.TestCase
     test_result_cls = unittest.TestResult
+    suite_cls = unittest.TestSuite
     entry = str(job["entry_point"])
     deadline = time.monotonic() + float(job["time_limit"])
     frame({"event": "ready"})
@@ -845,7 +846,10 @@ def job_bcb() -> None:
         method = getattr(unittest.TestCase, attr)
         if attr.startswith(("assert", "fail")) and isinstance(method, types.FunctionType):
             setattr(unittest.TestCase, attr, _restoring(method, restore))
-    pristine_classes = {c: dict(vars(c)) for c in (unittest.TestCase, unittest.TestResult)}
+    pristine_classes = {
+        c: dict(vars(c))
+        for c in (unittest.TestCase, unittest.TestResult, unittest.TestSuite, unittest.BaseTestSuite)
+    }
 
     for name in job["tests"]:
         nonce = secrets.token_hex(16)
@@ -900,7 +904,8 @@ def job_bcb() -> None:
                     _restore()
                     result = test_result_cls()
                     case = cls(name)
-                    test_case_cls.run(case, result)
+                    # a one-test suite, so that setUpClass / setUpModule run as usual
+                    suite_cls.run(suite_cls([case]), result)
                     _restore()
                     bad = result.failures or result.errors
                     if bad:
