@@ -848,7 +848,12 @@ def job_bcb() -> None:
             setattr(unittest.TestCase, attr, _restoring(method, restore))
     pristine_classes = {
         c: dict(vars(c))
-        for c in (unittest.TestCase, unittest.TestResult, unittest.TestSuite, unittest.BaseTestSuite)
+        for c in (
+            unittest.TestCase,
+            unittest.TestResult,
+            unittest.TestSuite,
+            unittest.BaseTestSuite,
+        )
     }
 
     for name in job["tests"]:
