@@ -22,6 +22,7 @@ import textwrap
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from conductor.bench.graders.code import CodeGrader
 from conductor.bench.sandbox import run_sandboxed
@@ -69,9 +70,10 @@ def _sample(kind: str) -> Sample:
 
 def _graded(kind: str, code: str, unisolated: bool = False) -> Outcome:
     """Defended when cheating code is not graded correct."""
-    grader = CodeGrader(
-        time_limit_s=5, bigcodebench_time_limit_s=30, confirm_run_unsafe_code=unisolated
-    )
+    options: dict[str, Any] = {"time_limit_s": 5, "bigcodebench_time_limit_s": 30}
+    if unisolated:
+        options["confirm_run_unsafe_code"] = True
+    grader = CodeGrader(**options)
     verdict = grader.grade(f"```python\n{textwrap.dedent(code)}\n```", _sample(kind))
     return verdict.status != "correct", f"{verdict.status}: {verdict.reason[:120]}"
 
@@ -333,7 +335,10 @@ SECRET = "sk-conductor-test-" + uuid.uuid4().hex
 
 
 def _os_parent_env() -> Outcome:
+    # The key is in this process's environment and in the starting environment of
+    # another process of the same user (as a bench's worker would hold it).
     os.environ["CONDUCTOR_FAKE_API_KEY"] = SECRET
+    holder = subprocess.Popen(["sleep", "60"], env={**os.environ})
     try:
         code = (
             "import os, subprocess\n"
@@ -346,6 +351,8 @@ def _os_parent_env() -> Outcome:
         return not leaked, "key visible" if leaked else "key not visible (env and /proc)"
     finally:
         del os.environ["CONDUCTOR_FAKE_API_KEY"]
+        holder.kill()
+        holder.wait()
 
 
 def _outside() -> Path:
