@@ -299,6 +299,13 @@ def bench(
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Do not use the call cache.")
     ] = False,
+    confirm_run_unsafe_code: Annotated[
+        bool,
+        typer.Option(
+            "--confirm-run-unsafe-code",
+            help="Run model-written code even where no OS sandbox is possible.",
+        ),
+    ] = False,
 ) -> None:
     """Run a benchmark with the Conductor or a baseline strategy, graded and resumable."""
     if benchmark == "merge":
@@ -381,6 +388,7 @@ def bench(
             settings=(max_steps, rounds, budget_usd, max_calls),
             no_cache=no_cache,
             invocation=invocation,
+            unsafe_code=confirm_run_unsafe_code,
         )
         failed = failed or (progress.done > 0 and progress.errors == progress.done)
         run_dirs.append(run_dir)
@@ -407,8 +415,10 @@ def _bench_one(
     settings: tuple[int | None, int, float | None, int | None],
     no_cache: bool,
     invocation: dict[str, Any] | None = None,
+    unsafe_code: bool = False,
 ) -> Any:
     from .bench.graders import get_grader
+    from .bench.graders.code import with_unsafe_opt_in
     from .bench.report import record_rate_limits, write_summary
     from .bench.runner import BenchOptions, BenchStopped, run_benchmark
     from .bench.strategies import (
@@ -422,7 +432,9 @@ def _bench_one(
     from .llm.caller import CallerSet
     from .pool import pool_to_public_dict
 
-    grader = get_grader(spec.grader, spec.grader_options)
+    grader = get_grader(
+        spec.grader, with_unsafe_opt_in(spec.grader, spec.grader_options, unsafe_code)
+    )
     max_steps, rounds, budget_usd, max_calls = settings
     options = BenchOptions(
         out_dir=run_dir,

@@ -19,6 +19,8 @@ rewarded and how GRPO is run.  Schema (``base_model``, ``pool``, ``data`` and
     template: default              # the Conductor prompt template (name or file)
     seed: 0
     worker_max_tokens: 4096        # optional: override every worker's max_tokens
+    confirm_run_unsafe_code: false # true: grade code rewards even where no OS sandbox
+                                   # is possible (as bench --confirm-run-unsafe-code)
     reward: {unparsed: 0.0, parsed_wrong: 0.5, correct: 1.0, format_bonus: 0.0,
              cost_penalty_per_usd: 0.0, cost_penalty_per_call: 0.0, failed_run: 0.0}
     grpo: {group_size: 8, questions_per_step: 4, learning_rate: 1.0e-6, ...}
@@ -174,6 +176,7 @@ class TrainConfig:
     template: str = "default"
     seed: int = 0
     worker_max_tokens: int | None = None
+    confirm_run_unsafe_code: bool = False
     path: Path | None = None
 
 
@@ -194,6 +197,7 @@ _TOP_KEYS = (
     "template",
     "seed",
     "worker_max_tokens",
+    "confirm_run_unsafe_code",
 )
 _MIX_KEYS = tuple(f.name for f in fields(DataMix))
 _REWARD_KEYS = tuple(f.name for f in fields(RewardSettings))
@@ -445,6 +449,9 @@ class _TrainReader(_Reader):
             kwargs["worker_max_tokens"] = self.integer(
                 get["worker_max_tokens"], "worker_max_tokens", 1
             )
+        if "confirm_run_unsafe_code" in get:
+            flag = self.boolean(get["confirm_run_unsafe_code"], "confirm_run_unsafe_code")
+            kwargs["confirm_run_unsafe_code"] = bool(flag)
         return TrainConfig(**kwargs)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..bench.data import iter_samples, render_prompt
 from ..bench.graders import Grader, get_grader
+from ..bench.graders.code import with_unsafe_opt_in
 from ..bench.spec import load_benchmark
 from ..bench.types import BenchmarkSpec, Sample
 from ..conductors.prompt import build_conductor_messages
@@ -109,7 +110,10 @@ def build_rows(
     samples: list[tuple[Sample, Grader]] = []
     for mix in config.data:
         spec = mix_spec(mix)
-        grader = get_grader(spec.grader, spec.grader_options)
+        options = with_unsafe_opt_in(
+            spec.grader, spec.grader_options, config.confirm_run_unsafe_code
+        )
+        grader = get_grader(spec.grader, options)
         for sample in iter_samples(spec, data_file=mix.file, seed=config.seed, limit=mix.limit):
             question = render_prompt(spec, sample)
             sub = full
@@ -130,7 +134,7 @@ def build_rows(
                     "sample_id": sample.id,
                     "gold": _dumps(sample.gold),
                     "grader": spec.grader,
-                    "grader_options": _dumps(spec.grader_options),
+                    "grader_options": _dumps(options),
                     "sample": _dumps({"input": sample.input, "metadata": sample.metadata}),
                     "worker_ids": sub.worker_ids,
                     "round1": "",

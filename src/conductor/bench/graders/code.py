@@ -20,15 +20,17 @@ given as a list, a JSON string, or LCB's encoded private-test string (see
   (tuples become lists), floats within 1e-6.
 
 A common import prelude (``typing``, ``collections``, ``heapq``, ``bisect``, ``math``,
-``itertools``, ``functools``) is available to the solution, as in LiveCodeBench.  All
-tests of a sample run in one sandboxed process, one after another, each under its own
-timer (``time_limit_s``), stopping at the first failure.
+``itertools``, ``functools``) is available to the solution, as in LiveCodeBench.  The
+tests of a sample run in one sandbox: its driver forks a fresh process per test (under
+``time_limit_s``), stopping after a time-out or crash.
 
 **BigCodeBench** (``metadata["test"]``: unittest source defining ``TestCases`` that
 expects the solution in the same module; ``metadata["entry_point"]``, usually
-``task_func``): solution and test code are executed as one module and ``TestCases`` is
-run with unittest (fail-fast); correct when every test passes.  The whole unittest run
-has ``bigcodebench_time_limit_s`` and ``bigcodebench_memory_mb``.
+``task_func``): the test methods are read from the source with :mod:`ast` here
+(:func:`bcb_test_names`); each runs in a fresh process that executes the solution and
+then the tests as one module; correct when every one of those methods reported a pass
+(fail-fast).  The whole run has ``bigcodebench_time_limit_s`` and
+``bigcodebench_memory_mb``.
 
 Code extraction (:func:`extract_code`): ``<think>`` blocks are dropped; the **last**
 fenced block tagged ``python``/``py``/``python3`` wins; else the last untagged fenced
@@ -44,33 +46,72 @@ operation the sandbox forbids (writing outside its directory, network, processes
 never correct: it is graded ``runtime_error`` with the refused operations in
 ``detail["blocked"]``.
 
-The grading harness runs in the same interpreter as the solution: the sandbox protects
-the machine, but code written to tamper with the harness itself could fake a pass.
+Quoted program output (expected / got, error tails) is clipped, control characters are
+escaped and values of the parent's environment (keys) are redacted (:func:`_clip`).
+Where the machine offers no OS isolation the grader refuses to be built unless
+``confirm_run_unsafe_code`` is given, and its verdicts then carry ``"unisolated": true``.
+
+**What a solution cannot do to its grade** (each is a test in
+tests/test_sandbox_attacks.py):
+
+* LiveCodeBench: the expected outputs never enter the sandbox (only the inputs do), and
+  the verdict is computed here, in the parent, from plain data: a stdin test's captured
+  stdout, or a functional test's return value serialised with :func:`json.dumps` in
+  the sandbox and parsed here, so no object with a rigged ``__eq__`` survives the
+  crossing.  The solution runs in a child of the driver without the driver's report
+  channel, so calling or patching reporting or comparison functions, printing fake
+  markers, exiting early, killing the driver or reading test files only changes what
+  *its own* output is.
+* BigCodeBench: the assertions must run next to the solution, so the defences are in
+  that process: the parent decides which test methods must pass (from the source) and
+  each must report a pass individually, tagged with a per-test random nonce, on a
+  memory file the driver reads; exiting early (``os._exit``, ``sys.exit``), printing
+  fake runner output, skipping a test (``SkipTest``) or forging a verdict without the
+  nonce fails.  The test code is compiled and defined *after* the solution ran, and
+  before it (and after each call of the entry point and before each assertion) the
+  attributes of ``builtins``, ``unittest``, ``json``, ``traceback``, ``types`` and
+  every module the test imports, and of ``TestCase`` / ``TestResult``, are put back
+  as they were before the solution ran; the entry point's return value may not be an
+  object of a class the solution made that subclasses a real type or defines
+  behaviour dunders (``__eq__``, ``__bool__``, ...).
+
+**Not defended** (BigCodeBench only; LiveCodeBench has no such in-process state): a
+solution that walks the interpreter's frames (``sys._getframe``) or closures up to the
+test runner can find the nonce and forge a pass; one can patch classes other than
+``TestCase`` / ``TestResult`` (e.g. ``pandas.DataFrame.equals``), work from a thread
+it started, return a generator or a library container holding rigged objects, or read
+the test's expected values from the test module's own code.  These need deliberate
+introspection of the grader; the OS layer still holds whatever the solution does.
 """
 
 from __future__ import annotations
 
+import ast
 import base64
-import inspect
 import json
 import math
+import os
 import pickle
 import re
+import signal
 import zlib
 from typing import Any
 
-from conductor.bench.sandbox import SandboxResult, run_sandboxed
+from conductor.bench.sandbox import SandboxResult, require_isolation, run_job
 from conductor.bench.types import Sample, Verdict
 
 __all__ = [
     "CodeGrader",
     "decode_lcb_private_tests",
+    "bcb_test_names",
     "extract_code",
+    "with_unsafe_opt_in",
     "outputs_match",
     "values_match",
 ]
 
-_MARK = "@@CONDUCTOR-HARNESS@@ "
+_OUTPUT_LIMIT = 4_000_000  # bytes of one test's stdout brought back for comparison
+_REPORT_LIMIT = 256_000_000
 _SHOW = 200  # characters of expected / got shown in a reason
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
@@ -187,210 +228,16 @@ _PRELUDE = (
     "import random, copy, operator, json\n"
 )
 
-_HARNESS_COMMON = r"""from __future__ import annotations
-import builtins, io, json, math, os, signal, sys, traceback
 
-_OUT = os.dup(1)
-_MARK = MARK_PLACEHOLDER
-# Whatever the solution prints outside a stdin test must not push the harness's own
-# lines past the output cap, so fd 1 goes to a file from here on.
-_sink = open("_stdout.txt", "wb")
-os.dup2(_sink.fileno(), 1)
-_sink.close()
+def with_unsafe_opt_in(grader: str, options: dict[str, Any], confirm: bool) -> dict[str, Any]:
+    """``options`` for grader ``grader``, with the user's opt-in to unisolated code runs.
 
-
-def emit(obj):
-    os.write(_OUT, (_MARK + json.dumps(obj) + "\n").encode("utf-8", "replace"))
-
-
-class _Timeout(BaseException):
-    pass
-
-
-def _on_alarm(signum, frame):
-    raise _Timeout()
-
-
-signal.signal(signal.SIGALRM, _on_alarm)
-
-
-def _timer(seconds):
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-
-
-def _last_error(limit=600):
-    lines = traceback.format_exc().strip().splitlines()
-    return "\n".join(lines[-3:])[-limit:]
-"""
-
-_HARNESS_LCB = r"""
-cfg = json.load(open("tests.json", encoding="utf-8"))
-source = open("solution.py", encoding="utf-8").read()
-limit = cfg["time_limit"]
-try:
-    code = compile(source, "solution.py", "exec")
-except (SyntaxError, ValueError) as exc:
-    emit({"event": "compile_error", "error": "%s: %s" % (type(exc).__name__, exc)})
-    raise SystemExit(0)
-prelude = compile(cfg["prelude"], "<prelude>", "exec")
-
-
-def fresh_globals():
-    g = {"__name__": "__main__", "__builtins__": builtins}
-    try:
-        exec(prelude, g)
-    except Exception:
-        pass
-    g["__name__"] = "__main__"
-    return g
-
-
-def run_stdin(data):
-    with open("_stdin.txt", "wb") as fh:
-        fh.write(data.encode("utf-8"))
-    # the solution may have closed fd 0 / 1 (open(0) closes it), so the new file can
-    # land on that very number: only move and close it when it did not
-    for path, flags, target in (("_stdin.txt", os.O_RDONLY, 0),
-                                ("_stdout.txt", os.O_WRONLY | os.O_TRUNC, 1)):
-        fd = os.open(path, flags)
-        if fd != target:
-            os.dup2(fd, target)
-            os.close(fd)
-    sys.stdin = io.TextIOWrapper(
-        io.BufferedReader(io.FileIO(0, "rb", closefd=False)), encoding="utf-8")
-    sys.stdout = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(1, "wb", closefd=False)), encoding="utf-8")
-    out = sys.stdout
-    try:
-        exec(code, fresh_globals())
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
-            raise RuntimeError("exited with status %r" % (exc.code,))
-    finally:
-        for stream in (sys.stdout, out):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        sys.stdout = sys.__stdout__
-    with open("_stdout.txt", "rb") as fh:
-        return fh.read().decode("utf-8", "replace")
-
-
-def find_callable(g, name):
-    cls = g.get("Solution")
-    if isinstance(cls, type) and hasattr(cls, name):
-        return lambda *a: getattr(cls(), name)(*a)
-    fn = g.get(name)
-    if callable(fn):
-        return fn
-    raise NameError("no Solution.%s or function %s defined" % (name, name))
-
-
-def normalise(value):
-    try:
-        return json.loads(json.dumps(value))
-    except (TypeError, ValueError):
-        return value
-
-
-def show(value, limit=200):
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-tests = cfg["tests"]
-module_globals = None
-emit({"event": "ready"})
-for i, test in enumerate(tests):
-    kind = test.get("testtype", "stdin")
-    try:
-        _timer(limit)
-        try:
-            if kind == "functional":
-                if module_globals is None:
-                    module_globals = fresh_globals()
-                    exec(code, module_globals)
-                fn = find_callable(module_globals, cfg["fn_name"])
-                args = [json.loads(line) for line in test["input"].split("\n") if line.strip()]
-                got = normalise(fn(*args))
-                expected = json.loads(test["output"])
-                ok = values_match(got, expected)
-            else:
-                got = run_stdin(test["input"])
-                expected = test["output"]
-                ok = outputs_match(got, expected)
-        finally:
-            _timer(0)
-    except _Timeout:
-        emit({"event": "test", "i": i, "outcome": "time_limit"})
-        break
-    except BaseException:
-        sys.stdout = sys.__stdout__
-        emit({"event": "test", "i": i, "outcome": "runtime_error", "error": _last_error()})
-        break
-    if ok:
-        emit({"event": "test", "i": i, "outcome": "passed"})
-    else:
-        emit({"event": "test", "i": i, "outcome": "wrong_answer",
-              "expected": show(expected), "got": show(got)})
-        break
-emit({"event": "done"})
-"""
-
-_HARNESS_BCB = r"""
-import types, unittest
-
-cfg = json.load(open("tests.json", encoding="utf-8"))
-solution = open("solution.py", encoding="utf-8").read()
-test_code = open("test_code.py", encoding="utf-8").read()
-try:
-    compile(solution, "solution.py", "exec")
-except (SyntaxError, ValueError) as exc:
-    emit({"event": "compile_error", "error": "%s: %s" % (type(exc).__name__, exc)})
-    raise SystemExit(0)
-emit({"event": "ready"})
-module = types.ModuleType("__test_module__")
-module.__file__ = os.path.abspath("solution.py")
-sys.modules["__test_module__"] = module
-try:
-    _timer(cfg["time_limit"])
-    try:
-        exec(compile(solution + "\n\n" + test_code, "solution.py", "exec"), module.__dict__)
-        suite = unittest.defaultTestLoader.loadTestsFromTestCase(module.TestCases)
-        runner = unittest.TextTestRunner(stream=io.StringIO(), failfast=True, verbosity=0)
-        result = runner.run(suite)
-    finally:
-        _timer(0)
-except _Timeout:
-    emit({"event": "bcb", "outcome": "time_limit"})
-    raise SystemExit(0)
-except BaseException:
-    emit({"event": "bcb", "outcome": "runtime_error", "error": _last_error()})
-    raise SystemExit(0)
-failed = None
-for kind, items in (("wrong_answer", result.failures), ("runtime_error", result.errors)):
-    for test, text in items:
-        if failed is None:
-            failed = {"outcome": kind, "test": test.id().rsplit(".", 1)[-1],
-                      "error": "\n".join(text.strip().splitlines()[-3:])[-600:]}
-total = suite.countTestCases()
-emit({"event": "bcb", "outcome": "passed" if failed is None and result.wasSuccessful() else
-      (failed or {}).get("outcome", "wrong_answer"), "run": result.testsRun, "total": total,
-      "bad": len(result.failures) + len(result.errors), "failed": failed})
-"""
-
-
-def _harness(kind: str) -> str:
-    helpers = "\n\n".join(inspect.getsource(f) for f in (_as_float, outputs_match, values_match))
-    common = _HARNESS_COMMON.replace("MARK_PLACEHOLDER", repr(_MARK))
-    body = _HARNESS_LCB if kind == "lcb" else _HARNESS_BCB
-    return common + "\n\n" + helpers + "\n\n" + body
-
-
-def _short(text: Any, limit: int = _SHOW) -> str:
-    s = text if isinstance(text, str) else repr(text)
-    return s if len(s) <= limit else s[:limit] + "..."
+    The CLI's ``--confirm-run-unsafe-code`` and the train config's
+    ``confirm_run_unsafe_code`` go through here; only the code grader takes the option.
+    """
+    if confirm and grader == CodeGrader.name:
+        return {**options, "confirm_run_unsafe_code": True}
+    return dict(options)
 
 
 class CodeGrader:
@@ -400,11 +247,13 @@ class CodeGrader:
     run; the backstop is ``time_limit_s * tests + 10`` up to this cap), ``memory_mb``,
     ``bigcodebench_time_limit_s`` / ``bigcodebench_memory_mb`` (BigCodeBench runs
     import heavy libraries), ``allow_subprocess`` (let solutions start processes),
-    ``python`` (interpreter to run solutions; default: this one).
+    ``python`` (interpreter to run solutions; default: this one),
+    ``confirm_run_unsafe_code`` (run even where no OS isolation is possible; without it
+    the grader refuses to be built there, with a :class:`~conductor.errors.UsageError`).
     """
 
     name = "code"
-    version = "1"
+    version = "2"
 
     def __init__(
         self,
@@ -416,6 +265,7 @@ class CodeGrader:
         bigcodebench_memory_mb: int = 4096,
         allow_subprocess: bool = False,
         python: str | None = None,
+        confirm_run_unsafe_code: bool = False,
     ) -> None:
         self.time_limit_s = float(time_limit_s)
         self.max_total_s = float(max_total_s)
@@ -424,6 +274,9 @@ class CodeGrader:
         self.bigcodebench_memory_mb = int(bigcodebench_memory_mb)
         self.allow_subprocess = bool(allow_subprocess)
         self.python = python
+        #: False when no OS isolation exists here and the user opted in to run anyway;
+        #: every verdict then says ``unisolated`` in its detail.
+        self.isolated = require_isolation(bool(confirm_run_unsafe_code))
 
     # -- public -------------------------------------------------------------------------
 
@@ -488,131 +341,207 @@ class CodeGrader:
             return str(inner["func_name"])
         return None
 
+    def _run(self, job: dict[str, Any], *, cpu_s: float, wall_s: float, mem: int) -> SandboxResult:
+        return run_job(
+            job,
+            cpu_time_s=cpu_s,
+            wall_time_s=wall_s,
+            memory_mb=mem,
+            allow_subprocess=self.allow_subprocess,
+            python=self.python,
+            isolate=True,
+            report_limit=_REPORT_LIMIT,
+        )
+
+    def _base(self, result: SandboxResult) -> dict[str, Any]:
+        base: dict[str, Any] = {"isolation": result.isolation}
+        if "unisolated" in result.isolation:
+            base["unisolated"] = True
+        return base
+
     def _grade_lcb(self, code: str, tests: list[dict[str, Any]], fn: str | None) -> Verdict:
         total = len(tests)
         backstop = min(self.time_limit_s * total + 10.0, self.max_total_s)
-        payload = {"tests": tests, "fn_name": fn, "time_limit": self.time_limit_s}
-        payload["prelude"] = _PRELUDE
-        result = run_sandboxed(
-            _harness("lcb"),
-            files={"solution.py": code, "tests.json": json.dumps(payload)},
-            cpu_time_s=backstop,
-            wall_time_s=backstop,
-            memory_mb=self.memory_mb,
-            allow_subprocess=self.allow_subprocess,
-            python=self.python,
-        )
-        events = _events(result)
-        base: dict[str, Any] = {"total": total, "isolation": result.isolation}
-        if result.blocked:
-            base["blocked"] = result.blocked
-        compile_err = next((e for e in events if e.get("event") == "compile_error"), None)
+        job = {
+            "kind": "lcb",
+            "solution": code,
+            "prelude": _PRELUDE,
+            "fn_name": fn,
+            "time_limit": self.time_limit_s,
+            "output_limit": _OUTPUT_LIMIT,
+            # the expected outputs stay here: the sandbox only ever sees the inputs
+            "tests": [{"input": t["input"], "testtype": t["testtype"]} for t in tests],
+        }
+        result = self._run(job, cpu_s=self.time_limit_s, wall_s=backstop, mem=self.memory_mb)
+        frames = result.frames
+        base = {**self._base(result), "total": total}
+        compile_err = next((f for f in frames if f.get("event") == "compile_error"), None)
         if compile_err is not None:
             return Verdict(
                 "incorrect",
-                f"compile error: {_short(compile_err.get('error', ''))}",
+                f"compile error: {_clip(compile_err.get('error'))}",
                 extracted=code,
                 detail={**base, "passed": 0, "outcome": "compile_error"},
             )
-        results = [e for e in events if e.get("event") == "test"]
-        passed = sum(1 for e in results if e.get("outcome") == "passed")
-        base["passed"] = passed
-        failure = next((e for e in results if e.get("outcome") != "passed"), None)
-        done = any(e.get("event") == "done" for e in events)
-        if result.blocked:
-            at = failure["i"] if failure else passed
+        by_index = {
+            f["i"]: f
+            for f in frames
+            if f.get("event") == "test" and type(f.get("i")) is int and 0 <= f["i"] < total
+        }
+        for i, test in enumerate(tests):
+            base["passed"] = i
+            frame = by_index.get(i)
+            if frame is None:
+                return self._abnormal_end(result, code, base, i, backstop)
+            failed = self._judge_lcb_test(i, test, frame, code, base)
+            if failed is not None:
+                return failed
+        base["passed"] = total
+        return Verdict("correct", f"all {total} tests passed", extracted=code, detail=base)
+
+    def _judge_lcb_test(
+        self, i: int, test: dict[str, Any], frame: dict[str, Any], code: str, base: dict[str, Any]
+    ) -> Verdict | None:
+        """The verdict when test ``i`` failed, judged here from its raw frame; else None."""
+        raw_status = frame.get("status")
+        status: dict[str, Any] = raw_status if isinstance(raw_status, dict) else {}
+        blocked = [str(b)[:300] for b in frame.get("blocked") or [] if isinstance(b, str)]
+        fail = {**base, "failed_test": i}
+        if blocked:
+            fail["blocked"] = [_clip(b, 300) for b in blocked]
             return Verdict(
                 "incorrect",
-                f"test {at}: forbidden operation: {_short(result.blocked[0])}",
+                f"test {i}: forbidden operation: {_clip(blocked[0])}",
                 extracted=code,
-                detail={**base, "outcome": "runtime_error", "failed_test": at},
+                detail={**fail, "outcome": "runtime_error"},
             )
-        if failure is not None:
-            i, outcome = failure["i"], failure["outcome"]
-            if outcome == "time_limit":
+        if frame.get("timed_out") is True or status.get("signal") == signal.SIGXCPU:
+            return Verdict(
+                "time_limit",
+                f"test {i}: exceeded {self.time_limit_s:g}s",
+                extracted=code,
+                detail=fail,
+            )
+        raw_tail = frame.get("stderr_tail")
+        tail = raw_tail if isinstance(raw_tail, str) else ""
+        if status.get("exit") != 0:
+            why = (
+                f"killed by signal {status['signal']}"
+                if "signal" in status
+                else f"exited with status {status.get('exit')}"
+            )
+            last = tail.strip().splitlines()[-1:] if tail.strip() else []
+            return Verdict(
+                "incorrect",
+                f"test {i}: runtime error: {_clip(last[0], 300) if last else why}",
+                extracted=code,
+                detail={**fail, "outcome": "runtime_error"},
+            )
+        if test["testtype"] == "functional":
+            text = frame.get("value")
+            if not isinstance(text, str) or frame.get("value_truncated") is True:
                 return Verdict(
-                    "time_limit",
-                    f"test {i}: exceeded {self.time_limit_s:g}s",
+                    "incorrect",
+                    f"test {i}: runtime error: no JSON result came back",
                     extracted=code,
-                    detail={**base, "failed_test": i},
+                    detail={**fail, "outcome": "runtime_error"},
                 )
-            if outcome == "wrong_answer":
-                reason = (
-                    f"test {i}: wrong answer: expected {_short(failure.get('expected'))!r}, "
-                    f"got {_short(failure.get('got'))!r}"
+            try:
+                got: Any = json.loads(text)
+            except (ValueError, RecursionError):
+                return Verdict(
+                    "incorrect",
+                    f"test {i}: runtime error: the result is not JSON",
+                    extracted=code,
+                    detail={**fail, "outcome": "runtime_error"},
                 )
-            else:
-                reason = f"test {i}: runtime error: {_short(failure.get('error', ''), 300)}"
-            return Verdict(
-                "incorrect",
-                reason,
-                extracted=code,
-                detail={**base, "outcome": outcome, "failed_test": i},
-            )
-        if done and passed == total:
-            return Verdict("correct", f"all {total} tests passed", extracted=code, detail=base)
-        # The run ended without a verdict for test `passed`: killed or crashed hard.
-        return self._abnormal_end(result, code, base, passed, backstop)
+            expected: Any = json.loads(test["output"])
+            ok = values_match(got, expected)
+        else:
+            got = frame.get("stdout")
+            if not isinstance(got, str):
+                got = ""
+            expected = test["output"]
+            ok = frame.get("stdout_truncated") is not True and outputs_match(got, expected)
+        if ok:
+            return None
+        return Verdict(
+            "incorrect",
+            f"test {i}: wrong answer: expected {_clip(expected)!r}, got {_clip(got)!r}",
+            extracted=code,
+            detail={**fail, "outcome": "wrong_answer"},
+        )
 
     # -- BigCodeBench -------------------------------------------------------------------
 
     def _grade_bigcodebench(self, code: str, meta: dict[str, Any]) -> Verdict:
         limit = self.bigcodebench_time_limit_s
         backstop = min(limit + 10.0, max(self.max_total_s, limit + 10.0))
-        result = run_sandboxed(
-            _harness("bcb"),
-            files={
-                "solution.py": code,
-                "test_code.py": str(meta["test"]),
-                "tests.json": json.dumps({"time_limit": limit}),
-            },
-            cpu_time_s=backstop,
-            wall_time_s=backstop,
-            memory_mb=self.bigcodebench_memory_mb,
-            allow_subprocess=self.allow_subprocess,
-            python=self.python,
-        )
-        events = _events(result)
-        base: dict[str, Any] = {"isolation": result.isolation}
-        if result.blocked:
-            base["blocked"] = result.blocked
-        compile_err = next((e for e in events if e.get("event") == "compile_error"), None)
+        test_source = str(meta["test"])
+        try:
+            names, imports = bcb_test_names(test_source)
+        except (SyntaxError, ValueError) as exc:
+            return Verdict("grader_error", f"unreadable tests: {exc}", extracted=code)
+        job = {
+            "kind": "bcb",
+            "solution": code,
+            "test": test_source,
+            "tests": names,
+            "imports": imports,
+            "entry_point": str(meta.get("entry_point") or "task_func"),
+            "time_limit": limit,
+        }
+        result = self._run(job, cpu_s=limit, wall_s=backstop, mem=self.bigcodebench_memory_mb)
+        frames = result.frames
+        base = {**self._base(result), "total": len(names), "passed": 0}
+        compile_err = next((f for f in frames if f.get("event") == "compile_error"), None)
         if compile_err is not None:
             return Verdict(
                 "incorrect",
-                f"compile error: {_short(compile_err.get('error', ''))}",
+                f"compile error: {_clip(compile_err.get('error'))}",
                 extracted=code,
-                detail={**base, "passed": 0, "total": 0, "outcome": "compile_error"},
+                detail={**base, "outcome": "compile_error"},
             )
-        ev = next((e for e in events if e.get("event") == "bcb"), None)
-        if ev is None:
-            return self._abnormal_end(result, code, {**base, "total": None}, 0, backstop)
-        total = ev.get("total") or 0
-        passed = max(0, int(ev.get("run", 0)) - int(ev.get("bad", 0)))
-        base.update(passed=passed, total=total)
-        outcome = ev.get("outcome")
-        if result.blocked:
+        by_name = {
+            f["test"]: f
+            for f in frames
+            if f.get("event") == "test" and isinstance(f.get("test"), str)
+        }
+        for passed, name in enumerate(names):
+            base["passed"] = passed
+            frame = by_name.get(name)
+            if frame is None:
+                return self._abnormal_end(result, code, base, passed, backstop)
+            outcome = frame.get("outcome")
+            if outcome == "pass":
+                continue
+            fail = {**base, "failed_test": name}
+            blocked = [str(b) for b in frame.get("blocked") or [] if isinstance(b, str)]
+            err = _clip(frame.get("error") if isinstance(frame.get("error"), str) else "", 300)
+            if blocked:
+                fail["blocked"] = [_clip(b, 300) for b in blocked]
+                return Verdict(
+                    "incorrect",
+                    f"test {name}: forbidden operation: {_clip(blocked[0])}",
+                    extracted=code,
+                    detail={**fail, "outcome": "runtime_error"},
+                )
+            if outcome == "time_limit":
+                return Verdict(
+                    "time_limit", f"tests exceeded {limit:g}s", extracted=code, detail=fail
+                )
+            kind = "wrong_answer" if outcome == "failure" else "runtime_error"
+            label = "failed" if kind == "wrong_answer" else "error"
+            if outcome == "no_report":
+                err = err or "no verdict came back from the test"
             return Verdict(
                 "incorrect",
-                f"forbidden operation: {_short(result.blocked[0])}",
+                f"test {name}: {label}: {err}",
                 extracted=code,
-                detail={**base, "outcome": "runtime_error"},
+                detail={**fail, "outcome": kind},
             )
-        if outcome == "passed" and total > 0:
-            return Verdict("correct", f"all {total} tests passed", extracted=code, detail=base)
-        if outcome == "time_limit":
-            return Verdict("time_limit", f"tests exceeded {limit:g}s", extracted=code, detail=base)
-        failed = ev.get("failed") or {}
-        name = failed.get("test", "module")
-        err = failed.get("error") or ev.get("error") or "no tests ran"
-        kind = outcome if outcome in ("wrong_answer", "runtime_error") else "wrong_answer"
-        label = "failed" if kind == "wrong_answer" else "error"
-        return Verdict(
-            "incorrect",
-            f"test {name}: {label}: {_short(err, 300)}",
-            extracted=code,
-            detail={**base, "outcome": kind, "failed_test": name},
-        )
+        base["passed"] = len(names)
+        return Verdict("correct", f"all {len(names)} tests passed", extracted=code, detail=base)
 
     # -- shared -------------------------------------------------------------------------
 
@@ -624,48 +553,92 @@ class CodeGrader:
         at: int,
         backstop: float,
     ) -> Verdict:
-        if not any(e.get("event") == "ready" for e in _events(result)) and not result.timed_out:
+        if not any(f.get("event") == "ready" for f in result.frames) and not result.timed_out:
+            why = next((n for n in result.notes if n.startswith("driver failed")), "")
             return Verdict(
                 "grader_error",
-                "the test harness failed to start: "
-                + _short(result.stderr.strip()[-300:] or f"status {result.returncode}", 300),
+                "the test driver failed to start: "
+                + _clip(why or result.stderr.strip()[-300:] or f"status {result.returncode}", 300),
                 extracted=code,
                 detail=base,
             )
-        if result.timed_out or result.killed_by_signal in ("SIGXCPU",):
+        if result.timed_out:
             return Verdict(
                 "time_limit",
                 f"test {at}: the run exceeded its {backstop:g}s limit",
                 extracted=code,
                 detail={**base, "failed_test": at},
             )
-        if result.returncode is None:
-            return Verdict("grader_error", "sandbox returned no status", extracted=code)
-        why = (
-            f"killed by {result.killed_by_signal}"
-            if result.killed_by_signal
-            else f"exited with status {result.returncode}"
-        )
-        tail = result.stderr.strip().splitlines()[-1:] if result.stderr.strip() else []
-        reason = f"test {at}: runtime error: process {why}" + (
-            f" ({_short(tail[0])})" if tail else ""
-        )
         return Verdict(
-            "incorrect",
-            reason,
+            "grader_error",
+            f"test {at}: the test driver ended without a result "
+            f"(status {result.returncode}): {_clip(result.stderr.strip()[-300:], 300)}",
             extracted=code,
-            detail={**base, "outcome": "runtime_error", "failed_test": at},
+            detail={**base, "failed_test": at},
         )
 
 
-def _events(result: SandboxResult) -> list[dict[str, Any]]:
-    events = []
-    for line in result.stdout.splitlines():
-        if line.startswith(_MARK):
-            try:
-                value = json.loads(line[len(_MARK) :])
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                events.append(value)
-    return events
+def bcb_test_names(source: str) -> tuple[list[str], list[str]]:
+    """The test methods of ``TestCases`` in BigCodeBench test source, and its imports.
+
+    Parsed here (never run): the parent decides which tests must report a pass, so a
+    solution cannot make tests disappear.  Methods inherited from other classes of the
+    same source count too; names are sorted as unittest's loader sorts them.
+    """
+    tree = ast.parse(source)
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    if "TestCases" not in classes:
+        raise ValueError("the test source defines no TestCases class")
+    names: set[str] = set()
+    todo, seen = ["TestCases"], set()
+    while todo:
+        cls = classes.get(todo.pop())
+        if cls is None or cls.name in seen:
+            continue
+        seen.add(cls.name)
+        for item in cls.body:
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith(
+                "test"
+            ):
+                names.add(item.name)
+        todo.extend(b.id for b in cls.bases if isinstance(b, ast.Name))
+    if not names:
+        raise ValueError("TestCases has no test methods")
+    imports: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imports.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            imports.append(node.module)
+    return sorted(names), sorted(set(imports))
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|AUTH|CREDENTIAL|PRIVATE|SESSION|COOKIE", re.I)
+
+
+def _secrets() -> list[str]:
+    """Values of this process's environment that may be keys, longest first: those of
+    variables named like one, and any long token mixing letters and digits."""
+    values = set()
+    for name, value in os.environ.items():
+        if len(value) < 8 or value.startswith("/") or any(c.isspace() for c in value):
+            continue
+        mixed = any(c.isalpha() for c in value) and any(c.isdigit() for c in value)
+        if _SECRET_NAME.search(name) or (len(value) >= 16 and mixed):
+            values.add(value)
+    return sorted(values, key=len, reverse=True)
+
+
+def _clip(text: Any, limit: int = _SHOW) -> str:
+    """``text`` fit to quote in a record: secrets redacted, control characters escaped,
+    clipped to ``limit`` characters."""
+    s = text if isinstance(text, str) else repr(text)
+    s = s[: limit * 4]
+    for secret in _secrets():
+        if secret in s:
+            s = s.replace(secret, "[redacted]")
+    s = _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", s)
+    return s if len(s) <= limit else s[:limit] + "..."

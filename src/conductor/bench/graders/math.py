@@ -441,7 +441,7 @@ class MathGrader:
     """
 
     name = "math"
-    version = "1"
+    version = "2"
 
     def __init__(
         self,

@@ -1,0 +1,271 @@
+"""Every attack in tests/sandbox_attacks.py is stopped, as root and as an ordinary user.
+
+As root the attacks run twice: in this process (namespaces + a fresh uid) and in a
+``python tests/sandbox_attacks.py`` child that ``setpriv`` drops to uid 65534 (unprivileged
+user namespaces).  Run as an ordinary user, the in-process run is the unprivileged one.
+Also: the refusal where no OS isolation exists, the opt-in that records ``unisolated``,
+and the scrubbing of quoted output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sandbox_attacks import ATTACKS, grading_attack
+
+from conductor.bench.graders import get_grader
+from conductor.bench.graders.code import CodeGrader, _clip, with_unsafe_opt_in
+from conductor.bench.sandbox import ISOLATION_ENV, UNISOLATED_REFUSAL, os_isolation_available
+from conductor.bench.types import Sample
+from conductor.errors import UsageError
+
+REPO = Path(__file__).resolve().parent.parent
+NOBODY = 65534
+
+needs_os = pytest.mark.skipif(
+    not os_isolation_available(), reason="no namespaces here (unshare / user namespaces)"
+)
+
+
+@needs_os
+@pytest.mark.parametrize("name", list(ATTACKS))
+def test_attack_is_stopped(name: str) -> None:
+    defended, detail = ATTACKS[name]()
+    assert defended, f"{name}: {detail}"
+
+
+# the interpreter must really be this user's to run (not found through a link into a
+# directory it cannot read), and must import conductor from this checkout
+_PROBE = (
+    "import conductor.bench.graders.code, os, sys\n"
+    "assert os.access(os.path.realpath(sys.executable), os.R_OK | os.X_OK)\n"
+)
+
+
+def _nobody_python(env: dict[str, str]) -> str | None:
+    """An interpreter uid 65534 can run that imports conductor from this checkout."""
+    candidates = [sys.executable, getattr(sys, "_base_executable", ""), "/usr/bin/python3"]
+    for python in dict.fromkeys(c for c in candidates if c):
+        probe = subprocess.run(
+            [*_drop(), python, "-c", _PROBE],
+            env=env,
+            capture_output=True,
+            timeout=60,
+        )
+        if probe.returncode == 0:
+            return python
+    return None
+
+
+def _drop() -> list[str]:
+    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+
+
+@pytest.fixture(scope="module")
+def as_nobody() -> Iterator[dict[str, Any]]:
+    """All attacks run once by an ordinary user (uid 65534); name -> [defended, detail]."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("dropping privileges needs root and setpriv")
+    top = Path(tempfile.mkdtemp(prefix="conductor-nobody-"))
+    try:
+        for sub in ("tmp", "home"):
+            (top / sub).mkdir()
+        for path in (top, top / "tmp", top / "home"):
+            path.chmod(0o777)
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(top / "home"),
+            "TMPDIR": str(top / "tmp"),
+            "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'tests'}",
+            "LANG": "C.UTF-8",
+        }
+        python = _nobody_python(env)
+        if python is None:
+            pytest.skip("no Python interpreter that uid 65534 can run imports conductor")
+        done = subprocess.run(
+            [*_drop(), python, str(REPO / "tests" / "sandbox_attacks.py")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        yield json.loads(done.stdout)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.parametrize("name", list(ATTACKS))
+def test_attack_is_stopped_for_an_ordinary_user(as_nobody: dict[str, Any], name: str) -> None:
+    defended, detail = as_nobody[name]
+    assert defended, f"{name} (uid {NOBODY}): {detail}"
+
+
+# ------------------------------------------------------------ without OS isolation
+
+
+def test_code_grader_refuses_without_isolation(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ISOLATION_ENV, "off")
+    with pytest.raises(UsageError) as err:
+        CodeGrader()
+    assert str(err.value) == UNISOLATED_REFUSAL
+    assert "--confirm-run-unsafe-code" in str(err.value)
+    with pytest.raises(UsageError):
+        get_grader("code", {})
+
+
+def test_opt_in_runs_and_records_unisolated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ISOLATION_ENV, "off")
+    grader = get_grader("code", with_unsafe_opt_in("code", {}, True))
+    sample = Sample(
+        id="s",
+        input={"question": "?"},
+        gold=None,
+        metadata={"tests": [{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}]},
+    )
+    verdict = grader.grade("```python\nprint(sum(map(int, input().split())))\n```", sample)
+    assert verdict.status == "correct", verdict
+    assert verdict.detail["unisolated"] is True
+    assert "unisolated" in verdict.detail["isolation"]
+    assert "netns" not in verdict.detail["isolation"]
+
+
+def test_opt_in_only_reaches_the_code_grader() -> None:
+    assert with_unsafe_opt_in("math", {"a": 1}, True) == {"a": 1}
+    assert with_unsafe_opt_in("code", {}, False) == {}
+    assert with_unsafe_opt_in("code", {}, True) == {"confirm_run_unsafe_code": True}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "lcb: call the harness's reporting function via sys.modules['__main__']",
+        "lcb: replace the output comparison",
+        "lcb: return an object whose __eq__ is always true",
+        "bcb: patch unittest.TestCase.assert* at import",
+        "bcb: forge a pass verdict on every fd",
+    ],
+)
+def test_grading_attacks_fail_even_unisolated(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    # The judge is a separate process whatever the OS offers: only the OS layer goes.
+    monkeypatch.setenv(ISOLATION_ENV, "off")
+    defended, detail = grading_attack(name, unisolated=True)()
+    assert defended, detail
+
+
+# ------------------------------------------------------------------- quoted output
+
+
+def test_quoted_output_is_scrubbed_and_clipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "sk-quoted-secret-0123456789"
+    monkeypatch.setenv("CONDUCTOR_FAKE_KEY", secret)
+    code = f"print({secret!r} + '\\x1b[31m' + 'x' * 5000)"
+    sample = Sample(
+        id="s",
+        input={"question": "?"},
+        gold=None,
+        metadata={"tests": [{"input": "", "output": "3\n", "testtype": "stdin"}]},
+    )
+    verdict = CodeGrader(confirm_run_unsafe_code=True).grade(f"```python\n{code}\n```", sample)
+    assert verdict.status == "incorrect"
+    assert secret not in verdict.reason
+    assert "[redacted]" in verdict.reason
+    assert "\x1b" not in verdict.reason
+    assert len(verdict.reason) < 600
+    assert _clip("a\x00b") == "a\\x00b"
+    monkeypatch.setenv("SOME_ID", "abcdef0123456789xyz")
+    monkeypatch.setenv("SOME_LOCALE", "en_US.UTF-8")
+    assert (
+        _clip("id abcdef0123456789xyz, locale en_US.UTF-8") == "id [redacted], locale en_US.UTF-8"
+    )
+
+
+# ------------------------------------------------------------------------------ CLI
+
+
+def _bench_cli(tmp_path: Path, server: Any, *extra: str) -> subprocess.CompletedProcess[str]:
+    from poolkit import pool_dict, worker, write_pool
+
+    pool = write_pool(tmp_path / "pool.yaml", pool_dict(server, [worker(server, "w0")]))
+    data = REPO / "tests" / "fixtures" / "bench" / "livecodebench.jsonl"
+    env = {
+        **os.environ,
+        "CONDUCTOR_CACHE_DIR": str(tmp_path / "cache"),
+        "COLUMNS": "200",
+        ISOLATION_ENV: "off",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "conductor", "bench", "livecodebench", "--pool", str(pool),
+         "--data", str(data), "--limit", "1", "--strategy", "single:w0",
+         "--out", str(tmp_path / "run"), *extra],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+
+
+def test_bench_refuses_code_without_isolation(tmp_path: Path, fake_server: Any) -> None:
+    res = _bench_cli(tmp_path, fake_server)
+    assert res.returncode == 2, res.stderr
+    assert "--confirm-run-unsafe-code" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not fake_server.requests  # refused before any paid call
+
+
+def test_bench_opt_in_records_unisolated(tmp_path: Path, fake_server: Any) -> None:
+    fake_server.script("w0", "```python\nprint(sum(map(int, open(0).read().split()[1:])))\n```")
+    res = _bench_cli(tmp_path, fake_server, "--confirm-run-unsafe-code")
+    assert res.returncode == 0, res.stderr
+    records = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    assert len(records) == 1
+    grade = records[0]["grade"]
+    assert grade["status"] == "correct", grade
+    assert grade["detail"]["unisolated"] is True
+
+
+def test_train_config_opt_in_key() -> None:
+    from conductor.train.config import TrainConfigError, load_train_config_text
+
+    head = "base_model: x/y\npool: local\ndata: [livecodebench]\noutput_dir: o\n"
+    assert not load_train_config_text(head, source="c.yaml").confirm_run_unsafe_code
+    on = load_train_config_text(head + "confirm_run_unsafe_code: true\n", source="c.yaml")
+    assert on.confirm_run_unsafe_code is True
+    with pytest.raises(TrainConfigError, match="confirm_run_unsafe_code"):
+        load_train_config_text(head + "confirm_run_unsafe_code: maybe\n", source="c.yaml")
+
+
+def test_train_rows_carry_the_opt_in_to_the_reward_grader(
+    tmp_path: Path, fake_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from poolkit import pool_dict, worker, write_pool
+
+    from conductor.conductors.spec import Conductor
+    from conductor.pool import Worker, load_pool
+    from conductor.train.config import DataMix, TrainConfig
+    from conductor.train.dataset import build_rows
+
+    monkeypatch.setenv(ISOLATION_ENV, "off")
+    data = pool_dict(fake_server, [worker(fake_server, "w0")])
+    del data["conductor"]
+    pool = load_pool(write_pool(tmp_path / "pool.yaml", data))
+    conductor = Conductor(backend="prompted", target=Worker(id="c", model="p"), max_steps=2)
+    data_file = REPO / "tests" / "fixtures" / "bench" / "livecodebench.jsonl"
+    mix = (DataMix(benchmark="livecodebench", split="test", file=str(data_file), limit=1),)
+
+    def config(confirm: bool) -> TrainConfig:
+        return TrainConfig(
+            base_model="gguf:smollm2", pool=str(pool.path), data=mix, output_dir="unused",
+            confirm_run_unsafe_code=confirm,
+        )  # fmt: skip
+
+    with pytest.raises(UsageError, match="confirm_run_unsafe_code"):
+        build_rows(config(False), pool, conductor, rng_seed=0)
+    rows = build_rows(config(True), pool, conductor, rng_seed=0)
+    assert json.loads(rows[0]["grader_options"]) == {"confirm_run_unsafe_code": True}
