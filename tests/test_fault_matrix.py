@@ -451,8 +451,6 @@ async def test_bench_sample_cache_never_replays_a_truncated_answer(tmp_path: Pat
         # Three on the first run; on the rerun only the truncated sample is asked again.
         assert len(asked) == 4
         assert "What is 1 + 0?" in asked[-1]
-        again = [
-            json.loads(line) for line in (tmp_path / "again" / "samples.jsonl").open()
-        ]
+        again = [json.loads(line) for line in (tmp_path / "again" / "samples.jsonl").open()]
         replayed = sorted(r["sample_id"] for r in again if r.get("replayed_from"))
         assert replayed == ["math500/t/0", "math500/t/2"]

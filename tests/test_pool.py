@@ -489,3 +489,38 @@ def test_nesting_through_aliases_is_measured_where_it_is_used() -> None:
     lines.append("workers: [*a69]")
     with pytest.raises(PoolError, match="nested more than 64 levels"):
         load_pool_text("\n".join(lines) + "\n", source="alias.yaml", environ={})
+
+
+def test_conductor_total_timeout_reaches_its_call_target() -> None:
+    """The Conductor's calls get a total deadline from its own section, like workers."""
+    from conductor.conductors.spec import resolve_conductor
+
+    text = (
+        "name: p\nworkers:\n  - {id: w, model: m, client: openai, api_base: 'http://x/v1'}\n"
+        "conductor:\n  backend: endpoint\n  api_base: http://localhost:8001/v1\n"
+        "  timeout_s: 30\n  total_timeout_s: 45\n"
+    )
+    pool = load_pool_text(text, environ={})
+    assert pool.conductor is not None and pool.conductor.total_timeout_s == 45.0
+    target = resolve_conductor(pool).target
+    assert (target.timeout_s, target.total_timeout_s) == (30.0, 45.0)
+    with pytest.raises(PoolError, match="total_timeout_s"):
+        load_pool_text(text.replace("45", "-1"), environ={})
+
+
+async def test_library_run_refuses_an_oversized_question(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Orchestrator.run`` applies the question limit itself, before any call."""
+    from conductor.conductors.spec import resolve_conductor
+    from conductor.execute import Orchestrator
+
+    monkeypatch.setenv("CONDUCTOR_MAX_QUESTION_CHARS", "10")
+    text = (
+        "name: p\nworkers:\n  - {id: w, model: m, client: openai, api_base: 'http://127.0.0.1:9/v1'}\n"
+        "conductor:\n  backend: endpoint\n  api_base: http://127.0.0.1:9/v1\n"
+    )
+    pool = load_pool_text(text, environ={})
+    async with Orchestrator(pool, resolve_conductor(pool)) as orch:
+        with pytest.raises(UsageError, match="over the limit of 10"):
+            await orch.run("x" * 11)

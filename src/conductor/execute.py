@@ -26,7 +26,7 @@ from .llm.caller import CallerSet
 from .llm.types import Completion, Message, ModelRequest
 from .pool import Pool, Worker, pool_to_public_dict
 from .record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals, now_iso
-from .text import strip_think
+from .text import check_question, strip_think
 from .workflow import ALL, Workflow, format_workflow, parse_workflow, workflow_to_dict
 
 __all__ = ["Budget", "Orchestrator", "RunSettings", "ask"]
@@ -394,6 +394,9 @@ class Orchestrator:
         rounds are kept, the Conductor sees its last plan and answer, and workers given
         ``"all"`` see its steps, so this call runs at least one more (revision) round.
         """
+        # The CLI and the data loaders check too; a library caller gets the same refusal
+        # before anything is paid for.
+        check_question(question)
         settings = settings or RunSettings()
         emit = events or null_sink
         max_steps = settings.max_steps or self.conductor.max_steps

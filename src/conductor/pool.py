@@ -115,6 +115,7 @@ class ConductorConfig:
     min_subtask_chars: int = 1
     max_subtask_chars: int = 300
     timeout_s: float = 600.0
+    total_timeout_s: float = 900.0
     max_retries: int = 6
     price: Price | None = None
     model_path: str | None = None
@@ -758,7 +759,7 @@ class _Reader:
                 value = self.integer(vn, sub, -1)
             elif key in ("show_descriptions", "constrained"):
                 value = self.boolean(vn, sub)
-            elif key == "timeout_s":
+            elif key in ("timeout_s", "total_timeout_s"):
                 value = self.number(vn, sub, positive=True)
                 value = float(value) if value is not None else None
             else:  # pragma: no cover

@@ -119,6 +119,7 @@ def _target_from_config(cfg: ConductorConfig, pool: Pool) -> Worker:
             params=params,
             price=cfg.price,
             timeout_s=cfg.timeout_s,
+            total_timeout_s=cfg.total_timeout_s,
             max_retries=cfg.max_retries,
             max_concurrency=cfg.max_concurrency,
         )
@@ -135,6 +136,7 @@ def _target_from_config(cfg: ConductorConfig, pool: Pool) -> Worker:
             params=params,
             price=cfg.price,
             timeout_s=cfg.timeout_s,
+            total_timeout_s=cfg.total_timeout_s,
             max_retries=cfg.max_retries,
             max_concurrency=cfg.max_concurrency,
         )
@@ -149,6 +151,7 @@ def _target_from_config(cfg: ConductorConfig, pool: Pool) -> Worker:
             n_threads=cfg.n_threads,
             n_gpu_layers=cfg.n_gpu_layers,
             timeout_s=cfg.timeout_s,
+            total_timeout_s=cfg.total_timeout_s,
             max_retries=0,
             max_concurrency=1,
         )
@@ -161,6 +164,7 @@ def _target_from_config(cfg: ConductorConfig, pool: Pool) -> Worker:
             client="checkpoint",  # type: ignore[arg-type]  # in-process transformers client
             params=params,
             timeout_s=cfg.timeout_s,
+            total_timeout_s=cfg.total_timeout_s,
             max_retries=0,
             max_concurrency=1,
         )

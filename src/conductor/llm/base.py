@@ -4,8 +4,9 @@ A client makes *one attempt* at a request and either returns a
 :class:`~conductor.llm.types.RawCompletion` or raises a
 :class:`~conductor.errors.ModelCallError` subclass that says whether a retry may
 help (rate limit, server error, time-out, lost connection, a reply that cannot be
-read) or not (authentication, bad request).  Retries, caching, concurrency limits and cost live one level up, in
-:class:`conductor.llm.caller.ModelCaller`, so that every client gets them the same way.
+read) or not (authentication, bad request).  Retries, caching, concurrency limits and
+cost live one level up, in :class:`conductor.llm.caller.ModelCaller`, so that every
+client gets them the same way.
 """
 
 from __future__ import annotations

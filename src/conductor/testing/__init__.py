@@ -7,19 +7,23 @@ pool can be tested end to end with the real SDKs and no network or API key.
 from __future__ import annotations
 
 from conductor.testing.fake_server import (
+    SHAPES,
     FakeLLMServer,
     FakeRequest,
     Fault,
     Reply,
     Responder,
     ResponderResult,
+    Shape,
 )
 
 __all__ = [
+    "SHAPES",
     "FakeLLMServer",
     "FakeRequest",
     "Fault",
     "Reply",
     "Responder",
     "ResponderResult",
+    "Shape",
 ]
