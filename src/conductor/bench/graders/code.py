@@ -229,6 +229,18 @@ _PRELUDE = (
 )
 
 
+def _forbidden(test: object, blocked: list[str], fail: dict[str, Any], code: str) -> Verdict:
+    """A test that tried an operation the sandbox refuses is a runtime error, whatever it
+    printed: such code is never graded correct."""
+    fail["blocked"] = [_clip(b, 300) for b in blocked]
+    return Verdict(
+        "incorrect",
+        f"test {test}: forbidden operation: {_clip(blocked[0])}",
+        extracted=code,
+        detail={**fail, "outcome": "runtime_error"},
+    )
+
+
 def with_unsafe_opt_in(grader: str, options: dict[str, Any], confirm: bool) -> dict[str, Any]:
     """``options`` for grader ``grader``, with the user's opt-in to unisolated code runs.
 
@@ -408,13 +420,7 @@ class CodeGrader:
         blocked = [str(b)[:300] for b in frame.get("blocked") or [] if isinstance(b, str)]
         fail = {**base, "failed_test": i}
         if blocked:
-            fail["blocked"] = [_clip(b, 300) for b in blocked]
-            return Verdict(
-                "incorrect",
-                f"test {i}: forbidden operation: {_clip(blocked[0])}",
-                extracted=code,
-                detail={**fail, "outcome": "runtime_error"},
-            )
+            return _forbidden(i, blocked, fail, code)
         if frame.get("timed_out") is True or status.get("signal") == signal.SIGXCPU:
             return Verdict(
                 "time_limit",
@@ -519,13 +525,7 @@ class CodeGrader:
             blocked = [str(b) for b in frame.get("blocked") or [] if isinstance(b, str)]
             err = _clip(frame.get("error") if isinstance(frame.get("error"), str) else "", 300)
             if blocked:
-                fail["blocked"] = [_clip(b, 300) for b in blocked]
-                return Verdict(
-                    "incorrect",
-                    f"test {name}: forbidden operation: {_clip(blocked[0])}",
-                    extracted=code,
-                    detail={**fail, "outcome": "runtime_error"},
-                )
+                return _forbidden(name, blocked, fail, code)
             if outcome == "time_limit":
                 return Verdict(
                     "time_limit", f"tests exceeded {limit:g}s", extracted=code, detail=fail
