@@ -246,3 +246,29 @@ def test_metrics_count_revisions_and_their_gain() -> None:
     assert summary["rollouts"] == 4 and summary["revisions"] == 2
     assert summary["revision_gain"] == pytest.approx(0.25)
     assert summary["reward_mean"] == pytest.approx(0.65)
+
+
+def test_recursion_needs_whole_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from conductor.errors import UsageError
+    from conductor.train.config import GRPOSettings
+    from conductor.train.trainer import check_recursion_layout
+
+    config = TrainConfig(
+        base_model="x/y",
+        pool="local",
+        data=(DataMix(benchmark="math500"),),
+        output_dir="unused",
+        grpo=GRPOSettings(group_size=4, questions_per_step=3),
+        recursion=RecursionSettings(),
+    )
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    check_recursion_layout(config)  # 12 completions, 6 per process: whole pairs
+    odd = dataclasses.replace(config, grpo=GRPOSettings(group_size=3, questions_per_step=2))
+    with pytest.raises(UsageError, match=r"group_size \(3\)"):
+        check_recursion_layout(odd)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(UsageError, match="3 completions per step must be even"):
+        check_recursion_layout(config)
+    check_recursion_layout(dataclasses.replace(config, recursion=None))
