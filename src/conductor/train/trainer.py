@@ -548,6 +548,7 @@ def train(
     :class:`~conductor.errors.MissingDependencyError`.
     """
     _require_train_deps()
+    check_recursion_layout(config)
     from datasets import Dataset
     from trl import GRPOTrainer  # type: ignore[attr-defined]
 
@@ -563,7 +564,6 @@ def train(
     pool = load_train_pool(config)
     conductor = training_conductor(config, pool)
     args = build_grpo_config(config, output_dir=output_dir)
-    check_recursion_layout(config)
     model, tokenizer = load_policy(config.base_model)
 
     cache = ResponseCache()
