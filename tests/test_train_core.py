@@ -260,12 +260,16 @@ def test_randomised_rows_list_only_sampled_workers_and_map_back(
 # --------------------------------------------------------------------------- recursion
 
 
-def test_recursion_rows_and_discounted_reward(
+def test_rows_with_a_given_first_round_score_the_revision_alone(
     pool: Pool,
     conductor: Conductor,
     data_file: Path,
     reward_factory: Any,
 ) -> None:
+    """A row that carries a first round (build_rows(first_rounds=...)) is continued by its
+    completion and scored on that revision alone: a first-round reward fixed across the
+    group would be cancelled by GRPO's normalisation anyway.  (Recursion training itself
+    samples both rounds on-policy: tests/test_train_recursion.py.)"""
     config = make_config(
         pool,
         data_file,
@@ -303,7 +307,7 @@ def test_recursion_rows_and_discounted_reward(
         record, subpool_from_ids(pool, row["worker_ids"]).pool.workers, conductor
     )
 
-    reward = reward_factory(discount=0.25)
+    reward = reward_factory()
     batch = [row, row, row]
     scores = reward(
         prompts=[r["prompt"] for r in batch],
@@ -314,8 +318,9 @@ def test_recursion_rows_and_discounted_reward(
         ],
         **columns(batch),
     )
-    assert scores == pytest.approx([0.25 * 0.5 + 0.75 * 1.0, 0.5, 0.25 * 0.5])
+    assert scores == [1.0, 0.5, 0.0]
     fixed = reward.last_batch[0]
+    assert (fixed.round, fixed.round_reward) == (2, 1.0)
     assert fixed.record is not None and len(fixed.record.rounds) == 2
     assert fixed.workers == [row["worker_ids"][0]] and fixed.calls == 1
     # The executor's round-2 prompt is exactly the row's prompt.

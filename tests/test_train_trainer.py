@@ -339,39 +339,99 @@ def test_cli_train_overrides_steps_and_output(tmp_path: Path, fake_server: FakeL
     assert not (tmp_path / "run").exists()  # the config's own output_dir was overridden
 
 
-def test_recursion_config_runs_first_rounds_with_the_base_policy(
-    tmp_path: Path, fake_server: FakeLLMServer
+def test_recursion_step_samples_revisions_from_the_policy_in_the_same_step(
+    tmp_path: Path, fake_server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With ``recursion``, the base policy writes and runs round 1 before training; the
-    forced second rounds are then trained on and recorded in conductor.json."""
+    """With ``recursion``, one GRPO step samples round 1 from the policy, executes it,
+    builds each pair's round-2 prompt from that very completion's record, samples the
+    revision from the same policy, and trains the revision's prompt and completion in
+    the second row of the pair; no first round is written before training."""
+    from transformers import AutoTokenizer
+
+    import conductor.train.recursion as rec
+    import conductor.train.trainer as tr
     from conductor.checkpoint_meta import read_checkpoint_meta
     from conductor.train.config import load_train_config
-    from conductor.train.dataset import build_rows
-    from conductor.train.pools import load_train_pool, training_conductor
-    from conductor.train.trainer import _first_rounds, load_policy, train
+    from conductor.train.metrics import read_metrics
 
     file = _setup(tmp_path, fake_server, steps=1)
     data = yaml.safe_load(file.read_text())
-    data["recursion"] = {"fraction": 1.0, "discount": 0.25}
+    data["recursion"] = {"fraction": 1.0}
     file.write_text(yaml.safe_dump(data, sort_keys=False))
     config = load_train_config(file)
+    assert config.recursion is not None and config.recursion.discount == 0.2
 
-    pool = load_train_pool(config)
-    conductor = training_conductor(config, pool)
-    model, tok = load_policy(config.base_model)
-    rows = build_rows(config, pool, conductor, rng_seed=config.seed)
+    seen: list[tuple[list[str], dict[str, list[Any]], Any, list[Any]]] = []
+    generated: list[Any] = []
+    real_rollouts, real_trainer = rec.recursion_rollouts, tr._recursion_trainer
+
+    def spy_rollouts(reward: Any, columns: Any, firsts: Any, **kwargs: Any) -> Any:
+        asked: list[Any] = []
+        generate = kwargs.pop("generate")
+
+        def ask(prompts: Any) -> Any:
+            texts = generate(prompts)
+            asked.append((prompts, texts))
+            return texts
+
+        batch = real_rollouts(reward, columns, firsts, generate=ask, **kwargs)
+        seen.append((list(firsts), dict(columns), batch, asked))
+        return batch
+
+    def spy_trainer(*args: Any, **kwargs: Any) -> Any:
+        trainer = real_trainer(*args, **kwargs)
+        inner = trainer._generate
+
+        def wrapped(prompts: Any) -> Any:
+            out = inner(prompts)
+            generated.append(out)
+            return out
+
+        trainer._generate = wrapped
+        return trainer
+
+    monkeypatch.setattr(rec, "recursion_rollouts", spy_rollouts)
+    monkeypatch.setattr(tr, "_recursion_trainer", spy_trainer)
     torch.manual_seed(0)
-    first = _first_rounds(config, pool, conductor, model, tok, rows)
-    assert set(first) == {r["sample_id"] for r in rows}
-    for record in first.values():
-        assert len(record.rounds) == 1
-    # The plans came from the policy: the pool's own Conductor endpoint was never asked.
-    assert fake_server.requests_for(CONDUCTOR_MODEL) == []
-    ran = [r for r in first.values() if r.final_answer is not None]
-    assert ran, "no first round of the base policy produced an answer"
+    checkpoint = tr.train(config, live=False)
 
-    checkpoint = train(config, live=False)
+    assert len(seen) == 1 and len(generated) == 1  # one step, one generation batch
+    firsts, columns, batch, asked = seen[0]
+    assert all(columns["recursion"]) and not any(columns["round1"])  # nothing pre-written
+    assert len(asked) == 1
+    prompts, texts = asked[0]
+    assert batch.revised, "no round-1 completion of the policy could be revised"
+    tok = AutoTokenizer.from_pretrained(config.base_model)
+    prompt_ids, completion_ids, _mask, completions, _lp, extra = generated[0][:6]
+    assert extra["conductor_rollout"] is batch.results
+    for k, j in enumerate(batch.revised):
+        record = batch.results[j].record
+        # The revision continued the round-1 rollout the policy wrote in this step...
+        assert record.rounds[0].conductor_calls[0].response == firsts[j - 1]
+        assert batch.results[j - 1].record.rounds[0].conductor_calls[0].response == firsts[j - 1]
+        # ...from the round-2 prompt the executor records, with the sampled revision.
+        assert record.rounds[1].conductor_calls[0].messages == prompts[k]
+        assert record.rounds[1].conductor_calls[0].response == texts[k]
+        # The row GRPO trains on holds that round-2 prompt and that revision.
+        want = tok.apply_chat_template(prompts[k], add_generation_prompt=True, tokenize=False)
+        assert tok.decode(prompt_ids[j]) == want
+        assert tok.decode(completion_ids[j], skip_special_tokens=True) == texts[k]
+        assert completions[j][0]["content"] == texts[k]
+        r1 = batch.results[j - 1].round_reward
+        r2 = batch.results[j].round_reward
+        assert batch.results[j - 1].reward == pytest.approx(0.8 * r1 + 0.2 * r2)
+        assert batch.results[j].reward == r2
+    # Round-1 rows keep the question's own prompt.
+    first_prompt = tok.apply_chat_template(
+        [{"role": m["role"], "content": m["content"]} for m in columns["prompt"][0]],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert tok.decode(prompt_ids[0]) == first_prompt
+    assert fake_server.requests_for(CONDUCTOR_MODEL) == []
+
+    (line,) = read_metrics(Path(config.output_dir) / "metrics.jsonl")
+    assert line["revisions"] == len(batch.revised)
+    assert line["rollouts"] == sum(r.reward is not None for r in batch.results)
     meta = read_checkpoint_meta(checkpoint)
-    assert meta is not None and meta.extra["recursion"] == {"fraction": 1.0, "discount": 0.25}
-    rows_logged = (Path(config.output_dir) / "metrics.jsonl").read_text().splitlines()
-    assert len(rows_logged) == 1 and json.loads(rows_logged[0])["rollouts"] == 8
+    assert meta is not None and meta.extra["recursion"] == {"fraction": 1.0, "discount": 0.2}

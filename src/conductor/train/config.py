@@ -25,7 +25,7 @@ rewarded and how GRPO is run.  Schema (``base_model``, ``pool``, ``data`` and
              cost_penalty_per_usd: 0.0, cost_penalty_per_call: 0.0, failed_run: 0.0}
     grpo: {group_size: 8, questions_per_step: 4, learning_rate: 1.0e-6, ...}
     randomise_pool: {k_min: 2, k_max: 4}   # optional: a random k-of-n pool per question
-    recursion: {fraction: 0.5, discount: 0.25}   # optional: forced second rounds
+    recursion: {fraction: 0.5, discount: 0.2}    # optional: forced second rounds
 
 Every mistake raises :class:`TrainConfigError` (a :class:`~conductor.errors.UsageError`)
 whose message starts ``FILE:LINE:`` and names the field, with a did-you-mean hint for a
@@ -153,11 +153,13 @@ class PoolSampling:
 
 @dataclass(frozen=True)
 class RecursionSettings:
-    """Recursion fine-tuning: ``fraction`` of the questions get a forced second round;
-    their reward is ``discount * round1 + (1 - discount) * round2``."""
+    """Recursion fine-tuning: ``fraction`` of the questions get a forced second round,
+    sampled on-policy in the same step; each round-1 rollout of those questions earns
+    ``(1 - discount) * round1 + discount * round2`` from its own revision (the paper:
+    discount 0.2), each revision its own round's reward."""
 
     fraction: float = 0.5
-    discount: float = 0.25
+    discount: float = 0.2
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ Keys of a line (absent values are ``null``):
 - ``last_worker_usage``: ``{worker id: workflows}`` counting the worker of each
   workflow's last step (the one whose answer is returned);
 - ``calls_per_rollout``, ``cost_usd`` (total over the rollouts), ``rollouts``;
+- ``revisions``: round-2 rollouts among them (recursion training), and
+  ``revision_gain``: their mean reward minus that of the round-1 plan each revised;
 - ``loss``, ``learning_rate``, ``completion_length``, ``kl`` (from TRL when it logs them).
 """
 
@@ -45,6 +47,8 @@ METRIC_KEYS: tuple[str, ...] = (
     "calls_per_rollout",
     "cost_usd",
     "rollouts",
+    "revisions",
+    "revision_gain",
     "loss",
     "learning_rate",
     "completion_length",
@@ -116,8 +120,17 @@ def _mean(values: Sequence[float]) -> float | None:
 
 def summarise_rollouts(results: Iterable[Any]) -> dict[str, Any]:
     """The rollout half of a metrics line from reward results (``RolloutResult``-like:
-    ``reward``, ``parsed``, ``correct``, ``steps``, ``workers``, ``calls``, ``cost_usd``)."""
-    results = list(results)
+    ``reward``, ``parsed``, ``correct``, ``steps``, ``workers``, ``calls``, ``cost_usd``,
+    optionally ``round``, ``round_reward`` and ``previous_reward``).  Rollouts without a
+    reward (a revision slot whose first round left nothing to revise) are not counted."""
+    results = [r for r in results if r.reward is not None]
+    revisions = [r for r in results if getattr(r, "round", 1) > 1]
+    gains = [
+        float(r.round_reward) - float(r.previous_reward)
+        for r in revisions
+        if getattr(r, "round_reward", None) is not None
+        and getattr(r, "previous_reward", None) is not None
+    ]
     rewards = [float(r.reward) for r in results]
     parsed = [r for r in results if r.parsed]
     usage: Counter[str] = Counter()
@@ -139,6 +152,8 @@ def summarise_rollouts(results: Iterable[Any]) -> dict[str, Any]:
         "calls_per_rollout": _mean([float(r.calls) for r in results]),
         "cost_usd": sum(float(r.cost_usd or 0.0) for r in results) if results else None,
         "rollouts": len(results),
+        "revisions": len(revisions),
+        "revision_gain": _mean(gains),
     }
 
 

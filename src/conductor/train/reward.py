@@ -16,9 +16,12 @@ All completions of a batch run at once (up to ``concurrency``) on ONE background
 loop that lives as long as the reward object, because model clients and their
 connections are bound to the loop that made them.
 
-Recursion rows (a ``round1`` record in the row) continue that record with the
-completion as the forced second round; their reward is
-``discount * round1_reward + (1 - discount) * round-2 reward``.
+A job may continue an earlier record (``continue_from``): the completion is then that
+record's next (revision) round, and the rollout is scored on that round's outcome alone.
+On-policy recursion training (:mod:`conductor.train.recursion`) builds such jobs from the
+round-1 rollouts of the same step and mixes the two rounds' rewards; a dataset row that
+carries a given first round (a ``round1`` column holding a record's JSON) is continued
+the same way.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from ..errors import UsageError
 from ..execute import Orchestrator, RunSettings
 from ..llm.caller import CallerSet
 from ..pool import Pool
-from ..record import RoundRecord, RunRecord, record_from_dict
+from ..record import RoundRecord, RunRecord, record_from_dict, record_to_dict
 from .config import RewardSettings
 from .pools import subpool_from_ids
 
@@ -48,6 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "REQUIRED_COLUMNS",
+    "RolloutJob",
     "RolloutResult",
     "WorkflowReward",
     "completion_text",
@@ -72,13 +76,20 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 class RolloutResult:
     """What one completion earned, and what its workflow did (for metrics).
 
-    ``correct`` is None when nothing was graded (unparsed, or no answer).  ``steps``,
-    ``workers`` (worker ids, by step), ``calls`` (worker calls made, the Conductor's
-    reply not counted) and ``cost_usd`` cover only the round(s) this rollout ran, not a
-    recursion row's given first round.
+    ``reward`` is what GRPO trains on: the outcome of the round(s) this rollout wrote,
+    or for a round-1 rollout of on-policy recursion training the mix of that outcome
+    and its own revision's; None for a row that carries no completion to score (TRL
+    then gives it no advantage).  ``correct`` is None when nothing was graded
+    (unparsed, or no answer).  ``steps``, ``workers`` (worker ids, by step), ``calls``
+    (worker calls made, the Conductor's reply not counted) and ``cost_usd`` cover only
+    the round this rollout wrote, not an earlier round it continued.
+
+    ``round`` is the Conductor round the completion wrote (1, or 2 for a revision);
+    ``round_reward`` that round's own reward before any mixing; ``previous_reward``,
+    for a revision, the reward of the round it revised.
     """
 
-    reward: float
+    reward: float | None
     parsed: bool
     correct: bool | None
     steps: int
@@ -86,6 +97,9 @@ class RolloutResult:
     calls: int = 0
     cost_usd: float = 0.0
     record: RunRecord | None = None
+    round: int = 1
+    round_reward: float | None = None
+    previous_reward: float | None = None
 
 
 # --------------------------------------------------------------------------- scoring
@@ -158,7 +172,7 @@ def score_record(
     The same rule the trainer's reward applies to a one-round rollout: ``unparsed`` when
     the last round has no workflow, ``failed_run`` when it produced no answer, else
     ``correct`` / ``parsed_wrong`` plus ``format_bonus`` minus the cost penalties (over
-    every round of the record).  Used for a recursion row's first-round reward.
+    every round of the record).
     """
     return _outcome(record, sample, grader, settings).reward
 
@@ -208,16 +222,20 @@ def sample_from_row(sample_id: str, sample_json: Any, gold_json: Any) -> Sample:
     )
 
 
-@dataclass
-class _Job:
+@dataclass(frozen=True)
+class RolloutJob:
+    """One completion to execute and grade: the Conductor's reply ``text`` for the
+    question of one dataset row, run by ``orchestrator`` (the row's sub-pool) and graded
+    by ``grader`` on ``sample``.  With ``continue_from`` the reply is the next round of
+    that earlier record of the same question (which is copied, never changed)."""
+
     orchestrator: Orchestrator
     question: str
     text: str
     sample: Sample
     grader: Grader
     sample_id: str
-    round1: RunRecord | None
-    round1_reward: float
+    continue_from: RunRecord | None = None
 
 
 # --------------------------------------------------------------------------- the reward
@@ -230,8 +248,7 @@ class WorkflowReward:
     ``worker_ids``); ``conductor`` sets the prompt template, step limit and description
     setting, which must be those the prompts were built with.  ``cache`` is shared by
     every worker call; ``concurrency`` bounds the rollouts in flight; ``run_settings``
-    are the per-question limits (default: the Conductor's ``max_steps``, no budget);
-    ``discount`` weights a recursion row's first-round reward.
+    are the per-question limits (default: the Conductor's ``max_steps``, no budget).
     """
 
     __name__ = "conductor_reward"
@@ -245,14 +262,12 @@ class WorkflowReward:
         cache: ResponseCache | None = None,
         concurrency: int = 32,
         run_settings: RunSettings | None = None,
-        discount: float = 0.25,
     ) -> None:
         self.pool = pool
         self.conductor = conductor
         self.settings = settings
         self.concurrency = max(1, concurrency)
         self.run_settings = run_settings or RunSettings(max_steps=conductor.max_steps)
-        self.discount = discount
         self.callers = CallerSet(cache)
         self.last_batch: list[RolloutResult] = []
         self._orchestrators: dict[tuple[str, ...], Orchestrator] = {}
@@ -275,9 +290,7 @@ class WorkflowReward:
         cache: ResponseCache | None = None,
         concurrency: int = 32,
     ) -> WorkflowReward:
-        """The reward a training config asks for (its reward settings, step limit and
-        recursion discount)."""
-        discount = config.recursion.discount if config.recursion is not None else 0.25
+        """The reward a training config asks for (its reward settings and step limit)."""
         return cls(
             pool,
             conductor,
@@ -285,7 +298,6 @@ class WorkflowReward:
             cache=cache,
             concurrency=concurrency,
             run_settings=RunSettings(max_steps=config.max_steps),
-            discount=discount,
         )
 
     # ---------------------------------------------------------------- lookups
@@ -314,17 +326,22 @@ class WorkflowReward:
         data = self._round1.get(text)
         if data is None:
             data = json.loads(text)
-            self._round1[text] = data
-        # A fresh record per rollout: the executor extends the record it continues.
+            self._round1[text] = data  # parsed once per distinct record
         return record_from_dict(data)
 
     # ---------------------------------------------------------------- the call
 
-    def __call__(self, prompts: list[Any], completions: list[Any], **columns: Any) -> list[float]:
+    def __call__(
+        self, prompts: list[Any], completions: list[Any], **columns: Any
+    ) -> list[float | None]:
         """Rewards for ``completions`` (aligned with ``prompts`` and every column)."""
-        if self._closed:
-            raise RuntimeError("this WorkflowReward is closed")
-        n = len(completions)
+        results = self.run(self.jobs([completion_text(c) for c in completions], columns))
+        return [r.reward for r in results]
+
+    def jobs(self, texts: Sequence[str], columns: dict[str, Any]) -> list[RolloutJob]:
+        """One job per reply in ``texts``, from the dataset columns of its row (lists
+        aligned with ``texts``, as TRL passes them to a reward function)."""
+        n = len(texts)
         missing = [c for c in REQUIRED_COLUMNS if c not in columns]
         if missing:
             raise UsageError(
@@ -349,45 +366,50 @@ class WorkflowReward:
         samples = column("sample", "{}")
         worker_ids = column("worker_ids", None)
         round1 = column("round1", "")
-        round1_reward = column("round1_reward", 0.0)
-
-        jobs = []
-        for i in range(n):
-            jobs.append(
-                _Job(
-                    orchestrator=self.orchestrator(worker_ids[i]),
-                    question=str(questions[i]),
-                    text=completion_text(completions[i]),
-                    sample=sample_from_row(str(ids[i]), samples[i], golds[i]),
-                    grader=self._grader(str(graders[i]), options[i]),
-                    sample_id=str(ids[i]),
-                    round1=self._first_round(round1[i]) if round1[i] else None,
-                    round1_reward=float(round1_reward[i] or 0.0),
-                )
+        return [
+            RolloutJob(
+                orchestrator=self.orchestrator(worker_ids[i]),
+                question=str(questions[i]),
+                text=texts[i],
+                sample=sample_from_row(str(ids[i]), samples[i], golds[i]),
+                grader=self._grader(str(graders[i]), options[i]),
+                sample_id=str(ids[i]),
+                continue_from=self._first_round(round1[i]) if round1[i] else None,
             )
-        future = asyncio.run_coroutine_threadsafe(self._run_all(jobs), self._loop)
+            for i in range(n)
+        ]
+
+    def run(self, jobs: Sequence[RolloutJob]) -> list[RolloutResult]:
+        """Execute and grade ``jobs`` at once (up to ``concurrency`` in flight); the
+        results, in order, are also kept as :attr:`last_batch`."""
+        if self._closed:
+            raise RuntimeError("this WorkflowReward is closed")
+        future = asyncio.run_coroutine_threadsafe(self._run_all(list(jobs)), self._loop)
         results = future.result()
         self.last_batch = results
-        return [r.reward for r in results]
+        return results
 
-    async def _run_all(self, jobs: list[_Job]) -> list[RolloutResult]:
+    async def _run_all(self, jobs: list[RolloutJob]) -> list[RolloutResult]:
         limit = asyncio.Semaphore(self.concurrency)
         return list(await asyncio.gather(*(self._rollout(job, limit) for job in jobs)))
 
-    async def _rollout(self, job: _Job, limit: asyncio.Semaphore) -> RolloutResult:
+    async def _rollout(self, job: RolloutJob, limit: asyncio.Semaphore) -> RolloutResult:
+        start = 0
         try:
             async with limit:
-                if job.round1 is not None:
-                    start = len(job.round1.rounds)
+                if job.continue_from is not None:
+                    # A copy: the executor extends the record it continues, and one
+                    # round-1 record may be continued by several jobs.
+                    earlier = record_from_dict(record_to_dict(job.continue_from))
+                    start = len(earlier.rounds)
                     record = await job.orchestrator.run(
                         job.question,
                         replace(self.run_settings, rounds=start + 1),
                         sample_id=job.sample_id,
                         plan=job.text,
-                        continue_from=job.round1,
+                        continue_from=earlier,
                     )
                 else:
-                    start = 0
                     record = await job.orchestrator.run(
                         job.question,
                         replace(self.run_settings, rounds=1),
@@ -400,12 +422,10 @@ class WorkflowReward:
             )
         except Exception as exc:  # one broken rollout must not end a long training run
             log.warning("reward: rollout for %s failed: %r", job.sample_id, exc, exc_info=True)
-            return RolloutResult(self.settings.failed_run, False, None, 0)
-        reward = out.reward
-        if job.round1 is not None:
-            reward = self.discount * job.round1_reward + (1.0 - self.discount) * out.reward
+            failed = self.settings.failed_run
+            return RolloutResult(failed, False, None, 0, round=start + 1, round_reward=failed)
         return RolloutResult(
-            reward=reward,
+            reward=out.reward,
             parsed=out.parsed,
             correct=out.correct,
             steps=out.steps,
@@ -413,6 +433,8 @@ class WorkflowReward:
             calls=out.calls,
             cost_usd=out.cost_usd,
             record=record,
+            round=start + 1,
+            round_reward=out.reward,
         )
 
     # ---------------------------------------------------------------- lifetime

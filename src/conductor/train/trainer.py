@@ -4,10 +4,11 @@
 
 1. load the pool and the base policy (:func:`load_policy`);
 2. build the prompt rows (:func:`conductor.train.dataset.build_rows`); for recursion
-   fine-tuning, first let the *base policy* write a round-1 workflow for each question
-   and execute it, so that the forced second round has a real earlier round to revise;
+   fine-tuning, mark ``recursion.fraction`` of the questions for a forced second round;
 3. run ``GRPOTrainer`` with :class:`~conductor.train.reward.WorkflowReward` as the
-   reward: every sampled completion is parsed, executed on the pool and graded;
+   reward: every sampled completion is parsed, executed on the pool and graded.  For
+   recursion fine-tuning a subclass of it also samples, in the same step, each marked
+   group's revisions from the policy being trained (see :func:`_recursion_trainer`);
 4. log one metrics line per logging step (``OUTPUT_DIR/metrics.jsonl``, plus an optional
    rich live table) and save ``OUTPUT_DIR/checkpoint`` with ``conductor.json`` (template,
    pool order, step limit, base model), which ``--conductor PATH`` loads.
@@ -23,7 +24,6 @@ Heavy libraries (torch, transformers, trl, datasets) are imported inside functio
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import importlib.util
@@ -39,9 +39,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import MissingDependencyError, UsageError
 
 if TYPE_CHECKING:
-    from ..conductors.spec import Conductor
     from ..pool import Pool
-    from ..record import RunRecord
     from .config import TrainConfig
 
 __all__ = [
@@ -49,6 +47,7 @@ __all__ = [
     "METRICS_FILE",
     "TEMPLATE_FILE",
     "build_grpo_config",
+    "check_recursion_layout",
     "load_policy",
     "train",
 ]
@@ -275,103 +274,146 @@ def _where(config: TrainConfig) -> str:
     return f"{config.path}: " if getattr(config, "path", None) else ""
 
 
-# -- round 1 for recursion fine-tuning --------------------------------------------------
+# -- on-policy recursion -----------------------------------------------------------------
+
+# The GRPOTrainer methods the recursion trainer builds on (TRL 1.x).
+_TRL_HOOKS = ("_generate_and_score_completions", "_generate", "_tokenize_prompts")
+_TRL_GENERATE = "_generate_single_turn"
 
 
-def _generate(model: Any, tokenizer: Any, messages: list[Any], max_new_tokens: int) -> list[str]:
-    """Sample one reply per chat with ``model`` (temperature 1, as in the rollouts)."""
-    import torch
+def check_recursion_layout(config: TrainConfig) -> None:
+    """Raise :class:`UsageError` unless recursion training can pair its rollouts.
 
-    texts = [
-        tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
-        for m in messages
-    ]
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"  # decoder-only batches must end where generation starts
-    try:
-        replies: list[str] = []
-        for start in range(0, len(texts), 8):
-            batch = tokenizer(
-                texts[start : start + 8],
-                return_tensors="pt",
-                padding=True,
-                add_special_tokens=False,
-            ).to(model.device)
-            with torch.no_grad():
-                out = model.generate(
-                    **batch,
-                    max_new_tokens=max_new_tokens,
-                    do_sample=True,
-                    temperature=1.0,
-                    pad_token_id=tokenizer.pad_token_id,
-                )
-            width = batch["input_ids"].shape[1]
-            replies += tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
-        return replies
-    finally:
-        tokenizer.padding_side = side
-
-
-def _first_rounds(
-    config: TrainConfig,
-    pool: Pool,
-    conductor: Conductor,
-    model: Any,
-    tokenizer: Any,
-    rows: list[dict[str, Any]],
-    cache: Any = None,
-) -> dict[str, RunRecord]:
-    """Round-1 records for the questions of ``rows``, written by the base policy itself.
-
-    Each question's prompt lists the workers the row lists (``worker_ids``), so a
-    randomised pool's first round runs on the same sub-pool as its revision.
+    Each marked group is split into (round-1, revision) pairs of neighbouring rows, and
+    a process must hold whole pairs: ``group_size`` and each process's share of a
+    step's completions must be even.
     """
-    from ..conductors.prompt import build_conductor_messages
-    from ..execute import Orchestrator
-    from ..llm.caller import CallerSet
-    from .pools import subpool_from_ids
-    from .recursion import first_round
-
-    by_id = {w.id: w for w in pool.workers}
-    seen: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        seen.setdefault(row["sample_id"], row)
-    todo = list(seen.values())
-    messages = [
-        build_conductor_messages(
-            row["question"],
-            [by_id[w] for w in row["worker_ids"]],
-            max_steps=conductor.max_steps,
-            template=conductor.template,
-            show_descriptions=conductor.show_descriptions,
+    if config.recursion is None:
+        return
+    g = config.grpo
+    world = max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
+    share = g.questions_per_step * g.group_size // world
+    if g.group_size % 2 or share % 2:
+        raise UsageError(
+            f"{_where(config)}recursion pairs each round-1 rollout with its revision in the "
+            f"same group, so grpo.group_size ({g.group_size}) and each of the {world} "
+            f"process(es)' {share} completions per step must be even"
         )
-        for row in todo
-    ]
-    plans = _generate(model, tokenizer, messages, config.grpo.max_completion_tokens)
 
-    async def run_all() -> dict[str, RunRecord]:
-        out: dict[str, RunRecord] = {}
-        orchestrators: dict[tuple[str, ...], Orchestrator] = {}
-        callers = CallerSet(cache)
-        try:
-            for row in todo:
-                key = tuple(row["worker_ids"])
-                if key not in orchestrators:
-                    sub = subpool_from_ids(pool, key).pool
-                    orchestrators[key] = Orchestrator(sub, conductor, callers=callers)
-            results = await asyncio.gather(
-                *(
-                    first_round(orchestrators[tuple(row["worker_ids"])], row["question"], plan)
-                    for row, plan in zip(todo, plans, strict=True)
+
+def _recursion_trainer(discount: float, reward: Any, **kwargs: Any) -> Any:
+    """A ``GRPOTrainer`` that samples recursion rounds on-policy, built with ``kwargs``.
+
+    Why a subclass that wraps ``_generate``: it is the one place in TRL's step where
+    (a) round 1 has just been sampled by TRL's own backend (transformers, or vLLM
+    colocated / server with the weights synced to the current policy), (b) the prompt
+    and completion token ids each row trains on can still be replaced, and (c) values
+    per row can be handed to the reward functions (``extra_fields``).  Everything after
+    it (the batch layout, GRPO's group-normalised advantages, the loss, the gathers
+    across processes) stays TRL's own code.  TRL's ``rollout_func`` would mean writing
+    generation again outside TRL's backends and is marked experimental; a reward
+    function that calls the policy could neither use vLLM nor train the revisions.
+
+    Per generation batch (see :func:`conductor.train.recursion.recursion_rollouts`):
+    TRL samples a reply for every row; the rows are executed as round 1 (except each
+    pair's second row, whose round-1 sample is discarded); the policy samples each
+    pair's revision from the round-2 prompt built from its partner's record, through
+    the same tokenizer path and backend; the second row's prompt and completion become
+    that round-2 prompt and revision, so GRPO trains both rounds in one group; the
+    scored rollouts travel to :class:`~conductor.train.recursion.RecursionReward`.
+    TRL's completion-length metrics still describe the round-1 samples.
+    """
+    import torch
+    import trl
+    from trl import GRPOTrainer  # type: ignore[attr-defined]
+
+    from .recursion import ROLLOUT_COLUMN, recursion_rollouts
+    from .reward import completion_text
+
+    missing = [h for h in (*_TRL_HOOKS, _TRL_GENERATE) if not hasattr(GRPOTrainer, h)]
+    if missing:
+        raise MissingDependencyError(
+            f"recursion training builds on GRPOTrainer.{', '.join(missing)}, which trl "
+            f"{getattr(trl, '__version__', '?')} lacks: install trl 1.x ({_INSTALL_HINT})"
+        )
+
+    # Typed as Any: trl's own annotations differ between versions (and are absent where
+    # trl is not installed when type-checking).
+    base: Any = GRPOTrainer
+
+    class RecursionGRPOTrainer(base):  # type: ignore[misc]
+        """GRPO with each marked group's revisions sampled from the current policy."""
+
+        _conductor_rows: list[dict[str, Any]] | None = None
+        _round2: tuple[list[Any], list[Any], list[Any] | None, list[str]] | None = None
+
+        def _generate_and_score_completions(self, inputs: Any) -> Any:
+            self._conductor_rows = inputs  # the rows of the prompts _generate is given
+            try:
+                return super()._generate_and_score_completions(inputs)
+            finally:
+                self._conductor_rows = None
+
+        def _generate(self, prompts: list[Any]) -> Any:
+            out = super()._generate(prompts)
+            rows = self._conductor_rows
+            if rows is None or len(out) != 8 or len(rows) != len(prompts):
+                raise RuntimeError(
+                    f"trl {getattr(trl, '__version__', '?')}: GRPOTrainer._generate changed "
+                    "shape; recursion training supports TRL 1.x"
                 )
+            prompt_ids, completion_ids, tool_mask, completions, logprobs, extra = out[:6]
+            columns = {key: [row.get(key) for row in rows] for key in rows[0]}
+            texts = [completion_text(c) for c in completions]
+            self._round2 = None
+            batch = recursion_rollouts(
+                reward, columns, texts, discount=discount, generate=self._revise
             )
-            for row, record in zip(todo, results, strict=True):
-                out[row["sample_id"]] = record
-        finally:
-            await callers.aclose()
-        return out
+            prompt_ids, completion_ids = list(prompt_ids), list(completion_ids)
+            completions = list(completions)
+            logprobs = list(logprobs) if logprobs is not None else None
+            if batch.revised:
+                assert self._round2 is not None
+                ids2, completion_ids2, logprobs2, texts2 = self._round2
+                for k, j in enumerate(batch.revised):
+                    prompt_ids[j], completion_ids[j] = ids2[k], completion_ids2[k]
+                    if logprobs is not None:
+                        if logprobs2 is None:
+                            raise RuntimeError("round 2 was sampled without log-probabilities")
+                        logprobs[j] = logprobs2[k]
+                    completions[j] = (
+                        [{"role": "assistant", "content": texts2[k]}]
+                        if isinstance(completions[j], list)
+                        else texts2[k]
+                    )
+            extra = {**extra, ROLLOUT_COLUMN: batch.results}
+            return (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra, *out[6:])
 
-    return asyncio.run(run_all())
+        def _revise(self, prompts: list[list[Any]]) -> list[str]:
+            """Sample one revision per round-2 prompt with the current policy.
+
+            Every process samples the same number of prompts (the most any process
+            has, padded with a copy of a prompt whose reply is dropped): the backends'
+            collectives (vLLM server, DeepSpeed ZeRO-3 generation) need all to take part
+            alike.
+            """
+            n = len(prompts)
+            count = torch.tensor([n], device=self.accelerator.device)
+            most = int(self.accelerator.gather(count).max().item())
+            if most == 0:
+                return []
+            rows = self._conductor_rows or []
+            filler = prompts[0] if prompts else rows[0]["prompt"]
+            batch = [[dict(m) for m in p] for p in prompts] + [filler] * (most - n)
+            prompt_ids, _images, fields = self._tokenize_prompts(batch)
+            completion_ids, logprobs = self._generate_single_turn(prompt_ids, None, fields, 1)
+            prompt_ids, completion_ids = list(prompt_ids)[:n], list(completion_ids)[:n]
+            logprobs = list(logprobs)[:n] if logprobs is not None else None
+            texts = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+            self._round2 = (prompt_ids, completion_ids, logprobs, list(texts))
+            return list(texts)
+
+    return RecursionGRPOTrainer(**kwargs)
 
 
 # -- the run ----------------------------------------------------------------------------
@@ -386,9 +428,11 @@ class _RecordingReward:
         self.__name__ = getattr(inner, "__name__", "conductor_reward")
         self.pending: list[Any] = []
 
-    def __call__(self, prompts: list[Any], completions: list[Any], **columns: Any) -> list[float]:
+    def __call__(
+        self, prompts: list[Any], completions: list[Any], **columns: Any
+    ) -> list[float | None]:
         kept = {k: v for k, v in columns.items() if k not in _TRL_REWARD_EXTRAS}
-        rewards: list[float] = self.inner(prompts, completions, **kept)
+        rewards: list[float | None] = self.inner(prompts, completions, **kept)
         self.pending.extend(self.inner.last_batch)
         return rewards
 
@@ -504,6 +548,7 @@ def train(
     :class:`~conductor.errors.MissingDependencyError`.
     """
     _require_train_deps()
+    check_recursion_layout(config)
     from datasets import Dataset
     from trl import GRPOTrainer  # type: ignore[attr-defined]
 
@@ -511,6 +556,7 @@ def train(
     from .dataset import build_rows
     from .metrics import MetricsLog
     from .pools import load_train_pool, training_conductor
+    from .recursion import RecursionReward, mark_recursion_rows
     from .reward import WorkflowReward
 
     output_dir = Path(config.output_dir).expanduser()
@@ -527,22 +573,27 @@ def train(
     try:
         rows = build_rows(config, pool, conductor, rng_seed=config.seed)
         if config.recursion is not None:
-            first = _first_rounds(config, pool, conductor, model, tokenizer, rows, cache)
-            rows = build_rows(config, pool, conductor, rng_seed=config.seed, first_rounds=first)
+            mark_recursion_rows(rows, config.recursion.fraction, seed=config.seed)
         dataset = Dataset.from_list(rows)
         inner = WorkflowReward.from_config(config, pool, conductor, cache=cache)
-        reward = _RecordingReward(inner)
+        # With recursion, rollouts are executed while the batch is generated (round 2
+        # needs round 1's record), and the reward only hands their scores to TRL.
+        reward = _RecordingReward(inner if config.recursion is None else RecursionReward())
         metrics = MetricsLog(output_dir / METRICS_FILE)
         started = time.monotonic()
         view = _live_view(live)
-        trainer = GRPOTrainer(
-            model=model,
-            reward_funcs=[reward],  # type: ignore[list-item]
-            args=args,
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            callbacks=[_make_callback(reward, metrics, started, on_metrics, view)],
-        )
+        trainer_kwargs: dict[str, Any] = {
+            "model": model,
+            "reward_funcs": [reward],
+            "args": args,
+            "train_dataset": dataset,
+            "processing_class": tokenizer,
+            "callbacks": [_make_callback(reward, metrics, started, on_metrics, view)],
+        }
+        if config.recursion is None:
+            trainer = GRPOTrainer(**trainer_kwargs)
+        else:
+            trainer = _recursion_trainer(config.recursion.discount, inner, **trainer_kwargs)
         _quiet_trainer(trainer)
         trainer.train()
         checkpoint = output_dir / CHECKPOINT_DIR
