@@ -83,6 +83,13 @@ class DataSource:
     split: str = "test"
     path: str | None = None
     url: str | None = None
+    #: A column whose value is the row itself (some datasets nest each row under one key).
+    row: str | None = None
+    #: Training sources only: the benchmark's ``fields`` with the train_source's overrides
+    #: applied, its own ``filters`` and the field names to balance a sample over.
+    fields: dict[str, str] | None = field(default=None, compare=False)
+    filters: dict[str, Any] | None = field(default=None, compare=False)
+    balance: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
