@@ -470,8 +470,15 @@ class _BenchReader(_Reader):
             root,
             _TOP_KEYS,
             empty="the benchmark file is empty; it needs at least source, prompt and grader",
-            required=("source", "prompt", "grader"),
+            required=("prompt", "grader"),
         )
+        if "source" not in get and "train_source" not in get:
+            raise self.error(
+                'missing required key "source" (or train_source, for a benchmark used only '
+                "for training)",
+                root,
+                "source",
+            )
         name = default_name
         if "name" in get:
             name = self.required_string(get["name"], "name").strip()
@@ -482,7 +489,7 @@ class _BenchReader(_Reader):
                     "name",
                 )
         base = path.parent if path is not None else None
-        source = self.data_source(get["source"], "source", base)
+        source = self.data_source(get["source"], "source", base) if "source" in get else None
         grader = self.choice(get["grader"], "grader", GRADERS)
         assert grader is not None
         answer_format = {"choice": "letter", "math": "math", "code": "code"}[grader]
@@ -515,6 +522,13 @@ class _BenchReader(_Reader):
         train_source = None
         if "train_source" in get and self.value(get["train_source"], "train_source") is not None:
             train_source = self.train_source(get["train_source"], base, loader, fields, filters)
+        if source is None:
+            if train_source is None:
+                raise self.error(
+                    "train_source is empty, and there is no source", get["train_source"], "source"
+                )
+            # Training-only: the train_source stands in where an evaluation source is read.
+            source = train_source
         description = (
             self.string(get["description"], "description") if "description" in get else None
         )
@@ -531,6 +545,7 @@ class _BenchReader(_Reader):
             grader_options=grader_options,
             filters=filters,
             train_source=train_source,
+            training_only="source" not in get,
             paper_key=paper_key,
             path=path,
         )
@@ -576,7 +591,7 @@ class _BenchReader(_Reader):
 
     def _balance(self, node: yaml.Node, fields: dict[str, str]) -> tuple[str, ...]:
         sub = "train_source.balance"
-        value = self.value(node, sub)
+        value = self.plain(node, sub)
         items = [value] if isinstance(value, str) else value
         if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
             raise self.error(

@@ -107,5 +107,8 @@ class BenchmarkSpec:
     grader_options: dict[str, Any] = field(default_factory=dict)
     filters: dict[str, Any] = field(default_factory=dict)
     train_source: DataSource | None = None
+    #: No evaluation source: the benchmark exists for training mixes (``source`` is then
+    #: the train_source, and ``conductor bench`` needs ``--data FILE``).
+    training_only: bool = False
     paper_key: str | None = None
     path: Path | None = None
