@@ -325,7 +325,7 @@ def _check_row(spec: BenchmarkSpec, row: _Row, required: list[str]) -> None:
     """Refuse a row without a required column, or whose question cannot be sent."""
     for column in required:
         _get(spec, row, column)
-    question = row[required[0]]
+    question = _get(spec, row, required[0])
     if isinstance(question, str):
         try:
             check_question(question)

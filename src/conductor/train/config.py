@@ -311,7 +311,9 @@ class _TrainReader(_Reader):
     def mix(self, node: yaml.Node, index: int) -> DataMix:
         field = f"data[{index}]"
         if isinstance(node, yaml.ScalarNode):
-            return DataMix(benchmark=self.benchmark_ref(node, field))
+            benchmark = self.benchmark_ref(node, field)
+            self._check_train_source(benchmark, node, field)
+            return DataMix(benchmark=benchmark)
         keys = self.mapping(node, field, _MIX_KEYS, "a benchmark name or a mapping")
         get = {k: vn for k, (_kn, vn) in keys.items()}
         if "benchmark" not in get:
