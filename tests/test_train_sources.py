@@ -111,8 +111,10 @@ def test_balanced_indices_spread_and_cap() -> None:
     assert balanced_indices([], 5, seed=0) == []
     # Remainders go to groups drawn by the seed, not always the first ones.
     even = [("a",)] * 5 + [("b",)] * 5 + [("c",)] * 5
-    firsts = {tuple(sorted(Counter(even[i] for i in balanced_indices(even, 4, s)).items()))
-              for s in range(10)}
+    firsts = {
+        tuple(sorted(Counter(even[i] for i in balanced_indices(even, 4, s)).items()))
+        for s in range(10)
+    }
     assert len(firsts) > 1
 
 

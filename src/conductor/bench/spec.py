@@ -13,11 +13,20 @@ and ``grader`` is optional)::
       split: train                  #   default: test
       # url: https://.../data.jsonl #   or a file on the web (.jsonl/.json/.csv/.parquet)
       # file: data/mine.jsonl       #   or a local file, relative to this YAML file
-    train_source: {...}             # same shape; questions for training, not evaluation
+      # row: train                  #   optional: each row is nested under this column
+    train_source:                   # optional: held-out questions for `conductor train`
+      hf: ...                       #   same keys as source, plus:
+      fields: {answer: null, solution: solution}   # overrides of `fields` below
+      filters: {...}                #   its own filters (the evaluation filters never apply)
+      balance: [subject, level]     #   groups a training sample is spread evenly over
     fields:                         # dataset column names, plus loader-specific keys
       loader: choice                # choice | math | livecodebench | bigcodebench
-      question: Question
-      ...
+      question: Question            # a column, or a path into nested values:
+      ...                           # reward_model.ground_truth, prompt[role=user].content
+
+A benchmark with a ``train_source`` and no ``source`` is for training only (RLPR):
+``conductor bench`` then needs ``--data FILE``.  For LiveCodeBench, a train_source must
+end (``filters.contest_date_to``) before the evaluation window starts.
     prompt: |                       # string.Template text over the sample's input:
       ${question}                   # ${name} or $name; write $$ for a literal dollar
       ${choices_text}
@@ -35,10 +44,11 @@ their prompts may use:
   ``correct`` plus ``incorrect_1`` .. ``incorrect_N``.  Also ``question``, ``id`` and
   ``subject`` (optional).  Choices are shuffled per sample and seed.  Placeholders:
   ``question``, ``choices``, ``choices_text``.  Filters: ``subjects`` (a list).
-* ``math`` (default when ``grader: math``): ``question``, ``answer``, ``id``,
-  ``metadata`` (comma-separated columns copied into the sample's metadata).
-  Placeholders: ``question``.  Filters: ``subjects``, ``levels`` (lists; need
-  ``subject`` / ``level`` fields).
+* ``math`` (default when ``grader: math``): ``question``, ``answer`` (or, without it,
+  ``solution``: the answer is the solution's last ``\\boxed{}``, and rows without one
+  are left out), ``id``, ``metadata`` (comma-separated columns copied into the sample's
+  metadata).  Placeholders: ``question``.  Filters: ``subjects``, ``levels`` (lists;
+  need ``subject`` / ``level`` fields), ``max_answer_chars`` (drop longer answers).
 * ``livecodebench``: ``release`` (``release_v1`` .. ``release_v6``, ``release_latest``,
   or ``v1`` .. ``v6`` for one release file), and columns ``question``
   (question_content), ``title``, ``id`` (question_id), ``starter_code``, ``date``
@@ -573,7 +583,9 @@ class _BenchReader(_Reader):
         """The train_source: where it is, its fields (the benchmark's, re-mapped), its own
         filters (the evaluation filters never apply to it) and its balance fields."""
         source = self.data_source(node, "train_source", base, train=True)
-        get = {k: vn for k, (_kn, vn) in self.mapping(node, "train_source", _TRAIN_SOURCE_KEYS).items()}
+        get = {
+            k: vn for k, (_kn, vn) in self.mapping(node, "train_source", _TRAIN_SOURCE_KEYS).items()
+        }
         train_fields = self.fields(
             get.get("fields"), loader, None, base=fields, prefix="train_source.fields"
         )
