@@ -5,6 +5,7 @@ on evaluation questions, and the GRPO knobs passed to TRL."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -386,3 +387,36 @@ def test_grpo_knobs_reach_trl(tmp_path: Path) -> None:
         build_grpo_config(
             config(gradient_accumulation_steps=4, per_device_batch_size=4), output_dir=tmp_path
         )
+
+
+def test_training_rows_are_a_balanced_sample(tmp_path: Path) -> None:
+    from conductor.pool import resolve_pool_path
+    from conductor.train.dataset import build_rows
+    from conductor.train.pools import load_train_pool, training_conductor
+
+    bench = tmp_path / "mathtrain.yaml"
+    bench.write_text(
+        "source: {file: unused.jsonl}\n"
+        "train_source:\n"
+        f"  file: {FIXTURES / 'math_train.jsonl'}\n"
+        "  fields: {answer: null, solution: solution, subject: type, level: level}\n"
+        "  balance: [subject]\n"
+        'prompt: "${question}"\n'
+        "grader: math\n"
+    )
+    config = TrainConfig(
+        base_model="gguf:smollm2",
+        pool=str(resolve_pool_path("local")),
+        data=(DataMix(benchmark=str(bench), limit=14),),
+        output_dir=str(tmp_path / "out"),
+        template="compact",
+    )
+    pool = load_train_pool(config)
+    rows = build_rows(config, pool, training_conductor(config, pool), rng_seed=0)
+    subjects = Counter(json.loads(r["sample"])["metadata"]["subject"] for r in rows)
+    assert subjects == dict.fromkeys(MATH_TYPES, 2)
+    # Golds are the boxed answers, e.g. "[Algebra 3] What is $5 \times 7$?" -> 35.
+    for row in rows:
+        question = json.loads(row["sample"])["input"]["question"]
+        a, b = (int(x) for x in question.split("$")[1].split(" \\times "))
+        assert json.loads(row["gold"]) == str(a * b)
