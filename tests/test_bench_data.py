@@ -205,6 +205,8 @@ def test_livecodebench_date_window_and_tests() -> None:
 def test_livecodebench_without_date_filter_reads_plain_json_private_tests() -> None:
     text = (FIXTURES.parent.parent.parent / "benchmarks" / "livecodebench.yaml").read_text()
     text = text.replace("contest_date_from: 2024-08-01", "contest_date_from: 2020-01-01")
+    # The training window must still end before the (now wider) evaluation window.
+    text = text.replace("contest_date_to: 2024-07-31", "contest_date_to: 2019-12-31")
     spec = load_benchmark_text(text, source="lcb.yaml")
     got = list(iter_samples(spec, data_file=FIXTURES / "livecodebench.jsonl"))
     old = [s for s in got if s.id == "livecodebench/1999A"][0]

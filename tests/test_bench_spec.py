@@ -27,6 +27,7 @@ SHIPPED = [
     "livecodebench",
     "math500",
     "mmlu",
+    "rlpr",
 ]
 PAPER_KEYS = {
     "gpqa-diamond": "GPQA-D",
@@ -61,6 +62,11 @@ def test_every_shipped_benchmark_loads(name: str) -> None:
         assert spec.paper_key == PAPER_KEYS[name]
     # Everything but LiveCodeBench is pinned to a full commit SHA.
     assert is_pinned(spec.source) == (name != "livecodebench")
+    # Training sources: pinned where a commit could be verified (see each file's comment).
+    if spec.train_source is not None:
+        assert spec.train_source.kind == "hf" and spec.train_source.revision
+        assert is_pinned(spec.train_source) == (name in ("mmlu", "rlpr"))
+        assert spec.train_source.fields is not None and spec.train_source.filters is not None
 
 
 def test_shipped_specs_carry_kind_specific_settings() -> None:

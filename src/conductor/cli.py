@@ -341,6 +341,11 @@ def bench(
     max_calls = max_calls if max_calls is not None else stored.get("max_calls")
 
     spec = load_benchmark(benchmark)
+    if spec.training_only and data is None:
+        raise UsageError(
+            f"benchmark {spec.name} is for training only (it has no evaluation source); "
+            "pass --data FILE to evaluate on other questions in its schema"
+        )
     pool_obj = _load_pool(pool)
     shard_t = _parse_shard(shard)
     invocation = {

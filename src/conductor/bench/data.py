@@ -35,6 +35,8 @@ import io
 import json
 import os
 import pickle
+import random
+import re
 import string
 import sys
 import urllib.request
@@ -55,8 +57,10 @@ __all__ = [
     "count_samples",
     "dataset_provenance",
     "decode_lcb_tests",
+    "balanced_indices",
     "iter_samples",
     "render_prompt",
+    "sample_subset",
     "sha256_file",
 ]
 
@@ -129,6 +133,78 @@ def count_samples(
             break
         count += 1
     return count
+
+
+def sample_subset(
+    spec: BenchmarkSpec,
+    *,
+    data_file: str | Path | None = None,
+    seed: int = 0,
+    limit: int | None = None,
+    balance: tuple[str, ...] | None = None,
+) -> list[Sample]:
+    """A seeded sample of at most ``limit`` of the benchmark's samples, in dataset order.
+
+    Unlike ``iter_samples(limit=N)`` (the first N rows), the rows are drawn at random
+    with ``random.Random(seed)`` and spread as evenly as the data allows over the groups
+    formed by the ``balance`` fields (default: the source's ``balance``), e.g. MATH's
+    subject and level; see :func:`balanced_indices`.  Without ``limit`` every sample is
+    returned.  The data is read twice (once for the groups, once for the chosen rows),
+    so that only the chosen rows are ever decoded.
+    """
+    keys_of = spec.source.balance if balance is None else balance
+    if limit is None:
+        return list(iter_samples(spec, data_file=data_file, seed=seed))
+    columns = [spec.fields[k] for k in keys_of if k in spec.fields]
+    groups: list[tuple[str, ...]] = []
+    for _where, row in _filtered_rows(spec, data_file):
+        groups.append(tuple(_text(_get(spec, row, c, required=False)) for c in columns))
+    chosen = set(balanced_indices(groups, limit, seed))
+    loader = loader_of(spec)
+    make = _MAKERS[loader]
+    seen: dict[str, int] = {}
+    out: list[Sample] = []
+    for n, (where, row) in enumerate(_filtered_rows(spec, data_file)):
+        if n in chosen:
+            with _located(where):
+                out.append(make(spec, row, seed, seen))
+    return out
+
+
+def balanced_indices(groups: list[tuple[str, ...]], limit: int, seed: int) -> list[int]:
+    """Positions of at most ``limit`` items, spread evenly over their groups, sorted.
+
+    ``groups[i]`` is item i's group.  Each group gets an equal share; a group with fewer
+    items than its share gives all it has and the rest is shared among the others
+    (so the result has ``min(limit, len(groups))`` items).  The groups that receive
+    the remainder, and the items within each group, are drawn with
+    ``random.Random(seed)``: the same inputs always give the same positions.
+    """
+    rng = random.Random(seed)
+    members: dict[tuple[str, ...], list[int]] = {}
+    for i, key in enumerate(groups):
+        members.setdefault(key, []).append(i)
+    order = sorted(members)
+    quota = dict.fromkeys(order, 0)
+    left = min(limit, len(groups))
+    open_groups = list(order)
+    while left > 0 and open_groups:
+        share, extra = divmod(left, len(open_groups))
+        lucky = set(rng.sample(open_groups, extra)) if extra else set()
+        for key in open_groups:
+            quota[key] += share + (1 if key in lucky else 0)
+        # Give back what a small group cannot use, and share it again.
+        left = 0
+        for key in open_groups:
+            surplus = quota[key] - len(members[key])
+            if surplus > 0:
+                quota[key] -= surplus
+                left += surplus
+        open_groups = [k for k in open_groups if quota[k] < len(members[k])]
+    picked: list[int] = []
+    for key in order:
+        picked.extend(rng.sample(members[key], quota[key]))
+    return sorted(picked)
 
 
 def render_prompt(spec: BenchmarkSpec, sample: Sample) -> str:
@@ -238,7 +314,7 @@ def _required_columns(spec: BenchmarkSpec) -> list[str]:
         "choice": ["question", "choices", "answer"]
         if "choices" in fields
         else ["question", "correct", *(k for k in fields if k.startswith("incorrect_"))],
-        "math": ["question", "answer"],
+        "math": ["question", "answer" if "answer" in fields else "solution"],
         "livecodebench": ["question"],
         "bigcodebench": ["question", "test", "entry_point"],
     }[loader_of(spec)]
@@ -249,7 +325,7 @@ def _check_row(spec: BenchmarkSpec, row: _Row, required: list[str]) -> None:
     """Refuse a row without a required column, or whose question cannot be sent."""
     for column in required:
         _get(spec, row, column)
-    question = row[required[0]]
+    question = _get(spec, row, required[0])
     if isinstance(question, str):
         try:
             check_question(question)
@@ -258,6 +334,25 @@ def _check_row(spec: BenchmarkSpec, row: _Row, required: list[str]) -> None:
 
 
 def _rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_LocatedRow]:
+    rows = _source_rows(spec, source)
+    if source.row is None:
+        return rows
+    return _unwrapped(rows, source.row)
+
+
+def _unwrapped(rows: Iterator[_LocatedRow], column: str) -> Iterator[_LocatedRow]:
+    # e.g. cais/mmlu's auxiliary_train config holds each row under a "train" column.
+    for where, row in rows:
+        inner = row.get(column)
+        if not isinstance(inner, dict):
+            raise DataFileError(
+                f"{where}: the source says each row is under column {column!r}, but "
+                f"that column is {'missing' if inner is None else 'not a mapping'}"
+            )
+        yield where, inner
+
+
+def _source_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_LocatedRow]:
     max_line = None if loader_of(spec) == "livecodebench" else MAX_ROW_BYTES
     if source.kind == "file":
         assert source.path is not None
@@ -474,6 +569,15 @@ def _row_filter(spec: BenchmarkSpec) -> Any:
         levels = {str(v) for v in f["levels"]}
         col = fields["level"]
         checks.append(lambda row: str(_get(spec, row, col)) in levels)
+    if loader_of(spec) == "math" and "answer" not in fields:
+        # A worked solution without a boxed answer cannot be graded: leave the row out.
+        from .graders.extract import last_boxed
+
+        col = fields["solution"]
+        checks.append(lambda row: last_boxed(_text(_get(spec, row, col))) is not None)
+    if "max_answer_chars" in f:
+        most = int(f["max_answer_chars"])
+        checks.append(lambda row: len(_math_gold(spec, row)) <= most)
     lo, hi = f.get("contest_date_from"), f.get("contest_date_to")
     if lo or hi:
         col = fields["date"]
@@ -497,9 +601,46 @@ def _row_filter(spec: BenchmarkSpec) -> Any:
 # --------------------------------------------------------------------------- loaders
 
 
+#: One step of a column path: ``.key``, ``[3]`` / ``[-1]`` or ``[role=user]``.
+_PATH_STEP = re.compile(r"\.?([^.\[\]]+)|\[(-?\d+)\]|\[([^=\]]+)=([^\]]*)\]")
+
+
+def _path_value(row: _Row, column: str) -> tuple[bool, Any]:
+    """(found, value) of a nested column such as ``reward_model.ground_truth`` or
+    ``prompt[role=user].content`` (the first list item whose ``role`` is ``user``)."""
+    value: Any = row
+    pos = 0
+    while pos < len(column):
+        match = _PATH_STEP.match(column, pos)
+        if match is None:
+            return False, None
+        pos = match.end()
+        key, index, attr, wanted = match.groups()
+        if key is not None:
+            if not isinstance(value, dict) or key not in value:
+                return False, None
+            value = value[key]
+        elif index is not None:
+            if not isinstance(value, (list, tuple)) or not -len(value) <= int(index) < len(value):
+                return False, None
+            value = value[int(index)]
+        else:
+            if not isinstance(value, (list, tuple)):
+                return False, None
+            hits = [v for v in value if isinstance(v, dict) and str(v.get(attr)) == wanted]
+            if not hits:
+                return False, None
+            value = hits[0]
+    return True, value
+
+
 def _get(spec: BenchmarkSpec, row: _Row, column: str, *, required: bool = True) -> Any:
     if column in row:
         return row[column]
+    if "." in column or "[" in column:
+        found, value = _path_value(row, column)
+        if found:
+            return value
     if not required:
         return None
     raise DataFileError(
@@ -611,7 +752,6 @@ def _answer_index(spec: BenchmarkSpec, value: Any, n: int) -> int:
 def _math_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int]) -> Sample:
     fields = spec.fields
     question = _text(_get(spec, row, fields["question"]))
-    answer = _get(spec, row, fields["answer"])
     metadata: dict[str, Any] = {}
     for key in ("subject", "level"):
         if fields.get(key):
@@ -622,9 +762,26 @@ def _math_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int]
     return Sample(
         id=_sample_id(spec, row, question, seen),
         input={"question": question},
-        gold=_text(answer).strip(),
+        gold=_math_gold(spec, row),
         metadata=metadata,
     )
+
+
+def _math_gold(spec: BenchmarkSpec, row: _Row) -> str:
+    """The answer column's text, else the last ``\\boxed{}`` of the solution column."""
+    fields = spec.fields
+    if "answer" in fields:
+        return _text(_get(spec, row, fields["answer"])).strip()
+    from .graders.extract import last_boxed
+
+    solution = _text(_get(spec, row, fields["solution"]))
+    boxed = last_boxed(solution)
+    if boxed is None:
+        raise DataFileError(
+            f"benchmark {spec.name}: the solution in column {fields['solution']!r} has no "
+            "\\boxed{...} answer"
+        )
+    return boxed
 
 
 class _TextOnlyUnpickler(pickle.Unpickler):

@@ -13,11 +13,20 @@ and ``grader`` is optional)::
       split: train                  #   default: test
       # url: https://.../data.jsonl #   or a file on the web (.jsonl/.json/.csv/.parquet)
       # file: data/mine.jsonl       #   or a local file, relative to this YAML file
-    train_source: {...}             # same shape; questions for training, not evaluation
+      # row: train                  #   optional: each row is nested under this column
+    train_source:                   # optional: held-out questions for `conductor train`
+      hf: ...                       #   same keys as source, plus:
+      fields: {answer: null, solution: solution}   # overrides of `fields` below
+      filters: {...}                #   its own filters (the evaluation filters never apply)
+      balance: [subject, level]     #   groups a training sample is spread evenly over
     fields:                         # dataset column names, plus loader-specific keys
       loader: choice                # choice | math | livecodebench | bigcodebench
-      question: Question
-      ...
+      question: Question            # a column, or a path into nested values:
+      ...                           # reward_model.ground_truth, prompt[role=user].content
+
+A benchmark with a ``train_source`` and no ``source`` is for training only (RLPR):
+``conductor bench`` then needs ``--data FILE``.  For LiveCodeBench, a train_source must
+end (``filters.contest_date_to``) before the evaluation window starts.
     prompt: |                       # string.Template text over the sample's input:
       ${question}                   # ${name} or $name; write $$ for a literal dollar
       ${choices_text}
@@ -35,10 +44,11 @@ their prompts may use:
   ``correct`` plus ``incorrect_1`` .. ``incorrect_N``.  Also ``question``, ``id`` and
   ``subject`` (optional).  Choices are shuffled per sample and seed.  Placeholders:
   ``question``, ``choices``, ``choices_text``.  Filters: ``subjects`` (a list).
-* ``math`` (default when ``grader: math``): ``question``, ``answer``, ``id``,
-  ``metadata`` (comma-separated columns copied into the sample's metadata).
-  Placeholders: ``question``.  Filters: ``subjects``, ``levels`` (lists; need
-  ``subject`` / ``level`` fields).
+* ``math`` (default when ``grader: math``): ``question``, ``answer`` (or, without it,
+  ``solution``: the answer is the solution's last ``\\boxed{}``, and rows without one
+  are left out), ``id``, ``metadata`` (comma-separated columns copied into the sample's
+  metadata).  Placeholders: ``question``.  Filters: ``subjects``, ``levels`` (lists;
+  need ``subject`` / ``level`` fields), ``max_answer_chars`` (drop longer answers).
 * ``livecodebench``: ``release`` (``release_v1`` .. ``release_v6``, ``release_latest``,
   or ``v1`` .. ``v6`` for one release file), and columns ``question``
   (question_content), ``title``, ``id`` (question_id), ``starter_code``, ``date``
@@ -59,6 +69,7 @@ from __future__ import annotations
 import difflib
 import re
 import string
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +87,7 @@ __all__ = [
     "LOADER_FILTERS",
     "LOADER_INPUTS",
     "LCB_RELEASE_FILES",
+    "BALANCE_FIELDS",
     "BenchmarkFileError",
     "builtin_benchmarks_dir",
     "is_pinned",
@@ -86,6 +98,7 @@ __all__ = [
     "loader_of",
     "resolve_benchmark_path",
     "template_placeholders",
+    "training_spec",
 ]
 
 ANSWER_FORMATS: tuple[str, ...] = ("letter", "math", "code")
@@ -110,6 +123,9 @@ LOADER_FIELDS: dict[str, dict[str, str | None]] = {
         "subject": None,
         "level": None,
         "metadata": None,
+        # A worked solution whose last \\boxed{} is the answer (MATH's train split has
+        # no answer column); used when ``answer`` is unset.
+        "solution": None,
     },
     "livecodebench": {
         "release": "release_v6",
@@ -146,7 +162,7 @@ LOADER_INPUTS: dict[str, tuple[str, ...]] = {
 #: The filters each loader understands.
 LOADER_FILTERS: dict[str, tuple[str, ...]] = {
     "choice": ("subjects",),
-    "math": ("subjects", "levels"),
+    "math": ("subjects", "levels", "max_answer_chars"),
     "livecodebench": ("contest_date_from", "contest_date_to", "difficulties", "platforms"),
     "bigcodebench": (),
 }
@@ -176,7 +192,11 @@ _TOP_KEYS = (
     "epochs",
     "filters",
 )
-_SOURCE_KEYS = ("hf", "revision", "config", "split", "url", "file")
+_SOURCE_KEYS = ("hf", "revision", "config", "split", "url", "file", "row")
+#: A train_source may also re-map fields, filter its own rows and name what to balance.
+_TRAIN_SOURCE_KEYS = (*_SOURCE_KEYS, "fields", "filters", "balance")
+#: The fields a training sample may be balanced over (their values form the groups).
+BALANCE_FIELDS: tuple[str, ...] = ("subject", "level", "difficulty", "platform")
 _DEFAULT_LOADER = {"choice": "choice", "math": "math"}
 _INCORRECT_RE = re.compile(r"incorrect_[1-9][0-9]?\Z")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
@@ -203,9 +223,13 @@ class _BenchReader(_Reader):
 
     # ---------------------------------------------------------------- benchmark parts
 
-    def data_source(self, node: yaml.Node, field: str, base: Path | None) -> DataSource:
-        keys = self.mapping(node, field, _SOURCE_KEYS, "a mapping with hf, url or file")
+    def data_source(
+        self, node: yaml.Node, field: str, base: Path | None, *, train: bool = False
+    ) -> DataSource:
+        allowed = _TRAIN_SOURCE_KEYS if train else _SOURCE_KEYS
+        keys = self.mapping(node, field, allowed, "a mapping with hf, url or file")
         get = {k: vn for k, (_kn, vn) in keys.items()}
+        row = self.string(get["row"], f"{field}.row") if "row" in get else None
         given = [k for k in ("hf", "url", "file") if k in get]
         if len(given) != 1:
             what = "none" if not given else " and ".join(given)
@@ -235,7 +259,7 @@ class _BenchReader(_Reader):
                 )
             revision = self._revision(get["revision"], f"{field}.revision")
             return DataSource(
-                kind="hf", id=dataset_id, revision=revision, config=config, split=split
+                kind="hf", id=dataset_id, revision=revision, config=config, split=split, row=row
             )
         for extra in ("revision",):
             if extra in get:
@@ -251,13 +275,13 @@ class _BenchReader(_Reader):
                     f"{field}.url",
                 )
             self._suffix(url.split("?", 1)[0], get["url"], f"{field}.url")
-            return DataSource(kind="url", url=url, config=config, split=split)
+            return DataSource(kind="url", url=url, config=config, split=split, row=row)
         raw = self.required_string(get["file"], f"{field}.file").strip()
         self._suffix(raw, get["file"], f"{field}.file")
         path = Path(raw).expanduser()
         if not path.is_absolute() and base is not None:
             path = base / path
-        return DataSource(kind="file", path=str(path), config=config, split=split)
+        return DataSource(kind="file", path=str(path), config=config, split=split, row=row)
 
     def _revision(self, node: yaml.Node, field: str) -> str:
         value = self.value(node, field)
@@ -275,23 +299,40 @@ class _BenchReader(_Reader):
             )
 
     def fields(
-        self, node: yaml.Node | None, loader: str, loader_node: yaml.Node | None
+        self,
+        node: yaml.Node | None,
+        loader: str,
+        loader_node: yaml.Node | None,
+        *,
+        base: dict[str, str] | None = None,
+        prefix: str = "fields",
     ) -> dict[str, str]:
+        """The loader's fields: its defaults (or ``base``) with ``node``'s entries applied."""
         allowed = tuple(LOADER_FIELDS[loader])
-        out: dict[str, str] = {k: v for k, v in LOADER_FIELDS[loader].items() if v is not None}
+        if base is not None:
+            out = dict(base)
+        else:
+            out = {k: v for k, v in LOADER_FIELDS[loader].items() if v is not None}
         out["loader"] = loader
         if node is None:
             return out
         if not isinstance(node, yaml.MappingNode):
             raise self.error(
-                f"fields must be a mapping of names to dataset columns, "
-                f"got {_show(self.value(node, 'fields'))}",
+                f"{prefix} must be a mapping of names to dataset columns, "
+                f"got {_show(self.value(node, prefix))}",
                 node,
-                "fields",
+                prefix,
             )
-        for key, key_node, value_node in self.items(node, "fields"):
-            sub = f"fields.{key}"
+        for key, key_node, value_node in self.items(node, prefix):
+            sub = f"{prefix}.{key}"
             if key == "loader":
+                if base is not None:
+                    raise self.error(
+                        f"{sub}: a train_source is read by the benchmark's own loader "
+                        f"({loader}); remove this key",
+                        key_node,
+                        sub,
+                    )
                 continue
             if key not in allowed and not (loader == "choice" and _INCORRECT_RE.match(key)):
                 close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
@@ -300,7 +341,7 @@ class _BenchReader(_Reader):
                     if close
                     else f"; the {loader} loader reads: {', '.join(allowed)}"
                 )
-                raise self.error(f'fields: unknown key "{key}"{hint}', key_node, sub)
+                raise self.error(f'{prefix}: unknown key "{key}"{hint}', key_node, sub)
             value = self.value(value_node, sub)
             if value is None:
                 out.pop(key, None)
@@ -312,15 +353,22 @@ class _BenchReader(_Reader):
             out[key] = value
         if loader == "choice":
             self._check_choice_fields(out, node)
+        if loader == "math" and "answer" not in out and "solution" not in out:
+            raise self.error(
+                f"{prefix} must name the answer: answer (a column holding it) or solution "
+                "(a worked solution ending in \\boxed{...})",
+                node,
+                f"{prefix}.answer",
+            )
         if loader == "livecodebench":
             release = out["release"]
             if lcb_release_files(release) is None:
-                where = dict((k, kn) for k, kn, _v in self.items(node, "fields"))
+                where = dict((k, kn) for k, kn, _v in self.items(node, prefix))
                 raise self.error(
-                    f"fields.release must be release_v1 .. release_v6, release_latest or "
+                    f"{prefix}.release must be release_v1 .. release_v6, release_latest or "
                     f"v1 .. v6; got {_show(release)}",
                     where.get("release", node),
-                    "fields.release",
+                    f"{prefix}.release",
                 )
         return out
 
@@ -351,20 +399,24 @@ class _BenchReader(_Reader):
                 "fields",
             )
 
-    def filters(self, node: yaml.Node, loader: str) -> dict[str, Any]:
+    def filters(self, node: yaml.Node, loader: str, prefix: str = "filters") -> dict[str, Any]:
         allowed = LOADER_FILTERS[loader]
-        keys = self.mapping(node, "filters", allowed) if allowed else None
+        keys = self.mapping(node, prefix, allowed) if allowed else None
         if keys is None:
             if isinstance(node, yaml.MappingNode) and node.value:
                 first = node.value[0][0]
-                raise self.error(f"filters: the {loader} loader takes no filters", first, "filters")
-            if not isinstance(node, yaml.MappingNode) and self.value(node, "filters") is not None:
-                raise self.error("filters must be a mapping", node, "filters")
+                raise self.error(f"{prefix}: the {loader} loader takes no filters", first, prefix)
+            if not isinstance(node, yaml.MappingNode) and self.value(node, prefix) is not None:
+                raise self.error(f"{prefix} must be a mapping", node, prefix)
             return {}
         out: dict[str, Any] = {}
         for key, (_kn, vn) in keys.items():
-            sub = f"filters.{key}"
-            if key in ("contest_date_from", "contest_date_to"):
+            sub = f"{prefix}.{key}"
+            if key == "max_answer_chars":
+                limit = self.integer(vn, sub, 1)
+                if limit is not None:
+                    out[key] = limit
+            elif key in ("contest_date_from", "contest_date_to"):
                 value = self.value(vn, sub)
                 if value is None:
                     continue
@@ -390,9 +442,9 @@ class _BenchReader(_Reader):
         lo, hi = out.get("contest_date_from"), out.get("contest_date_to")
         if lo and hi and lo > hi:
             raise self.error(
-                f"filters: contest_date_from ({lo}) is after contest_date_to ({hi})",
+                f"{prefix}: contest_date_from ({lo}) is after contest_date_to ({hi})",
                 node,
-                "filters",
+                prefix,
             )
         return out
 
@@ -428,8 +480,15 @@ class _BenchReader(_Reader):
             root,
             _TOP_KEYS,
             empty="the benchmark file is empty; it needs at least source, prompt and grader",
-            required=("source", "prompt", "grader"),
+            required=("prompt", "grader"),
         )
+        if "source" not in get and "train_source" not in get:
+            raise self.error(
+                'missing required key "source" (or train_source, for a benchmark used only '
+                "for training)",
+                root,
+                "source",
+            )
         name = default_name
         if "name" in get:
             name = self.required_string(get["name"], "name").strip()
@@ -440,12 +499,7 @@ class _BenchReader(_Reader):
                     "name",
                 )
         base = path.parent if path is not None else None
-        source = self.data_source(get["source"], "source", base)
-        train_source = (
-            self.data_source(get["train_source"], "train_source", base)
-            if "train_source" in get and self.value(get["train_source"], "train_source") is not None
-            else None
-        )
+        source = self.data_source(get["source"], "source", base) if "source" in get else None
         grader = self.choice(get["grader"], "grader", GRADERS)
         assert grader is not None
         answer_format = {"choice": "letter", "math": "math", "code": "code"}[grader]
@@ -474,14 +528,17 @@ class _BenchReader(_Reader):
         if "epochs" in get:
             epochs = self.integer(get["epochs"], "epochs", 1) or 1
         filters = self.filters(get["filters"], loader) if "filters" in get else {}
-        needs = {"subjects": "subject", "levels": "level"}
-        for key, col in needs.items():
-            if key in filters and col not in fields:
+        self._check_filter_fields(filters, fields, get.get("filters"), "filters")
+        train_source = None
+        if "train_source" in get and self.value(get["train_source"], "train_source") is not None:
+            train_source = self.train_source(get["train_source"], base, loader, fields, filters)
+        if source is None:
+            if train_source is None:
                 raise self.error(
-                    f"filters.{key} needs fields.{col} (the dataset column holding it)",
-                    get["filters"],
-                    f"filters.{key}",
+                    "train_source is empty, and there is no source", get["train_source"], "source"
                 )
+            # Training-only: the train_source stands in where an evaluation source is read.
+            source = train_source
         description = (
             self.string(get["description"], "description") if "description" in get else None
         )
@@ -498,9 +555,92 @@ class _BenchReader(_Reader):
             grader_options=grader_options,
             filters=filters,
             train_source=train_source,
+            training_only="source" not in get,
             paper_key=paper_key,
             path=path,
         )
+
+    def _check_filter_fields(
+        self, filters: dict[str, Any], fields: dict[str, str], node: yaml.Node | None, prefix: str
+    ) -> None:
+        needs = {"subjects": "subject", "levels": "level"}
+        for key, col in needs.items():
+            if key in filters and col not in fields:
+                raise self.error(
+                    f"{prefix}.{key} needs fields.{col} (the dataset column holding it)",
+                    node,
+                    f"{prefix}.{key}",
+                )
+
+    def train_source(
+        self,
+        node: yaml.Node,
+        base: Path | None,
+        loader: str,
+        fields: dict[str, str],
+        eval_filters: dict[str, Any],
+    ) -> DataSource:
+        """The train_source: where it is, its fields (the benchmark's, re-mapped), its own
+        filters (the evaluation filters never apply to it) and its balance fields."""
+        source = self.data_source(node, "train_source", base, train=True)
+        get = {
+            k: vn for k, (_kn, vn) in self.mapping(node, "train_source", _TRAIN_SOURCE_KEYS).items()
+        }
+        train_fields = self.fields(
+            get.get("fields"), loader, None, base=fields, prefix="train_source.fields"
+        )
+        train_filters: dict[str, Any] = {}
+        if "filters" in get:
+            train_filters = self.filters(get["filters"], loader, "train_source.filters")
+            self._check_filter_fields(
+                train_filters, train_fields, get["filters"], "train_source.filters"
+            )
+        balance: tuple[str, ...] = ()
+        if "balance" in get:
+            balance = self._balance(get["balance"], train_fields)
+        self._check_lcb_disjoint(eval_filters, train_filters, get.get("filters", node))
+        return replace(source, fields=train_fields, filters=train_filters, balance=balance)
+
+    def _balance(self, node: yaml.Node, fields: dict[str, str]) -> tuple[str, ...]:
+        sub = "train_source.balance"
+        value = self.plain(node, sub)
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise self.error(
+                f"{sub} must be a field name or a list of them ({', '.join(BALANCE_FIELDS)}), "
+                f"got {_show(value)}",
+                node,
+                sub,
+            )
+        for name in items:
+            if name not in BALANCE_FIELDS:
+                raise self.error(
+                    f"{sub}: cannot balance over {_show(name)}; use {', '.join(BALANCE_FIELDS)}",
+                    node,
+                    sub,
+                )
+            if name not in fields:
+                raise self.error(
+                    f"{sub}: {name} needs fields.{name} (the column holding it)", node, sub
+                )
+        return tuple(dict.fromkeys(items))
+
+    def _check_lcb_disjoint(
+        self, eval_filters: dict[str, Any], train_filters: dict[str, Any], node: yaml.Node
+    ) -> None:
+        # Training on contests inside the evaluation window would score training questions.
+        start = eval_filters.get("contest_date_from")
+        if start is None:
+            return
+        end = train_filters.get("contest_date_to")
+        if end is None or end >= start:
+            raise self.error(
+                "train_source.filters.contest_date_to must be before the evaluation window's "
+                f"contest_date_from ({start}) so that no training problem is evaluated; "
+                f"got {_show(end)}",
+                node,
+                "train_source.filters.contest_date_to",
+            )
 
     def _loader(self, node: yaml.Node | None, grader: str) -> tuple[str, yaml.Node | None]:
         if isinstance(node, yaml.MappingNode):
@@ -561,6 +701,19 @@ def lcb_release_files(release: str) -> tuple[str, ...] | None:
         return None
     n = int(match.group(2))
     return LCB_RELEASE_FILES[:n] if match.group(1) else (LCB_RELEASE_FILES[n - 1],)
+
+
+def training_spec(spec: BenchmarkSpec) -> BenchmarkSpec | None:
+    """``spec`` reading its train_source (its fields and filters), or None without one."""
+    train = spec.train_source
+    if train is None:
+        return None
+    return replace(
+        spec,
+        source=train,
+        fields=dict(train.fields if train.fields is not None else spec.fields),
+        filters=dict(train.filters or {}),
+    )
 
 
 def is_pinned(source: DataSource) -> bool:

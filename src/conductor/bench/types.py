@@ -83,6 +83,13 @@ class DataSource:
     split: str = "test"
     path: str | None = None
     url: str | None = None
+    #: A column whose value is the row itself (some datasets nest each row under one key).
+    row: str | None = None
+    #: Training sources only: the benchmark's ``fields`` with the train_source's overrides
+    #: applied, its own ``filters`` and the field names to balance a sample over.
+    fields: dict[str, str] | None = field(default=None, compare=False)
+    filters: dict[str, Any] | None = field(default=None, compare=False)
+    balance: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,5 +107,8 @@ class BenchmarkSpec:
     grader_options: dict[str, Any] = field(default_factory=dict)
     filters: dict[str, Any] = field(default_factory=dict)
     train_source: DataSource | None = None
+    #: No evaluation source: the benchmark exists for training mixes (``source`` is then
+    #: the train_source, and ``conductor bench`` needs ``--data FILE``).
+    training_only: bool = False
     paper_key: str | None = None
     path: Path | None = None

@@ -12,7 +12,8 @@ rewarded and how GRPO is run.  Schema (``base_model``, ``pool``, ``data`` and
       - benchmark: math500         # shipped name or benchmark YAML (relative to this file)
         split: train               # train (the benchmark's train_source) | test
         file: data/mine.jsonl      # optional local file in the benchmark's schema
-        limit: 320                 # optional: at most this many questions
+        limit: 320                 # optional: a seeded sample of this many questions,
+                                   # balanced over the source's subjects / levels
       - mmlu                       # shorthand for {benchmark: mmlu}
     output_dir: runs/train/paper   # relative to the current directory
     max_steps: 5                   # most workflow steps the Conductor may write
@@ -46,6 +47,7 @@ from ..errors import PoolError
 from ..pool import _Reader, _show, compose_yaml, read_config_file
 
 __all__ = [
+    "LOSS_TYPES",
     "LR_SCHEDULERS",
     "VLLM_MODES",
     "DataMix",
@@ -73,15 +75,30 @@ LR_SCHEDULERS: tuple[str, ...] = (
 )
 #: TRL's ways of using vLLM for rollouts: inside the training process, or a server.
 VLLM_MODES: tuple[str, ...] = ("colocate", "server")
+#: GRPO loss aggregations named by TRL's ``GRPOConfig.loss_type`` (older TRL releases
+#: know fewer; TRL itself refuses one it lacks).  The paper's authors used ``bnpo``:
+#: token losses averaged over the active tokens of the local batch.
+LOSS_TYPES: tuple[str, ...] = (
+    "grpo",
+    "bnpo",
+    "dr_grpo",
+    "dapo",
+    "cispo",
+    "sapo",
+    "luspo",
+    "vespo",
+)
 
 
 @dataclass(frozen=True)
 class DataMix:
     """One benchmark in the training mix.
 
-    ``split="train"`` reads the benchmark's ``train_source`` when it has one (else its
-    evaluation source, with a warning); ``file`` replaces either with a local file in
-    the benchmark's schema; ``limit`` keeps the first N questions.
+    ``split="train"`` reads the benchmark's ``train_source`` (a benchmark without one
+    needs ``file``); ``file`` replaces either source with a local file in the
+    benchmark's schema; ``limit`` draws a seeded sample of N questions, spread evenly
+    over the groups the source balances (e.g. MATH's subjects and levels), not the
+    first N rows.
     """
 
     benchmark: str
@@ -122,6 +139,14 @@ class GRPOSettings:
 
     ``group_size`` completions per question, ``questions_per_step`` questions per
     optimiser step; ``bf16=None`` picks bf16 when the hardware supports it.
+
+    The batch layout: one step's ``questions_per_step x group_size`` completions are
+    split over the training processes and ``gradient_accumulation_steps`` micro-steps;
+    ``per_device_batch_size``, when given, states the resulting micro-batch so that a
+    launch on another number of processes is refused instead of silently changing the
+    per-GPU memory.  ``loss_type`` (None: TRL's default) and
+    ``vllm_gpu_memory_utilization`` (the GPU share vLLM reserves when colocated; None:
+    TRL's default) are passed to TRL as they are.
     """
 
     group_size: int = 8
@@ -135,9 +160,12 @@ class GRPOSettings:
     max_completion_tokens: int = 1024
     steps: int = 200
     gradient_accumulation_steps: int = 1
+    per_device_batch_size: int | None = None
+    loss_type: str | None = None
     bf16: bool | None = None
     use_vllm: bool = False
     vllm_mode: str = "colocate"
+    vllm_gpu_memory_utilization: float | None = None
     logging_steps: int = 1
     save_steps: int | None = None
 
@@ -285,7 +313,9 @@ class _TrainReader(_Reader):
     def mix(self, node: yaml.Node, index: int) -> DataMix:
         field = f"data[{index}]"
         if isinstance(node, yaml.ScalarNode):
-            return DataMix(benchmark=self.benchmark_ref(node, field))
+            benchmark = self.benchmark_ref(node, field)
+            self._check_train_source(benchmark, node, field)
+            return DataMix(benchmark=benchmark)
         keys = self.mapping(node, field, _MIX_KEYS, "a benchmark name or a mapping")
         get = {k: vn for k, (_kn, vn) in keys.items()}
         if "benchmark" not in get:
@@ -296,6 +326,8 @@ class _TrainReader(_Reader):
         split = "train"
         if "split" in get:
             split = self.choice(get["split"], f"{field}.split", _SPLITS) or "train"
+        if split == "train" and "file" not in get:
+            self._check_train_source(benchmark, get.get("split", node), field)
         file = None
         if "file" in get:
             raw = self.string(get["file"], f"{field}.file")
@@ -308,6 +340,24 @@ class _TrainReader(_Reader):
                 file = str(path.resolve())
         limit = self.integer(get["limit"], f"{field}.limit", 1) if "limit" in get else None
         return DataMix(benchmark=benchmark, split=split, file=file, limit=limit)  # type: ignore[arg-type]
+
+    def _check_train_source(self, benchmark: str, node: yaml.Node, field: str) -> None:
+        """Refuse ``split: train`` on a benchmark that has no train_source: it would
+        train on the very questions the benchmark evaluates."""
+        from ..bench.spec import load_benchmark
+
+        try:
+            spec = load_benchmark(benchmark)
+        except PoolError as exc:
+            raise self.error(f"{field}.benchmark: {exc}", node, f"{field}.benchmark") from None
+        if spec.train_source is None:
+            raise self.error(
+                f"{field}: benchmark {spec.name} has no train_source, so split: train would "
+                "train on its evaluation questions; give file: (training questions in its "
+                "schema) or split: test",
+                node,
+                f"{field}.split",
+            )
 
     def data(self, node: yaml.Node) -> tuple[DataMix, ...]:
         if not isinstance(node, yaml.SequenceNode) or not node.value:
@@ -345,10 +395,15 @@ class _TrainReader(_Reader):
                 "max_completion_tokens",
                 "steps",
                 "gradient_accumulation_steps",
+                "per_device_batch_size",
                 "logging_steps",
                 "save_steps",
             ):
                 value = self.integer(vn, sub, 1)
+            elif key == "loss_type":
+                value = self.choice(vn, sub, LOSS_TYPES)
+            elif key == "vllm_gpu_memory_utilization":
+                value = self.real(vn, sub, low=0.0, high=1.0, low_open=True)
             elif key in ("learning_rate", "temperature", "clip_epsilon"):
                 value = self.real(vn, sub, low=0.0, low_open=True)
             elif key == "warmup_ratio":

@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import logging
 import random
-from dataclasses import replace
 from typing import Any
 
-from ..bench.data import iter_samples, render_prompt
+from ..bench.data import render_prompt, sample_subset
 from ..bench.graders import Grader, get_grader
 from ..bench.graders.code import with_unsafe_opt_in
-from ..bench.spec import load_benchmark
+from ..bench.spec import load_benchmark, training_spec
 from ..bench.types import BenchmarkSpec, Sample
 from ..conductors.prompt import build_conductor_messages
 from ..conductors.spec import Conductor
@@ -52,21 +51,24 @@ ROW_COLUMNS: tuple[str, ...] = (
 def mix_spec(mix: DataMix) -> BenchmarkSpec:
     """The benchmark a mix entry reads, with its source chosen by ``split``.
 
-    ``split="train"`` reads the benchmark's ``train_source``; a benchmark without one
-    falls back to its evaluation source with a warning (scores on those questions are
-    then no longer held out).  ``mix.file``, when set, is read instead of either (it is
-    passed to :func:`~conductor.bench.data.iter_samples` as ``data_file``).
+    ``split="train"`` reads the benchmark's ``train_source`` (its fields, filters and
+    balance fields).  ``mix.file``, when set, is read instead (it is passed to
+    :func:`~conductor.bench.data.sample_subset` as ``data_file``) in the benchmark's own
+    (evaluation) schema, whatever the split.  A benchmark without a train_source cannot be
+    used with ``split: train`` and no file: that would train on its evaluation questions
+    (:class:`UsageError`; the config loader refuses it earlier, naming the line).
     """
     spec = load_benchmark(mix.benchmark)
-    if mix.split == "train" and mix.file is None:
-        if spec.train_source is not None:
-            return replace(spec, source=spec.train_source)
-        log.warning(
-            "benchmark %s has no train_source: training on its evaluation questions "
-            "(give data[].file to train on other questions)",
-            spec.name,
-        )
-    return spec
+    if mix.split != "train" or mix.file is not None:
+        return spec
+    train = training_spec(spec)
+    if train is not None:
+        return train
+    raise UsageError(
+        f"benchmark {spec.name} has no train_source, so split: train would train on its "
+        "evaluation questions; give data[].file (training questions in its schema) or "
+        "split: test"
+    )
 
 
 def _dumps(value: Any) -> str:
@@ -114,7 +116,9 @@ def build_rows(
             spec.grader, spec.grader_options, config.confirm_run_unsafe_code
         )
         grader = get_grader(spec.grader, options)
-        for sample in iter_samples(spec, data_file=mix.file, seed=config.seed, limit=mix.limit):
+        # A seeded sample, balanced over the source's groups (subjects, levels, ...).
+        picked = sample_subset(spec, data_file=mix.file, seed=config.seed, limit=mix.limit)
+        for sample in picked:
             question = render_prompt(spec, sample)
             sub = full
             if config.randomise_pool is not None:

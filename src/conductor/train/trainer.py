@@ -217,6 +217,13 @@ def build_grpo_config(config: TrainConfig, *, output_dir: Path) -> Any:
             f"completions per step must split evenly over {world} process(es) x "
             f"{g.gradient_accumulation_steps} gradient accumulation step(s)"
         )
+    if g.per_device_batch_size is not None and g.per_device_batch_size != per_device:
+        raise UsageError(
+            f"{_where(config)}grpo.per_device_batch_size is {g.per_device_batch_size}, but "
+            f"{completions} completions per step over {world} process(es) x "
+            f"{g.gradient_accumulation_steps} accumulation step(s) give {per_device}; "
+            "change gradient_accumulation_steps or the number of processes"
+        )
     cuda = _cuda()
     bf16 = g.bf16
     if bf16 is None:
@@ -262,6 +269,18 @@ def build_grpo_config(config: TrainConfig, *, output_dir: Path) -> Any:
     if g.save_steps:
         values["save_steps"] = g.save_steps
     fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    for key, value in (
+        ("loss_type", g.loss_type),
+        ("vllm_gpu_memory_utilization", g.vllm_gpu_memory_utilization),
+    ):
+        if value is None:
+            continue
+        if key not in fields:
+            raise UsageError(
+                f"{_where(config)}grpo.{key} is set but the installed TRL has no such "
+                "setting; upgrade trl or remove the key"
+            )
+        values[key] = value
     # transformers 5 folded warmup_ratio into warmup_steps (a float below 1 is a ratio).
     if "warmup_ratio" in fields:
         values["warmup_ratio"] = g.warmup_ratio
