@@ -85,9 +85,7 @@ def build_worker_messages(
     then ``prefill`` (from :func:`worker_prefills`) when there is one."""
     parts = [_PREAMBLE, f"# The task\n{question}"]
     if visible:
-        shared = "\n\n".join(
-            render_shared_step(s, keep_reasoning=keep_reasoning) for s in visible
-        )
+        shared = "\n\n".join(render_shared_step(s, keep_reasoning=keep_reasoning) for s in visible)
         parts.append(f"# Work of other agents that you may see\n{shared}")
     parts.append(f"# Your assigned subtask\n{subtask}")
     messages: list[Message] = [{"role": "user", "content": "\n\n".join(parts)}]
