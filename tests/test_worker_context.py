@@ -122,6 +122,8 @@ async def test_unsupported_provider_skips_prefill_with_one_warning(
             assert record.status == "ok"
     finally:
         await orch.aclose()
+    # Training builds an orchestrator per sub-pool: that is no reason to warn again.
+    await Orchestrator(pool, resolve_conductor(pool)).aclose()
     warnings = [r for r in caplog.records if "prefill" in r.getMessage()]
     assert len(warnings) == 1  # one per worker, not one per call
     assert "'gem'" in warnings[0].getMessage() and "Gemini" in warnings[0].getMessage()

@@ -30,6 +30,10 @@ __all__ = [
 
 log = logging.getLogger("conductor")
 
+# Workers already warned that their prefill is skipped: training builds an orchestrator
+# per sub-pool, and each would otherwise warn again about the same worker.
+_warned_prefill: set[tuple[str, str, str, str | None]] = set()
+
 _PREAMBLE = (
     "You are one agent in a team of AI agents that work together on a task. You have "
     "been given one part of it. The task is shown first; after it come the parts that "
@@ -98,13 +102,15 @@ def worker_prefills(workers: Iterable[Worker]) -> dict[str, Message | None]:
     """The prefill message of each worker by id, as it will be sent.
 
     A worker whose provider cannot continue a reply gets none, and one warning (logged)
-    says so here, once per worker rather than once per call.
+    says so, once per worker and process rather than once per call.
     """
     out: dict[str, Message | None] = {}
     for worker in workers:
         text = worker.context.prefill
         message = prefill_message(worker, text)
-        if text and message is None:
+        key = (worker.id, worker.client, worker.model, worker.api_base)
+        if text and message is None and key not in _warned_prefill:
+            _warned_prefill.add(key)
             log.warning(
                 "worker %r: context.prefill is skipped: %s",
                 worker.id,
