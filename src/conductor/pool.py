@@ -15,7 +15,7 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import yaml
 
@@ -29,6 +29,8 @@ __all__ = [
     "ConductorConfig",
     "Pool",
     "Price",
+    "REASONING_MODES",
+    "ReasoningMode",
     "Worker",
     "WorkerContext",
     "builtin_pools_dir",
@@ -659,7 +661,7 @@ class _Reader:
             elif key == "reasoning":
                 mode = self.choice(vn, sub, REASONING_MODES)
                 if mode is not None:
-                    result = replace(result, reasoning=mode)  # type: ignore[arg-type]
+                    result = replace(result, reasoning=cast(ReasoningMode, mode))
             else:  # pragma: no cover - _CONTEXT_KEYS and this chain agree
                 raise AssertionError(key)
         return result
