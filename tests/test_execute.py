@@ -364,3 +364,58 @@ async def test_continue_from_runs_a_revision_round(
     assert "model_id = [0]" in revise_prompt and "draft answer" in revise_prompt
     seen = fake_server.requests_for("w1")[0].messages[0]["content"]
     assert '<agent_0 step="0.0">' in seen and "draft answer" in seen
+
+
+def _shape(record: RunRecord) -> list[tuple[int, list[tuple[str, str | None]]]]:
+    return [(r.index, [(s.worker_id, s.answer) for s in r.steps]) for r in record.rounds]
+
+
+async def test_revision_round_repeating_a_step_re_samples(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    # Round 2 repeats round 1's step exactly (same worker, subtask and context), so the
+    # request is identical; it must still be a new sample, with or without the cache.
+    same = lists([1], ["Solve it."], [[]])
+
+    def script() -> None:
+        fake_server.script(CONDUCTOR_MODEL, [same, same])
+        fake_server.script("w1", ["first try", "second try"])
+
+    pool = make_pool(tmp_path, fake_server)
+    script()
+    uncached = await run(pool, rounds=2)
+    assert len(fake_server.requests_for("w1")) == 2
+    assert _shape(uncached) == [(0, [("w1", "first try")]), (1, [("w1", "second try")])]
+
+    script()
+    cache = ResponseCache(tmp_path / "cache")
+    cold = await run(pool, cache=cache, rounds=2)
+    # The round-2 request went to the server, not to round 1's cache entry.
+    assert len(fake_server.requests_for("w1")) == 4
+    assert _shape(cold) == _shape(uncached)
+    assert not any(s.call.cached for r in cold.rounds for s in r.steps)
+
+    # A warm rerun replays both samples, each from its own entry.
+    n = len(fake_server.requests)
+    warm = await run(pool, cache=cache, rounds=2)
+    assert len(fake_server.requests) == n
+    assert _shape(warm) == _shape(uncached)
+    assert warm.totals.cached_calls == warm.totals.calls == 4
+
+
+async def test_continued_run_repeating_a_step_re_samples(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    fake_server.script("w1", ["first try", "second try"])
+    pool = make_pool(tmp_path, fake_server)
+    cache = ResponseCache(tmp_path / "cache")
+    same = lists([1], ["Solve it."], [[]])
+    orch = Orchestrator(pool, resolve_conductor(pool), cache=cache)
+    try:
+        first = await orch.run(QUESTION, plan=same)
+        second = await orch.run(QUESTION, plan=same, continue_from=first)
+    finally:
+        await orch.aclose()
+    assert len(fake_server.requests_for("w1")) == 2
+    assert _shape(second) == [(0, [("w1", "first try")]), (1, [("w1", "second try")])]
+    assert not second.rounds[1].steps[0].call.cached

@@ -4,16 +4,35 @@ Following the paper's runner, every worker gets the original question (the paper
 text says only the first step does; the released code gives it to every step), then,
 for each visible earlier step, the subtask that agent was given and its response,
 wrapped in tags naming the agent, then its own subtask, all in one user message.
+
+A worker's ``context:`` settings (:class:`~conductor.pool.WorkerContext`) add to this:
+a prefill, sent as a final assistant message that the worker's reply continues, and
+whether the earlier responses it sees keep their reasoning blocks.  By default there
+is no prefill and reasoning is removed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from .llm.prefill import prefill_message, unsupported_reason
 from .llm.types import Message
+from .pool import Worker
 
-__all__ = ["SharedStep", "build_worker_messages", "render_shared_step"]
+__all__ = [
+    "SharedStep",
+    "build_worker_messages",
+    "render_shared_step",
+    "worker_prefills",
+]
+
+log = logging.getLogger("conductor")
+
+# Workers already warned that their prefill is skipped: training builds an orchestrator
+# per sub-pool, and each would otherwise warn again about the same worker.
+_warned_prefill: set[tuple[str, str, str, str | None]] = set()
 
 _PREAMBLE = (
     "You are one agent in a team of AI agents that work together on a task. You have "
@@ -29,18 +48,26 @@ class SharedStep:
 
     ``label`` identifies the step in the tags (``"1.2"`` = round 1, step 2), ``agent``
     is the worker's ordinal as the Conductor listed it, and ``response`` is the answer
-    with reasoning blocks removed, or ``None`` when that agent failed.
+    with reasoning blocks removed, or ``None`` when that agent failed.  ``reasoned`` is
+    the reply as the agent wrote it (its prefill included), reasoning blocks kept, for
+    workers whose context says ``reasoning: keep``; ``None`` means the same as
+    ``response``.
     """
 
     label: str
     agent: int
     subtask: str
     response: str | None
+    reasoned: str | None = None
 
 
-def render_shared_step(step: SharedStep) -> str:
+def render_shared_step(step: SharedStep, *, keep_reasoning: bool = False) -> str:
     """One visible step, wrapped in tags that name the agent."""
-    body = step.response if step.response is not None else "(this agent failed and gave no answer)"
+    body = step.response
+    if keep_reasoning and step.response is not None and step.reasoned is not None:
+        body = step.reasoned
+    if body is None:
+        body = "(this agent failed and gave no answer)"
     tag = f"agent_{step.agent}"
     return (
         f'<{tag} step="{step.label}">\n'
@@ -51,12 +78,43 @@ def render_shared_step(step: SharedStep) -> str:
 
 
 def build_worker_messages(
-    question: str, visible: Sequence[SharedStep], subtask: str
+    question: str,
+    visible: Sequence[SharedStep],
+    subtask: str,
+    *,
+    keep_reasoning: bool = False,
+    prefill: Message | None = None,
 ) -> list[Message]:
-    """The messages sent to a worker: one user message, as described in the module doc."""
+    """The messages sent to a worker: one user message, as described in the module doc,
+    then ``prefill`` (from :func:`worker_prefills`) when there is one."""
     parts = [_PREAMBLE, f"# The task\n{question}"]
     if visible:
-        shared = "\n\n".join(render_shared_step(s) for s in visible)
+        shared = "\n\n".join(render_shared_step(s, keep_reasoning=keep_reasoning) for s in visible)
         parts.append(f"# Work of other agents that you may see\n{shared}")
     parts.append(f"# Your assigned subtask\n{subtask}")
-    return [{"role": "user", "content": "\n\n".join(parts)}]
+    messages: list[Message] = [{"role": "user", "content": "\n\n".join(parts)}]
+    if prefill is not None:
+        messages.append(prefill)
+    return messages
+
+
+def worker_prefills(workers: Iterable[Worker]) -> dict[str, Message | None]:
+    """The prefill message of each worker by id, as it will be sent.
+
+    A worker whose provider cannot continue a reply gets none, and one warning (logged)
+    says so, once per worker and process rather than once per call.
+    """
+    out: dict[str, Message | None] = {}
+    for worker in workers:
+        text = worker.context.prefill
+        message = prefill_message(worker, text)
+        key = (worker.id, worker.client, worker.model, worker.api_base)
+        if text and message is None and key not in _warned_prefill:
+            _warned_prefill.add(key)
+            log.warning(
+                "worker %r: context.prefill is skipped: %s",
+                worker.id,
+                unsupported_reason(worker),
+            )
+        out[worker.id] = message
+    return out

@@ -11,6 +11,7 @@ workflow runs where it can.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -19,10 +20,11 @@ from typing import Any
 from .cache import ResponseCache
 from .conductors.prompt import PreviousRound, build_conductor_messages, build_reask_messages
 from .conductors.spec import Conductor
-from .context import SharedStep, build_worker_messages
+from .context import SharedStep, build_worker_messages, worker_prefills
 from .errors import ModelCallError, UsageError, WorkflowParseError
 from .events import Event, EventSink, null_sink
 from .llm.caller import CallerSet
+from .llm.prefill import join_prefill
 from .llm.types import Completion, Message, ModelRequest
 from .pool import Pool, Worker, pool_to_public_dict
 from .record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals, now_iso
@@ -73,11 +75,13 @@ class Budget:
 
 
 class SampleIndexer:
-    """The sample index of each request in one run.
+    """The sample index of each request in one run, over all of its rounds.
 
     Identical requests (say, two independent attempts with the same instruction to the
-    same worker) are separate samples on purpose: each gets its own index, so the cache
-    does not hand the second the first one's reply.  ``base`` separates epochs.
+    same worker, or a revision round repeating a step of round 1) are separate samples
+    on purpose: each gets its own index, so the cache does not hand the second the first
+    one's reply, and a run gives the same kind of record with the cache as without.
+    ``base`` separates epochs.
     """
 
     def __init__(self, base: int) -> None:
@@ -85,7 +89,7 @@ class SampleIndexer:
         self._seen: dict[str, int] = {}
 
     def next(self, worker_id: str, messages: list[Message]) -> int:
-        key = f"{worker_id}\x00{messages[0]['content']}"
+        key = json.dumps([worker_id, messages], ensure_ascii=False)
         repeat = self._seen.get(key, 0)
         self._seen[key] = repeat + 1
         return self._base + repeat
@@ -93,8 +97,10 @@ class SampleIndexer:
 
 @dataclass
 class _History:
-    """Steps of finished rounds, which ``"all"`` steps of later rounds also see."""
+    """What the rounds of one run carry over: the steps of finished rounds, which
+    ``"all"`` steps of later rounds also see, and the run's sample indices."""
 
+    samples: SampleIndexer
     steps: list[SharedStep] = field(default_factory=list)
 
 
@@ -147,6 +153,7 @@ class Orchestrator:
         self._pool_dict = pool_to_public_dict(pool)
         self._conductor_dict = conductor.describe()
         self._grammar_cache: dict[tuple[int, int, bool], str] = {}
+        self._prefills = worker_prefills(pool.workers)
 
     async def aclose(self) -> None:
         await self.callers.aclose()
@@ -292,7 +299,7 @@ class Orchestrator:
         done = [asyncio.Event() for _ in range(n)]
         shared: list[SharedStep | None] = [None] * n
         records: list[StepRecord | None] = [None] * n
-        samples = SampleIndexer(settings.sample_index)
+        samples = history.samples
 
         async def run_step(i: int) -> None:
             step = workflow.steps[i]
@@ -303,7 +310,13 @@ class Orchestrator:
             context = [s for s in (shared[j] for j in visible) if s is not None]
             if step.access == ALL:
                 context = [*history.steps, *context]
-            messages = build_worker_messages(question, context, step.subtask)
+            messages = build_worker_messages(
+                question,
+                context,
+                step.subtask,
+                keep_reasoning=worker.context.reasoning == "keep",
+                prefill=self._prefills.get(worker.id),
+            )
             call = _call_record(messages, now_iso())
             rec = StepRecord(
                 index=i,
@@ -352,8 +365,13 @@ class Orchestrator:
                     return
                 fill_call(call, completion)
                 budget.charge(completion.cost_usd)
-                rec.answer = strip_think(completion.text).strip()
-                shared[i] = SharedStep(f"{rnd.index}.{i}", step.worker, step.subtask, rec.answer)
+                # The call records what the provider returned; the answer is the reply
+                # as the worker wrote it, its prefill included.
+                reply = join_prefill(messages, completion.text)
+                rec.answer = strip_think(reply).strip()
+                shared[i] = SharedStep(
+                    f"{rnd.index}.{i}", step.worker, step.subtask, rec.answer, reply.strip()
+                )
                 emit(
                     Event(
                         "step_finished",
@@ -416,7 +434,7 @@ class Orchestrator:
             metadata=dict(metadata or {}),
         )
         budget = Budget(max_calls=settings.max_calls, max_usd=settings.budget_usd)
-        history = _History()
+        history = _History(SampleIndexer(settings.sample_index))
         previous: PreviousRound | None = None
         answer: str | None = None
         start = 0
@@ -474,10 +492,17 @@ def _continue(
         if rnd.workflow:
             last_plan = workflow_from_dict(rnd.workflow)
         for s in rnd.steps:
-            answer = s.answer if s.status == "ok" else None
+            ok = s.status == "ok"
+            answer = s.answer if ok else None
+            reasoned = None
+            if ok and s.call.response is not None:
+                reasoned = join_prefill(s.call.messages, s.call.response).strip()
             history.steps.append(
-                SharedStep(f"{rnd.index}.{s.index}", s.worker_index, s.subtask, answer)
+                SharedStep(f"{rnd.index}.{s.index}", s.worker_index, s.subtask, answer, reasoned)
             )
+            if s.status != "skipped":
+                # Requests already made keep their indices: a repeat is a new sample.
+                history.samples.next(s.worker_id, s.call.messages)
     if last_plan is None or earlier.final_answer is None:
         return None, earlier.final_answer
     return PreviousRound(format_workflow(last_plan), earlier.final_answer), earlier.final_answer

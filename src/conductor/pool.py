@@ -13,9 +13,9 @@ import os
 import re
 import urllib.parse
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import yaml
 
@@ -29,7 +29,10 @@ __all__ = [
     "ConductorConfig",
     "Pool",
     "Price",
+    "REASONING_MODES",
+    "ReasoningMode",
     "Worker",
+    "WorkerContext",
     "builtin_pools_dir",
     "compose_yaml",
     "list_builtin_pools",
@@ -44,6 +47,8 @@ ClientKind = Literal["litellm", "openai", "http", "anthropic", "google", "local"
 CLIENT_KINDS: tuple[str, ...] = ("litellm", "openai", "http", "anthropic", "google", "local")
 ConductorBackend = Literal["endpoint", "checkpoint", "prompted", "local"]
 CONDUCTOR_BACKENDS: tuple[str, ...] = ("endpoint", "checkpoint", "prompted", "local")
+ReasoningMode = Literal["strip", "keep"]
+REASONING_MODES: tuple[str, ...] = ("strip", "keep")
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,21 @@ class Price:
 
     input_per_mtok: float
     output_per_mtok: float
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """What a worker's request carries besides the task and its subtask (``context:``).
+
+    ``prefill`` is text the worker's reply begins with: sent as a final assistant
+    message for the model to continue, where the provider can (see
+    :mod:`conductor.llm.prefill`), and left out with a warning where it cannot.
+    ``reasoning`` says whether the earlier answers this worker sees keep their reasoning
+    blocks (``keep``) or have them removed (``strip``, the default).
+    """
+
+    prefill: str | None = None
+    reasoning: ReasoningMode = "strip"
 
 
 @dataclass(frozen=True)
@@ -85,6 +105,8 @@ class Worker:
     n_ctx: int | None = None
     n_threads: int | None = None
     n_gpu_layers: int | None = None
+    # The pool's context: section with this worker's own context: keys over it.
+    context: WorkerContext = field(default_factory=WorkerContext)
 
 
 @dataclass(frozen=True)
@@ -134,6 +156,8 @@ class Pool:
     defaults: dict[str, Any] = field(default_factory=dict)
     conductor: ConductorConfig | None = None
     path: Path | None = None
+    # The pool-wide context: section (each worker's own is already merged into it).
+    context: WorkerContext = field(default_factory=WorkerContext)
 
     def worker(self, worker_id: str) -> Worker:
         """The worker named ``worker_id``; raises ``KeyError`` if there is none."""
@@ -146,7 +170,7 @@ class Pool:
 # --------------------------------------------------------------------------- loading
 
 # Field names, in the order the error messages list them.
-_TOP_KEYS = ("name", "description", "defaults", "workers", "conductor")
+_TOP_KEYS = ("name", "description", "defaults", "context", "workers", "conductor")
 _DEFAULT_KEYS = (
     "temperature",
     "max_tokens",
@@ -177,7 +201,9 @@ _WORKER_KEYS = (
     "n_ctx",
     "n_threads",
     "n_gpu_layers",
+    "context",
 )
+_CONTEXT_KEYS = tuple(f.name for f in fields(WorkerContext))
 _CONDUCTOR_KEYS = tuple(f.name for f in fields(ConductorConfig))
 _PRICE_KEYS = ("input_per_mtok", "output_per_mtok")
 # Sampling settings that live in Worker.params rather than in their own fields.
@@ -614,7 +640,40 @@ class _Reader:
             return self.integer(node, field, 0)
         raise AssertionError(key)  # pragma: no cover
 
-    def worker(self, node: yaml.Node, index: int, defaults: dict[str, Any]) -> Worker:
+    def context(self, node: yaml.Node, field: str, base: WorkerContext) -> WorkerContext:
+        """A ``context:`` section; the keys it sets replace those of ``base``."""
+        if isinstance(node, yaml.ScalarNode) and self.scalar(node, field) is None:
+            return base
+        keys = self.mapping(node, field, _CONTEXT_KEYS)
+        result = base
+        for key, (_kn, vn) in keys.items():
+            sub = f"{field}.{key}"
+            if key == "prefill":
+                text = self.string(vn, sub, empty_ok=True)
+                if text is not None and text and not text.strip():
+                    raise self.error(
+                        f"{sub} is only whitespace; write the text the reply should begin "
+                        'with, or "" for no prefill',
+                        vn,
+                        sub,
+                    )
+                # null or "" turns off a prefill the pool's context: sets.
+                result = replace(result, prefill=text or None)
+            elif key == "reasoning":
+                mode = self.choice(vn, sub, REASONING_MODES)
+                if mode is not None:
+                    result = replace(result, reasoning=cast(ReasoningMode, mode))
+            else:  # pragma: no cover - _CONTEXT_KEYS and this chain agree
+                raise AssertionError(key)
+        return result
+
+    def worker(
+        self,
+        node: yaml.Node,
+        index: int,
+        defaults: dict[str, Any],
+        context: WorkerContext | None = None,
+    ) -> Worker:
         field = f"workers[{index}]"
         keys = self.mapping(node, field, _WORKER_KEYS, what="a mapping with at least id and model")
         get: dict[str, yaml.Node] = {k: vn for k, (_kn, vn) in keys.items()}
@@ -654,7 +713,12 @@ class _Reader:
                         f"{field}.{key}",
                     )
 
-        kwargs: dict[str, Any] = {"id": worker_id, "model": model, "client": client}
+        kwargs: dict[str, Any] = {
+            "id": worker_id,
+            "model": model,
+            "client": client,
+            "context": context or WorkerContext(),
+        }
         sampling = {k: defaults[k] for k in _SAMPLING_KEYS if k in defaults}
         for key in ("timeout_s", "max_retries", "max_concurrency", "total_timeout_s"):
             if key in defaults:
@@ -688,6 +752,8 @@ class _Reader:
             elif key == "n_gpu_layers":
                 # llama.cpp reads -1 as "all layers".
                 kwargs[key] = self.integer(vn, sub, -1)
+            elif key == "context":
+                kwargs[key] = self.context(vn, sub, kwargs["context"])
             else:  # pragma: no cover - _WORKER_KEYS and this chain agree
                 raise AssertionError(key)
 
@@ -698,7 +764,11 @@ class _Reader:
         return Worker(**kwargs)
 
     def workers(
-        self, node: yaml.Node | None, top: yaml.Node | None, defaults: dict[str, Any]
+        self,
+        node: yaml.Node | None,
+        top: yaml.Node | None,
+        defaults: dict[str, Any],
+        context: WorkerContext | None = None,
     ) -> tuple[Worker, ...]:
         if node is None:
             raise self.error('the pool is missing required key "workers"', top, "workers")
@@ -712,7 +782,7 @@ class _Reader:
         result: list[Worker] = []
         first_line: dict[str, tuple[int, int]] = {}
         for index, item in enumerate(node.value):
-            worker = self.worker(item, index, defaults)
+            worker = self.worker(item, index, defaults, context)
             if worker.id in first_line:
                 other, other_line = first_line[worker.id]
                 raise self.error(
@@ -801,7 +871,12 @@ class _Reader:
             self.string(get["description"], "description") if "description" in get else None
         )
         defaults = self.defaults(get["defaults"]) if "defaults" in get else {}
-        workers = self.workers(get.get("workers"), root, defaults)
+        context = (
+            self.context(get["context"], "context", WorkerContext())
+            if "context" in get
+            else WorkerContext()
+        )
+        workers = self.workers(get.get("workers"), root, defaults, context)
         conductor = self.conductor(get["conductor"]) if "conductor" in get else None
         return Pool(
             name=name,
@@ -810,6 +885,7 @@ class _Reader:
             defaults=defaults,
             conductor=conductor,
             path=path,
+            context=context,
         )
 
 
@@ -980,6 +1056,8 @@ def _public(obj: Any) -> dict[str, Any]:
             value = _redact_url(value)
         elif f.name == "params":
             value = _redact_params(value)
+        elif isinstance(value, WorkerContext):
+            value = _public(value)
         out[f.name] = value
     return out
 
@@ -995,6 +1073,7 @@ def pool_to_public_dict(pool: Pool) -> dict[str, Any]:
         "description": pool.description,
         "path": str(pool.path) if pool.path is not None else None,
         "defaults": dict(pool.defaults),
+        "context": _public(pool.context),
         "workers": [_public(w) for w in pool.workers],
         "conductor": _public(pool.conductor) if pool.conductor is not None else None,
     }

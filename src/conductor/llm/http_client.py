@@ -16,6 +16,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from .factory import resolve_api_key, strip_prefix
+from .prefill import continue_fields
 from .replies import bad_response, openai_reply
 from .retry import (
     connection_error,
@@ -69,7 +70,13 @@ class HttpClient:
         if self.target.system_prompt:
             messages.append({"role": "system", "content": self.target.system_prompt})
         messages.extend(request.messages)
-        body: dict[str, Any] = {"model": self._model, "messages": messages, **request.params}
+        body: dict[str, Any] = {
+            "model": self._model,
+            "messages": messages,
+            # A final assistant message is a prefill for a vLLM-style server to continue.
+            **continue_fields(self.target, request.messages),
+            **request.params,
+        }
         body.pop("extra_headers", None)
         if request.response_format is not None:
             body["response_format"] = request.response_format

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AuthenticationError, ModelCallError
 from .factory import PLACEHOLDER_KEY
+from .prefill import continue_fields
 from .replies import bad_response, body_of, openai_reply
 from .retry import (
     connection_error,
@@ -107,6 +108,11 @@ class LiteLLMClient:
             extra = dict(kwargs.get("extra_body") or {})
             extra["guided_grammar"] = request.grammar
             kwargs["extra_body"] = extra
+        # A final assistant message is a prefill for a vLLM-style server to continue
+        # (Anthropic continues one by itself).
+        continuing = continue_fields(self.target, request.messages)
+        if continuing:
+            kwargs["extra_body"] = {**continuing, **(kwargs.get("extra_body") or {})}
         return kwargs
 
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelCallError
 from .factory import resolve_api_key, strip_prefix
+from .prefill import continue_fields
 from .replies import body_of, openai_reply
 from .retry import (
     classify_sdk_error,
@@ -95,7 +96,8 @@ class OpenAIClient:
             "model": self._model,
             "messages": self._system + list(request.messages),
         }
-        extra: dict[str, Any] = {}
+        # A final assistant message is a prefill for a vLLM-style server to continue.
+        extra: dict[str, Any] = continue_fields(self.target, request.messages)
         accepted = self._accepted
         for name, value in request.params.items():
             if name == "extra_headers":
