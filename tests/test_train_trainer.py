@@ -99,11 +99,14 @@ def _setup(tmp_path: Path, server: FakeLLMServer, *, steps: int = 2) -> Path:
     data.write_text(
         "".join(json.dumps({"id": i, "question": q, "answer": a}) + "\n" for i, q, a in QUESTIONS)
     )
+    # Evaluation questions apart from the training ones: the contamination guard
+    # refuses a training set that holds its own benchmark's evaluation questions.
+    (tmp_path / "eval.jsonl").write_text(json.dumps({"question": "What is 5 + 5?", "answer": "10"}))
     (tmp_path / "arith.yaml").write_text(
         yaml.safe_dump(
             {
                 "name": "arith",
-                "source": {"file": "questions.jsonl"},
+                "source": {"file": "eval.jsonl"},
                 "train_source": {"file": "questions.jsonl"},
                 "fields": {"loader": "math", "question": "question", "answer": "answer"},
                 "prompt": "${question}",

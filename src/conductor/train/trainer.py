@@ -2,7 +2,8 @@
 
 :func:`train` turns a :class:`~conductor.train.config.TrainConfig` into a run:
 
-1. load the pool and the base policy (:func:`load_policy`);
+1. refuse training questions that are held out (:mod:`.contamination`), then load
+   the pool and the base policy (:func:`load_policy`);
 2. build the prompt rows (:func:`conductor.train.dataset.build_rows`); for recursion
    fine-tuning, first let the *base policy* write a round-1 workflow for each question
    and execute it, so that the forced second round has a real earlier round to revise;
@@ -10,7 +11,8 @@
    reward: every sampled completion is parsed, executed on the pool and graded;
 4. log one metrics line per logging step (``OUTPUT_DIR/metrics.jsonl``, plus an optional
    rich live table) and save ``OUTPUT_DIR/checkpoint`` with ``conductor.json`` (template,
-   pool order, step limit, base model), which ``--conductor PATH`` loads.
+   pool order, step limit, base model, training-question hashes), which
+   ``--conductor PATH`` loads.
 
 One optimizer step consumes ``questions_per_step x group_size`` completions (one
 generation batch); GRPO's advantages are normalised within each question's group.
@@ -489,6 +491,14 @@ def _save_checkpoint(
     )
 
 
+def _record_training_questions(checkpoint: Path, hashes: frozenset[str]) -> None:
+    """Keep the training questions' hashes in the checkpoint, for ``bench`` to count."""
+    from ..checkpoint_meta import write_training_questions
+    from .contamination import NORMALISATION
+
+    write_training_questions(checkpoint, hashes, normalisation=NORMALISATION)
+
+
 def train(
     config: TrainConfig,
     *,
@@ -504,6 +514,10 @@ def train(
     :class:`~conductor.errors.MissingDependencyError`.
     """
     _require_train_deps()
+    from .contamination import check_training_data
+
+    # Before any model is loaded: training on held-out questions stops the run here.
+    guard = check_training_data(config)
     from datasets import Dataset
     from trl import GRPOTrainer  # type: ignore[attr-defined]
 
@@ -547,6 +561,8 @@ def train(
         trainer.train()
         checkpoint = output_dir / CHECKPOINT_DIR
         _save_checkpoint(trainer, tokenizer, config, pool, checkpoint)
+        if trainer.is_world_process_zero():
+            _record_training_questions(checkpoint, guard.training_hashes)
     finally:
         if view is not None:
             view.stop()
