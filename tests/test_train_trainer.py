@@ -340,6 +340,12 @@ def test_cli_train_overrides_steps_and_output(tmp_path: Path, fake_server: FakeL
     assert len(lines) == 1 and json.loads(lines[0])["step"] == 1
     assert (out / "checkpoint" / "conductor.json").is_file()
     assert not (tmp_path / "run").exists()  # the config's own output_dir was overridden
+    # The checkpoint records which questions it was trained on, for bench to count.
+    from conductor.checkpoint_meta import read_training_questions
+    from conductor.train.contamination import NORMALISATION, question_key
+
+    trained = {question_key(q).full for _, q, _ in QUESTIONS}
+    assert read_training_questions(out / "checkpoint") == (NORMALISATION, trained)
 
 
 def test_recursion_config_runs_first_rounds_with_the_base_policy(
