@@ -497,3 +497,35 @@ def test_bench_counts_and_excludes_what_the_checkpoint_was_trained_on(
     result = _bench_cli("bench", "--resume", str(excluded), cache=cache)
     assert result.returncode == 2
     assert "--exclude-trained setting was true, now null" in result.stderr
+
+
+def test_merged_shards_add_up_their_trained_on_counts(tmp_path: Path) -> None:
+    from conductor.bench.runner import merge_runs
+
+    config = {
+        "benchmark": {"name": "arith", "grader": "math", "grader_version": 1},
+        "strategy": "conductor",
+        "epochs": 1,
+        "seed": 0,
+        "limit": None,
+        "exclude_trained": True,
+    }
+    shards = []
+    for i, count in enumerate((2, 3)):
+        shard = tmp_path / f"shard{i}"
+        shard.mkdir()
+        trained_on = {"checkpoint": "ckpt", "questions": 9, "samples": count}
+        (shard / "config.json").write_text(
+            json.dumps({**config, "shard": [i, 2], "trained_on": trained_on})
+        )
+        (shard / "samples.jsonl").write_text("")
+        shards.append(shard)
+    merge_runs(shards, tmp_path / "merged")
+    merged = json.loads((tmp_path / "merged" / "config.json").read_text())
+    assert merged["trained_on"] == {"checkpoint": "ckpt", "questions": 9, "samples": 5}
+    assert merged["exclude_trained"] is True
+
+    other = json.loads((shards[1] / "config.json").read_text())
+    (shards[1] / "config.json").write_text(json.dumps({**other, "exclude_trained": None}))
+    with pytest.raises(UsageError, match="--exclude-trained setting"):
+        merge_runs(shards, tmp_path / "merged-again")

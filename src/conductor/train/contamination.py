@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import logging
 import re
 import unicodedata
@@ -235,15 +236,19 @@ def _clip(text: str) -> str:
 
 
 def _training_questions(config: TrainConfig) -> Iterator[tuple[QuestionKey, _Example]]:
-    """Every training question, read as :func:`~conductor.train.dataset.build_rows`
-    reads the mix (same benchmark source, data file, seed and limit)."""
-    from ..bench.data import iter_samples
-    from .dataset import mix_spec
+    """Every training question: the questions of the very rows the trainer builds
+    (:func:`~conductor.train.dataset.build_rows`, same seed), so that the guard and the
+    checkpoint's record see exactly what is trained on, however the mix is sampled."""
+    from ..bench.types import Sample
+    from .dataset import build_rows
+    from .pools import load_train_pool, training_conductor
 
-    for mix in config.data:
-        spec = mix_spec(mix)
-        for sample in iter_samples(spec, data_file=mix.file, seed=config.seed, limit=mix.limit):
-            yield sample_key(sample), _Example(sample.id, str(sample.input.get("question") or ""))
+    pool = load_train_pool(config)
+    rows = build_rows(config, pool, training_conductor(config, pool), rng_seed=config.seed)
+    for row in rows:
+        inputs = json.loads(row["sample"])["input"]
+        sample = Sample(id=str(row["sample_id"]), input=inputs, gold=None)
+        yield sample_key(sample), _Example(sample.id, str(inputs.get("question") or ""))
 
 
 def _split_label(spec: BenchmarkSpec, data_file: str | None = None) -> str:
@@ -344,7 +349,9 @@ def _held_out_sets(config: TrainConfig) -> list[_HeldOut]:
     def add_benchmark(name: str, data_file: str | None) -> None:
         spec = load_benchmark(name)
         ident = (str(spec.path or spec.name), data_file)
-        if ident in seen:
+        # A training-only benchmark (one without an evaluation split, e.g. RLPR) reads
+        # its training questions as its source: there is nothing held out to compare.
+        if ident in seen or (data_file is None and getattr(spec, "training_only", False)):
             return
         seen.add(ident)
         sets.append(
