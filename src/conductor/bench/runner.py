@@ -20,6 +20,10 @@ difference from ``config.json`` in what decides a sample is refused, naming it. 
 on ``.lock`` keeps a second process out of the directory (the OS drops it when the
 holder dies, so a killed run leaves nothing stale).  Sharding takes every N-th sample
 of the dataset order; ``merge_runs`` joins the shards of one run.
+
+Given the questions a Conductor checkpoint was trained on (``BenchOptions.trained_on``),
+``config.json`` records how many of the run's samples are among them (``trained_on``),
+and ``exclude_trained`` leaves those samples out of the run altogether.
 """
 
 from __future__ import annotations
