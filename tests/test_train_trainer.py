@@ -99,11 +99,14 @@ def _setup(tmp_path: Path, server: FakeLLMServer, *, steps: int = 2) -> Path:
     data.write_text(
         "".join(json.dumps({"id": i, "question": q, "answer": a}) + "\n" for i, q, a in QUESTIONS)
     )
+    # Evaluation questions apart from the training ones: the contamination guard
+    # refuses a training set that holds its own benchmark's evaluation questions.
+    (tmp_path / "eval.jsonl").write_text(json.dumps({"question": "What is 5 + 5?", "answer": "10"}))
     (tmp_path / "arith.yaml").write_text(
         yaml.safe_dump(
             {
                 "name": "arith",
-                "source": {"file": "questions.jsonl"},
+                "source": {"file": "eval.jsonl"},
                 "train_source": {"file": "questions.jsonl"},
                 "fields": {"loader": "math", "question": "question", "answer": "answer"},
                 "prompt": "${question}",
@@ -337,6 +340,12 @@ def test_cli_train_overrides_steps_and_output(tmp_path: Path, fake_server: FakeL
     assert len(lines) == 1 and json.loads(lines[0])["step"] == 1
     assert (out / "checkpoint" / "conductor.json").is_file()
     assert not (tmp_path / "run").exists()  # the config's own output_dir was overridden
+    # The checkpoint records which questions it was trained on, for bench to count.
+    from conductor.checkpoint_meta import read_training_questions
+    from conductor.train.contamination import NORMALISATION, question_key
+
+    trained = {question_key(q).full for _, q, _ in QUESTIONS}
+    assert read_training_questions(out / "checkpoint") == (NORMALISATION, trained)
 
 
 def test_recursion_step_samples_revisions_from_the_policy_in_the_same_step(

@@ -26,6 +26,9 @@ Fields (all but ``format_version`` optional):
 - ``base_model`` (str): the model it was fine-tuned from (informational).
 - ``allow_indices`` (bool, default false): whether it was trained with explicit step
   indices in access lists (``[0, 2]``) rather than only ``[]`` / ``["all"]``.
+- ``training_questions`` (str): the file, inside the checkpoint directory, holding the
+  hashes of the questions it was trained on (written by ``conductor train``; see
+  :func:`write_training_questions`), which ``conductor bench`` counts or excludes.
 
 Unknown keys are kept in :attr:`CheckpointMeta.extra` and otherwise ignored, so a later
 training run may add fields without breaking older readers.
@@ -53,10 +56,13 @@ __all__ = [
     "SUPPORTED_FORMAT_VERSIONS",
     "CheckpointMeta",
     "check_pool_against_meta",
+    "TRAINING_QUESTIONS_FILE",
     "read_checkpoint_meta",
+    "read_training_questions",
     "resolve_checkpoint_dir",
     "template_ref",
     "write_checkpoint_meta",
+    "write_training_questions",
 ]
 
 #: The metadata file's name inside a checkpoint directory.
@@ -331,3 +337,85 @@ def resolve_checkpoint_dir(spec: str) -> Path:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"checkpoint hf:{ident}: {why} ({detail})") from exc
     return Path(local)
+
+
+# -- the questions a checkpoint was trained on ---------------------------------------------
+
+#: The side file with the training questions' hashes, referenced from ``conductor.json``.
+TRAINING_QUESTIONS_FILE = "training_questions.json"
+_TRAINING_KEY = "training_questions"
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+def write_training_questions(
+    directory: Path, hashes: Sequence[str] | frozenset[str], *, normalisation: str
+) -> Path:
+    """Record the hashes of the questions a checkpoint was trained on.
+
+    Writes ``training_questions.json`` (``{"format_version": 1, "normalisation": ...,
+    "count": N, "sha256": [...]}``, hashes sorted) into checkpoint ``directory`` and
+    names it under ``training_questions`` in its ``conductor.json``, which must exist.
+    ``normalisation`` names how the questions were normalised before hashing
+    (:data:`conductor.train.contamination.NORMALISATION`).
+    """
+    import dataclasses
+
+    directory = Path(directory).expanduser()
+    meta = read_checkpoint_meta(directory)
+    if meta is None:
+        raise UsageError(f"{directory}: no {META_FILE} to record the training questions in")
+    values = sorted(set(hashes))
+    bad = next((h for h in values if not _SHA256_HEX.match(h)), None)
+    if bad is not None:
+        raise ValueError(f"not a SHA-256 hex digest: {bad!r}")
+    data = {
+        "format_version": 1,
+        "normalisation": normalisation,
+        "count": len(values),
+        "sha256": values,
+    }
+    file = directory / TRAINING_QUESTIONS_FILE
+    tmp = file.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=0) + "\n", "utf-8")
+    os.replace(tmp, file)
+    extra = {**meta.extra, _TRAINING_KEY: TRAINING_QUESTIONS_FILE}
+    write_checkpoint_meta(directory, dataclasses.replace(meta, extra=extra))
+    return file
+
+
+def read_training_questions(directory: Path) -> tuple[str, frozenset[str]] | None:
+    """The normalisation name and the training-question hashes a checkpoint records.
+
+    ``None`` when the checkpoint has no ``conductor.json`` or it names no
+    ``training_questions`` file.  A named file that is missing, outside the checkpoint
+    directory or malformed raises :class:`~conductor.errors.UsageError` naming it.
+    """
+    meta_file = _meta_file(Path(directory))
+    meta = read_checkpoint_meta(meta_file)
+    if meta is None or meta.extra.get(_TRAINING_KEY) is None:
+        return None
+    name = meta.extra[_TRAINING_KEY]
+    root = meta_file.parent.resolve()
+    if (
+        not isinstance(name, str)
+        or os.path.isabs(name)
+        or root not in (root / name).resolve().parents
+    ):
+        raise _bad(meta_file, _TRAINING_KEY, f"{name!r} must be a file name inside {root}")
+    file = root / name
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise _bad(meta_file, _TRAINING_KEY, f"{name!r} not found in {root}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"{file}: cannot be read as training questions ({exc})") from None
+    if not isinstance(data, dict) or data.get("format_version") != 1:
+        raise UsageError(f"{file}: not a training-questions file of format_version 1")
+    normalisation = data.get("normalisation")
+    hashes = data.get("sha256")
+    if not isinstance(normalisation, str) or not isinstance(hashes, list):
+        raise UsageError(f"{file}: expected 'normalisation' (a string) and 'sha256' (a list)")
+    bad = next((h for h in hashes if not isinstance(h, str) or not _SHA256_HEX.match(h)), None)
+    if bad is not None:
+        raise UsageError(f"{file}: {bad!r} in 'sha256' is not a SHA-256 hex digest")
+    return normalisation, frozenset(hashes)

@@ -306,6 +306,14 @@ def bench(
             help="Run model-written code even where no OS sandbox is possible.",
         ),
     ] = False,
+    exclude_trained: Annotated[
+        bool,
+        typer.Option(
+            "--exclude-trained",
+            help="Skip the samples the Conductor checkpoint was trained on (it records "
+            "them); without it they run and are counted in the summary.",
+        ),
+    ] = False,
 ) -> None:
     """Run a benchmark with the Conductor or a baseline strategy, graded and resumable."""
     if benchmark == "merge":
@@ -339,6 +347,7 @@ def bench(
     rounds = rounds or stored.get("rounds") or 1
     budget_usd = budget_usd if budget_usd is not None else stored.get("budget_usd")
     max_calls = max_calls if max_calls is not None else stored.get("max_calls")
+    exclude_trained = exclude_trained or bool(stored.get("exclude_trained"))
 
     spec = load_benchmark(benchmark)
     if spec.training_only and data is None:
@@ -364,6 +373,7 @@ def bench(
         "budget_usd": budget_usd,
         "max_calls": max_calls,
         "concurrency": concurrency,
+        "exclude_trained": exclude_trained,
     }
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -394,6 +404,7 @@ def bench(
             no_cache=no_cache,
             invocation=invocation,
             unsafe_code=confirm_run_unsafe_code,
+            exclude_trained=exclude_trained,
         )
         failed = failed or (progress.done > 0 and progress.errors == progress.done)
         run_dirs.append(run_dir)
@@ -421,6 +432,7 @@ def _bench_one(
     no_cache: bool,
     invocation: dict[str, Any] | None = None,
     unsafe_code: bool = False,
+    exclude_trained: bool = False,
 ) -> Any:
     from .bench.graders import get_grader
     from .bench.graders.code import with_unsafe_opt_in
@@ -457,11 +469,13 @@ def _bench_one(
     console = _err()
 
     async def go(progress_cb: Any) -> Any:
+        nonlocal options
         cache = None if no_cache else _open_cache()
         callers = CallerSet(cache)
         strat: Any
         if strategy == "conductor":
             cond = resolve_conductor(pool_obj, conductor_spec, max_steps=max_steps)
+            options = _with_trained_questions(options, cond, exclude_trained)
             run_settings = RunSettings(
                 max_steps=max_steps, rounds=rounds, budget_usd=budget_usd, max_calls=max_calls
             )
@@ -469,6 +483,8 @@ def _bench_one(
         else:
             if conductor_spec is not None:
                 raise UsageError("--conductor applies to --strategy conductor only")
+            if exclude_trained:
+                raise UsageError("--exclude-trained applies to --strategy conductor only")
             strat = parse_strategy(
                 strategy, pool_obj, callers, vote_key=answer_key_for(spec.grader)
             )
@@ -524,6 +540,17 @@ def _bench_one(
             raise typer.Exit(130) from None
     write_summary(run_dir)
     return progress
+
+
+def _with_trained_questions(options: Any, conductor: Any, exclude: bool) -> Any:
+    """``options`` with the questions ``conductor``'s checkpoint was trained on (counted
+    by the run, or skipped with ``exclude``)."""
+    import dataclasses
+
+    from .train.contamination import trained_questions_of
+
+    trained = trained_questions_of(conductor)
+    return dataclasses.replace(options, trained_on=trained, exclude_trained=exclude)
 
 
 def _stored_invocation(run_dir: Path) -> dict[str, Any]:

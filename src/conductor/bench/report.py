@@ -120,6 +120,11 @@ class RunSummary:
     created_at: str | None = None
     conductor_version: str | None = None
     rate_limits: list[dict[str, Any]] = field(default_factory=list)
+    #: How many of the benchmark's samples (of this shard, within ``limit``) the
+    #: Conductor checkpoint was trained on; None when it records no training questions.
+    trained_on_samples: int | None = None
+    #: Whether those samples were left out of the run (``--exclude-trained``).
+    trained_excluded: bool = False
 
     @property
     def errors(self) -> int:
@@ -390,6 +395,8 @@ def summarize_run(run_dir: Path) -> RunSummary:
         created_at=config.get("created_at"),
         conductor_version=config.get("conductor_version"),
         rate_limits=_read_rate_limits(run_dir / RATE_LIMITS_FILE),
+        trained_on_samples=(config.get("trained_on") or {}).get("samples"),
+        trained_excluded=bool(config.get("exclude_trained")),
     )
 
 
@@ -562,6 +569,12 @@ def _errors(s: RunSummary) -> str:
     )
 
 
+def _trained_on(s: RunSummary) -> str:
+    if s.trained_on_samples is None:
+        return "-"
+    return f"{s.trained_on_samples}" + (" (excluded)" if s.trained_excluded else "")
+
+
 def _paper_cell(figures: list[PaperFigure]) -> Text:
     """Each figure as ``value method`` over a dim ``(table, setting)`` line."""
     if not figures:
@@ -627,6 +640,9 @@ def summary_table(
         )
     for name, fn in _ROWS:
         table.add_row(name, *(fn(s) for s, _ in columns))
+    if any(s.trained_on_samples is not None for s, _ in columns):
+        # Samples the Conductor saw in training: their scores are not held-out results.
+        table.add_row("trained-on samples", *(_trained_on(s) for s, _ in columns))
     table.add_row(
         "paper", *(_paper_cell(paper_reference(s.paper_key, strat)) for s, strat in columns)
     )

@@ -20,6 +20,10 @@ difference from ``config.json`` in what decides a sample is refused, naming it. 
 on ``.lock`` keeps a second process out of the directory (the OS drops it when the
 holder dies, so a killed run leaves nothing stale).  Sharding takes every N-th sample
 of the dataset order; ``merge_runs`` joins the shards of one run.
+
+Given the questions a Conductor checkpoint was trained on (``BenchOptions.trained_on``),
+``config.json`` records how many of the run's samples are among them (``trained_on``),
+and ``exclude_trained`` leaves those samples out of the run altogether.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .. import __version__, errors
 from ..cache import ResponseCache
@@ -49,6 +53,9 @@ from .types import BenchmarkSpec, Sample, Verdict
 
 if sys.platform != "win32":
     import fcntl
+
+if TYPE_CHECKING:
+    from ..train.contamination import TrainedQuestions
 
 __all__ = [
     "BenchOptions",
@@ -102,6 +109,11 @@ class BenchOptions:
     invocation: Mapping[str, Any] | None = None
     #: The SHA-256 of the pool file's text, kept in ``config.json``.
     pool_sha256: str | None = None
+    #: The questions the Conductor checkpoint was trained on: how many of this run's
+    #: samples are among them goes into ``config.json`` (``trained_on``) ...
+    trained_on: TrainedQuestions | None = None
+    #: ... and with this set, those samples are not run at all.
+    exclude_trained: bool = False
 
 
 @dataclass
@@ -195,7 +207,9 @@ def _config(
     pool_dict: dict[str, Any],
     options: BenchOptions,
     epochs: int,
+    trained: int | None = None,
 ) -> dict[str, Any]:
+    trained_on = options.trained_on
     return {
         "schema_version": CONFIG_SCHEMA,
         "benchmark": {
@@ -216,6 +230,17 @@ def _config(
         "shard": list(options.shard) if options.shard else None,
         "pool_sha256": options.pool_sha256,
         "invocation": dict(options.invocation) if options.invocation is not None else None,
+        "trained_on": (
+            {
+                "checkpoint": trained_on.source,
+                "questions": len(trained_on.hashes),
+                "samples": trained,
+            }
+            if trained_on is not None
+            else None
+        ),
+        # Null unless set, so that runs from before the option resume as they were.
+        "exclude_trained": options.exclude_trained or None,
         "created_at": now_iso(),
         "conductor_version": __version__,
     }
@@ -287,6 +312,7 @@ _SAME_RUN: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("epochs", ("epochs",)),
     ("seed", ("seed",)),
     ("limit", ("limit",)),
+    ("--exclude-trained setting", ("exclude_trained",)),
 )
 # Compared field by field, so a refusal names e.g. ``settings.max_steps``.
 _SAME_RUN_TREES = (("strategy settings", "strategy_detail"), ("pool", "pool"))
@@ -374,16 +400,33 @@ def _check_same_run(
 # -- running --------------------------------------------------------------------------
 
 
-def _work(
-    spec: BenchmarkSpec, options: BenchOptions, epochs: int, done: set[str]
-) -> Iterator[tuple[Sample, int]]:
-    """(sample, epoch) pairs still to run, streamed in dataset order."""
+def _shard_samples(spec: BenchmarkSpec, options: BenchOptions) -> Iterator[Sample]:
+    """This shard's samples (every one, run or excluded), streamed in dataset order."""
     shard_i, shard_n = options.shard or (0, 1)
     samples = iter_samples(
         spec, data_file=options.data_file, seed=options.seed, limit=options.limit
     )
     for position, sample in enumerate(samples):
-        if position % shard_n != shard_i:
+        if position % shard_n == shard_i:
+            yield sample
+
+
+def _trained_count(spec: BenchmarkSpec, options: BenchOptions) -> int | None:
+    """How many of this shard's samples the Conductor was trained on (one pass over the
+    data), or None when its training questions are not known."""
+    trained = options.trained_on
+    if trained is None:
+        return None
+    return sum(1 for sample in _shard_samples(spec, options) if trained.contains(sample))
+
+
+def _work(
+    spec: BenchmarkSpec, options: BenchOptions, epochs: int, done: set[str]
+) -> Iterator[tuple[Sample, int]]:
+    """(sample, epoch) pairs still to run, streamed in dataset order."""
+    trained = options.trained_on if options.exclude_trained else None
+    for sample in _shard_samples(spec, options):
+        if trained is not None and trained.contains(sample):
             continue
         for epoch in range(epochs):
             if _key(sample.id, epoch) not in done:
@@ -420,7 +463,13 @@ async def run_benchmark(
     """
     out = options.out_dir
     epochs = options.epochs or spec.epochs
-    config = _config(spec, strategy, grader, pool_dict, options, epochs)
+    if options.exclude_trained and options.trained_on is None:
+        raise UsageError(
+            "--exclude-trained needs a Conductor checkpoint that records the questions "
+            "it was trained on (conductor train writes them); this Conductor records none"
+        )
+    trained = _trained_count(spec, options)
+    config = _config(spec, strategy, grader, pool_dict, options, epochs, trained)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -739,6 +788,8 @@ async def _run_locked(
         n = count_samples(spec, data_file=options.data_file, limit=options.limit)
         shard_i, shard_n = options.shard or (0, 1)
         progress.total = len(range(shard_i, n, shard_n)) * epochs
+        if options.exclude_trained:
+            progress.total -= (config["trained_on"]["samples"] or 0) * epochs
         notify(progress)
         for sample, epoch in _work(spec, options, epochs, done):
             await pending.acquire()
@@ -846,6 +897,9 @@ def merge_runs(run_dirs: list[Path], out_dir: Path) -> int:
                     out.write(json.dumps(data, ensure_ascii=False) + "\n")
                     written += 1
     merged = {**first, "shard": None, "merged_from": [str(d) for d in run_dirs]}
+    counts = [(cfg.get("trained_on") or {}).get("samples") for cfg in configs]
+    if all(isinstance(c, int) for c in counts):
+        merged["trained_on"] = {**first["trained_on"], "samples": sum(counts)}
     merged["created_at"] = now_iso()
     (out_dir / CONFIG).write_text(json.dumps(merged, indent=2, ensure_ascii=False) + "\n")
     return written

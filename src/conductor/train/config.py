@@ -27,6 +27,11 @@ rewarded and how GRPO is run.  Schema (``base_model``, ``pool``, ``data`` and
     grpo: {group_size: 8, questions_per_step: 4, learning_rate: 1.0e-6, ...}
     randomise_pool: {k_min: 2, k_max: 4}   # optional: a random k-of-n pool per question
     recursion: {fraction: 0.5, discount: 0.2}    # optional: forced second rounds
+    holdout:                       # questions training must not include (besides the
+      - gpqa-diamond               # evaluation split of each benchmark in data): a
+      - {benchmark: mmlu, file: data/mmlu-test.jsonl}   # benchmark, one in a file,
+      - data/private.jsonl         # or a plain file of questions
+    allow_holdout_overlap: false   # true: an overlap is a warning, not an error
 
 Every mistake raises :class:`TrainConfigError` (a :class:`~conductor.errors.UsageError`)
 whose message starts ``FILE:LINE:`` and names the field, with a did-you-mean hint for a
@@ -52,6 +57,7 @@ __all__ = [
     "VLLM_MODES",
     "DataMix",
     "GRPOSettings",
+    "HoldoutSet",
     "PoolSampling",
     "RecursionSettings",
     "RewardSettings",
@@ -191,6 +197,16 @@ class RecursionSettings:
 
 
 @dataclass(frozen=True)
+class HoldoutSet:
+    """Questions training must not include (see :mod:`conductor.train.contamination`):
+    a benchmark's evaluation split, that benchmark's schema read from ``file``, or with
+    no ``benchmark`` a plain data file of questions."""
+
+    benchmark: str | None = None
+    file: str | None = None
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """A validated training config (see the module docstring for the file format)."""
 
@@ -207,6 +223,8 @@ class TrainConfig:
     seed: int = 0
     worker_max_tokens: int | None = None
     confirm_run_unsafe_code: bool = False
+    holdout: tuple[HoldoutSet, ...] = ()
+    allow_holdout_overlap: bool = False
     path: Path | None = None
 
 
@@ -228,6 +246,8 @@ _TOP_KEYS = (
     "seed",
     "worker_max_tokens",
     "confirm_run_unsafe_code",
+    "holdout",
+    "allow_holdout_overlap",
 )
 _MIX_KEYS = tuple(f.name for f in fields(DataMix))
 _REWARD_KEYS = tuple(f.name for f in fields(RewardSettings))
@@ -455,6 +475,44 @@ class _TrainReader(_Reader):
                 kwargs[key] = value
         return RecursionSettings(**kwargs)
 
+    def holdout(self, node: yaml.Node) -> tuple[HoldoutSet, ...]:
+        if isinstance(node, yaml.ScalarNode) and self.scalar(node, "holdout") is None:
+            return ()
+        if not isinstance(node, yaml.SequenceNode):
+            shown = _show(self.value(node, "holdout"))
+            raise self.error(
+                f"holdout must be a list of benchmarks or files, got {shown}", node, "holdout"
+            )
+        return tuple(self.holdout_set(item, f"holdout[{i}]") for i, item in enumerate(node.value))
+
+    def holdout_set(self, node: yaml.Node, field: str) -> HoldoutSet:
+        if isinstance(node, yaml.ScalarNode):
+            text = self.required_string(node, field).strip()
+            beside = self.local_path(text)
+            if beside.suffix.lower() in (".jsonl", ".json", ".csv", ".parquet"):
+                if not beside.is_file():
+                    raise self.error(f"{field}: no such file: {beside}", node, field)
+                return HoldoutSet(file=str(beside.resolve()))
+            return HoldoutSet(benchmark=self.benchmark_ref(node, field))
+        keys = self.mapping(node, field, ("benchmark", "file"), "a benchmark, a file or a mapping")
+        get = {k: vn for k, (_kn, vn) in keys.items()}
+        benchmark = (
+            self.benchmark_ref(get["benchmark"], f"{field}.benchmark")
+            if "benchmark" in get
+            else None
+        )
+        file = None
+        if "file" in get:
+            path = self.local_path(self.required_string(get["file"], f"{field}.file").strip())
+            if not path.is_file():
+                raise self.error(
+                    f"{field}.file: no such file: {path}", get["file"], f"{field}.file"
+                )
+            file = str(path.resolve())
+        if benchmark is None and file is None:
+            raise self.error(f"{field} needs a benchmark or a file", node, field)
+        return HoldoutSet(benchmark=benchmark, file=file)
+
     def config(self, root: yaml.Node | None, path: Path | None) -> TrainConfig:
         get = self.document(
             root,
@@ -509,6 +567,11 @@ class _TrainReader(_Reader):
         if "confirm_run_unsafe_code" in get:
             flag = self.boolean(get["confirm_run_unsafe_code"], "confirm_run_unsafe_code")
             kwargs["confirm_run_unsafe_code"] = bool(flag)
+        if "holdout" in get:
+            kwargs["holdout"] = self.holdout(get["holdout"])
+        if "allow_holdout_overlap" in get:
+            flag = self.boolean(get["allow_holdout_overlap"], "allow_holdout_overlap")
+            kwargs["allow_holdout_overlap"] = bool(flag)
         return TrainConfig(**kwargs)
 
 

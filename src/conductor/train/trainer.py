@@ -2,7 +2,8 @@
 
 :func:`train` turns a :class:`~conductor.train.config.TrainConfig` into a run:
 
-1. load the pool and the base policy (:func:`load_policy`);
+1. refuse training questions that are held out (:mod:`.contamination`), then load
+   the pool and the base policy (:func:`load_policy`);
 2. build the prompt rows (:func:`conductor.train.dataset.build_rows`); for recursion
    fine-tuning, mark ``recursion.fraction`` of the questions for a forced second round;
 3. run ``GRPOTrainer`` with :class:`~conductor.train.reward.WorkflowReward` as the
@@ -11,7 +12,8 @@
    group's revisions from the policy being trained (see :func:`_recursion_trainer`);
 4. log one metrics line per logging step (``OUTPUT_DIR/metrics.jsonl``, plus an optional
    rich live table) and save ``OUTPUT_DIR/checkpoint`` with ``conductor.json`` (template,
-   pool order, step limit, base model), which ``--conductor PATH`` loads.
+   pool order, step limit, base model, training-question hashes), which
+   ``--conductor PATH`` loads.
 
 One optimizer step consumes ``questions_per_step x group_size`` completions (one
 generation batch); GRPO's advantages are normalised within each question's group.
@@ -552,6 +554,14 @@ def _save_checkpoint(
     )
 
 
+def _record_training_questions(checkpoint: Path, hashes: frozenset[str]) -> None:
+    """Keep the training questions' hashes in the checkpoint, for ``bench`` to count."""
+    from ..checkpoint_meta import write_training_questions
+    from .contamination import NORMALISATION
+
+    write_training_questions(checkpoint, hashes, normalisation=NORMALISATION)
+
+
 def train(
     config: TrainConfig,
     *,
@@ -568,6 +578,10 @@ def train(
     """
     _require_train_deps()
     check_recursion_layout(config)
+    from .contamination import check_training_data
+
+    # Before any model is loaded: training on held-out questions stops the run here.
+    guard = check_training_data(config)
     from datasets import Dataset
     from trl import GRPOTrainer  # type: ignore[attr-defined]
 
@@ -617,6 +631,8 @@ def train(
         trainer.train()
         checkpoint = output_dir / CHECKPOINT_DIR
         _save_checkpoint(trainer, tokenizer, config, pool, checkpoint)
+        if trainer.is_world_process_zero():
+            _record_training_questions(checkpoint, guard.training_hashes)
     finally:
         if view is not None:
             view.stop()

@@ -1,0 +1,557 @@
+"""Held-out questions: the training guard, the hashes a checkpoint keeps, and `bench`
+counting or excluding the samples a Conductor was trained on.
+
+Question identity is tested directly (normalisation, options in any order); the guard
+through :func:`check_training_data` and through ``conductor train`` in a subprocess
+(exit 2 before any model is loaded); the bench side through the real CLI with a tiny
+checkpoint Conductor (built here, nothing downloaded) over workers on the fake server.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from poolkit import pool_dict, worker, write_pool
+
+from conductor.bench.types import Sample
+from conductor.checkpoint_meta import (
+    META_FILE,
+    TRAINING_QUESTIONS_FILE,
+    read_training_questions,
+    write_training_questions,
+)
+from conductor.errors import UsageError
+from conductor.testing import FakeLLMServer
+from conductor.train.config import HoldoutSet, TrainConfigError, load_train_config
+from conductor.train.contamination import (
+    NORMALISATION,
+    ContaminationError,
+    check_training_data,
+    normalise_question,
+    question_key,
+    sample_key,
+)
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bench"
+
+
+def _jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _arith(directory: Path, eval_rows: list[dict[str, Any]]) -> Path:
+    """A math benchmark whose evaluation split is the local file ``eval.jsonl``."""
+    _jsonl(directory / "eval.jsonl", eval_rows)
+    path = directory / "arith.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "arith",
+                "source": {"file": "eval.jsonl"},
+                "fields": {
+                    "loader": "math",
+                    "question": "question",
+                    "answer": "answer",
+                    "id": "id",
+                },
+                "prompt": "${question}",
+                "answer_format": "math",
+                "grader": "math",
+            }
+        )
+    )
+    return path
+
+
+def _config(directory: Path, body: dict[str, Any], *, pool: str = "local") -> Path:
+    data = {"base_model": "org/model", "pool": pool, "output_dir": str(directory / "out")}
+    path = directory / "train.yaml"
+    path.write_text(yaml.safe_dump({**data, **body}, sort_keys=False))
+    return path
+
+
+def _q(i: int) -> dict[str, Any]:
+    return {"question": f"What is {i} + 0?", "answer": str(i)}
+
+
+# -- question identity ------------------------------------------------------------------
+
+
+def test_normalisation_ignores_formatting_but_not_content() -> None:
+    base = normalise_question(r"Find $\frac{1}{2} + x$ when $x = 3$.")
+    same = [
+        r"find \( \dfrac{1}{2}+x \) when \(x=3\).",  # delimiters, \dfrac, spacing, case
+        "Find  $\\frac{1}{2}\\,+\\;x$\nwhen $x = 3$.",  # LaTeX spacing, a line break
+        "Ｆｉｎｄ $\\frac{1}{2} + x$ when $x = 3$.",  # full-width letters (NFKC)
+        "Find $\\displaystyle\\frac{1}{2} + x$ when\u200b $x\u00a0=\u00a03$.",
+    ]
+    for text in same:
+        assert normalise_question(text) == base, text
+    for other in (r"Find $\frac{1}{3} + x$ when $x = 3$.", r"Find $\frac{1}{2} - x$."):
+        assert normalise_question(other) != base
+    assert normalise_question(r"$\left(x+1\right)^2$") == normalise_question("(x + 1)^2")
+    # \right stays where it is the start of another command.
+    assert normalise_question(r"$a \rightarrow b$") != normalise_question("$a b$")
+
+
+def test_keys_cover_options_in_any_order() -> None:
+    stem = "Which of the following is true?"
+    a = question_key(stem, ["Paris is in France", "2 + 2 = 5"])
+    assert a == question_key("which of the following is TRUE?", ["2 + 2 = 5", "Paris is in France"])
+    assert a.full != question_key(stem, ["The sun is cold", "2 + 2 = 5"]).full
+    assert a.text == question_key(stem).text == question_key(stem).full
+    assert len(a.full) == 64 and all(c in "0123456789abcdef" for c in a.full)
+    # A benchmark sample's options are whatever order its seed shuffled them into.
+    one = Sample("m/1", {"question": stem, "choices": ["x", "y", "z"]}, "A")
+    two = Sample("m/2", {"question": stem, "choices": ["z", "x", "y"]}, "B")
+    assert sample_key(one) == sample_key(two)
+    assert sample_key(Sample("m/3", {"question": stem}, "1")).full == a.text
+
+
+# -- the config keys --------------------------------------------------------------------
+
+
+def test_holdout_entries_parse(tmp_path: Path) -> None:
+    plain = _jsonl(tmp_path / "secret.jsonl", [{"question": "q"}])
+    arith = _arith(tmp_path, [_q(0)])
+    config = load_train_config(
+        _config(
+            tmp_path,
+            {
+                "data": [{"benchmark": "arith.yaml"}],
+                "holdout": [
+                    "gpqa-diamond",
+                    "secret.jsonl",
+                    {"benchmark": "mmlu", "file": str(FIXTURES / "mmlu.jsonl")},
+                    {"file": "secret.jsonl"},
+                    "arith.yaml",
+                ],
+                "allow_holdout_overlap": True,
+            },
+        )
+    )
+    assert config.holdout == (
+        HoldoutSet(benchmark="gpqa-diamond"),
+        HoldoutSet(file=str(plain.resolve())),
+        HoldoutSet(benchmark="mmlu", file=str(FIXTURES / "mmlu.jsonl")),
+        HoldoutSet(file=str(plain.resolve())),
+        HoldoutSet(benchmark=str(arith.resolve())),
+    )
+    assert config.allow_holdout_overlap is True
+    assert load_train_config(_config(tmp_path, {"data": ["math500"]})).holdout == ()
+
+
+@pytest.mark.parametrize(
+    ("holdout", "needle"),
+    [
+        (["missing.jsonl"], "holdout[0]: no such file"),
+        (["gpqa-diamnd"], 'did you mean "gpqa-diamond"'),
+        ([{"benchmark": "mmlu", "file": "nope.csv"}], "holdout[0].file: no such file"),
+        ([{}], "holdout[0] needs a benchmark or a file"),
+        ([{"benchmark": "mmlu", "split": "test"}], "holdout[0]"),
+        ("gpqa-diamond", "holdout must be a list"),
+    ],
+)
+def test_bad_holdout_names_the_entry(tmp_path: Path, holdout: Any, needle: str) -> None:
+    path = _config(tmp_path, {"data": ["math500"], "holdout": holdout})
+    with pytest.raises(TrainConfigError) as info:
+        load_train_config(path)
+    assert str(info.value).startswith(f"{path}:") and needle in str(info.value)
+
+
+# -- the guard --------------------------------------------------------------------------
+
+
+def test_training_on_evaluation_questions_stops_with_count_and_examples(tmp_path: Path) -> None:
+    long = "What is 5 + 0? " + "Think about it carefully. " * 10
+    _arith(tmp_path, [{"question": long, "answer": "5"}, _q(1), _q(2), _q(3), _q(4)])
+    # The same questions, formatted differently, plus two that are not held out.
+    train = [
+        {"question": "what is 1+0 ?", "answer": "1"},
+        {"question": "WHAT IS 2 + 0?", "answer": "2"},
+        {"question": "  What is\n3 + 0?", "answer": "3"},
+        {"question": long.replace(" ", "  "), "answer": "5"},
+        _q(7),
+        _q(8),
+    ]
+    _jsonl(tmp_path / "train.jsonl", train)
+    path = _config(tmp_path, {"data": [{"benchmark": "arith.yaml", "file": "train.jsonl"}]})
+    with pytest.raises(ContaminationError) as info:
+        check_training_data(load_train_config(path))
+    message = str(info.value)
+    assert isinstance(info.value, UsageError)  # exit code 2
+    assert message.startswith(f"{path.resolve()}: 4 training questions are also held out")
+    assert "4 in arith evaluation split" in message
+    assert message.count("(arith/") == 3  # three examples, each with its sample id
+    assert "allow_holdout_overlap: true" in message
+    # The examples quote the training questions, clipped and on one line.
+    assert f'"{long[:60]}' in message and long not in message
+    assert '"what is 1+0 ?"' in message and '"What is 3 + 0?"' not in message
+    assert "What is 7" not in message and "\n" not in message
+
+
+def test_allow_holdout_overlap_warns_and_returns_the_training_keys(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _arith(tmp_path, [_q(1), _q(2)])
+    _jsonl(tmp_path / "train.jsonl", [_q(1), _q(7)])
+    path = _config(
+        tmp_path,
+        {
+            "data": [{"benchmark": "arith.yaml", "file": "train.jsonl"}],
+            "allow_holdout_overlap": True,
+        },
+    )
+    with caplog.at_level(logging.WARNING, logger="conductor"):
+        result = check_training_data(load_train_config(path))
+    assert result.overlap == 1
+    assert result.training_hashes == {question_key(q["question"]).full for q in (_q(1), _q(7))}
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "1 training question is also held out" in line and "training goes on" in line
+
+
+def test_holdout_sets_plain_files_and_multiple_choice(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A plain file matches by question text; a multiple-choice set by question and
+    options in any order; the mix's own Hub evaluation split, not cached here, is
+    skipped with one warning."""
+    _jsonl(
+        tmp_path / "train.jsonl",
+        [
+            # MMLU's "What is 7 times 8?" with its options in another order: held out.
+            {"question": "What is 7 times 8?", "choices": ["64", "58", "56", "54"], "answer": 2},
+            # The same stem as a held-out question, with other options: another question.
+            {"question": "Which organ pumps blood?", "choices": ["a", "b"], "answer": 0},
+            {"question": "Name the capital of France.", "choices": ["Paris", "Rome"], "answer": 0},
+        ],
+    )
+    _jsonl(tmp_path / "secret.jsonl", [{"problem": "name the capital of  FRANCE."}])
+    path = _config(
+        tmp_path,
+        {
+            "data": [{"benchmark": "mmlu", "file": "train.jsonl"}],
+            "holdout": [
+                {"benchmark": "mmlu", "file": str(FIXTURES / "mmlu.jsonl")},
+                "secret.jsonl",
+            ],
+        },
+    )
+    with (
+        caplog.at_level(logging.WARNING, logger="conductor"),
+        pytest.raises(ContaminationError) as info,
+    ):
+        check_training_data(load_train_config(path))
+    message = str(info.value)
+    assert "2 training questions are also held out" in message
+    assert f"1 in mmlu ({FIXTURES / 'mmlu.jsonl'})" in message
+    assert f"1 in {(tmp_path / 'secret.jsonl').resolve()}" in message
+    assert "organ" not in message
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert warning.startswith("contamination check: mmlu evaluation split (cais/mmlu test)")
+    assert "not in the local dataset cache" in warning
+
+
+def test_a_held_out_file_without_a_question_column_is_an_error(tmp_path: Path) -> None:
+    _arith(tmp_path, [_q(1)])
+    _jsonl(tmp_path / "train.jsonl", [_q(7)])
+    _jsonl(tmp_path / "bad.jsonl", [{"text": "no question here"}])
+    path = _config(
+        tmp_path,
+        {"data": [{"benchmark": "arith.yaml", "file": "train.jsonl"}], "holdout": ["bad.jsonl"]},
+    )
+    with pytest.raises(UsageError, match=r"bad.jsonl:1: a held-out row needs a text column"):
+        check_training_data(load_train_config(path))
+
+
+def _cli(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "conductor", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=cwd,
+    )
+
+
+def test_cli_train_stops_before_loading_the_model(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    """The base model does not exist, so loading it would fail: the overlap error comes
+    first.  With allow_holdout_overlap the guard warns and the run goes on to the
+    model, which then fails: the guard runs before any model is loaded."""
+    pytest.importorskip("trl")
+    pytest.importorskip("datasets")
+    pool = write_pool(tmp_path / "pool.yaml", pool_dict(fake_server, [worker(fake_server, "w0")]))
+    _arith(tmp_path, [_q(1), _q(2)])
+    _jsonl(tmp_path / "train.jsonl", [_q(1), _q(2), _q(7)])
+    body = {
+        "base_model": str(tmp_path / "no-such-model"),
+        "data": [{"benchmark": "arith.yaml", "file": "train.jsonl"}],
+    }
+    config = _config(tmp_path, body, pool=str(pool))
+    result = _cli("train", str(config), "--no-live", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "2 training questions are also held out" in result.stderr
+    assert "no-such-model" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+    config = _config(tmp_path, {**body, "allow_holdout_overlap": True}, pool=str(pool))
+    result = _cli("train", str(config), "--no-live", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    warning, error = result.stderr.index("also held out"), result.stderr.index("no-such-model")
+    assert warning < error, result.stderr
+    assert "training goes on" in result.stderr
+    assert fake_server.requests == []
+
+
+# -- the checkpoint and bench ---------------------------------------------------------
+
+
+def test_training_questions_round_trip_and_refusals(tmp_path: Path) -> None:
+    keys = [question_key(f"What is {i} + 0?").full for i in range(3)]
+    with pytest.raises(UsageError, match="no conductor.json"):
+        write_training_questions(tmp_path, keys, normalisation=NORMALISATION)
+    (tmp_path / META_FILE).write_text(json.dumps({"format_version": 1, "max_steps": 4}))
+    assert read_training_questions(tmp_path) is None
+    file = write_training_questions(tmp_path, keys + keys[:1], normalisation=NORMALISATION)
+    assert file.name == TRAINING_QUESTIONS_FILE
+    meta = json.loads((tmp_path / META_FILE).read_text())
+    assert meta["training_questions"] == TRAINING_QUESTIONS_FILE and meta["max_steps"] == 4
+    assert read_training_questions(tmp_path) == (NORMALISATION, frozenset(keys))
+    assert json.loads(file.read_text())["count"] == 3
+
+    meta["training_questions"] = "../elsewhere.json"
+    (tmp_path / META_FILE).write_text(json.dumps(meta))
+    with pytest.raises(UsageError, match="must be a file name inside"):
+        read_training_questions(tmp_path)
+    meta["training_questions"] = TRAINING_QUESTIONS_FILE
+    (tmp_path / META_FILE).write_text(json.dumps(meta))
+    file.write_text(json.dumps({"format_version": 1, "normalisation": "x", "sha256": ["zz"]}))
+    with pytest.raises(UsageError, match="not a SHA-256 hex digest"):
+        read_training_questions(tmp_path)
+
+
+async def test_exclude_trained_without_known_questions_is_refused(tmp_path: Path) -> None:
+    from conductor.bench.graders import get_grader
+    from conductor.bench.runner import BenchOptions, run_benchmark
+    from conductor.bench.spec import load_benchmark
+
+    spec = load_benchmark(_arith(tmp_path, [_q(1)]))
+    options = BenchOptions(out_dir=tmp_path / "run", exclude_trained=True)
+    with pytest.raises(UsageError, match="--exclude-trained needs a Conductor checkpoint"):
+        await run_benchmark(spec, object(), get_grader("math"), {}, options)  # type: ignore[arg-type]
+    assert not (tmp_path / "run").exists()
+
+
+WORKFLOW = 'model_id = [0]\nsubtasks = ["Solve it"]\naccess_list = [[]]'
+
+
+def _checkpoint(directory: Path, questions: list[str]) -> Path:
+    """A tiny model taught to answer each of ``questions`` (its whole prompt) with
+    WORKFLOW, saved with a conductor.json whose template is the bare question."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("tokenizers")
+    from tinymodels import tiny_llama, tiny_tokenizer
+
+    tok = tiny_tokenizer([WORKFLOW, *questions, "0 1 2 3 4 5 6 7 8 9 [ ] \" ' , = + ?"])
+    model = tiny_llama(tok, seed=1)
+    batch = []
+    for question in questions:
+        messages = [{"role": "user", "content": question}]
+        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        prompt = tok(text, add_special_tokens=False)["input_ids"]
+        ids = prompt + tok(WORKFLOW, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        batch.append((len(prompt), ids))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(200):
+        total = 0.0
+        for start, ids in batch:
+            x = torch.tensor([ids])
+            labels = x.clone()
+            labels[0, :start] = -100
+            loss = model(input_ids=x, labels=labels).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.item()
+        if total / len(batch) < 0.01:
+            break
+    directory.mkdir(parents=True)
+    tok.save_pretrained(directory)
+    model.save_pretrained(directory)
+    (directory / "bare.txt").write_text("${question}")
+    meta = {"format_version": 1, "template": "bare.txt", "max_steps": 2, "pool_order": ["w0"]}
+    (directory / META_FILE).write_text(json.dumps(meta))
+    return directory
+
+
+def _bench_cli(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CONDUCTOR_CACHE_DIR": str(cache), "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "conductor", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+
+
+def _records(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+
+
+def test_bench_counts_and_excludes_what_the_checkpoint_was_trained_on(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    """The hashes `conductor train` would record (the guard's, for a checkpoint trained
+    with allow_holdout_overlap on two evaluation questions) are counted by bench, and
+    with --exclude-trained those samples are not run; resume keeps the exclusion."""
+    import re
+
+    eval_rows = [{"id": str(i), **_q(i)} for i in range(5)]
+    _arith(tmp_path, eval_rows)
+    _jsonl(
+        tmp_path / "train.jsonl",
+        [{"question": "what is 1 +0?", "answer": "1"}, {"question": "What is 3+0 ?", "answer": "3"}]
+        + [_q(9)],
+    )
+    config = _config(
+        tmp_path,
+        {
+            "data": [{"benchmark": "arith.yaml", "file": "train.jsonl"}],
+            "allow_holdout_overlap": True,
+        },
+    )
+    guard = check_training_data(load_train_config(config))
+    assert guard.overlap == 2 and len(guard.training_hashes) == 3
+    ckpt = _checkpoint(tmp_path / "ckpt", [r["question"] for r in eval_rows])
+    write_training_questions(ckpt, guard.training_hashes, normalisation=NORMALISATION)
+
+    def solve(request: Any) -> str:
+        found = re.search(r"What is (\d+) \+ 0", request.last_user_message)
+        assert found, request.last_user_message
+        return f"\\boxed{{{found[1]}}}"
+
+    fake_server.script("w0", solve)
+    pool = pool_dict(fake_server, [worker(fake_server, "w0")])
+    pool["conductor"] = {
+        "backend": "checkpoint",
+        "model": str(ckpt),
+        "params": {"temperature": 0, "max_tokens": 48, "dtype": "float32"},
+    }
+    pool_file = write_pool(tmp_path / "pool.yaml", pool)
+    cache = tmp_path / "cache"
+    bench = ["bench", str(tmp_path / "arith.yaml"), "-p", str(pool_file), "-c", str(ckpt)]
+
+    counted = tmp_path / "counted"
+    result = _bench_cli(*bench, "--out", str(counted), cache=cache)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"trained-on samples\s+2\s", result.stdout), result.stdout
+    assert {r["sample_id"] for r in _records(counted)} == {f"arith/{i}" for i in range(5)}
+    assert all(r["grade"]["status"] == "correct" for r in _records(counted))
+    trained_on = json.loads((counted / "config.json").read_text())["trained_on"]
+    assert trained_on == {"checkpoint": str(ckpt), "questions": 3, "samples": 2}
+    summary = json.loads((counted / "summary.json").read_text())
+    assert (summary["n_samples"], summary["trained_on_samples"]) == (5, 2)
+    assert summary["trained_excluded"] is False
+
+    excluded = tmp_path / "excluded"
+    result = _bench_cli(*bench, "--out", str(excluded), "--exclude-trained", cache=cache)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"trained-on samples\s+2 \(excluded\)", result.stdout), result.stdout
+    assert {r["sample_id"] for r in _records(excluded)} == {"arith/0", "arith/2", "arith/4"}
+    summary = json.loads((excluded / "summary.json").read_text())
+    assert (summary["n_samples"], summary["trained_on_samples"]) == (3, 2)
+    assert summary["trained_excluded"] is True
+
+    report = _bench_cli("report", str(counted), str(excluded), cache=cache)
+    assert report.returncode == 0, report.stderr
+    assert re.search(r"trained-on samples\s+2\s+2 \(excluded\)", report.stdout), report.stdout
+
+    # Resuming from the directory alone keeps the exclusion (it is in the invocation);
+    # a resume that would drop it is refused.
+    (excluded / "samples.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in _records(excluded)[:2])
+    )
+    result = _bench_cli("bench", "--resume", str(excluded), cache=cache)
+    assert result.returncode == 0, result.stderr
+    assert {r["sample_id"] for r in _records(excluded)} == {"arith/0", "arith/2", "arith/4"}
+    config_file = excluded / "config.json"
+    stored = json.loads(config_file.read_text())
+    stored["invocation"]["exclude_trained"] = False
+    config_file.write_text(json.dumps(stored))
+    result = _bench_cli("bench", "--resume", str(excluded), cache=cache)
+    assert result.returncode == 2
+    assert "--exclude-trained setting was true, now null" in result.stderr
+
+
+def test_merged_shards_add_up_their_trained_on_counts(tmp_path: Path) -> None:
+    from conductor.bench.runner import merge_runs
+
+    config = {
+        "benchmark": {"name": "arith", "grader": "math", "grader_version": 1},
+        "strategy": "conductor",
+        "epochs": 1,
+        "seed": 0,
+        "limit": None,
+        "exclude_trained": True,
+    }
+    shards = []
+    for i, count in enumerate((2, 3)):
+        shard = tmp_path / f"shard{i}"
+        shard.mkdir()
+        trained_on = {"checkpoint": "ckpt", "questions": 9, "samples": count}
+        (shard / "config.json").write_text(
+            json.dumps({**config, "shard": [i, 2], "trained_on": trained_on})
+        )
+        (shard / "samples.jsonl").write_text("")
+        shards.append(shard)
+    merge_runs(shards, tmp_path / "merged")
+    merged = json.loads((tmp_path / "merged" / "config.json").read_text())
+    assert merged["trained_on"] == {"checkpoint": "ckpt", "questions": 9, "samples": 5}
+    assert merged["exclude_trained"] is True
+
+    other = json.loads((shards[1] / "config.json").read_text())
+    (shards[1] / "config.json").write_text(json.dumps({**other, "exclude_trained": None}))
+    with pytest.raises(UsageError, match="--exclude-trained setting"):
+        merge_runs(shards, tmp_path / "merged-again")
+
+
+def test_a_training_only_benchmark_has_no_evaluation_split_to_compare(tmp_path: Path) -> None:
+    """A benchmark with only a ``train_source`` (as RLPR) reads its training questions
+    as its source; the guard must not call them held out, or the paper's mix would
+    always stop.  Its questions still count against the other held-out sets."""
+    _jsonl(tmp_path / "train.jsonl", [_q(1), _q(2), _q(3)])
+    (tmp_path / "onlytrain.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "onlytrain",
+                "train_source": {"file": "train.jsonl"},
+                "fields": {"loader": "math", "question": "question", "answer": "answer"},
+                "prompt": "${question}",
+                "answer_format": "math",
+                "grader": "math",
+            }
+        )
+    )
+    mix = {"data": [{"benchmark": "onlytrain.yaml", "split": "train"}]}
+    result = check_training_data(load_train_config(_config(tmp_path, mix)))
+    assert len(result.training_hashes) == 3 and result.overlap == 0
+    _jsonl(tmp_path / "private.jsonl", [_q(2)])
+    held = _config(tmp_path, {**mix, "holdout": ["private.jsonl"]})
+    with pytest.raises(ContaminationError, match="1 training question"):
+        check_training_data(load_train_config(held))
