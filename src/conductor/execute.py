@@ -17,13 +17,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .cache import ResponseCache
-from .conductors.prompt import PreviousRound, build_conductor_messages, build_reask_messages
+from .conductors.prompt import (
+    PreviousRound,
+    build_conductor_messages,
+    build_reask_messages,
+    reply_with_prefill,
+)
 from .conductors.spec import Conductor
 from .context import SharedStep, build_worker_messages
 from .errors import ModelCallError, UsageError, WorkflowParseError
 from .events import Event, EventSink, null_sink
 from .llm.caller import CallerSet
-from .llm.types import Completion, Message, ModelRequest
+from .llm.types import Completion, Message, ModelRequest, final_prefill
 from .pool import Pool, Worker, pool_to_public_dict
 from .record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals, now_iso
 from .text import strip_think
@@ -204,14 +209,19 @@ class Orchestrator:
             show_descriptions=cond.show_descriptions,
             previous=previous,
         )
+        prefill = final_prefill(messages)
         if given is not None:
             call = _call_record(list(messages), now_iso())
+            if prefill and given.startswith(prefill):
+                # Some trainers hand back the prefill with the completion.
+                given = given[len(prefill) :]
             call.response = given
+            call.prefill = prefill
             call.finished_at = call.started_at
             rnd.conductor_calls.append(call)
             try:
                 return parse_workflow(
-                    given,
+                    reply_with_prefill(messages, given),
                     n_workers=len(self.pool.workers),
                     max_steps=max_steps,
                     allow_empty=allow_empty,
@@ -220,6 +230,8 @@ class Orchestrator:
                 rnd.parse_errors.append(exc.reason)
                 rnd.stop_reason = f"the given Conductor reply could not be parsed: {exc.reason}"
                 return None
+        if prefill is not None:
+            self.conductor.check_prefill()
         grammar = self._grammar(allow_empty, max_steps)
         caller = self.callers.get(cond.target)
         for attempt in range(cond.parse_retries + 1):
@@ -247,10 +259,11 @@ class Orchestrator:
                 rnd.stop_reason = f"the Conductor call failed: {call.error}"
                 return None
             fill_call(call, completion)
+            call.prefill = final_prefill(messages)
             budget.charge(completion.cost_usd)
             try:
                 workflow = parse_workflow(
-                    completion.text,
+                    reply_with_prefill(messages, completion.text),
                     n_workers=len(self.pool.workers),
                     max_steps=max_steps,
                     allow_empty=allow_empty,
@@ -447,7 +460,7 @@ class Orchestrator:
             if round_answer is None:
                 rnd.stop_reason = "no step of this round gave an answer"
                 break
-            previous = PreviousRound(format_workflow(workflow), round_answer)
+            previous = PreviousRound(format_workflow(workflow), round_answer, _plan_reply(rnd))
         else:
             if settings.rounds > 1:
                 record.rounds[-1].stop_reason = (
@@ -467,9 +480,11 @@ def _continue(
 
     record.rounds = list(earlier.rounds)
     last_plan: Workflow | None = None
+    last_reply: str | None = None
     for rnd in earlier.rounds:
         if rnd.workflow:
             last_plan = workflow_from_dict(rnd.workflow)
+            last_reply = _plan_reply(rnd)
         for s in rnd.steps:
             answer = s.answer if s.status == "ok" else None
             history.steps.append(
@@ -477,7 +492,14 @@ def _continue(
             )
     if last_plan is None or earlier.final_answer is None:
         return None, earlier.final_answer
-    return PreviousRound(format_workflow(last_plan), earlier.final_answer), earlier.final_answer
+    previous = PreviousRound(format_workflow(last_plan), earlier.final_answer, last_reply)
+    return previous, earlier.final_answer
+
+
+def _plan_reply(rnd: RoundRecord) -> str | None:
+    """The Conductor's whole reply (prefill included) that gave round ``rnd`` its plan:
+    the last of its tries, the one that parsed."""
+    return rnd.conductor_calls[-1].reply if rnd.conductor_calls else None
 
 
 def finish_record(record: RunRecord, wall_s: float) -> None:

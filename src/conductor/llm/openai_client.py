@@ -3,7 +3,9 @@
 Used when a worker sets ``client: openai``: OpenAI itself, or any OpenAI-compatible
 server (vLLM, Ollama, SGLang) named by ``api_base``.  Parameters the Chat Completions
 API knows go as keyword arguments; everything else (``top_k``,
-``chat_template_kwargs``, ...) goes in ``extra_body`` for the server to interpret.
+``chat_template_kwargs``, ...) goes in ``extra_body`` for the server to interpret.  A
+request ending in an assistant message (a prefill) asks a compatible server to continue
+it (:mod:`conductor.llm.prefill`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelCallError
 from .factory import resolve_api_key, strip_prefix
+from .prefill import continue_fields
 from .replies import body_of, openai_reply
 from .retry import (
     classify_sdk_error,
@@ -112,6 +115,10 @@ class OpenAIClient:
             kwargs["response_format"] = request.response_format
         if request.grammar is not None and self.target.api_base:
             extra["guided_grammar"] = request.grammar
+        if self.target.api_base:
+            # A final assistant message is a prefill: ask the server to continue it.
+            for name, value in continue_fields(request.messages).items():
+                extra.setdefault(name, value)
         if extra:
             kwargs["extra_body"] = extra
         return kwargs
