@@ -205,7 +205,9 @@ def chat_template_from_dict(
                 field = f"{where}.{key}" if where else str(key)
                 fail(field, f"unknown key {key!r} (allowed: {', '.join(allowed)})", None)
 
-    def text(mapping: Mapping[str, Any], key: str, where: str, allowed: tuple[str, ...]) -> str | None:
+    def text(
+        mapping: Mapping[str, Any], key: str, where: str, allowed: tuple[str, ...]
+    ) -> str | None:
         field = f"{where}.{key}" if where else key
         value = mapping.get(key)
         if value is None:
@@ -262,9 +264,7 @@ def _read_chat_yaml(text: str, source: str) -> ChatTemplate:
         if root is None:
             raise reader.error("the template file is empty; it needs at least `user`", None, None)
         if not isinstance(root, yaml.MappingNode):
-            raise reader.error(
-                "the top level must be a mapping with at least `user`", root, None
-            )
+            raise reader.error("the top level must be a mapping with at least `user`", root, None)
         data = reader.plain(root, "")
         nodes: dict[str, yaml.Node] = {}
         for key, _kn, value in reader.items(root, ""):
@@ -364,20 +364,18 @@ def build_conductor_messages(
     messages.append({"role": "user", "content": _fill(chat.user, values, template)})
     if previous is None:
         if chat.prefill is not None:
-            messages.append(
-                {"role": "assistant", "content": _fill(chat.prefill, values, template)}
-            )
+            messages.append({"role": "assistant", "content": _fill(chat.prefill, values, template)})
         return messages
     revise_values = {
         **values,
         "previous_workflow": previous.workflow_text,
         "previous_answer": previous.final_answer,
     }
-    revise_user = chat.revise_user if chat.revise_user is not None else load_template("revise")
+    revise_user = chat.revise_user
+    if revise_user is None:
+        revise_user = load_template("revise").strip()
     messages.append({"role": "assistant", "content": previous.reply or previous.workflow_text})
-    messages.append(
-        {"role": "user", "content": _fill(revise_user.strip(), revise_values, template)}
-    )
+    messages.append({"role": "user", "content": _fill(revise_user, revise_values, template)})
     if chat.revise_prefill is not None:
         messages.append(
             {"role": "assistant", "content": _fill(chat.revise_prefill, revise_values, template)}

@@ -3,7 +3,8 @@
 Every request parameter goes to litellm as a keyword argument with
 ``drop_params=True``, so that a parameter one provider lacks is dropped instead of
 failing the call.  A request ending in an assistant message (a prefill) is continued
-where the provider can (:mod:`conductor.llm.prefill`).  litellm's own retries are off: retries belong to ModelCaller.
+where the provider can (:mod:`conductor.llm.prefill`).  litellm's own retries are off:
+retries belong to ModelCaller.
 """
 
 from __future__ import annotations

@@ -50,8 +50,9 @@ def _litellm_provider(model: str) -> str:
 
 def prefill_unsupported(target: Worker) -> str | None:
     """Why ``target`` cannot continue a reply, or ``None`` when it can."""
-    kind = target.client or "litellm"
-    if kind == "checkpoint" or kind == "anthropic":
+    # "checkpoint" is the Conductor-only client kind, outside the pool's ClientKind.
+    kind: str = target.client or "litellm"
+    if kind in ("checkpoint", "anthropic"):
         return None
     if kind in ("openai", "http"):
         if target.api_base:
