@@ -20,8 +20,8 @@ that message left open for the model to continue (a plain ``User: ...`` /
 ``Assistant:`` transcript when the tokenizer has none); the reply is what the model
 wrote after the prefill.  Sampling follows ``request.params``: ``temperature``
 (0 = greedy), ``top_p``, ``top_k``, ``repetition_penalty``, ``max_tokens`` (default
-1024) and ``stop``; settings left unset keep the checkpoint's ``generation_config`` defaults; the seed
-is ``params["seed"]`` (default 0) plus ``request.sample_index``, so a sample is
+1024) and ``stop``; settings left unset keep the checkpoint's ``generation_config``
+defaults; the seed is ``params["seed"]`` (default 0) plus ``request.sample_index``, so a sample is
 reproducible and repeated samples differ.  Load options may also be given in
 ``params``: ``dtype`` (``bfloat16``, ``float16``, ``float32``) and ``device``
 (``cpu``, ``cuda``, ``cuda:1``); ``engine`` (``transformers`` or ``vllm``) forces one.
