@@ -630,3 +630,43 @@ def test_checkpoint_conductor_continues_its_prefill(
     }
     assert record.conductor["sampling"] == {"temperature": 0, "max_tokens": 48, "top_p": None}
     assert record.final_answer == "<answer>42</answer>"
+
+
+# ------------------------------------------------------------------ from the CLI
+
+
+def test_cli_ask_with_a_chat_template(tmp_path: Path, fake_server: FakeLLMServer) -> None:
+    import os
+    import subprocess
+    import sys
+
+    def ask(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "conductor", "ask", QUESTION, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "COLUMNS": "120"},
+        )
+
+    data = pool_dict(fake_server, [worker(fake_server, "w0"), worker(fake_server, "w1")])
+    data["conductor"].update(temperature=0.2, max_tokens=1024)
+    pool = write_pool(tmp_path / "pool.yaml", data)
+    bad = chat_file(tmp_path, "user: |\n  Q: ${question}\n  ${max_step}\n", "bad.yaml")
+    done = ask("--pool", str(pool), "--template", str(bad), "--no-cache")
+    assert done.returncode == 2
+    assert f"{bad}:3:" in done.stderr and "${max_step}" in done.stderr
+    assert fake_server.requests == []
+
+    fake_server.script(CONDUCTOR_MODEL, [REPLY])
+    fake_server.script("w1", ["<answer>42</answer>"])
+    template = chat_file(tmp_path)
+    out = tmp_path / "run.json"
+    done = ask("--pool", str(pool), "--template", str(template), "--no-cache", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    (sent,) = fake_server.requests_for(CONDUCTOR_MODEL)
+    assert sent.body["continue_final_message"] is True and sent.body["temperature"] == 0.2
+    record = read_record(out)
+    assert record.final_answer == "<answer>42</answer>"
+    assert record.conductor["template_form"] == "chat"
+    assert record.conductor["sampling"]["max_tokens"] == 1024
