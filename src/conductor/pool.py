@@ -751,6 +751,8 @@ class _Reader:
                 value = self.params(vn, sub)
             elif key == "price":
                 value = self.price(vn, sub)
+            elif key in _SAMPLING_KEYS:
+                value = self.common_setting(key, vn, sub)
             elif key in ("model", "template", "model_path"):
                 value = self.string(vn, sub)
                 value = value.strip() if value else None
@@ -764,8 +766,6 @@ class _Reader:
                 value = self.integer(vn, sub, -1)
             elif key in ("show_descriptions", "constrained"):
                 value = self.boolean(vn, sub)
-            elif key in _SAMPLING_KEYS:
-                value = self.common_setting(key, vn, sub)
             elif key == "timeout_s":
                 value = self.number(vn, sub, positive=True)
                 value = float(value) if value is not None else None
