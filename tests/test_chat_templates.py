@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
+from rich.console import Console
 
 from conductor.checkpoint_meta import (
     META_FILE,
@@ -37,6 +38,7 @@ from conductor.llm.caller import ModelCaller
 from conductor.llm.types import ModelRequest
 from conductor.pool import Pool, Worker, load_pool, load_pool_text
 from conductor.record import RunRecord, read_record, write_record
+from conductor.render import trace_renderable
 from conductor.testing import FakeLLMServer
 
 QUESTION = "What is 6 times 7?"
@@ -230,11 +232,15 @@ async def test_endpoint_continues_the_prefill(
     # Workers' requests are untouched.
     (step,) = fake_server.requests_for("w1")
     assert "continue_final_message" not in step.body
-    # The record keeps all of it through a write and a read.
+    # The record keeps all of it through a write and a read, and the trace shows the
+    # whole reply.
     write_record(record, tmp_path / "run.json")
     again = read_record(tmp_path / "run.json")
     assert again.rounds[0].conductor_calls[0].prefill == call.prefill
     assert again.conductor["sampling"]["temperature"] == 0.2
+    console = Console(width=200, record=True)
+    console.print(trace_renderable(again, "table"))
+    assert "Plan: one model." in console.export_text()
 
 
 async def test_text_template_requests_have_no_continuation(
