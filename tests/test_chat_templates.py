@@ -322,42 +322,38 @@ async def test_litellm_openai_compatible_continues(fake_server: FakeLLMServer, p
 
 
 @pytest.mark.parametrize("client", ["anthropic", "litellm"])
-async def test_anthropic_continues_a_final_assistant_message(
-    fake_server: FakeLLMServer, client: str
+async def test_anthropic_conductor_continues_its_prefill(
+    tmp_path: Path, fake_server: FakeLLMServer, client: str
 ) -> None:
-    fake_server.script("claude-x", ["continued"])
+    fake_server.script("claude-x", [REPLY])
+    fake_server.script("w1", ["<answer>42</answer>"])
+    # The Messages API refuses a final assistant message ending in whitespace.
+    template = chat_file(tmp_path, TEMPLATE.replace('model_id = ["', 'model_id = [\\n"'))
+    conductor: dict[str, Any] = {"backend": "prompted", "template": str(template)}
     if client == "anthropic":
-        target = Worker(
-            id="conductor",
-            model="claude-x",
-            client="anthropic",
-            api_base=fake_server.anthropic_base,
-        )
+        conductor.update(client="anthropic", model="claude-x", api_base=fake_server.anthropic_base)
     else:
-        target = Worker(id="conductor", model="anthropic/claude-x", api_base=fake_server.url)
-    request = ModelRequest(
-        messages=({"role": "user", "content": "Q"}, {"role": "assistant", "content": "Start:\n"}),
-        params={"max_tokens": 32},
-    )
-    caller = ModelCaller(target)
-    try:
-        done = await caller.complete(request)
-    finally:
-        await caller.aclose()
-    assert done.text == "continued"
+        conductor.update(client="litellm", model="anthropic/claude-x", api_base=fake_server.url)
+    data = pool_dict(fake_server, [worker(fake_server, "w0"), worker(fake_server, "w1")])
+    data["conductor"] = conductor
+    record = await run(load_pool(write_pool(tmp_path / "pool.yaml", data)))
+    assert record.status == "ok", record.error
     (sent,) = fake_server.requests_for("claude-x")
     assert sent.protocol == "anthropic"
-    # The API refuses a final assistant message that ends in whitespace.
-    assert sent.messages[-1] == {"role": "assistant", "content": "Start:"}
+    assert sent.messages[-1] == {"role": "assistant", "content": "Plan: one model.\nmodel_id = ["}
     assert "continue_final_message" not in sent.body
+    # The record shows the prefill as sent; the parser read it with the continuation.
+    call = record.rounds[0].conductor_calls[0]
+    assert call.messages[-1]["content"] == call.prefill == "Plan: one model.\nmodel_id = ["
+    assert record.rounds[0].workflow is not None
 
 
 @pytest.mark.parametrize(
     ("conductor", "why"),
     [
-        ({"backend": "prompted", "model": "gpt-4o", "client": "openai"}, "OpenAI's hosted API"),
-        ({"backend": "prompted", "model": "gpt-4o"}, "OpenAI's hosted API"),
-        ({"backend": "prompted", "model": "gemini/gemini-2.5-pro"}, "'gemini' provider"),
+        ({"backend": "prompted", "model": "gpt-4o"}, "litellm model 'gpt-4o'"),
+        ({"backend": "prompted", "model": "gemini/gemini-2.5-pro"}, "'gemini/gemini-2.5-pro'"),
+        ({"backend": "prompted", "model": "x", "client": "google"}, "Gemini API"),
     ],
 )
 def test_providers_that_cannot_continue_are_refused(
@@ -391,7 +387,7 @@ async def test_orchestrator_refuses_before_calling_a_model_that_cannot_continue(
         template=str(chat_file(tmp_path)),
     )
     async with Orchestrator(pool, conductor) as orch:
-        with pytest.raises(UsageError, match="cannot continue a reply"):
+        with pytest.raises(UsageError, match="cannot continue a reply: OpenAI's own API"):
             await orch.run(QUESTION)
         # A given plan (a trainer's rollout) needs no call: prefill + plan is parsed.
         record = await orch.run(QUESTION, plan=REPLY)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .cache import ResponseCache
@@ -21,14 +21,16 @@ from .conductors.prompt import (
     PreviousRound,
     build_conductor_messages,
     build_reask_messages,
-    reply_with_prefill,
+    conductor_prefill,
+    fit_prefill,
 )
 from .conductors.spec import Conductor
 from .context import SharedStep, build_worker_messages
 from .errors import ModelCallError, UsageError, WorkflowParseError
 from .events import Event, EventSink, null_sink
 from .llm.caller import CallerSet
-from .llm.types import Completion, Message, ModelRequest, final_prefill
+from .llm.prefill import join_prefill
+from .llm.types import Completion, Message, ModelRequest
 from .pool import Pool, Worker, pool_to_public_dict
 from .record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals, now_iso
 from .text import strip_think
@@ -209,7 +211,8 @@ class Orchestrator:
             show_descriptions=cond.show_descriptions,
             previous=previous,
         )
-        prefill = final_prefill(messages)
+        messages = fit_prefill(messages, cond.target)
+        prefill = conductor_prefill(messages)
         if given is not None:
             call = _call_record(list(messages), now_iso())
             if prefill and given.startswith(prefill):
@@ -221,7 +224,7 @@ class Orchestrator:
             rnd.conductor_calls.append(call)
             try:
                 return parse_workflow(
-                    reply_with_prefill(messages, given),
+                    join_prefill(messages, given),
                     n_workers=len(self.pool.workers),
                     max_steps=max_steps,
                     allow_empty=allow_empty,
@@ -259,11 +262,11 @@ class Orchestrator:
                 rnd.stop_reason = f"the Conductor call failed: {call.error}"
                 return None
             fill_call(call, completion)
-            call.prefill = final_prefill(messages)
+            call.prefill = conductor_prefill(messages)
             budget.charge(completion.cost_usd)
             try:
                 workflow = parse_workflow(
-                    reply_with_prefill(messages, completion.text),
+                    join_prefill(messages, completion.text),
                     n_workers=len(self.pool.workers),
                     max_steps=max_steps,
                     allow_empty=allow_empty,
@@ -433,6 +436,8 @@ class Orchestrator:
         if continue_from is not None:
             previous, answer = _continue(record, continue_from, history)
             start = len(record.rounds)
+            if previous is not None:
+                previous = replace(previous, reply=_last_plan_reply(continue_from))
         t0 = time.perf_counter()
         for r in range(start, max(start + 1, settings.rounds)):
             rnd = RoundRecord(index=r)
@@ -480,11 +485,9 @@ def _continue(
 
     record.rounds = list(earlier.rounds)
     last_plan: Workflow | None = None
-    last_reply: str | None = None
     for rnd in earlier.rounds:
         if rnd.workflow:
             last_plan = workflow_from_dict(rnd.workflow)
-            last_reply = _plan_reply(rnd)
         for s in rnd.steps:
             answer = s.answer if s.status == "ok" else None
             history.steps.append(
@@ -492,14 +495,19 @@ def _continue(
             )
     if last_plan is None or earlier.final_answer is None:
         return None, earlier.final_answer
-    previous = PreviousRound(format_workflow(last_plan), earlier.final_answer, last_reply)
-    return previous, earlier.final_answer
+    return PreviousRound(format_workflow(last_plan), earlier.final_answer), earlier.final_answer
 
 
 def _plan_reply(rnd: RoundRecord) -> str | None:
     """The Conductor's whole reply (prefill included) that gave round ``rnd`` its plan:
     the last of its tries, the one that parsed."""
     return rnd.conductor_calls[-1].reply if rnd.conductor_calls else None
+
+
+def _last_plan_reply(record: RunRecord) -> str | None:
+    """The reply that wrote ``record``'s last plan (what a revision round continues)."""
+    last = next((rnd for rnd in reversed(record.rounds) if rnd.workflow), None)
+    return _plan_reply(last) if last is not None else None
 
 
 def finish_record(record: RunRecord, wall_s: float) -> None:

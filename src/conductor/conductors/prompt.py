@@ -20,8 +20,8 @@ A template comes in one of two forms:
   included) as an assistant turn, then ``revise.user`` (the built-in revision text when
   the template has no ``revise``), then ``revise.prefill``.  A reply that begins with a
   prefill is sent as a final assistant message that the model continues (see
-  :func:`conductor.llm.types.final_prefill`), and the workflow parser reads the prefill
-  and the continuation together.
+  :mod:`conductor.llm.prefill`), and the workflow parser reads the prefill and the
+  continuation together.
 
 A built-in template is named by its file stem (``default``); anything else is read as a
 path, because a trained checkpoint needs exactly the template it was trained with.
@@ -39,7 +39,8 @@ from typing import Any, Literal, NoReturn
 import yaml
 
 from ..errors import PoolError, UsageError
-from ..llm.types import Message, final_prefill
+from ..llm.prefill import continuation, ends_with_prefill, prefill_message, prefill_of
+from ..llm.types import Message
 from ..pool import Worker, _line, _Reader, compose_yaml, read_config_file
 
 __all__ = [
@@ -60,7 +61,8 @@ __all__ = [
     "describe_workers",
     "load_conductor_template",
     "load_template",
-    "reply_with_prefill",
+    "conductor_prefill",
+    "fit_prefill",
 ]
 
 _PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
@@ -383,11 +385,19 @@ def build_conductor_messages(
     return messages
 
 
-def reply_with_prefill(messages: Sequence[Message], continuation: str) -> str:
-    """The Conductor's whole reply: the prefill ``messages`` end with (if any) followed
-    by ``continuation``, the text the model wrote after it.  This is what the workflow
-    parser reads, since the lists may begin inside the prefill."""
-    return (final_prefill(messages) or "") + continuation
+def conductor_prefill(messages: Sequence[Message]) -> str | None:
+    """The prefill the Conductor's reply to ``messages`` begins with, or ``None``."""
+    return prefill_of(messages) if ends_with_prefill(messages) else None
+
+
+def fit_prefill(messages: list[Message], target: Worker) -> list[Message]:
+    """``messages`` with their prefill as ``target`` is sent it (Anthropic refuses one
+    ending in whitespace, so that is dropped), so that the record shows what was sent
+    and prefill + continuation is the reply as the model wrote it."""
+    if not ends_with_prefill(messages) or continuation(target) != "anthropic":
+        return messages
+    fitted = prefill_message(target, prefill_of(messages))
+    return [*messages[:-1], *([fitted] if fitted is not None else [])]
 
 
 #: How much of a Conductor reply that did not parse is quoted back when re-asking: its
@@ -414,7 +424,7 @@ def build_reask_messages(messages: Sequence[Message], reply: str, reason: str) -
     """
     if len(reason) > REASK_REASON_CHARS:
         reason = reason[:REASK_REASON_CHARS] + " ..."
-    prefill = final_prefill(messages)
+    prefill = conductor_prefill(messages)
     earlier = list(messages[:-1]) if prefill is not None else list(messages)
     out: list[Message] = [
         *earlier,

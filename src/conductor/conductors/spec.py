@@ -76,14 +76,15 @@ class Conductor:
     def check_prefill(self) -> None:
         """Refuse a template whose replies begin with a prefill when this Conductor's
         model cannot continue a reply (:class:`UsageError` naming the template)."""
-        from ..llm.prefill import prefill_unsupported
+        from ..llm.prefill import continuation, unsupported_reason
         from .prompt import load_conductor_template
 
         chat = load_conductor_template(self.template).chat
         if chat is None or not chat.has_prefill:
             return
-        why = prefill_unsupported(self.target)
-        if why is not None:
+        # An in-process checkpoint continues it through its tokenizer's chat template.
+        if self.target.client != "checkpoint" and continuation(self.target) is None:  # type: ignore[comparison-overlap]
+            why = unsupported_reason(self.target)
             raise UsageError(
                 f"template {self.template!r} begins the Conductor's reply with a prefill, "
                 f"but the Conductor ({self.target.client} model {self.target.model!r}) cannot "

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelCallError
 from .factory import resolve_api_key, strip_prefix
-from .prefill import anthropic_prefill_messages
 from .replies import anthropic_reply, body_of
 from .retry import (
     classify_sdk_error,
@@ -87,8 +86,6 @@ class AnthropicClient:
                 system.append(m["content"])
             else:
                 messages.append(m)
-        # A final assistant message is a prefill, which the Messages API continues.
-        messages = anthropic_prefill_messages(messages)
         kwargs: dict[str, Any] = {"model": self._model, "messages": messages}
         if system:
             kwargs["system"] = "\n\n".join(system)

@@ -2,9 +2,7 @@
 
 Every request parameter goes to litellm as a keyword argument with
 ``drop_params=True``, so that a parameter one provider lacks is dropped instead of
-failing the call.  A request ending in an assistant message (a prefill) is continued
-where the provider can (:mod:`conductor.llm.prefill`).  litellm's own retries are off:
-retries belong to ModelCaller.
+failing the call.  litellm's own retries are off: retries belong to ModelCaller.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AuthenticationError, ModelCallError
 from .factory import PLACEHOLDER_KEY
-from .prefill import anthropic_prefill_messages, continue_fields
+from .prefill import continue_fields
 from .replies import bad_response, body_of, openai_reply
 from .retry import (
     connection_error,
@@ -70,7 +68,6 @@ class LiteLLMClient:
             [{"role": "system", "content": target.system_prompt}] if target.system_prompt else []
         )
         self._openai_compatible = target.model.startswith(_OPENAI_COMPATIBLE)
-        self._anthropic = target.model.startswith("anthropic/")
         self._key: str | None = None
 
     def _api_key(self) -> str | None:
@@ -98,10 +95,7 @@ class LiteLLMClient:
         """The keyword arguments of ``litellm.acompletion`` for ``request``."""
         kwargs: dict[str, Any] = dict(request.params)
         kwargs["model"] = self.target.model
-        messages = self._system + list(request.messages)
-        if self._anthropic:
-            messages = anthropic_prefill_messages(messages)
-        kwargs["messages"] = messages
+        kwargs["messages"] = self._system + list(request.messages)
         kwargs["timeout"] = timeout_s
         kwargs["num_retries"] = 0
         kwargs["max_retries"] = 0
@@ -114,13 +108,11 @@ class LiteLLMClient:
             extra = dict(kwargs.get("extra_body") or {})
             extra["guided_grammar"] = request.grammar
             kwargs["extra_body"] = extra
-        continuing = continue_fields(request.messages)
-        if continuing and self._openai_compatible and self.target.api_base:
-            # A final assistant message is a prefill: ask the server to continue it.
-            extra = dict(kwargs.get("extra_body") or {})
-            for name, value in continuing.items():
-                extra.setdefault(name, value)
-            kwargs["extra_body"] = extra
+        # A final assistant message is a prefill for a vLLM-style server to continue
+        # (Anthropic continues one by itself).
+        continuing = continue_fields(self.target, request.messages)
+        if continuing:
+            kwargs["extra_body"] = {**continuing, **(kwargs.get("extra_body") or {})}
         return kwargs
 
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:

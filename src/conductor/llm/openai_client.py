@@ -3,9 +3,7 @@
 Used when a worker sets ``client: openai``: OpenAI itself, or any OpenAI-compatible
 server (vLLM, Ollama, SGLang) named by ``api_base``.  Parameters the Chat Completions
 API knows go as keyword arguments; everything else (``top_k``,
-``chat_template_kwargs``, ...) goes in ``extra_body`` for the server to interpret.  A
-request ending in an assistant message (a prefill) asks a compatible server to continue
-it (:mod:`conductor.llm.prefill`).
+``chat_template_kwargs``, ...) goes in ``extra_body`` for the server to interpret.
 """
 
 from __future__ import annotations
@@ -98,7 +96,8 @@ class OpenAIClient:
             "model": self._model,
             "messages": self._system + list(request.messages),
         }
-        extra: dict[str, Any] = {}
+        # A final assistant message is a prefill for a vLLM-style server to continue.
+        extra: dict[str, Any] = continue_fields(self.target, request.messages)
         accepted = self._accepted
         for name, value in request.params.items():
             if name == "extra_headers":
@@ -115,10 +114,6 @@ class OpenAIClient:
             kwargs["response_format"] = request.response_format
         if request.grammar is not None and self.target.api_base:
             extra["guided_grammar"] = request.grammar
-        if self.target.api_base:
-            # A final assistant message is a prefill: ask the server to continue it.
-            for name, value in continue_fields(request.messages).items():
-                extra.setdefault(name, value)
         if extra:
             kwargs["extra_body"] = extra
         return kwargs

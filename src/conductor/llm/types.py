@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -13,7 +12,6 @@ __all__ = [
     "ModelRequest",
     "RawCompletion",
     "Usage",
-    "final_prefill",
     "is_truncated",
 ]
 
@@ -32,19 +30,6 @@ class Message(TypedDict):
 
     role: str
     content: str
-
-
-def final_prefill(messages: Sequence[Message]) -> str | None:
-    """The prefill a request ends with, or ``None``.
-
-    A request whose last message is the assistant's asks the model to *continue* that
-    message: the reply begins with its text (a "prefill"), and the completion holds only
-    what the model wrote after it.  Clients that can continue a reply send it that way
-    (see :mod:`conductor.llm.prefill`).
-    """
-    if messages and messages[-1]["role"] == "assistant":
-        return messages[-1]["content"]
-    return None
 
 
 @dataclass(frozen=True)
@@ -70,9 +55,7 @@ class ModelRequest:
 
     ``params`` holds the sampling parameters and provider pass-through parameters
     (``temperature``, ``max_tokens``, ``top_p``, ``reasoning_effort``, ...), already
-    merged from the pool's defaults and the worker's own settings.  ``messages`` that
-    end with an assistant message ask for that message to be continued (a prefill; see
-    :func:`final_prefill`).  ``sample_index``
+    merged from the pool's defaults and the worker's own settings.  ``sample_index``
     is part of the cache key so that repeated samples of one prompt differ on purpose.
     ``grammar`` is a GBNF grammar that constrains decoding where the client supports
     it (local models), and ``response_format`` a structured-output request for
