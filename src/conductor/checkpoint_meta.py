@@ -17,9 +17,15 @@ Fields (all but ``format_version`` optional):
 
 - ``format_version`` (int, required): ``1``; any other value is refused, so an older
   conductor never misreads a newer file.
-- ``template`` (str): the file name of the prompt template, relative to the checkpoint
-  directory (it must stay inside it).  Or ``template_text`` (str): the template itself,
-  inline.  At most one of the two.  Placeholders as in :mod:`conductor.conductors.prompt`.
+- ``template`` (str or object): the file name of the prompt template, relative to the
+  checkpoint directory (it must stay inside it; ``.txt`` is the text form, ``.yaml`` the
+  chat form), or the template itself in chat form, inline: an object with ``user`` and
+  optionally ``system``, ``prefill`` and ``revise`` (``{"user": ..., "prefill": ...}``).
+  Or ``template_text`` (str): a text-form template, inline.  At most one of the two.
+  Placeholders and forms as in :mod:`conductor.conductors.prompt`.
+- ``sampling`` (object): the Conductor's sampling settings, ``temperature`` (>= 0),
+  ``max_tokens`` (>= 1) and ``top_p`` (0 to 1), each optional; used where the pool's
+  ``conductor:`` section sets none.
 - ``pool_order`` (list of str): the worker ids, in the order the checkpoint was trained
   on.  A run whose pool differs gets warnings from :func:`check_pool_against_meta`.
 - ``max_steps`` (int >= 1): the step limit used in training.
@@ -47,19 +53,21 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .errors import MissingDependencyError, UsageError
 
 __all__ = [
     "META_FILE",
     "SUPPORTED_FORMAT_VERSIONS",
+    "TEXT_TEMPLATE_FILE",
     "CheckpointMeta",
     "check_pool_against_meta",
     "TRAINING_QUESTIONS_FILE",
     "read_checkpoint_meta",
     "read_training_questions",
     "resolve_checkpoint_dir",
+    "stored_template",
     "template_ref",
     "write_checkpoint_meta",
     "write_training_questions",
@@ -67,6 +75,8 @@ __all__ = [
 
 #: The metadata file's name inside a checkpoint directory.
 META_FILE = "conductor.json"
+#: The file a text-form training template is stored as inside a checkpoint.
+TEXT_TEMPLATE_FILE = "prompt.txt"
 #: ``format_version`` values this version of conductor reads.
 SUPPORTED_FORMAT_VERSIONS: tuple[int, ...] = (1,)
 
@@ -78,6 +88,7 @@ _KNOWN_KEYS = (
     "max_steps",
     "base_model",
     "allow_indices",
+    "sampling",
 )
 # ORG/NAME as the Hub allows it, plus an optional @REVISION (branch, tag or commit).
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -90,6 +101,10 @@ class CheckpointMeta:
     format_version: int = 1
     template: str | None = None
     template_text: str | None = None
+    #: An inline chat-form template (``template`` as an object), as written in the file.
+    template_chat: dict[str, Any] | None = None
+    #: ``temperature`` / ``max_tokens`` / ``top_p``, as far as the file sets them.
+    sampling: dict[str, Any] = field(default_factory=dict)
     pool_order: tuple[str, ...] | None = None
     max_steps: int | None = None
     base_model: str | None = None
@@ -101,6 +116,8 @@ class CheckpointMeta:
         out: dict[str, Any] = {"format_version": self.format_version}
         if self.template is not None:
             out["template"] = self.template
+        if self.template_chat is not None:
+            out["template"] = dict(self.template_chat)
         if self.template_text is not None:
             out["template_text"] = self.template_text
         if self.pool_order is not None:
@@ -110,6 +127,8 @@ class CheckpointMeta:
         if self.base_model is not None:
             out["base_model"] = self.base_model
         out["allow_indices"] = self.allow_indices
+        if self.sampling:
+            out["sampling"] = dict(self.sampling)
         for key, value in self.extra.items():
             out.setdefault(key, value)
         return out
@@ -170,10 +189,16 @@ def read_checkpoint_meta(path: Path) -> CheckpointMeta | None:
             raise _bad(file, key, f"expected a non-empty string, got {value!r}")
         return value
 
-    template = opt_str("template")
+    template_chat: dict[str, Any] | None = None
+    if isinstance(data.get("template"), dict):
+        template_chat = data["template"]
+        _check_inline_chat(file, template_chat)
+        template = None
+    else:
+        template = opt_str("template")
     template_text = opt_str("template_text")
     base_model = opt_str("base_model")
-    if template is not None and template_text is not None:
+    if (template is not None or template_chat is not None) and template_text is not None:
         raise _bad(file, "template", "set either 'template' or 'template_text', not both")
     if template is not None:
         root = file.parent.resolve()
@@ -211,12 +236,61 @@ def read_checkpoint_meta(path: Path) -> CheckpointMeta | None:
         format_version=version,
         template=template,
         template_text=template_text,
+        template_chat=template_chat,
+        sampling=_read_sampling(file, data.get("sampling")),
         pool_order=pool_order,
         max_steps=max_steps,
         base_model=base_model,
         allow_indices=allow_indices,
         extra={k: v for k, v in data.items() if k not in _KNOWN_KEYS},
     )
+
+
+def _check_inline_chat(file: Path, data: dict[str, Any]) -> None:
+    """Check an inline chat-form ``template`` the way a template file is checked."""
+    from .conductors.prompt import chat_template_from_dict
+
+    def fail(field_name: str, message: str, offset: int | None) -> NoReturn:
+        where = f"template.{field_name}" if field_name else "template"
+        raise _bad(file, where, message)
+
+    chat_template_from_dict(data, fail)
+
+
+def _read_sampling(file: Path, value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad(file, "sampling", "expected an object with temperature, max_tokens, top_p")
+    out: dict[str, Any] = {}
+    for key, number in value.items():
+        where = f"sampling.{key}"
+        if key not in ("temperature", "max_tokens", "top_p"):
+            raise _bad(file, where, "unknown setting (known: temperature, max_tokens, top_p)")
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise _bad(file, where, f"expected a number, got {number!r}")
+        if key == "max_tokens" and (not isinstance(number, int) or number < 1):
+            raise _bad(file, where, f"expected a positive integer, got {number!r}")
+        if key == "temperature" and not number >= 0:
+            raise _bad(file, where, f"expected a number >= 0, got {number!r}")
+        if key == "top_p" and not 0 < number <= 1:
+            raise _bad(file, where, f"expected a number in (0, 1], got {number!r}")
+        out[key] = number
+    return out
+
+
+def stored_template(directory: Path, name_or_path: str) -> dict[str, Any]:
+    """Store template ``name_or_path`` in checkpoint ``directory`` in the form it has, and
+    return the :class:`CheckpointMeta` fields that name it: a chat template inline
+    (``template_chat``), a text template as :data:`TEXT_TEMPLATE_FILE` written beside the
+    model (``template``)."""
+    from .conductors.prompt import load_conductor_template
+
+    loaded = load_conductor_template(name_or_path)
+    if loaded.chat is not None:
+        return {"template_chat": loaded.chat.to_dict()}
+    (Path(directory) / TEXT_TEMPLATE_FILE).write_text(loaded.text, encoding="utf-8")
+    return {"template": TEXT_TEMPLATE_FILE}
 
 
 def write_checkpoint_meta(path: Path, meta: CheckpointMeta) -> Path:
@@ -273,27 +347,38 @@ def template_ref(checkpoint_dir: Path, meta: CheckpointMeta | None) -> str | Non
     """What to pass as the Conductor's ``template`` for this checkpoint, or ``None``.
 
     ``template`` gives the absolute path of the file in the checkpoint directory.
-    ``template_text`` is written once to a file named by its hash under conductor's
-    cache directory (checkpoint directories, e.g. Hugging Face's cache, may be
-    read-only) and that path is returned, since templates are loaded by path.
+    ``template_text`` (or an inline chat-form ``template``) is written once to a ``.txt``
+    (``.yaml``) file named by its hash under conductor's cache directory (checkpoint
+    directories, e.g. Hugging Face's cache, may be read-only) and that path is
+    returned, since templates are loaded by path.
     """
     if meta is None:
         return None
     if meta.template is not None:
         return str((Path(checkpoint_dir).expanduser() / meta.template).resolve())
     if meta.template_text is not None:
-        from .cache import default_cache_dir
-
-        digest = hashlib.sha256(meta.template_text.encode("utf-8")).hexdigest()[:16]
-        folder = default_cache_dir().parent / "templates"
-        folder.mkdir(parents=True, exist_ok=True)
-        file = folder / f"checkpoint-{digest}.txt"
-        if not file.is_file():
-            tmp = file.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(meta.template_text, encoding="utf-8")
-            os.replace(tmp, file)
-        return str(file)
+        return _cached_template(meta.template_text, ".txt")
+    if meta.template_chat is not None:
+        # JSON is YAML: the object, written as JSON, is a chat template file as it stands.
+        text = json.dumps(meta.template_chat, indent=2, ensure_ascii=False) + "\n"
+        return _cached_template(text, ".yaml")
     return None
+
+
+def _cached_template(text: str, suffix: str) -> str:
+    """The path of a file holding ``text`` under conductor's cache directory (named by
+    its hash, written once)."""
+    from .cache import default_cache_dir
+
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    folder = default_cache_dir().parent / "templates"
+    folder.mkdir(parents=True, exist_ok=True)
+    file = folder / f"checkpoint-{digest}{suffix}"
+    if not file.is_file():
+        tmp = file.with_name(f"{file.name}.{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, file)
+    return str(file)
 
 
 def resolve_checkpoint_dir(spec: str) -> Path:

@@ -14,11 +14,17 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .cache import ResponseCache
-from .conductors.prompt import PreviousRound, build_conductor_messages, build_reask_messages
+from .conductors.prompt import (
+    PreviousRound,
+    build_conductor_messages,
+    build_reask_messages,
+    conductor_prefill,
+    fit_prefill,
+)
 from .conductors.spec import Conductor
 from .context import SharedStep, build_worker_messages, worker_prefills
 from .errors import ModelCallError, UsageError, WorkflowParseError
@@ -211,14 +217,20 @@ class Orchestrator:
             show_descriptions=cond.show_descriptions,
             previous=previous,
         )
+        messages = fit_prefill(messages, cond.target)
+        prefill = conductor_prefill(messages)
         if given is not None:
             call = _call_record(list(messages), now_iso())
+            if prefill and given.startswith(prefill):
+                # Some trainers hand back the prefill with the completion.
+                given = given[len(prefill) :]
             call.response = given
+            call.prefill = prefill
             call.finished_at = call.started_at
             rnd.conductor_calls.append(call)
             try:
                 return parse_workflow(
-                    given,
+                    join_prefill(messages, given),
                     n_workers=len(self.pool.workers),
                     max_steps=max_steps,
                     allow_empty=allow_empty,
@@ -227,6 +239,8 @@ class Orchestrator:
                 rnd.parse_errors.append(exc.reason)
                 rnd.stop_reason = f"the given Conductor reply could not be parsed: {exc.reason}"
                 return None
+        if prefill is not None:
+            self.conductor.check_prefill()
         grammar = self._grammar(allow_empty, max_steps)
         caller = self.callers.get(cond.target)
         for attempt in range(cond.parse_retries + 1):
@@ -254,10 +268,11 @@ class Orchestrator:
                 rnd.stop_reason = f"the Conductor call failed: {call.error}"
                 return None
             fill_call(call, completion)
+            call.prefill = conductor_prefill(messages)
             budget.charge(completion.cost_usd)
             try:
                 workflow = parse_workflow(
-                    completion.text,
+                    join_prefill(messages, completion.text),
                     n_workers=len(self.pool.workers),
                     max_steps=max_steps,
                     allow_empty=allow_empty,
@@ -441,6 +456,8 @@ class Orchestrator:
         if continue_from is not None:
             previous, answer = _continue(record, continue_from, history)
             start = len(record.rounds)
+            if previous is not None:
+                previous = replace(previous, reply=_last_plan_reply(continue_from))
         t0 = time.perf_counter()
         for r in range(start, max(start + 1, settings.rounds)):
             rnd = RoundRecord(index=r)
@@ -468,7 +485,7 @@ class Orchestrator:
             if round_answer is None:
                 rnd.stop_reason = "no step of this round gave an answer"
                 break
-            previous = PreviousRound(format_workflow(workflow), round_answer)
+            previous = PreviousRound(format_workflow(workflow), round_answer, _plan_reply(rnd))
         else:
             if settings.rounds > 1:
                 record.rounds[-1].stop_reason = (
@@ -506,6 +523,18 @@ def _continue(
     if last_plan is None or earlier.final_answer is None:
         return None, earlier.final_answer
     return PreviousRound(format_workflow(last_plan), earlier.final_answer), earlier.final_answer
+
+
+def _plan_reply(rnd: RoundRecord) -> str | None:
+    """The Conductor's whole reply (prefill included) that gave round ``rnd`` its plan:
+    the last of its tries, the one that parsed."""
+    return rnd.conductor_calls[-1].reply if rnd.conductor_calls else None
+
+
+def _last_plan_reply(record: RunRecord) -> str | None:
+    """The reply that wrote ``record``'s last plan (what a revision round continues)."""
+    last = next((rnd for rnd in reversed(record.rounds) if rnd.workflow), None)
+    return _plan_reply(last) if last is not None else None
 
 
 def finish_record(record: RunRecord, wall_s: float) -> None:

@@ -117,8 +117,11 @@ class ConductorConfig:
     checkpoint), ``prompted`` (a pool worker id or a litellm model acting as Conductor),
     ``local`` (the embedded llama.cpp model) or ``checkpoint`` (a model directory or
     ``hf:ORG/NAME`` loaded in-process).  ``template`` is a built-in template name or a
-    path to a text file.  ``constrained`` asks for grammar / guided decoding where the
-    backend supports it.
+    path to a template file (``.txt``: one user message; ``.yaml``: a conversation with
+    an optional reply prefill).  ``constrained`` asks for grammar / guided decoding where
+    the backend supports it.  ``temperature``, ``max_tokens`` and ``top_p`` are the
+    Conductor's sampling settings (``None``: the server's default, or a checkpoint's
+    ``conductor.json``); a key of the same name in ``params`` wins.
     """
 
     backend: ConductorBackend = "prompted"
@@ -144,6 +147,9 @@ class ConductorConfig:
     n_ctx: int | None = None
     n_threads: int | None = None
     n_gpu_layers: int | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    top_p: float | None = None
 
 
 @dataclass(frozen=True)
@@ -816,6 +822,8 @@ class _Reader:
                 value = self.params(vn, sub)
             elif key == "price":
                 value = self.price(vn, sub)
+            elif key in _SAMPLING_KEYS:
+                value = self.common_setting(key, vn, sub)
             elif key in ("model", "template", "model_path"):
                 value = self.string(vn, sub)
                 value = value.strip() if value else None

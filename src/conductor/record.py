@@ -76,6 +76,17 @@ class CallRecord:
     #: the token limit (such a reply is kept as the answer but never cached).
     finish_reason: str | None = None
     truncated: bool = False
+    #: The text the reply was made to begin with (the last of ``messages``, an assistant
+    #: message the model continued), or ``None``.  ``response`` is what the model wrote
+    #: after it; :attr:`reply` is the two together, which is what the parser read.
+    prefill: str | None = None
+
+    @property
+    def reply(self) -> str | None:
+        """The whole reply: ``prefill`` followed by ``response`` (``None`` without one)."""
+        if self.response is None:
+            return None
+        return (self.prefill or "") + self.response
 
 
 @dataclass

@@ -490,7 +490,7 @@ def _conductor_table(rnd: RoundRecord) -> Table:
     table.add_column("s", justify="right", no_wrap=True)
     tries = _conductor_tries(rnd)
     for k, c, st, err in tries:
-        body = Text(_clip_middle(c.response))
+        body = Text(_clip_middle(c.reply))  # the prefill, if any, and the continuation
         if err:
             body.append(f"\nparse error: {err}", style="yellow")
         elif c.error:

@@ -1,57 +1,296 @@
 """The Conductor's prompt: a template filled with the pool listing and the question.
 
-Templates are text files with ``${name}`` placeholders (``string.Template``):
-``${workers}``, ``${question}`` and ``${max_steps}``.  A built-in template is named
-by its file stem (``default``); anything else is read as a path, because a trained
-checkpoint needs exactly the template it was trained with.  Recursive rounds append
-the revision text (``revise.txt``) with ``${previous_workflow}`` and
-``${previous_answer}``.
+A template comes in one of two forms:
+
+- **text** (a ``.txt`` file): one user message.  Placeholders (``string.Template``):
+  ``${workers}``, ``${question}`` and ``${max_steps}``.  A recursive round appends the
+  revision text (``revise.txt``, with ``${previous_workflow}`` and ``${previous_answer}``)
+  to that same message.
+- **chat** (a ``.yaml`` / ``.yml`` file, or a checkpoint's inline template): a
+  conversation, the shape a trained checkpoint may need::
+
+      system: ...        # optional
+      user: ...          # required; must use ${question}
+      prefill: ...       # optional: the assistant's reply begins with this text
+      revise:            # optional: the recursion round, continuing the conversation
+        user: ...        #   required in `revise`; also ${previous_workflow}, ${previous_answer}
+        prefill: ...     #   optional
+
+  A revision round is the round-1 conversation continued: the round-1 reply (prefill
+  included) as an assistant turn, then ``revise.user`` (the built-in revision text when
+  the template has no ``revise``), then ``revise.prefill``.  A reply that begins with a
+  prefill is sent as a final assistant message that the model continues (see
+  :mod:`conductor.llm.prefill`), and the workflow parser reads the prefill and the
+  continuation together.
+
+A built-in template is named by its file stem (``default``); anything else is read as a
+path, because a trained checkpoint needs exactly the template it was trained with.
 """
 
 from __future__ import annotations
 
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Literal, NoReturn
 
-from ..errors import UsageError
+import yaml
+
+from ..errors import PoolError, UsageError
+from ..llm.prefill import continuation, ends_with_prefill, prefill_message, prefill_of
 from ..llm.types import Message
-from ..pool import Worker
+from ..pool import Worker, _line, _Reader, compose_yaml, read_config_file
 
 __all__ = [
+    "CHAT_KEYS",
+    "PLACEHOLDERS",
     "REASK_REASON_CHARS",
     "REASK_REPLY_CHARS",
+    "REVISE_KEYS",
+    "REVISE_PLACEHOLDERS",
+    "ChatTemplate",
+    "ConductorTemplate",
     "PreviousRound",
+    "TemplateFileError",
     "build_conductor_messages",
     "build_reask_messages",
     "builtin_templates",
+    "chat_template_from_dict",
     "describe_workers",
+    "load_conductor_template",
     "load_template",
+    "conductor_prefill",
+    "fit_prefill",
 ]
 
 _PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
+#: File suffixes read as chat templates; everything else is a text template.
+CHAT_SUFFIXES = (".yaml", ".yml")
+#: The keys of a chat template, and of its ``revise`` section.
+CHAT_KEYS = ("system", "user", "prefill", "revise")
+REVISE_KEYS = ("user", "prefill")
+#: The placeholders of a first round, and those a revision round adds.
+PLACEHOLDERS = ("workers", "question", "max_steps")
+REVISE_PLACEHOLDERS = (*PLACEHOLDERS, "previous_workflow", "previous_answer")
+
+
+class TemplateFileError(PoolError):
+    """A chat template file is invalid.  Formatted like a pool error: ``FILE:LINE: msg``."""
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A template in chat form (see the module docstring); empty parts are ``None``."""
+
+    user: str
+    system: str | None = None
+    prefill: str | None = None
+    revise_user: str | None = None
+    revise_prefill: str | None = None
+
+    @property
+    def has_prefill(self) -> bool:
+        """Whether either round begins the Conductor's reply with a prefill."""
+        return bool(self.prefill or self.revise_prefill)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file / ``conductor.json`` form, without unset parts."""
+        out: dict[str, Any] = {}
+        if self.system is not None:
+            out["system"] = self.system
+        out["user"] = self.user
+        if self.prefill is not None:
+            out["prefill"] = self.prefill
+        revise: dict[str, str] = {}
+        if self.revise_user is not None:
+            revise["user"] = self.revise_user
+        if self.revise_prefill is not None:
+            revise["prefill"] = self.revise_prefill
+        if revise:
+            out["revise"] = revise
+        return out
+
+
+@dataclass(frozen=True)
+class ConductorTemplate:
+    """A loaded template: its name as given, its file's text (hashed into records) and,
+    for the chat form, its parts."""
+
+    name: str
+    text: str
+    chat: ChatTemplate | None = None
+
+    @property
+    def form(self) -> Literal["text", "chat"]:
+        return "text" if self.chat is None else "chat"
 
 
 def builtin_templates() -> list[str]:
     """Names of the templates shipped with conductor."""
-    return sorted(p.stem for p in _PROMPTS.glob("*.txt") if p.stem != "revise")
+    names = {p.stem for p in _PROMPTS.iterdir() if p.suffix in (".txt", *CHAT_SUFFIXES)}
+    return sorted(names - {"revise"})
+
+
+def _template_file(name_or_path: str) -> Path:
+    if "/" not in name_or_path:
+        for suffix in (".txt", *CHAT_SUFFIXES):
+            builtin = _PROMPTS / f"{name_or_path}{suffix}"
+            if builtin.is_file():
+                return builtin
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return path
+    raise UsageError(
+        f"template {name_or_path!r} is neither a built-in template "
+        f"({', '.join(builtin_templates())}) nor a readable file"
+    )
 
 
 @lru_cache(maxsize=32)
 def load_template(name_or_path: str) -> str:
     """The text of a built-in template (by name) or of a template file (by path)."""
-    builtin = _PROMPTS / f"{name_or_path}.txt"
-    if "/" not in name_or_path and builtin.is_file():
-        return builtin.read_text(encoding="utf-8")
-    path = Path(name_or_path).expanduser()
-    if path.is_file():
-        return path.read_text(encoding="utf-8")
-    raise UsageError(
-        f"template {name_or_path!r} is neither a built-in template "
-        f"({', '.join(builtin_templates())}) nor a readable file"
+    path = _template_file(name_or_path)
+    if path.suffix in CHAT_SUFFIXES:
+        return read_config_file(path, "template file", TemplateFileError)
+    return path.read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=32)
+def load_conductor_template(name_or_path: str) -> ConductorTemplate:
+    """The template ``name_or_path``, parsed: a chat template is checked in full here
+    (keys, strings, placeholders), and a mistake raises :class:`TemplateFileError`
+    naming the file and line."""
+    path = _template_file(name_or_path)
+    text = load_template(name_or_path)
+    if path.suffix not in CHAT_SUFFIXES:
+        return ConductorTemplate(name_or_path, text)
+    return ConductorTemplate(name_or_path, text, _read_chat_yaml(text, str(path)))
+
+
+# ------------------------------------------------------------------ chat templates
+
+
+def _placeholder_problem(text: str, allowed: tuple[str, ...]) -> tuple[str, int] | None:
+    """What is wrong with the ``${...}`` placeholders of ``text`` and where (a character
+    offset), or ``None``."""
+    pattern = string.Template.pattern
+    for match in pattern.finditer(text):
+        named = match.group("named") or match.group("braced")
+        if match.group("invalid") is not None:
+            return (
+                "has a '$' that starts no placeholder (write $$ for a literal dollar sign)",
+                match.start(),
+            )
+        if named is not None and named not in allowed:
+            names = ", ".join(f"${{{n}}}" for n in allowed)
+            return (f"uses an unknown placeholder ${{{named}}} (known: {names})", match.start())
+    return None
+
+
+def chat_template_from_dict(
+    data: Any, fail: Callable[[str, str, int | None], NoReturn]
+) -> ChatTemplate:
+    """A :class:`ChatTemplate` from its plain form (a YAML file's or ``conductor.json``'s).
+
+    ``fail(field, message, offset)`` raises the caller's error for ``field`` (``user``,
+    ``revise.prefill``, ...; ``""`` for the whole template), ``offset`` being where in the
+    field's text the problem is, when known.
+    """
+    if not isinstance(data, Mapping):
+        fail("", "a chat template must be a mapping with at least `user`", None)
+
+    def check_keys(mapping: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
+        for key in mapping:
+            if key not in allowed:
+                field = f"{where}.{key}" if where else str(key)
+                fail(field, f"unknown key {key!r} (allowed: {', '.join(allowed)})", None)
+
+    def text(
+        mapping: Mapping[str, Any], key: str, where: str, allowed: tuple[str, ...]
+    ) -> str | None:
+        field = f"{where}.{key}" if where else key
+        value = mapping.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            fail(field, f"must be text, got {type(value).__name__}", None)
+        if not value.strip():
+            return None
+        problem = _placeholder_problem(value, allowed)
+        if problem is not None:
+            fail(field, problem[0], problem[1])
+        return value
+
+    check_keys(data, CHAT_KEYS, "")
+    user = text(data, "user", "", PLACEHOLDERS)
+    if user is None:
+        fail("user" if "user" in data else "", "a chat template needs a non-empty `user`", None)
+    system = text(data, "system", "", PLACEHOLDERS)
+    if "${question}" not in user and "${question}" not in (system or ""):
+        fail("user", "never shows the question: use ${question} in `user`", None)
+    revise = data.get("revise")
+    revise_user = revise_prefill = None
+    if revise is not None:
+        if not isinstance(revise, Mapping):
+            fail("revise", "must be a mapping with `user` (and optionally `prefill`)", None)
+        check_keys(revise, REVISE_KEYS, "revise")
+        revise_user = text(revise, "user", "revise", REVISE_PLACEHOLDERS)
+        if revise_user is None:
+            fail("revise", "`revise` needs a non-empty `user`", None)
+        revise_prefill = text(revise, "prefill", "revise", REVISE_PLACEHOLDERS)
+    return ChatTemplate(
+        user=user,
+        system=system,
+        prefill=text(data, "prefill", "", PLACEHOLDERS),
+        revise_user=revise_user,
+        revise_prefill=revise_prefill,
     )
+
+
+class _TemplateReader(_Reader):
+    """The pool loader's line-aware YAML walker, minus environment expansion: templates
+    use ``${name}`` for their own placeholders."""
+
+    error_class = TemplateFileError
+
+    def scalar(self, node: yaml.ScalarNode, field: str) -> Any:
+        return self.construct(node, field)
+
+
+def _read_chat_yaml(text: str, source: str) -> ChatTemplate:
+    root = compose_yaml(text, source, TemplateFileError)
+    reader = _TemplateReader(source, {})
+    try:
+        if root is None:
+            raise reader.error("the template file is empty; it needs at least `user`", None, None)
+        if not isinstance(root, yaml.MappingNode):
+            raise reader.error("the top level must be a mapping with at least `user`", root, None)
+        data = reader.plain(root, "")
+        nodes: dict[str, yaml.Node] = {}
+        for key, _kn, value in reader.items(root, ""):
+            nodes[key] = value
+            if key == "revise" and isinstance(value, yaml.MappingNode):
+                for sub, _skn, sub_value in reader.items(value, "revise"):
+                    nodes[f"revise.{sub}"] = sub_value
+    finally:
+        reader.close()
+
+    def fail(field: str, message: str, offset: int | None) -> NoReturn:
+        node = nodes.get(field) or nodes.get(field.split(".")[0]) or root
+        line = _line(node)
+        if offset is not None and isinstance(node, yaml.ScalarNode) and node.style == "|":
+            # A literal block's text starts on the line after its `|`, line for line.
+            line += 1 + str(node.value)[:offset].count("\n")
+        raise TemplateFileError(
+            f"{field}: {message}" if field else message, path=source, line=line, field=field
+        )
+
+    return chat_template_from_dict(data, fail)
+
+
+# ------------------------------------------------------------------ messages
 
 
 def describe_workers(workers: Sequence[Worker], *, show_descriptions: bool = False) -> str:
@@ -71,10 +310,23 @@ def describe_workers(workers: Sequence[Worker], *, show_descriptions: bool = Fal
 
 @dataclass(frozen=True)
 class PreviousRound:
-    """What a recursive round is shown of the round before it."""
+    """What a recursive round is shown of the round before it.
+
+    ``reply`` is the Conductor's whole round-1 reply (its prefill included): a chat
+    template's revision round keeps it as the assistant turn.  Without it, the
+    workflow's canonical lists stand in for it.
+    """
 
     workflow_text: str
     final_answer: str
+    reply: str | None = None
+
+
+def _fill(text: str, values: Mapping[str, str], name: str) -> str:
+    try:
+        return string.Template(text).substitute(values)
+    except (KeyError, ValueError) as exc:
+        raise UsageError(f"template {name!r} has a bad placeholder: {exc}") from None
 
 
 def build_conductor_messages(
@@ -86,23 +338,66 @@ def build_conductor_messages(
     show_descriptions: bool = False,
     previous: PreviousRound | None = None,
 ) -> list[Message]:
-    """The messages that ask the Conductor for a workflow (one user message)."""
+    """The messages that ask the Conductor for a workflow.
+
+    A text template gives one user message; a chat template gives its conversation,
+    ending in an assistant message (the prefill) when the round has one.
+    """
     values = {
         "workers": describe_workers(workers, show_descriptions=show_descriptions),
         "question": question.strip(),
         "max_steps": str(max_steps),
     }
-    try:
-        text = string.Template(load_template(template)).substitute(values)
-    except (KeyError, ValueError) as exc:
-        raise UsageError(f"template {template!r} has a bad placeholder: {exc}") from None
-    if previous is not None:
-        text += string.Template(load_template("revise")).safe_substitute(
-            previous_workflow=previous.workflow_text,
-            previous_answer=previous.final_answer,
-            max_steps=str(max_steps),
+    loaded = load_conductor_template(template)
+    chat = loaded.chat
+    if chat is None:
+        text = _fill(loaded.text, values, template)
+        if previous is not None:
+            text += string.Template(load_template("revise")).safe_substitute(
+                previous_workflow=previous.workflow_text,
+                previous_answer=previous.final_answer,
+                max_steps=str(max_steps),
+            )
+        return [{"role": "user", "content": text}]
+
+    messages: list[Message] = []
+    if chat.system is not None:
+        messages.append({"role": "system", "content": _fill(chat.system, values, template)})
+    messages.append({"role": "user", "content": _fill(chat.user, values, template)})
+    if previous is None:
+        if chat.prefill is not None:
+            messages.append({"role": "assistant", "content": _fill(chat.prefill, values, template)})
+        return messages
+    revise_values = {
+        **values,
+        "previous_workflow": previous.workflow_text,
+        "previous_answer": previous.final_answer,
+    }
+    revise_user = chat.revise_user
+    if revise_user is None:
+        revise_user = load_template("revise").strip()
+    messages.append({"role": "assistant", "content": previous.reply or previous.workflow_text})
+    messages.append({"role": "user", "content": _fill(revise_user, revise_values, template)})
+    if chat.revise_prefill is not None:
+        messages.append(
+            {"role": "assistant", "content": _fill(chat.revise_prefill, revise_values, template)}
         )
-    return [{"role": "user", "content": text}]
+    return messages
+
+
+def conductor_prefill(messages: Sequence[Message]) -> str | None:
+    """The prefill the Conductor's reply to ``messages`` begins with, or ``None``."""
+    return prefill_of(messages) if ends_with_prefill(messages) else None
+
+
+def fit_prefill(messages: list[Message], target: Worker) -> list[Message]:
+    """``messages`` with their prefill as ``target`` is sent it (Anthropic refuses one
+    ending in whitespace, so that is dropped), so that the record shows what was sent
+    and prefill + continuation is the reply as the model wrote it."""
+    if not ends_with_prefill(messages) or continuation(target) != "anthropic":
+        return messages
+    fitted = prefill_message(target, prefill_of(messages))
+    return [*messages[:-1], *([fitted] if fitted is not None else [])]
 
 
 #: How much of a Conductor reply that did not parse is quoted back when re-asking: its
@@ -121,12 +416,22 @@ def _tail(text: str, limit: int, unit: str) -> str:
 
 def build_reask_messages(messages: Sequence[Message], reply: str, reason: str) -> list[Message]:
     """``messages`` followed by the reply that did not parse (its end only) and a request
-    to write the plan again, naming ``reason``."""
+    to write the plan again, naming ``reason``.
+
+    ``reply`` is what the model wrote after the prefill ``messages`` end with, if any:
+    the conversation then keeps the whole reply as the assistant's turn and ends with
+    the same prefill again, so the model answers the re-ask in its trained shape.
+    """
     if len(reason) > REASK_REASON_CHARS:
         reason = reason[:REASK_REASON_CHARS] + " ..."
-    return [
-        *messages,
-        {"role": "assistant", "content": _tail(reply, REASK_REPLY_CHARS, "characters")},
+    prefill = conductor_prefill(messages)
+    earlier = list(messages[:-1]) if prefill is not None else list(messages)
+    out: list[Message] = [
+        *earlier,
+        {
+            "role": "assistant",
+            "content": _tail((prefill or "") + reply, REASK_REPLY_CHARS, "characters"),
+        },
         {
             "role": "user",
             "content": (
@@ -136,3 +441,6 @@ def build_reask_messages(messages: Sequence[Message], reply: str, reason: str) -
             ),
         },
     ]
+    if prefill is not None:
+        out.append({"role": "assistant", "content": prefill})
+    return out

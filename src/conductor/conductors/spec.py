@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import UsageError
 from ..pool import ConductorConfig, Pool, Worker
 
-__all__ = ["Conductor", "parse_conductor_spec", "resolve_conductor"]
+__all__ = ["SAMPLING_KEYS", "Conductor", "parse_conductor_spec", "resolve_conductor"]
 
 log = logging.getLogger("conductor")
 
@@ -43,19 +43,25 @@ class Conductor:
     max_subtask_chars: int = 300
 
     def describe(self) -> dict[str, Any]:
-        """A JSON-ready description for run records (no secrets)."""
+        """A JSON-ready description for run records (no secrets).
+
+        ``sampling`` holds the Conductor's temperature, max_tokens and top_p as sent
+        (``None``: the server's default); ``template_form`` is ``text`` or ``chat``.
+        """
         import hashlib
 
         from ..pool import pool_to_public_dict  # the redaction rules live with the pool
-        from .prompt import load_template
+        from .prompt import load_conductor_template
 
         target = pool_to_public_dict(Pool(name="conductor", workers=(self.target,)))
-        text = load_template(self.template)
+        template = load_conductor_template(self.template)
         return {
             "backend": self.backend,
             "target": target["workers"][0],
             "template": self.template,
-            "template_sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "template_sha256": hashlib.sha256(template.text.encode()).hexdigest(),
+            "template_form": template.form,
+            "sampling": {k: self.target.params.get(k) for k in SAMPLING_KEYS},
             "max_steps": self.max_steps,
             "parse_retries": self.parse_retries,
             "show_descriptions": self.show_descriptions,
@@ -67,8 +73,36 @@ class Conductor:
             ],
         }
 
+    def check_prefill(self) -> None:
+        """Refuse a template whose replies begin with a prefill when this Conductor's
+        model cannot continue a reply (:class:`UsageError` naming the template)."""
+        from ..llm.prefill import continuation, unsupported_reason
+        from .prompt import load_conductor_template
+
+        chat = load_conductor_template(self.template).chat
+        if chat is None or not chat.has_prefill:
+            return
+        # An in-process checkpoint continues it through its tokenizer's chat template.
+        if self.target.client != "checkpoint" and continuation(self.target) is None:  # type: ignore[comparison-overlap]
+            why = unsupported_reason(self.target)
+            raise UsageError(
+                f"template {self.template!r} begins the Conductor's reply with a prefill, "
+                f"but the Conductor ({self.target.client} model {self.target.model!r}) cannot "
+                f"continue a reply: {why}; serve it from an OpenAI-compatible server such as "
+                "vLLM (api_base), run it as a checkpoint or an Anthropic model, or use a "
+                "template without `prefill`"
+            )
+
 
 _URL = re.compile(r"^https?://", re.IGNORECASE)
+#: The Conductor's sampling settings, set in the pool's ``conductor:`` section (or a
+#: checkpoint's ``conductor.json``) and recorded with every run.
+SAMPLING_KEYS = ("temperature", "max_tokens", "top_p")
+
+
+def _sampling(cfg: ConductorConfig) -> dict[str, Any]:
+    """The sampling settings ``cfg`` sets as its own keys (``params`` may override)."""
+    return {k: getattr(cfg, k) for k in SAMPLING_KEYS if getattr(cfg, k) is not None}
 
 
 def parse_conductor_spec(spec: str) -> ConductorConfig:
@@ -101,7 +135,7 @@ def parse_conductor_spec(spec: str) -> ConductorConfig:
 
 
 def _target_from_config(cfg: ConductorConfig, pool: Pool) -> Worker:
-    params = dict(cfg.params)
+    params = {**_sampling(cfg), **cfg.params}
     if cfg.backend == "prompted":
         if not cfg.model:
             raise UsageError("a prompted conductor needs `model`: a pool worker id or a model")
@@ -175,7 +209,8 @@ def _apply_checkpoint_meta(
     cfg: ConductorConfig, pool: Pool, template: str | None, max_steps: int | None
 ) -> tuple[ConductorConfig, str | None, int | None]:
     """Honour a checkpoint's ``conductor.json``: the template it was trained with, its
-    step limit, and a warning for each way the user's pool differs from its pool order."""
+    step limit and sampling settings (where the pool sets none), and a warning for each
+    way the user's pool differs from its pool order."""
     from ..checkpoint_meta import (
         check_pool_against_meta,
         read_checkpoint_meta,
@@ -193,6 +228,13 @@ def _apply_checkpoint_meta(
         template = template_ref(directory, meta)
     if max_steps is None and meta.max_steps:
         max_steps = meta.max_steps
+    unset = {
+        k: v
+        for k, v in meta.sampling.items()
+        if k in SAMPLING_KEYS and getattr(cfg, k) is None and k not in cfg.params
+    }
+    if unset:
+        cfg = replace(cfg, **unset)
     for problem in check_pool_against_meta([w.id for w in pool.workers], meta):
         log.warning("checkpoint %s: %s", directory, problem)
     return cfg, template, max_steps
@@ -226,7 +268,7 @@ def resolve_conductor(
     if cfg.backend == "checkpoint":
         cfg, template, max_steps = _apply_checkpoint_meta(cfg, pool, template, max_steps)
     target = _target_from_config(cfg, pool)
-    return Conductor(
+    conductor = Conductor(
         backend=cfg.backend,
         target=target,
         template=template or cfg.template,
@@ -238,3 +280,5 @@ def resolve_conductor(
         min_subtask_chars=cfg.min_subtask_chars,
         max_subtask_chars=cfg.max_subtask_chars,
     )
+    conductor.check_prefill()
+    return conductor

@@ -15,11 +15,13 @@ The model is loaded on the first :meth:`CheckpointClient.send`, off the event lo
 kept in a process-wide registry so that every client naming the same directory (with the
 same engine, dtype and device) shares one loaded copy; calls to one model run one at a
 time under its lock.  The prompt is the tokenizer's chat template with the generation
-prompt added (a plain ``User: ...`` / ``Assistant:`` transcript when the tokenizer has
-none).  Sampling follows ``request.params``: ``temperature`` (0 = greedy), ``top_p``,
-``top_k``, ``repetition_penalty``, ``max_tokens`` (default 1024) and ``stop``; settings
-left unset keep the checkpoint's ``generation_config`` defaults; the seed
-is ``params["seed"]`` (default 0) plus ``request.sample_index``, so a sample is
+prompt added, or, when the messages end with an assistant message (a prefill), with
+that message left open for the model to continue (a plain ``User: ...`` /
+``Assistant:`` transcript when the tokenizer has none); the reply is what the model
+wrote after the prefill.  Sampling follows ``request.params``: ``temperature``
+(0 = greedy), ``top_p``, ``top_k``, ``repetition_penalty``, ``max_tokens`` (default
+1024) and ``stop``; settings left unset keep the checkpoint's ``generation_config``
+defaults; the seed is ``params["seed"]`` (default 0) plus ``request.sample_index``, so a sample is
 reproducible and repeated samples differ.  Load options may also be given in
 ``params``: ``dtype`` (``bfloat16``, ``float16``, ``float32``) and ``device``
 (``cpu``, ``cuda``, ``cuda:1``); ``engine`` (``transformers`` or ``vllm``) forces one.
@@ -46,6 +48,7 @@ __all__ = [
     "DEFAULT_MAX_TOKENS",
     "CheckpointClient",
     "LoadedCheckpoint",
+    "chat_prompt",
     "get_loaded_checkpoint",
     "loaded_checkpoints",
     "plain_prompt",
@@ -228,9 +231,37 @@ def unload_all() -> None:
 
 
 def plain_prompt(messages: list[dict[str, str]]) -> str:
-    """A chat as a plain transcript, for tokenizers without a chat template."""
+    """A chat as a plain transcript, for tokenizers without a chat template.
+
+    A final assistant message is a prefill: the transcript ends inside it, for the model
+    to continue.
+    """
     lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
+    if messages and messages[-1]["role"] == "assistant":
+        return "\n".join(lines)
     return "\n".join(lines) + "\nAssistant:"
+
+
+def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[str, bool]:
+    """The prompt text of ``messages`` for ``tokenizer``, and whether the tokenizer should
+    add its special tokens to it.
+
+    With a chat template, a conversation ending in a user message gets the generation
+    prompt; one ending in an assistant message (a prefill) is rendered open, so the
+    model continues that message (``continue_final_message``).  Without a chat template
+    it is :func:`plain_prompt`'s transcript.
+    """
+    if getattr(tokenizer, "chat_template", None):
+        prefill = bool(messages) and messages[-1]["role"] == "assistant"
+        text = tokenizer.apply_chat_template(
+            messages,
+            add_generation_prompt=not prefill,
+            continue_final_message=prefill,
+            tokenize=False,
+        )
+        # The template writes BOS and the like itself.
+        return str(text), False
+    return plain_prompt(messages), True
 
 
 def _seed(params: dict[str, Any], sample_index: int) -> int:
@@ -285,13 +316,7 @@ class CheckpointClient:
     @staticmethod
     def _prompt(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[str, bool]:
         """(prompt text, whether the tokenizer should add its special tokens)."""
-        if getattr(tokenizer, "chat_template", None):
-            text = tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False
-            )
-            # The template writes BOS and the like itself.
-            return str(text), False
-        return plain_prompt(messages), True
+        return chat_prompt(tokenizer, messages)
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         params = dict(request.params)

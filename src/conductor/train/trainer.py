@@ -522,14 +522,12 @@ def _quiet_trainer(trainer: Any) -> None:
 def _save_checkpoint(
     trainer: Any, tokenizer: Any, config: TrainConfig, pool: Pool, directory: Path
 ) -> None:
-    from ..checkpoint_meta import CheckpointMeta, write_checkpoint_meta
-    from ..conductors.prompt import load_template
+    from ..checkpoint_meta import CheckpointMeta, stored_template, write_checkpoint_meta
 
     trainer.save_model(str(directory))
     if not trainer.is_world_process_zero():
         return
     tokenizer.save_pretrained(str(directory))
-    (directory / TEMPLATE_FILE).write_text(load_template(config.template), encoding="utf-8")
     extra: dict[str, Any] = {"trained_with": "conductor train (GRPO)"}
     if config.randomise_pool is not None:
         extra["randomised_pool"] = {
@@ -545,7 +543,7 @@ def _save_checkpoint(
         directory,
         CheckpointMeta(
             format_version=1,
-            template=TEMPLATE_FILE,
+            **stored_template(directory, config.template),
             pool_order=tuple(w.id for w in pool.workers),
             max_steps=config.max_steps,
             base_model=config.base_model,
