@@ -379,6 +379,10 @@ def test_resume_from_a_schema_1_directory(tmp_path: Path, fake_server: FakeLLMSe
     for key in ("invocation", "pool_sha256"):
         del config[key]
     config["schema_version"] = 1
+    # Written before the Conductor's description named its sampling and template form.
+    for key in ("sampling", "template_form"):
+        assert key in config["strategy_detail"]["conductor"]
+        del config["strategy_detail"]["conductor"][key]
     (out / "config.json").write_text(json.dumps(config))
     res = cli("bench", "--resume", str(out), "--no-cache", cache=tmp_path / "c")
     assert res.returncode == 0, res.stderr

@@ -672,3 +672,30 @@ def test_cli_ask_with_a_chat_template(tmp_path: Path, fake_server: FakeLLMServer
     assert record.final_answer == "<answer>42</answer>"
     assert record.conductor["template_form"] == "chat"
     assert record.conductor["sampling"]["max_tokens"] == 1024
+
+
+def test_train_refuses_a_prefill_template_before_loading_a_model(tmp_path: Path) -> None:
+    """TRL would close the prefill as a finished turn, so such templates are refused
+    up front (the base model named here does not exist: the refusal comes first)."""
+    import yaml
+
+    from conductor.train.config import load_train_config
+    from conductor.train.trainer import check_trainable_template, train
+
+    (tmp_path / "q.jsonl").write_text('{"problem": "What is 1 + 1?", "answer": "2"}\n')
+    body = {
+        "base_model": str(tmp_path / "no-such-model"),
+        "pool": "local",
+        "output_dir": str(tmp_path / "out"),
+        "data": [{"benchmark": "math500", "file": "q.jsonl"}],
+        "template": "chat",
+    }
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(body))
+    with pytest.raises(UsageError, match="prefill, which conductor train cannot train"):
+        train(load_train_config(path))
+    assert not (tmp_path / "out").exists()
+    # Without a prefill, a chat template is accepted.
+    (tmp_path / "plain.yaml").write_text("system: Plan.\nuser: ${question}\n")
+    path.write_text(yaml.safe_dump({**body, "template": "plain.yaml"}))
+    check_trainable_template(load_train_config(path))

@@ -37,7 +37,7 @@ from .record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals, now_
 from .text import check_question, strip_think
 from .workflow import ALL, Workflow, format_workflow, parse_workflow, workflow_to_dict
 
-__all__ = ["Budget", "Orchestrator", "RunSettings", "ask"]
+__all__ = ["Budget", "Orchestrator", "RunSettings", "ask", "last_plan_reply"]
 
 log = logging.getLogger("conductor")
 
@@ -457,7 +457,7 @@ class Orchestrator:
             previous, answer = _continue(record, continue_from, history)
             start = len(record.rounds)
             if previous is not None:
-                previous = replace(previous, reply=_last_plan_reply(continue_from))
+                previous = replace(previous, reply=last_plan_reply(continue_from))
         t0 = time.perf_counter()
         for r in range(start, max(start + 1, settings.rounds)):
             rnd = RoundRecord(index=r)
@@ -531,7 +531,7 @@ def _plan_reply(rnd: RoundRecord) -> str | None:
     return rnd.conductor_calls[-1].reply if rnd.conductor_calls else None
 
 
-def _last_plan_reply(record: RunRecord) -> str | None:
+def last_plan_reply(record: RunRecord) -> str | None:
     """The reply that wrote ``record``'s last plan (what a revision round continues)."""
     last = next((rnd for rnd in reversed(record.rounds) if rnd.workflow), None)
     return _plan_reply(last) if last is not None else None

@@ -333,6 +333,13 @@ _RUNTIME_KEYS = frozenset(
 )
 
 
+# Descriptions derived from fields compared anyway (the Conductor's ``sampling`` is in its
+# target's params, ``template_form`` follows the template's hash): skipping them keeps
+# runs recorded before they existed resumable.
+_DERIVED_KEYS = frozenset({"sampling", "template_form"})
+_UNCOMPARED_KEYS = _RUNTIME_KEYS | _DERIVED_KEYS
+
+
 def _get(data: Mapping[str, Any], path: tuple[str, ...]) -> Any:
     value: Any = data
     for key in path:
@@ -348,7 +355,7 @@ def _first_difference(old: Any, new: Any, where: str = "") -> str | None:
     while stack:
         a, b, at = stack.pop()
         if isinstance(a, Mapping) and isinstance(b, Mapping):
-            keys = [k for k in {**a, **b} if k not in _RUNTIME_KEYS]
+            keys = [k for k in {**a, **b} if k not in _UNCOMPARED_KEYS]
             stack.extend(
                 (a.get(k), b.get(k), f"{at}.{k}" if at else str(k)) for k in reversed(keys)
             )

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ..conductors.prompt import PreviousRound, build_conductor_messages
 from ..conductors.spec import Conductor
 from ..errors import UsageError
-from ..execute import Orchestrator, RunSettings
+from ..execute import Orchestrator, RunSettings, last_plan_reply
 from ..llm.types import Message
 from ..pool import Worker
 from ..record import RunRecord
@@ -70,7 +70,11 @@ def previous_round(record: RunRecord) -> PreviousRound | None:
     last = next((rnd.workflow for rnd in reversed(record.rounds) if rnd.workflow), None)
     if last is None or record.final_answer is None:
         return None
-    return PreviousRound(format_workflow(workflow_from_dict(last)), record.final_answer)
+    # The reply that wrote the plan goes along, as the executor's revision round sends it:
+    # a chat template continues the conversation with it as the assistant turn.
+    return PreviousRound(
+        format_workflow(workflow_from_dict(last)), record.final_answer, last_plan_reply(record)
+    )
 
 
 def can_revise(record: RunRecord) -> bool:

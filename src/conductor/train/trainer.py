@@ -47,9 +47,9 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKPOINT_DIR",
     "METRICS_FILE",
-    "TEMPLATE_FILE",
     "build_grpo_config",
     "check_recursion_layout",
+    "check_trainable_template",
     "load_policy",
     "train",
 ]
@@ -60,8 +60,6 @@ log = logging.getLogger("conductor")
 CHECKPOINT_DIR = "checkpoint"
 #: The metrics file inside ``output_dir``.
 METRICS_FILE = "metrics.jsonl"
-#: The prompt template copied into the checkpoint (referenced by ``conductor.json``).
-TEMPLATE_FILE = "prompt.txt"
 
 _INSTALL_HINT = "pip install 'conductor-orchestrate[train]'"
 # A chat template for base models that have none: the same plain transcript that the
@@ -300,6 +298,28 @@ def _where(config: TrainConfig) -> str:
 # The GRPOTrainer methods the recursion trainer builds on (TRL 1.x).
 _TRL_HOOKS = ("_generate_and_score_completions", "_generate", "_tokenize_prompts")
 _TRL_GENERATE = "_generate_single_turn"
+
+
+def check_trainable_template(config: TrainConfig) -> None:
+    """Refuse a chat template whose replies begin with a prefill (:class:`UsageError`).
+
+    TRL's GRPO renders conversational prompts with a generation prompt, which closes a
+    trailing assistant message as a finished turn and opens a new one: the policy would
+    be trained to answer after its prefill rather than to continue it, unlike the way
+    ``ask`` and ``bench`` prompt the checkpoint.  Until prompts are rendered to text
+    with the prefill left open, such templates are refused here rather than trained
+    wrongly; a chat template without a prefill, or a text template, trains as asked.
+    """
+    from ..conductors.prompt import load_conductor_template
+
+    chat = load_conductor_template(config.template).chat
+    if chat is not None and chat.has_prefill:
+        where = f"{config.path}: " if config.path is not None else ""
+        raise UsageError(
+            f"{where}template {config.template!r} begins the Conductor's reply with "
+            "a prefill, which conductor train cannot train yet (TRL closes the assistant "
+            "turn); remove its `prefill` lines for training, or use a text template"
+        )
 
 
 def check_recursion_layout(config: TrainConfig) -> None:
@@ -576,6 +596,7 @@ def train(
     """
     _require_train_deps()
     check_recursion_layout(config)
+    check_trainable_template(config)
     from .contamination import check_training_data
 
     # Before any model is loaded: training on held-out questions stops the run here.
