@@ -127,7 +127,8 @@ def test_holdout_entries_parse(tmp_path: Path) -> None:
         _config(
             tmp_path,
             {
-                "data": [{"benchmark": "arith.yaml"}],
+                # arith has no train_source: its test split is named outright.
+                "data": [{"benchmark": "arith.yaml", "split": "test"}],
                 "holdout": [
                     "gpqa-diamond",
                     "secret.jsonl",
