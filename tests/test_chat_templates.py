@@ -674,28 +674,21 @@ def test_cli_ask_with_a_chat_template(tmp_path: Path, fake_server: FakeLLMServer
     assert record.conductor["sampling"]["max_tokens"] == 1024
 
 
-def test_train_refuses_a_prefill_template_before_loading_a_model(tmp_path: Path) -> None:
-    """TRL would close the prefill as a finished turn, so such templates are refused
-    up front (the base model named here does not exist: the refusal comes first)."""
-    import yaml
+def test_policy_prompt_leaves_a_prefill_open() -> None:
+    """Training prompts with a prefill are rendered to text that ends inside the
+    assistant turn (TRL would otherwise close it and open a new one)."""
+    from tinymodels import tiny_tokenizer
 
-    from conductor.train.config import load_train_config
-    from conductor.train.trainer import check_trainable_template, train
+    from conductor.train.trainer import policy_prompt
 
-    (tmp_path / "q.jsonl").write_text('{"problem": "What is 1 + 1?", "answer": "2"}\n')
-    body = {
-        "base_model": str(tmp_path / "no-such-model"),
-        "pool": "local",
-        "output_dir": str(tmp_path / "out"),
-        "data": [{"benchmark": "math500", "file": "q.jsonl"}],
-        "template": "chat",
-    }
-    path = tmp_path / "train.yaml"
-    path.write_text(yaml.safe_dump(body))
-    with pytest.raises(UsageError, match="prefill, which conductor train cannot train"):
-        train(load_train_config(path))
-    assert not (tmp_path / "out").exists()
-    # Without a prefill, a chat template is accepted.
-    (tmp_path / "plain.yaml").write_text("system: Plan.\nuser: ${question}\n")
-    path.write_text(yaml.safe_dump({**body, "template": "plain.yaml"}))
-    check_trainable_template(load_train_config(path))
+    tok = tiny_tokenizer(["model_id = [0]", "Plan it.", "What is 2 + 2?"])
+    messages = [
+        {"role": "system", "content": "Plan it."},
+        {"role": "user", "content": "What is 2 + 2?"},
+        {"role": "assistant", "content": "model_id = ["},
+    ]
+    text = policy_prompt(tok, messages, render=True)
+    assert text.endswith("<|assistant|>model_id = [")
+    assert policy_prompt(tok, messages, render=False) == messages
+    # Without a prefill the generation prompt opens the reply, as TRL would.
+    assert policy_prompt(tok, messages[:2], render=True).endswith("<|end|>\n<|assistant|>")

@@ -444,3 +444,39 @@ def test_recursion_step_samples_revisions_from_the_policy_in_the_same_step(
     assert line["rollouts"] == sum(r.reward is not None for r in batch.results)
     meta = read_checkpoint_meta(checkpoint)
     assert meta is not None and meta.extra["recursion"] == {"fraction": 1.0, "discount": 0.2}
+
+
+def test_a_prefill_template_trains_on_prompts_left_open(
+    tmp_path: Path, fake_server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One GRPO step with a chat template whose reply begins with a prefill: every prompt
+    the policy samples from ends inside the assistant turn, and the checkpoint keeps the
+    template (prefill included) as it was trained."""
+    import conductor.train.trainer as trainer_module
+    from conductor.checkpoint_meta import read_checkpoint_meta
+    from conductor.train.config import load_train_config
+
+    file = _setup(tmp_path, fake_server, steps=1)
+    (tmp_path / "tiny-chat.yaml").write_text(
+        "user: |-\n"
+        + "".join(f"  {line}\n" for line in TEMPLATE.splitlines())
+        + "prefill: 'model_id = ['\n"
+    )
+    config_data = yaml.safe_load(file.read_text())
+    file.write_text(yaml.safe_dump({**config_data, "template": "tiny-chat.yaml"}))
+    rendered: list[Any] = []
+    real = trainer_module.policy_prompt
+
+    def recording(tokenizer: Any, messages: Any, *, render: bool) -> Any:
+        out = real(tokenizer, messages, render=render)
+        rendered.append(out)
+        return out
+
+    monkeypatch.setattr(trainer_module, "policy_prompt", recording)
+    checkpoint = trainer_module.train(load_train_config(file), live=False)
+    assert rendered and all(isinstance(p, str) for p in rendered)
+    assert all(p.endswith("<|assistant|>model_id = [") for p in rendered)
+    meta = read_checkpoint_meta(checkpoint)
+    assert meta is not None
+    stored = json.loads((checkpoint / "conductor.json").read_text())["template"]
+    assert isinstance(stored, dict) and stored["prefill"] == "model_id = ["

@@ -34,7 +34,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +49,8 @@ __all__ = [
     "METRICS_FILE",
     "build_grpo_config",
     "check_recursion_layout",
-    "check_trainable_template",
+    "opens_with_prefill",
+    "policy_prompt",
     "load_policy",
     "train",
 ]
@@ -300,26 +301,31 @@ _TRL_HOOKS = ("_generate_and_score_completions", "_generate", "_tokenize_prompts
 _TRL_GENERATE = "_generate_single_turn"
 
 
-def check_trainable_template(config: TrainConfig) -> None:
-    """Refuse a chat template whose replies begin with a prefill (:class:`UsageError`).
-
-    TRL's GRPO renders conversational prompts with a generation prompt, which closes a
-    trailing assistant message as a finished turn and opens a new one: the policy would
-    be trained to answer after its prefill rather than to continue it, unlike the way
-    ``ask`` and ``bench`` prompt the checkpoint.  Until prompts are rendered to text
-    with the prefill left open, such templates are refused here rather than trained
-    wrongly; a chat template without a prefill, or a text template, trains as asked.
-    """
+def opens_with_prefill(config: TrainConfig) -> bool:
+    """Whether ``config``'s template begins the Conductor's reply with a prefill."""
     from ..conductors.prompt import load_conductor_template
 
     chat = load_conductor_template(config.template).chat
-    if chat is not None and chat.has_prefill:
-        where = f"{config.path}: " if config.path is not None else ""
-        raise UsageError(
-            f"{where}template {config.template!r} begins the Conductor's reply with "
-            "a prefill, which conductor train cannot train yet (TRL closes the assistant "
-            "turn); remove its `prefill` lines for training, or use a text template"
-        )
+    return chat is not None and chat.has_prefill
+
+
+def policy_prompt(tokenizer: Any, messages: Sequence[Mapping[str, Any]], *, render: bool) -> Any:
+    """The prompt TRL gets for ``messages``: the conversation itself, or with ``render``
+    its text with a trailing prefill left open.
+
+    TRL's GRPO renders a conversational prompt with a generation prompt, which closes a
+    trailing assistant message as a finished turn and opens a new one; the policy would
+    then learn to answer after its prefill instead of continuing it, unlike the way
+    ``ask`` and ``bench`` prompt the checkpoint.  Rendered here through the tokenizer's
+    chat template (as the checkpoint backend renders it), the prompt is plain text that
+    TRL tokenizes as it is, and the completion continues the prefill.
+    """
+    plain = [dict(m) for m in messages]
+    if not render:
+        return plain
+    from ..llm.checkpoint_client import chat_prompt
+
+    return chat_prompt(tokenizer, plain)[0]
 
 
 def check_recursion_layout(config: TrainConfig) -> None:
@@ -342,7 +348,9 @@ def check_recursion_layout(config: TrainConfig) -> None:
         )
 
 
-def _recursion_trainer(discount: float, reward: Any, **kwargs: Any) -> Any:
+def _recursion_trainer(
+    discount: float, reward: Any, *, render_prompts: bool = False, **kwargs: Any
+) -> Any:
     """A ``GRPOTrainer`` that samples recursion rounds on-policy, built with ``kwargs``.
 
     Why a subclass that wraps ``_generate``: it is the one place in TRL's step where
@@ -444,8 +452,10 @@ def _recursion_trainer(discount: float, reward: Any, **kwargs: Any) -> Any:
             if most == 0:
                 return []
             rows = self._conductor_rows or []
-            filler = prompts[0] if prompts else rows[0]["prompt"]
-            batch = [[dict(m) for m in p] for p in prompts] + [filler] * (most - n)
+            tokenizer = self.processing_class
+            batch = [policy_prompt(tokenizer, p, render=render_prompts) for p in prompts]
+            filler = batch[0] if batch else rows[0]["prompt"]
+            batch += [filler] * (most - n)
             prompt_ids, _images, fields = self._tokenize_prompts(batch)
             completion_ids, logprobs = self._generate_single_turn(prompt_ids, None, fields, 1)
             prompt_ids, completion_ids = list(prompt_ids)[:n], list(completion_ids)[:n]
@@ -596,7 +606,6 @@ def train(
     """
     _require_train_deps()
     check_recursion_layout(config)
-    check_trainable_template(config)
     from .contamination import check_training_data
 
     # Before any model is loaded: training on held-out questions stops the run here.
@@ -624,6 +633,10 @@ def train(
     view: Any = None
     try:
         rows = build_rows(config, pool, conductor, rng_seed=config.seed)
+        render = opens_with_prefill(config)
+        if render:
+            for row in rows:
+                row["prompt"] = policy_prompt(tokenizer, row["prompt"], render=True)
         if config.recursion is not None:
             mark_recursion_rows(rows, config.recursion.fraction, seed=config.seed)
         dataset = Dataset.from_list(rows)
@@ -645,7 +658,9 @@ def train(
         if config.recursion is None:
             trainer = GRPOTrainer(**trainer_kwargs)
         else:
-            trainer = _recursion_trainer(config.recursion.discount, inner, **trainer_kwargs)
+            trainer = _recursion_trainer(
+                config.recursion.discount, inner, render_prompts=render, **trainer_kwargs
+            )
         _quiet_trainer(trainer)
         trainer.train()
         checkpoint = output_dir / CHECKPOINT_DIR
