@@ -539,7 +539,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from tinymodels import tiny_llama, tiny_tokenizer  # noqa: E402
+from tinymodels import overfit, tiny_llama, tiny_tokenizer  # noqa: E402
 
 from conductor.llm import checkpoint_client as cc  # noqa: E402
 
@@ -582,20 +582,7 @@ def test_checkpoint_conductor_continues_its_prefill(
     model = tiny_llama(tok, seed=3)
     messages = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": PREFILL}]
     prompt, _ = cc.chat_prompt(tok, messages)
-    prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
-    target_ids = tok(CONTINUATION, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    ids = torch.tensor([prompt_ids + target_ids])
-    labels = ids.clone()
-    labels[0, : len(prompt_ids)] = -100
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model.train()
-    for _ in range(150):
-        loss = model(input_ids=ids, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if loss.item() < 0.02:
-            break
+    overfit(model, tok, [(prompt, CONTINUATION)], steps=150, stop_below=0.02)
     directory = tmp_path / "ckpt"
     tok.save_pretrained(directory)
     model.save_pretrained(directory)

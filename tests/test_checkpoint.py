@@ -33,7 +33,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-from tinymodels import tiny_llama, tiny_tokenizer  # noqa: E402
+from tinymodels import overfit, tiny_llama, tiny_tokenizer  # noqa: E402
 
 from conductor.llm import checkpoint_client as cc  # noqa: E402
 
@@ -283,22 +283,7 @@ def _overfit_checkpoint(directory: Path, meta: dict[str, Any]) -> Path:
     model = _model(tok, seed=2)
     messages = [{"role": "user", "content": QUESTION}]
     prompt = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
-    target_ids = tok(WORKFLOW, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    ids = torch.tensor([prompt_ids + target_ids])
-    labels = ids.clone()
-    labels[0, : len(prompt_ids)] = -100  # learn only the reply
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model.train()
-    loss = None
-    for _ in range(100):
-        loss = model(input_ids=ids, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if loss.item() < 0.02:
-            break
-    assert loss is not None and loss.item() < 0.05
+    assert overfit(model, tok, [(prompt, WORKFLOW)], steps=100, stop_below=0.02) < 0.05
     return _save(directory, tok, model, meta)
 
 

@@ -362,35 +362,23 @@ WORKFLOW = 'model_id = [0]\nsubtasks = ["Solve it"]\naccess_list = [[]]'
 def _checkpoint(directory: Path, questions: list[str]) -> Path:
     """A tiny model taught to answer each of ``questions`` (its whole prompt) with
     WORKFLOW, saved with a conductor.json whose template is the bare question."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     pytest.importorskip("transformers")
     pytest.importorskip("tokenizers")
-    from tinymodels import tiny_llama, tiny_tokenizer
+    from tinymodels import overfit, tiny_llama, tiny_tokenizer
 
     tok = tiny_tokenizer([WORKFLOW, *questions, "0 1 2 3 4 5 6 7 8 9 [ ] \" ' , = + ?"])
     model = tiny_llama(tok, seed=1)
-    batch = []
-    for question in questions:
-        messages = [{"role": "user", "content": question}]
-        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        prompt = tok(text, add_special_tokens=False)["input_ids"]
-        ids = prompt + tok(WORKFLOW, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        batch.append((len(prompt), ids))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model.train()
-    for _ in range(200):
-        total = 0.0
-        for start, ids in batch:
-            x = torch.tensor([ids])
-            labels = x.clone()
-            labels[0, :start] = -100
-            loss = model(input_ids=x, labels=labels).loss
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            total += loss.item()
-        if total / len(batch) < 0.01:
-            break
+    examples = [
+        (
+            tok.apply_chat_template(
+                [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False
+            ),
+            WORKFLOW,
+        )
+        for question in questions
+    ]
+    overfit(model, tok, examples, steps=200, stop_below=0.01)
     directory.mkdir(parents=True)
     tok.save_pretrained(directory)
     model.save_pretrained(directory)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
-from tinymodels import tiny_llama, tiny_tokenizer
+from tinymodels import overfit, tiny_llama, tiny_tokenizer
 
 from conductor.testing import FakeLLMServer
 
@@ -47,30 +47,12 @@ def _policy_dir(directory: Path, prompts: list[list[dict[str, str]]]) -> Path:
     """A tiny model that, given any of ``prompts``, writes GOOD or BAD about equally often."""
     tok = _tokenizer()
     model = tiny_llama(tok, seed=0, max_positions=512)
-    batch = []
+    examples = []
     for messages in prompts:
         text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        prompt_ids = tok(text, add_special_tokens=False)["input_ids"]
-        for target in (GOOD, BAD):
-            ids = prompt_ids + tok(target, add_special_tokens=False)["input_ids"]
-            ids.append(tok.eos_token_id)
-            batch.append((prompt_ids, ids))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model.train()
-    for _ in range(300):
-        total = 0.0
-        for prompt_ids, ids in batch:
-            x = torch.tensor([ids])
-            labels = x.clone()
-            labels[0, : len(prompt_ids)] = -100
-            loss = model(input_ids=x, labels=labels).loss
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            total += loss.item()
-        # Both replies learnt: what is left is the coin flip at the differing token.
-        if total / len(batch) < 0.08:
-            break
+        examples += [(text, GOOD), (text, BAD)]
+    # Both replies learnt: what is left is the coin flip at the differing token.
+    overfit(model, tok, examples, steps=300, stop_below=0.08)
     directory.mkdir(parents=True, exist_ok=True)
     tok.save_pretrained(directory)
     model.save_pretrained(directory)

@@ -59,3 +59,42 @@ def tiny_llama(tokenizer: Any, *, seed: int = 0, max_positions: int = 256) -> An
         tie_word_embeddings=True,
     )
     return LlamaForCausalLM(config)
+
+
+def overfit(
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[tuple[str, str]],
+    *,
+    steps: int,
+    stop_below: float | None = None,
+    lr: float = 1e-2,
+) -> float:
+    """Train ``model`` to write each target (then EOS) after its prompt text; only the
+    target's tokens carry loss.  One pass over ``examples`` per step, at most ``steps``,
+    stopping once the pass's mean loss is below ``stop_below``.  Returns that mean."""
+    import torch
+
+    batch = []
+    for prompt, target in examples:
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        target_ids = tokenizer(target, add_special_tokens=False)["input_ids"]
+        batch.append((len(prompt_ids), [*prompt_ids, *target_ids, tokenizer.eos_token_id]))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    mean = float("inf")
+    for _ in range(steps):
+        total = 0.0
+        for start, ids in batch:
+            x = torch.tensor([ids])
+            labels = x.clone()
+            labels[0, :start] = -100
+            loss = model(input_ids=x, labels=labels).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.item()
+        mean = total / len(batch)
+        if stop_below is not None and mean < stop_below:
+            break
+    return mean
