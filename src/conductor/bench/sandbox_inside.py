@@ -601,6 +601,15 @@ def _child_result(fd: int, obj: dict[str, Any]) -> None:
     os.write(fd, json.dumps(obj).encode())
 
 
+def _compile_solution(job: dict[str, Any]) -> Any:
+    """The solution's code object, or None after reporting a ``compile_error`` frame."""
+    try:
+        return compile(job["solution"], "solution.py", "exec")
+    except (SyntaxError, ValueError) as exc:
+        frame({"event": "compile_error", "error": f"{type(exc).__name__}: {exc}"})
+        return None
+
+
 def job_lcb() -> None:
     """Run each LiveCodeBench test in a fresh child; forward raw outputs (no verdicts)."""
     import builtins
@@ -609,10 +618,8 @@ def job_lcb() -> None:
     work = CFG["workdir"]
     job = CFG["job"]
     prelude_src = job["prelude"]
-    try:
-        code = compile(job["solution"], "solution.py", "exec")
-    except (SyntaxError, ValueError) as exc:
-        frame({"event": "compile_error", "error": f"{type(exc).__name__}: {exc}"})
+    code = _compile_solution(job)
+    if code is None:
         return
     prelude = compile(prelude_src, "<prelude>", "exec")
     # the prelude's modules are imported once here, so each child starts warm
@@ -795,10 +802,8 @@ def job_bcb() -> None:
 
     work = CFG["workdir"]
     job = CFG["job"]
-    try:
-        sol_code = compile(job["solution"], "solution.py", "exec")
-    except (SyntaxError, ValueError) as exc:
-        frame({"event": "compile_error", "error": f"{type(exc).__name__}: {exc}"})
+    sol_code = _compile_solution(job)
+    if sol_code is None:
         return
     test_code = compile(job["test"], "test_code.py", "exec")
     _preimport(list(job["imports"]))
