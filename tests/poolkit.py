@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -61,4 +64,24 @@ def lists(model_id: list[int], subtasks: list[str], access: list[Any]) -> str:
         f"model_id = {json.dumps(model_id)}\n"
         f"subtasks = {json.dumps(subtasks)}\n"
         f"access_list = {json.dumps(access)}\n"
+    )
+
+
+def run_cli(
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 180,
+    columns: int = 200,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m conductor ARGS`` in a child process, as a user runs it: this test
+    process's environment plus ``env``, and a terminal width (``columns``) that the
+    output's assertions were written for."""
+    return subprocess.run(
+        [sys.executable, "-m", "conductor", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": str(columns), **(env or {})},
+        cwd=cwd,
     )

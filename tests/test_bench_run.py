@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
+from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
 
 from conductor.bench.graders import get_grader
 from conductor.bench.runner import BenchOptions, run_benchmark
@@ -65,14 +65,7 @@ def read_samples(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def cli(*args: str, cache: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CONDUCTOR_CACHE_DIR": str(cache), "COLUMNS": "120"}
-    return subprocess.run(
-        [sys.executable, "-m", "conductor", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
+    return run_cli(*args, env={"CONDUCTOR_CACHE_DIR": str(cache)}, timeout=timeout, columns=120)
 
 
 def test_bench_conductor_end_to_end(tmp_path: Path, fake_server: FakeLLMServer) -> None:

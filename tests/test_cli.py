@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
+from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
 
 from conductor.testing import FakeLLMServer, Fault
 
@@ -22,14 +22,7 @@ SECRET = "sk-test-SECRET-0123456789abcdef"
 
 
 def conductor(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> Any:
-    full_env = {**os.environ, "COLUMNS": "120", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "conductor", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=full_env,
-    )
+    return run_cli(*args, env=env, timeout=timeout, columns=120)
 
 
 def four_client_pool(tmp_path: Path, server: FakeLLMServer) -> Path:

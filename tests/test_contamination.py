@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from poolkit import pool_dict, worker, write_pool
+from poolkit import pool_dict, run_cli, worker, write_pool
 
 from conductor.bench.types import Sample
 from conductor.checkpoint_meta import (
@@ -275,15 +273,7 @@ def test_a_held_out_file_without_a_question_column_is_an_error(tmp_path: Path) -
 
 
 def _cli(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "conductor", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=cwd,
-    )
+    return run_cli(*args, cwd=cwd, timeout=timeout)
 
 
 def test_cli_train_stops_before_loading_the_model(
@@ -389,14 +379,7 @@ def _checkpoint(directory: Path, questions: list[str]) -> Path:
 
 
 def _bench_cli(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CONDUCTOR_CACHE_DIR": str(cache), "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "conductor", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    return run_cli(*args, env={"CONDUCTOR_CACHE_DIR": str(cache)}, timeout=300)
 
 
 def _records(run: Path) -> list[dict[str, Any]]:

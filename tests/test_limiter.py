@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, write_pool
+from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, write_pool
 from poolkit import worker as pool_worker
 
 from conductor.bench.report import rate_limit_table, summarize_run
@@ -456,14 +454,7 @@ def test_oversubscription_warning_text() -> None:
 
 
 def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CONDUCTOR_CACHE_DIR": str(cache), "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "conductor", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-    )
+    return run_cli(*args, env={"CONDUCTOR_CACHE_DIR": str(cache)})
 
 
 def test_bench_warns_once_and_records_the_limit_history(
