@@ -30,8 +30,8 @@ end (``filters.contest_date_to``) before the evaluation window starts.
     prompt: |                       # string.Template text over the sample's input:
       ${question}                   # ${name} or $name; write $$ for a literal dollar
       ${choices_text}
-    answer_format: letter           # letter | math | code
-    grader: choice                  # choice | math | code
+    answer_format: letter           # letter | math | code | short
+    grader: choice                  # choice | math | code | short
     grader_options: {}              # passed to the grader as they are
     epochs: 1                       # default number of repeats of each sample
     filters: {...}                  # loader-specific, see below
@@ -44,11 +44,12 @@ their prompts may use:
   ``correct`` plus ``incorrect_1`` .. ``incorrect_N``.  Also ``question``, ``id`` and
   ``subject`` (optional).  Choices are shuffled per sample and seed.  Placeholders:
   ``question``, ``choices``, ``choices_text``.  Filters: ``subjects`` (a list).
-* ``math`` (default when ``grader: math``): ``question``, ``answer`` (or, without it,
-  ``solution``: the answer is the solution's last ``\\boxed{}``, and rows without one
-  are left out), ``id``, ``metadata`` (comma-separated columns copied into the sample's
-  metadata).  Placeholders: ``question``.  Filters: ``subjects``, ``levels`` (lists;
-  need ``subject`` / ``level`` fields), ``max_answer_chars`` (drop longer answers).
+* ``math`` (default when ``grader: math`` or ``grader: short``): ``question``,
+  ``answer`` (or, without it, ``solution``: the answer is the solution's last
+  ``\\boxed{}``, and rows without one are left out), ``id``, ``metadata``
+  (comma-separated columns copied into the sample's metadata).  Placeholders:
+  ``question``.  Filters: ``subjects``, ``levels`` (lists; need ``subject`` /
+  ``level`` fields), ``max_answer_chars`` (drop longer answers).
 * ``livecodebench``: ``release`` (``release_v1`` .. ``release_v6``, ``release_latest``,
   or ``v1`` .. ``v6`` for one release file), and columns ``question``
   (question_content), ``title``, ``id`` (question_id), ``starter_code``, ``date``
@@ -101,8 +102,8 @@ __all__ = [
     "training_spec",
 ]
 
-ANSWER_FORMATS: tuple[str, ...] = ("letter", "math", "code")
-GRADERS: tuple[str, ...] = ("choice", "math", "code")
+ANSWER_FORMATS: tuple[str, ...] = ("letter", "math", "code", "short")
+GRADERS: tuple[str, ...] = ("choice", "math", "code", "short")
 LOADERS: tuple[str, ...] = ("choice", "math", "livecodebench", "bigcodebench")
 
 #: The ``fields`` keys each loader reads, with the column each defaults to (None: unset).
@@ -197,7 +198,7 @@ _SOURCE_KEYS = ("hf", "revision", "config", "split", "url", "file", "row")
 _TRAIN_SOURCE_KEYS = (*_SOURCE_KEYS, "fields", "filters", "balance")
 #: The fields a training sample may be balanced over (their values form the groups).
 BALANCE_FIELDS: tuple[str, ...] = ("subject", "level", "difficulty", "platform")
-_DEFAULT_LOADER = {"choice": "choice", "math": "math"}
+_DEFAULT_LOADER = {"choice": "choice", "math": "math", "short": "math"}
 _INCORRECT_RE = re.compile(r"incorrect_[1-9][0-9]?\Z")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 _DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
@@ -502,7 +503,9 @@ class _BenchReader(_Reader):
         source = self.data_source(get["source"], "source", base) if "source" in get else None
         grader = self.choice(get["grader"], "grader", GRADERS)
         assert grader is not None
-        answer_format = {"choice": "letter", "math": "math", "code": "code"}[grader]
+        answer_format = {"choice": "letter", "math": "math", "code": "code", "short": "short"}[
+            grader
+        ]
         if "answer_format" in get:
             answer_format = self.choice(get["answer_format"], "answer_format", ANSWER_FORMATS) or (
                 answer_format

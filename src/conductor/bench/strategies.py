@@ -348,6 +348,14 @@ def answer_key_for(grader: str) -> AnswerKey:
             return normalise_answer(found) if found else None
 
         return math_key
+    if grader == "short":
+        from .graders.short import final_answer, normalise_short
+
+        def short_key(text: str) -> str | None:
+            found = final_answer(text)
+            return normalise_short(found) if found else None
+
+        return short_key
     from .graders.code import extract_code
 
     def code_key(text: str) -> str | None:

@@ -43,6 +43,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "choice": (".choice", "ChoiceGrader"),
     "math": (".math", "MathGrader"),
     "code": (".code", "CodeGrader"),
+    "short": (".short", "ShortAnswerGrader"),
 }
 
 #: The grader names a benchmark file may use.
