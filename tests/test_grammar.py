@@ -234,3 +234,44 @@ def test_real_model_always_writes_a_valid_workflow_with_the_grammar() -> None:
     without_grammar, _ = asyncio.run(run(False))
     assert with_grammar == len(QUESTIONS), "\n".join(failures)
     assert without_grammar < with_grammar, f"without the grammar {without_grammar}/20 parsed"
+
+
+# ------------------------------------------------------------------- subtask choices
+
+CHOICES = ("Answer the question.", "Check the answers above and give the final answer.")
+
+
+def test_subtask_choices_are_the_only_subtasks_admitted() -> None:
+    rules = _rules(workflow_grammar(3, 2, subtask_choices=CHOICES))
+    assert rules["subtask"] == " | ".join(f'"\\"{c}\\""' for c in CHOICES)
+    # No free-text subtask rules remain for a model to escape into.
+    assert "schar" not in rules and "sfirst" not in rules
+
+
+@pytest.mark.parametrize("bad", ["", 'Say "hi".', "two\nlines", "back\\slash"])
+def test_a_subtask_choice_that_cannot_be_a_quoted_line_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="one line without quotes"):
+        workflow_grammar(2, 2, subtask_choices=("Answer the question.", bad))
+
+
+def test_llama_cpp_keeps_the_model_to_the_subtask_choices() -> None:
+    llama, lock = _embedded_llama()
+    import llama_cpp
+
+    text = workflow_grammar(3, 2, max_reasoning_chars=40, subtask_choices=CHOICES)
+    grammar = llama_cpp.LlamaGrammar.from_string(text, verbose=False)
+    prompt = (
+        "Write a plan for: What is 2 + 2? Use your own words for each subtask, such as "
+        '"Add two and two".'
+    )
+    with lock:
+        reply = llama.create_chat_completion(
+            messages=[{"role": "user", "content": prompt}],
+            grammar=grammar,
+            temperature=0.0,
+            max_tokens=200,
+            seed=0,
+        )["choices"][0]["message"]["content"]
+    workflow = parse_workflow(reply, n_workers=3, max_steps=2)
+    assert workflow.steps
+    assert {s.subtask for s in workflow.steps} <= set(CHOICES)

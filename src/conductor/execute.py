@@ -187,6 +187,7 @@ class Orchestrator:
                 max_reasoning_chars=cond.max_reasoning_chars,
                 min_subtask_chars=cond.min_subtask_chars,
                 max_subtask_chars=cond.max_subtask_chars,
+                subtask_choices=cond.subtasks,
             )
         return self._grammar_cache[key]
 
@@ -216,6 +217,7 @@ class Orchestrator:
             template=cond.template,
             show_descriptions=cond.show_descriptions,
             previous=previous,
+            subtasks=cond.subtasks,
         )
         messages = fit_prefill(messages, cond.target)
         prefill = conductor_prefill(messages)
@@ -331,6 +333,7 @@ class Orchestrator:
                 step.subtask,
                 keep_reasoning=worker.context.reasoning == "keep",
                 prefill=self._prefills.get(worker.id),
+                form=worker.context.message,
             )
             call = _call_record(messages, now_iso())
             rec = StepRecord(

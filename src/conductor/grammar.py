@@ -23,6 +23,7 @@ lengths together, so the parser still has the last word there.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
@@ -72,6 +73,7 @@ def workflow_grammar(
     max_reasoning_chars: int = 600,
     max_subtask_chars: int = 300,
     min_subtask_chars: int = 1,
+    subtask_choices: Sequence[str] = (),
 ) -> str:
     """A GBNF grammar (root rule ``root``) admitting only valid workflow replies.
 
@@ -81,7 +83,9 @@ def workflow_grammar(
     lists of earlier steps (``[0, 2]``, ascending, each below the step's own index)
     besides ``[]`` and ``["all"]``.  ``max_reasoning_chars`` bounds the free text before
     the lists (0 forbids it); ``min_subtask_chars`` and ``max_subtask_chars`` bound each
-    subtask's length.
+    subtask's length.  ``subtask_choices``, when given, are the only subtasks admitted
+    (the length bounds then do not apply): a small model keeps to instructions that say
+    what to do and cannot rewrite the question in them.
     """
     _check_bounds(n_workers, max_steps)
     if max_subtask_chars < 1:
@@ -115,10 +119,17 @@ def workflow_grammar(
         )
 
     rules.append("id ::= " + " | ".join(f'"{i}"' for i in range(n_workers)))
-    low = max(0, min(min_subtask_chars, max_subtask_chars) - 1)
-    rules.append(f'subtask ::= "\\"" sfirst schar{{{low},{max_subtask_chars - 1}}} "\\""')
-    rules.append(f"sfirst ::= {_SUBTASK_FIRST}")
-    rules.append(f"schar ::= {_SUBTASK_CHAR}")
+    if subtask_choices:
+        for choice in subtask_choices:
+            if not choice or any(c in '"\\' or c < " " for c in choice):
+                raise ValueError(f"a subtask choice must be one line without quotes: {choice!r}")
+        quoted = " | ".join(_lit(f'"{choice}"') for choice in subtask_choices)
+        rules.append(f"subtask ::= {quoted}")
+    else:
+        low = max(0, min(min_subtask_chars, max_subtask_chars) - 1)
+        rules.append(f'subtask ::= "\\"" sfirst schar{{{low},{max_subtask_chars - 1}}} "\\""')
+        rules.append(f"sfirst ::= {_SUBTASK_FIRST}")
+        rules.append(f"schar ::= {_SUBTASK_CHAR}")
 
     # Access entries: step i may see nothing, everything, or (with allow_indices) an
     # ascending list of earlier steps.  Step 0 has no earlier steps, so only [] or ["all"].

@@ -49,6 +49,8 @@ ConductorBackend = Literal["endpoint", "checkpoint", "prompted", "local"]
 CONDUCTOR_BACKENDS: tuple[str, ...] = ("endpoint", "checkpoint", "prompted", "local")
 ReasoningMode = Literal["strip", "keep"]
 REASONING_MODES: tuple[str, ...] = ("strip", "keep")
+MessageForm = Literal["full", "brief"]
+MESSAGE_FORMS: tuple[str, ...] = ("full", "brief")
 
 
 @dataclass(frozen=True)
@@ -67,11 +69,16 @@ class WorkerContext:
     message for the model to continue, where the provider can (see
     :mod:`conductor.llm.prefill`), and left out with a warning where it cannot.
     ``reasoning`` says whether the earlier answers this worker sees keep their reasoning
-    blocks (``keep``) or have them removed (``strip``, the default).
+    blocks (``keep``) or have them removed (``strip``, the default).  ``message`` is the
+    form of the request: ``full`` (the paper's: a preamble about the team, the task, the
+    earlier steps in tags, the subtask) or ``brief`` (the task, the earlier answers it
+    may see, one line with the subtask: for small models, which echo a long preamble
+    instead of answering).
     """
 
     prefill: str | None = None
     reasoning: ReasoningMode = "strip"
+    message: MessageForm = "full"
 
 
 @dataclass(frozen=True)
@@ -139,6 +146,7 @@ class ConductorConfig:
     max_reasoning_chars: int = 600
     min_subtask_chars: int = 1
     max_subtask_chars: int = 300
+    subtasks: tuple[str, ...] = ()
     timeout_s: float = 600.0
     total_timeout_s: float = 900.0
     max_retries: int = 6
@@ -646,6 +654,35 @@ class _Reader:
             return self.integer(node, field, 0)
         raise AssertionError(key)  # pragma: no cover
 
+    def subtask_choices(self, node: yaml.Node, field: str) -> tuple[str, ...] | None:
+        """``conductor.subtasks``: the instructions a constrained Conductor chooses from."""
+        if isinstance(node, yaml.ScalarNode) and self.scalar(node, field) is None:
+            return None
+        if not isinstance(node, yaml.SequenceNode) or not node.value:
+            raise self.error(
+                f"{field} must be a list of one or more instructions, e.g. "
+                '["Answer the question.", "Check the answers above."]',
+                node,
+                field,
+            )
+        choices: list[str] = []
+        for i, item in enumerate(node.value):
+            sub = f"{field}[{i}]"
+            text = self.required_string(item, sub).strip()
+            # Each one is written inside a double-quoted string of the workflow's lists.
+            bad = next((c for c in text if c in '"\\' or c < " "), None)
+            if bad is not None:
+                raise self.error(
+                    f"{sub} may not hold a double quote, a backslash or a line break "
+                    f"(found {bad!r}); write the instruction on one line without them",
+                    item,
+                    sub,
+                )
+            if text in choices:
+                raise self.error(f"{sub} repeats {_show(text)}", item, sub)
+            choices.append(text)
+        return tuple(choices)
+
     def context(self, node: yaml.Node, field: str, base: WorkerContext) -> WorkerContext:
         """A ``context:`` section; the keys it sets replace those of ``base``."""
         if isinstance(node, yaml.ScalarNode) and self.scalar(node, field) is None:
@@ -669,6 +706,10 @@ class _Reader:
                 mode = self.choice(vn, sub, REASONING_MODES)
                 if mode is not None:
                     result = replace(result, reasoning=cast(ReasoningMode, mode))
+            elif key == "message":
+                form = self.choice(vn, sub, MESSAGE_FORMS)
+                if form is not None:
+                    result = replace(result, message=cast(MessageForm, form))
             else:  # pragma: no cover - _CONTEXT_KEYS and this chain agree
                 raise AssertionError(key)
         return result
@@ -840,11 +881,20 @@ class _Reader:
             elif key in ("timeout_s", "total_timeout_s"):
                 value = self.number(vn, sub, positive=True)
                 value = float(value) if value is not None else None
+            elif key == "subtasks":
+                value = self.subtask_choices(vn, sub)
             else:  # pragma: no cover
                 raise AssertionError(key)
             if value is not None:
                 kwargs[key] = value
         config = ConductorConfig(**kwargs)
+        if config.subtasks and not config.constrained:
+            raise self.error(
+                "conductor.subtasks needs constrained: true: the grammar is what keeps the "
+                "Conductor to those instructions (add constrained: true, or remove subtasks)",
+                keys["subtasks"][1],
+                "conductor.subtasks",
+            )
         if config.backend == "endpoint" and config.api_base is None:
             raise self.error(
                 "conductor.api_base is required when conductor.backend is endpoint "
@@ -1066,6 +1116,10 @@ def _public(obj: Any) -> dict[str, Any]:
             value = _redact_params(value)
         elif isinstance(value, WorkerContext):
             value = _public(value)
+        elif f.name == "message" and value == "full":
+            # The default form is left out, so that records (and the keys bench resume
+            # and the sample cache compare) of pools written before it read the same.
+            continue
         out[f.name] = value
     return out
 

@@ -3,7 +3,9 @@
 A template comes in one of two forms:
 
 - **text** (a ``.txt`` file): one user message.  Placeholders (``string.Template``):
-  ``${workers}``, ``${question}`` and ``${max_steps}``.  A recursive round appends the
+  ``${workers}``, ``${question}``, ``${max_steps}`` and ``${subtasks}`` (the
+  instructions a Conductor with ``subtasks:`` chooses from, one quoted per line; empty
+  otherwise).  A recursive round appends the
   revision text (``revise.txt``, with ``${previous_workflow}`` and ``${previous_answer}``)
   to that same message.
 - **chat** (a ``.yaml`` / ``.yml`` file, or a checkpoint's inline template): a
@@ -72,7 +74,7 @@ CHAT_SUFFIXES = (".yaml", ".yml")
 CHAT_KEYS = ("system", "user", "prefill", "revise")
 REVISE_KEYS = ("user", "prefill")
 #: The placeholders of a first round, and those a revision round adds.
-PLACEHOLDERS = ("workers", "question", "max_steps")
+PLACEHOLDERS = ("workers", "question", "max_steps", "subtasks")
 REVISE_PLACEHOLDERS = (*PLACEHOLDERS, "previous_workflow", "previous_answer")
 
 
@@ -337,6 +339,7 @@ def build_conductor_messages(
     template: str = "default",
     show_descriptions: bool = False,
     previous: PreviousRound | None = None,
+    subtasks: Sequence[str] = (),
 ) -> list[Message]:
     """The messages that ask the Conductor for a workflow.
 
@@ -347,6 +350,7 @@ def build_conductor_messages(
         "workers": describe_workers(workers, show_descriptions=show_descriptions),
         "question": question.strip(),
         "max_steps": str(max_steps),
+        "subtasks": "\n".join(f'- "{choice}"' for choice in subtasks),
     }
     loaded = load_conductor_template(template)
     chat = loaded.chat

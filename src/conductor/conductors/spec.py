@@ -41,6 +41,8 @@ class Conductor:
     max_reasoning_chars: int = 600
     min_subtask_chars: int = 1
     max_subtask_chars: int = 300
+    # The instructions a constrained Conductor chooses from (empty: it writes its own).
+    subtasks: tuple[str, ...] = ()
 
     def describe(self) -> dict[str, Any]:
         """A JSON-ready description for run records (no secrets).
@@ -55,7 +57,7 @@ class Conductor:
 
         target = pool_to_public_dict(Pool(name="conductor", workers=(self.target,)))
         template = load_conductor_template(self.template)
-        return {
+        described: dict[str, Any] = {
             "backend": self.backend,
             "target": target["workers"][0],
             "template": self.template,
@@ -72,6 +74,11 @@ class Conductor:
                 self.max_subtask_chars,
             ],
         }
+        # Only when set, so that the records (and resume keys) of Conductors without a
+        # choice of subtasks read as they always have.
+        if self.subtasks:
+            described["subtasks"] = list(self.subtasks)
+        return described
 
     def check_prefill(self) -> None:
         """Refuse a template whose replies begin with a prefill when this Conductor's
@@ -279,6 +286,7 @@ def resolve_conductor(
         max_reasoning_chars=cfg.max_reasoning_chars,
         min_subtask_chars=cfg.min_subtask_chars,
         max_subtask_chars=cfg.max_subtask_chars,
+        subtasks=cfg.subtasks,
     )
     conductor.check_prefill()
     return conductor
