@@ -699,7 +699,8 @@ def trace(
             if d != run:
                 console.print(Rule(Text(printable(d.name), style="bold")))
             records = iter_sample_records(d / "samples.jsonl")
-            console.print(SampleListing(records, verdict=verdict, limit=limit))
+            # Not cropped: an id wider than the terminal is printed whole and left to wrap.
+            console.print(SampleListing(records, verdict=verdict, limit=limit), crop=False)
         where = str(dirs[0]) if len(dirs) == 1 else str(run)
         console.print(f"one sample's trace: conductor trace {where} --sample ID", soft_wrap=True)
         return
@@ -730,7 +731,7 @@ def trace(
         else:
             if sub_run is not None:
                 console.print(Rule(Text(printable(sub_run.name), style="bold")))
-            console.print(trace_renderable(record, fmt))  # type: ignore[arg-type]
+            console.print(trace_renderable(record, fmt), crop=False)  # type: ignore[arg-type]
 
 
 def _check_verdict(verdict: str) -> None:
