@@ -11,6 +11,7 @@ convert them to and from JSON-ready dicts.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import types
@@ -261,7 +262,7 @@ def _check(value: Any, expected: Any, where: str) -> Any:
             return value
     elif isinstance(expected, type) and issubclass(expected, dict):  # a message
         if isinstance(value, dict):
-            for key, kind in typing.get_type_hints(expected).items():
+            for key, kind in _hints(expected).items():
                 if key in value:
                     _check(value[key], kind, f"{where}.{key}")
             return value
@@ -273,6 +274,13 @@ def _check(value: Any, expected: Any, where: str) -> Any:
     raise RecordError(f"{where} must be {_kind(expected)}, not {shown}")
 
 
+@functools.cache
+def _hints(cls: Any) -> dict[str, Any]:
+    # Resolving the annotations was most of the time taken to read a record; the
+    # classes never change, so each is resolved once.
+    return typing.get_type_hints(cls)
+
+
 def _build(cls: Any, data: Any, where: str, nested: dict[str, Any] | None = None) -> Any:
     """An instance of the record dataclass ``cls`` from ``data``, every field checked.
 
@@ -281,7 +289,7 @@ def _build(cls: Any, data: Any, where: str, nested: dict[str, Any] | None = None
     """
     if not isinstance(data, dict):
         raise RecordError(f"{where} must be an object, not {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     values: dict[str, Any] = {}
     for f in fields(cls):
         if nested is not None and f.name in nested:

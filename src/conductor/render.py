@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.measure import Measurement
 from rich.panel import Panel
@@ -801,7 +802,18 @@ class SampleListing:
             return Text(f"no {self.verdict} samples in this run", style="dim")
         return None
 
-    def _table(self, full: bool) -> Table:
+    def _cells(self, r: _SampleRow, full: bool) -> list[RenderableType]:
+        cells: list[RenderableType] = [Text(r.sample_id, style="cyan")]
+        if self.epochs > 1:
+            cells.append(str(r.epoch if r.epoch is not None else "-"))
+        cells += [Text(r.verdict, style=_verdict_style(r.verdict)), str(r.steps)]
+        cells.append(_row_cost(r))
+        if full:
+            cells.append(f"{_fmt_tokens(r.input_tokens)}/{_fmt_tokens(r.output_tokens)}")
+            cells.append(f"{r.wall_s:.1f}")
+        return cells
+
+    def _table(self, full: bool, rows: list[list[RenderableType]] | None = None) -> Table:
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
         table.add_column("id", no_wrap=True, overflow="ignore")
         if self.epochs > 1:
@@ -812,17 +824,19 @@ class SampleListing:
         if full:
             table.add_column("tokens\nin/out", justify="right", no_wrap=True)
             table.add_column("time\n(s)", justify="right", no_wrap=True)
-        for r in self.shown:
-            cells: list[RenderableType] = [Text(r.sample_id, style="cyan")]
-            if self.epochs > 1:
-                cells.append(str(r.epoch if r.epoch is not None else "-"))
-            cells += [Text(r.verdict, style=_verdict_style(r.verdict)), str(r.steps)]
-            cells.append(_row_cost(r))
-            if full:
-                cells.append(f"{_fmt_tokens(r.input_tokens)}/{_fmt_tokens(r.output_tokens)}")
-                cells.append(f"{r.wall_s:.1f}")
+        for cells in rows if rows is not None else (self._cells(r, full) for r in self.shown):
             table.add_row(*cells)
         return table
+
+    def _fits(self, console: Console, options: ConsoleOptions, full: bool) -> bool:
+        """Whether the table fits the width whole, measured on one row of the widest
+        cells (measuring thousands of rows would cost more than printing them)."""
+        columns = list(zip(*(self._cells(r, full) for r in self.shown), strict=True))
+        widest = [max(col, key=lambda c: cell_len(str(c))) for col in columns]
+        probe = self._table(full, [widest])
+        # Measured as if the terminal were unbounded: the table's natural width.
+        natural = Measurement.get(console, options.update_width(1 << 16), probe)
+        return natural.maximum <= options.max_width
 
     def _stacked(self) -> Group:
         lines: list[RenderableType] = []
@@ -841,11 +855,8 @@ class SampleListing:
         if self.shown:
             body: RenderableType = self._stacked()
             for full in (True, False):
-                table = self._table(full)
-                # Measured as if the terminal were unbounded: the table's natural width.
-                natural = Measurement.get(console, options.update_width(1 << 16), table)
-                if natural.maximum <= options.max_width:
-                    body = table
+                if self._fits(console, options, full):
+                    body = self._table(full)
                     break
             yield body
         footer = self._footer()
