@@ -265,3 +265,12 @@ def test_an_ask_record_has_no_grade_or_sample_lines(tmp_path: Path) -> None:
         assert res.returncode == 0, res.stderr
         assert "Question" in res.stdout
         assert "Grade" not in res.stdout and "sample " not in res.stdout
+
+
+def test_a_run_with_no_samples_yet(tmp_path: Path) -> None:
+    (tmp_path / "samples.jsonl").write_text("")
+    res = trace(tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "no samples recorded yet"
+    line = error_line(trace(tmp_path, "--sample", "x"))
+    assert "no sample 'x'" in line and "holds no samples yet" in line

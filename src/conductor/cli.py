@@ -695,14 +695,21 @@ def trace(
         if verdict is not None:
             _check_verdict(verdict)
         dirs = _bench_run_dirs(run)
+        any_rows = False
         for d in dirs:
             if d != run:
                 console.print(Rule(Text(printable(d.name), style="bold")))
-            records = iter_sample_records(d / "samples.jsonl")
+            listed = SampleListing(
+                iter_sample_records(d / "samples.jsonl"), verdict=verdict, limit=limit
+            )
+            any_rows = any_rows or bool(listed.rows)
             # Not cropped: an id wider than the terminal is printed whole and left to wrap.
-            console.print(SampleListing(records, verdict=verdict, limit=limit), crop=False)
-        where = str(dirs[0]) if len(dirs) == 1 else str(run)
-        console.print(f"one sample's trace: conductor trace {where} --sample ID", soft_wrap=True)
+            console.print(listed, crop=False)
+        if any_rows:
+            where = printable(str(dirs[0] if len(dirs) == 1 else run))
+            console.print(
+                f"one sample's trace: conductor trace {where} --sample ID", soft_wrap=True
+            )
         return
     shown: list[tuple[Path | None, Any]] = []
     if run.is_dir():

@@ -773,6 +773,8 @@ class SampleListing:
     def summary(self) -> Text:
         """One line: how many samples (and epochs), the count of each verdict, the cost."""
         n = len(self.sample_ids)
+        if not self.rows:
+            return Text("no samples recorded yet", style="bold")
         line = Text(_plural(n, "sample", "samples"), style="bold")
         if self.epochs > 1:
             line.append(f" × {self.epochs} epochs = {_plural(len(self.rows), 'record', 'records')}")
@@ -798,7 +800,7 @@ class SampleListing:
                 "raise --limit to see more)",
                 style="dim",
             )
-        if self.verdict is not None and not self.shown:
+        if self.verdict is not None and self.rows and not self.shown:
             return Text(f"no {self.verdict} samples in this run", style="dim")
         return None
 
