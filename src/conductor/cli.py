@@ -708,7 +708,10 @@ def trace(
         if any_rows:
             where = printable(str(dirs[0] if len(dirs) == 1 else run))
             console.print(
-                f"one sample's trace: conductor trace {where} --sample ID", soft_wrap=True
+                f"one sample's trace: conductor trace {where} --sample ID",
+                soft_wrap=True,
+                markup=False,
+                highlight=False,
             )
         return
     shown: list[tuple[Path | None, Any]] = []
