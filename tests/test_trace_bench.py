@@ -274,3 +274,9 @@ def test_a_run_with_no_samples_yet(tmp_path: Path) -> None:
     assert res.stdout.strip() == "no samples recorded yet"
     line = error_line(trace(tmp_path, "--sample", "x"))
     assert "no sample 'x'" in line and "holds no samples yet" in line
+
+
+def test_the_samples_file_is_read_as_its_run_directory(runs: dict[str, Path]) -> None:
+    res = trace(runs["run"] / "samples.jsonl", "--verdict", "no_answer")
+    assert res.returncode == 0, res.stderr
+    assert {r[0] for r in rows(res.stdout)} == {_id(i) for i in range(N_ITEMS) if i % 4 == 2}

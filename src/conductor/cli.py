@@ -679,6 +679,8 @@ def trace(
 
     if fmt not in ("table", "tree", "mermaid", "json"):
         raise UsageError(f"--format {fmt!r} is not one of table, tree, mermaid, json")
+    if run.name == "samples.jsonl" and run.is_file():
+        run = run.parent  # the file of a run directory: read as the directory
     listing = run.is_dir() and sample is None
     if not listing and (verdict is not None or limit is not None):
         raise UsageError(
