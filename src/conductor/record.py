@@ -11,10 +11,13 @@ convert them to and from JSON-ready dicts.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import logging
 import types
 import typing
 import uuid
+from collections.abc import Iterator
 from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,6 +35,7 @@ __all__ = [
     "StepRecord",
     "Totals",
     "check_record_path",
+    "iter_sample_records",
     "new_run_id",
     "now_iso",
     "read_record",
@@ -44,6 +48,8 @@ __all__ = [
 SCHEMA_VERSION = 1
 
 RunStatus = Literal["ok", "partial", "failed"]
+
+log = logging.getLogger("conductor")
 
 
 def now_iso() -> str:
@@ -156,6 +162,13 @@ class RunRecord:
     #: when it was reused.
     replayed_from: dict[str, Any] | None = None
 
+    @property
+    def verdict(self) -> str:
+        """A bench sample's grade status; ``run_failed`` for a run never graded."""
+        if self.grade is None:
+            return "run_failed"
+        return str(self.grade.get("status") or "grader_error")
+
     def all_calls(self) -> list[CallRecord]:
         """Every model call, in order: each round's Conductor calls, then its steps."""
         out: list[CallRecord] = []
@@ -249,7 +262,7 @@ def _check(value: Any, expected: Any, where: str) -> Any:
             return value
     elif isinstance(expected, type) and issubclass(expected, dict):  # a message
         if isinstance(value, dict):
-            for key, kind in typing.get_type_hints(expected).items():
+            for key, kind in _hints(expected).items():
                 if key in value:
                     _check(value[key], kind, f"{where}.{key}")
             return value
@@ -261,6 +274,13 @@ def _check(value: Any, expected: Any, where: str) -> Any:
     raise RecordError(f"{where} must be {_kind(expected)}, not {shown}")
 
 
+@functools.cache
+def _hints(cls: Any) -> dict[str, Any]:
+    # Resolving the annotations was most of the time taken to read a record; the
+    # classes never change, so each is resolved once.
+    return typing.get_type_hints(cls)
+
+
 def _build(cls: Any, data: Any, where: str, nested: dict[str, Any] | None = None) -> Any:
     """An instance of the record dataclass ``cls`` from ``data``, every field checked.
 
@@ -269,7 +289,7 @@ def _build(cls: Any, data: Any, where: str, nested: dict[str, Any] | None = None
     """
     if not isinstance(data, dict):
         raise RecordError(f"{where} must be an object, not {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     values: dict[str, Any] = {}
     for f in fields(cls):
         if nested is not None and f.name in nested:
@@ -386,3 +406,38 @@ def read_record(path: str | Path) -> RunRecord:
         return record_from_dict(data)
     except RecordError as exc:
         raise RecordError(f"{p}: {exc}") from None
+
+
+def iter_sample_records(path: str | Path) -> Iterator[RunRecord]:
+    """The records of a bench run's ``samples.jsonl``, one at a time in file order.
+
+    One at a time, so that listing a run of thousands of samples never holds them all.
+    A torn last line (a run killed mid-write; the runner cuts it off on resume) is
+    skipped with a warning; any other bad line is an error naming its line.
+    """
+    p = Path(path)
+    try:
+        fh = p.open("rb")
+    except FileNotFoundError:
+        raise RecordError(f"{p}: no such file") from None
+    except OSError as exc:
+        raise RecordError(f"{p}: cannot be read ({exc.strerror or exc})") from None
+    with fh:
+        for lineno, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                data = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise RecordError(f"{p}:{lineno}: not UTF-8 text ({exc.reason})") from None
+            except json.JSONDecodeError as exc:
+                if not raw.endswith(b"\n"):
+                    log.warning("%s:%d: skipped a torn last line (a run cut short?)", p, lineno)
+                    return
+                raise RecordError(f"{p}:{lineno}: not valid JSON ({exc.msg})") from None
+            except RecursionError:
+                raise RecordError(f"{p}:{lineno}: JSON nested too deeply") from None
+            try:
+                yield record_from_dict(data)
+            except RecordError as exc:
+                raise RecordError(f"{p}:{lineno}: {exc}") from None

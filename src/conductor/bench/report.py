@@ -261,11 +261,8 @@ class _Acc:
     def add(self, rec: RunRecord, number: int) -> None:
         self.n += 1
         grade = rec.grade
-        if grade is None:
-            status, score = "run_failed", 0.0
-        else:
-            status = str(grade.get("status") or "grader_error")
-            score = float(grade.get("score") or 0.0)
+        status = rec.verdict
+        score = 0.0 if grade is None else float(grade.get("score") or 0.0)
         self.statuses[status] = self.statuses.get(status, 0) + 1
         self.score += score
         sample = rec.sample_id if rec.sample_id is not None else f"line {number}"
