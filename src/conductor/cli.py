@@ -1088,6 +1088,7 @@ def _abandon_local_work() -> None:
     local = sys.modules.get("conductor.local_model")
     if local is None or local.stop_generations(wait_s=0.3):
         return
+    logging.getLogger("conductor").debug("a local model is still busy; leaving without it")
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
