@@ -260,7 +260,10 @@ def _keep_interrupted(record: RunRecord | None, out: Path | None, no_cache: bool
         finished = sum(1 for c in record.all_calls() if c.response is not None and not c.error)
     calls = f"{finished} finished call{'' if finished == 1 else 's'}"
     if out is not None and record is not None:
-        write_record(record, out)
+        try:
+            write_record(record, out)
+        except OSError as exc:  # still exit 130: the interrupt is what happened
+            return f"the record could not be written to {out} ({exc.strerror or exc})"
         return f"the record of the steps done so far ({calls}) is in {out} (conductor trace {out})"
     kept = "nothing was recorded"
     if out is None:
