@@ -256,6 +256,14 @@ def _keep_interrupted(record: RunRecord | None, out: Path | None, no_cache: bool
     from .record import write_record
 
     finished = 0
+    if record is not None and record.finished_at is None:
+        # A second Ctrl-C can stop the run before it finished its own record.
+        from datetime import datetime, timezone
+
+        from .execute import finish_interrupted
+
+        started = datetime.fromisoformat(record.started_at)
+        finish_interrupted(record, (datetime.now(timezone.utc) - started).total_seconds())
     if record is not None:
         finished = sum(1 for c in record.all_calls() if c.response is not None and not c.error)
     calls = f"{finished} finished call{'' if finished == 1 else 's'}"
@@ -1089,8 +1097,13 @@ def _abandon_local_work() -> None:
     llama.cpp may still be using it.
     """
     local = sys.modules.get("conductor.local_model")
-    if local is None or local.stop_generations(wait_s=0.3):
+    if local is None:
         return
+    try:
+        if local.stop_generations(wait_s=0.3):
+            return
+    except KeyboardInterrupt:  # pressed again: do not wait at all
+        pass
     logging.getLogger("conductor").debug("a local model is still busy; leaving without it")
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
