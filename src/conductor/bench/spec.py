@@ -877,8 +877,8 @@ def data_columns_table(folder: Path | None = None) -> str:
     folder = builtin_benchmarks_dir() if folder is None else folder
     formats = ", ".join(f"`{f}`" for f in DATA_FORMATS)
     lines = [
-        f"Formats: {formats} (a `.json` file holds a list of rows; in a `.csv` file a "
-        "list column holds JSON text).",
+        f"Formats: {formats} (a `.json` file holds a list of rows;",
+        "in a `.csv` file a list column holds JSON text).",
         "",
         "| Benchmark | Required columns | Optional columns |",
         "| --- | --- | --- |",
