@@ -18,7 +18,9 @@ removes the records of failed runs (and grader errors) before resuming, so they 
 again and no pair is ever recorded twice.  A resume must continue the same run: any
 difference from ``config.json`` in what decides a sample is refused, naming it.  A lock
 on ``.lock`` keeps a second process out of the directory (the OS drops it when the
-holder dies, so a killed run leaves nothing stale).  Sharding takes every N-th sample
+holder dies, so a killed run leaves nothing stale).  A run that fails before its first
+record removes what it created, and a directory without records is taken over by the
+next run (see ``_undo_empty_run``).  Sharding takes every N-th sample
 of the dataset order; ``merge_runs`` joins the shards of one run.
 
 Given the questions a Conductor checkpoint was trained on (``BenchOptions.trained_on``),
@@ -483,6 +485,7 @@ async def run_benchmark(
     except OSError as exc:
         raise UsageError(f"{out}: cannot create the run directory ({exc.strerror})") from None
     new_files = _absent_files(out)
+    # Only a holder of the lock may undo anything: a busy directory is another run's.
     lock = _lock_run_dir(out)
     try:
         return await _run_locked(
