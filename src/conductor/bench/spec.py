@@ -62,6 +62,9 @@ their prompts may use:
 
 Every mistake raises :class:`BenchmarkFileError` (a :class:`~conductor.errors.UsageError`)
 whose message starts ``FILE:LINE:`` and names the field.
+
+:func:`data_columns` says which columns a data file (``--data FILE``) needs for a spec;
+``python -m conductor.bench.spec --readme-table`` prints the README's table of them.
 """
 
 from __future__ import annotations
