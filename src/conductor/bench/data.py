@@ -741,8 +741,8 @@ def _get(spec: BenchmarkSpec, row: _Row, column: str, *, required: bool = True) 
         return None
     raise DataFileError(
         f"benchmark {spec.name}: a row has no column {column!r} (it has: "
-        f"{', '.join(sorted(map(str, row)))}); fix fields in the benchmark file or the data "
-        f"(it reads {data_columns(spec).describe()})"
+        f"{', '.join(sorted(map(str, row)))}); fix fields in the benchmark file or the data: "
+        f"{spec.name} reads {data_columns(spec).describe()}"
     )
 
 
