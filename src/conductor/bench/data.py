@@ -30,15 +30,20 @@ import ast
 import base64
 import contextlib
 import csv
+import functools
 import hashlib
+import importlib
 import io
 import json
+import logging
 import os
 import pickle
 import random
 import re
+import socket
 import string
 import sys
+import urllib.parse
 import urllib.request
 import zlib
 from collections.abc import Iterator
@@ -47,7 +52,7 @@ from typing import Any
 
 from ..errors import ConductorError, MissingDependencyError, UsageError
 from ..text import check_question
-from .spec import is_pinned, lcb_release_files, loader_of
+from .spec import DATA_FORMATS, data_columns, is_pinned, lcb_release_files, loader_of
 from .types import BenchmarkSpec, DataSource, Sample
 
 __all__ = [
@@ -308,17 +313,17 @@ def _filtered_rows(spec: BenchmarkSpec, data_file: str | Path | None) -> Iterato
 
 
 def _required_columns(spec: BenchmarkSpec) -> list[str]:
-    """The columns every row must have for its loader (the prompt's text among them)."""
-    fields = spec.fields
-    keys = {
-        "choice": ["question", "choices", "answer"]
-        if "choices" in fields
-        else ["question", "correct", *(k for k in fields if k.startswith("incorrect_"))],
-        "math": ["question", "answer" if "answer" in fields else "solution"],
-        "livecodebench": ["question"],
-        "bigcodebench": ["question", "test", "entry_point"],
-    }[loader_of(spec)]
-    return [fields[k] for k in keys]
+    """The columns every row must have for its loader, the question's first."""
+    return list(data_columns(spec).required)
+
+
+def local_copy_hint(spec: BenchmarkSpec) -> str:
+    """How to run ``spec`` without its source: ``--data FILE``, with the columns and the
+    formats such a file needs (the end of every "cannot load" message)."""
+    formats = ", ".join(DATA_FORMATS[:-1]) + f" or {DATA_FORMATS[-1]}"
+    return (
+        f"pass --data FILE with a local copy: a {formats} file with {data_columns(spec).describe()}"
+    )
 
 
 def _check_row(spec: BenchmarkSpec, row: _Row, required: list[str]) -> None:
@@ -359,10 +364,10 @@ def _source_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_LocatedRo
         return _file_rows(Path(source.path), max_line)
     if source.kind == "url":
         assert source.url is not None
-        return _file_rows(_download(source.url), max_line)
+        return _file_rows(_download(spec, source.url), max_line)
     if loader_of(spec) == "livecodebench":
         return _lcb_hub_rows(spec, source)
-    return _hf_rows(source)
+    return _hf_rows(spec, source)
 
 
 def _file_rows(path: Path, max_line: int | None) -> Iterator[_LocatedRow]:
@@ -475,23 +480,109 @@ def _parquet_rows(path: Path) -> Iterator[_LocatedRow]:
             n += 1
 
 
-def _hf_rows(source: DataSource) -> Iterator[_LocatedRow]:
+#: How long the reachability check waits for the Hub to accept a connection.
+HUB_PROBE_TIMEOUT_S = 5.0
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+def _hub_unreachable() -> str | None:
+    """Why the Hugging Face Hub cannot be reached (offline mode is set, its host does
+    not resolve, refuses or does not answer), or None when it may be.
+
+    Without this, a load with no network spends ~25 s in the hub library's own retries
+    (six log lines) before failing.  One TCP connection to the endpoint answers the
+    question in a fraction of that; behind a proxy the endpoint is not reached directly,
+    so nothing is concluded and the load goes ahead as it is.
+    """
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or _datasets_offline():
+        return "HF_HUB_OFFLINE or HF_DATASETS_OFFLINE is set"
+    if any(os.environ.get(name) for name in _PROXY_VARIABLES):
+        return None
+    return _probe(constants.ENDPOINT)
+
+
+def _datasets_offline() -> bool:
+    try:
+        from datasets import config
+    except ImportError:
+        return False
+    return bool(config.HF_HUB_OFFLINE)
+
+
+@functools.lru_cache(maxsize=8)
+def _probe(endpoint: str) -> str | None:
+    # Cached: a run reads its data more than once (count, then samples), and the answer
+    # does not change within one command.
+    parts = urllib.parse.urlsplit(endpoint)
+    host = parts.hostname or ""
+    port = parts.port or (80 if parts.scheme == "http" else 443)
+    try:
+        with socket.create_connection((host, port), timeout=HUB_PROBE_TIMEOUT_S):
+            return None
+    except socket.gaierror:
+        return f"cannot resolve {host}"
+    except ConnectionRefusedError:
+        return f"{host}:{port} refused the connection"
+    except TimeoutError:
+        return f"{host}:{port} did not answer within {HUB_PROBE_TIMEOUT_S:g} s"
+    except OSError as exc:
+        return f"cannot reach {host}:{port} ({exc.strerror or exc})"
+
+
+@contextlib.contextmanager
+def _hub_offline() -> Iterator[None]:
+    """The hub libraries in offline mode (cached copies only, no request, no retry) and
+    quiet (their warnings would repeat our one error), for a load known to have no
+    network.  Both read these flags at call time; they are restored afterwards."""
+    from huggingface_hub import constants
+
+    config: Any = None
+    with contextlib.suppress(ImportError):  # LiveCodeBench needs huggingface_hub alone
+        config = importlib.import_module("datasets.config")
+    saved = (constants.HF_HUB_OFFLINE, config.HF_HUB_OFFLINE if config else None)
+    loggers = [logging.getLogger(name) for name in ("huggingface_hub", "datasets")]
+    levels = [lg.level for lg in loggers]
+    constants.HF_HUB_OFFLINE = True
+    if config is not None:
+        config.HF_HUB_OFFLINE = True
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = saved[0]
+        if config is not None:
+            config.HF_HUB_OFFLINE = saved[1]
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def _hf_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_LocatedRow]:
     try:
         import datasets
     except ImportError:
         raise MissingDependencyError(
             f"loading {source.id} needs the datasets library: pip install 'datasets>=3,<5' "
-            "(or pass --data FILE with a local copy)"
+            f"(or {local_copy_hint(spec)})"
         ) from None
+    config = f"config {source.config}, " if source.config else ""
+    where = f"{source.id} ({config}split {source.split}, revision {source.revision})"
+    offline = _hub_unreachable()
     try:
-        ds = datasets.load_dataset(
-            source.id, source.config, split=source.split, revision=source.revision
-        )
+        with _hub_offline() if offline else contextlib.nullcontext():
+            ds = datasets.load_dataset(
+                source.id, source.config, split=source.split, revision=source.revision
+            )
     except Exception as exc:  # datasets raises many kinds; all mean "cannot load"
+        if offline:
+            raise DatasetError(
+                f"cannot load {where}: the Hugging Face Hub is out of reach ({offline}) and "
+                f"no copy is cached; {local_copy_hint(spec)}"
+            ) from None
         raise DatasetError(
-            f"cannot load {source.id} (config {source.config}, split {source.split}, "
-            f"revision {source.revision}): {type(exc).__name__}: {exc}; "
-            "pass --data FILE to use a local copy"
+            f"cannot load {where}: {type(exc).__name__}: {exc}; {local_copy_hint(spec)}"
         ) from None
     # Row by row over the memory-mapped Arrow table: nothing is copied up front.
     for n, row in enumerate(ds):
@@ -506,18 +597,25 @@ def _lcb_hub_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_LocatedR
     except ImportError:
         raise MissingDependencyError(
             "loading LiveCodeBench needs huggingface_hub: pip install 'datasets>=3,<5' "
-            "(or pass --data FILE with a local copy)"
+            f"(or {local_copy_hint(spec)})"
         ) from None
     files = lcb_release_files(spec.fields.get("release", "release_v6")) or ()
+    offline = _hub_unreachable()
     for name in files:
         try:
-            local = hf_hub_download(
-                source.id or "", name, repo_type="dataset", revision=source.revision
-            )
+            with _hub_offline() if offline else contextlib.nullcontext():
+                local = hf_hub_download(
+                    source.id or "", name, repo_type="dataset", revision=source.revision
+                )
         except Exception as exc:  # offline, missing file, auth: all mean "cannot load"
+            why = (
+                f"the Hugging Face Hub is out of reach ({offline}) and no copy is cached"
+                if offline
+                else f"{type(exc).__name__}: {exc}"
+            )
             raise DatasetError(
                 f"cannot download {name} of {source.id} (revision {source.revision}): "
-                f"{type(exc).__name__}: {exc}; pass --data FILE to use a local copy"
+                f"{why}; {local_copy_hint(spec)}"
             ) from None
         yield from _jsonl_rows(Path(local))
 
@@ -535,7 +633,7 @@ def _url_cache_path(url: str) -> Path:
     return folder / f"{digest}-{name}"
 
 
-def _download(url: str) -> Path:
+def _download(spec: BenchmarkSpec, url: str) -> Path:
     target = _url_cache_path(url)
     if target.is_file():
         return target
@@ -548,9 +646,7 @@ def _download(url: str) -> Path:
         partial.replace(target)
     except OSError as exc:
         partial.unlink(missing_ok=True)
-        raise DatasetError(
-            f"cannot download {url}: {exc}; pass --data FILE to use a local copy"
-        ) from None
+        raise DatasetError(f"cannot download {url}: {exc}; {local_copy_hint(spec)}") from None
     return target
 
 
@@ -645,7 +741,8 @@ def _get(spec: BenchmarkSpec, row: _Row, column: str, *, required: bool = True) 
         return None
     raise DataFileError(
         f"benchmark {spec.name}: a row has no column {column!r} (it has: "
-        f"{', '.join(sorted(map(str, row)))}); fix fields in the benchmark file or the data"
+        f"{', '.join(sorted(map(str, row)))}); fix fields in the benchmark file or the data: "
+        f"{spec.name} reads {data_columns(spec).describe()}"
     )
 
 

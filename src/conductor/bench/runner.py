@@ -18,7 +18,9 @@ removes the records of failed runs (and grader errors) before resuming, so they 
 again and no pair is ever recorded twice.  A resume must continue the same run: any
 difference from ``config.json`` in what decides a sample is refused, naming it.  A lock
 on ``.lock`` keeps a second process out of the directory (the OS drops it when the
-holder dies, so a killed run leaves nothing stale).  Sharding takes every N-th sample
+holder dies, so a killed run leaves nothing stale).  A run that fails before its first
+record removes what it created, and a directory without records is taken over by the
+next run (see ``_undo_empty_run``).  Sharding takes every N-th sample
 of the dataset order; ``merge_runs`` joins the shards of one run.
 
 Given the questions a Conductor checkpoint was trained on (``BenchOptions.trained_on``),
@@ -477,17 +479,70 @@ async def run_benchmark(
         )
     trained = _trained_count(spec, options)
     config = _config(spec, strategy, grader, pool_dict, options, epochs, trained)
+    created = _absent(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"{out}: cannot create the run directory ({exc.strerror})") from None
+    new_files = _absent_files(out)
+    # Only a holder of the lock may undo anything: a busy directory is another run's.
     lock = _lock_run_dir(out)
     try:
         return await _run_locked(
             spec, strategy, grader, pool_dict, options, config, epochs, cache, on_progress
         )
+    except BenchStopped:
+        raise  # its message says how to resume from this directory: it stays
+    except Exception:
+        _undo_empty_run(out, created, new_files)
+        raise
     finally:
         lock.close()
+
+
+# A run that fails before its first record (a bad data file, a dataset out of reach, a
+# Conductor that cannot load) must not leave a directory that refuses the same command
+# once the input is fixed.  Two rules cover it: the failed invocation removes what it
+# created (its files, then its directories if they are empty: rmdir never removes a
+# directory holding anything else), and a directory without records is taken over by
+# the next run (what a killed process, or a folder the user made, leaves behind).
+# A directory with a record in samples.jsonl is never removed nor taken over.
+
+
+def _absent(out: Path) -> list[Path]:
+    """``out`` and those of its parents that do not exist yet, deepest first."""
+    missing: list[Path] = []
+    path = out.absolute()
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _absent_files(out: Path) -> list[Path]:
+    """The run files this invocation would create in ``out`` (those not there yet)."""
+    return [out / name for name in (CONFIG, SAMPLES, LOCK) if not (out / name).exists()]
+
+
+def _holds_records(out: Path) -> bool:
+    """Whether ``out`` has anything in ``samples.jsonl`` (even a torn first line)."""
+    path = out / SAMPLES
+    return path.is_file() and path.stat().st_size > 0
+
+
+def _undo_empty_run(out: Path, created_dirs: list[Path], new_files: list[Path]) -> None:
+    """Remove the files and directories this invocation created, if no record was
+    written; anything else in the directory keeps it (and the directory) in place."""
+    if _holds_records(out):
+        return
+    for path in new_files:
+        with suppress(OSError):
+            path.unlink()
+    for folder in created_dirs:
+        try:
+            folder.rmdir()
+        except OSError:
+            return  # not empty (or not ours to remove): neither are its parents
 
 
 def _lock_run_dir(out: Path) -> IO[str]:
@@ -630,7 +685,7 @@ async def _run_locked(
 ) -> BenchProgress:
     out = options.out_dir
     config_path = out / CONFIG
-    if config_path.exists():
+    if config_path.exists() and _holds_records(out):
         if not options.resume:
             raise UsageError(
                 f"{out} already holds a run; pass --resume {out} to continue it, or choose "

@@ -63,14 +63,18 @@ their prompts may use:
 
 Every mistake raises :class:`BenchmarkFileError` (a :class:`~conductor.errors.UsageError`)
 whose message starts ``FILE:LINE:`` and names the field.
+
+:func:`data_columns` says which columns a data file (``--data FILE``) needs for a spec;
+``python -m conductor.bench.spec --readme-table`` prints the README's table of them.
 """
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import re
 import string
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +94,11 @@ __all__ = [
     "LCB_RELEASE_FILES",
     "BALANCE_FIELDS",
     "BenchmarkFileError",
+    "DATA_FORMATS",
+    "DataColumns",
     "builtin_benchmarks_dir",
+    "data_columns",
+    "data_columns_table",
     "is_pinned",
     "lcb_release_files",
     "list_benchmarks",
@@ -203,7 +211,9 @@ _INCORRECT_RE = re.compile(r"incorrect_[1-9][0-9]?\Z")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 _DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
 _SHA_RE = re.compile(r"[0-9a-f]{40}\Z")
-_DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+#: The data files a ``file:`` / ``url:`` source or ``--data FILE`` may name.
+DATA_FORMATS: tuple[str, ...] = (".jsonl", ".json", ".csv", ".parquet")
+_DATA_SUFFIXES = DATA_FORMATS
 
 
 class BenchmarkFileError(PoolError):
@@ -784,3 +794,126 @@ def load_benchmark(name_or_path: str | Path) -> BenchmarkSpec:
     path = resolve_benchmark_path(str(name_or_path))
     text = read_config_file(path, "benchmark file", BenchmarkFileError)
     return load_benchmark_text(text, source=str(path), path=path.resolve())
+
+
+# --------------------------------------------------------------------------- --data columns
+
+
+@dataclass(frozen=True)
+class DataColumns:
+    """The columns a data file for one benchmark holds, named as its ``fields`` name
+    them (a nested path such as ``prompt[role=user].content`` is one column here).
+
+    ``required``: a row without one is refused (the question's column first);
+    ``optional``: read when present (ids, metadata, tests...)."""
+
+    required: tuple[str, ...]
+    optional: tuple[str, ...]
+
+    def describe(self) -> str:
+        """One clause for an error message: ``columns a, b (optional: c, d)``."""
+        text = "columns " + ", ".join(self.required)
+        if self.optional:
+            text += f" (optional: {', '.join(self.optional)})"
+        return text
+
+
+#: The field keys whose filter makes the column required (a row is tested on it).
+_FILTER_FIELDS: dict[str, str] = {
+    "subjects": "subject",
+    "levels": "level",
+    "contest_date_from": "date",
+    "contest_date_to": "date",
+    "difficulties": "difficulty",
+    "platforms": "platform",
+}
+
+
+def data_columns(spec: BenchmarkSpec) -> DataColumns:
+    """The columns a ``--data`` file (or the benchmark's own source) needs for ``spec``.
+
+    The one statement of what each loader reads: the loaders check rows against
+    ``required``, the missing-data error names both lists, and the README's table is
+    made from them (:func:`data_columns_table`)."""
+    fields = spec.fields
+    loader = loader_of(spec)
+    if loader == "choice":
+        if "choices" in fields:
+            keys = ["question", "choices", "answer"]
+        else:
+            wrong = sorted((k for k in fields if _INCORRECT_RE.match(k)), key=lambda k: int(k[10:]))
+            keys = ["question", "correct", *wrong]
+    elif loader == "math":
+        keys = ["question", "answer" if "answer" in fields else "solution"]
+    elif loader == "bigcodebench":
+        keys = ["question", "test", "entry_point"]
+    else:
+        keys = ["question"]
+    keys += [_FILTER_FIELDS[f] for f in spec.filters if f in _FILTER_FIELDS]
+    required = list(dict.fromkeys(fields[k] for k in keys if k in fields))
+    # Keys that name no column: the loader's name, LiveCodeBench's release, and (for
+    # math) the unused one of answer / solution; the choice keys of the other layout.
+    skip = {"loader", "release", *keys}
+    if loader == "math":
+        skip |= {"solution" if "answer" in fields else "answer", "metadata"}
+    if loader == "choice":
+        skip |= (
+            {"correct", *(k for k in fields if _INCORRECT_RE.match(k))}
+            if "choices" in fields
+            else {"choices", "answer"}
+        )
+    optional = [fields[k] for k in fields if k not in skip]
+    if loader == "math":
+        # math's metadata is a comma-separated list of columns copied into the sample.
+        optional += [c.strip() for c in fields.get("metadata", "").split(",") if c.strip()]
+    return DataColumns(
+        required=tuple(required),
+        optional=tuple(c for c in dict.fromkeys(optional) if c not in required),
+    )
+
+
+def _md_code(text: str) -> str:
+    return "`" + text.replace("|", "\\|") + "`"
+
+
+def data_columns_table(folder: Path | None = None) -> str:
+    """The README's ``--data`` table, one row per benchmark file in ``folder`` (default:
+    the shipped ones), with the formats a data file may have.  ``python -m
+    conductor.bench.spec --readme-table`` prints it."""
+    folder = builtin_benchmarks_dir() if folder is None else folder
+    formats = ", ".join(f"`{f}`" for f in DATA_FORMATS)
+    lines = [
+        f"Formats: {formats} (a `.json` file holds a list of rows;",
+        "in a `.csv` file a list column holds JSON text).",
+        "",
+        "| Benchmark | Required columns | Optional columns |",
+        "| --- | --- | --- |",
+    ]
+    for path in sorted(folder.glob("*.yaml")):
+        spec = load_benchmark(path)
+        columns = data_columns(spec)
+        optional = ", ".join(map(_md_code, columns.optional)) or "-"
+        # The file's stem: what `conductor bench NAME` takes.
+        lines.append(
+            f"| `{path.stem}` | {', '.join(map(_md_code, columns.required))} | {optional} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m conductor.bench.spec", description="Benchmark file tools."
+    )
+    parser.add_argument(
+        "--readme-table",
+        action="store_true",
+        help="print the README's table of the columns --data needs per benchmark",
+    )
+    args = parser.parse_args(argv)
+    if not args.readme_table:
+        parser.error("nothing to do; pass --readme-table")
+    print(data_columns_table(), end="")
+
+
+if __name__ == "__main__":
+    _main()
