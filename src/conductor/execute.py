@@ -30,6 +30,7 @@ from .context import SharedStep, build_worker_messages, worker_prefills
 from .errors import ModelCallError, UsageError, WorkflowParseError
 from .events import Event, EventSink, null_sink
 from .llm.caller import CallerSet
+from .llm.cost import failed_call_cost
 from .llm.prefill import join_prefill
 from .llm.types import Completion, Message, ModelRequest
 from .pool import Pool, Worker, pool_to_public_dict
@@ -128,8 +129,9 @@ def fill_call(call: CallRecord, completion: Completion) -> None:
     call.finished_at = now_iso()
 
 
-def fail_call(call: CallRecord, exc: ModelCallError, latency_s: float) -> None:
+def fail_call(call: CallRecord, exc: ModelCallError, latency_s: float, target: Worker) -> None:
     call.error = exc.describe()
+    call.cost_usd = failed_call_cost(target)
     call.error_kind = type(exc).__name__
     call.attempts = int(getattr(exc, "attempts", 1))
     call.latency_s = round(latency_s, 6)
@@ -263,7 +265,7 @@ class Orchestrator:
                     )
                 )
             except ModelCallError as exc:
-                fail_call(call, exc.with_target("conductor"), time.perf_counter() - t0)
+                fail_call(call, exc.with_target("conductor"), time.perf_counter() - t0, cond.target)
                 emit(Event("conductor_finished", rnd.index, failed=True, detail=call.error))
                 rnd.stop_reason = f"the Conductor call failed: {call.error}"
                 return None
@@ -350,6 +352,7 @@ class Orchestrator:
                     rec.status = "skipped"
                     call.error = refusal
                     call.error_kind = "BudgetExceeded"
+                    call.cost_usd = 0.0  # never sent
                     return
                 budget.calls += 1
                 sample_index = samples.next(worker.id, messages)
@@ -364,7 +367,7 @@ class Orchestrator:
                         )
                     )
                 except ModelCallError as exc:
-                    fail_call(call, exc.with_target(worker.id), time.perf_counter() - t0)
+                    fail_call(call, exc.with_target(worker.id), time.perf_counter() - t0, worker)
                     rec.status = "failed"
                     emit(
                         Event(

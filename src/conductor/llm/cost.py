@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..pool import Worker
     from .types import Usage
 
-__all__ = ["cost_usd", "price_for", "price_table"]
+__all__ = ["cost_usd", "failed_call_cost", "price_for", "price_table"]
 
 log = logging.getLogger("conductor")
 
@@ -72,10 +72,9 @@ def price_for(target: Worker) -> Price | None:
     table by the exact model string; then without the provider prefix
     (``openai/gpt-4o`` -> ``gpt-4o``).
     """
-    if target.price is not None:
-        return target.price
-    if target.client == "local":
-        return _FREE
+    fixed = _fixed_price(target)
+    if fixed is not None:
+        return fixed
     table = price_table()
     model = target.model
     candidates = [model]
@@ -96,6 +95,23 @@ def price_for(target: Worker) -> Price | None:
             target.id,
         )
     return None
+
+
+def _fixed_price(target: Worker) -> Price | None:
+    """The price known without the table: the pool's override, or free for local models."""
+    if target.price is not None:
+        return target.price
+    if target.client == "local":
+        return _FREE
+    return None
+
+
+def failed_call_cost(target: Worker) -> float | None:
+    """What a call to ``target`` that failed cost: 0 for a free model (a local one, or
+    one priced 0 in the pool), else unknown (a provider may bill a call that timed out).
+
+    Unlike :func:`price_for` it never consults the table, so a failure adds no warning."""
+    return 0.0 if _fixed_price(target) == _FREE else None
 
 
 def cost_usd(usage: Usage, price: Price | None) -> float | None:
