@@ -28,6 +28,8 @@ _table: dict[str, Any] | None = None
 _lock = threading.Lock()
 _warned: set[str] = set()
 _FREE = Price(0.0, 0.0)
+#: Clients that run the model in this process (llama.cpp, a transformers checkpoint).
+_IN_PROCESS: frozenset[str] = frozenset({"local", "checkpoint"})
 
 
 def price_table() -> dict[str, Any]:
@@ -68,9 +70,9 @@ def _entry_price(entry: Any) -> Price | None:
 def price_for(target: Worker) -> Price | None:
     """The price of ``target``'s model, or None when unknown (warned once per model).
 
-    Order: the pool's ``price`` override; ``Price(0, 0)`` for local models; litellm's
-    table by the exact model string; then without the provider prefix
-    (``openai/gpt-4o`` -> ``gpt-4o``).
+    Order: the pool's ``price`` override; ``Price(0, 0)`` for in-process models (local,
+    checkpoint); litellm's table by the exact model string; then without the provider
+    prefix (``openai/gpt-4o`` -> ``gpt-4o``).
     """
     fixed = _fixed_price(target)
     if fixed is not None:
@@ -98,10 +100,11 @@ def price_for(target: Worker) -> Price | None:
 
 
 def _fixed_price(target: Worker) -> Price | None:
-    """The price known without the table: the pool's override, or free for local models."""
+    """The price known without the table: the pool's override, or free for a model that
+    runs in this process."""
     if target.price is not None:
         return target.price
-    if target.client == "local":
+    if target.client in _IN_PROCESS:
         return _FREE
     return None
 
