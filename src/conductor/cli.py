@@ -63,11 +63,12 @@ def _err() -> Console:
     return Console(stderr=True)
 
 
-def _print_path(console: Console, label: str, path: Path | str) -> None:
-    """``label``, then ``path`` on a line of its own that is never wrapped or cropped
+def _print_path(console: Console, label: str, *paths: Path | str) -> None:
+    """``label``, then each path on a line of its own that is never wrapped or cropped
     (a terminal may fold it on screen; copied, it is one piece)."""
     console.print(label, highlight=False, markup=False)
-    console.print(Text(printable(str(path))), soft_wrap=True, highlight=False)
+    for path in paths:
+        console.print(Text(printable(str(path))), soft_wrap=True, highlight=False)
 
 
 def _version(value: bool) -> None:
@@ -417,6 +418,8 @@ def bench(
         failed = failed or (progress.done > 0 and progress.errors == progress.done)
         run_dirs.append(run_dir)
     _print_report(run_dirs)
+    dirs_written = plural(len(run_dirs), "run directory", "run directories")
+    _print_path(_out(), f"{dirs_written} (for conductor report and trace):", *run_dirs)
     if failed:
         raise typer.Exit(EXIT_FAILED)
 

@@ -35,7 +35,7 @@ from .llm.prefill import join_prefill
 from .llm.types import Completion, Message, ModelRequest
 from .pool import Pool, Worker, pool_to_public_dict
 from .record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals, now_iso
-from .text import check_question, strip_think
+from .text import check_question, plural, strip_think
 from .workflow import ALL, Workflow, format_workflow, parse_workflow, workflow_to_dict
 
 __all__ = ["Budget", "Orchestrator", "RunSettings", "ask", "last_plan_reply"]
@@ -72,7 +72,7 @@ class Budget:
     def refusal(self) -> str | None:
         """Why one more call may not start, or ``None`` if it may."""
         if self.max_calls is not None and self.calls >= self.max_calls:
-            return f"call budget reached ({self.max_calls} calls)"
+            return f"call budget reached ({plural(self.max_calls, 'call')})"
         if self.max_usd is not None and self.usd >= self.max_usd:
             return f"USD budget reached (${self.usd:.4f} of ${self.max_usd:.4f})"
         return None
@@ -290,7 +290,7 @@ class Orchestrator:
                     rnd.index,
                     cached=completion.cached,
                     latency_s=completion.latency_s,
-                    detail=f"{len(workflow.steps)} steps",
+                    detail=plural(len(workflow.steps), "step"),
                 )
             )
             return workflow

@@ -763,7 +763,9 @@ def _usage_view(summary: RunSummary) -> RenderableType:
 
 def topology_table(summary: RunSummary) -> Table:
     """How often each workflow shape appears (first round of each record)."""
-    table = Table(title=f"Workflow topologies: {summary.label}", box=box.SIMPLE_HEAD)
+    title = f"Workflow topologies: {summary.label}"
+    # As wide as its title: a table of short columns must not fold the run's label.
+    table = Table(title=title, box=box.SIMPLE_HEAD, min_width=len(title))
     table.add_column("topology")
     table.add_column("records", justify="right", no_wrap=True)
     table.add_column("share", justify="right", no_wrap=True)
