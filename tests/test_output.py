@@ -153,7 +153,8 @@ def test_failed_local_call_costs_zero(tmp_path: Path, fake_server: FakeLLMServer
     assert rows[LONG_IDS[0]][5] == "?", res.stdout
     # The same renderer on the same record at 60 columns (stacked layout).
     narrow = " ".join(render(step_table(record), 60).split())
-    assert "tiny-local-worker failed" in narrow and "cost 0" in narrow
+    assert "tiny-local-worker failed (BadRequestError), sees nothing" in narrow
+    assert re.search(r"0/0 tokens, cost 0(?![.\d])", narrow), narrow
 
 
 # --------------------------------------------------------------------------- pools

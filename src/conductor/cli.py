@@ -56,6 +56,9 @@ EXIT_USAGE = 2
 
 
 def _out() -> Console:
+    """Standard output.  Piped, rich lays it out for 80 columns unless COLUMNS says
+    otherwise: an unbounded width would set free text on one endless line.  Every view
+    keeps ids and paths whole at any width, so a pipe into grep still finds them."""
     return Console(soft_wrap=False)
 
 
@@ -795,7 +798,7 @@ def pools_show(
     from .render import Fitted
 
     p = _load_pool(pool)
-    title = f"pool {p.name}" + (f": {p.description}" if p.description else "")
+    title = Text(printable(f"pool {p.name}" + (f": {p.description}" if p.description else "")))
     wide = Table(title=title)
     for col in ("Conductor sees", "id", "model", "client", "endpoint"):
         wide.add_column(col, no_wrap=True)
@@ -807,13 +810,12 @@ def pools_show(
     stacked.add_column("worker")
     keep: list[str] = []
     for i, w in enumerate(p.workers):
-        params = ", ".join(f"{k}={v}" for k, v in w.params.items())
-        endpoint = w.api_base or "-"
-        wide.add_row(
-            f"Model {i}", w.id, w.model, w.client, endpoint, params, str(w.max_concurrency)
-        )
+        params = printable(", ".join(f"{k}={v}" for k, v in w.params.items()))
+        endpoint = printable(w.api_base or "-")
+        cells = (w.id, w.model, w.client, endpoint, params)  # Text: never read as markup
+        wide.add_row(f"Model {i}", *map(Text, cells), str(w.max_concurrency))
         block = Text(w.id, style="bold")
-        block.append(f"\nmodel {w.model}\nclient {w.client} · concurrency {w.max_concurrency}")
+        block.append(f"\nmodel {w.model}\nclient {w.client}, concurrency {w.max_concurrency}")
         block.append(f"\nendpoint {endpoint}" + (f"\nparams {params}" if params else ""))
         stacked.add_row(f"Model {i}", block)
         keep += [w.id, w.model, endpoint]

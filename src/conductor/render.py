@@ -510,7 +510,8 @@ def _calls_stacked(rows: list[_CallRow], rounds: bool) -> Table:
             if cached:
                 details.append(cached)
         for d in details:
-            body.append(f" · {d}")
+            # Commas, not a bullet, between parts: a wrapped line never starts with one.
+            body.append(f", {d}")
         label = "step " + r.label if r.label[0].isdigit() else r.label
         table.add_row(label, body)
     return table

@@ -752,7 +752,7 @@ def _usage_stacked(summary: RunSummary) -> RenderableType:
     ]
     for w, cells in [*rows, ("total", totals)]:
         line = Text(w, style="bold")
-        line.append("\n  " + " · ".join(f"{n}: {c}" for n, c in zip(names, cells, strict=True)))
+        line.append("\n  " + ", ".join(f"{n}: {c}" for n, c in zip(names, cells, strict=True)))
         parts.append(line)
     return Group(*parts)
 
