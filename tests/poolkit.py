@@ -72,16 +72,20 @@ def run_cli(
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
     timeout: float = 180,
-    columns: int = 200,
+    columns: int | None = 200,
 ) -> subprocess.CompletedProcess[str]:
     """``python -m conductor ARGS`` in a child process, as a user runs it: this test
     process's environment plus ``env``, and a terminal width (``columns``) that the
-    output's assertions were written for."""
+    output's assertions were written for.  ``columns=None`` leaves COLUMNS unset, as
+    when the output is piped: rich then lays it out for 80 columns."""
+    child = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        child["COLUMNS"] = str(columns)
     return subprocess.run(
         [sys.executable, "-m", "conductor", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "COLUMNS": str(columns), **(env or {})},
+        env={**child, **(env or {})},
         cwd=cwd,
     )

@@ -462,7 +462,7 @@ def test_summary_table_with_paper_column(conductor_dir: Path) -> None:
     assert "paper 87.5 Conductor (Table 1, unconstrained)" in out
     assert "81.31 Conductor (Table 8, constrained, out of domain)" in out
     assert "82.32 recursive Conductor (Table 8, constrained, out of domain)" in out
-    assert "1 unreadable line(s)" in out
+    assert "1 unreadable line in samples.jsonl" in out
 
 
 def test_best_single_and_report(tmp_path: Path, conductor_dir: Path) -> None:

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .errors import MissingDependencyError, UsageError
+from .text import plural
 
 __all__ = [
     "META_FILE",
@@ -321,7 +322,7 @@ def check_pool_against_meta(pool_worker_ids: Sequence[str], meta: CheckpointMeta
     warnings: list[str] = []
     if len(pool) != len(trained):
         warnings.append(
-            f"the pool has {len(pool)} workers but the checkpoint was trained on "
+            f"the pool has {plural(len(pool), 'worker')} but the checkpoint was trained on "
             f"{len(trained)} ({', '.join(trained)})"
         )
     unknown = [w for w in pool if w not in trained]

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, NoReturn
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 from typer.core import TyperGroup
 
 from . import __version__
 from .errors import ConductorError, UsageError
-from .text import printable
+from .text import plural, printable
 
 if TYPE_CHECKING:
     from .pool import Pool, Worker
@@ -82,11 +83,22 @@ _state: dict[str, bool] = {"debug": False}
 
 
 def _out() -> Console:
+    """Standard output.  Piped, rich lays it out for 80 columns unless COLUMNS says
+    otherwise: an unbounded width would set free text on one endless line.  Every view
+    keeps ids and paths whole at any width, so a pipe into grep still finds them."""
     return Console(soft_wrap=False)
 
 
 def _err() -> Console:
     return Console(stderr=True)
+
+
+def _print_path(console: Console, label: str, *paths: Path | str) -> None:
+    """``label``, then each path on a line of its own that is never wrapped or cropped
+    (a terminal may fold it on screen; copied, it is one piece)."""
+    console.print(label, highlight=False, markup=False)
+    for path in paths:
+        console.print(Text(printable(str(path))), soft_wrap=True, highlight=False)
 
 
 def _version(value: bool) -> None:
@@ -222,7 +234,7 @@ def ask(
         console.print(step_table(record))
         console.print(answer_panel(record))
         if out is not None:
-            console.print(f"record written to {out}  (conductor trace {out})")
+            _print_path(console, "record written to (replay it with: conductor trace PATH)", out)
     if record.status == "failed":
         # One plain sentence on stderr as well, for scripts and narrow terminals.
         _print_error(f"the run failed: {record.error or ''}")
@@ -539,6 +551,8 @@ def bench(
         failed = failed or (progress.done > 0 and progress.errors == progress.done)
         run_dirs.append(run_dir)
     _print_report(run_dirs)
+    dirs_written = plural(len(run_dirs), "run directory", "run directories")
+    _print_path(_out(), f"{dirs_written} (for conductor report and trace):", *run_dirs)
     if failed:
         raise typer.Exit(EXIT_FAILED)
 
@@ -725,7 +739,8 @@ def _bench_merge(dirs: list[Path], out: Path | None) -> None:
         raise UsageError("bench merge needs --out DIR")
     n = merge_runs(dirs, out)
     write_summary(out)
-    _out().print(f"merged {n} records from {len(dirs)} runs into {out}")
+    records, runs = plural(n, "record"), plural(len(dirs), "run")
+    _print_path(_out(), f"merged {records} from {runs} into", out)
     _print_report([out])
 
 
@@ -957,22 +972,25 @@ def pools_list() -> None:
     """List the pools shipped with conductor."""
     from rich.table import Table
 
-    from .pool import list_builtin_pools, load_pool
+    from .pool import builtin_pools_dir, list_builtin_pools, load_pool
 
     table = Table(title="shipped pools")
-    for col in ("name", "workers", "conductor", "description", "file"):
-        table.add_column(col)
+    # Names are what --pool takes: never wrapped.  Descriptions and errors wrap.
+    table.add_column("name", no_wrap=True)
+    table.add_column("workers", justify="right", no_wrap=True)
+    table.add_column("conductor", no_wrap=True)
+    table.add_column("description")
     for path in list_builtin_pools():
         try:
             p = load_pool(path)
         except ConductorError as exc:
-            table.add_row(
-                path.stem, "-", "-", f"[red]{escape(printable(str(exc)))}[/red]", str(path)
-            )
+            table.add_row(path.stem, "-", "-", Text(printable(str(exc)), style="red"))
             continue
         backend = p.conductor.backend if p.conductor else "-"
-        table.add_row(p.name, str(len(p.workers)), backend, p.description or "", str(path))
-    _out().print(table)
+        table.add_row(p.name, str(len(p.workers)), backend, Text(printable(p.description or "")))
+    console = _out()
+    console.print(table)
+    _print_path(console, "files (NAME.yaml, to copy and edit) in:", builtin_pools_dir())
 
 
 @pools_app.command("show")
@@ -982,29 +1000,39 @@ def pools_show(
     """Show a pool's workers in the order the Conductor sees them."""
     from rich.table import Table
 
+    from .render import Fitted
+
     p = _load_pool(pool)
-    table = Table(title=f"pool {p.name}" + (f": {p.description}" if p.description else ""))
-    for col in ("Conductor sees", "id", "model", "client", "endpoint", "params", "conc."):
-        table.add_column(col)
+    title = Text(printable(f"pool {p.name}" + (f": {p.description}" if p.description else "")))
+    wide = Table(title=title)
+    for col in ("Conductor sees", "id", "model", "client", "endpoint"):
+        wide.add_column(col, no_wrap=True)
+    wide.add_column("params")
+    wide.add_column("conc.", justify="right", no_wrap=True)
+    # Narrower than the table: one worker per block, each id and URL on a line.
+    stacked = Table(title=title, box=None, show_header=False, padding=(0, 1))
+    stacked.add_column("sees", no_wrap=True)
+    stacked.add_column("worker")
+    keep: list[str] = []
     for i, w in enumerate(p.workers):
-        params = ", ".join(f"{k}={v}" for k, v in w.params.items())
-        table.add_row(
-            f"Model {i}",
-            w.id,
-            w.model,
-            w.client,
-            w.api_base or "-",
-            params,
-            str(w.max_concurrency),
-        )
+        params = printable(", ".join(f"{k}={v}" for k, v in w.params.items()))
+        endpoint = printable(w.api_base or "-")
+        cells = (w.id, w.model, w.client, endpoint, params)  # Text: never read as markup
+        wide.add_row(f"Model {i}", *map(Text, cells), str(w.max_concurrency))
+        block = Text(w.id, style="bold")
+        block.append(f"\nmodel {w.model}\nclient {w.client}, concurrency {w.max_concurrency}")
+        block.append(f"\nendpoint {endpoint}" + (f"\nparams {params}" if params else ""))
+        stacked.add_row(f"Model {i}", block)
+        keep += [w.id, w.model, endpoint]
     console = _out()
-    console.print(table)
+    console.print(Fitted([wide, stacked], keep))
     if p.conductor is not None:
         c = p.conductor
         where = f" at {c.api_base}" if c.api_base else ""
         console.print(
             f"conductor: {c.backend} {c.model or ''}{where} (template {c.template}, "
-            f"max {c.max_steps} steps{', constrained' if c.constrained else ''})"
+            f"max {plural(c.max_steps, 'step')}{', constrained' if c.constrained else ''})",
+            highlight=False,
         )
     else:
         console.print("conductor: none (pass --conductor)")
@@ -1103,7 +1131,7 @@ def cache_stats() -> None:
         return datetime.fromtimestamp(t).isoformat(timespec="seconds") if t else "-"
 
     console = _out()
-    console.print(f"directory: {s.directory}")
+    _print_path(console, "directory:", s.directory)
     console.print(f"entries:   {s.entries}")
     console.print(f"size:      {s.size_bytes / 1e6:.2f} MB")
     console.print(f"oldest:    {when(s.oldest)}")
@@ -1124,7 +1152,7 @@ def cache_clear(
         removed = cache.clear(age)
     finally:
         cache.close()
-    _out().print(f"removed {removed} cached calls")
+    _out().print(f"removed {plural(removed, 'cached call')}")
 
 
 # -- entry point ----------------------------------------------------------------------

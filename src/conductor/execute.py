@@ -31,11 +31,12 @@ from .context import SharedStep, build_worker_messages, worker_prefills
 from .errors import ModelCallError, UsageError, WorkflowParseError
 from .events import Event, EventSink, null_sink
 from .llm.caller import CallerSet
+from .llm.cost import failed_call_cost
 from .llm.prefill import join_prefill
 from .llm.types import Completion, Message, ModelRequest
 from .pool import Pool, Worker, pool_to_public_dict
 from .record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals, now_iso
-from .text import check_question, strip_think
+from .text import check_question, plural, strip_think
 from .workflow import ALL, Workflow, format_workflow, parse_workflow, workflow_to_dict
 
 __all__ = [
@@ -80,7 +81,7 @@ class Budget:
     def refusal(self) -> str | None:
         """Why one more call may not start, or ``None`` if it may."""
         if self.max_calls is not None and self.calls >= self.max_calls:
-            return f"call budget reached ({self.max_calls} calls)"
+            return f"call budget reached ({plural(self.max_calls, 'call')})"
         if self.max_usd is not None and self.usd >= self.max_usd:
             return f"USD budget reached (${self.usd:.4f} of ${self.max_usd:.4f})"
         return None
@@ -137,8 +138,9 @@ def fill_call(call: CallRecord, completion: Completion) -> None:
     call.finished_at = now_iso()
 
 
-def fail_call(call: CallRecord, exc: ModelCallError, latency_s: float) -> None:
+def fail_call(call: CallRecord, exc: ModelCallError, latency_s: float, target: Worker) -> None:
     call.error = exc.describe()
+    call.cost_usd = failed_call_cost(target)
     call.error_kind = type(exc).__name__
     call.attempts = int(getattr(exc, "attempts", 1))
     call.latency_s = round(latency_s, 6)
@@ -274,7 +276,7 @@ class Orchestrator:
                     )
                 )
             except ModelCallError as exc:
-                fail_call(call, exc.with_target("conductor"), time.perf_counter() - t0)
+                fail_call(call, exc.with_target("conductor"), time.perf_counter() - t0, cond.target)
                 emit(Event("conductor_finished", rnd.index, failed=True, detail=call.error))
                 rnd.stop_reason = f"the Conductor call failed: {call.error}"
                 return None
@@ -299,7 +301,7 @@ class Orchestrator:
                     rnd.index,
                     cached=completion.cached,
                     latency_s=completion.latency_s,
-                    detail=f"{len(workflow.steps)} steps",
+                    detail=plural(len(workflow.steps), "step"),
                 )
             )
             return workflow
@@ -362,6 +364,7 @@ class Orchestrator:
                     rec.status = "skipped"
                     call.error = refusal
                     call.error_kind = "BudgetExceeded"
+                    call.cost_usd = 0.0  # never sent
                     return
                 budget.calls += 1
                 sample_index = samples.next(worker.id, messages)
@@ -376,7 +379,7 @@ class Orchestrator:
                         )
                     )
                 except ModelCallError as exc:
-                    fail_call(call, exc.with_target(worker.id), time.perf_counter() - t0)
+                    fail_call(call, exc.with_target(worker.id), time.perf_counter() - t0, worker)
                     rec.status = "failed"
                     emit(
                         Event(

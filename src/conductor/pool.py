@@ -1169,14 +1169,36 @@ def resolve_pool_path(name_or_path: str) -> Path:
     """An existing pool file path, or the shipped pool called ``name_or_path``.
 
     ``"frontier"`` (or ``"frontier.yaml"``) finds ``pools/frontier.yaml``.  Raises
-    :class:`PoolError` listing the shipped names when neither exists.
+    :class:`PoolError` naming the close shipped names (a did-you-mean) and listing all
+    of them when neither exists.
     """
     candidate = Path(name_or_path).expanduser()
     if candidate.is_file():
         return candidate
     shipped = {p.stem: p for p in list_builtin_pools()}
+    is_path = "/" in name_or_path or os.sep in name_or_path
     stem = name_or_path[:-5] if name_or_path.endswith(".yaml") else name_or_path
-    if stem in shipped and "/" not in name_or_path:
+    if stem in shipped and not is_path:
         return shipped[stem]
     names = ", ".join(sorted(shipped)) or "none"
-    raise PoolError(f'no pool file or shipped pool named "{name_or_path}" (shipped pools: {names})')
+    # A path is matched by its file name: "./pools/frontir.yaml" still means frontier.
+    close = difflib.get_close_matches(candidate.stem if is_path else stem, sorted(shipped), n=3)
+    if is_path:
+        hint = f" (did you mean the shipped pool {_either(close)}?)" if close else ""
+        raise PoolError(
+            f'no pool file "{name_or_path}": no such file{hint}; '
+            f"give an existing pool file, or a shipped pool by name: {names}"
+        )
+    hint = f" (did you mean {_either(close)}?)" if close else ""
+    raise PoolError(
+        f'no pool file or shipped pool named "{name_or_path}"{hint}; '
+        f"shipped pools: {names}; give one of those names or a pool file's path"
+    )
+
+
+def _either(names: list[str]) -> str:
+    """``"a"``, ``"a" or "b"``, ``"a", "b" or "c"``."""
+    quoted = [f'"{n}"' for n in names]
+    if len(quoted) == 1:
+        return quoted[0]
+    return f"{', '.join(quoted[:-1])} or {quoted[-1]}"

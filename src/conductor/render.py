@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -31,9 +31,10 @@ from rich.tree import Tree
 
 from .events import Event
 from .record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals, record_to_dict
-from .text import printable
+from .text import plural, printable
 
 __all__ = [
+    "Fitted",
     "ProgressView",
     "SampleListing",
     "answer_panel",
@@ -117,12 +118,55 @@ def _fmt_tokens(n: int) -> str:
     return f"{n:,}"
 
 
-def _plural(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
-
-
 def _round_label(pos: int) -> str:
     return f"Round {pos}"
+
+
+# --------------------------------------------------------------------------- width
+
+#: The width a layout is first rendered at to see its ids whole (wider than any line).
+_UNBOUNDED = 10_000
+
+
+def _plain_lines(console: Console, options: ConsoleOptions, renderable: RenderableType) -> str:
+    lines = console.render_lines(renderable, options, pad=False)
+    return "\n".join("".join(seg.text for seg in line) for line in lines)
+
+
+class Fitted:
+    """The first of ``layouts`` that shows every string of ``keep`` whole at the width
+    it is given, else the last one (the layout for narrow widths).
+
+    ``keep`` holds ids (worker ids, model names, run labels): a table cut to a narrow
+    terminal, or to the 80 columns rich assumes for a pipe, would fold or ellipsise
+    them ("anthropic…"), which no one can copy or grep for; rather than that, the view
+    changes shape.  A layout passes when each id appears in it, at this width, as many
+    times as it does with no width limit.
+    """
+
+    def __init__(self, layouts: Sequence[RenderableType], keep: Iterable[str]) -> None:
+        if not layouts:
+            raise ValueError("Fitted needs at least one layout")
+        self.layouts = list(layouts)
+        self.keep = sorted({k for k in keep if k}, key=len, reverse=True)
+
+    def _whole(self, console: Console, options: ConsoleOptions, layout: RenderableType) -> bool:
+        shown = _plain_lines(console, options, layout)
+        free = _plain_lines(console, options.update_width(_UNBOUNDED), layout)
+        # A number in a no-wrap column squeezed below its width is cut with an ellipsis.
+        if shown.count("…") > free.count("…"):
+            return False
+        return all(shown.count(k) >= free.count(k) for k in self.keep)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for layout in self.layouts[:-1]:
+            if self._whole(console, options, layout):
+                yield layout
+                return
+        yield self.layouts[-1]
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.layouts[0])
 
 
 # --------------------------------------------------------------------------- topology
@@ -295,7 +339,7 @@ def topology(record: RunRecord) -> Tree:
             if kind == "kept previous answer":
                 tree.add(Text(f"{_round_label(pos)}: kept previous answer", style="green"))
             else:
-                tries = _plural(len(rnd.conductor_calls), "try", "tries")
+                tries = plural(len(rnd.conductor_calls), "try", "tries")
                 tree.add(
                     Text(
                         f"{_round_label(pos)}: no workflow "
@@ -304,7 +348,7 @@ def topology(record: RunRecord) -> Tree:
                     )
                 )
             continue
-        count = _plural(len(plan), "step", "steps")
+        count = plural(len(plan), "step", "steps")
         node = tree.add(Text(f"{_round_label(pos)}: {kind} ({count})", style="bold"))
         if len(plan) > 1:
             node.add(Text(f"flow: {_flow_summary(plan)}", style="italic"))
@@ -382,70 +426,113 @@ def _step_status(s: StepRecord) -> Text:
 
 
 def _totals_line(t: Totals) -> str:
-    calls = f"{t.calls} calls ({t.cached_calls} cached"
+    calls = f"{plural(t.calls, 'call')} ({t.cached_calls} cached"
     calls += f", {t.failed_calls} failed)" if t.failed_calls else ")"
     tokens = f"tokens {_fmt_tokens(t.input_tokens)} in / {_fmt_tokens(t.output_tokens)} out"
     if t.cost_usd is None:
         cost = "cost ? (unknown price)"
     elif t.unknown_cost_calls:
-        unknown = _plural(t.unknown_cost_calls, "call", "calls")
+        unknown = plural(t.unknown_cost_calls, "call")
         cost = f"cost >= ${_fmt_cost(t.cost_usd)} ({unknown} of unknown price)"
     else:
         cost = f"cost ${_fmt_cost(t.cost_usd)}"
     return f"Totals: {calls} · {tokens} · {cost} · wall {t.wall_s:.2f} s"
 
 
-def step_table(record: RunRecord) -> Table:
-    """One row per model call (Conductor tries and steps), totals in the caption."""
-    record = _shown(record)
-    table = Table(
-        title="Calls",
-        caption=_totals_line(record.totals),
-        caption_justify="left",
-        box=box.SIMPLE_HEAD,
-    )
-    # Numbers never wrap; worker, sees and status may, so a long error kind still fits.
-    # No vertical rules, two-line headers and a round column only when there are
-    # several rounds keep the table inside an 80-column terminal.
-    rounds = len(record.rounds) > 1
+@dataclass(frozen=True)
+class _CallRow:
+    """One line of the calls view: a Conductor try, a step, or a kept answer."""
+
+    round: int
+    label: str
+    who: Text
+    sees: str
+    call: CallRecord | None
+    status: Text
+
+
+def _call_rows(record: RunRecord) -> list[_CallRow]:
+    rows: list[_CallRow] = []
+    for pos, rnd in enumerate(record.rounds, 1):
+        for k, c, st, _ in _conductor_tries(rnd):
+            style = "green" if st == "parsed" else ("yellow" if st == "parse error" else "red")
+            who = Text("conductor", style="magenta")
+            rows.append(_CallRow(pos, f"try {k}", who, "-", c, Text(st, style=style)))
+        plan = {p.index: p for p in _plan(rnd)}
+        for s in rnd.steps:
+            sees = _sees_short(plan[s.index])
+            rows.append(
+                _CallRow(pos, str(s.index), Text(s.worker_id), sees, s.call, _step_status(s))
+            )
+        if _is_empty_workflow(rnd):
+            rows.append(_CallRow(pos, "-", Text(), "", None, Text("kept previous answer")))
+    return rows
+
+
+def _calls_wide(rows: list[_CallRow], rounds: bool) -> Table:
+    table = Table(title="Calls", box=box.SIMPLE_HEAD)
+    # Numbers and worker ids never wrap; sees and status may (at spaces).  No vertical
+    # rules, two-line headers and a round column only when there are several rounds
+    # keep the table inside 80 columns for ids of up to about 25 characters.
     if rounds:
         table.add_column("round", justify="right", no_wrap=True)
     table.add_column("step", justify="right", no_wrap=True)
-    table.add_column("worker", min_width=10)
+    table.add_column("worker", no_wrap=True)
     table.add_column("sees", min_width=7)
     table.add_column("latency\n(s)", justify="right", no_wrap=True)
     table.add_column("tokens\nin/out", justify="right", no_wrap=True)
     table.add_column("cost\n(USD)", justify="right", no_wrap=True)
     table.add_column("cached", no_wrap=True)
     table.add_column("status", min_width=8)
-
-    def row(pos: int, *cells: Any) -> None:
-        table.add_row(*((str(pos),) if rounds else ()), *cells)
-
-    for pos, rnd in enumerate(record.rounds, 1):
-        for k, c, st, _ in _conductor_tries(rnd):
-            style = "green" if st == "parsed" else ("yellow" if st == "parse error" else "red")
-            row(
-                pos,
-                f"try {k}",
-                Text("conductor", style="magenta"),
-                "-",
-                *_call_cells(c),
-                Text(st, style=style),
-            )
-        plan = {p.index: p for p in _plan(rnd)}
-        for s in rnd.steps:
-            row(
-                pos,
-                str(s.index),
-                Text(s.worker_id),
-                Text(_sees_short(plan[s.index])),
-                *_call_cells(s.call),
-                _step_status(s),
-            )
-        if _is_empty_workflow(rnd):
-            row(pos, "-", "", "", "", "", "", "", "kept previous answer")
+    for r in rows:
+        cells = _call_cells(r.call) if r.call is not None else ["", "", "", ""]
+        table.add_row(
+            *((str(r.round),) if rounds else ()), r.label, r.who, Text(r.sees), *cells, r.status
+        )
     return table
+
+
+def _calls_stacked(rows: list[_CallRow], rounds: bool) -> Table:
+    """The calls for a terminal too narrow for the table: the worker id on a line of
+    its own, what the call cost and how it went on the next (which may wrap)."""
+    table = Table(title="Calls", box=None, show_header=False, padding=(0, 1))
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("call")
+    current = 0
+    for r in rows:
+        if rounds and r.round != current:
+            current = r.round
+            table.add_row("", Text(_round_label(r.round), style="bold"))
+        body = Text.assemble(r.who, "\n", r.status)
+        details = []
+        if r.sees and r.sees != "-":
+            details.append(f"sees {r.sees}")
+        if r.call is not None:
+            latency, tokens, cost, cached = _call_cells(r.call)
+            details += [f"{latency} s", f"{tokens} tokens", f"cost {cost}"]
+            if cached:
+                details.append(cached)
+        for d in details:
+            # Commas, not a bullet, between parts: a wrapped line never starts with one.
+            body.append(f", {d}")
+        label = "step " + r.label if r.label[0].isdigit() else r.label
+        table.add_row(label, body)
+    return table
+
+
+def step_table(record: RunRecord) -> RenderableType:
+    """One row per model call (Conductor tries and steps), then a line of totals.
+
+    Where the table would cut a worker id or a number, the calls are stacked instead,
+    one per pair of lines (see :class:`Fitted`)."""
+    record = _shown(record)
+    rows = _call_rows(record)
+    rounds = len(record.rounds) > 1
+    keep = [r.who.plain for r in rows]
+    keep += [r.call.error_kind for r in rows if r.call is not None and r.call.error_kind]
+    calls = Fitted([_calls_wide(rows, rounds), _calls_stacked(rows, rounds)], keep)
+    # The totals are free text: a line of their own that wraps at spaces.
+    return Group(calls, Text(_totals_line(record.totals)))
 
 
 # --------------------------------------------------------------------------- answer
@@ -594,7 +681,7 @@ def _trace_tree(record: RunRecord) -> Tree:
     tree = Tree(title)
     for pos, rnd in enumerate(record.rounds, 1):
         rnode = tree.add(Text(f"{_round_label(pos)}: {topology_kind(rnd)}", style="bold"))
-        tries = _plural(len(rnd.conductor_calls), "try", "tries")
+        tries = plural(len(rnd.conductor_calls), "try", "tries")
         cnode = rnode.add(Text(f"Conductor ({tries})", style="magenta"))
         for k, c, st, err in _conductor_tries(rnd):
             label = f"try {k}: {st}"
@@ -775,9 +862,9 @@ class SampleListing:
         n = len(self.sample_ids)
         if not self.rows:
             return Text("no samples recorded yet", style="bold")
-        line = Text(_plural(n, "sample", "samples"), style="bold")
+        line = Text(plural(n, "sample"), style="bold")
         if self.epochs > 1:
-            line.append(f" × {self.epochs} epochs = {_plural(len(self.rows), 'record', 'records')}")
+            line.append(f" × {self.epochs} epochs = {plural(len(self.rows), 'record')}")
         for i, (verdict, count) in enumerate(
             sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))
         ):
@@ -848,7 +935,7 @@ class SampleListing:
             if self.epochs > 1 and r.epoch is not None:
                 detail.append(f"epoch {r.epoch} · ")
             detail.append(r.verdict, style=_verdict_style(r.verdict))
-            detail.append(f" · {_plural(r.steps, 'step', 'steps')} · cost {_row_cost(r)}")
+            detail.append(f" · {plural(r.steps, 'step')} · cost {_row_cost(r)}")
             lines.append(detail)
         return Group(*lines)
 

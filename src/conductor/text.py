@@ -18,6 +18,7 @@ from .errors import UsageError
 __all__ = [
     "MAX_QUESTION_CHARS",
     "check_question",
+    "plural",
     "final_answer_text",
     "printable",
     "question_limit",
@@ -148,3 +149,13 @@ def printable(text: str) -> str:
     if _UNPRINTABLE.search(text) is None:
         return text
     return _UNPRINTABLE.sub(_escape_char, text.replace("\r\n", "\n"))
+
+
+def plural(n: int, one: str, many: str | None = None, *, shown: str | None = None) -> str:
+    """``n`` with its noun in the right number: ``"1 step"``, ``"2 steps"``, ``"0 steps"``.
+
+    ``many`` is the plural when it is not ``one + "s"`` (``"try"``, ``"tries"``);
+    ``shown`` is how to write ``n`` when not as ``str(n)`` (``"1,024"``).
+    """
+    noun = one if n == 1 else (many if many is not None else f"{one}s")
+    return f"{shown if shown is not None else n} {noun}"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .errors import WorkflowParseError
-from .text import strip_think
+from .text import plural, strip_think
 
 __all__ = [
     "ALL",
@@ -377,7 +377,11 @@ def _build(
         if worker is None:
             raise WorkflowParseError(f"model_id[{i}] = {raw_id!r} is not an integer")
         if n_workers is not None and not 0 <= worker < n_workers:
-            pool = f"{n_workers} workers (0-{n_workers - 1})" if n_workers > 0 else "no workers"
+            pool = (
+                f"{plural(n_workers, 'worker')} (0-{n_workers - 1})"
+                if n_workers > 0
+                else "no workers"
+            )
             raise WorkflowParseError(f"model_id[{i}] = {worker} is out of range: there are {pool}")
         if worker < 0:
             raise WorkflowParseError(f"model_id[{i}] = {worker} is negative")

@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from rich import box
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from ..errors import RecordError, UsageError
 from ..record import RunRecord, now_iso, record_from_dict
-from ..render import topology_kind
+from ..render import Fitted, topology_kind
+from ..text import plural
 from .paper import PaperFigure, paper_reference
 
 __all__ = [
@@ -530,8 +531,7 @@ def _cost(s: RunSummary) -> str:
     text = f"${s.cost_per_question:.4f}"
     if s.cost_is_lower_bound:
         unknown = s.unknown_cost_calls
-        plural = "call" if unknown == 1 else "calls"
-        text = f"≥ {text}" + (f" ({unknown} unpriced {plural})" if unknown else "")
+        text = f"≥ {text}" + (f" ({plural(unknown, 'unpriced call')})" if unknown else "")
     return text
 
 
@@ -551,9 +551,11 @@ def _spread(s: RunSummary) -> str:
 def _parse_failures(s: RunSummary) -> str:
     if not s.conductor_tries:
         return "-"
+    tries = plural(
+        s.conductor_tries, "try", "tries", shown=f"{s.conductor_parse_errors}/{s.conductor_tries}"
+    )
     return (
-        f"{s.conductor_parse_errors}/{s.conductor_tries} tries "
-        f"({_pct(s.parse_failure_rate)}); no plan {s.no_workflow_records} "
+        f"{tries} ({_pct(s.parse_failure_rate)}); no plan {s.no_workflow_records} "
         f"({_pct(s.no_workflow_rate)})"
     )
 
@@ -588,7 +590,10 @@ def _paper_cell(figures: list[PaperFigure]) -> Text:
 
 _ROWS: list[tuple[str, Any]] = [
     ("accuracy % ± SE", _accuracy),
-    ("samples × epochs", lambda s: f"{s.n_samples} × {s.epochs} ({s.n_records} records)"),
+    (
+        "samples × epochs",
+        lambda s: f"{s.n_samples} × {s.epochs} ({plural(s.n_records, 'record')})",
+    ),
     ("epoch spread", _spread),
     ("cost / question", _cost),
     (
@@ -616,6 +621,37 @@ _ROWS: list[tuple[str, Any]] = [
 ]
 
 
+def _summary_columns(
+    summaries: list[RunSummary], oracle: RunSummary | None
+) -> list[tuple[RunSummary, str, Text]]:
+    """Each run with the strategy its paper figures are looked up under and its heading."""
+    columns = [
+        (s, s.strategy, Text(f"{s.benchmark}\n{s.strategy}\n{s.pool_name}")) for s in summaries
+    ]
+    if oracle is not None:
+        heading = Text(f"{oracle.benchmark}\noracle-best single worker\n(= {oracle.strategy})")
+        columns.append((oracle, "oracle-best", heading))
+    return columns
+
+
+def _summary_rows(columns: list[tuple[RunSummary, str, Text]]) -> list[tuple[str, list[Any]]]:
+    rows: list[tuple[str, list[Any]]] = [
+        (name, [fn(s) for s, _, _ in columns]) for name, fn in _ROWS
+    ]
+    if any(s.trained_on_samples is not None for s, _, _ in columns):
+        # Samples the Conductor saw in training: their scores are not held-out results.
+        rows.append(("trained-on samples", [_trained_on(s) for s, _, _ in columns]))
+    rows.append(("paper", [_paper_cell(paper_reference(s.paper_key, st)) for s, st, _ in columns]))
+    return rows
+
+
+def _skipped_caption(columns: list[tuple[RunSummary, str, Text]]) -> str | None:
+    skipped = sum(s.skipped_lines for s, _, _ in columns)
+    if not skipped:
+        return None
+    return f"{plural(skipped, 'unreadable line')} in samples.jsonl were skipped"
+
+
 def summary_table(
     summaries: list[RunSummary], oracle: RunSummary | None = None, title: str = "Bench runs"
 ) -> Table:
@@ -624,58 +660,109 @@ def summary_table(
     ``oracle`` (see :func:`best_single`) adds an "oracle-best single worker" column
     holding that run's numbers and the paper's best-single-worker figures.
     """
+    columns = _summary_columns(summaries, oracle)
     table = Table(title=title, box=box.SIMPLE_HEAD, show_lines=False)
     table.add_column("", style="bold", no_wrap=True)
-    columns: list[tuple[RunSummary, str]] = [(s, s.strategy) for s in summaries]
-    for s in summaries:
-        table.add_column(Text(f"{s.benchmark}\n{s.strategy}\n{s.pool_name}"), overflow="fold")
-    if oracle is not None:
-        columns.append((oracle, "oracle-best"))
-        table.add_column(
-            Text(f"{oracle.benchmark}\noracle-best single worker\n(= {oracle.strategy})"),
-            overflow="fold",
-        )
-    for name, fn in _ROWS:
-        table.add_row(name, *(fn(s) for s, _ in columns))
-    if any(s.trained_on_samples is not None for s, _ in columns):
-        # Samples the Conductor saw in training: their scores are not held-out results.
-        table.add_row("trained-on samples", *(_trained_on(s) for s, _ in columns))
-    table.add_row(
-        "paper", *(_paper_cell(paper_reference(s.paper_key, strat)) for s, strat in columns)
-    )
-    skipped = sum(s.skipped_lines for s, _ in columns)
-    if skipped:
-        table.caption = f"{skipped} unreadable line(s) in samples.jsonl were skipped"
+    for _, _, heading in columns:
+        table.add_column(heading)
+    for name, cells in _summary_rows(columns):
+        table.add_row(name, *cells)
+    table.caption = _skipped_caption(columns)
     return table
+
+
+def _summary_stacked(
+    summaries: list[RunSummary], oracle: RunSummary | None, title: str
+) -> RenderableType:
+    """The summary for a terminal too narrow to set the runs side by side: one table
+    per run, headed by the run's label (which wraps between its parts, not inside)."""
+    columns = _summary_columns(summaries, oracle)
+    rows = _summary_rows(columns)
+    parts: list[RenderableType] = [Text(title, style="bold")]
+    for i, (_, _, heading) in enumerate(columns):
+        table = Table(
+            title=Text(" · ".join(heading.plain.split("\n"))),
+            box=box.SIMPLE_HEAD,
+            show_header=False,
+        )
+        table.add_column("", style="bold", no_wrap=True)
+        table.add_column("")
+        for name, cells in rows:
+            table.add_row(name, cells[i])
+        parts.append(table)
+    caption = _skipped_caption(columns)
+    if caption:
+        parts.append(Text(caption))
+    return Group(*parts)
+
+
+def _summary_view(
+    summaries: list[RunSummary], oracle: RunSummary | None, title: str
+) -> RenderableType:
+    keep = [name for s in [*summaries, oracle] if s for name in (s.strategy, s.pool_name)]
+    return Fitted(
+        [summary_table(summaries, oracle, title), _summary_stacked(summaries, oracle, title)],
+        keep,
+    )
 
 
 def usage_table(summary: RunSummary) -> Table:
     """Workers as rows, step positions as columns: how often each worker was chosen
     at each position, with its share of that position's steps."""
-    positions = sorted({p for pos in summary.worker_usage.values() for p in pos})
-    per_pos = {p: sum(pos.get(p, 0) for pos in summary.worker_usage.values()) for p in positions}
-    total = sum(per_pos.values())
+    positions, rows, totals = _usage_rows(summary)
     table = Table(title=f"Worker usage by step position: {summary.label}", box=box.SIMPLE_HEAD)
     table.add_column("worker", no_wrap=True)
     for p in positions:
         table.add_column(f"step {p}", justify="right", no_wrap=True)
     table.add_column("all steps", justify="right", no_wrap=True)
-    order = summary.worker_order or sorted(summary.worker_usage)
-    for w in order:
+    for w, cells in rows:
+        table.add_row(w, *cells)
+    table.add_row(Text("total", style="bold"), *totals)
+    return table
+
+
+def _usage_rows(summary: RunSummary) -> tuple[list[int], list[tuple[str, list[str]]], list[str]]:
+    """The step positions, each worker's cells (one per position, then all steps) and
+    the totals row."""
+    positions = sorted({p for pos in summary.worker_usage.values() for p in pos})
+    per_pos = {p: sum(pos.get(p, 0) for pos in summary.worker_usage.values()) for p in positions}
+    total = sum(per_pos.values())
+    rows = []
+    for w in summary.worker_order or sorted(summary.worker_usage):
         counts = summary.worker_usage.get(w, {})
         cells = [
             f"{counts.get(p, 0)} ({_pct(_ratio(counts.get(p, 0), per_pos[p]), 0)})"
             for p in positions
         ]
         n = sum(counts.values())
-        table.add_row(w, *cells, f"{n} ({_pct(_ratio(n, total), 0)})")
-    table.add_row(Text("total", style="bold"), *(str(per_pos[p]) for p in positions), str(total))
-    return table
+        rows.append((w, [*cells, f"{n} ({_pct(_ratio(n, total), 0)})"]))
+    return positions, rows, [*(str(per_pos[p]) for p in positions), str(total)]
+
+
+def _usage_stacked(summary: RunSummary) -> RenderableType:
+    """Worker usage for a narrow terminal: each worker id on its own line, its counts
+    per position below (wrapping between positions)."""
+    positions, rows, totals = _usage_rows(summary)
+    names = [*(f"step {p}" for p in positions), "all steps"]
+    parts: list[RenderableType] = [
+        Text(f"Worker usage by step position: {summary.label}", style="bold")
+    ]
+    for w, cells in [*rows, ("total", totals)]:
+        line = Text(w, style="bold")
+        line.append("\n  " + ", ".join(f"{n}: {c}" for n, c in zip(names, cells, strict=True)))
+        parts.append(line)
+    return Group(*parts)
+
+
+def _usage_view(summary: RunSummary) -> RenderableType:
+    return Fitted([usage_table(summary), _usage_stacked(summary)], summary.worker_usage)
 
 
 def topology_table(summary: RunSummary) -> Table:
     """How often each workflow shape appears (first round of each record)."""
-    table = Table(title=f"Workflow topologies: {summary.label}", box=box.SIMPLE_HEAD)
+    title = f"Workflow topologies: {summary.label}"
+    # As wide as its title: a table of short columns must not fold the run's label.
+    table = Table(title=title, box=box.SIMPLE_HEAD, min_width=len(title))
     table.add_column("topology")
     table.add_column("records", justify="right", no_wrap=True)
     table.add_column("share", justify="right", no_wrap=True)
@@ -730,11 +817,11 @@ def report_renderables(run_dirs: list[Path]) -> list[RenderableType]:
         singles = [s for s in runs if s.strategy.startswith("single:")]
         oracle = best_single(singles) if len(singles) >= 2 else None
         title = f"Bench runs: {bench}" if len(by_bench) > 1 else "Bench runs"
-        out.append(summary_table(runs, oracle=oracle, title=title))
+        out.append(_summary_view(runs, oracle, title))
     for s in summaries:
         if s.strategy == "conductor":
             if s.worker_usage:
-                out.append(usage_table(s))
+                out.append(_usage_view(s))
             out.append(topology_table(s))
         limits = rate_limit_table(s)
         if limits is not None:

@@ -48,6 +48,7 @@ from .. import __version__, errors
 from ..cache import ResponseCache
 from ..errors import AuthenticationError, ConductorError, UsageError
 from ..record import RunRecord, new_run_id, now_iso, record_to_dict
+from ..text import plural
 from .data import count_samples, dataset_provenance, iter_samples, render_prompt
 from .graders import Grader
 from .strategies import Strategy
@@ -633,16 +634,16 @@ def _io_stop(exc: OSError, path: Path, out: Path, written: int) -> BenchStopped:
     what = errno.errorcode.get(exc.errno or 0, "I/O error")
     return BenchStopped(
         f"cannot write {path} ({exc.strerror or exc}, {what}): stopped before starting "
-        f"more samples; the {written} records written this time are kept, so free space "
+        f"more samples; the {plural(written, 'record')} written this time are kept, so free space "
         f"or fix the directory, then continue with `conductor bench --resume {out}`"
     )
 
 
 def _auth_stop(message: str, out: Path, written: int) -> BenchStopped:
     return BenchStopped(
-        f"stopped: {message}; no more samples were started and the {written} records "
-        f"written this time are kept, so fix the key or its permissions, then continue "
-        f"with `conductor bench --resume {out}`"
+        f"stopped: {message}; no more samples were started and the "
+        f"{plural(written, 'record')} written this time are kept, so fix the key or its "
+        f"permissions, then continue with `conductor bench --resume {out}`"
     )
 
 

@@ -237,7 +237,7 @@ class FixedStrategy:
                         )
                     )
                 except ModelCallError as exc:
-                    fail_call(call, exc.with_target(worker.id), time.perf_counter() - t)
+                    fail_call(call, exc.with_target(worker.id), time.perf_counter() - t, worker)
                     rec.status = "failed"
                     return
                 fill_call(call, done_call)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..pool import Worker
     from .types import Usage
 
-__all__ = ["cost_usd", "price_for", "price_table"]
+__all__ = ["cost_usd", "failed_call_cost", "price_for", "price_table"]
 
 log = logging.getLogger("conductor")
 
@@ -28,6 +28,8 @@ _table: dict[str, Any] | None = None
 _lock = threading.Lock()
 _warned: set[str] = set()
 _FREE = Price(0.0, 0.0)
+#: Clients that run the model in this process (llama.cpp, a transformers checkpoint).
+_IN_PROCESS: frozenset[str] = frozenset({"local", "checkpoint"})
 
 
 def price_table() -> dict[str, Any]:
@@ -68,14 +70,13 @@ def _entry_price(entry: Any) -> Price | None:
 def price_for(target: Worker) -> Price | None:
     """The price of ``target``'s model, or None when unknown (warned once per model).
 
-    Order: the pool's ``price`` override; ``Price(0, 0)`` for local models; litellm's
-    table by the exact model string; then without the provider prefix
-    (``openai/gpt-4o`` -> ``gpt-4o``).
+    Order: the pool's ``price`` override; ``Price(0, 0)`` for in-process models (local,
+    checkpoint); litellm's table by the exact model string; then without the provider
+    prefix (``openai/gpt-4o`` -> ``gpt-4o``).
     """
-    if target.price is not None:
-        return target.price
-    if target.client == "local":
-        return _FREE
+    fixed = _fixed_price(target)
+    if fixed is not None:
+        return fixed
     table = price_table()
     model = target.model
     candidates = [model]
@@ -96,6 +97,24 @@ def price_for(target: Worker) -> Price | None:
             target.id,
         )
     return None
+
+
+def _fixed_price(target: Worker) -> Price | None:
+    """The price known without the table: the pool's override, or free for a model that
+    runs in this process."""
+    if target.price is not None:
+        return target.price
+    if target.client in _IN_PROCESS:
+        return _FREE
+    return None
+
+
+def failed_call_cost(target: Worker) -> float | None:
+    """What a call to ``target`` that failed cost: 0 for a free model (a local one, or
+    one priced 0 in the pool), else unknown (a provider may bill a call that timed out).
+
+    Unlike :func:`price_for` it never consults the table, so a failure adds no warning."""
+    return 0.0 if _fixed_price(target) == _FREE else None
 
 
 def cost_usd(usage: Usage, price: Price | None) -> float | None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..pool import Pool, Worker
+from ..text import plural
 from ..workflow import Step, Workflow
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def sample_subpool(pool: Pool, rng: random.Random, k_min: int, k_max: int) -> Su
         raise UsageError(f"randomise_pool needs 1 <= k_min <= k_max, got {k_min}..{k_max}")
     if k_min > n:
         raise UsageError(
-            f"randomise_pool.k_min is {k_min} but pool {pool.name!r} has only {n} workers"
+            f"randomise_pool.k_min is {k_min} but pool {pool.name!r} has only {plural(n, 'worker')}"
         )
     k = rng.randint(k_min, min(k_max, n))
     return _subpool(pool, rng.sample(range(n), k))
@@ -98,7 +99,7 @@ def map_back(workflow: Workflow, sub: SubPool) -> Workflow:
         if not 0 <= step.worker < len(sub.original_index):
             raise UsageError(
                 f"step {i} names Model {step.worker}, but the sub-pool lists only "
-                f"{len(sub.original_index)} workers"
+                f"{plural(len(sub.original_index), 'worker')}"
             )
         steps.append(Step(sub.original_index[step.worker], step.subtask, step.access))
     return Workflow(tuple(steps))

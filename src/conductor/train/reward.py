@@ -42,6 +42,7 @@ from ..execute import Orchestrator, RunSettings
 from ..llm.caller import CallerSet
 from ..pool import Pool
 from ..record import RoundRecord, RunRecord, record_from_dict, record_to_dict
+from ..text import plural
 from .config import RewardSettings
 from .pools import subpool_from_ids
 
@@ -345,7 +346,8 @@ class WorkflowReward:
         missing = [c for c in REQUIRED_COLUMNS if c not in columns]
         if missing:
             raise UsageError(
-                f"the training dataset lacks the column(s) {', '.join(missing)} the reward "
+                f"the training dataset lacks {plural(len(missing), 'column')} "
+                f"({', '.join(missing)}) the reward "
                 "needs (build it with conductor.train.dataset.build_rows)"
             )
 

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingDependencyError, UsageError
+from ..text import plural
 
 if TYPE_CHECKING:
     from ..pool import Pool
@@ -221,8 +222,9 @@ def build_grpo_config(config: TrainConfig, *, output_dir: Path) -> Any:
     if g.per_device_batch_size is not None and g.per_device_batch_size != per_device:
         raise UsageError(
             f"{_where(config)}grpo.per_device_batch_size is {g.per_device_batch_size}, but "
-            f"{completions} completions per step over {world} process(es) x "
-            f"{g.gradient_accumulation_steps} accumulation step(s) give {per_device}; "
+            f"{plural(completions, 'completion')} per step over "
+            f"{plural(world, 'process', 'processes')} x "
+            f"{plural(g.gradient_accumulation_steps, 'accumulation step')} give {per_device}; "
             "change gradient_accumulation_steps or the number of processes"
         )
     cuda = _cuda()
