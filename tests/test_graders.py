@@ -168,7 +168,7 @@ def test_registry_builds_graders_with_options() -> None:
     grader = get_grader("math", {"timeout_s": 2.5})
     assert isinstance(grader, MathGrader)
     assert grader.timeout_s == 2.5
-    assert set(GRADER_NAMES) == {"choice", "code", "math"}
+    assert set(GRADER_NAMES) == {"choice", "code", "math", "short"}
 
 
 def test_registry_rejects_unknown_names_and_options() -> None:

@@ -1116,10 +1116,13 @@ def _public(obj: Any) -> dict[str, Any]:
             value = _redact_params(value)
         elif isinstance(value, WorkerContext):
             value = _public(value)
-        elif f.name == "message" and value == "full":
-            # The default form is left out, so that records (and the keys bench resume
-            # and the sample cache compare) of pools written before it read the same.
+        elif (f.name == "message" and value == "full") or (f.name == "subtasks" and not value):
+            # Defaults of settings added later are left out, so that the records (and
+            # the keys bench resume and the sample cache compare) of pools written
+            # before them read the same.
             continue
+        elif isinstance(value, tuple):
+            value = list(value)  # as JSON reads it back
         out[f.name] = value
     return out
 
