@@ -22,6 +22,7 @@ from .retry import (
     connection_error,
     error_for_status,
     message_from_body,
+    network_error,
     scrub,
     timeout_error,
     with_backstop,
@@ -101,9 +102,14 @@ class HttpClient:
                 payload = await with_backstop(resp.read(), timeout_s)
                 status = resp.status
                 headers = resp.headers
-        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
-            raise timeout_error(target, timeout_s) from None
-        except aiohttp.ClientError as exc:
+        except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+            failed = network_error(
+                exc, target=target, timeout_s=timeout_s, url=self._url, key=self._key
+            )
+            if failed is not None:
+                raise failed from None
+            if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+                raise timeout_error(target, timeout_s) from None
             raise connection_error(target, scrub(str(exc), self._key)) from None
         try:
             data = json.loads(payload)

@@ -21,6 +21,7 @@ from .retry import (
     error_for_status,
     make_error,
     message_from_body,
+    network_error,
     scrub,
     timeout_error,
     with_backstop,
@@ -135,6 +136,13 @@ class LiteLLMClient:
     def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
         litellm = _import_litellm()
         target = self.target.id
+        # A connection never made is named for what it is (litellm calls it a server
+        # error with a made-up HTTP 500), whichever library below litellm failed.
+        failed = network_error(
+            exc, target=target, timeout_s=timeout_s, url=self.target.api_base, key=self._key
+        )
+        if failed is not None:
+            return failed
         if isinstance(exc, (litellm.Timeout, asyncio.TimeoutError)):
             return timeout_error(target, timeout_s)
         message = scrub(provider_message_of(exc), self._key)
