@@ -239,7 +239,7 @@ class ConnectionFailedError(RetryableError):
         transport's own words."""
         tries = ""
         if self.attempts is not None and self.attempts > 1:
-            tries = f" ({self.attempts} attempts)"
+            tries = f" after {self.attempts} attempts"
         advice = f"; {self.advice}" if self.advice else ""
         return (
             f"{target_name(self.target)} failed: {self.kind}: {self.what()}{tries}{advice} "
