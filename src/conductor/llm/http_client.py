@@ -38,6 +38,8 @@ __all__ = ["HttpClient"]
 
 _KEY_ENVS = ("OPENAI_API_KEY",)
 _DEFAULT_BASE = "https://api.openai.com/v1"
+# How much longer than its connect limit a whole attempt may take.
+_CONNECT_GRACE_S = 0.25
 
 
 class HttpClient:
@@ -97,7 +99,11 @@ class HttpClient:
                 self._url,
                 data=json.dumps(self.body(request)),
                 headers=_header_dict(extra_headers) if extra_headers else None,
-                timeout=aiohttp.ClientTimeout(total=timeout_s),
+                # A connect that hangs ends a moment before the whole attempt does,
+                # so that it is reported as one (ConnectionTimeoutError), with the host.
+                timeout=aiohttp.ClientTimeout(
+                    total=timeout_s + _CONNECT_GRACE_S, sock_connect=timeout_s
+                ),
             ) as resp:
                 payload = await with_backstop(resp.read(), timeout_s)
                 status = resp.status
