@@ -91,12 +91,8 @@ def _key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CONDUCTOR_TEST_NET_KEY", "sk-net-test-0123456789")
 
 
-async def fail(
-    target: Worker, sleep: Recorder, callers: CallerSet | None = None
-) -> ModelCallError:
-    caller = (
-        callers.get(target) if callers is not None else ModelCaller(target, sleep=sleep)
-    )
+async def fail(target: Worker, sleep: Recorder, callers: CallerSet | None = None) -> ModelCallError:
+    caller = callers.get(target) if callers is not None else ModelCaller(target, sleep=sleep)
     try:
         with pytest.raises(ModelCallError) as info:
             await caller.complete(REQUEST)
@@ -348,8 +344,13 @@ def test_key_alternatives_and_keys_that_are_not_needed(monkeypatch: pytest.Monke
     targets = [
         Worker(id="g", model="gemini-2.5-pro", client="google"),
         # A local server named by api_base gets a placeholder key.
-        Worker(id="vllm", model="m", client="openai", api_base="http://127.0.0.1:1/v1",
-               api_key_env=KEY_A),  # fmt: skip
+        Worker(
+            id="vllm",
+            model="m",
+            client="openai",
+            api_base="http://127.0.0.1:1/v1",
+            api_key_env=KEY_A,
+        ),  # fmt: skip
         Worker(id="here", model="smollm2", client="local"),
         Worker(id="conductor", model="m", client="http", api_key_env=KEY_A),
     ]
