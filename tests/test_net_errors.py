@@ -413,3 +413,19 @@ def test_unreachable_conductor_and_workers_through_the_cli(tmp_path: Path) -> No
     text = " ".join(res.stderr.split())
     assert f"the Conductor failed: connection refused: 127.0.0.1:{port} refused" in text
     assert "after 2 attempts" in text and "check that the server is running" in text
+
+
+async def test_litellm_connection_error_without_its_cause_is_not_a_server_error() -> None:
+    """litellm re-raises the openai SDK's "Connection error." as an HTTP 500; when the
+    cause is not chained, the words still say it was a connection, not a server's reply."""
+    import litellm
+
+    from conductor.llm.litellm_client import LiteLLMClient
+
+    client = LiteLLMClient(worker_at("litellm", "http://127.0.0.1:9"))
+    exc = litellm.InternalServerError(
+        message="OpenAIException - Connection error.", llm_provider="openai", model="m"
+    )
+    err = client._classify(exc, 5.0)
+    assert type(err) is ConnectionFailedError
+    assert "the connection to 127.0.0.1:9 failed" in str(err) and "HTTP 500" not in str(err)

@@ -180,7 +180,9 @@ class GoogleClient:
             "ClientOSError",
             "RemoteProtocolError",
         ):
-            return connection_error(target, scrub(str(exc), self._key))
+            return connection_error(
+                target, scrub(str(exc), self._key), self.target.api_base or _DEFAULT_BASE
+            )
         return unreadable_body_error(exc, target=target, key=self._key)
 
     async def aclose(self) -> None:

@@ -116,7 +116,7 @@ class HttpClient:
                 raise failed from None
             if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
                 raise timeout_error(target, timeout_s) from None
-            raise connection_error(target, scrub(str(exc), self._key)) from None
+            raise connection_error(target, scrub(str(exc), self._key), self._url) from None
         try:
             data = json.loads(payload)
         except ValueError:

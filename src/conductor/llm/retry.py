@@ -332,12 +332,18 @@ def timeout_error(target: str | None, timeout_s: float) -> RequestTimeoutError:
     )
 
 
-def connection_error(target: str | None, detail: str | None) -> ConnectionFailedError:
-    """A connection failure."""
+def connection_error(
+    target: str | None, detail: str | None, url: str | None = None
+) -> ConnectionFailedError:
+    """A connection failure (lost on the way, or of a kind not known), naming ``url``'s
+    host and port when given."""
+    host, port = _dialled([], url)
     return make_error(
         ConnectionFailedError,
         target=target,
         provider_message=detail or "could not reach the server",
+        host=host,
+        port=port,
     )
 
 
@@ -500,7 +506,7 @@ def classify_sdk_error(
     if isinstance(exc, (sdk.APITimeoutError, asyncio.TimeoutError)):
         return timeout_error(target, timeout_s)
     if isinstance(exc, sdk.APIConnectionError):
-        return connection_error(target, scrub(str(exc.message), key))
+        return connection_error(target, scrub(str(exc.message), key), url)
     if isinstance(exc, sdk.APIStatusError):
         msg = getattr(exc, "api_message", None) or message_from_body(exc.body) or exc.message
         return error_for_status(
