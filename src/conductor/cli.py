@@ -201,6 +201,7 @@ def ask(
     """Answer one question with an orchestrated workflow and show how it was made."""
     from .conductors.spec import resolve_conductor
     from .execute import RunSettings
+    from .llm.factory import require_keys
     from .record import check_record_path, write_record
     from .render import answer_panel, step_table, to_json, topology
     from .text import check_question
@@ -211,6 +212,7 @@ def ask(
         check_record_path(out)
     pool_obj = _load_pool(pool)
     cond = resolve_conductor(pool_obj, conductor, max_steps=max_steps, template=template)
+    require_keys([*pool_obj.workers, cond.target])  # every missing key at once, up front
     settings = RunSettings(
         max_steps=max_steps, rounds=rounds, budget_usd=budget_usd, max_calls=max_calls
     )
@@ -526,6 +528,10 @@ def bench(
     )
     run_dirs = []
     failed = False
+    if strategy == "singles":
+        from .llm.factory import require_keys
+
+        require_keys(pool_obj.workers)  # every worker's key, before the first single runs
     for strat in strategies:
         run_dir = out / f"single-{strat.split(':', 1)[1]}" if strategy == "singles" else out
         progress = _bench_one(
@@ -591,6 +597,7 @@ def _bench_one(
     from .conductors.spec import resolve_conductor
     from .execute import RunSettings
     from .llm.caller import CallerSet
+    from .llm.factory import require_keys
     from .pool import pool_to_public_dict
 
     grader = get_grader(
@@ -632,6 +639,13 @@ def _bench_one(
             strat = parse_strategy(
                 strategy, pool_obj, callers, vote_key=answer_key_for(spec.grader)
             )
+        # Every missing key at once, before the first sample (and before the run
+        # directory holds anything).
+        require_keys(
+            [*pool_obj.workers, strat.orchestrator.conductor.target]
+            if isinstance(strat, ConductorStrategy)
+            else [pool_obj.workers[step.worker] for step in strat.plan]
+        )
         warning = concurrency_warning(strat, concurrency)
         if warning:
             console.print(f"[yellow]warning:[/] {warning}", highlight=False)

@@ -7,14 +7,22 @@ exit code 2 and every other :class:`ConductorError` to exit code 1.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "BadResponseError",
+    "CONDUCTOR_TARGET",
     "BudgetExceededError",
     "ConductorError",
+    "ConnectTimeoutError",
     "ConnectionFailedError",
+    "ConnectionRefusedByHostError",
+    "HostNotFoundError",
+    "HostUnreachableError",
     "MissingDependencyError",
+    "MissingKeysError",
     "ModelCallError",
     "PoolError",
     "RateLimitError",
@@ -24,7 +32,19 @@ __all__ = [
     "ServerError",
     "UsageError",
     "WorkflowParseError",
+    "host_port",
+    "target_name",
 ]
+
+#: The target id of every Conductor call (whatever model or backend it uses).
+CONDUCTOR_TARGET = "conductor"
+
+
+def target_name(target: str | None) -> str:
+    """How a message names a call's target: ``the Conductor`` or ``worker 'ID'``."""
+    if target == CONDUCTOR_TARGET:
+        return "the Conductor"
+    return f"worker {target!r}" if target else "model call"
 
 
 class ConductorError(Exception):
@@ -64,6 +84,15 @@ class MissingDependencyError(UsageError):
     """An optional dependency (an extra) or a model file is not installed."""
 
 
+class MissingKeysError(UsageError):
+    """API keys a run needs are not set; ``missing`` maps each variable (or ``A or B``
+    where either will do) to the targets that need it.  Raised before any call."""
+
+    def __init__(self, message: str, missing: dict[str, list[str]]) -> None:
+        self.missing = missing
+        super().__init__(message)
+
+
 class WorkflowParseError(ConductorError):
     """The Conductor's reply does not hold a valid workflow; ``reason`` says why."""
 
@@ -79,11 +108,15 @@ class BudgetExceededError(ConductorError):
 class ModelCallError(ConductorError):
     """A model call failed.
 
-    ``target`` is the worker id (or ``conductor``), ``status`` the HTTP status when
-    there was one, and ``provider_message`` the provider's own words.
+    ``target`` is the worker id (or :data:`CONDUCTOR_TARGET`), ``status`` the HTTP
+    status when there was one, and ``provider_message`` the provider's own words.
+    ``max_retries`` caps the target's own ``max_retries`` for this kind of failure
+    (None: no cap); ``attempts`` is set once retries are over.
     """
 
     retryable: bool = False
+    max_retries: int | None = None
+    attempts: int | None = None
 
     def __init__(
         self,
@@ -107,7 +140,7 @@ class ModelCallError(ConductorError):
 
     def describe(self) -> str:
         """One sentence naming the target, the HTTP status and the provider's message."""
-        who = f"worker {self.target!r}" if self.target else "model call"
+        who = target_name(self.target)
         status = f" (HTTP {self.status})" if self.status is not None else ""
         return f"{who} failed{status}: {self.kind}: {self.provider_message}"
 
@@ -147,12 +180,124 @@ class RequestTimeoutError(RetryableError):
         return "timed out"
 
 
+def host_port(host: str | None, port: int | None) -> str | None:
+    """``host:port`` (``[v6]:port``), the host alone without a port, or None."""
+    if not host:
+        return None
+    shown = f"[{host}]" if ":" in host else host
+    return f"{shown}:{port}" if port else shown
+
+
+class ConnectTimeoutError(RequestTimeoutError):
+    """No connection to the server within the time-out: the host is down, a firewall
+    drops the packets, or the address is wrong.  Still a time-out, with the address.
+
+    Retried at most once: a host that swallowed one connect most likely swallows the
+    next, and each try costs a whole time-out."""
+
+    max_retries = 1
+
+    def __init__(
+        self, message: str, *, host: str | None = None, port: int | None = None, **kw: Any
+    ) -> None:
+        self.host = host
+        self.port = port
+        super().__init__(message, **kw)
+
+
 class ConnectionFailedError(RetryableError):
-    """The server could not be reached."""
+    """The connection to the server failed or was lost.  ``host`` and ``port`` are the
+    server's when they are known.  The subclasses are the failures before any byte was
+    sent, each with what to do about it; this class itself is a connection lost on the
+    way (reset, closed early), which the full retry policy covers."""
+
+    #: What the user can do about it.
+    advice: str = ""
+
+    def __init__(
+        self, message: str, *, host: str | None = None, port: int | None = None, **kw: Any
+    ) -> None:
+        self.host = host
+        self.port = port
+        super().__init__(message, **kw)
+
+    @property
+    def address(self) -> str | None:
+        """``host:port``, or None when unknown."""
+        return host_port(self.host, self.port)
 
     @property
     def kind(self) -> str:
         return "connection failed"
+
+    def what(self) -> str:
+        """What happened, naming the server."""
+        return f"the connection to {self.address or 'the server'} failed"
+
+    def describe(self) -> str:
+        """Who, what happened and where, after how many attempts, what to do, and the
+        transport's own words."""
+        tries = ""
+        if self.attempts is not None and self.attempts > 1:
+            tries = f" after {self.attempts} attempts"
+        advice = f"; {self.advice}" if self.advice else ""
+        return (
+            f"{target_name(self.target)} failed: {self.kind}: {self.what()}{tries}{advice} "
+            f"({self.provider_message})"
+        )
+
+
+class HostNotFoundError(ConnectionFailedError):
+    """The host name does not resolve (DNS): a typo in api_base, or no network.
+
+    Retried at most once: a name that does not resolve rarely resolves a second later,
+    but a resolver can fail for a moment (a network coming up)."""
+
+    max_retries = 1
+    advice = "check the network connection and the host name (api_base)"
+
+    @property
+    def kind(self) -> str:
+        return "host not found"
+
+    def what(self) -> str:
+        return f"the name {self.host or 'of the server'} could not be resolved (DNS)"
+
+
+class ConnectionRefusedByHostError(ConnectionFailedError):
+    """The host answered but nothing listens on the port: the server is not running
+    (yet), or api_base names the wrong port.
+
+    Retried once (this class's cap) when the host never answered this run, since a
+    server that is not running will not start within seconds; the caller lifts the cap
+    to two when the host did answer before (a server restarting, or one whose listen
+    queue overflowed, is back soon)."""
+
+    max_retries = 1
+    advice = "check that the server is running and that api_base names its host and port"
+
+    @property
+    def kind(self) -> str:
+        return "connection refused"
+
+    def what(self) -> str:
+        return f"{self.address or 'the server'} refused the connection"
+
+
+class HostUnreachableError(ConnectionFailedError):
+    """The network has no route to the host: no network, or a wrong address.
+
+    Retried once: a network that is coming up (Wi-Fi, VPN) may be there a second later."""
+
+    max_retries = 1
+    advice = "check the network connection (and VPN) and the address in api_base"
+
+    @property
+    def kind(self) -> str:
+        return "host unreachable"
+
+    def what(self) -> str:
+        return f"no route to {self.address or 'the server'}"
 
 
 class BadResponseError(RetryableError):

@@ -28,7 +28,7 @@ from .conductors.prompt import (
 )
 from .conductors.spec import Conductor
 from .context import SharedStep, build_worker_messages, worker_prefills
-from .errors import ModelCallError, UsageError, WorkflowParseError
+from .errors import CONDUCTOR_TARGET, ModelCallError, UsageError, WorkflowParseError
 from .events import Event, EventSink, null_sink
 from .llm.caller import CallerSet
 from .llm.cost import failed_call_cost
@@ -276,9 +276,11 @@ class Orchestrator:
                     )
                 )
             except ModelCallError as exc:
-                fail_call(call, exc.with_target("conductor"), time.perf_counter() - t0, cond.target)
+                fail_call(
+                    call, exc.with_target(CONDUCTOR_TARGET), time.perf_counter() - t0, cond.target
+                )
                 emit(Event("conductor_finished", rnd.index, failed=True, detail=call.error))
-                rnd.stop_reason = f"the Conductor call failed: {call.error}"
+                rnd.stop_reason = call.error  # "the Conductor failed: ..."
                 return None
             fill_call(call, completion)
             call.prefill = conductor_prefill(messages)

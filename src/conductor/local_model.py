@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import BadRequestError, MissingDependencyError
+from .errors import CONDUCTOR_TARGET, BadRequestError, MissingDependencyError, target_name
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -116,18 +116,18 @@ def resolve_model_path(target: Worker | ConductorConfig) -> Path:
     ``model_path`` wins when set and must name an existing file; otherwise ``model``
     must be ``smollm2`` (or unset, for a Conductor), meaning the embedded model.
     """
-    who = getattr(target, "id", None) or "conductor"
+    who = target_name(getattr(target, "id", None) or CONDUCTOR_TARGET)
     if target.model_path:
         path = Path(os.path.expandvars(target.model_path)).expanduser()
         if not path.is_file():
             raise MissingDependencyError(
-                f"local model file {str(path)!r} of {who!r} does not exist (model_path)"
+                f"local model file {str(path)!r} of {who} does not exist (model_path)"
             )
         return path.resolve()
     if target.model is None or target.model == EMBEDDED_MODEL:
         return embedded_model_path()
     raise MissingDependencyError(
-        f"local model {target.model!r} of {who!r} is unknown: set model_path to a GGUF "
+        f"local model {target.model!r} of {who} is unknown: set model_path to a GGUF "
         f"file, or use model: {EMBEDDED_MODEL} for the embedded model"
     )
 

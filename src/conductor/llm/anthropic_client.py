@@ -135,7 +135,12 @@ class AnthropicClient:
         import anthropic
 
         return classify_sdk_error(
-            exc, anthropic, target=self.target.id, timeout_s=timeout_s, key=self._key
+            exc,
+            anthropic,
+            target=self.target.id,
+            timeout_s=timeout_s,
+            key=self._key,
+            url=str(self._client.base_url) if self._client is not None else None,
         )
 
     async def aclose(self) -> None:

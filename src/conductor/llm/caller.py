@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..cache import cache_key
-from ..errors import ModelCallError
+from ..errors import BadResponseError, ConnectionRefusedByHostError, ModelCallError
 from .cost import cost_usd, price_for
 from .factory import known_secrets, make_client
 from .limiter import AdaptiveLimiter, CallGate, ProviderLimits, provider_key
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ..pool import Price, Worker
     from .base import ModelClient
 
-__all__ = ["CallerSet", "ModelCaller"]
+__all__ = ["REFUSED_AFTER_ANSWER_RETRIES", "CallerSet", "ModelCaller", "server_key"]
 
 _UNSET: Any = object()
 # Clients that run the model in this process with a seed fixed by the request: a retry
@@ -55,8 +55,13 @@ class ModelCaller:
         cache: ResponseCache | None = None,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         limiter: AdaptiveLimiter | None = None,
+        answered: set[str] | None = None,
     ) -> None:
         self.target = target
+        # The servers that answered this run (shared by a CallerSet's callers): a refused
+        # connection to one of them is a restart, worth a second retry.
+        self._answered: set[str] = answered if answered is not None else set()
+        self._server = server_key(target)
         self.client: ModelClient = client if client is not None else make_client(target)
         self.cache = cache
         self.policy = RetryPolicy(max(0, target.max_retries))
@@ -131,7 +136,12 @@ class ModelCaller:
                 request, timeout_s=deadline.attempt_timeout_s(self._timeout_s)
             )
         except ModelCallError as exc:
+            if exc.status is not None or isinstance(exc, BadResponseError):
+                self._answered.add(self._server)  # an error reply is still an answer
+            elif isinstance(exc, ConnectionRefusedByHostError) and self._server in self._answered:
+                exc.max_retries = REFUSED_AFTER_ANSWER_RETRIES
             raise mask_error(exc, secrets) from None
+        self._answered.add(self._server)
         try:
             return check_reply(
                 raw, self.target.id, secrets, deterministic=self.target.client in _IN_PROCESS
@@ -159,6 +169,26 @@ class ModelCaller:
         await self.client.aclose()
 
 
+#: Retries of a refused connection to a server that answered earlier in the run: a
+#: restart or a full listen queue, which is over within seconds more often than not.
+REFUSED_AFTER_ANSWER_RETRIES = 2
+
+
+def server_key(target: Worker) -> str:
+    """Which server ``target``'s calls go to: its api_base's host and port, or its
+    client kind and provider for a provider's default endpoint."""
+    from urllib.parse import urlsplit
+
+    if target.api_base:
+        try:
+            parts = urlsplit(target.api_base)
+            return f"{parts.scheme}://{parts.hostname}:{parts.port}"
+        except ValueError:
+            return target.api_base
+    provider = target.model.split("/", 1)[0] if "/" in target.model else ""
+    return f"{target.client or 'litellm'}:{provider}"
+
+
 class CallerSet:
     """One :class:`ModelCaller` per target (by id and model), created on demand.
 
@@ -177,6 +207,7 @@ class CallerSet:
         self.cache = cache
         self._sleep = sleep
         self._callers: dict[tuple[str, str], ModelCaller] = {}
+        self._answered: set[str] = set()
         self.limits = ProviderLimits(start=start_limit, max_pause_s=MAX_RETRY_AFTER_S)
 
     def get(self, target: Worker) -> ModelCaller:
@@ -185,7 +216,11 @@ class CallerSet:
         caller = self._callers.get(key)
         if caller is None:
             caller = ModelCaller(
-                target, cache=self.cache, sleep=self._sleep, limiter=self.limits.join(target)
+                target,
+                cache=self.cache,
+                sleep=self._sleep,
+                limiter=self.limits.join(target),
+                answered=self._answered,
             )
             self._callers[key] = caller
         return caller

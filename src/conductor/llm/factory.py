@@ -6,9 +6,10 @@ No SDK is imported here: each client imports its own SDK lazily, on first send.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..errors import AuthenticationError, UsageError
+from ..errors import AuthenticationError, MissingKeysError, UsageError, target_name
 from .retry import make_error
 
 if TYPE_CHECKING:
@@ -20,6 +21,8 @@ __all__ = [
     "key_env_names",
     "known_secrets",
     "make_client",
+    "missing_keys",
+    "require_keys",
     "resolve_api_key",
     "strip_prefix",
 ]
@@ -77,7 +80,7 @@ def make_client(target: Worker) -> ModelClient:
 
         return CheckpointClient(target)
     raise UsageError(
-        f"worker {target.id!r}: unknown client {kind!r} "
+        f"{target_name(target.id)}: unknown client {kind!r} "
         "(expected litellm, openai, http, anthropic, google or local)"
     )
 
@@ -103,6 +106,93 @@ def resolve_api_key(target: Worker, default_envs: tuple[str, ...]) -> str:
         target=target.id,
         provider_message=f"no API key: set the environment variable {wanted}",
     )
+
+
+def needed_key(target: Worker) -> tuple[str, ...]:
+    """The variables of which one must be set before ``target`` can be called, or ()
+    when its key is set or it needs none (an in-process model, or a local server named
+    by ``api_base``, which gets the placeholder key).  The same rules as the clients'
+    own look-up (:func:`resolve_api_key`, and litellm's for a litellm worker that names
+    no variable), applied before any call."""
+    kind = target.client or "litellm"
+    if kind in ("local", "checkpoint"):
+        return ()
+    if target.api_key_env:
+        names: tuple[str, ...] = (target.api_key_env,)
+    elif kind == "litellm":
+        # litellm finds its own key; a local server gets the placeholder.
+        names = () if target.api_base else _litellm_key_names(target.model)
+    else:
+        names = DEFAULT_KEY_ENVS.get(kind, ())
+    if not names or target.api_base or any(os.environ.get(name) for name in names):
+        return ()
+    return names
+
+
+def _litellm_key_names(model: str) -> tuple[str, ...]:
+    """The API-key variables litellm reads for ``model``'s provider, as litellm itself
+    reports them.  Only ``*_API_KEY`` names count: other providers' credentials (AWS
+    profiles, Vertex's application default credentials, Ollama's optional base URL) can
+    come from elsewhere, and their failures are left to the call."""
+    from .litellm_client import _import_litellm
+
+    try:
+        report = _import_litellm().validate_environment(model)
+    except Exception:  # litellm does not know the model: the call will say so
+        return ()
+    missing = (report.get("missing_keys") or []) if isinstance(report, dict) else []
+    names = tuple(str(n) for n in missing if str(n).endswith("_API_KEY"))
+    # Google's models take either of two variables; prefer the one the docs name first.
+    return tuple(sorted(names, key=lambda n: n != "GEMINI_API_KEY"))
+
+
+def missing_keys(targets: Iterable[Worker]) -> dict[str, list[str]]:
+    """Each unset key variable (``A or B`` where either will do), with the targets
+    (``worker 'ID'`` or ``the Conductor``) that need it, in the order first met."""
+    out: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for target in targets:
+        if target.id in seen:
+            continue
+        seen.add(target.id)
+        names = needed_key(target)
+        if names:
+            out.setdefault(" or ".join(names), []).append(target.id)
+    return out
+
+
+def require_keys(targets: Iterable[Worker]) -> None:
+    """Raise :class:`MissingKeysError` naming every unset key variable and who needs
+    it, so that a run fails before its first call instead of at each target in turn."""
+    missing = missing_keys(targets)
+    if not missing:
+        return
+    parts = [f"{names} (for {_who(ids)})" for names, ids in missing.items()]
+    listing = _joined(parts)
+    noun = "key is" if len(parts) == 1 else "keys are"
+    raise MissingKeysError(
+        f"{len(parts)} API {noun} not set, so nothing was sent: set {listing} in the "
+        "environment (or point the worker's api_key_env at the variable that holds it)",
+        missing,
+    )
+
+
+def _who(ids: list[str]) -> str:
+    """``worker 'a'``, ``workers 'a' and 'b'``, ``... and the Conductor``."""
+    from ..errors import CONDUCTOR_TARGET
+
+    workers = [repr(i) for i in ids if i != CONDUCTOR_TARGET]
+    names: list[str] = []
+    if workers:
+        names.append(f"worker{'s' if len(workers) > 1 else ''} {_joined(workers)}")
+    if CONDUCTOR_TARGET in ids:
+        names.append("the Conductor")
+    return " and ".join(names)
+
+
+def _joined(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def key_env_names(target: Worker) -> tuple[str, ...]:

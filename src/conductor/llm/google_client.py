@@ -18,6 +18,7 @@ from .retry import (
     connection_error,
     error_for_status,
     message_from_body,
+    network_error,
     scrub,
     timeout_error,
     unreadable_body_error,
@@ -48,6 +49,8 @@ GEMINI_CONFIG_FIELDS: dict[str, str] = {
 
 _KEY_ENVS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 _PREFIXES = ("gemini/", "google/", "vertex_ai/")
+# Where the SDK sends requests when the worker names no api_base.
+_DEFAULT_BASE = "https://generativelanguage.googleapis.com"
 
 
 class GoogleClient:
@@ -142,6 +145,15 @@ class GoogleClient:
         from google.genai import errors as gerrors
 
         target = self.target.id
+        failed = network_error(
+            exc,
+            target=target,
+            timeout_s=timeout_s,
+            url=self.target.api_base or _DEFAULT_BASE,
+            key=self._key,
+        )
+        if failed is not None:
+            return failed
         if isinstance(exc, asyncio.TimeoutError) or type(exc).__name__ in (
             "ReadTimeout",
             "WriteTimeout",
@@ -168,7 +180,9 @@ class GoogleClient:
             "ClientOSError",
             "RemoteProtocolError",
         ):
-            return connection_error(target, scrub(str(exc), self._key))
+            return connection_error(
+                target, scrub(str(exc), self._key), self.target.api_base or _DEFAULT_BASE
+            )
         return unreadable_body_error(exc, target=target, key=self._key)
 
     async def aclose(self) -> None:

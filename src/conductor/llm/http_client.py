@@ -22,6 +22,7 @@ from .retry import (
     connection_error,
     error_for_status,
     message_from_body,
+    network_error,
     scrub,
     timeout_error,
     with_backstop,
@@ -37,6 +38,8 @@ __all__ = ["HttpClient"]
 
 _KEY_ENVS = ("OPENAI_API_KEY",)
 _DEFAULT_BASE = "https://api.openai.com/v1"
+# How much longer than its connect limit a whole attempt may take.
+_CONNECT_GRACE_S = 0.25
 
 
 class HttpClient:
@@ -96,15 +99,24 @@ class HttpClient:
                 self._url,
                 data=json.dumps(self.body(request)),
                 headers=_header_dict(extra_headers) if extra_headers else None,
-                timeout=aiohttp.ClientTimeout(total=timeout_s),
+                # A connect that hangs ends a moment before the whole attempt does,
+                # so that it is reported as one (ConnectionTimeoutError), with the host.
+                timeout=aiohttp.ClientTimeout(
+                    total=timeout_s + _CONNECT_GRACE_S, sock_connect=timeout_s
+                ),
             ) as resp:
                 payload = await with_backstop(resp.read(), timeout_s)
                 status = resp.status
                 headers = resp.headers
-        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
-            raise timeout_error(target, timeout_s) from None
-        except aiohttp.ClientError as exc:
-            raise connection_error(target, scrub(str(exc), self._key)) from None
+        except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+            failed = network_error(
+                exc, target=target, timeout_s=timeout_s, url=self._url, key=self._key
+            )
+            if failed is not None:
+                raise failed from None
+            if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+                raise timeout_error(target, timeout_s) from None
+            raise connection_error(target, scrub(str(exc), self._key), self._url) from None
         try:
             data = json.loads(payload)
         except ValueError:

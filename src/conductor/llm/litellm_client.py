@@ -21,6 +21,7 @@ from .retry import (
     error_for_status,
     make_error,
     message_from_body,
+    network_error,
     scrub,
     timeout_error,
     with_backstop,
@@ -135,6 +136,13 @@ class LiteLLMClient:
     def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
         litellm = _import_litellm()
         target = self.target.id
+        # A connection never made is named for what it is (litellm calls it a server
+        # error with a made-up HTTP 500), whichever library below litellm failed.
+        failed = network_error(
+            exc, target=target, timeout_s=timeout_s, url=self.target.api_base, key=self._key
+        )
+        if failed is not None:
+            return failed
         if isinstance(exc, (litellm.Timeout, asyncio.TimeoutError)):
             return timeout_error(target, timeout_s)
         message = scrub(provider_message_of(exc), self._key)
@@ -142,9 +150,14 @@ class LiteLLMClient:
         # a body its parsers could not read) in its own classes with made-up statuses
         # (500, or 422 for Gemini); the chained causes say what really happened.
         causes = _causes(exc)
+        url = self.target.api_base
         if any(_is_connection_failure(c) for c in causes):
-            return connection_error(target, message)
+            return connection_error(target, message, url)
         http = next((c for c in causes if _http_status(c) is not None), None)
+        if http is None and _CONNECTION_TEXT_RE.match(message):
+            # The openai SDK's words for a failed connection, which litellm re-raises
+            # as an HTTP 500, sometimes with the cause dropped: not a server's answer.
+            return connection_error(target, message, url)
         if http is None and (
             any(isinstance(c, _UNREADABLE) for c in causes) or _UNREADABLE_RE.search(message)
         ):
@@ -153,7 +166,7 @@ class LiteLLMClient:
         if http is not None and (isinstance(exc, litellm.APIConnectionError) or status is None):
             status = _http_status(http)
         elif isinstance(exc, litellm.APIConnectionError):
-            return connection_error(target, message)
+            return connection_error(target, message, url)
         if isinstance(status, int):
             headers = getattr(exc, "litellm_response_headers", None)
             for source in (exc, http):
@@ -174,6 +187,7 @@ _UNREADABLE_RE = re.compile(
     r"Empty or invalid response|Invalid response object|no 'choices'|"
     r"Unable to get json response|Error converting to valid response"
 )
+_CONNECTION_TEXT_RE = re.compile(r"^Connection error\.?$")
 # Transport failures below litellm, by class name (httpx, aiohttp, the openai SDK).
 _CONNECTION_NAMES = frozenset(
     {

@@ -137,7 +137,12 @@ class OpenAIClient:
         import openai
 
         return classify_sdk_error(
-            exc, openai, target=self.target.id, timeout_s=timeout_s, key=self._key
+            exc,
+            openai,
+            target=self.target.id,
+            timeout_s=timeout_s,
+            key=self._key,
+            url=str(self._client.base_url) if self._client is not None else None,
         )
 
     async def aclose(self) -> None:

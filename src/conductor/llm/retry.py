@@ -10,8 +10,10 @@ headers into the right error class, the same way for every client.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import random
+import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -22,10 +24,15 @@ from ..errors import (
     AuthenticationError,
     BadRequestError,
     ConnectionFailedError,
+    ConnectionRefusedByHostError,
+    ConnectTimeoutError,
+    HostNotFoundError,
+    HostUnreachableError,
     ModelCallError,
     RateLimitError,
     RequestTimeoutError,
     ServerError,
+    host_port,
 )
 from .limiter import reset_wait_s
 from .replies import bad_response
@@ -41,6 +48,7 @@ __all__ = [
     "scrub",
     "send_with_retries",
     "connection_error",
+    "network_error",
     "timeout_error",
     "with_backstop",
     "Deadline",
@@ -152,12 +160,14 @@ async def send_with_retries(
         try:
             return await send(), attempt
         except ModelCallError as exc:
-            if not exc.retryable or attempt > policy.max_retries:
-                exc.attempts = attempt  # type: ignore[attr-defined]
+            if not exc.retryable or attempt > retries_for(exc, policy):
+                exc.attempts = attempt
+                if isinstance(exc, ConnectionFailedError):
+                    exc.args = (exc.describe(),)  # its message counts the attempts
                 raise
             delay = policy.delay_s(attempt, rng, exc.retry_after_s)
             if deadline is not None and not deadline.allows_wait(delay):
-                exc.attempts = attempt  # type: ignore[attr-defined]
+                exc.attempts = attempt
                 exc.provider_message = (
                     f"{exc.provider_message} (gave up after {attempt} attempt"
                     f"{'s' if attempt > 1 else ''}: the call's total_timeout_s of "
@@ -166,6 +176,15 @@ async def send_with_retries(
                 exc.args = (exc.describe(),)
                 raise
             await sleep(delay)
+
+
+def retries_for(exc: ModelCallError, policy: RetryPolicy) -> int:
+    """How many retries ``exc``'s kind of failure gets: the target's ``max_retries``,
+    capped by the error's own ``max_retries`` (a host that is not found or refuses the
+    connection is not worth a pool's full patience, which is meant for rate limits and
+    overloaded servers)."""
+    cap = exc.max_retries
+    return policy.max_retries if cap is None else min(policy.max_retries, cap)
 
 
 def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
@@ -255,14 +274,17 @@ def make_error(
     status: int | None = None,
     provider_message: str | None = None,
     retry_after_s: float | None = None,
+    **extra: Any,
 ) -> E:
-    """Build ``cls`` with a one-sentence message naming the target, status and message."""
+    """Build ``cls`` with a one-sentence message naming the target, status and message
+    (``extra``: the class's own fields, such as a connection error's ``host``)."""
     err = cls(
         provider_message or "no message",
         target=target,
         status=status,
         provider_message=provider_message or "no message",
         retry_after_s=retry_after_s,
+        **extra,
     )
     err.args = (err.describe(),)
     return err
@@ -310,13 +332,128 @@ def timeout_error(target: str | None, timeout_s: float) -> RequestTimeoutError:
     )
 
 
-def connection_error(target: str | None, detail: str | None) -> ConnectionFailedError:
-    """A connection failure."""
+def connection_error(
+    target: str | None, detail: str | None, url: str | None = None
+) -> ConnectionFailedError:
+    """A connection failure (lost on the way, or of a kind not known), naming ``url``'s
+    host and port when given."""
+    host, port = _dialled([], url)
     return make_error(
         ConnectionFailedError,
         target=target,
         provider_message=detail or "could not reach the server",
+        host=host,
+        port=port,
     )
+
+
+# Errors below which a connection was never made: the network has no route.
+_UNREACHABLE_ERRNOS = frozenset(
+    {errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, getattr(errno, "EHOSTDOWN", -1)}
+)
+# A connect that timed out (httpx's, and aiohttp's when a connect time-out is set); a read
+# time-out is a plain time-out.
+_CONNECT_TIMEOUT_NAMES = frozenset({"ConnectTimeout", "ConnectionTimeoutError"})
+_DEFAULT_PORTS = {"https": 443, "http": 80}
+
+
+def network_error(
+    exc: BaseException,
+    *,
+    target: str | None,
+    timeout_s: float,
+    url: str | None = None,
+    key: str | None = None,
+) -> ModelCallError | None:
+    """Our error for a connection that could not be made, from any client's exception.
+
+    The SDKs, httpx, aiohttp and litellm each wrap the operating system's error in
+    their own classes ("Connection error.", a made-up HTTP 500); the chain of causes
+    still holds it, so this walks the chain: a failed name lookup is
+    :class:`HostNotFoundError`, a refused connection
+    :class:`ConnectionRefusedByHostError`, no route :class:`HostUnreachableError` and a
+    connect time-out :class:`ConnectTimeoutError`.  The address is the one the
+    exception names (what was really dialled), else ``url``'s.  None when ``exc`` is not
+    one of these (a connection lost mid-reply stays the client's to classify)."""
+    links = _chain(exc)
+    host, port = _dialled(links, url)
+    # The operating system's own words, from the error deepest in the chain.
+    root = next((x for x in reversed(links) if isinstance(x, OSError) and str(x)), links[-1])
+    detail = scrub(" ".join(str(root).split())[:200], key) or type(root).__name__
+    for link in links:
+        name = type(link).__name__
+        if name in _CONNECT_TIMEOUT_NAMES:
+            where = host_port(host, port) or "the server"
+            return make_error(
+                ConnectTimeoutError,
+                target=target,
+                provider_message=(
+                    f"could not connect to {where} within {round(timeout_s, 2):g} s; check "
+                    "that the host is up and reachable (network, VPN, firewall) and the "
+                    "address in api_base"
+                ),
+                host=host,
+                port=port,
+            )
+        cls: type[ConnectionFailedError] | None = None
+        code = getattr(link, "errno", None)
+        if isinstance(link, socket.gaierror) or name == "ClientConnectorDNSError":
+            cls = HostNotFoundError
+        elif isinstance(link, ConnectionRefusedError) or code == errno.ECONNREFUSED:
+            cls = ConnectionRefusedByHostError
+        elif isinstance(link, OSError) and code in _UNREACHABLE_ERRNOS:
+            cls = HostUnreachableError
+        if cls is not None:
+            return make_error(cls, target=target, provider_message=detail, host=host, port=port)
+    return None
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it wraps (causes, contexts, aiohttp's ``os_error``), outermost first."""
+    out: list[BaseException] = []
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo and len(out) < 24:
+        current = todo.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        out.append(current)
+        inner = getattr(current, "os_error", None)
+        for nxt in (current.__cause__, current.__context__, inner):
+            if isinstance(nxt, BaseException):
+                todo.append(nxt)
+    return out
+
+
+def _dialled(links: list[BaseException], url: str | None) -> tuple[str | None, int | None]:
+    """The host and port a failed connection was for: aiohttp's error names them; else
+    the request of the deepest exception that carries one (litellm's own exceptions
+    carry a stand-in request, the SDK's below them the real one); else ``url``'s."""
+    from urllib.parse import urlsplit
+
+    for link in links:
+        host = getattr(link, "host", None)
+        if isinstance(host, str) and host:
+            port = getattr(link, "port", None)
+            return host, port if isinstance(port, int) else None
+    for link in reversed(links):
+        try:
+            request = getattr(link, "request", None)
+        except RuntimeError:  # httpx raises it for an exception without a request
+            request = None
+        request_url = getattr(request, "url", None)
+        if request_url is not None:
+            url = str(request_url)
+            break
+    if not url:
+        return None, None
+    try:
+        parts = urlsplit(url)
+        port = parts.port or _DEFAULT_PORTS.get(parts.scheme)
+    except ValueError:
+        return None, None
+    return parts.hostname, port
 
 
 async def with_backstop(awaitable: Awaitable[T], timeout_s: float) -> T:
@@ -355,15 +492,21 @@ def classify_sdk_error(
     target: str,
     timeout_s: float,
     key: str | None,
+    url: str | None = None,
 ) -> BaseException:
     """Our error for an exception of the ``openai`` or ``anthropic`` SDK (both raise
     ``APITimeoutError``, ``APIConnectionError`` and ``APIStatusError``, and a
     ``ValueError`` such as ``JSONDecodeError`` for a body they cannot read); anything
-    else is returned unchanged, to be re-raised as the bug it is."""
+    else is returned unchanged, to be re-raised as the bug it is.  ``url`` is the
+    server's, for a connection that could not be made."""
+    if isinstance(exc, (sdk.APITimeoutError, sdk.APIConnectionError)):
+        failed = network_error(exc, target=target, timeout_s=timeout_s, url=url, key=key)
+        if failed is not None:
+            return failed
     if isinstance(exc, (sdk.APITimeoutError, asyncio.TimeoutError)):
         return timeout_error(target, timeout_s)
     if isinstance(exc, sdk.APIConnectionError):
-        return connection_error(target, scrub(str(exc.message), key))
+        return connection_error(target, scrub(str(exc.message), key), url)
     if isinstance(exc, sdk.APIStatusError):
         msg = getattr(exc, "api_message", None) or message_from_body(exc.body) or exc.message
         return error_for_status(
