@@ -13,11 +13,11 @@ import pytest
 
 from conductor.bench.graders.code import (
     CodeGrader,
-    decode_lcb_private_tests,
     extract_code,
     outputs_match,
     values_match,
 )
+from conductor.bench.lcb_tests import decode_lcb_tests
 from conductor.bench.types import Sample
 
 CASES = json.loads((Path(__file__).parent / "cases" / "grade_code.json").read_text())
@@ -61,12 +61,32 @@ def test_case_file_is_big_enough() -> None:
     assert len({c["name"] for c in CASES}) == len(CASES)
 
 
-def test_decode_lcb_private_tests_both_formats() -> None:
+def test_decode_lcb_tests_both_formats() -> None:
     tests = [{"input": "1\n", "output": "2\n", "testtype": "stdin"}]
-    assert decode_lcb_private_tests(encode_lcb(tests)) == tests
-    assert decode_lcb_private_tests(json.dumps(tests)) == tests
+    assert decode_lcb_tests(encode_lcb(tests)) == tests
+    assert decode_lcb_tests(json.dumps(tests)) == tests
     with pytest.raises(ValueError):
-        decode_lcb_private_tests(json.dumps({"not": "a list"}))
+        decode_lcb_tests(json.dumps({"not": "a list"}))
+
+
+class _RunsCode:
+    """A pickle that would call ``print`` when loaded by a bare ``pickle.loads``."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (print, ("a tampered data file ran code",))
+
+
+def test_the_grader_refuses_test_data_whose_pickle_would_run_code(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The grader decodes private tests with the dataset's safe reader: a pickle naming
+    a callable is refused (a grader error), and nothing runs."""
+    evil = base64.b64encode(zlib.compress(pickle.dumps([_RunsCode()]))).decode()
+    sample = Sample(id="lcb/1", input={}, gold=None, metadata={"private_test_cases": evil})
+    verdict = CodeGrader(confirm_run_unsafe_code=True).grade("```python\nprint(1)\n```", sample)
+    assert verdict.status == "grader_error"
+    assert "refusing to load builtins.print" in verdict.reason
+    assert "ran code" not in capsys.readouterr().out
 
 
 def test_extract_code_rules() -> None:

@@ -27,17 +27,14 @@ Sample ids are ``NAME/ID`` with the dataset's id column, else ``NAME/`` plus the
 from __future__ import annotations
 
 import ast
-import base64
 import contextlib
 import csv
 import functools
 import hashlib
 import importlib
-import io
 import json
 import logging
 import os
-import pickle
 import random
 import re
 import socket
@@ -45,13 +42,13 @@ import string
 import sys
 import urllib.parse
 import urllib.request
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConductorError, MissingDependencyError, UsageError
 from ..text import check_question
+from . import lcb_tests
 from .spec import DATA_FORMATS, data_columns, is_pinned, lcb_release_files, loader_of
 from .types import BenchmarkSpec, DataSource, Sample
 
@@ -881,56 +878,20 @@ def _math_gold(spec: BenchmarkSpec, row: _Row) -> str:
     return boxed
 
 
-class _TextOnlyUnpickler(pickle.Unpickler):
-    """Refuses every class: LiveCodeBench's pickles hold a plain string, and anything
-    else in a downloaded pickle could run code."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from test data")
-
-
 def decode_lcb_tests(value: Any) -> list[dict[str, Any]]:
-    """LiveCodeBench test cases from a column value.
-
-    Unlike a bare ``pickle.loads``, the pickle reader here refuses to build any object
-    (only strings, lists, dicts and numbers load), so a tampered data file cannot run
-    code when it is read.
-
-    Public tests are a JSON list; private tests are either JSON or base64 of
-    zlib-compressed pickle of that JSON text.  Returns ``[{"input", "output",
-    "testtype"}, ...]``.  Raises :class:`DatasetError` when the value is unreadable.
+    """LiveCodeBench test cases from a column value, decoded safely (see
+    :mod:`conductor.bench.lcb_tests`): ``[{"input", "output", "testtype"}, ...]``, the
+    test type ``stdin`` where the row gives none.  Raises :class:`DatasetError` when the
+    value is unreadable.
     """
-    if value is None or value == "":
-        return []
-    decoded: Any = value
-    if isinstance(value, (bytes, str)):
-        text = value.decode("utf-8") if isinstance(value, bytes) else value
-        try:
-            decoded = json.loads(text)
-        except json.JSONDecodeError:
-            try:
-                raw = zlib.decompress(base64.b64decode(text.encode("ascii"), validate=False))
-                decoded = _TextOnlyUnpickler(io.BytesIO(raw)).load()
-                if isinstance(decoded, (bytes, str)):
-                    decoded = json.loads(decoded)
-            except Exception as exc:  # corrupt base64, zlib or pickle data
-                raise DatasetError(
-                    f"cannot decode LiveCodeBench tests: {type(exc).__name__}: {exc}"
-                ) from None
-    if not isinstance(decoded, list):
-        raise DatasetError("LiveCodeBench tests must decode to a list")
-    tests: list[dict[str, Any]] = []
-    for item in decoded:
-        if not isinstance(item, dict) or "input" not in item or "output" not in item:
-            raise DatasetError("each LiveCodeBench test must have input and output")
-        tests.append(
-            {
-                "input": item["input"],
-                "output": item["output"],
-                "testtype": item.get("testtype", "stdin"),
-            }
-        )
-    return tests
+    try:
+        stored = lcb_tests.decode_lcb_tests(value)
+    except ValueError as exc:
+        raise DatasetError(str(exc)) from None
+    return [
+        {"input": t["input"], "output": t["output"], "testtype": t.get("testtype", "stdin")}
+        for t in stored
+    ]
 
 
 def _lcb_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int]) -> Sample:

@@ -6,7 +6,8 @@ Two kinds of sample are understood, told apart by ``sample.metadata``:
 ``metadata["public_test_cases"]`` / ``metadata["private_test_cases"]``): a list of
 ``{"input": str, "output": str, "testtype": "stdin" | "functional"}``.  The list may be
 given as a list, a JSON string, or LCB's encoded private-test string (see
-:func:`decode_lcb_private_tests`).  Call-based problems name their function in
+:func:`conductor.bench.lcb_tests.decode_lcb_tests`, which refuses to build objects
+from a pickle).  Call-based problems name their function in
 ``metadata["fn_name"]`` (or ``"func_name"``, or inside the LCB ``metadata`` JSON string
 ``{"func_name": ...}``).
 
@@ -87,22 +88,19 @@ introspection of the grader; the OS layer still holds whatever the solution does
 from __future__ import annotations
 
 import ast
-import base64
 import json
 import math
 import os
-import pickle
 import re
 import signal
-import zlib
 from typing import Any
 
+from conductor.bench.lcb_tests import decode_lcb_tests
 from conductor.bench.sandbox import SandboxResult, require_isolation, run_job
 from conductor.bench.types import Sample, Verdict
 
 __all__ = [
     "CodeGrader",
-    "decode_lcb_private_tests",
     "bcb_test_names",
     "extract_code",
     "with_unsafe_opt_in",
@@ -137,24 +135,6 @@ def extract_code(response: str | None) -> str | None:
     if _LOOKS_LIKE_CODE.search(text):
         return text.strip("\n") + "\n"
     return None
-
-
-def decode_lcb_private_tests(s: str) -> list[dict[str, Any]]:
-    """Decode LiveCodeBench's ``private_test_cases`` field into a list of test dicts.
-
-    The field is either plain JSON or base64 of zlib-compressed pickle of a JSON
-    string.  The pickle comes from the benchmark dataset itself, which we treat as
-    trusted data (unpickling runs in this process, not in the sandbox).
-    """
-    text = s.strip()
-    try:
-        value = json.loads(text)
-    except ValueError:
-        raw = pickle.loads(zlib.decompress(base64.b64decode(text.encode("ascii"))))  # noqa: S301
-        value = json.loads(raw) if isinstance(raw, (str, bytes)) else raw
-    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
-        raise ValueError("LiveCodeBench tests must decode to a list of objects")
-    return value
 
 
 # --- comparison helpers: defined here (and unit-tested) and copied into the harness ----
@@ -302,7 +282,7 @@ class CodeGrader:
             if isinstance(meta.get("test"), str) and meta["test"].strip():
                 return self._grade_bigcodebench(code, meta)
             tests = self._lcb_tests(meta)
-        except (ValueError, TypeError, KeyError, zlib.error, pickle.UnpicklingError) as exc:
+        except (ValueError, TypeError, KeyError) as exc:
             return Verdict("grader_error", f"unreadable tests: {exc}", extracted=code)
         if not tests:
             return Verdict("grader_error", "sample has no tests", extracted=code)
@@ -315,7 +295,7 @@ class CodeGrader:
         if value is None or value == "":
             return []
         if isinstance(value, str):
-            return decode_lcb_private_tests(value)
+            return decode_lcb_tests(value)
         if isinstance(value, list):
             return [dict(t) for t in value]
         raise TypeError(f"tests must be a list or a string, not {type(value).__name__}")
