@@ -68,10 +68,11 @@ async def test_independent_steps_run_at_once(tmp_path: Path, fake_server: FakeLL
     record = await run(pool)
     elapsed = time.perf_counter() - t0
     assert record.status == "ok"
-    # Three one-second steps that see nothing finish in about one second, not three.
-    assert elapsed < 1.8, elapsed
+    # Overlap, not speed: three one-second steps that see nothing all reached the
+    # server before the first of them could have been answered.
     starts = sorted(r.received_at for r in fake_server.requests if r.model != CONDUCTOR_MODEL)
-    assert starts[-1] - starts[0] < 0.5
+    assert len(starts) == 3 and starts[-1] - starts[0] < 1.0
+    assert elapsed >= 1.0  # each step really waited for its answer
     assert record.final_answer == "answer from w2"
 
 

@@ -257,7 +257,9 @@ def test_math_time_limit_from_a_worker_thread(math_grader: MathGrader) -> None:
     thread.join(timeout=30)
     elapsed = time.monotonic() - started
     assert results and results[0].status == "time_limit", results
-    assert elapsed < 1.0 + 2.0
+    # The parent gave up at its time limit instead of waiting for the comparison, which
+    # takes minutes; the margin is for a busy machine, not a measure of speed.
+    assert elapsed < 1.0 + 10.0
     # The stuck child was killed, and the next comparison gets a working one.
     assert taken.process.poll() is not None
     assert taken not in math_mod._POOL._idle
