@@ -81,3 +81,14 @@ def test_several_processes_share_one_cache(tmp_path: Path) -> None:
     got = cache.get("1-149")
     assert got is not None and got.text == "v1-149"
     cache.close()
+
+
+def test_the_cache_is_a_context_manager_that_closes(tmp_path: Path) -> None:
+    value = RawCompletion("hello", Usage(3, 1), {"id": "x"}, model="m", finish_reason="stop")
+    with ResponseCache(tmp_path) as cache:
+        cache.set("k", value)
+        inner = cache._cache
+    # diskcache closes its SQLite connection on close(); the entry is on disk for the next.
+    assert not getattr(inner._local, "con", None)
+    with ResponseCache(tmp_path) as again:
+        assert again.get("k") == value

@@ -198,6 +198,18 @@ def test_pools_check_reports_latency_and_errors(tmp_path: Path, fake_server: Fak
     assert {r.model for r in fake_server.requests} >= {"via-openai", "via-google", CONDUCTOR_MODEL}
 
 
+def test_pools_check_reports_a_conductor_that_cannot_be_set_up(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    data = pool_dict(fake_server, [worker(fake_server, "w0")])
+    data["conductor"] = {"backend": "checkpoint", "model": str(tmp_path / "no-such-checkpoint")}
+    res = conductor("pools", "check", str(write_pool(tmp_path / "pool.yaml", data)))
+    assert res.returncode == 1, res.stdout
+    out = " ".join(res.stdout.split())
+    assert "Conductor" in out and "does not exist" in out
+    assert [r.model for r in fake_server.requests] == ["w0"]  # the worker is still checked
+
+
 def test_cache_stats_and_clear(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script(CONDUCTOR_MODEL, [lists([1], ["go"], [[]])])
     pool = four_client_pool(tmp_path, fake_server)

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from .errors import (
     AuthenticationError,
     BadRequestError,
-    BudgetExceededError,
     ConductorError,
     ConnectionFailedError,
     MissingDependencyError,
@@ -45,7 +44,6 @@ __all__ = [
     "ALL",
     "AuthenticationError",
     "BadRequestError",
-    "BudgetExceededError",
     "Conductor",
     "ConductorConfig",
     "ConductorError",

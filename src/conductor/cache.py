@@ -101,6 +101,12 @@ class ResponseCache:
                 "CONDUCTOR_CACHE_DIR to a writable directory or pass --no-cache"
             ) from None
 
+    def __enter__(self) -> ResponseCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def get(self, key: str) -> RawCompletion | None:
         """The stored complete answer for ``key``, or None (a miss)."""
         value = self._cache.get(key)

@@ -30,6 +30,7 @@ from .errors import ConductorError, UsageError
 from .text import plural, printable
 
 if TYPE_CHECKING:
+    from .cache import ResponseCache
     from .pool import Pool, Worker
     from .record import RunRecord
 
@@ -254,14 +255,10 @@ async def _ask_async(
 ) -> Any:
     from .execute import ask as run_ask
 
-    cache = None if no_cache else _open_cache()
-    try:
+    with _cache_unless(no_cache) as cache:
         return await run_ask(
             question, pool, cond, settings, cache=cache, events=events, on_record=on_record
         )
-    finally:
-        if cache is not None:
-            cache.close()
 
 
 def _keep_interrupted(record: RunRecord | None, out: Path | None, no_cache: bool) -> str:
@@ -345,10 +342,15 @@ def _read_question(stream: BinaryIO, where: str) -> str:
         ) from None
 
 
-def _open_cache() -> Any:
+def _open_cache() -> ResponseCache:
     from .cache import ResponseCache
 
     return ResponseCache()
+
+
+def _cache_unless(no_cache: bool) -> contextlib.AbstractContextManager[ResponseCache | None]:
+    """The call cache, closed when the block ends; nothing with ``--no-cache``."""
+    return contextlib.nullcontext() if no_cache else _open_cache()
 
 
 def _run_with_progress(make: Any, *, show: bool) -> Any:
@@ -621,48 +623,46 @@ def _bench_one(
 
     async def go(progress_cb: Any) -> Any:
         nonlocal options
-        cache = None if no_cache else _open_cache()
-        callers = CallerSet(cache)
-        strat: Any
-        if strategy == "conductor":
-            cond = resolve_conductor(pool_obj, conductor_spec, max_steps=max_steps)
-            options = _with_trained_questions(options, cond, exclude_trained)
-            run_settings = RunSettings(
-                max_steps=max_steps, rounds=rounds, budget_usd=budget_usd, max_calls=max_calls
+        with _cache_unless(no_cache) as cache:
+            callers = CallerSet(cache)
+            strat: Any
+            if strategy == "conductor":
+                cond = resolve_conductor(pool_obj, conductor_spec, max_steps=max_steps)
+                options = _with_trained_questions(options, cond, exclude_trained)
+                run_settings = RunSettings(
+                    max_steps=max_steps, rounds=rounds, budget_usd=budget_usd, max_calls=max_calls
+                )
+                strat = ConductorStrategy(pool_obj, cond, run_settings, callers)
+            else:
+                if conductor_spec is not None:
+                    raise UsageError("--conductor applies to --strategy conductor only")
+                if exclude_trained:
+                    raise UsageError("--exclude-trained applies to --strategy conductor only")
+                strat = parse_strategy(
+                    strategy, pool_obj, callers, vote_key=answer_key_for(spec.grader)
+                )
+            # Every missing key at once, before the first sample (and before the run
+            # directory holds anything).
+            require_keys(
+                [*pool_obj.workers, strat.orchestrator.conductor.target]
+                if isinstance(strat, ConductorStrategy)
+                else [pool_obj.workers[step.worker] for step in strat.plan]
             )
-            strat = ConductorStrategy(pool_obj, cond, run_settings, callers)
-        else:
-            if conductor_spec is not None:
-                raise UsageError("--conductor applies to --strategy conductor only")
-            if exclude_trained:
-                raise UsageError("--exclude-trained applies to --strategy conductor only")
-            strat = parse_strategy(
-                strategy, pool_obj, callers, vote_key=answer_key_for(spec.grader)
-            )
-        # Every missing key at once, before the first sample (and before the run
-        # directory holds anything).
-        require_keys(
-            [*pool_obj.workers, strat.orchestrator.conductor.target]
-            if isinstance(strat, ConductorStrategy)
-            else [pool_obj.workers[step.worker] for step in strat.plan]
-        )
-        warning = concurrency_warning(strat, concurrency)
-        if warning:
-            console.print(f"[yellow]warning:[/] {warning}", highlight=False)
-        try:
-            return await run_benchmark(
-                spec,
-                strat,
-                grader,
-                pool_to_public_dict(pool_obj),
-                options,
-                cache=cache,
-                on_progress=progress_cb,
-            )
-        finally:
-            record_rate_limits(run_dir, callers.limits.history())
-            if cache is not None:
-                cache.close()
+            warning = concurrency_warning(strat, concurrency)
+            if warning:
+                console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+            try:
+                return await run_benchmark(
+                    spec,
+                    strat,
+                    grader,
+                    pool_to_public_dict(pool_obj),
+                    options,
+                    cache=cache,
+                    on_progress=progress_cb,
+                )
+            finally:
+                record_rate_limits(run_dir, callers.limits.history())
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -1089,13 +1089,15 @@ async def _ping_all(p: Pool, timeout_s: float) -> list[tuple[str, str, str | Non
     from .llm.types import ModelRequest
 
     targets: list[tuple[str, Worker]] = [(f"Model {i}", w) for i, w in enumerate(p.workers)]
+    # A Conductor that cannot even be set up is a failed row of its own, not a silence.
+    unusable: list[tuple[str, str, str | None, float, str]] = []
     if p.conductor is not None:
         try:
             cond = resolve_conductor(p)
             if cond.target.model not in {w.model for w in p.workers}:
                 targets.append(("Conductor", cond.target))
-        except ConductorError:
-            pass
+        except ConductorError as exc:
+            unusable.append(("Conductor", "conductor", str(exc), 0.0, ""))
     callers = CallerSet(None)
 
     async def ping(label: str, w: Worker) -> tuple[str, str, str | None, float, str]:
@@ -1114,7 +1116,7 @@ async def _ping_all(p: Pool, timeout_s: float) -> list[tuple[str, str, str | Non
         return label, w.id, None, time.perf_counter() - t0, done.text.strip()
 
     try:
-        return list(await asyncio.gather(*(ping(label, w) for label, w in targets)))
+        return [*await asyncio.gather(*(ping(label, w) for label, w in targets)), *unusable]
     finally:
         await callers.aclose()
 
@@ -1135,11 +1137,8 @@ def cache_stats() -> None:
     """Show where the cache is and how much it holds."""
     from datetime import datetime
 
-    cache = _open_cache()
-    try:
+    with _open_cache() as cache:
         s = cache.stats()
-    finally:
-        cache.close()
 
     def when(t: float | None) -> str:
         return datetime.fromtimestamp(t).isoformat(timespec="seconds") if t else "-"
@@ -1161,11 +1160,8 @@ def cache_clear(
 ) -> None:
     """Delete cached calls (all, or those older than an age)."""
     age = _parse_age(older_than) if older_than else None
-    cache = _open_cache()
-    try:
+    with _open_cache() as cache:
         removed = cache.clear(age)
-    finally:
-        cache.close()
     _out().print(f"removed {plural(removed, 'cached call')}")
 
 

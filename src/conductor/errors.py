@@ -14,7 +14,6 @@ __all__ = [
     "BadRequestError",
     "BadResponseError",
     "CONDUCTOR_TARGET",
-    "BudgetExceededError",
     "ConductorError",
     "ConnectTimeoutError",
     "ConnectionFailedError",
@@ -99,10 +98,6 @@ class WorkflowParseError(ConductorError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
-
-
-class BudgetExceededError(ConductorError):
-    """A per-question budget (steps, rounds, calls or USD) was reached."""
 
 
 class ModelCallError(ConductorError):
