@@ -16,8 +16,9 @@ import os
 import re
 import sys
 import time
+from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -34,7 +35,17 @@ if TYPE_CHECKING:
     from .pool import Pool, Worker
     from .record import RunRecord
 
-__all__ = ["app", "main"]
+__all__ = ["TraceFormat", "app", "main"]
+
+
+class TraceFormat(str, Enum):
+    """How ``conductor trace`` shows a run."""
+
+    table = "table"
+    tree = "tree"
+    mermaid = "mermaid"
+    json = "json"
+
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -816,9 +827,9 @@ def trace(
         ),
     ] = None,
     fmt: Annotated[
-        str,
-        typer.Option("--format", "-f", help="table, tree, mermaid or json."),
-    ] = "table",
+        TraceFormat,
+        typer.Option("--format", "-f", help="How to show a run.", case_sensitive=False),
+    ] = TraceFormat.table,
     verdict: Annotated[
         str | None,
         typer.Option("--verdict", help="List only the samples with this verdict (e.g. incorrect)."),
@@ -834,8 +845,6 @@ def trace(
     from .record import iter_sample_records, read_record
     from .render import SampleListing, to_json, to_mermaid, trace_renderable
 
-    if fmt not in ("table", "tree", "mermaid", "json"):
-        raise UsageError(f"--format {fmt!r} is not one of table, tree, mermaid, json")
     if run.name == "samples.jsonl" and run.is_file():
         run = run.parent  # the file of a run directory: read as the directory
     listing = run.is_dir() and sample is None
@@ -848,7 +857,7 @@ def trace(
     if listing:
         if fmt in ("mermaid", "json"):
             raise UsageError(
-                f"--format {fmt} shows one sample; give --sample ID "
+                f"--format {fmt.value} shows one sample; give --sample ID "
                 f"(conductor trace {run} lists them)"
             )
         if verdict is not None:
@@ -900,7 +909,8 @@ def trace(
         else:
             if sub_run is not None:
                 console.print(Rule(Text(printable(sub_run.name), style="bold")))
-            console.print(trace_renderable(record, fmt), crop=False)  # type: ignore[arg-type]
+            style: Literal["table", "tree"] = "tree" if fmt is TraceFormat.tree else "table"
+            console.print(trace_renderable(record, style), crop=False)
 
 
 def _check_verdict(verdict: str) -> None:
