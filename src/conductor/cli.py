@@ -724,12 +724,12 @@ def _stored_invocation(run_dir: Path) -> dict[str, Any]:
 
     A ``singles`` run keeps one directory per worker below ``run_dir``; the first one
     speaks for all."""
-    from .bench.runner import CONFIG, read_run_config, stored_invocation
+    from .bench.rundir import run_dirs
+    from .bench.runner import read_run_config, stored_invocation
 
-    if not (run_dir / CONFIG).is_file():
-        singles = sorted(run_dir.glob(f"single-*/{CONFIG}"))
-        if singles:
-            return {**stored_invocation(read_run_config(singles[0].parent)), "strategy": "singles"}
+    dirs = run_dirs(run_dir)
+    if dirs and dirs[0] != run_dir:
+        return {**stored_invocation(read_run_config(dirs[0])), "strategy": "singles"}
     return stored_invocation(read_run_config(run_dir))
 
 
@@ -791,12 +791,12 @@ def report(
 def _bench_run_dirs(path: Path) -> list[Path]:
     """The bench run directories ``path`` holds: itself, or for a ``singles`` run the
     ``single-WORKER`` directory of each worker."""
-    if (path / "samples.jsonl").is_file():
-        return [path]
-    singles = sorted(p.parent for p in path.glob("single-*/samples.jsonl"))
-    if not singles:
-        raise UsageError(f"{path}: no samples.jsonl in this run directory")
-    return singles
+    from .bench.rundir import SAMPLES, run_dirs
+
+    dirs = run_dirs(path, holding=SAMPLES)
+    if not dirs:
+        raise UsageError(f"{path}: no {SAMPLES} in this run directory")
+    return dirs
 
 
 def _unknown_sample(run: Path, sample: str, ids: set[str]) -> UsageError:
@@ -842,10 +842,11 @@ def trace(
     from rich.rule import Rule
     from rich.text import Text
 
-    from .record import iter_sample_records, read_record
+    from .bench.rundir import SAMPLES, iter_records
+    from .record import read_record
     from .render import SampleListing, to_json, to_mermaid, trace_renderable
 
-    if run.name == "samples.jsonl" and run.is_file():
+    if run.name == SAMPLES and run.is_file():
         run = run.parent  # the file of a run directory: read as the directory
     listing = run.is_dir() and sample is None
     if not listing and (verdict is not None or limit is not None):
@@ -867,9 +868,7 @@ def trace(
         for d in dirs:
             if d != run:
                 console.print(Rule(Text(printable(d.name), style="bold")))
-            listed = SampleListing(
-                iter_sample_records(d / "samples.jsonl"), verdict=verdict, limit=limit
-            )
+            listed = SampleListing(iter_records(d / SAMPLES), verdict=verdict, limit=limit)
             any_rows = any_rows or bool(listed.rows)
             # Not cropped: an id wider than the terminal is printed whole and left to wrap.
             console.print(listed, crop=False)
@@ -887,7 +886,7 @@ def trace(
         dirs = _bench_run_dirs(run)
         ids: set[str] = set()
         for d in dirs:
-            for record in iter_sample_records(d / "samples.jsonl"):
+            for record in iter_records(d / SAMPLES):
                 if record.sample_id is not None:
                     ids.add(record.sample_id)
                 if sample in (record.sample_id, record.run_id):

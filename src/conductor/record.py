@@ -17,7 +17,6 @@ import logging
 import types
 import typing
 import uuid
-from collections.abc import Iterator
 from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,7 +34,6 @@ __all__ = [
     "StepRecord",
     "Totals",
     "check_record_path",
-    "iter_sample_records",
     "new_run_id",
     "now_iso",
     "read_record",
@@ -406,38 +404,3 @@ def read_record(path: str | Path) -> RunRecord:
         return record_from_dict(data)
     except RecordError as exc:
         raise RecordError(f"{p}: {exc}") from None
-
-
-def iter_sample_records(path: str | Path) -> Iterator[RunRecord]:
-    """The records of a bench run's ``samples.jsonl``, one at a time in file order.
-
-    One at a time, so that listing a run of thousands of samples never holds them all.
-    A torn last line (a run killed mid-write; the runner cuts it off on resume) is
-    skipped with a warning; any other bad line is an error naming its line.
-    """
-    p = Path(path)
-    try:
-        fh = p.open("rb")
-    except FileNotFoundError:
-        raise RecordError(f"{p}: no such file") from None
-    except OSError as exc:
-        raise RecordError(f"{p}: cannot be read ({exc.strerror or exc})") from None
-    with fh:
-        for lineno, raw in enumerate(fh, 1):
-            if not raw.strip():
-                continue
-            try:
-                data = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                raise RecordError(f"{p}:{lineno}: not UTF-8 text ({exc.reason})") from None
-            except json.JSONDecodeError as exc:
-                if not raw.endswith(b"\n"):
-                    log.warning("%s:%d: skipped a torn last line (a run cut short?)", p, lineno)
-                    return
-                raise RecordError(f"{p}:{lineno}: not valid JSON ({exc.msg})") from None
-            except RecursionError:
-                raise RecordError(f"{p}:{lineno}: JSON nested too deeply") from None
-            try:
-                yield record_from_dict(data)
-            except RecordError as exc:
-                raise RecordError(f"{p}:{lineno}: {exc}") from None

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from ..record import RunRecord, now_iso, record_from_dict
 from ..render import Fitted, topology_kind
 from ..text import plural
 from .paper import PaperFigure, paper_reference
+from .rundir import CONFIG, RATE_LIMITS, SAMPLES, SUMMARY, SampleLines, latest_lines
 
 __all__ = [
     "STATUSES",
@@ -62,11 +62,6 @@ STATUSES: tuple[str, ...] = (
     "run_failed",
 )
 
-CONFIG_FILE = "config.json"
-SAMPLES_FILE = "samples.jsonl"
-SUMMARY_FILE = "summary.json"
-#: Each invocation's adaptive-limit history per provider key (see ``record_rate_limits``).
-RATE_LIMITS_FILE = "rate_limits.json"
 #: How many invocations (a run and its resumes) ``rate_limits.json`` keeps, newest last.
 MAX_LIMIT_INVOCATIONS = 10
 
@@ -140,7 +135,7 @@ def _check_dir(run_dir: Path) -> tuple[Path, Path]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: not a bench run directory (no such directory)")
-    config, samples = run_dir / CONFIG_FILE, run_dir / SAMPLES_FILE
+    config, samples = run_dir / CONFIG, run_dir / SAMPLES
     for p in (config, samples):
         if not p.is_file():
             raise UsageError(f"{run_dir}: not a bench run directory (no {p.name})")
@@ -155,55 +150,6 @@ def _read_config(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UsageError(f"{path}: a bench config must be a JSON object")
     return data
-
-
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """``(line number, text)`` of each non-blank line, 1-based."""
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for number, line in enumerate(fh, 1):
-            if line.strip():
-                yield number, line
-
-
-def _epoch_of(data: dict[str, Any]) -> int:
-    try:
-        return int(data.get("epoch") or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
-def _key_of(data: dict[str, Any], number: int) -> tuple[str, int]:
-    # A record without a sample id cannot be a duplicate of another one.
-    sample = data.get("sample_id")
-    return (str(sample) if sample is not None else f"line {number}", _epoch_of(data))
-
-
-def _winning_lines(path: Path) -> tuple[set[int], int]:
-    """The line numbers that hold the last record of each (sample, epoch), and how
-    many lines were skipped as unreadable."""
-    last: dict[tuple[str, int], int] = {}
-    skipped = 0
-    for number, line in _lines(path):
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            skipped += 1
-            log.warning("%s:%d: skipped a line that is not valid JSON (cut short?)", path, number)
-            continue
-        if not isinstance(data, dict):
-            raise RecordError(f"{path}:{number}: not a conductor run record (not an object)")
-        last[_key_of(data, number)] = number
-    return set(last.values()), skipped
-
-
-def _records(path: Path, keep: set[int]) -> Iterator[tuple[int, RunRecord]]:
-    for number, line in _lines(path):
-        if number not in keep:
-            continue
-        try:
-            yield number, record_from_dict(json.loads(line))
-        except RecordError as exc:
-            raise RecordError(f"{path}:{number}: {exc}") from None
 
 
 # --------------------------------------------------------------------------- statistics
@@ -326,10 +272,17 @@ def summarize_run(run_dir: Path) -> RunSummary:
     run_dir = Path(run_dir)
     config_path, samples_path = _check_dir(run_dir)
     config = _read_config(config_path)
-    keep, skipped = _winning_lines(samples_path)
+    lines = SampleLines(samples_path)
+    keep = latest_lines(lines)
+    skipped = lines.skipped
     acc = _Acc()
-    for number, rec in _records(samples_path, keep):
-        acc.add(rec, number)
+    for number, data in lines:
+        if number in keep:
+            try:
+                rec = record_from_dict(data)
+            except RecordError as exc:
+                raise RecordError(f"{samples_path}:{number}: {exc}") from None
+            acc.add(rec, number)
 
     bench = config.get("benchmark") or {}
     pool = config.get("pool") or {}
@@ -392,7 +345,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
         shard=list(shard) if isinstance(shard, list | tuple) else None,
         created_at=config.get("created_at"),
         conductor_version=config.get("conductor_version"),
-        rate_limits=_read_rate_limits(run_dir / RATE_LIMITS_FILE),
+        rate_limits=_read_rate_limits(run_dir / RATE_LIMITS),
         trained_on_samples=(config.get("trained_on") or {}).get("samples"),
         trained_excluded=bool(config.get("exclude_trained")),
     )
@@ -428,7 +381,7 @@ def summary_from_dict(data: dict[str, Any]) -> RunSummary:
 def write_summary(run_dir: Path) -> RunSummary:
     """Summarise ``run_dir`` and write ``run_dir/summary.json`` (atomically)."""
     summary = summarize_run(run_dir)
-    target = Path(run_dir) / SUMMARY_FILE
+    target = Path(run_dir) / SUMMARY
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.write_text(json.dumps(summary_to_dict(summary), indent=2, ensure_ascii=False) + "\n")
     tmp.replace(target)
@@ -461,7 +414,7 @@ def record_rate_limits(run_dir: Path, providers: dict[str, dict[str, Any]]) -> b
     """
     if not providers:
         return False
-    path = Path(run_dir) / RATE_LIMITS_FILE
+    path = Path(run_dir) / RATE_LIMITS
     runs = _read_rate_limits(path)
     runs.append({"recorded_at": now_iso(), "providers": providers})
     data = {"schema_version": 1, "invocations": runs[-MAX_LIMIT_INVOCATIONS:]}
@@ -479,7 +432,7 @@ def read_summary(path: Path) -> RunSummary:
     """Read ``summary.json`` (``path`` is the file or the run directory)."""
     p = Path(path)
     if p.is_dir():
-        p = p / SUMMARY_FILE
+        p = p / SUMMARY
     try:
         data = json.loads(p.read_text())
     except FileNotFoundError:

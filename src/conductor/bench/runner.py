@@ -51,6 +51,7 @@ from ..record import RunRecord, new_run_id, now_iso, record_to_dict
 from ..text import plural
 from .data import count_samples, dataset_provenance, iter_samples, render_prompt
 from .graders import Grader
+from .rundir import CONFIG, LOCK, SAMPLES, SampleLines, repair_tail, sample_key
 from .strategies import Strategy
 from .types import BenchmarkSpec, Sample, Verdict
 
@@ -74,9 +75,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-CONFIG = "config.json"
-SAMPLES = "samples.jsonl"
-LOCK = ".lock"
 #: 2 added ``invocation`` (what rebuilds the run for ``--resume DIR`` alone) and the
 #: pool file's SHA-256; schema 1 directories are still read and resumed.
 CONFIG_SCHEMA = 2
@@ -139,65 +137,25 @@ class BenchProgress:
 # -- the samples file ----------------------------------------------------------------
 
 
-def _key(sample_id: str, epoch: int) -> str:
-    return f"{epoch}\x00{sample_id}"
-
-
-def _repair_tail(path: Path) -> None:
-    """Cut a torn last line (a process killed mid-write) so appends stay line-aligned."""
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    with path.open("rb+") as fh:
-        fh.seek(-1, os.SEEK_END)
-        if fh.read(1) == b"\n":
-            return
-        # Walk back to the last newline and truncate after it.
-        size = fh.seek(0, os.SEEK_END)
-        chunk = 1 << 16
-        pos = size
-        while pos > 0:
-            step = min(chunk, pos)
-            pos -= step
-            fh.seek(pos)
-            data = fh.read(step)
-            idx = data.rfind(b"\n")
-            if idx != -1:
-                fh.truncate(pos + idx + 1)
-                return
-        fh.truncate(0)
-
-
-def _iter_lines(path: Path) -> Iterator[dict[str, Any]]:
-    if not path.exists():
-        return
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if not line.endswith("\n"):
-                return  # a torn last line
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
-                continue
-
-
 def _is_error(data: dict[str, Any]) -> bool:
     grade = data.get("grade") or {}
     return data.get("status") == "failed" or grade.get("status") == "grader_error"
 
 
-def completed_keys(out_dir: Path, *, drop_errors: bool = False) -> set[str]:
-    """The (sample, epoch) keys recorded in ``out_dir``; with ``drop_errors`` the records
+def completed_keys(out_dir: Path, *, drop_errors: bool = False) -> set[tuple[str, int]]:
+    """The (sample, epoch) pairs recorded in ``out_dir``; with ``drop_errors`` the records
     of failed runs are first removed from the file (atomically) so they can run again."""
     path = out_dir / SAMPLES
-    _repair_tail(path)
+    repair_tail(path)
+    lines = SampleLines(path)
     if drop_errors and path.exists():
         tmp = path.with_suffix(".jsonl.tmp")
         with tmp.open("w", encoding="utf-8") as out:
-            for data in _iter_lines(path):
+            for _number, data in lines:
                 if not _is_error(data):
                     out.write(json.dumps(data, ensure_ascii=False) + "\n")
         tmp.replace(path)
-    return {_key(d.get("sample_id") or "", int(d.get("epoch") or 0)) for d in _iter_lines(path)}
+    return {sample_key(data) for _number, data in lines}
 
 
 # -- config ---------------------------------------------------------------------------
@@ -431,7 +389,7 @@ def _trained_count(spec: BenchmarkSpec, options: BenchOptions) -> int | None:
 
 
 def _work(
-    spec: BenchmarkSpec, options: BenchOptions, epochs: int, done: set[str]
+    spec: BenchmarkSpec, options: BenchOptions, epochs: int, done: set[tuple[str, int]]
 ) -> Iterator[tuple[Sample, int]]:
     """(sample, epoch) pairs still to run, streamed in dataset order."""
     trained = options.trained_on if options.exclude_trained else None
@@ -439,7 +397,7 @@ def _work(
         if trained is not None and trained.contains(sample):
             continue
         for epoch in range(epochs):
-            if _key(sample.id, epoch) not in done:
+            if (sample.id, epoch) not in done:
                 yield sample, epoch
 
 
@@ -947,16 +905,15 @@ def merge_runs(run_dirs: list[Path], out_dir: Path) -> int:
     if (out_dir / SAMPLES).exists():
         raise UsageError(f"{out_dir} already holds samples; merge into an empty directory")
     # Two passes keep memory to the keys: find each pair's last source, then copy.
-    last: dict[str, tuple[int, int]] = {}
+    last: dict[tuple[str, int], tuple[int, int]] = {}
     for di, d in enumerate(run_dirs):
-        for li, data in enumerate(_iter_lines(d / SAMPLES)):
-            last[_key(data.get("sample_id") or "", int(data.get("epoch") or 0))] = (di, li)
+        for li, data in SampleLines(d / SAMPLES):
+            last[sample_key(data)] = (di, li)
     written = 0
     with (out_dir / SAMPLES).open("w", encoding="utf-8") as out:
         for di, d in enumerate(run_dirs):
-            for li, data in enumerate(_iter_lines(d / SAMPLES)):
-                k = _key(data.get("sample_id") or "", int(data.get("epoch") or 0))
-                if last.get(k) == (di, li):
+            for li, data in SampleLines(d / SAMPLES):
+                if last.get(sample_key(data)) == (di, li):
                     out.write(json.dumps(data, ensure_ascii=False) + "\n")
                     written += 1
     merged = {**first, "shard": None, "merged_from": [str(d) for d in run_dirs]}

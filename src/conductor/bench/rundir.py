@@ -1,0 +1,168 @@
+"""A bench run directory: the names of its files, and the one reader of ``samples.jsonl``.
+
+::
+
+    DIR/config.json        what was run (the runner writes it; resume, merge, report read it)
+    DIR/samples.jsonl      one run record per finished (sample, epoch), appended as each
+                           ends: a process killed mid-write leaves a torn last line
+    DIR/summary.json       the scores (:mod:`conductor.bench.report`)
+    DIR/rate_limits.json   each invocation's adaptive rate-limit history per provider key
+    DIR/.lock              held by the one process writing the directory
+
+Every reader of ``samples.jsonl`` (resume, merge, the report, ``conductor trace``) goes
+through :class:`SampleLines`, so they agree on what the file holds: a blank line is
+nothing, and a line that is not a JSON object (a torn last line, a line garbled on
+disk) is skipped with a warning naming it, and counted.  A (sample, epoch) recorded
+twice (a resume after ``--retry-errors``, merged shards) counts once, its last record:
+:func:`latest_lines`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import RecordError
+from ..record import RunRecord, record_from_dict
+
+__all__ = [
+    "CONFIG",
+    "LOCK",
+    "RATE_LIMITS",
+    "SAMPLES",
+    "SUMMARY",
+    "SampleLines",
+    "iter_records",
+    "latest_lines",
+    "repair_tail",
+    "run_dirs",
+    "sample_key",
+]
+
+log = logging.getLogger("conductor")
+
+CONFIG = "config.json"
+SAMPLES = "samples.jsonl"
+SUMMARY = "summary.json"
+RATE_LIMITS = "rate_limits.json"
+LOCK = ".lock"
+
+
+def sample_key(data: dict[str, Any], number: int = 0) -> tuple[str, int]:
+    """The (sample id, epoch) a record line is about.  A line without a sample id is
+    its own key (``number`` is its line), so it is never taken for a duplicate."""
+    sample = data.get("sample_id")
+    try:
+        epoch = int(data.get("epoch") or 0)
+    except (TypeError, ValueError):
+        epoch = 0
+    return (str(sample) if sample is not None else f"line {number}", epoch)
+
+
+class SampleLines:
+    """The records of one ``samples.jsonl`` as ``(line number, JSON object)``, in file
+    order, read one line at a time (a run of any size is never held whole).
+
+    Iterate it once per pass; ``skipped`` counts the lines the last pass left out.  A
+    missing file has no lines.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.skipped = 0
+
+    def __iter__(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        self.skipped = 0
+        try:
+            fh = self.path.open("rb")
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise RecordError(f"{self.path}: cannot be read ({exc.strerror or exc})") from None
+        with fh:
+            for number, raw in enumerate(fh, 1):
+                if not raw.strip():
+                    continue
+                data = self._parse(raw, number)
+                if data is not None:
+                    yield number, data
+
+    def _parse(self, raw: bytes, number: int) -> dict[str, Any] | None:
+        where = f"{self.path}:{number}"
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            self.skipped += 1
+            if not raw.endswith(b"\n"):
+                log.warning("%s: skipped a torn last line (a run cut short?)", where)
+            else:
+                log.warning("%s: skipped a line that is not a JSON record (%s)", where, exc)
+            return None
+        if not isinstance(data, dict):
+            self.skipped += 1
+            log.warning("%s: skipped a line that is not a JSON object", where)
+            return None
+        return data
+
+
+def latest_lines(lines: SampleLines) -> set[int]:
+    """The line numbers holding the last record of each (sample, epoch): one pass that
+    keeps only the keys, so a second pass can pick those lines out."""
+    last: dict[tuple[str, int], int] = {}
+    for number, data in lines:
+        last[sample_key(data, number)] = number
+    return set(last.values())
+
+
+def iter_records(path: str | Path, *, latest: bool = False) -> Iterator[RunRecord]:
+    """The run records of ``samples.jsonl`` in file order (``latest``: only the last
+    record of each (sample, epoch)).  A line that is JSON but not a run record is an
+    error naming its line (:class:`~conductor.errors.RecordError`)."""
+    lines = SampleLines(path)
+    if not lines.path.is_file():
+        raise RecordError(f"{lines.path}: no such file")
+    keep = latest_lines(lines) if latest else None
+    for number, data in lines:
+        if keep is not None and number not in keep:
+            continue
+        try:
+            yield record_from_dict(data)
+        except RecordError as exc:
+            raise RecordError(f"{lines.path}:{number}: {exc}") from None
+
+
+def run_dirs(path: Path, holding: str = CONFIG) -> list[Path]:
+    """The bench run directories ``path`` stands for, found by the file ``holding``:
+    ``path`` itself, or, for a ``singles`` run, its ``single-WORKER`` directories
+    (sorted by name); none when it holds neither."""
+    if (path / holding).is_file():
+        return [path]
+    return sorted(p.parent for p in path.glob(f"single-*/{holding}"))
+
+
+def repair_tail(path: Path) -> None:
+    """Cut a torn last line (a process killed mid-write) so appends stay line-aligned."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open("rb+") as fh:
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) == b"\n":
+            return
+        # Walk back to the last newline and truncate after it.
+        size = fh.seek(0, os.SEEK_END)
+        chunk = 1 << 16
+        pos = size
+        while pos > 0:
+            step = min(chunk, pos)
+            pos -= step
+            fh.seek(pos)
+            data = fh.read(step)
+            idx = data.rfind(b"\n")
+            if idx != -1:
+                fh.truncate(pos + idx + 1)
+                return
+        fh.truncate(0)
