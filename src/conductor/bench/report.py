@@ -27,11 +27,19 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import RecordError, UsageError
-from ..record import RunRecord, now_iso, record_from_dict
+from ..record import RunRecord, now_iso
 from ..render import Fitted, topology_kind
 from ..text import plural
 from .paper import PaperFigure, paper_reference
-from .rundir import CONFIG, RATE_LIMITS, SAMPLES, SUMMARY, SampleLines, latest_lines
+from .rundir import (
+    CONFIG,
+    RATE_LIMITS,
+    SAMPLES,
+    SUMMARY,
+    SampleLines,
+    latest_lines,
+    numbered_records,
+)
 
 __all__ = [
     "STATUSES",
@@ -276,13 +284,8 @@ def summarize_run(run_dir: Path) -> RunSummary:
     keep = latest_lines(lines)
     skipped = lines.skipped
     acc = _Acc()
-    for number, data in lines:
-        if number in keep:
-            try:
-                rec = record_from_dict(data)
-            except RecordError as exc:
-                raise RecordError(f"{samples_path}:{number}: {exc}") from None
-            acc.add(rec, number)
+    for number, rec in numbered_records(lines, keep):
+        acc.add(rec, number)
 
     bench = config.get("benchmark") or {}
     pool = config.get("pool") or {}

@@ -38,6 +38,7 @@ __all__ = [
     "SampleLines",
     "iter_records",
     "latest_lines",
+    "numbered_records",
     "repair_tail",
     "run_dirs",
     "sample_key",
@@ -126,11 +127,21 @@ def iter_records(path: str | Path, *, latest: bool = False) -> Iterator[RunRecor
     if not lines.path.is_file():
         raise RecordError(f"{lines.path}: no such file")
     keep = latest_lines(lines) if latest else None
+    for _number, record in numbered_records(lines, keep):
+        yield record
+
+
+def numbered_records(
+    lines: SampleLines, keep: set[int] | None = None
+) -> Iterator[tuple[int, RunRecord]]:
+    """``(line number, run record)`` of ``lines`` (only the line numbers in ``keep``,
+    when given).  A line that is JSON but not a run record is an error naming its line
+    (:class:`~conductor.errors.RecordError`)."""
     for number, data in lines:
         if keep is not None and number not in keep:
             continue
         try:
-            yield record_from_dict(data)
+            yield number, record_from_dict(data)
         except RecordError as exc:
             raise RecordError(f"{lines.path}:{number}: {exc}") from None
 
