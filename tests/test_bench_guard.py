@@ -3,6 +3,7 @@ the run at once, run directories are locked, and a resume continues the same run
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import os
@@ -476,3 +477,41 @@ async def test_an_error_outside_any_sample_stops_the_run_with_its_reason(
     written = [r["sample_id"] for r in read_samples(tmp_path / "run")]
     assert 3 <= len(written) <= 3 + 2 + 1 and len(set(written)) == len(written)
     assert len(fake_server.requests) <= 3 + 2 + 1  # written, and in flight (2 slots, 1 grader)
+
+
+class _Instant:
+    """A strategy that answers at once: samples finish as fast as the loop can turn."""
+
+    name = "instant"
+
+    def describe(self) -> dict[str, Any]:
+        return {"strategy": self.name}
+
+    async def run(self, question: str, **kw: Any) -> RunRecord:
+        await asyncio.sleep(0)
+        return RunRecord(
+            question=question, pool={}, conductor={}, settings={}, status="ok",
+            final_answer="\\boxed{1}",
+        )  # fmt: skip
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_stop_never_strands_the_dispatcher(tmp_path: Path) -> None:
+    # With instant samples the dispatcher often starts a task that the stop then cancels
+    # before its first step; that task must still give back its slot, or the run hangs
+    # waiting for one (it did, about one run in two, before).
+    data = make_math_file(tmp_path / "m.jsonl", 20)
+
+    def progress(p: Any) -> None:
+        if p.done == 3:
+            raise KeyError("display broke")
+
+    for i in range(40):
+        opts = BenchOptions(out_dir=tmp_path / f"run{i}", data_file=data, concurrency=2,
+                            grader_concurrency=1)  # fmt: skip
+        run = run_benchmark(MATH, _Instant(), get_grader("math"), {}, opts, on_progress=progress)
+        with pytest.raises(BenchStopped, match="display broke"):
+            await asyncio.wait_for(run, timeout=30)
+        assert 3 <= len(read_samples(tmp_path / f"run{i}")) <= 20

@@ -729,7 +729,15 @@ async def _run_locked(
             )
         return line, status, cost
 
+    # Tasks created but not yet started.  A task cancelled before its first step never
+    # runs its body, so its ``finally`` cannot hand back the slot and the in-flight place
+    # the dispatcher took for it: ``collect`` does, or the dispatcher would wait forever.
+    unstarted: set[asyncio.Task[None]] = set()
+
     async def one(sample: Sample, epoch: int) -> None:
+        me = asyncio.current_task()
+        if me is not None:
+            unstarted.discard(me)
         holding = True
 
         def free_slot() -> None:
@@ -792,6 +800,10 @@ async def _run_locked(
     def collect(task: asyncio.Task[None]) -> None:
         # Every task's outcome is read here, so no exception can go unnoticed.
         tasks.discard(task)
+        if task in unstarted:
+            unstarted.discard(task)
+            slots.release()
+            pending.release()
         if task.cancelled():
             return
         exc = task.exception()
@@ -821,6 +833,7 @@ async def _run_locked(
                 break
             task = asyncio.create_task(one(sample, epoch))
             tasks.add(task)
+            unstarted.add(task)
             task.add_done_callback(collect)
         while tasks:
             await asyncio.wait(list(tasks))
