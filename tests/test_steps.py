@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
 
 from conductor.bench.strategies import REFLECT_INSTRUCTION, answer_key_for, parse_strategy
 from conductor.conductors.spec import resolve_conductor
+from conductor.context import SharedStep, build_worker_messages
 from conductor.events import Event
 from conductor.execute import Orchestrator, RunSettings
 from conductor.llm.caller import CallerSet
+from conductor.llm.types import Message
 from conductor.pool import Pool, load_pool
 from conductor.record import RoundRecord, RunRecord, StepRecord, record_to_dict
+from conductor.steps import INTERRUPTED, Budget, StepPlan, StepRunner, run_to_record
 from conductor.testing import FakeLLMServer, Fault
 
 QUESTION = "What is 1 + 2?"
@@ -195,3 +200,42 @@ async def test_both_paths_record_the_same_call_the_same_way(
     assert theirs[2].call.error == "call budget reached (2 calls)"
     assert ours[1].answer == theirs[1].answer == "3"
     assert len(fake_server.requests_for("w0")) == 4
+
+
+async def test_a_cancelled_round_keeps_its_steps_and_marks_the_call_in_flight(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    fake_server.script("w0", "draft")
+    fake_server.script("w1", Fault.hang(30))
+    pool = make_pool(tmp_path, fake_server)
+    record = RunRecord(question=QUESTION, pool={}, conductor={}, settings={})
+    rnd = RoundRecord(index=0)
+    record.rounds.append(rnd)
+    callers = CallerSet(None)
+    runner = StepRunner(pool.workers, callers, budget=Budget(), sample_index=0)
+    plans = [StepPlan(0, "draft it", (), ()), StepPlan(1, "check it", (0,), (0,))]
+
+    def compose(i: int, visible: list[SharedStep]) -> list[Message]:
+        return build_worker_messages(QUESTION, visible, plans[i].subtask)
+
+    async def steps() -> None:
+        await runner.run_round(rnd, plans, compose)
+
+    task = asyncio.create_task(run_to_record(record, steps()))
+    for _ in range(3000):  # the second step's request is in flight (30 s at most)
+        if fake_server.requests_for("w1"):
+            break
+        await asyncio.sleep(0.01)
+    assert fake_server.requests_for("w1")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await callers.aclose()
+    first, second = rnd.steps
+    assert first.status == "ok" and first.answer == "draft"
+    assert second.status == "failed" and second.call.error == INTERRUPTED
+    assert second.call.error_kind == "Interrupted"
+    assert record.final_answer is None and record.status == "failed"
+    assert record.error == f"the run was {INTERRUPTED}"
+    # Only the finished step is history for a later round.
+    assert [s.label for s in runner.history] == ["0.0"]
