@@ -20,6 +20,7 @@ from conductor.bench.graders import get_grader
 from conductor.bench.runner import BenchOptions, run_benchmark
 from conductor.bench.spec import load_benchmark
 from conductor.bench.strategies import answer_key_for, parse_strategy
+from conductor.execute import RunSettings
 from conductor.llm.caller import CallerSet
 from conductor.pool import load_pool, pool_to_public_dict
 from conductor.testing import FakeLLMServer, Fault
@@ -136,6 +137,32 @@ async def test_vote_takes_the_majority(tmp_path: Path, fake_server: FakeLLMServe
     assert record.metadata["votes"] == {"7": 1, "3": 2}
 
 
+async def test_a_baseline_bench_honours_the_call_budget(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    script_math(fake_server)
+    pool = load_pool(bench_pool(tmp_path, fake_server))
+    spec = load_benchmark("math500")
+    data = make_math_file(tmp_path / "math.jsonl", 3)
+    strat = parse_strategy(
+        "vote:3:w0",
+        pool,
+        CallerSet(None),
+        vote_key=answer_key_for("math"),
+        settings=RunSettings(max_calls=2),
+    )
+    options = BenchOptions(out_dir=tmp_path / "run", data_file=data)
+    await run_benchmark(spec, strat, get_grader(spec.grader), pool_to_public_dict(pool), options)
+    records = read_samples(tmp_path / "run")
+    assert len(fake_server.requests_for("w0")) == 6  # two calls for each of 3 samples
+    for r in records:
+        assert r["totals"]["calls"] == 2 and r["status"] == "partial"
+        assert [s["status"] for s in r["rounds"][0]["steps"]] == ["ok", "ok", "skipped"]
+        assert r["grade"]["status"] == "correct"
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["strategy_detail"]["settings"] == {"budget_usd": None, "max_calls": 2}
+
+
 def test_bad_strategy_and_shard_exit_2(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     pool = bench_pool(tmp_path, fake_server)
     data = make_math_file(tmp_path / "m.jsonl", 2)
@@ -207,7 +234,6 @@ async def test_retry_errors_reruns_failed_samples_without_duplicates(
     grader = get_grader("math")
     from conductor.bench.strategies import ConductorStrategy
     from conductor.conductors.spec import resolve_conductor
-    from conductor.execute import RunSettings
 
     def strategy() -> ConductorStrategy:
         return ConductorStrategy(pool, resolve_conductor(pool), RunSettings(), CallerSet(None))

@@ -1,21 +1,20 @@
 """Running one question: Conductor -> workflow -> steps -> record.
 
-Each step starts as soon as every step it can see has finished, so steps that see
-nothing run at the same time.  A step's messages depend only on the question, its
-subtask and the responses it can see, so the answers are exactly those of running the
-steps one after another.  Budgets (steps, rounds, calls, USD) bound each question; a
-worker that still fails after its retries is recorded as failed and the rest of the
-workflow runs where it can.
+The Conductor writes a workflow (re-asked with the reason when its reply does not
+parse), and a :class:`~conductor.steps.StepRunner` runs its steps, the body of a step
+being the one the baselines share (``steps.py``).  A step's messages depend only on the
+question, its subtask and the responses it can see, so the answers are exactly those of
+running the steps one after another.  Budgets (steps, rounds, calls, USD) bound each
+question; a worker that still fails after its retries is recorded as failed and the
+rest of the workflow runs where it can.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .cache import ResponseCache
@@ -31,12 +30,23 @@ from .context import SharedStep, build_worker_messages, worker_prefills
 from .errors import CONDUCTOR_TARGET, ModelCallError, UsageError, WorkflowParseError
 from .events import Event, EventSink, null_sink
 from .llm.caller import CallerSet
-from .llm.cost import failed_call_cost
 from .llm.prefill import join_prefill
-from .llm.types import Completion, Message, ModelRequest
-from .pool import Pool, Worker, pool_to_public_dict
-from .record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals, now_iso
-from .text import check_question, plural, strip_think
+from .llm.types import Message, ModelRequest
+from .pool import Pool, pool_to_public_dict
+from .record import CallRecord, RoundRecord, RunRecord, now_iso
+from .steps import (
+    INTERRUPTED,
+    Budget,
+    SampleIndexer,
+    StepPlan,
+    StepRunner,
+    fail_call,
+    fill_call,
+    finish_interrupted,
+    finish_record,
+    run_to_record,
+)
+from .text import check_question, plural
 from .workflow import ALL, Workflow, format_workflow, parse_workflow, workflow_to_dict
 
 __all__ = [
@@ -44,8 +54,12 @@ __all__ = [
     "Budget",
     "Orchestrator",
     "RunSettings",
+    "SampleIndexer",
     "ask",
+    "fail_call",
+    "fill_call",
     "finish_interrupted",
+    "finish_record",
     "last_plan_reply",
 ]
 
@@ -69,82 +83,8 @@ class RunSettings:
     sample_index: int = 0
 
 
-@dataclass
-class Budget:
-    """Running spend of one question against its limits."""
-
-    max_calls: int | None = None
-    max_usd: float | None = None
-    calls: int = 0
-    usd: float = 0.0
-
-    def refusal(self) -> str | None:
-        """Why one more call may not start, or ``None`` if it may."""
-        if self.max_calls is not None and self.calls >= self.max_calls:
-            return f"call budget reached ({plural(self.max_calls, 'call')})"
-        if self.max_usd is not None and self.usd >= self.max_usd:
-            return f"USD budget reached (${self.usd:.4f} of ${self.max_usd:.4f})"
-        return None
-
-    def charge(self, cost: float | None) -> None:
-        self.usd += cost or 0.0
-
-
-class SampleIndexer:
-    """The sample index of each request in one run, over all of its rounds.
-
-    Identical requests (say, two independent attempts with the same instruction to the
-    same worker, or a revision round repeating a step of round 1) are separate samples
-    on purpose: each gets its own index, so the cache does not hand the second the first
-    one's reply, and a run gives the same kind of record with the cache as without.
-    ``base`` separates epochs.
-    """
-
-    def __init__(self, base: int) -> None:
-        self._base = base * 1000
-        self._seen: dict[str, int] = {}
-
-    def next(self, worker_id: str, messages: list[Message]) -> int:
-        key = json.dumps([worker_id, messages], ensure_ascii=False)
-        repeat = self._seen.get(key, 0)
-        self._seen[key] = repeat + 1
-        return self._base + repeat
-
-
-@dataclass
-class _History:
-    """What the rounds of one run carry over: the steps of finished rounds, which
-    ``"all"`` steps of later rounds also see, and the run's sample indices."""
-
-    samples: SampleIndexer
-    steps: list[SharedStep] = field(default_factory=list)
-
-
 def _call_record(messages: list[Message], started: str) -> CallRecord:
     return CallRecord(messages=messages, started_at=started)
-
-
-def fill_call(call: CallRecord, completion: Completion) -> None:
-    call.response = completion.text
-    call.input_tokens = completion.usage.input_tokens
-    call.output_tokens = completion.usage.output_tokens
-    call.cost_usd = completion.cost_usd
-    call.latency_s = round(completion.latency_s, 6)
-    call.cached = completion.cached
-    call.attempts = completion.attempts
-    call.raw = completion.raw
-    call.finish_reason = completion.finish_reason
-    call.truncated = completion.truncated
-    call.finished_at = now_iso()
-
-
-def fail_call(call: CallRecord, exc: ModelCallError, latency_s: float, target: Worker) -> None:
-    call.error = exc.describe()
-    call.cost_usd = failed_call_cost(target)
-    call.error_kind = type(exc).__name__
-    call.attempts = int(getattr(exc, "attempts", 1))
-    call.latency_s = round(latency_s, 6)
-    call.finished_at = now_iso()
 
 
 class Orchestrator:
@@ -316,31 +256,23 @@ class Orchestrator:
     # -- the steps -----------------------------------------------------------------
 
     async def _run_steps(
-        self,
-        question: str,
-        workflow: Workflow,
-        rnd: RoundRecord,
-        history: _History,
-        settings: RunSettings,
-        budget: Budget,
-        emit: EventSink,
+        self, question: str, workflow: Workflow, rnd: RoundRecord, runner: StepRunner
     ) -> None:
-        n = len(workflow.steps)
-        done = [asyncio.Event() for _ in range(n)]
-        shared: list[SharedStep | None] = [None] * n
-        records: list[StepRecord | None] = [None] * n
-        samples = history.samples
+        plans = [
+            StepPlan(
+                worker=step.worker,
+                subtask=step.subtask,
+                visible=step.visible(i),
+                access=(ALL,) if step.access == ALL else tuple(step.access),
+                sees_history=step.access == ALL,
+            )
+            for i, step in enumerate(workflow.steps)
+        ]
 
-        async def run_step(i: int) -> None:
+        def compose(i: int, context: list[SharedStep]) -> list[Message]:
             step = workflow.steps[i]
-            visible = step.visible(i)
-            for j in visible:
-                await done[j].wait()
-            worker: Worker = self.pool.workers[step.worker]
-            context = [s for s in (shared[j] for j in visible) if s is not None]
-            if step.access == ALL:
-                context = [*history.steps, *context]
-            messages = build_worker_messages(
+            worker = self.pool.workers[step.worker]
+            return build_worker_messages(
                 question,
                 context,
                 step.subtask,
@@ -348,81 +280,8 @@ class Orchestrator:
                 prefill=self._prefills.get(worker.id),
                 form=worker.context.message,
             )
-            call = _call_record(messages, now_iso())
-            rec = StepRecord(
-                index=i,
-                worker_index=step.worker,
-                worker_id=worker.id,
-                model=worker.model,
-                subtask=step.subtask,
-                access=["all"] if step.access == ALL else list(step.access),
-                visible_steps=list(visible),
-                call=call,
-            )
-            records[i] = rec
-            try:
-                refusal = budget.refusal()
-                if refusal is not None:
-                    rec.status = "skipped"
-                    call.error = refusal
-                    call.error_kind = "BudgetExceeded"
-                    call.cost_usd = 0.0  # never sent
-                    return
-                budget.calls += 1
-                sample_index = samples.next(worker.id, messages)
-                emit(Event("step_started", rnd.index, step=i, worker_id=worker.id))
-                t0 = time.perf_counter()
-                try:
-                    completion = await self.callers.get(worker).complete(
-                        ModelRequest(
-                            messages=tuple(messages),
-                            params=worker.params,
-                            sample_index=sample_index,
-                        )
-                    )
-                except ModelCallError as exc:
-                    fail_call(call, exc.with_target(worker.id), time.perf_counter() - t0, worker)
-                    rec.status = "failed"
-                    emit(
-                        Event(
-                            "step_finished",
-                            rnd.index,
-                            step=i,
-                            worker_id=worker.id,
-                            failed=True,
-                            detail=call.error,
-                        )
-                    )
-                    shared[i] = SharedStep(f"{rnd.index}.{i}", step.worker, step.subtask, None)
-                    return
-                fill_call(call, completion)
-                budget.charge(completion.cost_usd)
-                # The call records what the provider returned; the answer is the reply
-                # as the worker wrote it, its prefill included.
-                reply = join_prefill(messages, completion.text)
-                rec.answer = strip_think(reply).strip()
-                shared[i] = SharedStep(
-                    f"{rnd.index}.{i}", step.worker, step.subtask, rec.answer, reply.strip()
-                )
-                emit(
-                    Event(
-                        "step_finished",
-                        rnd.index,
-                        step=i,
-                        worker_id=worker.id,
-                        cached=completion.cached,
-                        latency_s=completion.latency_s,
-                    )
-                )
-            finally:
-                done[i].set()
 
-        try:
-            await asyncio.gather(*(run_step(i) for i in range(n)))
-        finally:
-            # Also when cancelled: an interrupted run's record keeps the steps it did.
-            rnd.steps = [r for r in records if r is not None]
-            history.steps.extend(s for s in shared if s is not None)
+        await runner.run_round(rnd, plans, compose)
 
     # -- one question --------------------------------------------------------------
 
@@ -474,44 +333,40 @@ class Orchestrator:
             epoch=epoch,
             metadata=dict(metadata or {}),
         )
-        budget = Budget(max_calls=settings.max_calls, max_usd=settings.budget_usd)
-        history = _History(SampleIndexer(settings.sample_index))
+        runner = StepRunner(
+            self.pool.workers,
+            self.callers,
+            budget=Budget(max_calls=settings.max_calls, max_usd=settings.budget_usd),
+            sample_index=settings.sample_index,
+            emit=emit,
+        )
         previous: PreviousRound | None = None
         answer: str | None = None
         start = 0
         if continue_from is not None:
-            previous, answer = _continue(record, continue_from, history)
+            runner.remember(continue_from)
+            previous, answer = _continue(record, continue_from)
             start = len(record.rounds)
             if previous is not None:
                 previous = replace(previous, reply=last_plan_reply(continue_from))
         if on_record is not None:
             on_record(record)
-        t0 = time.perf_counter()
-        try:
-            await self._rounds(
-                question, record, history, previous, answer, start, settings, budget, emit, plan
-            )
-        except asyncio.CancelledError:
-            finish_interrupted(record, time.perf_counter() - t0)
-            raise
-        finish_record(record, time.perf_counter() - t0)
-        emit(Event("run_finished", len(record.rounds) - 1, failed=record.status == "failed"))
-        return record
+        rounds = self._rounds(question, record, runner, previous, answer, start, settings, plan)
+        return await run_to_record(record, rounds, emit)
 
     async def _rounds(
         self,
         question: str,
         record: RunRecord,
-        history: _History,
+        runner: StepRunner,
         previous: PreviousRound | None,
         answer: str | None,
         start: int,
         settings: RunSettings,
-        budget: Budget,
-        emit: EventSink,
         plan: str | None,
     ) -> None:
         """Run the Conductor rounds of ``record``, filling it in (final answer included)."""
+        budget, emit = runner.budget, runner.emit
         for r in range(start, max(start + 1, settings.rounds)):
             rnd = RoundRecord(index=r)
             record.rounds.append(rnd)
@@ -526,7 +381,7 @@ class Orchestrator:
                 rnd.final_answer = answer
                 emit(Event("round_finished", r, detail=rnd.stop_reason))
                 break
-            await self._run_steps(question, workflow, rnd, history, settings, budget, emit)
+            await self._run_steps(question, workflow, rnd, runner)
             round_answer = next(
                 (s.answer for s in reversed(rnd.steps) if s.status == "ok" and s.answer),
                 None,
@@ -547,32 +402,15 @@ class Orchestrator:
         record.final_answer = answer
 
 
-def _continue(
-    record: RunRecord, earlier: RunRecord, history: _History
-) -> tuple[PreviousRound | None, str | None]:
+def _continue(record: RunRecord, earlier: RunRecord) -> tuple[PreviousRound | None, str | None]:
     """Seed ``record`` with the rounds of ``earlier``; return what the next round sees."""
     from .workflow import workflow_from_dict
 
     record.rounds = list(earlier.rounds)
-    last_plan: Workflow | None = None
-    for rnd in earlier.rounds:
-        if rnd.workflow:
-            last_plan = workflow_from_dict(rnd.workflow)
-        for s in rnd.steps:
-            ok = s.status == "ok"
-            answer = s.answer if ok else None
-            reasoned = None
-            if ok and s.call.response is not None:
-                reasoned = join_prefill(s.call.messages, s.call.response).strip()
-            history.steps.append(
-                SharedStep(f"{rnd.index}.{s.index}", s.worker_index, s.subtask, answer, reasoned)
-            )
-            if s.status != "skipped":
-                # Requests already made keep their indices: a repeat is a new sample.
-                history.samples.next(s.worker_id, s.call.messages)
-    if last_plan is None or earlier.final_answer is None:
+    plans = [workflow_from_dict(rnd.workflow) for rnd in earlier.rounds if rnd.workflow]
+    if not plans or earlier.final_answer is None:
         return None, earlier.final_answer
-    return PreviousRound(format_workflow(last_plan), earlier.final_answer), earlier.final_answer
+    return PreviousRound(format_workflow(plans[-1]), earlier.final_answer), earlier.final_answer
 
 
 def _plan_reply(rnd: RoundRecord) -> str | None:
@@ -585,76 +423,6 @@ def last_plan_reply(record: RunRecord) -> str | None:
     """The reply that wrote ``record``'s last plan (what a revision round continues)."""
     last = next((rnd for rnd in reversed(record.rounds) if rnd.workflow), None)
     return _plan_reply(last) if last is not None else None
-
-
-def finish_record(record: RunRecord, wall_s: float) -> None:
-    totals = Totals(wall_s=round(wall_s, 6))
-    cost = 0.0
-    for call in record.all_calls():
-        if call.response is None and call.error is None:
-            continue
-        totals.calls += 1
-        totals.cached_calls += int(call.cached)
-        totals.failed_calls += int(call.error is not None)
-        totals.input_tokens += call.input_tokens
-        totals.output_tokens += call.output_tokens
-        if call.error is None and call.cost_usd is None:
-            totals.unknown_cost_calls += 1
-        cost += call.cost_usd or 0.0
-    totals.cost_usd = round(cost, 8)
-    record.totals = totals
-    record.finished_at = now_iso()
-    failed_steps = [s for rnd in record.rounds for s in rnd.steps if s.status != "ok"]
-    if record.final_answer is None:
-        record.status = "failed"
-        reasons = [rnd.stop_reason for rnd in record.rounds if rnd.stop_reason]
-        step_errors = [
-            f"step {s.index} ({s.worker_id}): {s.call.error}" for s in failed_steps if s.call.error
-        ]
-        if step_errors:
-            reasons = ["no step gave an answer: " + "; ".join(step_errors)]
-        record.error = reasons[0] if reasons else "no answer was produced"
-    elif failed_steps:
-        record.status = "partial"
-        record.error = "; ".join(
-            f"step {s.index} ({s.worker_id}): {s.call.error}" for s in failed_steps
-        )
-    else:
-        record.status = "ok"
-
-
-#: The error of a run, and of each call, that was cancelled before it finished.
-INTERRUPTED = "interrupted before it finished"
-
-
-def finish_interrupted(record: RunRecord, wall_s: float) -> None:
-    """Finish the record of a run cancelled part-way: the calls in flight are marked
-    interrupted, the answer is the last round's that gave one, and the run is
-    ``partial`` with such an answer, else ``failed``, its error saying it was
-    interrupted."""
-    for rnd in record.rounds:
-        for call in rnd.conductor_calls:
-            _interrupt(call)
-        for step in rnd.steps:
-            if _interrupt(step.call):
-                step.status = "failed"
-    if record.final_answer is None:
-        record.final_answer = next(
-            (rnd.final_answer for rnd in reversed(record.rounds) if rnd.final_answer), None
-        )
-    finish_record(record, wall_s)
-    record.status = "failed" if record.final_answer is None else "partial"
-    record.error = f"the run was {INTERRUPTED}"
-
-
-def _interrupt(call: CallRecord) -> bool:
-    """Mark ``call`` interrupted if it was still waiting for its reply."""
-    if call.response is not None or call.error is not None:
-        return False
-    call.error = INTERRUPTED
-    call.error_kind = "Interrupted"
-    call.finished_at = now_iso()
-    return True
 
 
 async def ask(

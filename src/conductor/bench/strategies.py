@@ -11,14 +11,15 @@
   answer and writes an improved one.
 
 Every strategy returns a :class:`~conductor.record.RunRecord` of the same shape, so
-``trace`` and ``report`` treat baselines and Conductor runs alike.
+``trace`` and ``report`` treat baselines and Conductor runs alike.  The baselines run
+their steps with the executor's :class:`~conductor.steps.StepRunner`, so they stop
+calling where a budget (``--max-calls``, ``--budget-usd``) refuses, recording the
+refused steps as the Conductor's runs do, and emit the same progress events.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -26,22 +27,15 @@ from typing import Any, Protocol
 
 from ..conductors.spec import Conductor
 from ..context import SharedStep, build_worker_messages
-from ..errors import ModelCallError, UsageError
-from ..events import EventSink
-from ..execute import (
-    Orchestrator,
-    RunSettings,
-    SampleIndexer,
-    fail_call,
-    fill_call,
-    finish_record,
-)
+from ..errors import UsageError
+from ..events import Event, EventSink, null_sink
+from ..execute import Orchestrator, RunSettings
 from ..llm.caller import CallerSet
 from ..llm.limiter import oversubscription_warning
-from ..llm.types import Message, ModelRequest
+from ..llm.types import Message
 from ..pool import Pool, Worker, pool_to_public_dict
-from ..record import CallRecord, RoundRecord, RunRecord, StepRecord, now_iso
-from ..text import strip_think
+from ..record import RoundRecord, RunRecord
+from ..steps import Budget, Compose, StepPlan, StepRunner, run_to_record
 
 __all__ = [
     "MOA_INSTRUCTION",
@@ -67,6 +61,9 @@ REFLECT_INSTRUCTION = (
     "reasoning, calculation or format. Then write an improved, complete final answer, in "
     "the exact format the task asks for (repeat the answer if it was already right)."
 )
+
+#: The subtask a plan step that gets the plain prompt shows in its record.
+_AS_GIVEN = "(the task as given)"
 
 #: Turns a response into the key that votes are counted on (``None`` = no answer).
 AnswerKey = Callable[[str], "str | None"]
@@ -149,7 +146,11 @@ class _Planned:
 
 
 class FixedStrategy:
-    """A baseline with a plan fixed in advance (no Conductor call)."""
+    """A baseline with a plan fixed in advance (no Conductor call).
+
+    Of ``settings`` only the budgets apply (``max_calls``, ``budget_usd``, per question):
+    steps and rounds are the Conductor's.
+    """
 
     def __init__(
         self,
@@ -159,25 +160,40 @@ class FixedStrategy:
         callers: CallerSet,
         *,
         vote_key: AnswerKey | None = None,
+        settings: RunSettings | None = None,
     ) -> None:
         self.name = name
         self.pool = pool
         self.plan = plan
         self.callers = callers
         self.vote_key = vote_key
+        self.max_calls = settings.max_calls if settings is not None else None
+        self.budget_usd = settings.budget_usd if settings is not None else None
         self._pool_dict = pool_to_public_dict(pool)
+        self._steps = [
+            StepPlan(s.worker, s.subtask or _AS_GIVEN, s.visible, s.visible) for s in plan
+        ]
 
     def describe(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "strategy": self.name,
             "workflow": _plan_dict(self.plan),
             "votes": self.vote_key is not None,
         }
+        # Only when set, so that a run without budgets resumes (and replays its cached
+        # samples) as the runs made before baselines had budgets.
+        if self.max_calls is not None or self.budget_usd is not None:
+            out["settings"] = {"budget_usd": self.budget_usd, "max_calls": self.max_calls}
+        return out
 
-    def _messages(self, question: str, step: _Planned, shared: list[SharedStep]) -> list[Message]:
-        if step.subtask is None:
-            return [{"role": "user", "content": question}]
-        return build_worker_messages(question, [shared[j] for j in step.visible], step.subtask)
+    def _compose(self, question: str) -> Compose:
+        def compose(i: int, visible: list[SharedStep]) -> list[Message]:
+            step = self.plan[i]
+            if step.subtask is None:
+                return [{"role": "user", "content": question}]
+            return build_worker_messages(question, visible, step.subtask)
+
+        return compose
 
     async def run(
         self,
@@ -188,7 +204,7 @@ class FixedStrategy:
         epoch: int | None = None,
         events: EventSink | None = None,
     ) -> RunRecord:
-        t0 = time.perf_counter()
+        emit = events or null_sink
         record = RunRecord(
             question=question,
             pool=self._pool_dict,
@@ -199,63 +215,25 @@ class FixedStrategy:
         )
         rnd = RoundRecord(index=0, workflow=_plan_dict(self.plan))
         record.rounds.append(rnd)
-        n = len(self.plan)
-        done = [asyncio.Event() for _ in range(n)]
-        shared: list[SharedStep] = [
-            SharedStep(f"0.{i}", s.worker, "", None) for i, s in enumerate(self.plan)
-        ]
-        steps: list[StepRecord | None] = [None] * n
-        samples = SampleIndexer(sample_index)
+        runner = StepRunner(
+            self.pool.workers,
+            self.callers,
+            budget=Budget(max_calls=self.max_calls, max_usd=self.budget_usd),
+            sample_index=sample_index,
+            emit=emit,
+        )
 
-        async def run_step(i: int) -> None:
-            step = self.plan[i]
-            try:
-                for j in step.visible:
-                    await done[j].wait()
-                worker: Worker = self.pool.workers[step.worker]
-                messages = self._messages(question, step, shared)
-                index = samples.next(worker.id, messages)
-                call = CallRecord(messages=messages, started_at=now_iso())
-                rec = StepRecord(
-                    index=i,
-                    worker_index=step.worker,
-                    worker_id=worker.id,
-                    model=worker.model,
-                    subtask=step.subtask or "(the task as given)",
-                    access=list(step.visible),
-                    visible_steps=list(step.visible),
-                    call=call,
-                )
-                steps[i] = rec
-                t = time.perf_counter()
-                try:
-                    done_call = await self.callers.get(worker).complete(
-                        ModelRequest(
-                            messages=tuple(messages),
-                            params=worker.params,
-                            sample_index=index,
-                        )
-                    )
-                except ModelCallError as exc:
-                    fail_call(call, exc.with_target(worker.id), time.perf_counter() - t, worker)
-                    rec.status = "failed"
-                    return
-                fill_call(call, done_call)
-                rec.answer = strip_think(done_call.text).strip()
-                shared[i] = SharedStep(f"0.{i}", step.worker, rec.subtask, rec.answer)
-            finally:
-                done[i].set()
+        async def steps() -> None:
+            await runner.run_round(rnd, self._steps, self._compose(question))
+            answers = [s.answer if s.status == "ok" else None for s in rnd.steps]
+            if self.vote_key is not None:
+                record.final_answer, record.metadata["votes"] = _majority(answers, self.vote_key)
+            else:
+                record.final_answer = next((a for a in reversed(answers) if a), None)
+            rnd.final_answer = record.final_answer
+            emit(Event("round_finished", 0))
 
-        await asyncio.gather(*(run_step(i) for i in range(n)))
-        rnd.steps = [s for s in steps if s is not None]
-        answers = [s.answer if s.status == "ok" else None for s in rnd.steps]
-        if self.vote_key is not None:
-            record.final_answer, record.metadata["votes"] = _majority(answers, self.vote_key)
-        else:
-            record.final_answer = next((a for a in reversed(answers) if a), None)
-        rnd.final_answer = record.final_answer
-        finish_record(record, time.perf_counter() - t0)
-        return record
+        return await run_to_record(record, steps(), emit)
 
     async def aclose(self) -> None:
         await self.callers.aclose()
@@ -264,7 +242,7 @@ class FixedStrategy:
 def _plan_dict(plan: list[_Planned]) -> dict[str, Any]:
     return {
         "model_id": [s.worker for s in plan],
-        "subtasks": [s.subtask or "(the task as given)" for s in plan],
+        "subtasks": [s.subtask or _AS_GIVEN for s in plan],
         "access_list": [list(s.visible) for s in plan],
     }
 
@@ -300,9 +278,16 @@ def _count(text: str, strategy: str) -> int:
 
 
 def parse_strategy(
-    text: str, pool: Pool, callers: CallerSet, *, vote_key: AnswerKey | None = None
+    text: str,
+    pool: Pool,
+    callers: CallerSet,
+    *,
+    vote_key: AnswerKey | None = None,
+    settings: RunSettings | None = None,
 ) -> FixedStrategy:
-    """A baseline from its name: ``single:W``, ``vote:K:W``, ``moa[:W]``, ``reflect:K:W``."""
+    """A baseline from its name: ``single:W``, ``vote:K:W``, ``moa[:W]``, ``reflect:K:W``.
+
+    ``settings`` gives its per-question budgets (see :class:`FixedStrategy`)."""
     m = _STRATEGY.match(text.strip())
     if not m:
         raise UsageError(
@@ -311,12 +296,13 @@ def parse_strategy(
         )
     kind, rest = m.group(1), m.group(2) or ""
     if kind == "single":
-        return FixedStrategy(text, pool, [_Planned(_worker_index(pool, rest, text))], callers)
+        plan = [_Planned(_worker_index(pool, rest, text))]
+        return FixedStrategy(text, pool, plan, callers, settings=settings)
     if kind == "moa":
         agg = _worker_index(pool, rest, text) if rest else 0
         proposers = [_Planned(i) for i in range(len(pool.workers))]
         final = _Planned(agg, tuple(range(len(proposers))), MOA_INSTRUCTION)
-        return FixedStrategy(text, pool, [*proposers, final], callers)
+        return FixedStrategy(text, pool, [*proposers, final], callers, settings=settings)
     k_text, _, worker_id = rest.partition(":")
     if not worker_id:
         raise UsageError(f"--strategy {text!r} needs K and a worker: {kind}:K:WORKER")
@@ -324,11 +310,10 @@ def parse_strategy(
     if kind == "vote":
         if vote_key is None:
             raise UsageError(f"--strategy {text}: voting needs a benchmark grader to read answers")
-        return FixedStrategy(
-            text, pool, [_Planned(w) for _ in range(k)], callers, vote_key=vote_key
-        )
+        votes = [_Planned(w) for _ in range(k)]
+        return FixedStrategy(text, pool, votes, callers, vote_key=vote_key, settings=settings)
     plan = [_Planned(w)] + [_Planned(w, (i,), REFLECT_INSTRUCTION) for i in range(k)]
-    return FixedStrategy(text, pool, plan, callers)
+    return FixedStrategy(text, pool, plan, callers, settings=settings)
 
 
 def answer_key_for(grader: str) -> AnswerKey:

@@ -1,0 +1,377 @@
+"""The body of a step, once: what the Conductor's workflows and the baselines share.
+
+A :class:`StepRunner` runs the steps of one question (one run), round by round.  Each
+step starts as soon as every step it can see has finished, so steps that see nothing
+run at the same time.  For each step it checks the budget (a refused step is recorded
+``skipped``, with the reason, and is never sent), takes the request's sample index,
+makes the call, fills the :class:`~conductor.record.StepRecord` and its
+:class:`~conductor.record.CallRecord`, emits ``step_started`` / ``step_finished``
+events, and keeps the answer as a :class:`~conductor.context.SharedStep` for the steps
+(and rounds) that may see it.  What a step is sent is its caller's: the Conductor's
+workflows follow each worker's ``context:`` settings, the baselines send the plain
+prompt (:data:`Compose`).
+
+Interruption: a round's record keeps the steps started so far when it is cancelled,
+and :func:`finish_interrupted` marks the calls still in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .context import SharedStep
+from .errors import ModelCallError
+from .events import Event, EventSink, null_sink
+from .llm.caller import CallerSet
+from .llm.cost import failed_call_cost
+from .llm.prefill import join_prefill
+from .llm.types import Completion, Message, ModelRequest
+from .pool import Worker
+from .record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals, now_iso
+from .text import plural, strip_think
+
+__all__ = [
+    "INTERRUPTED",
+    "Budget",
+    "Compose",
+    "SampleIndexer",
+    "StepPlan",
+    "StepRunner",
+    "fail_call",
+    "fill_call",
+    "finish_interrupted",
+    "finish_record",
+    "run_to_record",
+]
+
+
+@dataclass
+class Budget:
+    """Running spend of one question against its limits."""
+
+    max_calls: int | None = None
+    max_usd: float | None = None
+    calls: int = 0
+    usd: float = 0.0
+
+    def refusal(self) -> str | None:
+        """Why one more call may not start, or ``None`` if it may."""
+        if self.max_calls is not None and self.calls >= self.max_calls:
+            return f"call budget reached ({plural(self.max_calls, 'call')})"
+        if self.max_usd is not None and self.usd >= self.max_usd:
+            return f"USD budget reached (${self.usd:.4f} of ${self.max_usd:.4f})"
+        return None
+
+    def charge(self, cost: float | None) -> None:
+        self.usd += cost or 0.0
+
+
+class SampleIndexer:
+    """The sample index of each request in one run, over all of its rounds.
+
+    Identical requests (say, two independent attempts with the same instruction to the
+    same worker, or a revision round repeating a step of round 1) are separate samples
+    on purpose: each gets its own index, so the cache does not hand the second the first
+    one's reply, and a run gives the same kind of record with the cache as without.
+    ``base`` separates epochs.
+    """
+
+    def __init__(self, base: int) -> None:
+        self._base = base * 1000
+        self._seen: dict[str, int] = {}
+
+    def next(self, worker_id: str, messages: list[Message]) -> int:
+        key = json.dumps([worker_id, messages], ensure_ascii=False)
+        repeat = self._seen.get(key, 0)
+        self._seen[key] = repeat + 1
+        return self._base + repeat
+
+
+def fill_call(call: CallRecord, completion: Completion) -> None:
+    """Record a call that returned ``completion``."""
+    call.response = completion.text
+    call.input_tokens = completion.usage.input_tokens
+    call.output_tokens = completion.usage.output_tokens
+    call.cost_usd = completion.cost_usd
+    call.latency_s = round(completion.latency_s, 6)
+    call.cached = completion.cached
+    call.attempts = completion.attempts
+    call.raw = completion.raw
+    call.finish_reason = completion.finish_reason
+    call.truncated = completion.truncated
+    call.finished_at = now_iso()
+
+
+def fail_call(call: CallRecord, exc: ModelCallError, latency_s: float, target: Worker) -> None:
+    """Record a call that still failed after its retries."""
+    call.error = exc.describe()
+    call.cost_usd = failed_call_cost(target)
+    call.error_kind = type(exc).__name__
+    call.attempts = int(getattr(exc, "attempts", 1))
+    call.latency_s = round(latency_s, 6)
+    call.finished_at = now_iso()
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One step of a round as its record shows it.
+
+    ``worker`` is the worker's index in the pool; ``visible`` the earlier steps of this
+    round that it waits for and sees; ``sees_history`` whether it also sees every step
+    of the run's earlier rounds (the Conductor's ``"all"``); ``access`` its access list
+    as recorded.  ``subtask`` is what the record and later steps show as its subtask.
+    """
+
+    worker: int
+    subtask: str
+    visible: tuple[int, ...]
+    access: tuple[Any, ...]
+    sees_history: bool = False
+
+
+#: The messages for step ``i`` of a round, given the earlier steps it sees.
+Compose = Callable[[int, list[SharedStep]], list[Message]]
+
+
+class StepRunner:
+    """Runs the steps of one question's rounds against a pool's workers.
+
+    One runner belongs to one run: it holds the run's budget (which the Conductor's own
+    calls draw on too), its sample indices and the steps of the rounds finished so far.
+    """
+
+    def __init__(
+        self,
+        workers: Sequence[Worker],
+        callers: CallerSet,
+        *,
+        budget: Budget,
+        sample_index: int,
+        emit: EventSink = null_sink,
+    ) -> None:
+        self.workers = workers
+        self.callers = callers
+        self.budget = budget
+        self.samples = SampleIndexer(sample_index)
+        self.emit = emit
+        #: The steps of finished rounds, as later ``sees_history`` steps see them.
+        self.history: list[SharedStep] = []
+
+    def remember(self, record: RunRecord) -> None:
+        """Take in the rounds of an earlier record of this question, as if this runner
+        had run them: their steps are history, their requests keep their indices."""
+        for rnd in record.rounds:
+            for s in rnd.steps:
+                ok = s.status == "ok"
+                answer = s.answer if ok else None
+                reasoned = None
+                if ok and s.call.response is not None:
+                    reasoned = join_prefill(s.call.messages, s.call.response).strip()
+                self.history.append(
+                    SharedStep(
+                        f"{rnd.index}.{s.index}", s.worker_index, s.subtask, answer, reasoned
+                    )
+                )
+                if s.status != "skipped":
+                    # Requests already made keep their indices: a repeat is a new sample.
+                    self.samples.next(s.worker_id, s.call.messages)
+
+    async def run_round(
+        self, rnd: RoundRecord, plans: Sequence[StepPlan], compose: Compose
+    ) -> None:
+        """Run ``plans`` as the steps of ``rnd``, filling ``rnd.steps`` (in order).
+
+        Also when cancelled, the record keeps the steps started so far and the history
+        the steps finished.
+        """
+        n = len(plans)
+        done = [asyncio.Event() for _ in range(n)]
+        shared: list[SharedStep | None] = [None] * n
+        records: list[StepRecord | None] = [None] * n
+
+        async def one(i: int) -> None:
+            plan = plans[i]
+            try:
+                for j in plan.visible:
+                    await done[j].wait()
+                # A skipped step gave nothing to see.
+                context = [s for s in (shared[j] for j in plan.visible) if s is not None]
+                if plan.sees_history:
+                    context = [*self.history, *context]
+                shared[i] = await self._step(rnd.index, i, plan, compose(i, context), records)
+            finally:
+                done[i].set()
+
+        try:
+            await asyncio.gather(*(one(i) for i in range(n)))
+        finally:
+            rnd.steps = [r for r in records if r is not None]
+            self.history.extend(s for s in shared if s is not None)
+
+    async def _step(
+        self,
+        round_index: int,
+        i: int,
+        plan: StepPlan,
+        messages: list[Message],
+        records: list[StepRecord | None],
+    ) -> SharedStep | None:
+        """The body of step ``i``: its record goes into ``records[i]`` before the call
+        (so a cancelled call is still recorded); returns what later steps see of it
+        (``None`` when it was not sent)."""
+        worker = self.workers[plan.worker]
+        call = CallRecord(messages=messages, started_at=now_iso())
+        rec = StepRecord(
+            index=i,
+            worker_index=plan.worker,
+            worker_id=worker.id,
+            model=worker.model,
+            subtask=plan.subtask,
+            access=list(plan.access),
+            visible_steps=list(plan.visible),
+            call=call,
+        )
+        records[i] = rec
+        label = f"{round_index}.{i}"
+        refusal = self.budget.refusal()
+        if refusal is not None:
+            rec.status = "skipped"
+            call.error = refusal
+            call.error_kind = "BudgetExceeded"
+            call.cost_usd = 0.0  # never sent
+            return None
+        self.budget.calls += 1
+        sample_index = self.samples.next(worker.id, messages)
+        self.emit(Event("step_started", round_index, step=i, worker_id=worker.id))
+        t0 = time.perf_counter()
+        try:
+            completion = await self.callers.get(worker).complete(
+                ModelRequest(
+                    messages=tuple(messages), params=worker.params, sample_index=sample_index
+                )
+            )
+        except ModelCallError as exc:
+            fail_call(call, exc.with_target(worker.id), time.perf_counter() - t0, worker)
+            rec.status = "failed"
+            self.emit(
+                Event(
+                    "step_finished",
+                    round_index,
+                    step=i,
+                    worker_id=worker.id,
+                    failed=True,
+                    detail=call.error,
+                )
+            )
+            return SharedStep(label, plan.worker, plan.subtask, None)
+        fill_call(call, completion)
+        self.budget.charge(completion.cost_usd)
+        # The call records what the provider returned; the answer is the reply as the
+        # worker wrote it, its prefill included.
+        reply = join_prefill(messages, completion.text)
+        rec.answer = strip_think(reply).strip()
+        self.emit(
+            Event(
+                "step_finished",
+                round_index,
+                step=i,
+                worker_id=worker.id,
+                cached=completion.cached,
+                latency_s=completion.latency_s,
+            )
+        )
+        return SharedStep(label, plan.worker, plan.subtask, rec.answer, reply.strip())
+
+
+async def run_to_record(
+    record: RunRecord, work: Awaitable[None], emit: EventSink = null_sink
+) -> RunRecord:
+    """Await ``work`` (which fills ``record``'s rounds and final answer), then finish
+    ``record``: totals, status, error, and the ``run_finished`` event.  A cancelled run's
+    record is finished as interrupted (:func:`finish_interrupted`) before the
+    cancellation goes on."""
+    t0 = time.perf_counter()
+    try:
+        await work
+    except asyncio.CancelledError:
+        finish_interrupted(record, time.perf_counter() - t0)
+        raise
+    finish_record(record, time.perf_counter() - t0)
+    emit(Event("run_finished", len(record.rounds) - 1, failed=record.status == "failed"))
+    return record
+
+
+def finish_record(record: RunRecord, wall_s: float) -> None:
+    """Fill in ``record``'s totals, status and error from its calls and steps."""
+    totals = Totals(wall_s=round(wall_s, 6))
+    cost = 0.0
+    for call in record.all_calls():
+        if call.response is None and call.error is None:
+            continue
+        totals.calls += 1
+        totals.cached_calls += int(call.cached)
+        totals.failed_calls += int(call.error is not None)
+        totals.input_tokens += call.input_tokens
+        totals.output_tokens += call.output_tokens
+        if call.error is None and call.cost_usd is None:
+            totals.unknown_cost_calls += 1
+        cost += call.cost_usd or 0.0
+    totals.cost_usd = round(cost, 8)
+    record.totals = totals
+    record.finished_at = now_iso()
+    failed_steps = [s for rnd in record.rounds for s in rnd.steps if s.status != "ok"]
+    if record.final_answer is None:
+        record.status = "failed"
+        reasons = [rnd.stop_reason for rnd in record.rounds if rnd.stop_reason]
+        step_errors = [
+            f"step {s.index} ({s.worker_id}): {s.call.error}" for s in failed_steps if s.call.error
+        ]
+        if step_errors:
+            reasons = ["no step gave an answer: " + "; ".join(step_errors)]
+        record.error = reasons[0] if reasons else "no answer was produced"
+    elif failed_steps:
+        record.status = "partial"
+        record.error = "; ".join(
+            f"step {s.index} ({s.worker_id}): {s.call.error}" for s in failed_steps
+        )
+    else:
+        record.status = "ok"
+
+
+#: The error of a run, and of each call, that was cancelled before it finished.
+INTERRUPTED = "interrupted before it finished"
+
+
+def finish_interrupted(record: RunRecord, wall_s: float) -> None:
+    """Finish the record of a run cancelled part-way: the calls in flight are marked
+    interrupted, the answer is the last round's that gave one, and the run is
+    ``partial`` with such an answer, else ``failed``, its error saying it was
+    interrupted."""
+    for rnd in record.rounds:
+        for call in rnd.conductor_calls:
+            _interrupt(call)
+        for step in rnd.steps:
+            if _interrupt(step.call):
+                step.status = "failed"
+    if record.final_answer is None:
+        record.final_answer = next(
+            (rnd.final_answer for rnd in reversed(record.rounds) if rnd.final_answer), None
+        )
+    finish_record(record, wall_s)
+    record.status = "failed" if record.final_answer is None else "partial"
+    record.error = f"the run was {INTERRUPTED}"
+
+
+def _interrupt(call: CallRecord) -> bool:
+    """Mark ``call`` interrupted if it was still waiting for its reply."""
+    if call.response is not None or call.error is not None:
+        return False
+    call.error = INTERRUPTED
+    call.error_kind = "Interrupted"
+    call.finished_at = now_iso()
+    return True
