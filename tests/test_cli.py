@@ -170,6 +170,21 @@ def test_help_is_fast_and_does_not_import_litellm() -> None:
     assert "ask" in res.stdout and "trace" in res.stdout
 
 
+def test_help_imports_no_command_library() -> None:
+    """Each command imports what it runs on when it runs: ``--help`` loads none of it."""
+    code = (
+        "import sys\n"
+        "from conductor.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "libs = ('conductor.execute', 'conductor.bench.session', 'conductor.bench.runner',"
+        " 'conductor.pool_check', 'conductor.train.trainer', 'conductor.render', 'diskcache',"
+        " 'datasets', 'torch', 'rich.live', 'rich.progress')\n"
+        "print('LOADED', [m for m in libs if m in sys.modules])\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "LOADED []" in res.stdout, res.stdout + res.stderr
+
+
 def test_trace_of_a_bad_file_exits_2(tmp_path: Path) -> None:
     bad = tmp_path / "run.json"
     bad.write_text("{not json")
