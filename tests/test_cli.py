@@ -185,6 +185,18 @@ def test_help_imports_no_command_library() -> None:
     assert "LOADED []" in res.stdout, res.stdout + res.stderr
 
 
+def test_the_cli_package_runs_as_a_module() -> None:
+    """``python -m conductor.cli`` is how ``accelerate launch -m conductor.cli train`` starts."""
+    res = subprocess.run(
+        [sys.executable, "-m", "conductor.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "conductor 0.1.0"
+
+
 def test_trace_of_a_bad_file_exits_2(tmp_path: Path) -> None:
     bad = tmp_path / "run.json"
     bad.write_text("{not json")
