@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
 
+from conductor import __version__
 from conductor.testing import FakeLLMServer, Fault
 
 SECRET = "sk-test-SECRET-0123456789abcdef"
@@ -194,7 +195,7 @@ def test_the_cli_package_runs_as_a_module() -> None:
         timeout=60,
     )
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "conductor 0.1.0"
+    assert res.stdout.strip() == f"conductor {__version__}"
 
 
 def test_trace_of_a_bad_file_exits_2(tmp_path: Path) -> None:
