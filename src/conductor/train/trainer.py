@@ -315,10 +315,9 @@ def train(
     """Train a Conductor with GRPO as ``config`` says; return the checkpoint directory.
 
     ``on_metrics`` is called with each metrics line after it is written to
-    ``OUTPUT_DIR/metrics.jsonl`` (this prints nothing: showing progress is the
-    caller's).  Bad settings raise
-    :class:`~conductor.errors.UsageError`; a missing training package raises
-    :class:`~conductor.errors.MissingDependencyError`.
+    ``OUTPUT_DIR/metrics.jsonl``; training prints nothing, showing progress is the
+    caller's.  Bad settings raise :class:`~conductor.errors.UsageError`; a missing
+    training package raises :class:`~conductor.errors.MissingDependencyError`.
     """
     require_train_deps()
     check_recursion_layout(config)
