@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
 
+from conductor import __version__
 from conductor.testing import FakeLLMServer, Fault
 
 SECRET = "sk-test-SECRET-0123456789abcdef"
@@ -168,6 +169,33 @@ def test_help_is_fast_and_does_not_import_litellm() -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "HEAVY []" in res.stdout, res.stdout
     assert "ask" in res.stdout and "trace" in res.stdout
+
+
+def test_help_imports_no_command_library() -> None:
+    """Each command imports what it runs on when it runs: ``--help`` loads none of it."""
+    code = (
+        "import sys\n"
+        "from conductor.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "libs = ('conductor.execute', 'conductor.bench.session', 'conductor.bench.runner',"
+        " 'conductor.pool_check', 'conductor.train.trainer', 'conductor.render', 'diskcache',"
+        " 'datasets', 'torch', 'rich.live', 'rich.progress')\n"
+        "print('LOADED', [m for m in libs if m in sys.modules])\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "LOADED []" in res.stdout, res.stdout + res.stderr
+
+
+def test_the_cli_package_runs_as_a_module() -> None:
+    """``python -m conductor.cli`` is how ``accelerate launch -m conductor.cli train`` starts."""
+    res = subprocess.run(
+        [sys.executable, "-m", "conductor.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == f"conductor {__version__}"
 
 
 def test_trace_of_a_bad_file_exits_2(tmp_path: Path) -> None:

@@ -287,11 +287,12 @@ def test_ctrl_c_in_a_command_without_its_own_handling_says_interrupted(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import conductor.cli as cli
+    import conductor.cli.pools as cli_pools
 
     def interrupted(name_or_path: str | None) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_load_pool", interrupted)
+    monkeypatch.setattr(cli_pools, "load_pool", interrupted)
     with pytest.raises(SystemExit) as info:
         cli.main(["pools", "check", "local"])
     assert info.value.code == 130

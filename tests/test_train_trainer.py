@@ -146,7 +146,7 @@ def test_grpo_steps_train_log_and_save(tmp_path: Path, fake_server: FakeLLMServe
     config = load_train_config(_setup(tmp_path, fake_server))
     before = _weights(Path(config.base_model))
     seen: list[dict[str, Any]] = []
-    checkpoint = train(config, live=False, on_metrics=seen.append)
+    checkpoint = train(config, on_metrics=seen.append)
 
     # The weights moved: the reward differed within groups, so GRPO had a gradient.
     after = _weights(checkpoint)
@@ -354,7 +354,7 @@ def test_recursion_step_samples_revisions_from_the_policy_in_the_same_step(
 
     seen: list[tuple[list[str], dict[str, list[Any]], Any, list[Any]]] = []
     generated: list[Any] = []
-    real_rollouts, real_trainer = rec.recursion_rollouts, tr._recursion_trainer
+    real_rollouts, real_trainer = rec.recursion_rollouts, tr.recursion_trainer
 
     def spy_rollouts(reward: Any, columns: Any, firsts: Any, **kwargs: Any) -> Any:
         asked: list[Any] = []
@@ -382,9 +382,9 @@ def test_recursion_step_samples_revisions_from_the_policy_in_the_same_step(
         return trainer
 
     monkeypatch.setattr(rec, "recursion_rollouts", spy_rollouts)
-    monkeypatch.setattr(tr, "_recursion_trainer", spy_trainer)
+    monkeypatch.setattr(tr, "recursion_trainer", spy_trainer)
     torch.manual_seed(0)
-    checkpoint = tr.train(config, live=False)
+    checkpoint = tr.train(config)
 
     assert len(seen) == 1 and len(generated) == 1  # one step, one generation batch
     firsts, columns, batch, asked = seen[0]
@@ -455,7 +455,7 @@ def test_a_prefill_template_trains_on_prompts_left_open(
         return out
 
     monkeypatch.setattr(trainer_module, "policy_prompt", recording)
-    checkpoint = trainer_module.train(load_train_config(file), live=False)
+    checkpoint = trainer_module.train(load_train_config(file))
     assert rendered and all(isinstance(p, str) for p in rendered)
     assert all(p.endswith("<|assistant|>model_id = [") for p in rendered)
     meta = read_checkpoint_meta(checkpoint)

@@ -4,7 +4,7 @@
 killed run keeps every step it logged.  :func:`summarise_rollouts` turns the reward
 function's per-completion results into the rollout half of a line; the trainer adds
 TRL's own values (loss, learning rate, ...).  :func:`metrics_table` renders the last
-lines for a :class:`rich.live.Live` view.
+lines; the CLI shows it in a :class:`rich.live.Live` view (nothing in training prints).
 
 Keys of a line (absent values are ``null``):
 
@@ -32,7 +32,18 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["METRIC_KEYS", "MetricsLog", "metrics_table", "read_metrics", "summarise_rollouts"]
+__all__ = [
+    "METRIC_KEYS",
+    "MetricsLine",
+    "MetricsLog",
+    "metrics_table",
+    "read_metrics",
+    "summarise_rollouts",
+]
+
+#: One line of ``metrics.jsonl`` as written: every :data:`METRIC_KEYS` key, ``None``
+#: where a value is absent (the keys are listed in the module docstring).
+MetricsLine = dict[str, Any]
 
 #: The keys every metrics line carries, in display order.
 METRIC_KEYS: tuple[str, ...] = (
@@ -75,13 +86,13 @@ class MetricsLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = self.path.open("a", encoding="utf-8")
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[MetricsLine] = []
 
-    def append(self, row: dict[str, Any]) -> dict[str, Any]:
+    def append(self, row: dict[str, Any]) -> MetricsLine:
         """Write ``row`` (every :data:`METRIC_KEYS` key present, missing ones null)."""
         merged: dict[str, Any] = {key: None for key in METRIC_KEYS}
         merged.update(row)
-        full: dict[str, Any] = _clean(merged)
+        full: MetricsLine = _clean(merged)
         self._fh.write(json.dumps(full, ensure_ascii=False) + "\n")
         # Flush per line: the file is the record of a run that may be killed at any time.
         self._fh.flush()
@@ -100,7 +111,7 @@ class MetricsLog:
         self.close()
 
 
-def read_metrics(path: Path | str) -> list[dict[str, Any]]:
+def read_metrics(path: Path | str) -> list[MetricsLine]:
     """The lines of a ``metrics.jsonl`` file (a torn last line is skipped)."""
     rows = []
     for line in Path(path).read_text(encoding="utf-8").splitlines():
@@ -173,9 +184,7 @@ def _usage(value: Any) -> str:
     return " ".join(f"{k}:{v}" for k, v in value.items())
 
 
-def metrics_table(
-    rows: Sequence[dict[str, Any]], *, last: int = 12, title: str | None = None
-) -> Any:
+def metrics_table(rows: Sequence[MetricsLine], *, last: int = 12, title: str | None = None) -> Any:
     """A :class:`rich.table.Table` of the last ``last`` metrics lines."""
     from rich.table import Table
 

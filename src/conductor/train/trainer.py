@@ -9,11 +9,11 @@
 3. run ``GRPOTrainer`` with :class:`~conductor.train.reward.WorkflowReward` as the
    reward: every sampled completion is parsed, executed on the pool and graded.  For
    recursion fine-tuning a subclass of it also samples, in the same step, each marked
-   group's revisions from the policy being trained (see :func:`_recursion_trainer`);
-4. log one metrics line per logging step (``OUTPUT_DIR/metrics.jsonl``, plus an optional
-   rich live table) and save ``OUTPUT_DIR/checkpoint`` with ``conductor.json`` (template,
-   pool order, step limit, base model, training-question hashes), which
-   ``--conductor PATH`` loads.
+   group's revisions from the policy being trained (:mod:`.grpo_recursion`);
+4. log one metrics line per logging step (``OUTPUT_DIR/metrics.jsonl``, and handed to
+   the caller's ``on_metrics``, which the CLI renders) and save ``OUTPUT_DIR/checkpoint``
+   with ``conductor.json`` (template, pool order, step limit, base model,
+   training-question hashes), which ``--conductor PATH`` loads.
 
 One optimizer step consumes ``questions_per_step x group_size`` completions (one
 generation batch); GRPO's advantages are normalised within each question's group.
@@ -21,29 +21,37 @@ On several processes (``accelerate launch``) each process scores its share of th
 completions; the metrics line is written by the main process from its share plus TRL's
 globally gathered reward mean.
 
-Heavy libraries (torch, transformers, trl, datasets) are imported inside functions.
+Loading the policy and rendering its prompts is :mod:`.policy`'s.  Heavy libraries
+(torch, transformers, trl, datasets) are imported inside functions.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib.util
 import json
 import logging
 import os
-import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MissingDependencyError, UsageError
+from ..errors import UsageError
 from ..text import plural
+from .grpo_recursion import recursion_trainer
+from .policy import (
+    cuda_available,
+    load_policy,
+    opens_with_prefill,
+    policy_prompt,
+    require_train_deps,
+)
 
 if TYPE_CHECKING:
     from ..pool import Pool
     from .config import TrainConfig
+    from .metrics import MetricsLine, MetricsLog
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -63,135 +71,10 @@ CHECKPOINT_DIR = "checkpoint"
 #: The metrics file inside ``output_dir``.
 METRICS_FILE = "metrics.jsonl"
 
-_INSTALL_HINT = "pip install 'conductor-orchestrate[train]'"
-# A chat template for base models that have none: the same plain transcript that the
-# checkpoint backend falls back to, so training and inference see identical prompts.
-_PLAIN_CHAT_TEMPLATE = (
-    "{% for m in messages %}{{ m['role'] | capitalize }}: {{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}Assistant:{% endif %}"
-)
 # Keyword arguments TRL passes to reward functions besides the dataset columns.
 _TRL_REWARD_EXTRAS = frozenset(
     {"completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
 )
-
-
-def _require_train_deps() -> None:
-    missing = [
-        name
-        for name in ("torch", "transformers", "trl", "datasets")
-        if importlib.util.find_spec(name) is None
-    ]
-    if missing:
-        raise MissingDependencyError(
-            f"training needs {', '.join(missing)}, which is not installed: {_INSTALL_HINT}"
-        )
-
-
-def _cuda() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
-
-
-# -- the policy -----------------------------------------------------------------------
-
-
-def _gguf_file(spec: str) -> Path:
-    """The GGUF file named by ``gguf:smollm2`` or ``gguf:PATH``."""
-    from ..local_model import EMBEDDED_MODEL, embedded_model_path
-
-    name = spec[len("gguf:") :].strip()
-    if not name:
-        raise UsageError("base_model 'gguf:' needs a file path or 'smollm2'")
-    if name == EMBEDDED_MODEL:
-        return embedded_model_path()
-    path = Path(name).expanduser()
-    if not path.is_file():
-        raise UsageError(f"base_model {spec!r}: GGUF file {str(path)!r} does not exist")
-    return path.resolve()
-
-
-def load_policy(base_model: str) -> tuple[Any, Any]:
-    """Load the policy to train and its tokenizer from ``base_model``.
-
-    ``base_model`` is a local model directory, ``ORG/NAME`` or ``hf:ORG/NAME`` (Hugging
-    Face; offline when ``HF_HUB_OFFLINE=1``), or ``gguf:PATH`` / ``gguf:smollm2`` (a GGUF
-    file, e.g. the embedded SmolLM2-135M-Instruct, dequantised to float32 by
-    transformers; needs the ``gguf`` package).  On a GPU with bf16 a Hub / directory
-    model loads in bf16, else float32.  The tokenizer gets a pad token (its EOS) and,
-    if it has no chat template, the plain ``User: ...`` / ``Assistant:`` transcript
-    the checkpoint backend also uses.
-    """
-    _require_train_deps()
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    spec = base_model.strip()
-    if not spec:
-        raise UsageError("base_model is empty")
-    kwargs: dict[str, Any] = {}
-    model_kwargs: dict[str, Any] = {}
-    if spec.startswith("gguf:"):
-        if importlib.util.find_spec("gguf") is None:
-            raise MissingDependencyError(
-                f"loading a GGUF base model needs the gguf package: {_INSTALL_HINT}"
-            )
-        file = _gguf_file(spec)
-        source, kwargs = str(file.parent), {"gguf_file": file.name}
-        import transformers
-
-        # Older transformers always dequantise GGUF weights; newer ones need asking.
-        gguf_config = getattr(transformers, "GgufConfig", None)
-        if gguf_config is not None:
-            # Dense float weights: packed GGUF blocks can be neither trained nor saved.
-            model_kwargs["quantization_config"] = gguf_config(dequantize=True)
-        dtype = torch.float32  # dequantised weights; bf16 would lose what is left
-    else:
-        source = spec[3:].strip() if spec.startswith("hf:") else spec
-        local = Path(source).expanduser()
-        if local.is_dir():
-            source = str(local.resolve())
-        elif source.count("/") != 1 or source.startswith(("/", ".", "~")):
-            raise UsageError(
-                f"base_model {spec!r} is neither an existing directory nor a Hugging Face "
-                "id (ORG/NAME or hf:ORG/NAME) nor gguf:PATH / gguf:smollm2"
-            )
-        cuda = _cuda()
-        dtype = torch.bfloat16 if cuda and torch.cuda.is_bf16_supported() else torch.float32
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs, **model_kwargs)
-    except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"base_model {spec!r} cannot be loaded by transformers: {first}") from exc
-    if spec.startswith("gguf:"):
-        _forget_gguf_quantizer(model)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    if not getattr(tokenizer, "chat_template", None):
-        tokenizer.chat_template = _PLAIN_CHAT_TEMPLATE
-    if getattr(model.config, "pad_token_id", None) is None:
-        model.config.pad_token_id = tokenizer.pad_token_id
-    return model, tokenizer
-
-
-def _forget_gguf_quantizer(model: Any) -> None:
-    """Make a dequantised GGUF model an ordinary one.
-
-    transformers marks a model loaded from a GGUF file as quantized with "gguf" even
-    when every weight was unpacked into a dense tensor, and then refuses to train it or
-    to save it.  The weights are plain float tensors, so the mark is dropped.
-    """
-    if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer = None
-    for attr in ("quantization_config",):
-        if hasattr(model.config, attr):
-            delattr(model.config, attr)
-    if getattr(model, "is_quantized", False):
-        # A read-only property (derived from hf_quantizer) on some versions.
-        with contextlib.suppress(AttributeError):
-            model.is_quantized = False
 
 
 # -- configuration --------------------------------------------------------------------
@@ -227,7 +110,7 @@ def build_grpo_config(config: TrainConfig, *, output_dir: Path) -> Any:
             f"{plural(g.gradient_accumulation_steps, 'accumulation step')} give {per_device}; "
             "change gradient_accumulation_steps or the number of processes"
         )
-    cuda = _cuda()
+    cuda = cuda_available()
     bf16 = g.bf16
     if bf16 is None:
         bf16 = cuda and torch.cuda.is_bf16_supported()
@@ -296,40 +179,6 @@ def _where(config: TrainConfig) -> str:
     return f"{config.path}: " if getattr(config, "path", None) else ""
 
 
-# -- on-policy recursion -----------------------------------------------------------------
-
-# The GRPOTrainer methods the recursion trainer builds on (TRL 1.x).
-_TRL_HOOKS = ("_generate_and_score_completions", "_generate", "_tokenize_prompts")
-_TRL_GENERATE = "_generate_single_turn"
-
-
-def opens_with_prefill(config: TrainConfig) -> bool:
-    """Whether ``config``'s template begins the Conductor's reply with a prefill."""
-    from ..conductors.prompt import load_conductor_template
-
-    chat = load_conductor_template(config.template).chat
-    return chat is not None and chat.has_prefill
-
-
-def policy_prompt(tokenizer: Any, messages: Sequence[Mapping[str, Any]], *, render: bool) -> Any:
-    """The prompt TRL gets for ``messages``: the conversation itself, or with ``render``
-    its text with a trailing prefill left open.
-
-    TRL's GRPO renders a conversational prompt with a generation prompt, which closes a
-    trailing assistant message as a finished turn and opens a new one; the policy would
-    then learn to answer after its prefill instead of continuing it, unlike the way
-    ``ask`` and ``bench`` prompt the checkpoint.  Rendered here through the tokenizer's
-    chat template (as the checkpoint backend renders it), the prompt is plain text that
-    TRL tokenizes as it is, and the completion continues the prefill.
-    """
-    plain = [dict(m) for m in messages]
-    if not render:
-        return plain
-    from ..llm.checkpoint_client import chat_prompt
-
-    return chat_prompt(tokenizer, plain)[0]
-
-
 def check_recursion_layout(config: TrainConfig) -> None:
     """Raise :class:`UsageError` unless recursion training can pair its rollouts.
 
@@ -348,125 +197,6 @@ def check_recursion_layout(config: TrainConfig) -> None:
             f"same group, so grpo.group_size ({g.group_size}) and each of the {world} "
             f"process(es)' {share} completions per step must be even"
         )
-
-
-def _recursion_trainer(
-    discount: float, reward: Any, *, render_prompts: bool = False, **kwargs: Any
-) -> Any:
-    """A ``GRPOTrainer`` that samples recursion rounds on-policy, built with ``kwargs``.
-
-    Why a subclass that wraps ``_generate``: it is the one place in TRL's step where
-    (a) round 1 has just been sampled by TRL's own backend (transformers, or vLLM
-    colocated / server with the weights synced to the current policy), (b) the prompt
-    and completion token ids each row trains on can still be replaced, and (c) values
-    per row can be handed to the reward functions (``extra_fields``).  Everything after
-    it (the batch layout, GRPO's group-normalised advantages, the loss, the gathers
-    across processes) stays TRL's own code.  TRL's ``rollout_func`` would mean writing
-    generation again outside TRL's backends and is marked experimental; a reward
-    function that calls the policy could neither use vLLM nor train the revisions.
-
-    Per generation batch (see :func:`conductor.train.recursion.recursion_rollouts`):
-    TRL samples a reply for every row; the rows are executed as round 1 (except each
-    pair's second row, whose round-1 sample is discarded); the policy samples each
-    pair's revision from the round-2 prompt built from its partner's record, through
-    the same tokenizer path and backend; the second row's prompt and completion become
-    that round-2 prompt and revision, so GRPO trains both rounds in one group; the
-    scored rollouts travel to :class:`~conductor.train.recursion.RecursionReward`.
-    TRL's completion-length metrics still describe the round-1 samples.
-    """
-    import torch
-    import trl
-    from trl import GRPOTrainer  # type: ignore[attr-defined]
-
-    from .recursion import ROLLOUT_COLUMN, recursion_rollouts
-    from .reward import completion_text
-
-    missing = [h for h in (*_TRL_HOOKS, _TRL_GENERATE) if not hasattr(GRPOTrainer, h)]
-    if missing:
-        raise MissingDependencyError(
-            f"recursion training builds on GRPOTrainer.{', '.join(missing)}, which trl "
-            f"{getattr(trl, '__version__', '?')} lacks: install trl 1.x ({_INSTALL_HINT})"
-        )
-
-    # Typed as Any: trl's own annotations differ between versions (and are absent where
-    # trl is not installed when type-checking).
-    base: Any = GRPOTrainer
-
-    class RecursionGRPOTrainer(base):  # type: ignore[misc]
-        """GRPO with each marked group's revisions sampled from the current policy."""
-
-        _conductor_rows: list[dict[str, Any]] | None = None
-        _round2: tuple[list[Any], list[Any], list[Any] | None, list[str]] | None = None
-
-        def _generate_and_score_completions(self, inputs: Any) -> Any:
-            self._conductor_rows = inputs  # the rows of the prompts _generate is given
-            try:
-                return super()._generate_and_score_completions(inputs)
-            finally:
-                self._conductor_rows = None
-
-        def _generate(self, prompts: list[Any]) -> Any:
-            out = super()._generate(prompts)
-            rows = self._conductor_rows
-            if rows is None or len(out) != 8 or len(rows) != len(prompts):
-                raise RuntimeError(
-                    f"trl {getattr(trl, '__version__', '?')}: GRPOTrainer._generate changed "
-                    "shape; recursion training supports TRL 1.x"
-                )
-            prompt_ids, completion_ids, tool_mask, completions, logprobs, extra = out[:6]
-            columns = {key: [row.get(key) for row in rows] for key in rows[0]}
-            texts = [completion_text(c) for c in completions]
-            self._round2 = None
-            batch = recursion_rollouts(
-                reward, columns, texts, discount=discount, generate=self._revise
-            )
-            prompt_ids, completion_ids = list(prompt_ids), list(completion_ids)
-            completions = list(completions)
-            logprobs = list(logprobs) if logprobs is not None else None
-            if batch.revised:
-                assert self._round2 is not None
-                ids2, completion_ids2, logprobs2, texts2 = self._round2
-                for k, j in enumerate(batch.revised):
-                    prompt_ids[j], completion_ids[j] = ids2[k], completion_ids2[k]
-                    if logprobs is not None:
-                        if logprobs2 is None:
-                            raise RuntimeError("round 2 was sampled without log-probabilities")
-                        logprobs[j] = logprobs2[k]
-                    completions[j] = (
-                        [{"role": "assistant", "content": texts2[k]}]
-                        if isinstance(completions[j], list)
-                        else texts2[k]
-                    )
-            extra = {**extra, ROLLOUT_COLUMN: batch.results}
-            return (prompt_ids, completion_ids, tool_mask, completions, logprobs, extra, *out[6:])
-
-        def _revise(self, prompts: list[list[Any]]) -> list[str]:
-            """Sample one revision per round-2 prompt with the current policy.
-
-            Every process samples the same number of prompts (the most any process
-            has, padded with a copy of a prompt whose reply is dropped): the backends'
-            collectives (vLLM server, DeepSpeed ZeRO-3 generation) need all to take part
-            alike.
-            """
-            n = len(prompts)
-            count = torch.tensor([n], device=self.accelerator.device)
-            most = int(self.accelerator.gather(count).max().item())
-            if most == 0:
-                return []
-            rows = self._conductor_rows or []
-            tokenizer = self.processing_class
-            batch = [policy_prompt(tokenizer, p, render=render_prompts) for p in prompts]
-            filler = batch[0] if batch else rows[0]["prompt"]
-            batch += [filler] * (most - n)
-            prompt_ids, _images, fields = self._tokenize_prompts(batch)
-            completion_ids, logprobs = self._generate_single_turn(prompt_ids, None, fields, 1)
-            prompt_ids, completion_ids = list(prompt_ids)[:n], list(completion_ids)[:n]
-            logprobs = list(logprobs)[:n] if logprobs is not None else None
-            texts = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
-            self._round2 = (prompt_ids, completion_ids, logprobs, list(texts))
-            return list(texts)
-
-    return RecursionGRPOTrainer(**kwargs)
 
 
 # -- the run ----------------------------------------------------------------------------
@@ -494,28 +224,15 @@ class _RecordingReward:
         return out
 
 
-def _live_view(live: bool) -> Any:
-    """A started rich Live on stderr when asked for and stderr is a terminal, else None."""
-    if not live or not sys.stderr.isatty():
-        return None
-    from rich.console import Console
-    from rich.live import Live
-
-    view = Live(console=Console(stderr=True), refresh_per_second=2, transient=False)
-    view.start()
-    return view
-
-
 def _make_callback(
     reward: _RecordingReward,
-    metrics: Any,
+    metrics: MetricsLog,
     started: float,
-    on_metrics: Callable[[dict[str, Any]], None] | None,
-    view: Any,
+    on_metrics: Callable[[MetricsLine], None] | None,
 ) -> Any:
     from transformers import TrainerCallback
 
-    from .metrics import metrics_table, summarise_rollouts
+    from .metrics import summarise_rollouts
 
     class MetricsCallback(TrainerCallback):
         """Writes a metrics line each time the trainer logs."""
@@ -535,8 +252,6 @@ def _make_callback(
             row["kl"] = logs.get("kl")
             row["elapsed_s"] = round(time.monotonic() - started, 2)
             written = metrics.append(row)
-            if view is not None:
-                view.update(metrics_table(metrics.rows))
             if on_metrics is not None:
                 on_metrics(written)
 
@@ -595,18 +310,16 @@ def _record_training_questions(checkpoint: Path, hashes: frozenset[str]) -> None
 def train(
     config: TrainConfig,
     *,
-    live: bool = True,
-    on_metrics: Callable[[dict[str, Any]], None] | None = None,
+    on_metrics: Callable[[MetricsLine], None] | None = None,
 ) -> Path:
     """Train a Conductor with GRPO as ``config`` says; return the checkpoint directory.
 
-    ``live`` shows a rich table of the last steps on stderr when stderr is a terminal.
-    ``on_metrics`` is called with each metrics line (a dict) after it is written to
-    ``OUTPUT_DIR/metrics.jsonl``.  Bad settings raise
-    :class:`~conductor.errors.UsageError`; a missing training package raises
-    :class:`~conductor.errors.MissingDependencyError`.
+    ``on_metrics`` is called with each metrics line after it is written to
+    ``OUTPUT_DIR/metrics.jsonl``; training prints nothing, showing progress is the
+    caller's.  Bad settings raise :class:`~conductor.errors.UsageError`; a missing
+    training package raises :class:`~conductor.errors.MissingDependencyError`.
     """
-    _require_train_deps()
+    require_train_deps()
     check_recursion_layout(config)
     from .contamination import check_training_data
 
@@ -631,8 +344,7 @@ def train(
 
     cache = ResponseCache()
     inner: Any = None
-    metrics: Any = None
-    view: Any = None
+    metrics: MetricsLog | None = None
     try:
         rows = build_rows(config, pool, conductor, rng_seed=config.seed)
         render = opens_with_prefill(config)
@@ -648,19 +360,18 @@ def train(
         reward = _RecordingReward(inner if config.recursion is None else RecursionReward())
         metrics = MetricsLog(output_dir / METRICS_FILE)
         started = time.monotonic()
-        view = _live_view(live)
         trainer_kwargs: dict[str, Any] = {
             "model": model,
             "reward_funcs": [reward],
             "args": args,
             "train_dataset": dataset,
             "processing_class": tokenizer,
-            "callbacks": [_make_callback(reward, metrics, started, on_metrics, view)],
+            "callbacks": [_make_callback(reward, metrics, started, on_metrics)],
         }
         if config.recursion is None:
             trainer = GRPOTrainer(**trainer_kwargs)
         else:
-            trainer = _recursion_trainer(
+            trainer = recursion_trainer(
                 config.recursion.discount, inner, render_prompts=render, **trainer_kwargs
             )
         _quiet_trainer(trainer)
@@ -670,8 +381,6 @@ def train(
         if trainer.is_world_process_zero():
             _record_training_questions(checkpoint, guard.training_hashes)
     finally:
-        if view is not None:
-            view.stop()
         if metrics is not None:
             metrics.close()
         if inner is not None:

@@ -1,0 +1,381 @@
+"""A bench session: what ``conductor bench`` does between reading its options and
+showing the scores.
+
+:func:`plan_bench` turns the options as given (:class:`BenchArgs`; what was not given
+again is taken from the run being resumed) into one :class:`BenchRequest` per run
+directory (a ``singles`` run has one per worker).  :class:`BenchSession` runs one
+request: it opens the call cache, builds the callers and the strategy, checks every
+key it will need, runs :func:`~conductor.bench.runner.run_benchmark`, keeps the
+providers' rate limits and writes the summary.  :func:`merge_bench` joins shard
+directories.  Nothing here prints: progress and warnings go to the callbacks given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError
+from ..execute import RunSettings
+from ..pool import Pool
+from .report import write_summary
+from .runner import BenchOptions, BenchProgress, BenchStopped
+from .types import BenchmarkSpec
+
+if TYPE_CHECKING:
+    from ..conductors.spec import Conductor
+    from .strategies import Strategy
+
+__all__ = [
+    "BenchArgs",
+    "BenchRequest",
+    "BenchSession",
+    "merge_bench",
+    "plan_bench",
+]
+
+
+@dataclass(frozen=True)
+class BenchArgs:
+    """The options of one ``conductor bench`` run, as given.
+
+    ``None`` is "not given": with ``resume`` the value the run was started with is
+    used, else the default.  ``shard`` is the text ``I/N``.
+    """
+
+    benchmark: str | None = None
+    pool: str | None = None
+    conductor: str | None = None
+    strategy: str | None = None
+    data: Path | None = None
+    limit: int | None = None
+    epochs: int | None = None
+    seed: int | None = None
+    concurrency: int | None = None
+    out: Path | None = None
+    resume: Path | None = None
+    retry_errors: bool = False
+    shard: str | None = None
+    max_steps: int | None = None
+    rounds: int | None = None
+    budget_usd: float | None = None
+    max_calls: int | None = None
+    no_cache: bool = False
+    unsafe_code: bool = False
+    exclude_trained: bool = False
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """One strategy on one benchmark, written to ``run_dir``.
+
+    ``conductor`` is the Conductor SPEC (``--strategy conductor`` only); ``settings``
+    are the per-question limits; ``invocation`` is what ``--resume`` reads back;
+    ``unsafe_code`` lets the code graders run without an OS sandbox;
+    ``exclude_trained`` skips the questions the Conductor's checkpoint was trained on.
+    """
+
+    spec: BenchmarkSpec
+    pool: Pool
+    strategy: str
+    run_dir: Path
+    conductor: str | None = None
+    data: Path | None = None
+    limit: int | None = None
+    epochs: int | None = None
+    seed: int = 0
+    concurrency: int = 16
+    resume: bool = False
+    retry_errors: bool = False
+    shard: tuple[int, int] | None = None
+    settings: RunSettings = field(default_factory=RunSettings)
+    no_cache: bool = False
+    invocation: Mapping[str, Any] | None = None
+    unsafe_code: bool = False
+    exclude_trained: bool = False
+
+
+def plan_bench(args: BenchArgs) -> list[BenchRequest]:
+    """The runs ``args`` asks for, one per run directory, in the order to run them.
+
+    Raises :class:`UsageError` for options that do not fit together, and before
+    anything runs for a ``singles`` run that lacks a worker's key.
+    """
+    from ..pool import load_pool, resolve_pool_path
+    from .spec import load_benchmark
+
+    if args.retry_errors and args.resume is None:
+        raise UsageError("--retry-errors needs --resume DIR")
+    out = args.out
+    if args.resume is not None:
+        if out is not None and out != args.resume:
+            raise UsageError("give either --out or --resume, not both")
+        out = args.resume
+    # What was not given again is taken from the run being resumed.
+    stored = _stored_invocation(args.resume) if args.resume is not None else {}
+    benchmark = args.benchmark if args.benchmark is not None else stored.get("benchmark")
+    if benchmark is None:
+        raise UsageError("name a benchmark, or give --resume DIR to continue a run")
+    pool = args.pool if args.pool is not None else stored.get("pool")
+    conductor = args.conductor if args.conductor is not None else stored.get("conductor")
+    strategy: str = args.strategy or stored.get("strategy") or "conductor"
+    data = args.data if args.data is not None else _opt_path(stored.get("data"))
+    limit = args.limit if args.limit is not None else stored.get("limit")
+    epochs = args.epochs if args.epochs is not None else stored.get("epochs")
+    seed = args.seed if args.seed is not None else stored.get("seed", 0)
+    concurrency = args.concurrency or stored.get("concurrency") or 16
+    shard = args.shard if args.shard is not None else stored.get("shard")
+    max_steps = args.max_steps if args.max_steps is not None else stored.get("max_steps")
+    rounds = args.rounds or stored.get("rounds") or 1
+    budget_usd = args.budget_usd if args.budget_usd is not None else stored.get("budget_usd")
+    max_calls = args.max_calls if args.max_calls is not None else stored.get("max_calls")
+    exclude_trained = args.exclude_trained or bool(stored.get("exclude_trained"))
+
+    spec = load_benchmark(benchmark)
+    if spec.training_only and data is None:
+        raise UsageError(
+            f"benchmark {spec.name} is for training only (it has no evaluation source); "
+            "pass --data FILE to evaluate on other questions in its schema"
+        )
+    pool_obj = load_pool(resolve_pool_path(pool or "local"))
+    shard_t = _parse_shard(shard)
+    invocation = {
+        # Files by absolute path, shipped names as names (they move with the package).
+        "benchmark": _as_given(benchmark),
+        "pool": _as_given(pool),
+        "conductor": conductor,
+        "strategy": strategy,
+        "data": str(data.resolve()) if data is not None else None,
+        "limit": limit,
+        "epochs": epochs,
+        "seed": seed,
+        "shard": shard,
+        "max_steps": max_steps,
+        "rounds": rounds,
+        "budget_usd": budget_usd,
+        "max_calls": max_calls,
+        "concurrency": concurrency,
+        "exclude_trained": exclude_trained,
+    }
+    if out is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        label = strategy.replace(":", "-")
+        out = Path("runs") / f"{spec.name}-{label}-{stamp}"
+    singles = strategy == "singles"
+    strategies = [f"single:{w.id}" for w in pool_obj.workers] if singles else [strategy]
+    if singles:
+        from ..llm.factory import require_keys
+
+        require_keys(pool_obj.workers)  # every worker's key, before the first single runs
+    settings = RunSettings(
+        max_steps=max_steps, rounds=rounds, budget_usd=budget_usd, max_calls=max_calls
+    )
+    return [
+        BenchRequest(
+            spec=spec,
+            pool=pool_obj,
+            strategy=strat,
+            run_dir=out / f"single-{strat.split(':', 1)[1]}" if singles else out,
+            conductor=conductor,
+            data=data,
+            limit=limit,
+            epochs=epochs,
+            seed=seed,
+            concurrency=concurrency,
+            resume=args.resume is not None,
+            retry_errors=args.retry_errors,
+            shard=shard_t,
+            settings=settings,
+            no_cache=args.no_cache,
+            invocation=invocation,
+            unsafe_code=args.unsafe_code,
+            exclude_trained=exclude_trained,
+        )
+        for strat in strategies
+    ]
+
+
+class BenchSession:
+    """One :class:`BenchRequest`: its grader is built at once (a bad grader option is
+    refused before anything runs), the rest when :meth:`run` is called."""
+
+    def __init__(self, request: BenchRequest) -> None:
+        from .graders import get_grader
+        from .graders.code import with_unsafe_opt_in
+
+        self.request = request
+        spec = request.spec
+        self._grader = get_grader(
+            spec.grader,
+            with_unsafe_opt_in(spec.grader, spec.grader_options, request.unsafe_code),
+        )
+        self._options = BenchOptions(
+            out_dir=request.run_dir,
+            data_file=request.data,
+            limit=request.limit,
+            epochs=request.epochs,
+            seed=request.seed,
+            concurrency=request.concurrency,
+            resume=request.resume,
+            retry_errors=request.retry_errors,
+            shard=request.shard,
+            invocation=request.invocation,
+            pool_sha256=_file_sha256(request.pool.path),
+        )
+
+    def run(
+        self,
+        *,
+        on_progress: Callable[[BenchProgress], None] | None = None,
+        on_warning: Callable[[str], None] | None = None,
+    ) -> BenchProgress:
+        """Run the request to the end and write the run's summary.
+
+        The summary is written too when the run is stopped (by a full disk, a
+        rejected key, or ``Ctrl-C``, which is raised again as ``KeyboardInterrupt``).
+        """
+        run_dir = self.request.run_dir
+        try:
+            progress = asyncio.run(self._run(on_progress, on_warning))
+        except BenchStopped:
+            # What was written is summarised if the directory still takes a write.
+            with contextlib.suppress(Exception):
+                write_summary(run_dir)
+            raise
+        except KeyboardInterrupt:
+            write_summary(run_dir)
+            raise
+        write_summary(run_dir)
+        return progress
+
+    async def _run(
+        self,
+        on_progress: Callable[[BenchProgress], None] | None,
+        on_warning: Callable[[str], None] | None,
+    ) -> BenchProgress:
+        from ..cache import ResponseCache
+        from ..conductors.spec import resolve_conductor
+        from ..llm.caller import CallerSet
+        from ..llm.factory import require_keys
+        from ..pool import pool_to_public_dict
+        from .report import record_rate_limits
+        from .runner import run_benchmark
+        from .strategies import (
+            ConductorStrategy,
+            answer_key_for,
+            concurrency_warning,
+            parse_strategy,
+        )
+
+        r = self.request
+        options = self._options
+        opened = contextlib.nullcontext() if r.no_cache else ResponseCache()
+        with opened as cache:
+            callers = CallerSet(cache)
+            strat: Strategy
+            if r.strategy == "conductor":
+                cond = resolve_conductor(r.pool, r.conductor, max_steps=r.settings.max_steps)
+                options = _with_trained_questions(options, cond, r.exclude_trained)
+                strat = ConductorStrategy(r.pool, cond, r.settings, callers)
+                needed = [*r.pool.workers, strat.orchestrator.conductor.target]
+            else:
+                if r.conductor is not None:
+                    raise UsageError("--conductor applies to --strategy conductor only")
+                if r.exclude_trained:
+                    raise UsageError("--exclude-trained applies to --strategy conductor only")
+                fixed = parse_strategy(
+                    r.strategy, r.pool, callers, vote_key=answer_key_for(r.spec.grader)
+                )
+                strat = fixed
+                needed = [r.pool.workers[step.worker] for step in fixed.plan]
+            # Every missing key at once, before the first sample (and before the run
+            # directory holds anything).
+            require_keys(needed)
+            warning = concurrency_warning(strat, r.concurrency)
+            if warning and on_warning is not None:
+                on_warning(warning)
+            try:
+                return await run_benchmark(
+                    r.spec,
+                    strat,
+                    self._grader,
+                    pool_to_public_dict(r.pool),
+                    options,
+                    cache=cache,
+                    on_progress=on_progress,
+                )
+            finally:
+                record_rate_limits(r.run_dir, callers.limits.history())
+
+
+def merge_bench(dirs: list[Path], out: Path) -> int:
+    """Join the shard directories ``dirs`` into ``out`` and summarise it; return the
+    number of records merged."""
+    from .runner import merge_runs
+
+    n = merge_runs(dirs, out)
+    write_summary(out)
+    return n
+
+
+def _parse_shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
+        raise UsageError(f"--shard {text!r} must be I/N with 0 <= I < N, e.g. 0/4")
+    return int(m.group(1)), int(m.group(2))
+
+
+def _with_trained_questions(
+    options: BenchOptions, conductor: Conductor, exclude: bool
+) -> BenchOptions:
+    """``options`` with the questions ``conductor``'s checkpoint was trained on (counted
+    by the run, or skipped with ``exclude``)."""
+    from ..train.contamination import trained_questions_of
+
+    trained = trained_questions_of(conductor)
+    return dataclasses.replace(options, trained_on=trained, exclude_trained=exclude)
+
+
+def _stored_invocation(run_dir: Path) -> dict[str, Any]:
+    """The options a bench run in ``run_dir`` was started with (for ``--resume DIR``).
+
+    A ``singles`` run keeps one directory per worker below ``run_dir``; the first one
+    speaks for all."""
+    from .rundir import run_dirs
+    from .runner import read_run_config, stored_invocation
+
+    dirs = run_dirs(run_dir)
+    if dirs and dirs[0] != run_dir:
+        return {**stored_invocation(read_run_config(dirs[0])), "strategy": "singles"}
+    return stored_invocation(read_run_config(run_dir))
+
+
+def _as_given(name_or_path: str | None) -> str | None:
+    """A file's absolute path, or the name of a shipped file unchanged."""
+    if name_or_path is None:
+        return None
+    path = Path(name_or_path).expanduser()
+    return str(path.resolve()) if path.is_file() else name_or_path
+
+
+def _opt_path(value: Any) -> Path | None:
+    return Path(value) if isinstance(value, str) and value else None
+
+
+def _file_sha256(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None

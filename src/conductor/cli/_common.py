@@ -1,0 +1,102 @@
+"""What every command shares: the two consoles, exit codes, the error line, the
+interrupt message, and the pool and cache a command opens.
+
+Only the light libraries (typer, rich) are imported here; the pool loader and the
+call cache are imported when a command asks for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
+
+from ..text import printable
+
+if TYPE_CHECKING:
+    from ..cache import ResponseCache
+    from ..pool import Pool
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_USAGE",
+    "cache_unless",
+    "interrupted",
+    "load_pool",
+    "open_cache",
+    "print_error",
+    "print_path",
+    "state",
+    "stderr",
+    "stdout",
+]
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+#: 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C.
+EXIT_INTERRUPTED = 130
+
+#: Set by the root callback: ``--debug`` lets errors through as tracebacks.
+state: dict[str, bool] = {"debug": False}
+
+
+def stdout() -> Console:
+    """Standard output.  Piped, rich lays it out for 80 columns unless COLUMNS says
+    otherwise: an unbounded width would set free text on one endless line.  Every view
+    keeps ids and paths whole at any width, so a pipe into grep still finds them."""
+    return Console(soft_wrap=False)
+
+
+def stderr() -> Console:
+    return Console(stderr=True)
+
+
+def print_path(console: Console, label: str, *paths: Path | str) -> None:
+    """``label``, then each path on a line of its own that is never wrapped or cropped
+    (a terminal may fold it on screen; copied, it is one piece)."""
+    console.print(label, highlight=False, markup=False)
+    for path in paths:
+        console.print(Text(printable(str(path))), soft_wrap=True, highlight=False)
+
+
+def print_error(message: str) -> None:
+    # One line whatever the width (scripts read it); no emoji codes such as ":x:".
+    stderr().print(
+        f"[red]error:[/red] {escape(printable(message))}",
+        markup=True,
+        highlight=False,
+        emoji=False,
+        soft_wrap=True,
+    )
+
+
+def interrupted(kept: str | None = None) -> NoReturn:
+    """Say that the command was interrupted, and what it kept; exit 130."""
+    message = f"interrupted: {kept}" if kept else "interrupted"
+    stderr().print(printable(message), markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def load_pool(name_or_path: str | None) -> Pool:
+    """The pool a command was pointed at: a file, a shipped name, or ``local``."""
+    from ..pool import load_pool as load
+    from ..pool import resolve_pool_path
+
+    return load(resolve_pool_path(name_or_path or "local"))
+
+
+def open_cache() -> ResponseCache:
+    from ..cache import ResponseCache
+
+    return ResponseCache()
+
+
+def cache_unless(no_cache: bool) -> contextlib.AbstractContextManager[ResponseCache | None]:
+    """The call cache, closed when the block ends; nothing with ``--no-cache``."""
+    return contextlib.nullcontext() if no_cache else open_cache()

@@ -1,0 +1,180 @@
+"""The ``conductor`` application: the command tree, the root options, and
+:func:`main`, which turns the errors the library raises on purpose into one sentence
+on stderr and an exit code (2 for bad input, 1 for a failed run, 130 for ``Ctrl-C``);
+a traceback is shown only with ``--debug``.
+
+Each command lives in a module of its own and imports the heavy libraries it needs
+when it runs, so that ``conductor --help`` and ``conductor trace`` start instantly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import sys
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from .. import __version__
+from ..errors import ConductorError, UsageError
+from ._common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    interrupted,
+    print_error,
+    state,
+    stderr,
+)
+from .ask import ask
+from .bench import bench, report
+from .cache import cache_app
+from .pools import pools_app
+from .trace import trace
+from .train import train
+
+__all__ = ["app", "main"]
+
+
+class _Commands(TyperGroup):
+    """The command group; a ``Ctrl-C`` that no command handled ends here.
+
+    Typer would turn it into a silent exit 130; this says so.  Commands that keep
+    something (``ask``'s record, ``bench``'s samples) catch it first and say what.
+    """
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            interrupted()
+
+
+app = typer.Typer(
+    cls=_Commands,
+    name="conductor",
+    help=(
+        "Run and evaluate Conductor orchestrations: a Conductor model writes a workflow "
+        "for each question and a pool of worker LLMs carries it out."
+    ),
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+app.add_typer(pools_app, name="pools")
+app.add_typer(cache_app, name="cache")
+for command in (ask, bench, report, trace, train):
+    app.command()(command)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"conductor {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show tracebacks and debug logs on stderr.")
+    ] = False,
+    version: Annotated[
+        bool | None,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = None,
+) -> None:
+    """Conductor: learned orchestration of LLM teams."""
+    state["debug"] = debug
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    logger = logging.getLogger("conductor")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.DEBUG if debug else logging.WARNING)
+    logger.propagate = False
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: run the app and turn errors into exit codes."""
+    try:
+        app(args=argv, standalone_mode=True)
+    except SystemExit as exc:
+        if exc.code == EXIT_INTERRUPTED:
+            _abandon_local_work()
+        raise
+    except UsageError as exc:
+        if state["debug"]:
+            raise
+        print_error(str(exc))
+        sys.exit(EXIT_USAGE)
+    except ConductorError as exc:
+        if state["debug"]:
+            raise
+        print_error(str(exc))
+        sys.exit(EXIT_FAILED)
+    except OSError as exc:
+        # A file or directory the command was pointed at (an --out under a read-only
+        # directory, a path through a regular file): one line, not a traceback.
+        if state["debug"]:
+            raise
+        print_error(_describe_os_error(exc))
+        sys.exit(EXIT_USAGE if exc.errno in _USER_PATH_ERRNOS else EXIT_FAILED)
+    except KeyboardInterrupt:
+        stderr().print("interrupted")
+        _abandon_local_work()
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _abandon_local_work() -> None:
+    """Leave now, after ``Ctrl-C``, even while a local model thread is busy.
+
+    An interrupted command has already cancelled its calls, run its ``finally``
+    blocks (records written, cache closed) and said what it kept.  Generations still
+    running are told to stop at their next token.  What cannot stop (a model load, a
+    prompt batch inside llama.cpp, seconds long on a slow CPU) would hold the process
+    at exit, which joins every worker thread; so after a short wait the process leaves
+    with ``os._exit``, skipping only the exit handlers, after flushing its output.
+    Daemon threads would not do: the interpreter frees the model at shutdown while
+    llama.cpp may still be using it.
+    """
+    local = sys.modules.get("conductor.local_model")
+    if local is None:
+        return
+    try:
+        if local.stop_generations(wait_s=0.3):
+            return
+    except KeyboardInterrupt:  # pressed again: do not wait at all
+        pass
+    logging.getLogger("conductor").debug("a local model is still busy; leaving without it")
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(EXIT_INTERRUPTED)
+
+
+# OS errors that mean "that path cannot be used as given", which the user can fix.
+_USER_PATH_ERRNOS = frozenset(
+    {
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.ENOENT,
+        errno.EEXIST,
+        errno.ENAMETOOLONG,
+        errno.ELOOP,
+    }
+)
+
+
+def _describe_os_error(exc: OSError) -> str:
+    where = f"{exc.filename}: " if exc.filename is not None else ""
+    what = exc.strerror or str(exc)
+    return f"{where}{what}; check the path and its permissions"

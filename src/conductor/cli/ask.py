@@ -1,0 +1,252 @@
+"""``conductor ask``: answer one question and show how the answer was made."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, TypeVar
+
+import typer
+
+from ..errors import UsageError
+from ._common import (
+    EXIT_FAILED,
+    cache_unless,
+    interrupted,
+    load_pool,
+    print_error,
+    print_path,
+    stderr,
+    stdout,
+)
+
+if TYPE_CHECKING:
+    from ..conductors.spec import Conductor
+    from ..events import EventSink
+    from ..execute import RunSettings
+    from ..pool import Pool
+    from ..record import RunRecord
+
+__all__ = ["ask"]
+
+_T = TypeVar("_T")
+
+
+def ask(
+    question: Annotated[
+        str | None,
+        typer.Argument(help="The question to answer; - reads it from standard input."),
+    ] = None,
+    question_file: Annotated[
+        Path | None,
+        typer.Option("--file", help="Read the question from this file (UTF-8 text)."),
+    ] = None,
+    pool: Annotated[
+        str | None,
+        typer.Option(
+            "--pool",
+            "-p",
+            help="Pool file, or the name of a shipped pool. Default: the embedded offline "
+            "pool (local).",
+        ),
+    ] = None,
+    conductor: Annotated[
+        str | None,
+        typer.Option(
+            "--conductor",
+            "-c",
+            help="Who writes the workflow: http(s)://HOST/v1[#MODEL], prompted:WORKER_ID, "
+            "prompted:LITELLM_MODEL, local, hf:ORG/NAME or a checkpoint directory. "
+            "Default: the pool's conductor.",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Write the run record (JSON) here.")
+    ] = None,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", min=1, help="Most steps per workflow.")
+    ] = None,
+    rounds: Annotated[
+        int,
+        typer.Option(
+            "--rounds", min=1, help="Most Conductor rounds; above 1 the Conductor may revise."
+        ),
+    ] = 1,
+    budget_usd: Annotated[
+        float | None,
+        typer.Option("--budget-usd", min=0.0, help="Stop starting calls past this spend."),
+    ] = None,
+    max_calls: Annotated[
+        int | None,
+        typer.Option("--max-calls", min=1, help="Most model calls, the Conductor's included."),
+    ] = None,
+    template: Annotated[
+        str | None,
+        typer.Option("--template", help="Conductor prompt template: a built-in name or a file."),
+    ] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Neither read nor write the call cache.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the run record as JSON on stdout.")
+    ] = False,
+) -> None:
+    """Answer one question with an orchestrated workflow and show how it was made."""
+    from ..conductors.spec import resolve_conductor
+    from ..execute import RunSettings
+    from ..llm.factory import require_keys
+    from ..record import check_record_path, write_record
+    from ..render import answer_panel, step_table, to_json, topology
+    from ..text import check_question
+
+    text = _question_text(question, question_file)
+    check_question(text)
+    if out is not None:
+        check_record_path(out)
+    pool_obj = load_pool(pool)
+    cond = resolve_conductor(pool_obj, conductor, max_steps=max_steps, template=template)
+    require_keys([*pool_obj.workers, cond.target])  # every missing key at once, up front
+    settings = RunSettings(
+        max_steps=max_steps, rounds=rounds, budget_usd=budget_usd, max_calls=max_calls
+    )
+    started: list[RunRecord] = []
+    try:
+        record = _run_with_progress(
+            lambda events: _ask_async(
+                text, pool_obj, cond, settings, no_cache, events, started.append
+            ),
+            show=not as_json,
+        )
+    except KeyboardInterrupt:
+        interrupted(_keep_interrupted(started[0] if started else None, out, no_cache))
+    if out is not None:
+        write_record(record, out)
+    if as_json:
+        typer.echo(to_json(record))
+    else:
+        console = stdout()
+        console.print(topology(record))
+        console.print(step_table(record))
+        console.print(answer_panel(record))
+        if out is not None:
+            print_path(console, "record written to (replay it with: conductor trace PATH)", out)
+    if record.status == "failed":
+        # One plain sentence on stderr as well, for scripts and narrow terminals.
+        print_error(f"the run failed: {record.error or ''}")
+        raise typer.Exit(EXIT_FAILED)
+
+
+async def _ask_async(
+    question: str,
+    pool: Pool,
+    cond: Conductor,
+    settings: RunSettings,
+    no_cache: bool,
+    events: EventSink | None,
+    on_record: Callable[[RunRecord], None] | None = None,
+) -> RunRecord:
+    from ..execute import ask as run_ask
+
+    with cache_unless(no_cache) as cache:
+        return await run_ask(
+            question, pool, cond, settings, cache=cache, events=events, on_record=on_record
+        )
+
+
+def _keep_interrupted(record: RunRecord | None, out: Path | None, no_cache: bool) -> str:
+    """Write what an interrupted ``ask`` did (to ``--out``), and say what was kept."""
+    from ..record import write_record
+
+    finished = 0
+    if record is not None and record.finished_at is None:
+        # A second Ctrl-C can stop the run before it finished its own record.
+        from datetime import datetime, timezone
+
+        from ..execute import finish_interrupted
+
+        started = datetime.fromisoformat(record.started_at)
+        finish_interrupted(record, (datetime.now(timezone.utc) - started).total_seconds())
+    if record is not None:
+        finished = sum(1 for c in record.all_calls() if c.response is not None and not c.error)
+    calls = f"{finished} finished call{'' if finished == 1 else 's'}"
+    if out is not None and record is not None:
+        try:
+            write_record(record, out)
+        except OSError as exc:  # still exit 130: the interrupt is what happened
+            return f"the record could not be written to {out} ({exc.strerror or exc})"
+        return f"the record of the steps done so far ({calls}) is in {out} (conductor trace {out})"
+    kept = "nothing was recorded"
+    if out is None:
+        kept += " (--out FILE keeps the record of the steps done)"
+    if finished and not no_cache:
+        kept += f"; the {calls} are in the call cache, and asking again reuses them"
+    return kept
+
+
+def _question_text(question: str | None, path: Path | None) -> str:
+    """The question: the argument, standard input (``-``) or the ``--file``.
+
+    Text read from a file or standard input loses its surrounding whitespace (the
+    final newline, mostly).  At most one character over the question limit is read,
+    so a runaway input is refused without being held in memory.
+    """
+    if question is not None and path is not None:
+        raise UsageError("give the question either as an argument or with --file, not both")
+    if path is not None:
+        try:
+            with path.open("rb") as stream:
+                return _read_question(stream, str(path))
+        except OSError as exc:
+            raise UsageError(
+                f"cannot read the question file {path}: {exc.strerror or exc}"
+            ) from None
+    if question == "-":
+        if sys.stdin is None:
+            raise UsageError("there is no standard input to read the question from")
+        if sys.stdin.isatty():
+            stderr().print("reading the question from standard input; end it with Ctrl-D")
+        return _read_question(sys.stdin.buffer, "standard input")
+    if question is None:
+        raise UsageError(
+            'give a question: conductor ask "QUESTION", conductor ask - (read from '
+            "standard input) or conductor ask --file PATH"
+        )
+    return question
+
+
+def _read_question(stream: BinaryIO, where: str) -> str:
+    from ..text import question_limit
+
+    limit = question_limit()
+    # A character is at most 4 bytes of UTF-8: more bytes than this is over the limit.
+    cap = 4 * limit + 4
+    data = stream.read(cap + 1)
+    if len(data) > cap:
+        raise UsageError(
+            f"the question in {where} is over the limit of {limit:,} characters "
+            "(set CONDUCTOR_MAX_QUESTION_CHARS to change it)"
+        )
+    try:
+        return data.decode("utf-8-sig").strip()
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"the question in {where} is not UTF-8 text (byte {exc.start}); save it as UTF-8"
+        ) from None
+
+
+def _run_with_progress(
+    make: Callable[[EventSink | None], Coroutine[Any, Any, _T]], *, show: bool
+) -> _T:
+    """Run a coroutine factory, showing a live progress view on stderr when useful."""
+    console = stderr()
+    if not show or not console.is_terminal:
+        return asyncio.run(make(None))
+    from rich.live import Live
+
+    from ..render import ProgressView
+
+    view = ProgressView()
+    with Live(view, console=console, refresh_per_second=8, transient=True):
+        return asyncio.run(make(view))

@@ -1,0 +1,207 @@
+"""``conductor bench`` and ``conductor report``: run a benchmark (the session is
+:mod:`conductor.bench.session`'s), show its progress, and show the scores of runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from ..errors import UsageError
+from ..text import plural
+from ._common import EXIT_FAILED, interrupted, print_path, stderr, stdout
+
+if TYPE_CHECKING:
+    from ..bench.runner import BenchProgress
+    from ..bench.session import BenchRequest
+
+__all__ = ["bench", "report"]
+
+
+def bench(
+    benchmark: Annotated[
+        str | None,
+        typer.Argument(
+            help="A shipped benchmark (gpqa-diamond, math500, aime24, aime25, mmlu, "
+            "livecodebench, bigcodebench-hard) or a benchmark YAML file; `merge` joins "
+            "shard directories.  With --resume DIR it may be left out."
+        ),
+    ] = None,
+    dirs: Annotated[
+        list[Path] | None, typer.Argument(help="With `merge`: the shard directories.")
+    ] = None,
+    pool: Annotated[
+        str | None, typer.Option("--pool", "-p", help="Pool file or shipped pool name.")
+    ] = None,
+    conductor: Annotated[
+        str | None,
+        typer.Option("--conductor", "-c", help="Conductor SPEC (as for ask)."),
+    ] = None,
+    strategy: Annotated[
+        str | None,
+        typer.Option(
+            "--strategy",
+            help="conductor, single:WORKER, vote:K:WORKER, moa, moa:AGGREGATOR, "
+            "reflect:K:WORKER, or singles (every worker alone).  Default: conductor.",
+        ),
+    ] = None,
+    data: Annotated[
+        Path | None, typer.Option("--data", help="Run on a local file in the same schema.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="First N samples.")] = None,
+    epochs: Annotated[
+        int | None, typer.Option("--epochs", min=1, help="Repeats per sample.")
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Seed for choice shuffling (default 0).")
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option("--concurrency", min=1, help="Samples in flight at once (default 16)."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Run directory (default: runs/...).")
+    ] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume",
+            help="Continue the run in this directory, with the settings it was started "
+            "with; options given beside it must agree with them.",
+        ),
+    ] = None,
+    retry_errors: Annotated[
+        bool, typer.Option("--retry-errors", help="With --resume: run failed samples again.")
+    ] = False,
+    shard: Annotated[
+        str | None, typer.Option("--shard", help="Run shard I of N (I/N, from 0).")
+    ] = None,
+    max_steps: Annotated[int | None, typer.Option("--max-steps", min=1)] = None,
+    rounds: Annotated[int | None, typer.Option("--rounds", min=1)] = None,
+    budget_usd: Annotated[float | None, typer.Option("--budget-usd", min=0.0)] = None,
+    max_calls: Annotated[int | None, typer.Option("--max-calls", min=1)] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Do not use the call cache.")
+    ] = False,
+    confirm_run_unsafe_code: Annotated[
+        bool,
+        typer.Option(
+            "--confirm-run-unsafe-code",
+            help="Run model-written code even where no OS sandbox is possible.",
+        ),
+    ] = False,
+    exclude_trained: Annotated[
+        bool,
+        typer.Option(
+            "--exclude-trained",
+            help="Skip the samples the Conductor checkpoint was trained on (it records "
+            "them); without it they run and are counted in the summary.",
+        ),
+    ] = False,
+) -> None:
+    """Run a benchmark with the Conductor or a baseline strategy, graded and resumable."""
+    if benchmark == "merge":
+        _bench_merge(dirs or [], out)
+        return
+    if dirs:
+        raise UsageError(f"unexpected arguments after the benchmark name: {dirs}")
+    from ..bench.session import BenchArgs, plan_bench
+
+    requests = plan_bench(
+        BenchArgs(
+            benchmark=benchmark,
+            pool=pool,
+            conductor=conductor,
+            strategy=strategy,
+            data=data,
+            limit=limit,
+            epochs=epochs,
+            seed=seed,
+            concurrency=concurrency,
+            out=out,
+            resume=resume,
+            retry_errors=retry_errors,
+            shard=shard,
+            max_steps=max_steps,
+            rounds=rounds,
+            budget_usd=budget_usd,
+            max_calls=max_calls,
+            no_cache=no_cache,
+            unsafe_code=confirm_run_unsafe_code,
+            exclude_trained=exclude_trained,
+        )
+    )
+    run_dirs = []
+    failed = False
+    for request in requests:
+        progress = _bench_one(request)
+        failed = failed or (progress.done > 0 and progress.errors == progress.done)
+        run_dirs.append(request.run_dir)
+    _print_report(run_dirs)
+    dirs_written = plural(len(run_dirs), "run directory", "run directories")
+    print_path(stdout(), f"{dirs_written} (for conductor report and trace):", *run_dirs)
+    if failed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _bench_one(request: BenchRequest) -> BenchProgress:
+    """Run one request under a progress bar on stderr (shown on a terminal only)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..bench.session import BenchSession
+
+    session = BenchSession(request)
+    console = stderr()
+
+    def on_warning(text: str) -> None:
+        console.print(f"[yellow]warning:[/] {text}", highlight=False)
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+        disable=not console.is_terminal,
+    ) as bar:
+        task = bar.add_task(f"{request.spec.name} · {request.strategy}", total=None, stats="")
+
+        def on_progress(p: BenchProgress) -> None:
+            acc = f"{p.accuracy:.1f}%" if p.accuracy is not None else "-"
+            stats = f"acc {acc} · ${p.cost_usd:.4f} · errors {p.errors}"
+            bar.update(task, total=p.total, completed=p.skipped + p.done, stats=stats)
+
+        try:
+            return session.run(on_progress=on_progress, on_warning=on_warning)
+        except KeyboardInterrupt:
+            run_dir = request.run_dir
+            interrupted(f"finished samples are kept in {run_dir} (--resume {run_dir})")
+
+
+def _bench_merge(dirs: list[Path], out: Path | None) -> None:
+    from ..bench.session import merge_bench
+
+    if out is None:
+        raise UsageError("bench merge needs --out DIR")
+    n = merge_bench(dirs, out)
+    records, runs = plural(n, "record"), plural(len(dirs), "run")
+    print_path(stdout(), f"merged {records} from {runs} into", out)
+    _print_report([out])
+
+
+def _print_report(run_dirs: list[Path]) -> None:
+    from ..bench.report import report_renderables
+
+    console = stdout()
+    for renderable in report_renderables(run_dirs):
+        console.print(renderable)
+
+
+def report(
+    runs: Annotated[list[Path], typer.Argument(help="Bench run directories, side by side.")],
+) -> None:
+    """Scores, cost and usage of saved bench runs, with the paper's figures for reference."""
+    _print_report(runs)

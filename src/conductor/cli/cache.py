@@ -1,0 +1,57 @@
+"""``conductor cache stats|clear``: inspect or clear the on-disk call cache."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+import typer
+
+from ..errors import UsageError
+from ..text import plural
+from ._common import open_cache, print_path, stdout
+
+__all__ = ["cache_app"]
+
+cache_app = typer.Typer(help="Inspect or clear the on-disk call cache.", no_args_is_help=True)
+
+
+def _parse_age(text: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
+    if not m:
+        raise UsageError(f"--older-than {text!r} is not an age like 30m, 12h, 7d or 2w")
+    unit = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+    return float(m.group(1)) * unit
+
+
+@cache_app.command("stats")
+def cache_stats() -> None:
+    """Show where the cache is and how much it holds."""
+    from datetime import datetime
+
+    with open_cache() as cache:
+        s = cache.stats()
+
+    def when(t: float | None) -> str:
+        return datetime.fromtimestamp(t).isoformat(timespec="seconds") if t else "-"
+
+    console = stdout()
+    print_path(console, "directory:", s.directory)
+    console.print(f"entries:   {s.entries}")
+    console.print(f"size:      {s.size_bytes / 1e6:.2f} MB")
+    console.print(f"oldest:    {when(s.oldest)}")
+    console.print(f"newest:    {when(s.newest)}")
+
+
+@cache_app.command("clear")
+def cache_clear(
+    older_than: Annotated[
+        str | None,
+        typer.Option("--older-than", help="Only entries older than this age (e.g. 7d, 12h)."),
+    ] = None,
+) -> None:
+    """Delete cached calls (all, or those older than an age)."""
+    age = _parse_age(older_than) if older_than else None
+    with open_cache() as cache:
+        removed = cache.clear(age)
+    stdout().print(f"removed {plural(removed, 'cached call')}")

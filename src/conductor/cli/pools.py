@@ -1,0 +1,120 @@
+"""``conductor pools list|show|check``: the shipped pools, one pool's workers, and one
+tiny request to each of its models (sent by :mod:`conductor.pool_check`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.text import Text
+
+from ..errors import ConductorError
+from ..text import plural, printable
+from ._common import EXIT_FAILED, load_pool, print_path, stdout
+
+__all__ = ["pools_app"]
+
+pools_app = typer.Typer(help="List, show and check pool files.", no_args_is_help=True)
+
+
+@pools_app.command("list")
+def pools_list() -> None:
+    """List the pools shipped with conductor."""
+    from rich.table import Table
+
+    from ..pool import builtin_pools_dir, list_builtin_pools
+    from ..pool import load_pool as load_pool_file
+
+    table = Table(title="shipped pools")
+    # Names are what --pool takes: never wrapped.  Descriptions and errors wrap.
+    table.add_column("name", no_wrap=True)
+    table.add_column("workers", justify="right", no_wrap=True)
+    table.add_column("conductor", no_wrap=True)
+    table.add_column("description")
+    for path in list_builtin_pools():
+        try:
+            p = load_pool_file(path)
+        except ConductorError as exc:
+            table.add_row(path.stem, "-", "-", Text(printable(str(exc)), style="red"))
+            continue
+        backend = p.conductor.backend if p.conductor else "-"
+        table.add_row(p.name, str(len(p.workers)), backend, Text(printable(p.description or "")))
+    console = stdout()
+    console.print(table)
+    print_path(console, "files (NAME.yaml, to copy and edit) in:", builtin_pools_dir())
+
+
+@pools_app.command("show")
+def pools_show(
+    pool: Annotated[str, typer.Argument(help="Pool file or shipped pool name.")],
+) -> None:
+    """Show a pool's workers in the order the Conductor sees them."""
+    from rich.table import Table
+
+    from ..render import Fitted
+
+    p = load_pool(pool)
+    title = Text(printable(f"pool {p.name}" + (f": {p.description}" if p.description else "")))
+    wide = Table(title=title)
+    for col in ("Conductor sees", "id", "model", "client", "endpoint"):
+        wide.add_column(col, no_wrap=True)
+    wide.add_column("params")
+    wide.add_column("conc.", justify="right", no_wrap=True)
+    # Narrower than the table: one worker per block, each id and URL on a line.
+    stacked = Table(title=title, box=None, show_header=False, padding=(0, 1))
+    stacked.add_column("sees", no_wrap=True)
+    stacked.add_column("worker")
+    keep: list[str] = []
+    for i, w in enumerate(p.workers):
+        params = printable(", ".join(f"{k}={v}" for k, v in w.params.items()))
+        endpoint = printable(w.api_base or "-")
+        cells = (w.id, w.model, w.client, endpoint, params)  # Text: never read as markup
+        wide.add_row(f"Model {i}", *map(Text, cells), str(w.max_concurrency))
+        block = Text(w.id, style="bold")
+        block.append(f"\nmodel {w.model}\nclient {w.client}, concurrency {w.max_concurrency}")
+        block.append(f"\nendpoint {endpoint}" + (f"\nparams {params}" if params else ""))
+        stacked.add_row(f"Model {i}", block)
+        keep += [w.id, w.model, endpoint]
+    console = stdout()
+    console.print(Fitted([wide, stacked], keep))
+    if p.conductor is not None:
+        c = p.conductor
+        where = f" at {c.api_base}" if c.api_base else ""
+        console.print(
+            f"conductor: {c.backend} {c.model or ''}{where} (template {c.template}, "
+            f"max {plural(c.max_steps, 'step')}{', constrained' if c.constrained else ''})",
+            highlight=False,
+        )
+    else:
+        console.print("conductor: none (pass --conductor)")
+
+
+@pools_app.command("check")
+def pools_check(
+    pool: Annotated[str, typer.Argument(help="Pool file or shipped pool name.")],
+    timeout_s: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for each worker.")
+    ] = 60.0,
+) -> None:
+    """Validate a pool and send one tiny request to each worker (and the Conductor)."""
+    from rich.table import Table
+
+    from ..pool_check import check_pool
+
+    p = load_pool(pool)
+    results = check_pool(p, timeout_s)
+    table = Table(title=f"pool {p.name}: one tiny request per model")
+    for col in ("model", "id", "result", "latency (s)", "reply"):
+        table.add_column(col)
+    failed = 0
+    for r in results:
+        if r.error is None:
+            shown = escape(printable(r.reply[:40]))
+            table.add_row(r.label, r.worker_id, "[green]ok[/green]", f"{r.latency_s:.2f}", shown)
+        else:
+            failed += 1
+            table.add_row(r.label, r.worker_id, f"[red]{escape(printable(r.error))}[/red]", "-", "")
+    stdout().print(table)
+    if failed:
+        raise typer.Exit(EXIT_FAILED)

@@ -1,0 +1,163 @@
+"""``conductor trace``: replay a recorded run, or list the samples of a bench run."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import typer
+
+from ..errors import UsageError
+from ..text import printable
+from ._common import stdout
+
+if TYPE_CHECKING:
+    from ..record import RunRecord
+
+__all__ = ["TraceFormat", "trace"]
+
+
+class TraceFormat(str, Enum):
+    """How ``conductor trace`` shows a run."""
+
+    table = "table"
+    tree = "tree"
+    mermaid = "mermaid"
+    json = "json"
+
+
+def trace(
+    run: Annotated[Path, typer.Argument(help="A run record (run.json) or a bench run directory.")],
+    sample: Annotated[
+        str | None,
+        typer.Option(
+            "--sample",
+            "-s",
+            help="Sample id to show, for a run directory (without it, the samples are listed).",
+        ),
+    ] = None,
+    fmt: Annotated[
+        TraceFormat,
+        typer.Option("--format", "-f", help="How to show a run.", case_sensitive=False),
+    ] = TraceFormat.table,
+    verdict: Annotated[
+        str | None,
+        typer.Option("--verdict", help="List only the samples with this verdict (e.g. incorrect)."),
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="List at most N samples.")
+    ] = None,
+) -> None:
+    """Replay a recorded run step by step, or list the samples of a bench run."""
+    from rich.rule import Rule
+    from rich.text import Text
+
+    from ..bench.rundir import SAMPLES, iter_records
+    from ..record import read_record
+    from ..render import SampleListing, to_json, to_mermaid, trace_renderable
+
+    if run.name == SAMPLES and run.is_file():
+        run = run.parent  # the file of a run directory: read as the directory
+    listing = run.is_dir() and sample is None
+    if not listing and (verdict is not None or limit is not None):
+        raise UsageError(
+            "--verdict and --limit apply to the list of a bench run's samples "
+            "(a run directory without --sample)"
+        )
+    console = stdout()
+    if listing:
+        if fmt in ("mermaid", "json"):
+            raise UsageError(
+                f"--format {fmt.value} shows one sample; give --sample ID "
+                f"(conductor trace {run} lists them)"
+            )
+        if verdict is not None:
+            _check_verdict(verdict)
+        dirs = _bench_run_dirs(run)
+        any_rows = False
+        for d in dirs:
+            if d != run:
+                console.print(Rule(Text(printable(d.name), style="bold")))
+            listed = SampleListing(iter_records(d / SAMPLES), verdict=verdict, limit=limit)
+            any_rows = any_rows or bool(listed.rows)
+            # Not cropped: an id wider than the terminal is printed whole and left to wrap.
+            console.print(listed, crop=False)
+        if any_rows:
+            where = printable(str(dirs[0] if len(dirs) == 1 else run))
+            console.print(
+                f"one sample's trace: conductor trace {where} --sample ID",
+                soft_wrap=True,
+                markup=False,
+                highlight=False,
+            )
+        return
+    shown: list[tuple[Path | None, RunRecord]] = []
+    if run.is_dir():
+        dirs = _bench_run_dirs(run)
+        ids: set[str] = set()
+        for d in dirs:
+            for record in iter_records(d / SAMPLES):
+                if record.sample_id is not None:
+                    ids.add(record.sample_id)
+                if sample in (record.sample_id, record.run_id):
+                    shown.append((d if d != run else None, record))
+        if not shown:
+            raise _unknown_sample(run, str(sample), ids)
+        # Records are written as samples finish; a sample's epochs are shown in order.
+        shown.sort(key=lambda item: (dirs.index(item[0] or run), item[1].epoch or 0))
+    else:
+        record = read_record(run)
+        if sample is not None and sample not in (record.sample_id, record.run_id):
+            raise UsageError(f"{run}: no sample with id {sample!r}")
+        shown.append((None, record))
+    for sub_run, record in shown:
+        if fmt == "json":
+            typer.echo(to_json(record))
+        elif fmt == "mermaid":
+            typer.echo(to_mermaid(record))
+        else:
+            if sub_run is not None:
+                console.print(Rule(Text(printable(sub_run.name), style="bold")))
+            style: Literal["table", "tree"] = "tree" if fmt is TraceFormat.tree else "table"
+            console.print(trace_renderable(record, style), crop=False)
+
+
+def _bench_run_dirs(path: Path) -> list[Path]:
+    """The bench run directories ``path`` holds: itself, or for a ``singles`` run the
+    ``single-WORKER`` directory of each worker."""
+    from ..bench.rundir import SAMPLES, run_dirs
+
+    dirs = run_dirs(path, holding=SAMPLES)
+    if not dirs:
+        raise UsageError(f"{path}: no {SAMPLES} in this run directory")
+    return dirs
+
+
+def _unknown_sample(run: Path, sample: str, ids: set[str]) -> UsageError:
+    import difflib
+
+    listing = f"conductor trace {run} lists them"
+    if not ids:
+        return UsageError(f"{run}: no sample {sample!r}; this run holds no samples yet")
+    # Part of an id (``3.json`` for ``math500/test/3.json``) is the likely slip; a
+    # misspelling of a whole id the next.
+    close = sorted(i for i in ids if sample in i)
+    if not 1 <= len(close) <= 3:
+        close = difflib.get_close_matches(sample, sorted(ids), n=3, cutoff=0.6)
+    guess = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    count = f"{len(ids)} sample" + ("" if len(ids) == 1 else "s")
+    return UsageError(f"{run}: no sample {sample!r} among its {count}{guess} ({listing})")
+
+
+def _check_verdict(verdict: str) -> None:
+    import difflib
+
+    from ..bench.report import STATUSES
+
+    if verdict not in STATUSES:
+        close = difflib.get_close_matches(verdict, STATUSES, n=1)
+        guess = f"did you mean {close[0]!r}? " if close else ""
+        raise UsageError(
+            f"--verdict {verdict!r} is not a verdict; {guess}(one of {', '.join(STATUSES)})"
+        )
