@@ -163,6 +163,18 @@ async def test_a_baseline_bench_honours_the_call_budget(
     assert config["strategy_detail"]["settings"] == {"budget_usd": None, "max_calls": 2}
 
 
+def test_the_cli_passes_budgets_to_baselines(tmp_path: Path, fake_server: FakeLLMServer) -> None:
+    script_math(fake_server)
+    data = make_math_file(tmp_path / "math.jsonl", 2)
+    out = tmp_path / "run"
+    res = cli("bench", "math500", "--pool", str(bench_pool(tmp_path, fake_server)),
+              "--data", str(data), "--strategy", "vote:3:w0", "--max-calls", "2",
+              "--out", str(out), cache=tmp_path / "cache")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert len(fake_server.requests_for("w0")) == 4  # two of the three votes, per sample
+    assert [r["totals"]["calls"] for r in read_samples(out)] == [2, 2]
+
+
 def test_bad_strategy_and_shard_exit_2(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     pool = bench_pool(tmp_path, fake_server)
     data = make_math_file(tmp_path / "m.jsonl", 2)

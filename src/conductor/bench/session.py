@@ -292,7 +292,11 @@ class BenchSession:
                 if r.exclude_trained:
                     raise UsageError("--exclude-trained applies to --strategy conductor only")
                 fixed = parse_strategy(
-                    r.strategy, r.pool, callers, vote_key=answer_key_for(r.spec.grader)
+                    r.strategy,
+                    r.pool,
+                    callers,
+                    vote_key=answer_key_for(r.spec.grader),
+                    settings=r.settings,
                 )
                 strat = fixed
                 needed = [r.pool.workers[step.worker] for step in fixed.plan]
