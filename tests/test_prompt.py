@@ -14,7 +14,7 @@ from conductor.conductors.prompt import (
 )
 from conductor.conductors.spec import parse_conductor_spec
 from conductor.errors import TemplateFileError, UsageError
-from conductor.pool import Worker
+from conductor.targets import Worker
 
 WORKERS = [
     Worker("gpt-5", "openai/gpt-5", description="strong at code"),

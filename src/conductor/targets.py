@@ -15,6 +15,7 @@ from typing import Any, Literal, get_args
 __all__ = [
     "CLIENT_KINDS",
     "CONDUCTOR_BACKENDS",
+    "CONDUCTOR_ONLY_CLIENT_KINDS",
     "MESSAGE_FORMS",
     "POOL_CLIENT_KINDS",
     "REASONING_MODES",
@@ -31,9 +32,13 @@ __all__ = [
 #: How a target is called; each kind has one client class in :mod:`conductor.llm`.
 ClientKind = Literal["litellm", "openai", "http", "anthropic", "google", "local", "checkpoint"]
 CLIENT_KINDS: tuple[ClientKind, ...] = get_args(ClientKind)
-#: The kinds a pool file's ``client:`` may name.  ``checkpoint`` (a trained model loaded
-#: in-process) is made only from ``conductor.backend: checkpoint``.
-POOL_CLIENT_KINDS: tuple[ClientKind, ...] = tuple(k for k in CLIENT_KINDS if k != "checkpoint")
+#: Kinds only the Conductor's backend makes: ``checkpoint`` (a trained model loaded
+#: in-process) comes from ``conductor.backend: checkpoint``, never from ``client:``.
+CONDUCTOR_ONLY_CLIENT_KINDS: frozenset[ClientKind] = frozenset({"checkpoint"})
+#: The kinds a pool file's ``client:`` may name, in the order messages list them.
+POOL_CLIENT_KINDS: tuple[ClientKind, ...] = tuple(
+    k for k in CLIENT_KINDS if k not in CONDUCTOR_ONLY_CLIENT_KINDS
+)
 ConductorBackend = Literal["endpoint", "checkpoint", "prompted", "local"]
 CONDUCTOR_BACKENDS: tuple[ConductorBackend, ...] = get_args(ConductorBackend)
 ReasoningMode = Literal["strip", "keep"]

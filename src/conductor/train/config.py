@@ -35,7 +35,8 @@ rewarded and how GRPO is run.  Schema (``base_model``, ``pool``, ``data`` and
 
 Every mistake raises :class:`TrainConfigError` (a :class:`~conductor.errors.ConfigFileError`)
 whose message starts ``FILE:LINE:`` and names the field, with a did-you-mean hint for a
-misspelt key.  ``${VAR}`` / ``${VAR:-default}`` are expanded as in pool files.
+misspelt key.  ``${VAR}`` / ``${VAR:-default}`` are expanded as in pool files.  The
+types it returns live in :mod:`conductor.train.settings` and are importable from here.
 """
 
 from __future__ import annotations
