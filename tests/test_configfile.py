@@ -186,3 +186,10 @@ def test_the_model_call_layer_imports_no_pool_loader() -> None:
                     offenders.append(f"{path.name}:{node.lineno} {target}")
     assert offenders == []
     assert list((SRC / "llm").glob("*.py")), "the llm package moved: update this test"
+
+
+def test_a_key_written_into_any_config_file_is_refused_naming_that_kind() -> None:
+    with pytest.raises(PoolError, match="do not write an API key in a pool file"):
+        load_pool_text("workers:\n  - {id: a, model: m, api_key: sk-x}\n", environ={})
+    with pytest.raises(BenchmarkFileError, match=r"b.yaml:2: .*API key in a benchmark file"):
+        load_benchmark_text("prompt: x\napi_key: sk-x\n", source="b.yaml")

@@ -94,6 +94,8 @@ class ConfigReader:
     #: uses ``${name}`` for their own placeholders (benchmark prompts, templates)
     #: turn this off, so that it reaches the template untouched.
     expands_variables: bool = True
+    #: How messages name the kind of file (``"pool file"``).
+    what: str = "configuration file"
 
     def __init__(self, source: str, environ: Mapping[str, str]) -> None:
         self.source = source
@@ -276,7 +278,7 @@ class ConfigReader:
             sub = f"{field}.{key}" if field else key
             if key == "api_key":
                 raise self.error(
-                    f"{where}: do not write an API key in a pool file; put the key in an "
+                    f"{where}: do not write an API key in a {self.what}; put the key in an "
                     "environment variable and name that variable with api_key_env "
                     "(e.g. api_key_env: OPENAI_API_KEY)",
                     key_node,

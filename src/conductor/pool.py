@@ -99,6 +99,7 @@ class _PoolReader(ConfigReader):
     """The line-aware reader with the sections of a pool file."""
 
     error_class = PoolError
+    what = "pool file"
 
     def price(self, node: yaml.Node, field: str) -> Price | None:
         if isinstance(node, yaml.ScalarNode) and self.scalar(node, field) is None:

@@ -4,7 +4,6 @@ each reads (see :mod:`conductor.bench.spec` for the file itself).
 Loaders, the ``fields`` keys they read (with their defaults) and the placeholders
 their prompts may use:
 
-
 * ``choice`` (multiple choice; default when ``grader: choice``).  Either a list column
   ``choices`` plus ``answer`` (an index or a letter), or one column per option:
   ``correct`` plus ``incorrect_1`` .. ``incorrect_N``.  Also ``question``, ``id`` and
@@ -40,12 +39,14 @@ from typing import Any
 import yaml
 
 from ..configfile import ConfigReader, did_you_mean, node_line, show_value
+from ..errors import BenchmarkFileError
 from .types import BenchmarkSpec
 
 __all__ = [
     "ANSWER_FORMATS",
     "BALANCE_FIELDS",
     "DATA_FORMATS",
+    "DEFAULT_LOADER",
     "GRADERS",
     "INCORRECT_RE",
     "LCB_RELEASE_FILES",
@@ -154,7 +155,9 @@ class LoaderSections(ConfigReader):
     the template untouched rather than be read as an environment variable.
     """
 
+    error_class = BenchmarkFileError
     expands_variables = False
+    what = "benchmark file"
 
     def fields(
         self,

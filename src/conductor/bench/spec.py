@@ -128,8 +128,6 @@ _SHA_RE = re.compile(r"[0-9a-f]{40}\Z")
 class _BenchReader(LoaderSections):
     """The line-aware reader with the sections of a benchmark file."""
 
-    error_class = BenchmarkFileError
-
     def data_source(
         self, node: yaml.Node, field: str, base: Path | None, *, train: bool = False
     ) -> DataSource:

@@ -237,6 +237,7 @@ class _TemplateReader(ConfigReader):
 
     error_class = TemplateFileError
     expands_variables = False
+    what = "template file"
 
 
 def _read_chat_yaml(text: str, source: str) -> ChatTemplate:

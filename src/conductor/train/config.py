@@ -115,6 +115,7 @@ class _TrainReader(ConfigReader):
         self.base = base
 
     error_class = TrainConfigError
+    what = "training config"
 
     # ---------------------------------------------------------------- values
 
