@@ -9,9 +9,6 @@ import pytest
 
 from conductor.errors import PoolError, UsageError
 from conductor.pool import (
-    ConductorConfig,
-    Price,
-    Worker,
     builtin_pools_dir,
     list_builtin_pools,
     load_pool,
@@ -19,6 +16,7 @@ from conductor.pool import (
     pool_to_public_dict,
     resolve_pool_path,
 )
+from conductor.targets import ConductorConfig, Price, Worker
 
 CASES = json.loads((Path(__file__).parent / "cases" / "bad_pools.json").read_text("utf-8"))
 
@@ -376,7 +374,8 @@ def test_paper_pool_matches_the_paper() -> None:
 
 def test_paper_pool_comment_shows_the_authors_worker_context() -> None:
     from conductor.llm.prefill import prefill_message
-    from conductor.pool import WorkerContext, load_pool_text
+    from conductor.pool import load_pool_text
+    from conductor.targets import WorkerContext
 
     path = resolve_pool_path("paper")
     shipped = load_pool(path, environ={})

@@ -13,8 +13,8 @@ from conductor.conductors.prompt import (
     load_template,
 )
 from conductor.conductors.spec import parse_conductor_spec
-from conductor.errors import UsageError
-from conductor.pool import Worker
+from conductor.errors import TemplateFileError, UsageError
+from conductor.targets import Worker
 
 WORKERS = [
     Worker("gpt-5", "openai/gpt-5", description="strong at code"),
@@ -58,8 +58,14 @@ def test_user_template_file(tmp_path: Path) -> None:
 
 
 def test_bad_templates_are_usage_errors(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="neither a built-in template"):
+    with pytest.raises(UsageError, match='no template file or shipped template named "no-such'):
         load_template("no-such-template")
+    # Named like --pool and bench: a did-you-mean, then every shipped name.
+    with pytest.raises(TemplateFileError) as info:
+        load_template("compakt")
+    message = str(info.value)
+    assert '(did you mean "compact"?)' in message
+    assert "shipped templates: chat, choose, compact, default;" in message
     bad = tmp_path / "bad.txt"
     bad.write_text("${nonsense}")
     with pytest.raises(UsageError, match="bad placeholder"):

@@ -17,6 +17,7 @@ from .errors import (
     AuthenticationError,
     BadRequestError,
     ConductorError,
+    ConfigFileError,
     ConnectionFailedError,
     MissingDependencyError,
     ModelCallError,
@@ -29,8 +30,9 @@ from .errors import (
     UsageError,
     WorkflowParseError,
 )
-from .pool import ConductorConfig, Pool, Price, Worker
+from .pool import Pool
 from .record import RunRecord, read_record, write_record
+from .targets import ConductorConfig, Price, Worker
 from .workflow import ALL, Step, Workflow
 
 if TYPE_CHECKING:
@@ -47,6 +49,7 @@ __all__ = [
     "Conductor",
     "ConductorConfig",
     "ConductorError",
+    "ConfigFileError",
     "ConnectionFailedError",
     "MissingDependencyError",
     "ModelCallError",

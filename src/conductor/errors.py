@@ -3,6 +3,15 @@
 Every error the library raises on purpose derives from :class:`ConductorError`, so a
 caller can catch one class.  The CLI maps :class:`UsageError` (and its subclasses) to
 exit code 2 and every other :class:`ConductorError` to exit code 1.
+
+A configuration file that cannot be used raises a :class:`ConfigFileError`, one
+sibling class per kind of file, each a :class:`UsageError`::
+
+    ConfigFileError          FILE:LINE: message, naming the field
+    ├── PoolError            pool files (pools/*.yaml)
+    ├── BenchmarkFileError   benchmark files (benchmarks/*.yaml)
+    ├── TrainConfigError     training configs (configs/train/*.yaml)
+    └── TemplateFileError    Conductor prompt templates (a chat template's YAML)
 """
 
 from __future__ import annotations
@@ -13,8 +22,10 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "BadResponseError",
+    "BenchmarkFileError",
     "CONDUCTOR_TARGET",
     "ConductorError",
+    "ConfigFileError",
     "ConnectTimeoutError",
     "ConnectionFailedError",
     "ConnectionRefusedByHostError",
@@ -29,6 +40,8 @@ __all__ = [
     "RequestTimeoutError",
     "RetryableError",
     "ServerError",
+    "TemplateFileError",
+    "TrainConfigError",
     "UsageError",
     "WorkflowParseError",
     "host_port",
@@ -54,8 +67,13 @@ class UsageError(ConductorError):
     """Bad input from the user: a bad option, file or setting (CLI exit code 2)."""
 
 
-class PoolError(UsageError):
-    """A pool file is invalid.  The message names the file, line and field."""
+class ConfigFileError(UsageError):
+    """A configuration file cannot be used: ``FILE:LINE: message``.
+
+    ``path``, ``line`` and ``field`` say where (each may be None); ``reason`` is the
+    message without the place.  Catch this class for "any configuration file"; each
+    kind of file raises its own subclass.
+    """
 
     def __init__(
         self,
@@ -73,6 +91,22 @@ class PoolError(UsageError):
         if path is not None:
             where = f"{path}:{line}: " if line is not None else f"{path}: "
         super().__init__(f"{where}{message}")
+
+
+class PoolError(ConfigFileError):
+    """A pool file is invalid, or no pool file or shipped pool has the name given."""
+
+
+class BenchmarkFileError(ConfigFileError):
+    """A benchmark file is invalid, or no benchmark has the name given."""
+
+
+class TrainConfigError(ConfigFileError):
+    """A training config is invalid."""
+
+
+class TemplateFileError(ConfigFileError):
+    """A Conductor prompt template is invalid, or no template has the name given."""
 
 
 class RecordError(UsageError):

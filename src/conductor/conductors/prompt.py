@@ -35,15 +35,16 @@ import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Literal, NoReturn
 
 import yaml
 
-from ..errors import PoolError, UsageError
+from ..configfile import ConfigReader, compose_yaml, node_line, read_config_file
+from ..errors import TemplateFileError, UsageError
 from ..llm.prefill import continuation, ends_with_prefill, prefill_message, prefill_of
 from ..llm.types import Message
-from ..pool import Worker, _line, _Reader, compose_yaml, read_config_file
+from ..shipped import resolve_shipped, shipped_names
+from ..targets import Worker
 
 __all__ = [
     "CHAT_KEYS",
@@ -67,7 +68,6 @@ __all__ = [
     "fit_prefill",
 ]
 
-_PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
 #: File suffixes read as chat templates; everything else is a text template.
 CHAT_SUFFIXES = (".yaml", ".yml")
 #: The keys of a chat template, and of its ``revise`` section.
@@ -76,10 +76,6 @@ REVISE_KEYS = ("user", "prefill")
 #: The placeholders of a first round, and those a revision round adds.
 PLACEHOLDERS = ("workers", "question", "max_steps", "subtasks")
 REVISE_PLACEHOLDERS = (*PLACEHOLDERS, "previous_workflow", "previous_answer")
-
-
-class TemplateFileError(PoolError):
-    """A chat template file is invalid.  Formatted like a pool error: ``FILE:LINE: msg``."""
 
 
 @dataclass(frozen=True)
@@ -131,29 +127,13 @@ class ConductorTemplate:
 
 def builtin_templates() -> list[str]:
     """Names of the templates shipped with conductor."""
-    names = {p.stem for p in _PROMPTS.iterdir() if p.suffix in (".txt", *CHAT_SUFFIXES)}
-    return sorted(names - {"revise"})
-
-
-def _template_file(name_or_path: str) -> Path:
-    if "/" not in name_or_path:
-        for suffix in (".txt", *CHAT_SUFFIXES):
-            builtin = _PROMPTS / f"{name_or_path}{suffix}"
-            if builtin.is_file():
-                return builtin
-    path = Path(name_or_path).expanduser()
-    if path.is_file():
-        return path
-    raise UsageError(
-        f"template {name_or_path!r} is neither a built-in template "
-        f"({', '.join(builtin_templates())}) nor a readable file"
-    )
+    return shipped_names("template")
 
 
 @lru_cache(maxsize=32)
 def load_template(name_or_path: str) -> str:
     """The text of a built-in template (by name) or of a template file (by path)."""
-    path = _template_file(name_or_path)
+    path = resolve_shipped("template", name_or_path)
     if path.suffix in CHAT_SUFFIXES:
         return read_config_file(path, "template file", TemplateFileError)
     return path.read_text(encoding="utf-8")
@@ -164,7 +144,7 @@ def load_conductor_template(name_or_path: str) -> ConductorTemplate:
     """The template ``name_or_path``, parsed: a chat template is checked in full here
     (keys, strings, placeholders), and a mistake raises :class:`TemplateFileError`
     naming the file and line."""
-    path = _template_file(name_or_path)
+    path = resolve_shipped("template", name_or_path)
     text = load_template(name_or_path)
     if path.suffix not in CHAT_SUFFIXES:
         return ConductorTemplate(name_or_path, text)
@@ -251,14 +231,13 @@ def chat_template_from_dict(
     )
 
 
-class _TemplateReader(_Reader):
-    """The pool loader's line-aware YAML walker, minus environment expansion: templates
-    use ``${name}`` for their own placeholders."""
+class _TemplateReader(ConfigReader):
+    """The line-aware reader, minus environment expansion: templates use ``${name}``
+    for their own placeholders."""
 
     error_class = TemplateFileError
-
-    def scalar(self, node: yaml.ScalarNode, field: str) -> Any:
-        return self.construct(node, field)
+    expands_variables = False
+    what = "template file"
 
 
 def _read_chat_yaml(text: str, source: str) -> ChatTemplate:
@@ -281,7 +260,7 @@ def _read_chat_yaml(text: str, source: str) -> ChatTemplate:
 
     def fail(field: str, message: str, offset: int | None) -> NoReturn:
         node = nodes.get(field) or nodes.get(field.split(".")[0]) or root
-        line = _line(node)
+        line = node_line(node)
         if offset is not None and isinstance(node, yaml.ScalarNode) and node.style == "|":
             # A literal block's text starts on the line after its `|`, line for line.
             line += 1 + str(node.value)[:offset].count("\n")

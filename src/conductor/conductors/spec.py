@@ -90,7 +90,7 @@ class Conductor:
         if chat is None or not chat.has_prefill:
             return
         # An in-process checkpoint continues it through its tokenizer's chat template.
-        if self.target.client != "checkpoint" and continuation(self.target) is None:  # type: ignore[comparison-overlap]
+        if self.target.client != "checkpoint" and continuation(self.target) is None:
             why = unsupported_reason(self.target)
             raise UsageError(
                 f"template {self.template!r} begins the Conductor's reply with a prefill, "
@@ -202,7 +202,7 @@ def _target_from_config(cfg: ConductorConfig, pool: Pool) -> Worker:
         return Worker(
             id="conductor",
             model=cfg.model,
-            client="checkpoint",  # type: ignore[arg-type]  # in-process transformers client
+            client="checkpoint",  # in-process transformers client
             params=params,
             timeout_s=cfg.timeout_s,
             total_timeout_s=cfg.total_timeout_s,

@@ -19,7 +19,7 @@ from .retry import (
 from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
-    from ..pool import Worker
+    from ..targets import Worker
 
 __all__ = ["ANTHROPIC_KWARGS", "DEFAULT_MAX_TOKENS", "AnthropicClient"]
 

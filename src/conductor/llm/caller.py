@@ -25,7 +25,7 @@ from .types import Completion, ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
     from ..cache import ResponseCache
-    from ..pool import Price, Worker
+    from ..targets import Price, Worker
     from .base import ModelClient
 
 __all__ = ["REFUSED_AFTER_ANSWER_RETRIES", "CallerSet", "ModelCaller", "server_key"]

@@ -42,7 +42,7 @@ from ..errors import BadRequestError, MissingDependencyError, RequestTimeoutErro
 from .types import ModelRequest, RawCompletion, Usage
 
 if TYPE_CHECKING:
-    from ..pool import Worker
+    from ..targets import Worker
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",

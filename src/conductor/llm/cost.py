@@ -13,10 +13,10 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..pool import Price
+from ..targets import Price
 
 if TYPE_CHECKING:
-    from ..pool import Worker
+    from ..targets import Worker
     from .types import Usage
 
 __all__ = ["cost_usd", "failed_call_cost", "price_for", "price_table"]

@@ -13,7 +13,7 @@ from ..errors import AuthenticationError, MissingKeysError, UsageError, target_n
 from .retry import make_error
 
 if TYPE_CHECKING:
-    from ..pool import Worker
+    from ..targets import Worker
     from .base import ModelClient
 
 __all__ = [

@@ -27,7 +27,7 @@ from .retry import (
 from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
-    from ..pool import Worker
+    from ..targets import Worker
 
 __all__ = ["GEMINI_CONFIG_FIELDS", "GoogleClient"]
 

@@ -32,7 +32,7 @@ from .types import Message, ModelRequest, RawCompletion
 if TYPE_CHECKING:
     import aiohttp
 
-    from ..pool import Worker
+    from ..targets import Worker
 
 __all__ = ["HttpClient"]
 

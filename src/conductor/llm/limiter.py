@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..errors import RateLimitError
 
 if TYPE_CHECKING:
-    from ..pool import Worker
+    from ..targets import Worker
 
 __all__ = [
     "AdaptiveLimiter",

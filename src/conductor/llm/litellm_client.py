@@ -29,7 +29,7 @@ from .retry import (
 from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
-    from ..pool import Worker
+    from ..targets import Worker
 
 __all__ = ["LiteLLMClient", "provider_message_of"]
 

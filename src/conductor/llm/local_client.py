@@ -34,7 +34,7 @@ from ..local_model import (
 from .types import ModelRequest, RawCompletion, Usage
 
 if TYPE_CHECKING:
-    from ..pool import ConductorConfig, Worker
+    from ..targets import ConductorConfig, Worker
 
 __all__ = ["LLAMA_KWARGS", "LocalClient", "seed_for"]
 

@@ -22,7 +22,7 @@ from .retry import (
 from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
-    from ..pool import Worker
+    from ..targets import Worker
 
 __all__ = ["OPENAI_KWARGS", "OpenAIClient"]
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .types import Message
 
 if TYPE_CHECKING:
-    from ..pool import Worker
+    from ..targets import Worker
 
 __all__ = [
     "CONTINUE_FIELDS",

@@ -1,0 +1,142 @@
+"""Secrets: telling a key from a variable name, and keeping keys out of what is written.
+
+A key is read from its environment variable only when a call is made; what a run
+record, the cache or a log keeps of a pool is :func:`pool_to_public_dict`, in which
+credentials in URLs and params under secret-sounding keys are ``***``.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
+
+from .targets import Price, WorkerContext
+
+if TYPE_CHECKING:
+    from .pool import Pool
+
+__all__ = [
+    "ENV_NAME_RE",
+    "REDACTED",
+    "looks_like_key",
+    "pool_to_public_dict",
+    "public_fields",
+    "redact_params",
+    "redact_url",
+]
+
+#: An environment variable's name.
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: What a secret is replaced with.
+REDACTED = "***"
+# Prefixes of real provider keys (OpenAI, Anthropic, Google, Groq, xAI, Hugging Face,
+# GitHub, Replicate, Perplexity): a value starting with one is a key, not a name.
+_KEY_PREFIXES = ("sk-", "sk_", "AIza", "gsk_", "xai-", "hf_", "ghp_", "github_pat_", "r8_", "pplx-")
+_SECRET_QUERY_KEYS = frozenset(
+    {"key", "api_key", "apikey", "api-key", "token", "access_token", "auth", "secret", "password"}
+)
+# Param keys whose values are credentials (e.g. extra_headers: {Authorization: ...}).
+# Matched on whole words so that max_tokens or budget_tokens are kept.
+_SECRET_PARAM_NAMES = frozenset(
+    {"authorization", "cookie", "password", "secret", "token", "key", "apikey", "bearer"}
+)
+_SECRET_PARAM_SUFFIXES = ("_key", "_token", "_secret", "_password", "apikey")
+
+
+def looks_like_key(value: str) -> bool:
+    """Whether an ``api_key_env`` value is probably a secret rather than a variable name."""
+    if value.startswith(_KEY_PREFIXES):
+        return True
+    if not ENV_NAME_RE.match(value):
+        return len(value) >= 20
+    # A long mixed-case identifier with digits reads like a token, not like FOO_API_KEY.
+    return (
+        len(value) >= 32
+        and any(c.islower() for c in value)
+        and any(c.isupper() for c in value)
+        and any(c.isdigit() for c in value)
+    )
+
+
+def redact_url(url: str) -> str:
+    """``url`` with credentials and key-like query parameters replaced by ``***``."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{REDACTED}@{netloc.rsplit('@', 1)[1]}"
+    query = parts.query
+    if query:
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+        query = urllib.parse.urlencode(
+            [(k, REDACTED if k.lower() in _SECRET_QUERY_KEYS else v) for k, v in pairs],
+            safe="*",
+        )
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _is_secret_name(name: str) -> bool:
+    norm = name.lower().replace("-", "_")
+    return norm in _SECRET_PARAM_NAMES or norm.endswith(_SECRET_PARAM_SUFFIXES)
+
+
+def redact_params(value: Any) -> Any:
+    """Params with values under secret-sounding keys (headers, tokens) replaced."""
+    if isinstance(value, dict):
+        return {
+            k: (
+                REDACTED
+                if _is_secret_name(str(k)) and not isinstance(v, (dict, list))
+                else redact_params(v)
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact_params(v) for v in value]
+    return value
+
+
+def public_fields(obj: Any) -> dict[str, Any]:
+    """A target dataclass (a worker, its context, the Conductor's settings) as JSON-ready
+    fields, with URLs and params redacted."""
+    out: dict[str, Any] = {}
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, Price):
+            value = {
+                "input_per_mtok": value.input_per_mtok,
+                "output_per_mtok": value.output_per_mtok,
+            }
+        elif f.name == "api_base" and value is not None:
+            value = redact_url(value)
+        elif f.name == "params":
+            value = redact_params(value)
+        elif isinstance(value, WorkerContext):
+            value = public_fields(value)
+        elif (f.name == "message" and value == "full") or (f.name == "subtasks" and not value):
+            # Defaults of settings added later are left out, so that the records (and
+            # the keys bench resume and the sample cache compare) of pools written
+            # before them read the same.
+            continue
+        elif isinstance(value, tuple):
+            value = list(value)  # as JSON reads it back
+        out[f.name] = value
+    return out
+
+
+def pool_to_public_dict(pool: Pool) -> dict[str, Any]:
+    """A JSON-ready description of ``pool`` for run records, with no secrets.
+
+    ``api_key_env`` is kept (it is a variable name); credentials and key-like query
+    parameters in URLs, and params under secret-sounding keys, become ``***``.
+    """
+    return {
+        "name": pool.name,
+        "description": pool.description,
+        "path": str(pool.path) if pool.path is not None else None,
+        "defaults": dict(pool.defaults),
+        "context": public_fields(pool.context),
+        "workers": [public_fields(w) for w in pool.workers],
+        "conductor": public_fields(pool.conductor) if pool.conductor is not None else None,
+    }

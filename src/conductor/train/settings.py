@@ -1,0 +1,184 @@
+"""What a training run is told: the in-memory form of a training config.
+
+:mod:`conductor.train.config` reads these from ``configs/train/*.yaml`` (its docstring
+is the file format) and re-exports them; the defaults here are the file's defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+__all__ = [
+    "LOSS_TYPES",
+    "LR_SCHEDULERS",
+    "VLLM_MODES",
+    "DataMix",
+    "GRPOSettings",
+    "HoldoutSet",
+    "PoolSampling",
+    "RecursionSettings",
+    "RewardSettings",
+    "TrainConfig",
+]
+
+#: Learning-rate schedules understood by transformers' ``get_scheduler``.
+LR_SCHEDULERS: tuple[str, ...] = (
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "polynomial",
+    "constant",
+    "constant_with_warmup",
+    "inverse_sqrt",
+    "cosine_with_min_lr",
+    "warmup_stable_decay",
+)
+#: TRL's ways of using vLLM for rollouts: inside the training process, or a server.
+VLLM_MODES: tuple[str, ...] = ("colocate", "server")
+#: GRPO loss aggregations named by TRL's ``GRPOConfig.loss_type`` (older TRL releases
+#: know fewer; TRL itself refuses one it lacks).  The paper's authors used ``bnpo``:
+#: token losses averaged over the active tokens of the local batch.
+LOSS_TYPES: tuple[str, ...] = (
+    "grpo",
+    "bnpo",
+    "dr_grpo",
+    "dapo",
+    "cispo",
+    "sapo",
+    "luspo",
+    "vespo",
+)
+
+
+@dataclass(frozen=True)
+class DataMix:
+    """One benchmark in the training mix.
+
+    ``split="train"`` reads the benchmark's ``train_source`` (a benchmark without one
+    needs ``file``); ``file`` replaces either source with a local file in the
+    benchmark's schema; ``limit`` draws a seeded sample of N questions, spread evenly
+    over the groups the source balances (e.g. MATH's subjects and levels), not the
+    first N rows.
+    """
+
+    benchmark: str
+    split: Literal["train", "test"] = "train"
+    file: str | None = None
+    limit: int | None = None
+
+
+@dataclass(frozen=True)
+class RewardSettings:
+    """How one rollout is scored.
+
+    * ``unparsed``: the reply's three lists could not be parsed (paper: 0).
+    * ``parsed_wrong`` / ``correct``: the workflow ran and its answer was graded wrong /
+      right (paper: 0.5 / 1).
+    * ``format_bonus``: added to every parsed-and-graded reward.  The released code's
+      0 / 0.5 / 1.5 is ``parsed_wrong: 0``, ``correct: 1``, ``format_bonus: 0.5``.
+    * ``cost_penalty_per_usd`` / ``cost_penalty_per_call``: subtracted per USD spent and
+      per worker call made (the Conductor's own reply is not a call); paper: none.
+    * ``failed_run``: the whole reward when the workflow parsed but produced no answer
+      at all (every step failed or was skipped); the paper gives 0 when "the workflow
+      fails".  No bonus or penalty is applied to it, so that failing is never scored
+      below not parsing just because calls were spent.
+    """
+
+    unparsed: float = 0.0
+    parsed_wrong: float = 0.5
+    correct: float = 1.0
+    format_bonus: float = 0.0
+    cost_penalty_per_usd: float = 0.0
+    cost_penalty_per_call: float = 0.0
+    failed_run: float = 0.0
+
+
+@dataclass(frozen=True)
+class GRPOSettings:
+    """GRPO hyper-parameters (named after, and passed on to, TRL's ``GRPOConfig``).
+
+    ``group_size`` completions per question, ``questions_per_step`` questions per
+    optimiser step; ``bf16=None`` picks bf16 when the hardware supports it.
+
+    The batch layout: one step's ``questions_per_step x group_size`` completions are
+    split over the training processes and ``gradient_accumulation_steps`` micro-steps;
+    ``per_device_batch_size``, when given, states the resulting micro-batch so that a
+    launch on another number of processes is refused instead of silently changing the
+    per-GPU memory.  ``loss_type`` (None: TRL's default) and
+    ``vllm_gpu_memory_utilization`` (the GPU share vLLM reserves when colocated; None:
+    TRL's default) are passed to TRL as they are.
+    """
+
+    group_size: int = 8
+    questions_per_step: int = 4
+    learning_rate: float = 1e-6
+    lr_scheduler: str = "cosine"
+    warmup_ratio: float = 0.03
+    kl_beta: float = 0.0
+    clip_epsilon: float = 0.2
+    temperature: float = 1.0
+    max_completion_tokens: int = 1024
+    steps: int = 200
+    gradient_accumulation_steps: int = 1
+    per_device_batch_size: int | None = None
+    loss_type: str | None = None
+    bf16: bool | None = None
+    use_vllm: bool = False
+    vllm_mode: str = "colocate"
+    vllm_gpu_memory_utilization: float | None = None
+    logging_steps: int = 1
+    save_steps: int | None = None
+
+
+@dataclass(frozen=True)
+class PoolSampling:
+    """Randomised pools: each question lists a random subset of ``k_min``..``k_max``
+    workers (in random order, renumbered from Model 0)."""
+
+    k_min: int
+    k_max: int
+
+
+@dataclass(frozen=True)
+class RecursionSettings:
+    """Recursion fine-tuning: ``fraction`` of the questions get a forced second round,
+    sampled on-policy in the same step; each round-1 rollout of those questions earns
+    ``(1 - discount) * round1 + discount * round2`` from its own revision (the paper:
+    discount 0.2), each revision its own round's reward."""
+
+    fraction: float = 0.5
+    discount: float = 0.2
+
+
+@dataclass(frozen=True)
+class HoldoutSet:
+    """Questions training must not include (see :mod:`conductor.train.contamination`):
+    a benchmark's evaluation split, that benchmark's schema read from ``file``, or with
+    no ``benchmark`` a plain data file of questions."""
+
+    benchmark: str | None = None
+    file: str | None = None
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A validated training config (see the module docstring for the file format)."""
+
+    base_model: str
+    pool: str
+    data: tuple[DataMix, ...]
+    output_dir: str
+    reward: RewardSettings = field(default_factory=RewardSettings)
+    grpo: GRPOSettings = field(default_factory=GRPOSettings)
+    randomise_pool: PoolSampling | None = None
+    recursion: RecursionSettings | None = None
+    max_steps: int = 5
+    template: str = "default"
+    seed: int = 0
+    worker_max_tokens: int | None = None
+    confirm_run_unsafe_code: bool = False
+    holdout: tuple[HoldoutSet, ...] = ()
+    allow_holdout_overlap: bool = False
+    path: Path | None = None
