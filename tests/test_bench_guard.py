@@ -28,8 +28,9 @@ from conductor.bench.types import Sample, Verdict
 from conductor.conductors.spec import resolve_conductor
 from conductor.execute import RunSettings
 from conductor.llm.caller import CallerSet
-from conductor.pool import load_pool, pool_to_public_dict
+from conductor.pool import load_pool
 from conductor.record import RunRecord
+from conductor.redact import pool_to_public_dict
 from conductor.testing import FakeLLMServer, Fault
 
 MATH = load_benchmark("math500")

@@ -22,7 +22,8 @@ from conductor.bench.spec import load_benchmark
 from conductor.bench.strategies import answer_key_for, parse_strategy
 from conductor.execute import RunSettings
 from conductor.llm.caller import CallerSet
-from conductor.pool import load_pool, pool_to_public_dict
+from conductor.pool import load_pool
+from conductor.redact import pool_to_public_dict
 from conductor.testing import FakeLLMServer, Fault
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bench"

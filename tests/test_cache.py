@@ -10,7 +10,7 @@ import pytest
 
 from conductor.cache import ResponseCache, cache_key, default_cache_dir
 from conductor.llm.types import ModelRequest, RawCompletion, Usage
-from conductor.pool import Worker
+from conductor.targets import Worker
 
 W = Worker(id="w", model="openai/gpt-4o", api_base="http://localhost:1/v1")
 REQ = ModelRequest(

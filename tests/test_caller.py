@@ -13,7 +13,7 @@ from conductor.errors import BadRequestError, ServerError
 from conductor.llm.caller import CallerSet, ModelCaller
 from conductor.llm.retry import make_error
 from conductor.llm.types import ModelRequest, RawCompletion, Usage
-from conductor.pool import Price, Worker
+from conductor.targets import Price, Worker
 from conductor.testing import FakeLLMServer, Fault, Reply
 
 

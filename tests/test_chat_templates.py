@@ -36,9 +36,10 @@ from conductor.errors import PoolError, UsageError
 from conductor.execute import Orchestrator, RunSettings
 from conductor.llm.caller import ModelCaller
 from conductor.llm.types import ModelRequest
-from conductor.pool import Pool, Worker, load_pool, load_pool_text
+from conductor.pool import Pool, load_pool, load_pool_text
 from conductor.record import RunRecord, read_record, write_record
 from conductor.render import trace_renderable
+from conductor.targets import Worker
 from conductor.testing import FakeLLMServer
 
 QUESTION = "What is 6 times 7?"

@@ -26,7 +26,7 @@ from conductor.checkpoint_meta import (
 )
 from conductor.errors import MissingDependencyError, UsageError
 from conductor.llm.types import ModelRequest
-from conductor.pool import Worker
+from conductor.targets import Worker
 from conductor.workflow import parse_workflow
 
 torch = pytest.importorskip("torch")

@@ -21,7 +21,7 @@ from conductor.llm.base import ModelClient
 from conductor.llm.caller import ModelCaller
 from conductor.llm.factory import make_client
 from conductor.llm.types import ModelRequest
-from conductor.pool import Worker
+from conductor.targets import Worker
 from conductor.testing import FakeLLMServer, Fault, Reply
 
 KEY = "sk-fake-secret-key-0123456789abcdef"

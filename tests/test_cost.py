@@ -11,7 +11,7 @@ import pytest
 
 from conductor.llm.cost import cost_usd, price_for, price_table
 from conductor.llm.types import Usage
-from conductor.pool import Price, Worker
+from conductor.targets import Price, Worker
 
 
 def test_pool_override_wins() -> None:
@@ -55,7 +55,7 @@ def test_table_is_read_without_importing_litellm() -> None:
     code = (
         "import sys, json\n"
         "from conductor.llm.cost import price_for\n"
-        "from conductor.pool import Worker\n"
+        "from conductor.targets import Worker\n"
         "p = price_for(Worker(id='a', model='openai/gpt-4o'))\n"
         "print(json.dumps([p is not None, 'litellm' in sys.modules]))\n"
     )

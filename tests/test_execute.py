@@ -321,7 +321,7 @@ async def test_record_round_trips_through_json(tmp_path: Path, fake_server: Fake
 def test_no_workers_is_a_usage_error() -> None:
     from conductor.conductors.spec import Conductor
     from conductor.errors import UsageError
-    from conductor.pool import Worker
+    from conductor.targets import Worker
 
     with pytest.raises(UsageError):
         Orchestrator(Pool(name="empty", workers=()), Conductor("prompted", Worker("c", "m")))

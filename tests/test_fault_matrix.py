@@ -31,7 +31,7 @@ from conductor.errors import (
 )
 from conductor.llm.caller import ModelCaller
 from conductor.llm.types import Completion, ModelRequest
-from conductor.pool import Worker
+from conductor.targets import Worker
 from conductor.testing.fake_server import FakeLLMServer, Fault, Reply, ResponderResult
 
 KEY = "sk-fake-matrix-key-0123456789abcdef"
@@ -334,7 +334,8 @@ async def test_bench_records_and_reports_truncated_calls(tmp_path: Path) -> None
     from conductor.bench.spec import load_benchmark
     from conductor.bench.strategies import answer_key_for, parse_strategy
     from conductor.llm.caller import CallerSet
-    from conductor.pool import Pool, pool_to_public_dict
+    from conductor.pool import Pool
+    from conductor.redact import pool_to_public_dict
 
     data = tmp_path / "math.jsonl"
     with data.open("w") as fh:
@@ -409,7 +410,8 @@ async def test_bench_sample_cache_never_replays_a_truncated_answer(tmp_path: Pat
     from conductor.bench.spec import load_benchmark
     from conductor.bench.strategies import answer_key_for, parse_strategy
     from conductor.llm.caller import CallerSet
-    from conductor.pool import Pool, pool_to_public_dict
+    from conductor.pool import Pool
+    from conductor.redact import pool_to_public_dict
 
     data = tmp_path / "math.jsonl"
     with data.open("w") as fh:

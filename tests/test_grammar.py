@@ -14,7 +14,7 @@ from conductor.grammar import (
     workflow_max_chars,
     workflow_response_format,
 )
-from conductor.pool import Worker
+from conductor.targets import Worker
 from conductor.workflow import ALL, parse_workflow
 
 

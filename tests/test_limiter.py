@@ -31,7 +31,7 @@ from conductor.llm.limiter import (
 )
 from conductor.llm.retry import error_for_status
 from conductor.llm.types import ModelRequest
-from conductor.pool import Worker
+from conductor.targets import Worker
 from conductor.testing import FakeLLMServer, Fault, Reply
 from conductor.testing.fake_server import FakeRequest
 

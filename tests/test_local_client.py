@@ -20,7 +20,7 @@ from conductor.local_model import (
     embedded_model_path,
     resolve_model_path,
 )
-from conductor.pool import ConductorConfig, Worker
+from conductor.targets import ConductorConfig, Worker
 
 
 def _need_model() -> Path:

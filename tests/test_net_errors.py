@@ -32,7 +32,7 @@ from conductor.errors import (
 from conductor.llm.caller import CallerSet, ModelCaller
 from conductor.llm.factory import missing_keys, require_keys
 from conductor.llm.types import ModelRequest
-from conductor.pool import Worker
+from conductor.targets import Worker
 from conductor.testing import FakeLLMServer, Fault
 
 # Every client kind; litellm-anthropic and litellm-gemini drive litellm's own HTTP code,

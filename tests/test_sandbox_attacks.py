@@ -247,7 +247,8 @@ def test_train_rows_carry_the_opt_in_to_the_reward_grader(
     from poolkit import pool_dict, worker, write_pool
 
     from conductor.conductors.spec import Conductor
-    from conductor.pool import Worker, load_pool
+    from conductor.pool import load_pool
+    from conductor.targets import Worker
     from conductor.train.config import DataMix, TrainConfig
     from conductor.train.dataset import build_rows
 

@@ -17,7 +17,8 @@ from poolkit import lists, pool_dict, worker, write_pool
 from conductor.conductors.spec import Conductor
 from conductor.errors import UsageError
 from conductor.execute import Orchestrator
-from conductor.pool import Pool, Worker, load_pool
+from conductor.pool import Pool, load_pool
+from conductor.targets import Worker
 from conductor.testing import FakeLLMServer, FakeRequest, Fault, Reply
 from conductor.train.config import (
     DataMix,

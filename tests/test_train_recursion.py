@@ -18,7 +18,8 @@ from poolkit import lists, pool_dict, worker, write_pool
 
 from conductor.conductors.spec import Conductor
 from conductor.llm.types import Message
-from conductor.pool import Pool, Worker, load_pool
+from conductor.pool import Pool, load_pool
+from conductor.targets import Worker
 from conductor.testing import FakeLLMServer, FakeRequest
 from conductor.train.config import DataMix, RecursionSettings, RewardSettings, TrainConfig
 from conductor.train.dataset import build_rows

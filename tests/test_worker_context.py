@@ -15,8 +15,9 @@ from conductor.conductors.spec import resolve_conductor
 from conductor.errors import PoolError
 from conductor.execute import Orchestrator, RunSettings
 from conductor.llm.prefill import CONTINUE_FIELDS, continuation, prefill_message
-from conductor.pool import Pool, Worker, WorkerContext, load_pool, load_pool_text
+from conductor.pool import Pool, load_pool, load_pool_text
 from conductor.record import RunRecord
+from conductor.targets import Worker, WorkerContext
 from conductor.testing import FakeLLMServer
 
 QUESTION = "What is 6 times 7? Answer inside <answer> tags."
@@ -321,7 +322,7 @@ def test_pool_context_errors(text: str, line: int, words: str) -> None:
 
 
 def test_public_pool_records_the_context() -> None:
-    from conductor.pool import pool_to_public_dict
+    from conductor.redact import pool_to_public_dict
 
     pool = load_pool_text(
         "context: {reasoning: keep}\nworkers:\n  - {id: a, model: x, context: {prefill: 'Go:'}}\n"

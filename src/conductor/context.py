@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from .llm.prefill import prefill_message, unsupported_reason
 from .llm.types import Message
-from .pool import MessageForm, Worker
+from .targets import MessageForm, Worker
 
 __all__ = [
     "SharedStep",

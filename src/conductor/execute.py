@@ -32,8 +32,9 @@ from .events import Event, EventSink, null_sink
 from .llm.caller import CallerSet
 from .llm.prefill import join_prefill
 from .llm.types import Message, ModelRequest
-from .pool import Pool, pool_to_public_dict
+from .pool import Pool
 from .record import CallRecord, RoundRecord, RunRecord, now_iso
+from .redact import pool_to_public_dict
 from .steps import (
     INTERRUPTED,
     Budget,

@@ -37,7 +37,7 @@ from .errors import CONDUCTOR_TARGET, BadRequestError, MissingDependencyError, t
 if TYPE_CHECKING:
     from llama_cpp import Llama
 
-    from .pool import ConductorConfig, Worker
+    from .targets import ConductorConfig, Worker
 
 __all__ = [
     "DEFAULT_N_CTX",

@@ -17,7 +17,8 @@ from .errors import ConductorError
 
 if TYPE_CHECKING:
     from .llm.caller import CallerSet
-    from .pool import Pool, Worker
+    from .pool import Pool
+    from .targets import Worker
 
 __all__ = ["PingResult", "check_pool"]
 

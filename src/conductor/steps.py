@@ -31,8 +31,8 @@ from .llm.caller import CallerSet
 from .llm.cost import failed_call_cost
 from .llm.prefill import join_prefill
 from .llm.types import Completion, Message, ModelRequest
-from .pool import Worker
 from .record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals, now_iso
+from .targets import Worker
 from .text import plural, strip_think
 
 __all__ = [

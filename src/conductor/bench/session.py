@@ -265,7 +265,7 @@ class BenchSession:
         from ..conductors.spec import resolve_conductor
         from ..llm.caller import CallerSet
         from ..llm.factory import require_keys
-        from ..pool import pool_to_public_dict
+        from ..redact import pool_to_public_dict
         from .report import record_rate_limits
         from .runner import run_benchmark
         from .strategies import (

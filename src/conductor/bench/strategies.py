@@ -33,9 +33,11 @@ from ..execute import Orchestrator, RunSettings
 from ..llm.caller import CallerSet
 from ..llm.limiter import oversubscription_warning
 from ..llm.types import Message
-from ..pool import Pool, Worker, pool_to_public_dict
+from ..pool import Pool
 from ..record import RoundRecord, RunRecord
+from ..redact import pool_to_public_dict
 from ..steps import Budget, Compose, StepPlan, StepRunner, run_to_record
+from ..targets import Worker
 
 __all__ = [
     "MOA_INSTRUCTION",

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..pool import ConductorConfig, Pool, Worker
+from ..pool import Pool
+from ..targets import ConductorConfig, Worker
 
 __all__ = ["SAMPLING_KEYS", "Conductor", "parse_conductor_spec", "resolve_conductor"]
 
@@ -52,7 +53,7 @@ class Conductor:
         """
         import hashlib
 
-        from ..pool import pool_to_public_dict  # the redaction rules live with the pool
+        from ..redact import pool_to_public_dict
         from .prompt import load_conductor_template
 
         target = pool_to_public_dict(Pool(name="conductor", workers=(self.target,)))

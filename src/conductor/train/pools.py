@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from ..pool import Pool, Worker
+from ..pool import Pool
+from ..targets import Worker
 from ..text import plural
 from ..workflow import Step, Workflow
 

@@ -32,8 +32,8 @@ from ..conductors.spec import Conductor
 from ..errors import UsageError
 from ..execute import Orchestrator, RunSettings, last_plan_reply
 from ..llm.types import Message
-from ..pool import Worker
 from ..record import RunRecord
+from ..targets import Worker
 from ..workflow import format_workflow, workflow_from_dict
 
 if TYPE_CHECKING:
