@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from conductor.bench import graders as graders_pkg
-from conductor.bench.graders import GRADER_NAMES, Grader, get_grader
+from conductor.bench.graders import GRADER_NAMES, Grader, get_grader, math_children
 from conductor.bench.graders import math as math_mod
 from conductor.bench.graders.choice import ChoiceGrader, format_choices, shuffle_choices
 from conductor.bench.graders.extract import (
@@ -372,7 +372,7 @@ def test_numeric_fast_path_agrees_with_math_verify() -> None:
             continue
         decided += 1
         # math-verify in this process (the grader's children run the same function).
-        reference = math_mod._compare([gold], answer)
+        reference = math_children._compare([gold], answer)
         assert settled[0] == reference["equal"], (answer, gold, reference)
     assert decided >= len(NUMERIC_PAIRS) * 3 // 4
 
@@ -421,7 +421,7 @@ def test_building_the_grader_starts_children_before_any_answer() -> None:
 def test_a_child_that_cannot_start_is_a_grader_error(monkeypatch: pytest.MonkeyPatch) -> None:
     # E.g. an interpreter under a private home directory, graded as another user.
     monkeypatch.setattr(math_mod, "_POOL", math_mod._ChildPool(2))
-    monkeypatch.setattr(math_mod.sys, "executable", "/nonexistent/python3")
+    monkeypatch.setattr(math_children.sys, "executable", "/nonexistent/python3")
     grader = MathGrader()  # warming fails quietly in the background
     verdict = grader.grade(r"\boxed{\sqrt{8}}", _sample(r"2\sqrt{2}"))
     assert verdict.status == "grader_error"

@@ -11,6 +11,10 @@ A reply from the Conductor ends with three Python lists of equal length::
 told when it is asked again.  :func:`format_workflow` writes the canonical form back,
 and :func:`workflow_to_dict` / :func:`workflow_from_dict` give the JSON form used in run
 records.
+
+It is kept whole (a little over 500 lines) because it is the one owner of one format:
+the lenient list reader, the parser's rules and the canonical writer must agree on what
+the three lists look like, and splitting them would put that agreement in two places.
 """
 
 from __future__ import annotations

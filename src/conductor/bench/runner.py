@@ -20,46 +20,59 @@ difference from ``config.json`` in what decides a sample is refused, naming it. 
 on ``.lock`` keeps a second process out of the directory (the OS drops it when the
 holder dies, so a killed run leaves nothing stale).  A run that fails before its first
 record removes what it created, and a directory without records is taken over by the
-next run (see ``_undo_empty_run``).  Sharding takes every N-th sample
+next run (see ``runlock``).  Sharding takes every N-th sample
 of the dataset order; ``merge_runs`` joins the shards of one run.
 
 Given the questions a Conductor checkpoint was trained on (``BenchOptions.trained_on``),
 ``config.json`` records how many of the run's samples are among them (``trained_on``),
 and ``exclude_trained`` leaves those samples out of the run altogether.
+
+The parts live beside it: what a run is, its ``config.json`` and whether a resume or a
+merge continues it (``runconfig``); holding the directory and undoing an empty run
+(``runlock``); why a run stops and how a fault is told, secrets masked (``faults``);
+replaying graded samples from the cache (``samplecache``); joining shards (``merge``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
-import hashlib
 import json
-import logging
-import os
-import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
-from .. import __version__, errors
 from ..cache import ResponseCache
-from ..errors import AuthenticationError, ConductorError, UsageError
-from ..record import RunRecord, new_run_id, now_iso, record_to_dict
-from ..text import plural
-from .data import count_samples, dataset_provenance, iter_samples, render_prompt
+from ..errors import AuthenticationError, UsageError
+from ..record import RunRecord, now_iso, record_to_dict
+from .data import count_samples, iter_samples, render_prompt
+from .faults import (
+    BenchStopped,
+    _auth_failure,
+    _auth_stop,
+    _io_stop,
+    _pool_secrets,
+    _reason,
+    _scrub,
+)
 from .graders import Grader
-from .rundir import CONFIG, LOCK, SAMPLES, SampleLines, repair_tail, sample_key
+from .merge import merge_runs
+from .runconfig import BenchOptions, _check_same_run, _config, read_run_config, stored_invocation
+from .rundir import CONFIG, SAMPLES, SampleLines, repair_tail, sample_key
+from .runlock import (
+    RunDirBusyError,
+    _absent,
+    _absent_files,
+    _holds_records,
+    _lock_run_dir,
+    _undo_empty_run,
+)
+from .samplecache import _cache_get, _cache_set, _replayed_line, _run_key, _sample_key
 from .strategies import Strategy
 from .types import BenchmarkSpec, Sample, Verdict
-
-if sys.platform != "win32":
-    import fcntl
-
-if TYPE_CHECKING:
-    from ..train.contamination import TrainedQuestions
 
 __all__ = [
     "BenchOptions",
@@ -72,49 +85,6 @@ __all__ = [
     "run_benchmark",
     "stored_invocation",
 ]
-
-log = logging.getLogger(__name__)
-
-#: 2 added ``invocation`` (what rebuilds the run for ``--resume DIR`` alone) and the
-#: pool file's SHA-256; schema 1 directories are still read and resumed.
-CONFIG_SCHEMA = 2
-#: The longest reason kept from an unexpected exception.
-MAX_REASON_CHARS = 500
-
-
-class BenchStopped(ConductorError):
-    """The run stopped early for a reason every remaining sample would share; the
-    records already written are kept and the message says how to resume."""
-
-
-class RunDirBusyError(UsageError):
-    """Another process holds the run directory."""
-
-
-@dataclass(frozen=True)
-class BenchOptions:
-    """How to run: which data, how much, how fast, where to write."""
-
-    out_dir: Path
-    data_file: Path | None = None
-    limit: int | None = None
-    epochs: int | None = None
-    seed: int = 0
-    concurrency: int = 16
-    grader_concurrency: int = max(1, (os.cpu_count() or 2))
-    resume: bool = False
-    retry_errors: bool = False
-    shard: tuple[int, int] | None = None
-    #: What rebuilds this run from its directory alone (benchmark, pool path, strategy,
-    #: Conductor, budgets...): the CLI's options, kept in ``config.json``.
-    invocation: Mapping[str, Any] | None = None
-    #: The SHA-256 of the pool file's text, kept in ``config.json``.
-    pool_sha256: str | None = None
-    #: The questions the Conductor checkpoint was trained on: how many of this run's
-    #: samples are among them goes into ``config.json`` (``trained_on``) ...
-    trained_on: TrainedQuestions | None = None
-    #: ... and with this set, those samples are not run at all.
-    exclude_trained: bool = False
 
 
 @dataclass
@@ -156,213 +126,6 @@ def completed_keys(out_dir: Path, *, drop_errors: bool = False) -> set[tuple[str
                     out.write(json.dumps(data, ensure_ascii=False) + "\n")
         tmp.replace(path)
     return {sample_key(data) for _number, data in lines}
-
-
-# -- config ---------------------------------------------------------------------------
-
-
-def _config(
-    spec: BenchmarkSpec,
-    strategy: Strategy,
-    grader: Grader,
-    pool_dict: dict[str, Any],
-    options: BenchOptions,
-    epochs: int,
-    trained: int | None = None,
-) -> dict[str, Any]:
-    trained_on = options.trained_on
-    return {
-        "schema_version": CONFIG_SCHEMA,
-        "benchmark": {
-            "name": spec.name,
-            "paper_key": spec.paper_key,
-            "grader": grader.name,
-            "grader_version": grader.version,
-            "grader_options": spec.grader_options,
-            "provenance": dataset_provenance(spec, options.data_file),
-        },
-        "strategy": strategy.name,
-        "strategy_detail": strategy.describe(),
-        "pool": pool_dict,
-        "settings": {"concurrency": options.concurrency},
-        "epochs": epochs,
-        "seed": options.seed,
-        "limit": options.limit,
-        "shard": list(options.shard) if options.shard else None,
-        "pool_sha256": options.pool_sha256,
-        "invocation": dict(options.invocation) if options.invocation is not None else None,
-        "trained_on": (
-            {
-                "checkpoint": trained_on.source,
-                "questions": len(trained_on.hashes),
-                "samples": trained,
-            }
-            if trained_on is not None
-            else None
-        ),
-        # Null unless set, so that runs from before the option resume as they were.
-        "exclude_trained": options.exclude_trained or None,
-        "created_at": now_iso(),
-        "conductor_version": __version__,
-    }
-
-
-def read_run_config(run_dir: Path) -> dict[str, Any]:
-    """The ``config.json`` of a bench run directory; one sentence when there is none or
-    it cannot be read."""
-    path = run_dir / CONFIG
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{run_dir}: no {CONFIG}; not a bench run directory") from None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise UsageError(f"{path}: cannot be read as a run config ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("benchmark"), dict):
-        raise UsageError(f"{path}: not a bench run config")
-    return data
-
-
-def stored_invocation(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The options that rebuild the run ``config`` describes, for ``--resume DIR``.
-
-    Schema 2 keeps them as given.  For a schema 1 config they are read back from what it
-    recorded (benchmark file, pool path, strategy, data file, limits, Conductor
-    settings); the ``--conductor`` option was not recorded, so the pool's own Conductor
-    is assumed, and a run started with another one is refused (naming the difference)
-    until ``--conductor`` is given again."""
-    kept = config.get("invocation")
-    if isinstance(kept, Mapping):
-        return dict(kept)
-    bench = config.get("benchmark") or {}
-    prov = bench.get("provenance") or {}
-    detail = config.get("strategy_detail") or {}
-    found = detail.get("settings")
-    settings: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
-    shard = config.get("shard")
-    return {
-        "benchmark": prov.get("benchmark_file") or bench.get("name"),
-        "pool": (config.get("pool") or {}).get("path"),
-        "conductor": None,
-        "strategy": config.get("strategy"),
-        "data": prov.get("file") if prov.get("source_kind") == "file" else None,
-        "limit": config.get("limit"),
-        "epochs": config.get("epochs"),
-        "seed": config.get("seed", 0),
-        "shard": f"{shard[0]}/{shard[1]}" if isinstance(shard, list) and len(shard) == 2 else None,
-        "max_steps": settings.get("max_steps"),
-        "rounds": settings.get("rounds"),
-        "budget_usd": settings.get("budget_usd"),
-        "max_calls": settings.get("max_calls"),
-        "concurrency": (config.get("settings") or {}).get("concurrency"),
-    }
-
-
-# What must match for a resume (or a merge) to continue the same run, with the name a
-# refusal uses.  Paths are not compared (a moved pool or data file with the same
-# contents is the same run); contents and hashes are.
-_SAME_RUN: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("benchmark", ("benchmark", "name")),
-    ("grader", ("benchmark", "grader")),
-    ("grader version", ("benchmark", "grader_version")),
-    ("grader options", ("benchmark", "grader_options")),
-    ("prompt template", ("benchmark", "provenance", "template_sha256")),
-    ("data file contents (SHA-256)", ("benchmark", "provenance", "file_sha256")),
-    ("dataset revision", ("benchmark", "provenance", "revision")),
-    ("dataset filters", ("benchmark", "provenance", "filters")),
-    ("strategy", ("strategy",)),
-    ("epochs", ("epochs",)),
-    ("seed", ("seed",)),
-    ("limit", ("limit",)),
-    ("--exclude-trained setting", ("exclude_trained",)),
-)
-# Compared field by field, so a refusal names e.g. ``settings.max_steps``.
-_SAME_RUN_TREES = (("strategy settings", "strategy_detail"), ("pool", "pool"))
-# How a model is reached, paced and paid for does not decide its answers: a resume may
-# change these (a moved pool file, a longer time-out, a new price or key variable).
-_RUNTIME_KEYS = frozenset(
-    {
-        "path",
-        "api_key_env",
-        "max_concurrency",
-        "timeout_s",
-        "total_timeout_s",
-        "max_retries",
-        "price",
-        "n_threads",
-        "n_gpu_layers",
-    }
-)
-
-
-# Descriptions derived from fields compared anyway (the Conductor's ``sampling`` is in its
-# target's params, ``template_form`` follows the template's hash): skipping them keeps
-# runs recorded before they existed resumable.
-_DERIVED_KEYS = frozenset({"sampling", "template_form"})
-_UNCOMPARED_KEYS = _RUNTIME_KEYS | _DERIVED_KEYS
-
-
-def _get(data: Mapping[str, Any], path: tuple[str, ...]) -> Any:
-    value: Any = data
-    for key in path:
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(key)
-    return value
-
-
-def _first_difference(old: Any, new: Any, where: str = "") -> str | None:
-    """Where two JSON values first differ (``workers[1].temperature: 0.2 -> 0.7``)."""
-    stack: list[tuple[Any, Any, str]] = [(old, new, where)]
-    while stack:
-        a, b, at = stack.pop()
-        if isinstance(a, Mapping) and isinstance(b, Mapping):
-            keys = [k for k in {**a, **b} if k not in _UNCOMPARED_KEYS]
-            stack.extend(
-                (a.get(k), b.get(k), f"{at}.{k}" if at else str(k)) for k in reversed(keys)
-            )
-        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-            stack.extend((a[i], b[i], f"{at}[{i}]") for i in range(len(a) - 1, -1, -1))
-        elif a != b:
-            return f"{at or 'value'} was {_short(a)}, now {_short(b)}"
-    return None
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _check_same_run(
-    old: dict[str, Any], new: dict[str, Any], where: Path, *, shards: bool = False
-) -> None:
-    """Refuse, naming the first difference, unless ``new`` continues the run ``old``.
-
-    ``shards`` compares the shards of one run, which differ in ``shard`` (and may reach
-    their models at other addresses)."""
-    for name, path in _SAME_RUN:
-        if path[-1] == "file_sha256" and _get(old, path) is None:
-            continue  # a downloaded file not yet fetched when the run started
-        if _get(old, path) != _get(new, path):
-            raise UsageError(
-                f"{where}: cannot {'merge' if shards else 'resume'}: the {name} was "
-                f"{_short(_get(old, path))}, now {_short(_get(new, path))}; "
-                + ("merge only shards of one run" if shards else "run it in a new --out directory")
-            )
-    if not shards and old.get("shard") != new.get("shard"):
-        raise UsageError(
-            f"{where}: cannot resume: --shard was {old.get('shard')}, now {new.get('shard')}"
-        )
-    for name, key in () if shards else _SAME_RUN_TREES:
-        # Shards may reach the same models at other addresses, so merging compares
-        # only the fields above.
-        if key not in old:
-            continue  # not recorded by the run that wrote the config
-        diff = _first_difference(old.get(key), new.get(key))
-        if diff is not None:
-            raise UsageError(
-                f"{where}: cannot resume: the {name} changed "
-                f"({diff}); run it in a new --out directory"
-            )
 
 
 # -- running --------------------------------------------------------------------------
@@ -459,80 +222,6 @@ async def run_benchmark(
         lock.close()
 
 
-# A run that fails before its first record (a bad data file, a dataset out of reach, a
-# Conductor that cannot load) must not leave a directory that refuses the same command
-# once the input is fixed.  Two rules cover it: the failed invocation removes what it
-# created (its files, then its directories if they are empty: rmdir never removes a
-# directory holding anything else), and a directory without records is taken over by
-# the next run (what a killed process, or a folder the user made, leaves behind).
-# A directory with a record in samples.jsonl is never removed nor taken over.
-
-
-def _absent(out: Path) -> list[Path]:
-    """``out`` and those of its parents that do not exist yet, deepest first."""
-    missing: list[Path] = []
-    path = out.absolute()
-    while not path.exists() and path != path.parent:
-        missing.append(path)
-        path = path.parent
-    return missing
-
-
-def _absent_files(out: Path) -> list[Path]:
-    """The run files this invocation would create in ``out`` (those not there yet)."""
-    return [out / name for name in (CONFIG, SAMPLES, LOCK) if not (out / name).exists()]
-
-
-def _holds_records(out: Path) -> bool:
-    """Whether ``out`` has anything in ``samples.jsonl`` (even a torn first line)."""
-    path = out / SAMPLES
-    return path.is_file() and path.stat().st_size > 0
-
-
-def _undo_empty_run(out: Path, created_dirs: list[Path], new_files: list[Path]) -> None:
-    """Remove the files and directories this invocation created, if no record was
-    written; anything else in the directory keeps it (and the directory) in place."""
-    if _holds_records(out):
-        return
-    for path in new_files:
-        with suppress(OSError):
-            path.unlink()
-    for folder in created_dirs:
-        try:
-            folder.rmdir()
-        except OSError:
-            return  # not empty (or not ours to remove): neither are its parents
-
-
-def _lock_run_dir(out: Path) -> IO[str]:
-    """Hold ``out/.lock`` for this process; the OS releases it when the process ends,
-    however it ends, so a killed run never leaves a stale lock."""
-    path = out / LOCK
-    try:
-        fh = path.open("a+", encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot create the lock file ({exc.strerror})") from None
-    if sys.platform == "win32":  # no flock; the directory is not guarded there
-        return fh
-    try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        fh.seek(0)
-        holder = fh.read().strip() or "unknown"
-        fh.close()
-        if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-            raise RunDirBusyError(
-                f"{out} is in use by another conductor process (pid {holder}); wait for it "
-                "to finish or stop it, or choose another --out"
-            ) from None
-        raise UsageError(f"{path}: cannot lock the run directory ({exc.strerror})") from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(f"{os.getpid()}\n")
-    fh.flush()
-    return fh
-
-
 def _open_samples(path: Path) -> IO[bytes]:
     """The samples file, opened unbuffered for appending: a failed write leaves nothing
     in a buffer to be written later by someone else."""
@@ -558,70 +247,6 @@ def _record_line(data: dict[str, Any]) -> str:
     except UnicodeEncodeError:
         line = json.dumps(data, ensure_ascii=True, default=str)
     return line + "\n"
-
-
-def _reason(exc: BaseException, secrets: list[str]) -> str:
-    """An exception as one clipped line (its type and message), with secrets masked."""
-    return _scrub(f"{type(exc).__name__}: {exc}", secrets)
-
-
-def _scrub(text: str, secrets: list[str]) -> str:
-    text = text.replace("\n", " ")
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 3] + "..."
-
-
-def _pool_secrets(pool_dict: Mapping[str, Any]) -> list[str]:
-    """The values of the key variables the pool names, to mask in reasons."""
-    entries = [*(pool_dict.get("workers") or []), pool_dict.get("conductor") or {}]
-    names = {e.get("api_key_env") for e in entries if isinstance(e, Mapping)}
-    return [v for n in names if isinstance(n, str) and len(v := os.environ.get(n, "")) >= 4]
-
-
-def _auth_failure(record: RunRecord) -> str | None:
-    """The first call of ``record`` refused for its credentials or permissions."""
-    for call in record.all_calls():
-        cls = getattr(errors, call.error_kind or "", None)
-        if isinstance(cls, type) and issubclass(cls, AuthenticationError):
-            return call.error or "authentication failed"
-    return None
-
-
-def _io_stop(exc: OSError, path: Path, out: Path, written: int) -> BenchStopped:
-    what = errno.errorcode.get(exc.errno or 0, "I/O error")
-    return BenchStopped(
-        f"cannot write {path} ({exc.strerror or exc}, {what}): stopped before starting "
-        f"more samples; the {plural(written, 'record')} written this time are kept, so free space "
-        f"or fix the directory, then continue with `conductor bench --resume {out}`"
-    )
-
-
-def _auth_stop(message: str, out: Path, written: int) -> BenchStopped:
-    return BenchStopped(
-        f"stopped: {message}; no more samples were started and the "
-        f"{plural(written, 'record')} written this time are kept, so fix the key or its "
-        f"permissions, then continue with `conductor bench --resume {out}`"
-    )
-
-
-def _cache_get(cache: ResponseCache | None, key: str | None) -> Any:
-    if cache is None or key is None:
-        return None
-    try:
-        return cache.get_value(key)
-    except Exception as exc:  # noqa: BLE001 - a cache fault costs a replay, never a sample
-        log.warning("the sample cache could not be read (%s); running the sample", exc)
-        return None
-
-
-def _cache_set(cache: ResponseCache | None, key: str, value: dict[str, Any]) -> None:
-    if cache is None:
-        return
-    try:
-        cache.set_value(key, value)
-    except Exception as exc:  # noqa: BLE001 - the record is written either way
-        log.warning("the sample cache could not be written (%s)", exc)
 
 
 @dataclass
@@ -855,84 +480,3 @@ async def _run_locked(
     if stop.error is not None:
         raise stop.error
     return progress
-
-
-def _run_key(config: dict[str, Any]) -> str:
-    bench = config["benchmark"]
-    identity = {
-        "v": 1,
-        "conductor_version": config["conductor_version"],
-        "benchmark": [bench["name"], bench["grader"], bench["grader_version"]],
-        "grader_options": bench.get("grader_options"),
-        "template_sha256": bench["provenance"].get("template_sha256"),
-        "strategy": config["strategy_detail"],
-        "pool": config["pool"],
-        "seed": config["seed"],
-    }
-    blob = json.dumps(identity, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def _sample_key(run_key: str, sample: Sample, question: str, epoch: int) -> str:
-    blob = json.dumps([run_key, sample.id, epoch, question, sample.gold], default=str)
-    return "sample:" + hashlib.sha256(blob.encode()).hexdigest()
-
-
-def _replayed_line(kept: dict[str, Any]) -> str:
-    """A kept sample's line for this run: a new run id and a ``replayed_from`` note.
-
-    The rest is the original record as it was written (its latencies, costs and cached
-    flags describe the execution that produced it), so replaying costs no parsing.
-    """
-    old_id, new_id = kept["run_id"], new_run_id()
-    line: str = kept["line"].replace(f'"run_id": "{old_id}"', f'"run_id": "{new_id}"', 1)
-    note = json.dumps({"run_id": old_id, "at": now_iso()})
-    # ``replayed_from`` is the record's last field, written as null the first time.
-    head, sep, tail = line.rpartition('"replayed_from": null')
-    if not sep:
-        return line
-    return f'{head}"replayed_from": {note}{tail}'
-
-
-# -- merging shards -------------------------------------------------------------------
-
-
-def merge_runs(run_dirs: list[Path], out_dir: Path) -> int:
-    """Join the shards of one run into ``out_dir``; returns the number of records.
-
-    The shards must agree on benchmark, strategy, epochs and seed; a (sample, epoch)
-    pair found in several shards is kept once (the last one read).
-    """
-    if not run_dirs:
-        raise UsageError("bench merge needs at least one run directory")
-    configs = []
-    for d in run_dirs:
-        path = d / CONFIG
-        if not path.is_file():
-            raise UsageError(f"{d}: no {CONFIG}; not a bench run directory")
-        configs.append(json.loads(path.read_text()))
-    first = configs[0]
-    for d, cfg in zip(run_dirs[1:], configs[1:], strict=True):
-        _check_same_run(first, cfg, d, shards=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if (out_dir / SAMPLES).exists():
-        raise UsageError(f"{out_dir} already holds samples; merge into an empty directory")
-    # Two passes keep memory to the keys: find each pair's last source, then copy.
-    last: dict[tuple[str, int], tuple[int, int]] = {}
-    for di, d in enumerate(run_dirs):
-        for li, data in SampleLines(d / SAMPLES):
-            last[sample_key(data)] = (di, li)
-    written = 0
-    with (out_dir / SAMPLES).open("w", encoding="utf-8") as out:
-        for di, d in enumerate(run_dirs):
-            for li, data in SampleLines(d / SAMPLES):
-                if last.get(sample_key(data)) == (di, li):
-                    out.write(json.dumps(data, ensure_ascii=False) + "\n")
-                    written += 1
-    merged = {**first, "shard": None, "merged_from": [str(d) for d in run_dirs]}
-    counts = [(cfg.get("trained_on") or {}).get("samples") for cfg in configs]
-    if all(isinstance(c, int) for c in counts):
-        merged["trained_on"] = {**first["trained_on"], "samples": sum(counts)}
-    merged["created_at"] = now_iso()
-    (out_dir / CONFIG).write_text(json.dumps(merged, indent=2, ensure_ascii=False) + "\n")
-    return written

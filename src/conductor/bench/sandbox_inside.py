@@ -5,6 +5,12 @@ it as ``python -I sandbox_inside.py CONFIG`` as the first process of the new nam
 (or as a plain subprocess where there are none).  It is a real module so that linters and
 type checkers see it; nothing in the parent imports it.
 
+Why it is one long module: it is copied into the sandbox as this one file and run with
+``python -I``, where ``conductor`` is not importable, so it must be self-contained and
+use the standard library only; splitting it would mean copying several files in and
+putting them on the sandboxed interpreter's path, a wider door for the code it guards
+against.
+
 What it does, in order:
 
 1. **Mounts** (with namespaces): every mount is re-mounted read-only except the run's

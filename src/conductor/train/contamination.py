@@ -300,7 +300,8 @@ class _NotCached(Exception):
 def _benchmark_items(
     spec: BenchmarkSpec, data_file: str | None, seed: int
 ) -> Iterator[tuple[QuestionKey, bool, str]]:
-    from ..bench.data import DatasetError, _url_cache_path, iter_samples
+    from ..bench.data import DatasetError, iter_samples
+    from ..bench.sources import _url_cache_path
 
     source = spec.source
     url = source.url if data_file is None and source.kind == "url" else None
@@ -322,7 +323,8 @@ def _benchmark_items(
 def _plain_items(path: Path) -> Iterator[tuple[QuestionKey, bool, str]]:
     """Questions of a plain data file: a question column (see
     :data:`PLAIN_QUESTION_COLUMNS`) and, optionally, a ``choices`` list."""
-    from ..bench.data import MAX_ROW_BYTES, DataFileError, _file_rows
+    from ..bench.data import MAX_ROW_BYTES, DataFileError
+    from ..bench.sources import _file_rows
 
     for where, row in _file_rows(path, MAX_ROW_BYTES):
         column = next((c for c in PLAIN_QUESTION_COLUMNS if isinstance(row.get(c), str)), None)

@@ -1,0 +1,70 @@
+"""Why a bench run stops, and how a fault is told: :class:`BenchStopped` and its
+messages (a directory that cannot be written, refused credentials), and exceptions as
+one clipped line with the pool's key values masked.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .. import errors
+from ..errors import AuthenticationError, ConductorError
+from ..record import RunRecord
+from ..text import plural
+
+#: The longest reason kept from an unexpected exception.
+MAX_REASON_CHARS = 500
+
+
+class BenchStopped(ConductorError):
+    """The run stopped early for a reason every remaining sample would share; the
+    records already written are kept and the message says how to resume."""
+
+
+def _reason(exc: BaseException, secrets: list[str]) -> str:
+    """An exception as one clipped line (its type and message), with secrets masked."""
+    return _scrub(f"{type(exc).__name__}: {exc}", secrets)
+
+
+def _scrub(text: str, secrets: list[str]) -> str:
+    text = text.replace("\n", " ")
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 3] + "..."
+
+
+def _pool_secrets(pool_dict: Mapping[str, Any]) -> list[str]:
+    """The values of the key variables the pool names, to mask in reasons."""
+    entries = [*(pool_dict.get("workers") or []), pool_dict.get("conductor") or {}]
+    names = {e.get("api_key_env") for e in entries if isinstance(e, Mapping)}
+    return [v for n in names if isinstance(n, str) and len(v := os.environ.get(n, "")) >= 4]
+
+
+def _auth_failure(record: RunRecord) -> str | None:
+    """The first call of ``record`` refused for its credentials or permissions."""
+    for call in record.all_calls():
+        cls = getattr(errors, call.error_kind or "", None)
+        if isinstance(cls, type) and issubclass(cls, AuthenticationError):
+            return call.error or "authentication failed"
+    return None
+
+
+def _io_stop(exc: OSError, path: Path, out: Path, written: int) -> BenchStopped:
+    what = errno.errorcode.get(exc.errno or 0, "I/O error")
+    return BenchStopped(
+        f"cannot write {path} ({exc.strerror or exc}, {what}): stopped before starting "
+        f"more samples; the {plural(written, 'record')} written this time are kept, so free space "
+        f"or fix the directory, then continue with `conductor bench --resume {out}`"
+    )
+
+
+def _auth_stop(message: str, out: Path, written: int) -> BenchStopped:
+    return BenchStopped(
+        f"stopped: {message}; no more samples were started and the "
+        f"{plural(written, 'record')} written this time are kept, so fix the key or its "
+        f"permissions, then continue with `conductor bench --resume {out}`"
+    )

@@ -1,0 +1,296 @@
+"""How a dataset row becomes a :class:`~conductor.bench.types.Sample`: reading a column
+(paths such as ``messages[role=user].content``), sample ids, and one maker per loader
+(``choice``, ``math``, ``livecodebench``, ``bigcodebench``) in :data:`_MAKERS`.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import hashlib
+import json
+import re
+from typing import Any
+
+from . import lcb_tests
+from .sources import DataFileError, DatasetError, _Row
+from .spec import data_columns
+from .types import BenchmarkSpec, Sample
+
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+# --------------------------------------------------------------------------- loaders
+
+
+#: One step of a column path: ``.key``, ``[3]`` / ``[-1]`` or ``[role=user]``.
+_PATH_STEP = re.compile(r"\.?([^.\[\]]+)|\[(-?\d+)\]|\[([^=\]]+)=([^\]]*)\]")
+
+
+def _path_value(row: _Row, column: str) -> tuple[bool, Any]:
+    """(found, value) of a nested column such as ``reward_model.ground_truth`` or
+    ``prompt[role=user].content`` (the first list item whose ``role`` is ``user``)."""
+    value: Any = row
+    pos = 0
+    while pos < len(column):
+        match = _PATH_STEP.match(column, pos)
+        if match is None:
+            return False, None
+        pos = match.end()
+        key, index, attr, wanted = match.groups()
+        if key is not None:
+            if not isinstance(value, dict) or key not in value:
+                return False, None
+            value = value[key]
+        elif index is not None:
+            if not isinstance(value, (list, tuple)) or not -len(value) <= int(index) < len(value):
+                return False, None
+            value = value[int(index)]
+        else:
+            if not isinstance(value, (list, tuple)):
+                return False, None
+            hits = [v for v in value if isinstance(v, dict) and str(v.get(attr)) == wanted]
+            if not hits:
+                return False, None
+            value = hits[0]
+    return True, value
+
+
+def _get(spec: BenchmarkSpec, row: _Row, column: str, *, required: bool = True) -> Any:
+    if column in row:
+        return row[column]
+    if "." in column or "[" in column:
+        found, value = _path_value(row, column)
+        if found:
+            return value
+    if not required:
+        return None
+    raise DataFileError(
+        f"benchmark {spec.name}: a row has no column {column!r} (it has: "
+        f"{', '.join(sorted(map(str, row)))}); fix fields in the benchmark file or the data: "
+        f"{spec.name} reads {data_columns(spec).describe()}"
+    )
+
+
+def _question_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _sample_id(spec: BenchmarkSpec, row: _Row, question: str, seen: dict[str, int]) -> str:
+    col = spec.fields.get("id")
+    raw = _get(spec, row, col, required=False) if col else None
+    local = str(raw).strip() if raw is not None and str(raw).strip() else _question_hash(question)
+    sid = f"{spec.name}/{local}"
+    # A repeated id (duplicated questions, say) keeps runs resumable by its position.
+    count = seen.get(sid, 0) + 1
+    seen[sid] = count
+    return sid if count == 1 else f"{sid}-{count}"
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def _maybe_json_list(value: Any) -> Any:
+    # CSV cells hold lists as JSON text.
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _choice_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int]) -> Sample:
+    from .graders import choice as choice_grader
+
+    fields = spec.fields
+    question = _text(_get(spec, row, fields["question"]))
+    if "choices" in fields:
+        options = _maybe_json_list(_get(spec, row, fields["choices"]))
+        if not isinstance(options, (list, tuple)) or len(options) < 2:
+            raise DatasetError(
+                f"benchmark {spec.name}: column {fields['choices']!r} must hold a list of "
+                f"at least two options, got {options!r:.80}"
+            )
+        options = [_text(o) for o in options]
+        correct = _answer_index(spec, _get(spec, row, fields["answer"]), len(options))
+    else:
+        wrong_keys = sorted(
+            (k for k in fields if k.startswith("incorrect_")), key=lambda k: int(k[10:])
+        )
+        options = [_text(_get(spec, row, fields["correct"]))]
+        options += [_text(_get(spec, row, fields[k])) for k in wrong_keys]
+        correct = 0
+    sid = _sample_id(spec, row, question, seen)
+    shuffled, gold, permutation = choice_grader.shuffle_choices(options, correct, seed, sid)
+    metadata: dict[str, Any] = {
+        "permutation": list(permutation),
+        "correct_text": options[correct],
+        "seed": seed,
+    }
+    if fields.get("subject"):
+        metadata["subject"] = _get(spec, row, fields["subject"], required=False)
+    return Sample(
+        id=sid,
+        input={
+            "question": question,
+            "choices": list(shuffled),
+            "choices_text": choice_grader.format_choices(list(shuffled)),
+        },
+        gold=gold,
+        metadata=metadata,
+    )
+
+
+def _answer_index(spec: BenchmarkSpec, value: Any, n: int) -> int:
+    index: int | None = None
+    if isinstance(value, bool):
+        index = None
+    elif isinstance(value, int):
+        index = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():
+            index = int(text)
+        elif len(text) == 1 and text.upper() in _LETTERS:
+            index = _LETTERS.index(text.upper())
+    if index is None or not 0 <= index < n:
+        raise DatasetError(
+            f"benchmark {spec.name}: answer {value!r} is not an option index (0..{n - 1}) or letter"
+        )
+    return index
+
+
+def _math_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int]) -> Sample:
+    fields = spec.fields
+    question = _text(_get(spec, row, fields["question"]))
+    metadata: dict[str, Any] = {}
+    for key in ("subject", "level"):
+        if fields.get(key):
+            metadata[key] = _get(spec, row, fields[key], required=False)
+    for col in (c.strip() for c in fields.get("metadata", "").split(",")):
+        if col:
+            metadata[col] = _get(spec, row, col, required=False)
+    return Sample(
+        id=_sample_id(spec, row, question, seen),
+        input={"question": question},
+        gold=_math_gold(spec, row),
+        metadata=metadata,
+    )
+
+
+def _math_gold(spec: BenchmarkSpec, row: _Row) -> str:
+    """The answer column's text, else the last ``\\boxed{}`` of the solution column."""
+    fields = spec.fields
+    if "answer" in fields:
+        return _text(_get(spec, row, fields["answer"])).strip()
+    from .graders.extract import last_boxed
+
+    solution = _text(_get(spec, row, fields["solution"]))
+    boxed = last_boxed(solution)
+    if boxed is None:
+        raise DataFileError(
+            f"benchmark {spec.name}: the solution in column {fields['solution']!r} has no "
+            "\\boxed{...} answer"
+        )
+    return boxed
+
+
+def decode_lcb_tests(value: Any) -> list[dict[str, Any]]:
+    """LiveCodeBench test cases from a column value, decoded safely (see
+    :mod:`conductor.bench.lcb_tests`): ``[{"input", "output", "testtype"}, ...]``, the
+    test type ``stdin`` where the row gives none.  Raises :class:`DatasetError` when the
+    value is unreadable.
+    """
+    try:
+        stored = lcb_tests.decode_lcb_tests(value)
+    except ValueError as exc:
+        raise DatasetError(str(exc)) from None
+    return [
+        {"input": t["input"], "output": t["output"], "testtype": t.get("testtype", "stdin")}
+        for t in stored
+    ]
+
+
+def _lcb_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int]) -> Sample:
+    fields = spec.fields
+    question = _text(_get(spec, row, fields["question"]))
+    starter = _text(_get(spec, row, fields["starter_code"], required=False))
+    title = _text(_get(spec, row, fields["title"], required=False))
+    raw_meta = _get(spec, row, fields["metadata"], required=False)
+    meta: Any = raw_meta
+    if isinstance(raw_meta, str):
+        try:
+            meta = json.loads(raw_meta) if raw_meta.strip() else {}
+        except json.JSONDecodeError:
+            meta = {}
+    fn_name = meta.get("func_name") if isinstance(meta, dict) else None
+    public = decode_lcb_tests(_get(spec, row, fields["public_tests"], required=False))
+    private = decode_lcb_tests(_get(spec, row, fields["private_tests"], required=False))
+    if starter.strip():
+        block = (
+            "Complete the following starter code (keep the given signature):\n"
+            f"```python\n{starter.rstrip()}\n```"
+        )
+    else:
+        block = "Read the input from standard input and write the answer to standard output."
+    metadata: dict[str, Any] = {
+        "tests": public + private,
+        "fn_name": fn_name or None,
+        "num_public_tests": len(public),
+    }
+    for key in ("date", "difficulty", "platform", "contest_id"):
+        if fields.get(key):
+            metadata[key] = _get(spec, row, fields[key], required=False)
+    return Sample(
+        id=_sample_id(spec, row, question, seen),
+        input={
+            "question": question,
+            "title": title,
+            "starter_code": starter,
+            "starter_code_block": block,
+        },
+        gold=None,
+        metadata=metadata,
+    )
+
+
+def _bcb_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int]) -> Sample:
+    fields = spec.fields
+    question = _text(_get(spec, row, fields["question"]))
+    libs: Any = _get(spec, row, fields["libs"], required=False) if fields.get("libs") else None
+    if isinstance(libs, str):
+        # The column holds a Python list literal such as "['math', 're']".
+        with contextlib.suppress(ValueError, SyntaxError):
+            libs = ast.literal_eval(libs)
+    return Sample(
+        id=_sample_id(spec, row, question, seen),
+        input={
+            "question": question,
+            "code_prompt": _text(_get(spec, row, fields["code_prompt"], required=False)),
+        },
+        gold=None,
+        metadata={
+            "test": _text(_get(spec, row, fields["test"])),
+            "entry_point": _text(_get(spec, row, fields["entry_point"])),
+            "libs": libs,
+        },
+    )
+
+
+_MAKERS = {
+    "choice": _choice_sample,
+    "math": _math_sample,
+    "livecodebench": _lcb_sample,
+    "bigcodebench": _bcb_sample,
+}

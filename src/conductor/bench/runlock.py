@@ -1,0 +1,96 @@
+"""Holding a bench run directory: the ``.lock`` that keeps a second process out
+(:class:`RunDirBusyError`), and undoing a run that failed before its first record.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from contextlib import suppress
+from pathlib import Path
+from typing import IO
+
+from ..errors import UsageError
+from .rundir import CONFIG, LOCK, SAMPLES
+
+if sys.platform != "win32":
+    import fcntl
+
+
+class RunDirBusyError(UsageError):
+    """Another process holds the run directory."""
+
+
+# A run that fails before its first record (a bad data file, a dataset out of reach, a
+# Conductor that cannot load) must not leave a directory that refuses the same command
+# once the input is fixed.  Two rules cover it: the failed invocation removes what it
+# created (its files, then its directories if they are empty: rmdir never removes a
+# directory holding anything else), and a directory without records is taken over by
+# the next run (what a killed process, or a folder the user made, leaves behind).
+# A directory with a record in samples.jsonl is never removed nor taken over.
+
+
+def _absent(out: Path) -> list[Path]:
+    """``out`` and those of its parents that do not exist yet, deepest first."""
+    missing: list[Path] = []
+    path = out.absolute()
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _absent_files(out: Path) -> list[Path]:
+    """The run files this invocation would create in ``out`` (those not there yet)."""
+    return [out / name for name in (CONFIG, SAMPLES, LOCK) if not (out / name).exists()]
+
+
+def _holds_records(out: Path) -> bool:
+    """Whether ``out`` has anything in ``samples.jsonl`` (even a torn first line)."""
+    path = out / SAMPLES
+    return path.is_file() and path.stat().st_size > 0
+
+
+def _undo_empty_run(out: Path, created_dirs: list[Path], new_files: list[Path]) -> None:
+    """Remove the files and directories this invocation created, if no record was
+    written; anything else in the directory keeps it (and the directory) in place."""
+    if _holds_records(out):
+        return
+    for path in new_files:
+        with suppress(OSError):
+            path.unlink()
+    for folder in created_dirs:
+        try:
+            folder.rmdir()
+        except OSError:
+            return  # not empty (or not ours to remove): neither are its parents
+
+
+def _lock_run_dir(out: Path) -> IO[str]:
+    """Hold ``out/.lock`` for this process; the OS releases it when the process ends,
+    however it ends, so a killed run never leaves a stale lock."""
+    path = out / LOCK
+    try:
+        fh = path.open("a+", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot create the lock file ({exc.strerror})") from None
+    if sys.platform == "win32":  # no flock; the directory is not guarded there
+        return fh
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        fh.seek(0)
+        holder = fh.read().strip() or "unknown"
+        fh.close()
+        if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            raise RunDirBusyError(
+                f"{out} is in use by another conductor process (pid {holder}); wait for it "
+                "to finish or stop it, or choose another --out"
+            ) from None
+        raise UsageError(f"{path}: cannot lock the run directory ({exc.strerror})") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+    return fh

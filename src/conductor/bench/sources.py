@@ -1,0 +1,333 @@
+"""Where a benchmark's rows come from: local files (JSONL, JSON, CSV, Parquet, streamed),
+the Hugging Face Hub (a pinned dataset, or LiveCodeBench's release files), and URLs
+downloaded once into the cache folder; the errors a data source raises; and the hint
+every "cannot load" message ends with (:func:`local_copy_hint`).
+
+Each source yields located rows: ``(where, row)``, ``where`` being ``FILE:LINE`` or
+``DATASET (split) row N`` for error messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import functools
+import hashlib
+import importlib
+import json
+import logging
+import os
+import socket
+import sys
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConductorError, MissingDependencyError, UsageError
+from .spec import DATA_FORMATS, data_columns, lcb_release_files
+from .types import BenchmarkSpec, DataSource
+
+# One dataset row: column name -> value.
+_Row = dict[str, Any]
+# A row and where it is ("FILE:LINE", "DATASET (split) row N"), for error messages.
+_LocatedRow = tuple[str, _Row]
+
+
+class DatasetError(ConductorError):
+    """A benchmark's data cannot be read (not downloadable, bad file, missing column)."""
+
+
+class DataFileError(DatasetError, UsageError):
+    """The data is there but not usable as given (a missing column, text that is not
+    UTF-8, a row or question over the size limits): bad input, CLI exit code 2."""
+
+
+def local_copy_hint(spec: BenchmarkSpec) -> str:
+    """How to run ``spec`` without its source: ``--data FILE``, with the columns and the
+    formats such a file needs (the end of every "cannot load" message)."""
+    formats = ", ".join(DATA_FORMATS[:-1]) + f" or {DATA_FORMATS[-1]}"
+    return (
+        f"pass --data FILE with a local copy: a {formats} file with {data_columns(spec).describe()}"
+    )
+
+
+def _file_rows(path: Path, max_line: int | None) -> Iterator[_LocatedRow]:
+    if not path.is_file():
+        raise UsageError(f"{path}: no such data file")
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return _jsonl_rows(path, max_line)
+    if suffix == ".json":
+        return _json_rows(path)
+    if suffix == ".csv":
+        return _csv_rows(path, max_line)
+    if suffix == ".parquet":
+        return _parquet_rows(path)
+    raise UsageError(f"{path}: data files must be .jsonl, .json, .csv or .parquet")
+
+
+def _not_utf8(where: str, exc: UnicodeDecodeError) -> DataFileError:
+    return DataFileError(
+        f"{where}: is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+        f"{exc.start}); save the data file as UTF-8"
+    )
+
+
+def _jsonl_rows(path: Path, max_line: int | None = None) -> Iterator[_LocatedRow]:
+    # Bytes, line by line, with a cap: a huge line is refused after reading at most
+    # ``max_line`` bytes of it instead of being held (and copied) whole.
+    with open(path, "rb") as fh:
+        lineno = 0
+        while True:
+            raw = fh.readline(max_line + 1) if max_line is not None else fh.readline()
+            if not raw:
+                return
+            lineno += 1
+            if max_line is not None and len(raw) > max_line and not raw.endswith(b"\n"):
+                raise DataFileError(
+                    f"{path}:{lineno}: the line is longer than {max_line:,} bytes; "
+                    "a data row must be smaller (split long texts into several rows)"
+                )
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _not_utf8(f"{path}:{lineno}", exc) from None
+            del raw
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            except RecursionError:
+                raise DataFileError(f"{path}:{lineno}: JSON nested too deeply") from None
+            del line
+            if not isinstance(row, dict):
+                raise UsageError(f"{path}:{lineno}: each line must be a JSON object")
+            yield f"{path}:{lineno}", row
+
+
+def _json_rows(path: Path) -> Iterator[_LocatedRow]:
+    # A JSON array has to be parsed whole; use JSONL for large sets.
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(str(path), exc) from None
+    except RecursionError:
+        raise DataFileError(f"{path}: JSON nested too deeply") from None
+    if isinstance(data, dict) and isinstance(data.get("data"), list):
+        data = data["data"]
+    if not isinstance(data, list):
+        raise UsageError(f"{path}: a .json data file must hold a list of objects")
+    for i, row in enumerate(data):
+        if not isinstance(row, dict):
+            raise UsageError(f"{path}: item {i} is not a JSON object")
+        yield f"{path}: item {i}", row
+
+
+def _csv_rows(path: Path, max_field: int | None = None) -> Iterator[_LocatedRow]:
+    # Some benchmark cells are long (whole problem statements with code), but a cell
+    # over the row limit is refused as soon as the reader sees it is too long.
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1, max_field or sys.maxsize))
+    with open(path, encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except UnicodeDecodeError as exc:
+                raise _not_utf8(f"{path}:{reader.line_num + 1}", exc) from None
+            except csv.Error as exc:
+                raise UsageError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
+            yield f"{path}:{reader.line_num}", row
+
+
+def _parquet_rows(path: Path) -> Iterator[_LocatedRow]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise MissingDependencyError(
+            "reading .parquet data needs pyarrow: pip install 'datasets>=3,<5'"
+        ) from None
+    parquet = pq.ParquetFile(path)
+    n = 0
+    for batch in parquet.iter_batches(batch_size=64):
+        for row in batch.to_pylist():
+            yield f"{path}: row {n}", row
+            n += 1
+
+
+#: How long the reachability check waits for the Hub to accept a connection.
+HUB_PROBE_TIMEOUT_S = 5.0
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+def _hub_unreachable() -> str | None:
+    """Why the Hugging Face Hub cannot be reached (offline mode is set, its host does
+    not resolve, refuses or does not answer), or None when it may be.
+
+    Without this, a load with no network spends ~25 s in the hub library's own retries
+    (six log lines) before failing.  One TCP connection to the endpoint answers the
+    question in a fraction of that; behind a proxy the endpoint is not reached directly,
+    so nothing is concluded and the load goes ahead as it is.
+    """
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or _datasets_offline():
+        return "HF_HUB_OFFLINE or HF_DATASETS_OFFLINE is set"
+    if any(os.environ.get(name) for name in _PROXY_VARIABLES):
+        return None
+    return _probe(constants.ENDPOINT)
+
+
+def _datasets_offline() -> bool:
+    try:
+        from datasets import config
+    except ImportError:
+        return False
+    return bool(config.HF_HUB_OFFLINE)
+
+
+@functools.lru_cache(maxsize=8)
+def _probe(endpoint: str) -> str | None:
+    # Cached: a run reads its data more than once (count, then samples), and the answer
+    # does not change within one command.
+    parts = urllib.parse.urlsplit(endpoint)
+    host = parts.hostname or ""
+    port = parts.port or (80 if parts.scheme == "http" else 443)
+    try:
+        with socket.create_connection((host, port), timeout=HUB_PROBE_TIMEOUT_S):
+            return None
+    except socket.gaierror:
+        return f"cannot resolve {host}"
+    except ConnectionRefusedError:
+        return f"{host}:{port} refused the connection"
+    except TimeoutError:
+        return f"{host}:{port} did not answer within {HUB_PROBE_TIMEOUT_S:g} s"
+    except OSError as exc:
+        return f"cannot reach {host}:{port} ({exc.strerror or exc})"
+
+
+@contextlib.contextmanager
+def _hub_offline() -> Iterator[None]:
+    """The hub libraries in offline mode (cached copies only, no request, no retry) and
+    quiet (their warnings would repeat our one error), for a load known to have no
+    network.  Both read these flags at call time; they are restored afterwards."""
+    from huggingface_hub import constants
+
+    config: Any = None
+    with contextlib.suppress(ImportError):  # LiveCodeBench needs huggingface_hub alone
+        config = importlib.import_module("datasets.config")
+    saved = (constants.HF_HUB_OFFLINE, config.HF_HUB_OFFLINE if config else None)
+    loggers = [logging.getLogger(name) for name in ("huggingface_hub", "datasets")]
+    levels = [lg.level for lg in loggers]
+    constants.HF_HUB_OFFLINE = True
+    if config is not None:
+        config.HF_HUB_OFFLINE = True
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = saved[0]
+        if config is not None:
+            config.HF_HUB_OFFLINE = saved[1]
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def _hf_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_LocatedRow]:
+    try:
+        import datasets
+    except ImportError:
+        raise MissingDependencyError(
+            f"loading {source.id} needs the datasets library: pip install 'datasets>=3,<5' "
+            f"(or {local_copy_hint(spec)})"
+        ) from None
+    config = f"config {source.config}, " if source.config else ""
+    where = f"{source.id} ({config}split {source.split}, revision {source.revision})"
+    offline = _hub_unreachable()
+    try:
+        with _hub_offline() if offline else contextlib.nullcontext():
+            ds = datasets.load_dataset(
+                source.id, source.config, split=source.split, revision=source.revision
+            )
+    except Exception as exc:  # datasets raises many kinds; all mean "cannot load"
+        if offline:
+            raise DatasetError(
+                f"cannot load {where}: the Hugging Face Hub is out of reach ({offline}) and "
+                f"no copy is cached; {local_copy_hint(spec)}"
+            ) from None
+        raise DatasetError(
+            f"cannot load {where}: {type(exc).__name__}: {exc}; {local_copy_hint(spec)}"
+        ) from None
+    # Row by row over the memory-mapped Arrow table: nothing is copied up front.
+    for n, row in enumerate(ds):
+        yield f"{source.id} ({source.split}) row {n}", dict(row)
+
+
+def _lcb_hub_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_LocatedRow]:
+    # code_generation_lite is a script dataset, which datasets 4 no longer runs, so its
+    # release files are fetched directly and read as JSONL.
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        raise MissingDependencyError(
+            "loading LiveCodeBench needs huggingface_hub: pip install 'datasets>=3,<5' "
+            f"(or {local_copy_hint(spec)})"
+        ) from None
+    files = lcb_release_files(spec.fields.get("release", "release_v6")) or ()
+    offline = _hub_unreachable()
+    for name in files:
+        try:
+            with _hub_offline() if offline else contextlib.nullcontext():
+                local = hf_hub_download(
+                    source.id or "", name, repo_type="dataset", revision=source.revision
+                )
+        except Exception as exc:  # offline, missing file, auth: all mean "cannot load"
+            why = (
+                f"the Hugging Face Hub is out of reach ({offline}) and no copy is cached"
+                if offline
+                else f"{type(exc).__name__}: {exc}"
+            )
+            raise DatasetError(
+                f"cannot download {name} of {source.id} (revision {source.revision}): "
+                f"{why}; {local_copy_hint(spec)}"
+            ) from None
+        yield from _jsonl_rows(Path(local))
+
+
+def _url_cache_path(url: str) -> Path:
+    base = os.environ.get("CONDUCTOR_DATA_DIR")
+    if base:
+        folder = Path(base)
+    else:
+        from platformdirs import user_cache_dir
+
+        folder = Path(user_cache_dir("conductor")) / "data"
+    name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    digest = hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
+    return folder / f"{digest}-{name}"
+
+
+def _download(spec: BenchmarkSpec, url: str) -> Path:
+    target = _url_cache_path(url)
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + f".part{os.getpid()}")
+    try:
+        with urllib.request.urlopen(url, timeout=60) as resp, open(partial, "wb") as out:
+            while block := resp.read(1 << 20):
+                out.write(block)
+        partial.replace(target)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise DatasetError(f"cannot download {url}: {exc}; {local_copy_hint(spec)}") from None
+    return target

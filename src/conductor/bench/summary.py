@@ -1,0 +1,447 @@
+"""Scores of bench runs: :class:`RunSummary`, computed from a run directory and kept in
+``summary.json``; the rate-limit history in ``rate_limits.json``.
+
+:func:`summarize_run` reads ``DIR/samples.jsonl`` as a stream: it never holds the run's
+records, only running sums, one score per sample and one latency per record, so a
+10,000-sample run stays small in memory.  The file is read twice: the first pass finds
+which line holds each (sample, epoch) (a rewritten pair's *last* line wins, as the
+runner's ``--retry-errors`` appends a fresh record), the second folds those lines in.
+A line that is not JSON (a run killed mid-write leaves a truncated last line) is skipped
+with a warning and counted.
+
+Units: ``accuracy``, ``stderr`` and the per-epoch accuracies are percentages; every
+``*_rate`` and ``*_share`` is a fraction in [0, 1]; latencies are seconds; costs USD.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ..errors import RecordError, UsageError
+from ..record import RunRecord, now_iso
+from ..render import topology_kind
+from .rundir import (
+    CONFIG,
+    RATE_LIMITS,
+    SAMPLES,
+    SUMMARY,
+    SampleLines,
+    latest_lines,
+    numbered_records,
+)
+
+log = logging.getLogger("conductor")
+
+#: Verdict statuses, then ``run_failed`` for records that never reached the grader.
+STATUSES: tuple[str, ...] = (
+    "correct",
+    "incorrect",
+    "no_answer",
+    "grader_error",
+    "time_limit",
+    "run_failed",
+)
+
+#: How many invocations (a run and its resumes) ``rate_limits.json`` keeps, newest last.
+MAX_LIMIT_INVOCATIONS = 10
+
+
+@dataclass
+class RunSummary:
+    """The scores and costs of one bench run (what ``summary.json`` holds)."""
+
+    run_dir: str
+    benchmark: str
+    paper_key: str | None
+    strategy: str
+    pool_name: str
+    label: str
+    n_samples: int = 0
+    n_records: int = 0
+    epochs: int = 0
+    accuracy: float | None = None
+    stderr: float | None = None
+    epoch_accuracy: dict[int, float] = field(default_factory=dict)
+    epoch_min: float | None = None
+    epoch_max: float | None = None
+    epoch_sd: float | None = None
+    status_counts: dict[str, int] = field(default_factory=dict)
+    no_answer_rate: float | None = None
+    conductor_tries: int = 0
+    conductor_parse_errors: int = 0
+    parse_failure_rate: float | None = None
+    no_workflow_records: int = 0
+    no_workflow_rate: float | None = None
+    cost_per_question: float | None = None
+    unknown_cost_calls: int = 0
+    unknown_cost_records: int = 0
+    cost_is_lower_bound: bool = False
+    input_tokens_per_question: float | None = None
+    output_tokens_per_question: float | None = None
+    calls_per_question: float | None = None
+    steps_per_question: float | None = None
+    rounds_per_question: float | None = None
+    latency_p50: float | None = None
+    latency_p95: float | None = None
+    cached_share: float | None = None
+    #: Calls whose reply was cut off at the token limit (finish_reason length).
+    truncated_calls: int = 0
+    worker_usage: dict[str, dict[int, int]] = field(default_factory=dict)
+    worker_order: list[str] = field(default_factory=list)
+    topology_counts: dict[str, int] = field(default_factory=dict)
+    skipped_lines: int = 0
+    seed: int | None = None
+    limit: int | None = None
+    shard: list[int] | None = None
+    created_at: str | None = None
+    conductor_version: str | None = None
+    rate_limits: list[dict[str, Any]] = field(default_factory=list)
+    #: How many of the benchmark's samples (of this shard, within ``limit``) the
+    #: Conductor checkpoint was trained on; None when it records no training questions.
+    trained_on_samples: int | None = None
+    #: Whether those samples were left out of the run (``--exclude-trained``).
+    trained_excluded: bool = False
+
+    @property
+    def errors(self) -> int:
+        """Records that failed to run, plus grader failures."""
+        return self.status_counts.get("run_failed", 0) + self.status_counts.get("grader_error", 0)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _check_dir(run_dir: Path) -> tuple[Path, Path]:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: not a bench run directory (no such directory)")
+    config, samples = run_dir / CONFIG, run_dir / SAMPLES
+    for p in (config, samples):
+        if not p.is_file():
+            raise UsageError(f"{run_dir}: not a bench run directory (no {p.name})")
+    return config, samples
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: a bench config must be a JSON object")
+    return data
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _percentile(sorted_values: list[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default method)."""
+    if not sorted_values:
+        return None
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def _sample_sd(values: list[float]) -> float | None:
+    """The sample standard deviation (n - 1); ``None`` below two values."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+@dataclass
+class _Acc:
+    """Running sums over the records of one run."""
+
+    n: int = 0
+    score: float = 0.0
+    per_sample: dict[str, list[float]] = field(default_factory=dict)
+    per_epoch: dict[int, list[float]] = field(default_factory=dict)
+    statuses: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATUSES, 0))
+    tries: int = 0
+    parse_errors: int = 0
+    no_workflow: int = 0
+    cost: float = 0.0
+    cost_known: int = 0
+    unknown_cost_calls: int = 0
+    unknown_cost_records: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    calls: int = 0
+    cached: int = 0
+    truncated: int = 0
+    steps: int = 0
+    rounds: int = 0
+    walls: list[float] = field(default_factory=list)
+    usage: dict[str, dict[int, int]] = field(default_factory=dict)
+    topologies: dict[str, int] = field(default_factory=dict)
+
+    def add(self, rec: RunRecord, number: int) -> None:
+        self.n += 1
+        grade = rec.grade
+        status = rec.verdict
+        score = 0.0 if grade is None else float(grade.get("score") or 0.0)
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        self.score += score
+        sample = rec.sample_id if rec.sample_id is not None else f"line {number}"
+        s = self.per_sample.setdefault(sample, [0.0, 0.0])
+        s[0] += score
+        s[1] += 1
+        e = self.per_epoch.setdefault(rec.epoch or 0, [0.0, 0.0])
+        e[0] += score
+        e[1] += 1
+
+        produced = False
+        for rnd in rec.rounds:
+            self.tries += len(rnd.conductor_calls)
+            self.parse_errors += len(rnd.parse_errors)
+            produced = produced or rnd.workflow is not None
+            for st in rnd.steps:
+                if st.status != "skipped":
+                    self.steps += 1
+                per_pos = self.usage.setdefault(st.worker_id, {})
+                per_pos[st.index] = per_pos.get(st.index, 0) + 1
+        if not produced:
+            self.no_workflow += 1
+        self.rounds += len(rec.rounds)
+        kind = topology_kind(rec.rounds[0]) if rec.rounds else "no rounds"
+        self.topologies[kind] = self.topologies.get(kind, 0) + 1
+
+        t = rec.totals
+        if t.cost_usd is None:
+            self.unknown_cost_records += 1
+        else:
+            self.cost += t.cost_usd
+            self.cost_known += 1
+        self.unknown_cost_calls += t.unknown_cost_calls
+        self.tokens_in += t.input_tokens
+        self.tokens_out += t.output_tokens
+        self.calls += t.calls
+        self.cached += t.cached_calls
+        self.truncated += sum(1 for call in rec.all_calls() if call.truncated)
+        self.walls.append(float(t.wall_s))
+
+
+def _worker_order(config: dict[str, Any], usage: dict[str, dict[int, int]]) -> list[str]:
+    """Pool order first (the order the Conductor sees), then any other worker seen."""
+    pool = config.get("pool") or {}
+    ids = [str(w.get("id")) for w in pool.get("workers") or [] if isinstance(w, dict)]
+    return [i for i in ids if i in usage] + sorted(set(usage) - set(ids))
+
+
+def _label(benchmark: str, strategy: str, pool_name: str) -> str:
+    return f"{benchmark} · {strategy} · {pool_name}"
+
+
+def summarize_run(run_dir: Path) -> RunSummary:
+    """Summarise the bench run in ``run_dir`` by streaming its ``samples.jsonl``.
+
+    Raises :class:`~conductor.errors.UsageError` when the directory lacks
+    ``config.json`` or ``samples.jsonl``, and :class:`~conductor.errors.RecordError`
+    (naming the file and line) for a line that is JSON but not a run record.
+    """
+    run_dir = Path(run_dir)
+    config_path, samples_path = _check_dir(run_dir)
+    config = _read_config(config_path)
+    lines = SampleLines(samples_path)
+    keep = latest_lines(lines)
+    skipped = lines.skipped
+    acc = _Acc()
+    for number, rec in numbered_records(lines, keep):
+        acc.add(rec, number)
+
+    bench = config.get("benchmark") or {}
+    pool = config.get("pool") or {}
+    benchmark = str(bench.get("name") or run_dir.name)
+    strategy = str(config.get("strategy") or "conductor")
+    pool_name = str(pool.get("name") or "?")
+    n = acc.n
+
+    sample_means = [s / k for s, k in acc.per_sample.values()]
+    sd = _sample_sd(sample_means)
+    epoch_acc = {e: 100.0 * s / k for e, (s, k) in sorted(acc.per_epoch.items())}
+    epoch_values = list(epoch_acc.values())
+    walls = sorted(acc.walls)
+    shard = config.get("shard")
+    no_conductor = acc.tries == 0
+
+    return RunSummary(
+        run_dir=str(run_dir),
+        benchmark=benchmark,
+        paper_key=bench.get("paper_key"),
+        strategy=strategy,
+        pool_name=pool_name,
+        label=_label(benchmark, strategy, pool_name),
+        n_samples=len(acc.per_sample),
+        n_records=n,
+        epochs=int(config.get("epochs") or len(acc.per_epoch)),
+        accuracy=_ratio(100.0 * acc.score, n),
+        stderr=100.0 * sd / math.sqrt(len(sample_means)) if sd is not None else None,
+        epoch_accuracy=epoch_acc,
+        epoch_min=min(epoch_values) if epoch_values else None,
+        epoch_max=max(epoch_values) if epoch_values else None,
+        epoch_sd=_sample_sd(epoch_values),
+        status_counts=acc.statuses,
+        no_answer_rate=_ratio(acc.statuses["no_answer"], n),
+        conductor_tries=acc.tries,
+        conductor_parse_errors=acc.parse_errors,
+        parse_failure_rate=_ratio(acc.parse_errors, acc.tries),
+        # Without any Conductor call (fixed strategies) "no workflow" means nothing.
+        no_workflow_records=0 if no_conductor else acc.no_workflow,
+        no_workflow_rate=None if no_conductor else _ratio(acc.no_workflow, n),
+        cost_per_question=_ratio(acc.cost, n) if acc.cost_known else None,
+        unknown_cost_calls=acc.unknown_cost_calls,
+        unknown_cost_records=acc.unknown_cost_records,
+        cost_is_lower_bound=bool(acc.unknown_cost_calls or acc.unknown_cost_records),
+        input_tokens_per_question=_ratio(acc.tokens_in, n),
+        output_tokens_per_question=_ratio(acc.tokens_out, n),
+        calls_per_question=_ratio(acc.calls, n),
+        steps_per_question=_ratio(acc.steps, n),
+        rounds_per_question=_ratio(acc.rounds, n),
+        latency_p50=_percentile(walls, 0.5),
+        latency_p95=_percentile(walls, 0.95),
+        cached_share=_ratio(acc.cached, acc.calls),
+        truncated_calls=acc.truncated,
+        worker_usage={w: dict(sorted(p.items())) for w, p in acc.usage.items()},
+        worker_order=_worker_order(config, acc.usage),
+        topology_counts=dict(sorted(acc.topologies.items(), key=lambda kv: (-kv[1], kv[0]))),
+        skipped_lines=skipped,
+        seed=config.get("seed"),
+        limit=config.get("limit"),
+        shard=list(shard) if isinstance(shard, list | tuple) else None,
+        created_at=config.get("created_at"),
+        conductor_version=config.get("conductor_version"),
+        rate_limits=_read_rate_limits(run_dir / RATE_LIMITS),
+        trained_on_samples=(config.get("trained_on") or {}).get("samples"),
+        trained_excluded=bool(config.get("exclude_trained")),
+    )
+
+
+# --------------------------------------------------------------------------- summary.json
+
+
+def summary_to_dict(summary: RunSummary) -> dict[str, Any]:
+    """A JSON-ready dict of ``summary`` (integer keys become strings)."""
+    data = asdict(summary)
+    data["epoch_accuracy"] = {str(k): v for k, v in summary.epoch_accuracy.items()}
+    data["worker_usage"] = {
+        w: {str(k): v for k, v in pos.items()} for w, pos in summary.worker_usage.items()
+    }
+    return data
+
+
+def summary_from_dict(data: dict[str, Any]) -> RunSummary:
+    """Rebuild a :class:`RunSummary` from :func:`summary_to_dict`'s output."""
+    names = {f.name for f in fields(RunSummary)}
+    kw = {k: v for k, v in data.items() if k in names}
+    try:
+        kw["epoch_accuracy"] = {int(k): v for k, v in kw.get("epoch_accuracy", {}).items()}
+        kw["worker_usage"] = {
+            w: {int(k): v for k, v in pos.items()} for w, pos in kw.get("worker_usage", {}).items()
+        }
+        return RunSummary(**kw)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise RecordError(f"summary is malformed: {exc}") from None
+
+
+def write_summary(run_dir: Path) -> RunSummary:
+    """Summarise ``run_dir`` and write ``run_dir/summary.json`` (atomically)."""
+    summary = summarize_run(run_dir)
+    target = Path(run_dir) / SUMMARY
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(json.dumps(summary_to_dict(summary), indent=2, ensure_ascii=False) + "\n")
+    tmp.replace(target)
+    return summary
+
+
+def _read_rate_limits(path: Path) -> list[dict[str, Any]]:
+    """The invocations kept in ``rate_limits.json`` (none if absent or unreadable)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        log.warning("%s: ignored (%s)", path, exc)
+        return []
+    runs = data.get("invocations") if isinstance(data, dict) else None
+    if not isinstance(runs, list):
+        log.warning("%s: ignored (no invocations list)", path)
+        return []
+    return [r for r in runs if isinstance(r, dict) and isinstance(r.get("providers"), dict)]
+
+
+def record_rate_limits(run_dir: Path, providers: dict[str, dict[str, Any]]) -> bool:
+    """Add one invocation's limit history per provider key to ``rate_limits.json``.
+
+    ``providers`` is :meth:`conductor.llm.limiter.ProviderLimits.history`.  The file
+    keeps the newest :data:`MAX_LIMIT_INVOCATIONS` invocations and is replaced
+    atomically.  The history is a diagnostic: a directory that cannot be written is
+    logged and skipped (returns ``False``) rather than hiding the run's own outcome.
+    """
+    if not providers:
+        return False
+    path = Path(run_dir) / RATE_LIMITS
+    runs = _read_rate_limits(path)
+    runs.append({"recorded_at": now_iso(), "providers": providers})
+    data = {"schema_version": 1, "invocations": runs[-MAX_LIMIT_INVOCATIONS:]}
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        log.warning("%s: rate-limit history not written (%s)", path, exc)
+        return False
+    return True
+
+
+def read_summary(path: Path) -> RunSummary:
+    """Read ``summary.json`` (``path`` is the file or the run directory)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / SUMMARY
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise RecordError(f"{p}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"{p}: not a run summary")
+    try:
+        return summary_from_dict(data)
+    except RecordError as exc:
+        raise RecordError(f"{p}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- choosing
+
+
+def best_single(summaries: list[RunSummary]) -> RunSummary | None:
+    """The most accurate ``single:*`` run (ties: the cheaper, then the first given).
+
+    This is the report-only ``oracle-best`` strategy: pass the runs of one benchmark.
+    """
+    singles = [s for s in summaries if s.strategy.startswith("single:") and s.accuracy is not None]
+    if not singles:
+        return None
+
+    def key(item: tuple[int, RunSummary]) -> tuple[float, float, int]:
+        i, s = item
+        cost = s.cost_per_question if s.cost_per_question is not None else math.inf
+        return (-(s.accuracy or 0.0), cost, i)
+
+    return min(enumerate(singles), key=key)[1]

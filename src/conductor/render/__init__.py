@@ -1,0 +1,39 @@
+"""Rich views of run records: topology trees, step tables, traces, Mermaid, progress.
+
+Everything here turns a :class:`~conductor.record.RunRecord` (or a stream of
+:class:`~conductor.events.Event`) into a rich renderable or a string; nothing prints.
+The CLI imports this package at start-up (``conductor trace`` must feel instant), so it
+imports only rich and the standard library.
+
+Numbering: rounds are shown 1-based by their position in ``record.rounds`` ("Round 1",
+``S1.0``), steps 0-based as in the Conductor's access lists ("step 0", "sees: 0, 2").
+
+One module per thing rendered: ``plan`` (a round's steps and the topology tree),
+``calls`` (the call table and the answer panel), ``trace`` (detailed traces),
+``samples`` (bench samples: grade panel and listing), ``export`` (Mermaid and JSON),
+``progress`` (the live view); ``format`` and ``fitted`` are the helpers they share.
+"""
+
+from __future__ import annotations
+
+from .calls import answer_panel, step_table
+from .export import to_json, to_mermaid
+from .fitted import Fitted
+from .plan import topology, topology_kind
+from .progress import ProgressView
+from .samples import SampleListing, grade_panel
+from .trace import trace_renderable
+
+__all__ = [
+    "Fitted",
+    "ProgressView",
+    "SampleListing",
+    "answer_panel",
+    "grade_panel",
+    "step_table",
+    "to_json",
+    "to_mermaid",
+    "topology",
+    "topology_kind",
+    "trace_renderable",
+]

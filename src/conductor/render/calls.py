@@ -1,0 +1,216 @@
+"""The summary of a run: one row per model call with totals (:func:`step_table`), and the
+answer panel (:func:`answer_panel`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals
+from ..text import plural
+from .fitted import Fitted
+from .format import _fmt_cost, _fmt_tokens, _one_line, _round_label, _shown
+from .plan import _is_empty_workflow, _plan, _sees_short
+
+
+def _conductor_statuses(rnd: RoundRecord) -> list[str]:
+    """For each Conductor call of a round: ``parsed``, ``parse error`` or ``failed (kind)``.
+
+    The record keeps parse errors as a separate list, so the accepted reply is taken to
+    be the last call without a call error when the round has a workflow.
+    """
+    calls = rnd.conductor_calls
+    accepted = -1
+    if rnd.workflow is not None:
+        for i in range(len(calls) - 1, -1, -1):
+            if calls[i].error is None:
+                accepted = i
+                break
+    out = []
+    for i, c in enumerate(calls):
+        if c.error is not None:
+            out.append(f"failed ({c.error_kind or 'error'})")
+        elif i == accepted:
+            out.append("parsed")
+        else:
+            out.append("parse error")
+    return out
+
+
+def _conductor_tries(rnd: RoundRecord) -> list[tuple[int, CallRecord, str, str | None]]:
+    """``(try number, call, status, parse error or None)`` for each Conductor call."""
+    errors = iter(rnd.parse_errors)
+    out = []
+    statuses = _conductor_statuses(rnd)
+    for k, (c, st) in enumerate(zip(rnd.conductor_calls, statuses, strict=True), 1):
+        err = next(errors, None) if st == "parse error" else None
+        out.append((k, c, st, err))
+    return out
+
+
+def _call_cells(c: CallRecord) -> list[str]:
+    return [
+        f"{c.latency_s:.2f}",
+        f"{_fmt_tokens(c.input_tokens)}/{_fmt_tokens(c.output_tokens)}",
+        _fmt_cost(c.cost_usd),
+        "cached" if c.cached else "",
+    ]
+
+
+def _step_status(s: StepRecord) -> Text:
+    if s.status == "failed":
+        return Text(f"failed ({s.call.error_kind or 'error'})", style="red")
+    if s.status == "skipped":
+        return Text("skipped", style="yellow")
+    return Text("ok", style="green")
+
+
+def _totals_line(t: Totals) -> str:
+    calls = f"{plural(t.calls, 'call')} ({t.cached_calls} cached"
+    calls += f", {t.failed_calls} failed)" if t.failed_calls else ")"
+    tokens = f"tokens {_fmt_tokens(t.input_tokens)} in / {_fmt_tokens(t.output_tokens)} out"
+    if t.cost_usd is None:
+        cost = "cost ? (unknown price)"
+    elif t.unknown_cost_calls:
+        unknown = plural(t.unknown_cost_calls, "call")
+        cost = f"cost >= ${_fmt_cost(t.cost_usd)} ({unknown} of unknown price)"
+    else:
+        cost = f"cost ${_fmt_cost(t.cost_usd)}"
+    return f"Totals: {calls} · {tokens} · {cost} · wall {t.wall_s:.2f} s"
+
+
+@dataclass(frozen=True)
+class _CallRow:
+    """One line of the calls view: a Conductor try, a step, or a kept answer."""
+
+    round: int
+    label: str
+    who: Text
+    sees: str
+    call: CallRecord | None
+    status: Text
+
+
+def _call_rows(record: RunRecord) -> list[_CallRow]:
+    rows: list[_CallRow] = []
+    for pos, rnd in enumerate(record.rounds, 1):
+        for k, c, st, _ in _conductor_tries(rnd):
+            style = "green" if st == "parsed" else ("yellow" if st == "parse error" else "red")
+            who = Text("conductor", style="magenta")
+            rows.append(_CallRow(pos, f"try {k}", who, "-", c, Text(st, style=style)))
+        plan = {p.index: p for p in _plan(rnd)}
+        for s in rnd.steps:
+            sees = _sees_short(plan[s.index])
+            rows.append(
+                _CallRow(pos, str(s.index), Text(s.worker_id), sees, s.call, _step_status(s))
+            )
+        if _is_empty_workflow(rnd):
+            rows.append(_CallRow(pos, "-", Text(), "", None, Text("kept previous answer")))
+    return rows
+
+
+def _calls_wide(rows: list[_CallRow], rounds: bool) -> Table:
+    table = Table(title="Calls", box=box.SIMPLE_HEAD)
+    # Numbers and worker ids never wrap; sees and status may (at spaces).  No vertical
+    # rules, two-line headers and a round column only when there are several rounds
+    # keep the table inside 80 columns for ids of up to about 25 characters.
+    if rounds:
+        table.add_column("round", justify="right", no_wrap=True)
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("worker", no_wrap=True)
+    table.add_column("sees", min_width=7)
+    table.add_column("latency\n(s)", justify="right", no_wrap=True)
+    table.add_column("tokens\nin/out", justify="right", no_wrap=True)
+    table.add_column("cost\n(USD)", justify="right", no_wrap=True)
+    table.add_column("cached", no_wrap=True)
+    table.add_column("status", min_width=8)
+    for r in rows:
+        cells = _call_cells(r.call) if r.call is not None else ["", "", "", ""]
+        table.add_row(
+            *((str(r.round),) if rounds else ()), r.label, r.who, Text(r.sees), *cells, r.status
+        )
+    return table
+
+
+def _calls_stacked(rows: list[_CallRow], rounds: bool) -> Table:
+    """The calls for a terminal too narrow for the table: the worker id on a line of
+    its own, what the call cost and how it went on the next (which may wrap)."""
+    table = Table(title="Calls", box=None, show_header=False, padding=(0, 1))
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("call")
+    current = 0
+    for r in rows:
+        if rounds and r.round != current:
+            current = r.round
+            table.add_row("", Text(_round_label(r.round), style="bold"))
+        body = Text.assemble(r.who, "\n", r.status)
+        details = []
+        if r.sees and r.sees != "-":
+            details.append(f"sees {r.sees}")
+        if r.call is not None:
+            latency, tokens, cost, cached = _call_cells(r.call)
+            details += [f"{latency} s", f"{tokens} tokens", f"cost {cost}"]
+            if cached:
+                details.append(cached)
+        for d in details:
+            # Commas, not a bullet, between parts: a wrapped line never starts with one.
+            body.append(f", {d}")
+        label = "step " + r.label if r.label[0].isdigit() else r.label
+        table.add_row(label, body)
+    return table
+
+
+def step_table(record: RunRecord) -> RenderableType:
+    """One row per model call (Conductor tries and steps), then a line of totals.
+
+    Where the table would cut a worker id or a number, the calls are stacked instead,
+    one per pair of lines (see :class:`Fitted`)."""
+    record = _shown(record)
+    rows = _call_rows(record)
+    rounds = len(record.rounds) > 1
+    keep = [r.who.plain for r in rows]
+    keep += [r.call.error_kind for r in rows if r.call is not None and r.call.error_kind]
+    calls = Fitted([_calls_wide(rows, rounds), _calls_stacked(rows, rounds)], keep)
+    # The totals are free text: a line of their own that wraps at spaces.
+    return Group(calls, Text(_totals_line(record.totals)))
+
+
+# --------------------------------------------------------------------------- answer
+
+
+def _failed_steps(record: RunRecord) -> list[str]:
+    out = []
+    for pos, rnd in enumerate(record.rounds, 1):
+        for s in rnd.steps:
+            if s.status == "failed":
+                why = s.call.error_kind or "error"
+                msg = f": {_one_line(s.call.error, 120)}" if s.call.error else ""
+                out.append(f"round {pos} step {s.index} ({s.worker_id}) failed, {why}{msg}")
+    return out
+
+
+def answer_panel(record: RunRecord) -> Panel:
+    """The final answer; the error in red when the run failed; for a partial run, the
+    answer followed by what failed."""
+    record = _shown(record)
+    if record.status == "failed":
+        body = Text(record.error or "the run failed", style="red")
+        if record.final_answer:
+            body.append(f"\n\nlast answer: {record.final_answer}", style="default")
+        return Panel(body, title="Run failed", title_align="left", border_style="red")
+    answer = Text(record.final_answer or "(empty answer)")
+    if record.status == "partial":
+        notes = _failed_steps(record)
+        if record.error:
+            notes.insert(0, record.error)
+        answer.append("\n\nPartial run:", style="yellow bold")
+        for line in notes or ["some calls failed"]:
+            answer.append(f"\n- {line}", style="yellow")
+        return Panel(answer, title="Answer (partial)", title_align="left", border_style="yellow")
+    return Panel(answer, title="Answer", title_align="left", border_style="green")

@@ -1,0 +1,85 @@
+"""Formatting shared by every view: printable copies of records, clipping and numbers.
+
+:func:`_shown` is the one gate between what models, providers and files wrote and the
+terminal; every public view calls it on the record (or event) it is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TypeVar
+
+from ..record import CallRecord
+from ..text import printable
+
+#: How much of a long text the tree view keeps.
+TREE_CLIP = 300
+#: Short excerpts of subtasks in the topology and Mermaid views.
+EXCERPT = 60
+
+
+_T = TypeVar("_T")
+
+
+def _shown(value: _T) -> _T:
+    """A copy of ``value`` (a record, or part of one) whose every string is
+    :func:`~conductor.text.printable`: answers, subtasks, worker names and errors come
+    from models, providers and files, and must not drive the terminal.  Raw provider
+    bodies are left out; no view shows them."""
+    if isinstance(value, str):
+        return printable(value)  # type: ignore[return-value]
+    if isinstance(value, CallRecord):
+        value = dataclasses.replace(value, raw=None)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: _shown(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return dataclasses.replace(value, **changes)
+    if isinstance(value, list):
+        return [_shown(v) for v in value]  # type: ignore[return-value]
+    if isinstance(value, tuple):
+        return tuple(_shown(v) for v in value)  # type: ignore[return-value]
+    if isinstance(value, dict):
+        return {_shown(k): _shown(v) for k, v in value.items()}  # type: ignore[return-value]
+    return value
+
+
+def _one_line(text: str | None, limit: int = EXCERPT) -> str:
+    """``text`` squeezed onto one line and cut to ``limit`` characters."""
+    flat = " ".join((text or "").split())
+    if len(flat) <= limit:
+        return flat
+    return flat[: max(limit - 1, 1)].rstrip() + "…"
+
+
+def _clip(text: str | None, limit: int = TREE_CLIP) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    text = (text or "").strip()
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit].rstrip()} … [+{len(text) - limit} chars]"
+
+
+def _clip_middle(text: str | None, head: int = 200, tail: int = 400) -> str:
+    """Keep both ends of ``text``: a Conductor reply reasons first and ends with the lists."""
+    text = (text or "").strip()
+    if len(text) <= head + tail + 40:
+        return text
+    omitted = len(text) - head - tail
+    return f"{text[:head].rstrip()}\n… [{omitted} chars omitted] …\n{text[-tail:].lstrip()}"
+
+
+def _fmt_cost(cost: float | None) -> str:
+    if cost is None:
+        return "?"
+    if cost == 0:
+        return "0"
+    if cost >= 0.01:
+        return f"{cost:.4f}"
+    return f"{cost:.6f}"
+
+
+def _fmt_tokens(n: int) -> str:
+    return f"{n:,}"
+
+
+def _round_label(pos: int) -> str:
+    return f"Round {pos}"

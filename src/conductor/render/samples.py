@@ -1,0 +1,255 @@
+"""Benchmark samples: the sample heading and grade panel of one record, and the listing of
+a bench run's samples (:class:`SampleListing`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from rich import box
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..record import RunRecord
+from ..text import plural, printable
+from .format import _clip, _fmt_cost, _fmt_tokens, _shown
+
+
+def _is_bench_sample(record: RunRecord) -> bool:
+    """Whether ``record`` is a benchmark sample (``conductor ask`` records have no id)."""
+    return record.sample_id is not None or record.grade is not None
+
+
+def _verdict_style(verdict: str) -> str:
+    return {"correct": "green", "incorrect": "red", "no_answer": "yellow"}.get(verdict, "magenta")
+
+
+def _sample_heading(record: RunRecord) -> Text:
+    # On a line of its own, not in a panel's title: a title too wide is cut short, and
+    # the id is what a reader copies into ``--sample``.
+    heading = Text("sample ", style="bold", no_wrap=True, overflow="ignore")
+    heading.append(record.sample_id or "?", style="bold cyan")
+    if record.epoch is not None:
+        heading.append(f" · epoch {record.epoch}")
+    return heading
+
+
+def _gold_text(gold: Any) -> str:
+    if gold is None:
+        return "(none recorded)"
+    if isinstance(gold, str):
+        return _clip(gold)
+    return _clip(json.dumps(gold, ensure_ascii=False, default=str))
+
+
+def _grade_lines(record: RunRecord) -> list[Text]:
+    lines = [Text(f"gold: {_gold_text(record.gold)}")]
+    grade = record.grade
+    if grade is None:
+        lines.append(Text("extracted: (not graded: the run failed)"))
+        lines.append(Text(f"verdict: {record.verdict}", style=_verdict_style(record.verdict)))
+        return lines
+    extracted = grade.get("extracted")
+    lines.append(Text(f"extracted: {_clip(str(extracted)) if extracted is not None else '(none)'}"))
+    verdict = Text("verdict: ")
+    verdict.append(record.verdict, style=_verdict_style(record.verdict) + " bold")
+    reason = grade.get("reason")
+    if reason:
+        verdict.append(f" — {_clip(str(reason))}")
+    lines.append(verdict)
+    return lines
+
+
+def grade_panel(record: RunRecord) -> Panel | None:
+    """A bench sample's gold answer, the answer the grader extracted and its verdict with
+    the reason; ``None`` for a record that is not a bench sample."""
+    record = _shown(record)
+    if not _is_bench_sample(record):
+        return None
+    style = _verdict_style(record.verdict)
+    body = Text("\n").join(_grade_lines(record))
+    return Panel(body, title=f"Grade: {record.verdict}", title_align="left", border_style=style)
+
+
+@dataclass(frozen=True)
+class _SampleRow:
+    sample_id: str
+    epoch: int | None
+    verdict: str
+    steps: int
+    cost_usd: float | None
+    #: Some of its calls have no known price: ``cost_usd`` is a lower bound.
+    cost_partial: bool
+    input_tokens: int
+    output_tokens: int
+    wall_s: float
+
+
+def _sample_row(record: RunRecord) -> _SampleRow:
+    steps = sum(1 for rnd in record.rounds for s in rnd.steps if s.status != "skipped")
+    t = record.totals
+    return _SampleRow(
+        printable(record.sample_id or f"run {record.run_id}"),
+        record.epoch,
+        record.verdict,
+        steps,
+        t.cost_usd,
+        t.cost_usd is not None and t.unknown_cost_calls > 0,
+        t.input_tokens,
+        t.output_tokens,
+        t.wall_s,
+    )
+
+
+def _row_cost(row: _SampleRow) -> str:
+    if row.cost_partial:
+        return f">={_fmt_cost(row.cost_usd)}" if row.cost_usd else "?"
+    return _fmt_cost(row.cost_usd)
+
+
+def _natural_key(text: str) -> list[Any]:
+    """Sort ``item/2`` before ``item/10``: digit runs compare as numbers."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in _DIGITS.split(text)]
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+class SampleListing:
+    """The samples of a bench run, one row per (sample, epoch), in natural id order.
+
+    Reads ``records`` once (a stream: only a small row per record is kept).  A later
+    record of the same (sample, epoch) replaces an earlier one, as in the run's report.
+    ``verdict`` shows only the samples with that verdict and ``limit`` the first N
+    shown; the counts in the summary line are always over the whole run.  Ids are never
+    cut: where the table does not fit the width, the token and time columns go first,
+    then each sample takes two lines, its id alone on the first.
+    """
+
+    def __init__(
+        self,
+        records: Iterable[RunRecord],
+        *,
+        verdict: str | None = None,
+        limit: int | None = None,
+    ) -> None:
+        latest: dict[tuple[str, int | None], _SampleRow] = {}
+        for record in records:
+            row = _sample_row(record)
+            latest[(row.sample_id, row.epoch)] = row
+        self.rows = sorted(latest.values(), key=lambda r: (_natural_key(r.sample_id), r.epoch or 0))
+        self.counts: dict[str, int] = {}
+        for row in self.rows:
+            self.counts[row.verdict] = self.counts.get(row.verdict, 0) + 1
+        self.sample_ids = sorted({r.sample_id for r in self.rows}, key=_natural_key)
+        self.epochs = len({r.epoch for r in self.rows})
+        self.verdict = verdict
+        matching = [r for r in self.rows if verdict is None or r.verdict == verdict]
+        self.matching = len(matching)
+        self.shown = matching[:limit] if limit is not None else matching
+
+    def summary(self) -> Text:
+        """One line: how many samples (and epochs), the count of each verdict, the cost."""
+        n = len(self.sample_ids)
+        if not self.rows:
+            return Text("no samples recorded yet", style="bold")
+        line = Text(plural(n, "sample"), style="bold")
+        if self.epochs > 1:
+            line.append(f" × {self.epochs} epochs = {plural(len(self.rows), 'record')}")
+        for i, (verdict, count) in enumerate(
+            sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        ):
+            line.append(": " if i == 0 else " · ")
+            line.append(f"{count} {verdict}", style=_verdict_style(verdict))
+        known = [r.cost_usd for r in self.rows if r.cost_usd is not None]
+        partial = len(known) < len(self.rows) or any(r.cost_partial for r in self.rows)
+        if partial and not any(known):
+            line.append(" · cost ? (unknown prices)")
+        else:
+            line.append(f" · cost {'>= ' if partial else ''}${_fmt_cost(sum(known))}")
+        return line
+
+    def _footer(self) -> Text | None:
+        what = f"{self.verdict} " if self.verdict else ""
+        left = self.matching - len(self.shown)
+        if left > 0:
+            return Text(
+                f"… {left} more {what}not shown (showing {len(self.shown)} of {self.matching}; "
+                "raise --limit to see more)",
+                style="dim",
+            )
+        if self.verdict is not None and self.rows and not self.shown:
+            return Text(f"no {self.verdict} samples in this run", style="dim")
+        return None
+
+    def _cells(self, r: _SampleRow, full: bool) -> list[RenderableType]:
+        cells: list[RenderableType] = [Text(r.sample_id, style="cyan")]
+        if self.epochs > 1:
+            cells.append(str(r.epoch if r.epoch is not None else "-"))
+        cells += [Text(r.verdict, style=_verdict_style(r.verdict)), str(r.steps)]
+        cells.append(_row_cost(r))
+        if full:
+            cells.append(f"{_fmt_tokens(r.input_tokens)}/{_fmt_tokens(r.output_tokens)}")
+            cells.append(f"{r.wall_s:.1f}")
+        return cells
+
+    def _table(self, full: bool, rows: list[list[RenderableType]] | None = None) -> Table:
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+        table.add_column("id", no_wrap=True, overflow="ignore")
+        if self.epochs > 1:
+            table.add_column("epoch", justify="right", no_wrap=True)
+        table.add_column("verdict", no_wrap=True)
+        table.add_column("steps", justify="right", no_wrap=True)
+        table.add_column("cost\n(USD)", justify="right", no_wrap=True)
+        if full:
+            table.add_column("tokens\nin/out", justify="right", no_wrap=True)
+            table.add_column("time\n(s)", justify="right", no_wrap=True)
+        for cells in rows if rows is not None else (self._cells(r, full) for r in self.shown):
+            table.add_row(*cells)
+        return table
+
+    def _fits(self, console: Console, options: ConsoleOptions, full: bool) -> bool:
+        """Whether the table fits the width whole, measured on one row of the widest
+        cells (measuring thousands of rows would cost more than printing them)."""
+        columns = list(zip(*(self._cells(r, full) for r in self.shown), strict=True))
+        widest = [max(col, key=lambda c: cell_len(str(c))) for col in columns]
+        probe = self._table(full, [widest])
+        # Measured as if the terminal were unbounded: the table's natural width.
+        natural = Measurement.get(console, options.update_width(1 << 16), probe)
+        return natural.maximum <= options.max_width
+
+    def _stacked(self) -> Group:
+        lines: list[RenderableType] = []
+        for r in self.shown:
+            lines.append(Text(r.sample_id, style="cyan", no_wrap=True, overflow="ignore"))
+            detail = Text("  ")
+            if self.epochs > 1 and r.epoch is not None:
+                detail.append(f"epoch {r.epoch} · ")
+            detail.append(r.verdict, style=_verdict_style(r.verdict))
+            detail.append(f" · {plural(r.steps, 'step')} · cost {_row_cost(r)}")
+            lines.append(detail)
+        return Group(*lines)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.summary()
+        if self.shown:
+            body: RenderableType = self._stacked()
+            for full in (True, False):
+                if self._fits(console, options, full):
+                    body = self._table(full)
+                    break
+            yield body
+        footer = self._footer()
+        if footer is not None:
+            yield footer
+
+
+# --------------------------------------------------------------------------- mermaid

@@ -1,0 +1,169 @@
+"""Detailed traces of a run (``conductor trace``): tables per round, or a tree of calls
+with the messages sent.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.rule import Rule
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from ..record import CallRecord, RoundRecord, RunRecord
+from ..text import plural
+from .calls import _conductor_tries, _step_status, _totals_line, answer_panel
+from .format import _clip, _clip_middle, _fmt_cost, _one_line, _round_label, _shown
+from .plan import _is_empty_workflow, _plan, _sees, topology_kind
+from .samples import _grade_lines, _is_bench_sample, _sample_heading, _verdict_style, grade_panel
+
+
+def _conductor_table(rnd: RoundRecord) -> Table:
+    table = Table(title="Conductor", title_justify="left", expand=True, show_lines=True)
+    table.add_column("try", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("output / parse error", ratio=1, overflow="fold")
+    table.add_column("tokens", justify="right", no_wrap=True)
+    table.add_column("s", justify="right", no_wrap=True)
+    tries = _conductor_tries(rnd)
+    for k, c, st, err in tries:
+        body = Text(_clip_middle(c.reply))  # the prefill, if any, and the continuation
+        if err:
+            body.append(f"\nparse error: {err}", style="yellow")
+        elif c.error:
+            body.append(f"\nerror: {_clip(c.error)}", style="red")
+        status = Text(st + (" (cached)" if c.cached else ""))
+        table.add_row(
+            str(k),
+            status,
+            body,
+            f"{c.input_tokens}/{c.output_tokens}",
+            f"{c.latency_s:.2f}",
+        )
+    # Parse errors the calls do not account for (the record keeps them apart) still show.
+    used = sum(1 for t in tries if t[2] == "parse error")
+    for err in rnd.parse_errors[used:]:
+        table.add_row("-", "parse error", Text(err, style="yellow"), "", "")
+    return table
+
+
+def _steps_detail_table(rnd: RoundRecord, later: bool) -> Table:
+    table = Table(title="Steps", title_justify="left", expand=True, show_lines=True)
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("worker")
+    table.add_column("sees")
+    table.add_column("subtask", ratio=1, overflow="fold")
+    table.add_column("response / error", ratio=1, overflow="fold")
+    plan = {p.index: p for p in _plan(rnd)}
+    for s in rnd.steps:
+        if s.status == "failed":
+            out = Text(
+                f"failed ({s.call.error_kind or 'error'}): {_clip(s.call.error)}", style="red"
+            )
+        elif s.status == "skipped":
+            out = Text("skipped", style="yellow")
+        else:
+            out = Text(_clip(s.call.response if s.call.response is not None else s.answer))
+        if s.call.cached:
+            out.append("\n(cached)", style="dim")
+        table.add_row(
+            str(s.index),
+            Text(f"{s.worker_id}\n(Model {s.worker_index})"),
+            Text(_sees(plan[s.index], later).removeprefix("sees: ")),
+            Text(_clip(s.subtask)),
+            out,
+        )
+    return table
+
+
+def _trace_table(record: RunRecord) -> Group:
+    parts: list[RenderableType] = [_sample_heading(record)] if _is_bench_sample(record) else []
+    parts += [
+        Panel(
+            Text(_clip(record.question, 1000)),
+            title="Question",
+            title_align="left",
+            subtitle=f"run {record.run_id} · {record.status}",
+        )
+    ]
+    for pos, rnd in enumerate(record.rounds, 1):
+        parts.append(Rule(f"{_round_label(pos)}: {topology_kind(rnd)}"))
+        if rnd.conductor_calls or rnd.parse_errors:
+            parts.append(_conductor_table(rnd))
+        if rnd.steps:
+            parts.append(_steps_detail_table(rnd, pos > 1))
+        elif _is_empty_workflow(rnd):
+            parts.append(Text("The Conductor kept the previous answer.", style="green"))
+        if rnd.stop_reason:
+            parts.append(Text(f"stop: {rnd.stop_reason}", style="dim"))
+    parts.append(answer_panel(record))
+    grade = grade_panel(record)
+    if grade is not None:
+        parts.append(grade)
+    parts.append(Text(_totals_line(record.totals)))
+    return Group(*parts)
+
+
+def _add_call(node: Tree, call: CallRecord) -> None:
+    sent = node.add(Text(f"messages sent ({len(call.messages)})", style="dim"))
+    for m in call.messages:
+        sent.add(Text(f"{m.get('role', '?')}: {_clip(m.get('content', ''))}"))
+    if call.error:
+        node.add(Text(f"error ({call.error_kind or 'error'}): {_clip(call.error)}", "red"))
+    if call.response is not None:
+        node.add(Text(f"response: {_clip(call.response)}"))
+    meta = (
+        f"{call.latency_s:.2f} s · {call.input_tokens}/{call.output_tokens} tokens · "
+        f"cost {_fmt_cost(call.cost_usd)}" + (" · cached" if call.cached else "")
+    )
+    node.add(Text(meta, style="dim"))
+
+
+def _trace_tree(record: RunRecord) -> Tree:
+    title = Text(f"Question: {_clip(record.question)}", style="bold")
+    if _is_bench_sample(record):
+        title = Text("\n").join([_sample_heading(record), title])
+    tree = Tree(title)
+    for pos, rnd in enumerate(record.rounds, 1):
+        rnode = tree.add(Text(f"{_round_label(pos)}: {topology_kind(rnd)}", style="bold"))
+        tries = plural(len(rnd.conductor_calls), "try", "tries")
+        cnode = rnode.add(Text(f"Conductor ({tries})", style="magenta"))
+        for k, c, st, err in _conductor_tries(rnd):
+            label = f"try {k}: {st}"
+            if err:
+                label += f": {_one_line(err, 120)}"
+            tnode = cnode.add(Text(label))
+            _add_call(tnode, c)
+        if _is_empty_workflow(rnd):
+            rnode.add(Text("kept previous answer", style="green"))
+        plan = {p.index: p for p in _plan(rnd)}
+        if rnd.steps:
+            snode = rnode.add(Text("Steps", style="bold"))
+            for s in rnd.steps:
+                p = plan[s.index]
+                status = "" if s.status == "ok" else f" · {_step_status(s).plain}"
+                label = f"step {s.index} · {s.worker_id} · {_sees(p, pos > 1)}{status}"
+                stnode = snode.add(Text(label, style="red" if s.status == "failed" else ""))
+                stnode.add(Text(f"subtask: {_clip(s.subtask)}", style="italic"))
+                _add_call(stnode, s.call)
+    tree.add(Text(f"Final answer: {_clip(record.final_answer)}", style="green bold"))
+    if record.error:
+        tree.add(Text(f"Error: {_clip(record.error)}", style="red"))
+    if _is_bench_sample(record):
+        gnode = tree.add(Text(f"Grade: {record.verdict}", style=_verdict_style(record.verdict)))
+        for line in _grade_lines(record):
+            gnode.add(line)
+    return tree
+
+
+def trace_renderable(record: RunRecord, fmt: Literal["table", "tree"]) -> RenderableType:
+    """A detailed trace: ``"table"`` (tables per round) or ``"tree"`` (nested calls)."""
+    record = _shown(record)
+    if fmt == "table":
+        return _trace_table(record)
+    if fmt == "tree":
+        return _trace_tree(record)
+    raise ValueError(f"unknown trace format {fmt!r} (use 'table' or 'tree')")

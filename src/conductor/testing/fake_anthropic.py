@@ -1,0 +1,93 @@
+"""The fake server's Anthropic messages (streaming included)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from .fake_base import _ServerBase
+from .fake_script import FakeRequest, Fault
+from .fake_wire import _FINISH, _pieces
+
+
+class _AnthropicRoutes(_ServerBase):
+    """The fake server's Anthropic messages (streaming included) routes."""
+
+    async def _handle_anthropic(self, request: web.Request) -> web.StreamResponse:
+        fake, error = await self._receive(request, "anthropic", None)
+        if fake is None:
+            assert error is not None
+            return error
+        result = await self._respond(fake)
+        if isinstance(result, Fault):
+            return await self._fault(request, "anthropic", result, fake)
+        prompt, completion = self._usage(fake, result)
+        ident = self._new_id("msg_")
+        if fake.body.get("stream"):
+            return await self._anthropic_stream(
+                request, fake, result.text, prompt, completion, ident, result.finish_reason
+            )
+        return web.json_response(
+            {
+                "id": ident,
+                "type": "message",
+                "role": "assistant",
+                "model": fake.model,
+                "content": [{"type": "text", "text": result.text}],
+                "stop_reason": _FINISH["anthropic"][result.finish_reason or "stop"],
+                "stop_sequence": None,
+                "usage": {"input_tokens": prompt, "output_tokens": completion},
+            }
+        )
+
+    async def _anthropic_stream(
+        self,
+        request: web.Request,
+        fake: FakeRequest,
+        text: str,
+        prompt: int,
+        completion: int,
+        ident: str,
+        finish_reason: str | None = None,
+    ) -> web.StreamResponse:
+        stop = _FINISH["anthropic"][finish_reason or "stop"]
+
+        def event(name: str, data: dict[str, Any]) -> bytes:
+            data = {"type": name, **data}
+            return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+        message: dict[str, Any] = {
+            "id": ident,
+            "type": "message",
+            "role": "assistant",
+            "model": fake.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": prompt, "output_tokens": 1},
+        }
+        events = [
+            event("message_start", {"message": message}),
+            event(
+                "content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}
+            ),
+            event("ping", {}),
+        ]
+        events += [
+            event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": p}})
+            for p in _pieces(text)
+        ]
+        events += [
+            event("content_block_stop", {"index": 0}),
+            event(
+                "message_delta",
+                {
+                    "delta": {"stop_reason": stop, "stop_sequence": None},
+                    "usage": {"output_tokens": completion},
+                },
+            ),
+            event("message_stop", {}),
+        ]
+        return await self._sse(request, events)

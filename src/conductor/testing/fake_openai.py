@@ -1,0 +1,117 @@
+"""The fake server's OpenAI chat completions (streaming included) and the model list."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from aiohttp import web
+
+from .fake_base import _ServerBase
+from .fake_script import FakeRequest, Fault
+from .fake_wire import _FINISH, _pieces
+
+
+class _OpenAIRoutes(_ServerBase):
+    """The fake server's OpenAI chat completions (streaming included) and the model list routes."""
+
+    async def _handle_openai(self, request: web.Request) -> web.StreamResponse:
+        fake, error = await self._receive(request, "openai", None)
+        if fake is None:
+            assert error is not None
+            return error
+        result = await self._respond(fake)
+        if isinstance(result, Fault):
+            return await self._fault(request, "openai", result, fake)
+        prompt, completion = self._usage(fake, result)
+        usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+        ident, created = self._new_id("chatcmpl-"), int(time.time())
+        if fake.body.get("stream"):
+            return await self._openai_stream(
+                request, fake, result.text, usage, ident, created, result.finish_reason
+            )
+        return web.json_response(
+            {
+                "id": ident,
+                "object": "chat.completion",
+                "created": created,
+                "model": fake.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": result.text, "refusal": None},
+                        "logprobs": None,
+                        "finish_reason": _FINISH["openai"][result.finish_reason or "stop"],
+                    }
+                ],
+                "usage": usage,
+                "system_fingerprint": "fp_fake",
+            }
+        )
+
+    async def _openai_stream(
+        self,
+        request: web.Request,
+        fake: FakeRequest,
+        text: str,
+        usage: dict[str, int],
+        ident: str,
+        created: int,
+        finish_reason: str | None = None,
+    ) -> web.StreamResponse:
+        options = fake.body.get("stream_options") or {}
+        include_usage = bool(options.get("include_usage"))
+        base = {
+            "id": ident,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": fake.model,
+            "system_fingerprint": "fp_fake",
+        }
+
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+            data = {**base, "choices": choices, **extra}
+            if include_usage and "usage" not in extra:
+                data["usage"] = None
+            return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+        def choice(delta: dict[str, Any], finish: str | None = None) -> list[dict[str, Any]]:
+            return [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+
+        events = [chunk(choice({"role": "assistant", "content": ""}))]
+        events += [chunk(choice({"content": piece})) for piece in _pieces(text)]
+        events.append(chunk(choice({}, _FINISH["openai"][finish_reason or "stop"])))
+        if include_usage:
+            events.append(chunk([], usage=usage))
+        events.append(b"data: [DONE]\n\n")
+        return await self._sse(request, events)
+
+    async def _handle_models(self, request: web.Request) -> web.Response:
+        with self._lock:
+            names = sorted(self._scripts)
+        created = int(time.time())
+        if "anthropic-version" in request.headers:
+            data: list[dict[str, Any]] = [
+                {
+                    "type": "model",
+                    "id": n,
+                    "display_name": n,
+                    "created_at": "2025-01-01T00:00:00Z",
+                }
+                for n in names
+            ]
+            return web.json_response(
+                {
+                    "data": data,
+                    "has_more": False,
+                    "first_id": names[0] if names else None,
+                    "last_id": names[-1] if names else None,
+                }
+            )
+        data = [{"id": n, "object": "model", "created": created, "owned_by": "fake"} for n in names]
+        return web.json_response({"object": "list", "data": data})
