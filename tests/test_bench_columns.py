@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from conductor.bench.data import DataFileError, iter_samples
+from conductor.bench.columns import data_columns, data_columns_table
+from conductor.bench.data import iter_samples
+from conductor.bench.sources import DataFileError
 from conductor.bench.spec import (
     builtin_benchmarks_dir,
-    data_columns,
-    data_columns_table,
     list_benchmarks,
     load_benchmark,
     load_benchmark_text,

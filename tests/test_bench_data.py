@@ -12,14 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conductor.bench.data import (
-    DatasetError,
-    count_samples,
-    dataset_provenance,
-    decode_lcb_tests,
-    iter_samples,
-    render_prompt,
-)
+from conductor.bench.data import count_samples, dataset_provenance, iter_samples, render_prompt
+from conductor.bench.loaders import decode_lcb_tests
+from conductor.bench.sources import DatasetError
 from conductor.bench.spec import load_benchmark, load_benchmark_text
 from conductor.errors import UsageError
 

@@ -20,8 +20,10 @@ from poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
 from test_bench_run import bench_pool, cli, make_math_file, number_in, read_samples, script_math
 
 from conductor.bench import runner
+from conductor.bench.faults import BenchStopped
 from conductor.bench.graders import get_grader
-from conductor.bench.runner import BenchOptions, BenchStopped, run_benchmark
+from conductor.bench.runconfig import BenchOptions
+from conductor.bench.runner import run_benchmark
 from conductor.bench.spec import load_benchmark
 from conductor.bench.strategies import ConductorStrategy, parse_strategy
 from conductor.bench.types import Sample, Verdict

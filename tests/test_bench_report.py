@@ -14,16 +14,8 @@ import pytest
 from rich.console import Console, RenderableType
 
 from conductor.bench.paper import PAPER_FIGURES, paper_reference
-from conductor.bench.report import (
-    best_single,
-    read_summary,
-    report_renderables,
-    summarize_run,
-    summary_table,
-    topology_table,
-    usage_table,
-    write_summary,
-)
+from conductor.bench.report import report_renderables, summary_table, topology_table, usage_table
+from conductor.bench.summary import best_single, read_summary, summarize_run, write_summary
 from conductor.errors import RecordError, UsageError
 from conductor.record import (
     CallRecord,

@@ -17,7 +17,8 @@ import pytest
 from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
 
 from conductor.bench.graders import get_grader
-from conductor.bench.runner import BenchOptions, run_benchmark
+from conductor.bench.runconfig import BenchOptions
+from conductor.bench.runner import run_benchmark
 from conductor.bench.spec import load_benchmark
 from conductor.bench.strategies import answer_key_for, parse_strategy
 from conductor.execute import RunSettings

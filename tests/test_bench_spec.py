@@ -7,17 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from conductor.bench.schema import lcb_release_files, template_placeholders
 from conductor.bench.spec import (
-    BenchmarkFileError,
     builtin_benchmarks_dir,
     is_pinned,
-    lcb_release_files,
     list_benchmarks,
     load_benchmark,
     load_benchmark_text,
-    template_placeholders,
 )
-from conductor.errors import UsageError
+from conductor.errors import BenchmarkFileError, UsageError
 
 SHIPPED = [
     "aime24",

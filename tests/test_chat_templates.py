@@ -26,13 +26,12 @@ from conductor.checkpoint_meta import (
 from conductor.conductors.prompt import (
     ChatTemplate,
     PreviousRound,
-    TemplateFileError,
     build_conductor_messages,
     build_reask_messages,
     load_conductor_template,
 )
 from conductor.conductors.spec import Conductor, resolve_conductor
-from conductor.errors import PoolError, UsageError
+from conductor.errors import PoolError, TemplateFileError, UsageError
 from conductor.execute import Orchestrator, RunSettings
 from conductor.llm.caller import ModelCaller
 from conductor.llm.types import ModelRequest
@@ -667,7 +666,7 @@ def test_policy_prompt_leaves_a_prefill_open() -> None:
     assistant turn (TRL would otherwise close it and open a new one)."""
     from tinymodels import tiny_tokenizer
 
-    from conductor.train.trainer import policy_prompt
+    from conductor.train.policy import policy_prompt
 
     tok = tiny_tokenizer(["model_id = [0]", "Plan it.", "What is 2 + 2?"])
     messages = [

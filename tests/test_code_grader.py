@@ -11,12 +11,8 @@ from typing import Any
 
 import pytest
 
-from conductor.bench.graders.code import (
-    CodeGrader,
-    extract_code,
-    outputs_match,
-    values_match,
-)
+from conductor.bench.graders.code import CodeGrader
+from conductor.bench.graders.code_text import extract_code, outputs_match, values_match
 from conductor.bench.lcb_tests import decode_lcb_tests
 from conductor.bench.types import Sample
 

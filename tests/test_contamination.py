@@ -26,9 +26,9 @@ from conductor.checkpoint_meta import (
     read_training_questions,
     write_training_questions,
 )
-from conductor.errors import UsageError
+from conductor.errors import TrainConfigError, UsageError
 from conductor.testing import FakeLLMServer
-from conductor.train.config import HoldoutSet, TrainConfigError, load_train_config
+from conductor.train.config import load_train_config
 from conductor.train.contamination import (
     NORMALISATION,
     ContaminationError,
@@ -37,6 +37,7 @@ from conductor.train.contamination import (
     question_key,
     sample_key,
 )
+from conductor.train.settings import HoldoutSet
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bench"
 
@@ -336,7 +337,8 @@ def test_training_questions_round_trip_and_refusals(tmp_path: Path) -> None:
 
 async def test_exclude_trained_without_known_questions_is_refused(tmp_path: Path) -> None:
     from conductor.bench.graders import get_grader
-    from conductor.bench.runner import BenchOptions, run_benchmark
+    from conductor.bench.runconfig import BenchOptions
+    from conductor.bench.runner import run_benchmark
     from conductor.bench.spec import load_benchmark
 
     spec = load_benchmark(_arith(tmp_path, [_q(1)]))
@@ -472,7 +474,7 @@ def test_bench_counts_and_excludes_what_the_checkpoint_was_trained_on(
 
 
 def test_merged_shards_add_up_their_trained_on_counts(tmp_path: Path) -> None:
-    from conductor.bench.runner import merge_runs
+    from conductor.bench.merge import merge_runs
 
     config = {
         "benchmark": {"name": "arith", "grader": "math", "grader_version": 1},

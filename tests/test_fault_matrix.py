@@ -329,10 +329,11 @@ async def test_bench_records_and_reports_truncated_calls(tmp_path: Path) -> None
     the record and counted by the report; a bad body retried then answered loses no
     sample; neither the truncated nor the bad reply is in the cache."""
     from conductor.bench.graders import get_grader
-    from conductor.bench.report import summarize_run
-    from conductor.bench.runner import BenchOptions, run_benchmark
+    from conductor.bench.runconfig import BenchOptions
+    from conductor.bench.runner import run_benchmark
     from conductor.bench.spec import load_benchmark
     from conductor.bench.strategies import answer_key_for, parse_strategy
+    from conductor.bench.summary import summarize_run
     from conductor.llm.caller import CallerSet
     from conductor.pool import Pool
     from conductor.redact import pool_to_public_dict
@@ -406,7 +407,8 @@ async def test_bench_sample_cache_never_replays_a_truncated_answer(tmp_path: Pat
     """An identical rerun replays whole samples from the cache, except the one whose
     answer came from a cut-off reply: that one asks the model again."""
     from conductor.bench.graders import get_grader
-    from conductor.bench.runner import BenchOptions, run_benchmark
+    from conductor.bench.runconfig import BenchOptions
+    from conductor.bench.runner import run_benchmark
     from conductor.bench.spec import load_benchmark
     from conductor.bench.strategies import answer_key_for, parse_strategy
     from conductor.llm.caller import CallerSet

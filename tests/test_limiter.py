@@ -19,7 +19,8 @@ import pytest
 from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, write_pool
 from poolkit import worker as pool_worker
 
-from conductor.bench.report import rate_limit_table, summarize_run
+from conductor.bench.report import rate_limit_table
+from conductor.bench.summary import summarize_run
 from conductor.errors import RateLimitError
 from conductor.llm.caller import CallerSet, ModelCaller
 from conductor.llm.limiter import (

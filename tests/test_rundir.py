@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from test_bench_report import record, round_of, write_run
 
-from conductor.bench.report import summarize_run
 from conductor.bench.rundir import (
     SAMPLES,
     SampleLines,
@@ -19,6 +18,7 @@ from conductor.bench.rundir import (
     run_dirs,
 )
 from conductor.bench.runner import completed_keys
+from conductor.bench.summary import summarize_run
 
 
 @pytest.fixture

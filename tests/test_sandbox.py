@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conductor.bench.sandbox import isolation_mode, os_isolation_available, run_sandboxed
+from conductor.bench.sandbox import run_sandboxed
+from conductor.bench.sandbox_isolation import isolation_mode, os_isolation_available
 
 needs_os = pytest.mark.skipif(
     not os_isolation_available(), reason="namespaces unavailable (unshare, user namespaces)"

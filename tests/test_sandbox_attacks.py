@@ -23,8 +23,13 @@ import pytest
 from sandbox_attacks import ATTACKS, grading_attack
 
 from conductor.bench.graders import get_grader
-from conductor.bench.graders.code import CodeGrader, _clip, with_unsafe_opt_in
-from conductor.bench.sandbox import ISOLATION_ENV, UNISOLATED_REFUSAL, os_isolation_available
+from conductor.bench.graders.code import CodeGrader, with_unsafe_opt_in
+from conductor.bench.graders.code_text import _clip
+from conductor.bench.sandbox_isolation import (
+    ISOLATION_ENV,
+    UNISOLATED_REFUSAL,
+    os_isolation_available,
+)
 from conductor.bench.types import Sample
 from conductor.errors import UsageError
 
@@ -231,7 +236,8 @@ def test_bench_opt_in_records_unisolated(tmp_path: Path, fake_server: Any) -> No
 
 
 def test_train_config_opt_in_key() -> None:
-    from conductor.train.config import TrainConfigError, load_train_config_text
+    from conductor.errors import TrainConfigError
+    from conductor.train.config import load_train_config_text
 
     head = "base_model: x/y\npool: local\ndata: [livecodebench]\noutput_dir: o\n"
     assert not load_train_config_text(head, source="c.yaml").confirm_run_unsafe_code
@@ -249,8 +255,8 @@ def test_train_rows_carry_the_opt_in_to_the_reward_grader(
     from conductor.conductors.spec import Conductor
     from conductor.pool import load_pool
     from conductor.targets import Worker
-    from conductor.train.config import DataMix, TrainConfig
     from conductor.train.dataset import build_rows
+    from conductor.train.settings import DataMix, TrainConfig
 
     monkeypatch.setenv(ISOLATION_ENV, "off")
     data = pool_dict(fake_server, [worker(fake_server, "w0")])

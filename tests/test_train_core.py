@@ -15,25 +15,23 @@ import pytest
 from poolkit import lists, pool_dict, worker, write_pool
 
 from conductor.conductors.spec import Conductor
-from conductor.errors import UsageError
+from conductor.errors import TrainConfigError, UsageError
 from conductor.execute import Orchestrator
 from conductor.pool import Pool, load_pool
 from conductor.targets import Worker
 from conductor.testing import FakeLLMServer, FakeRequest, Fault, Reply
-from conductor.train.config import (
+from conductor.train.config import load_train_config, load_train_config_text
+from conductor.train.dataset import build_rows
+from conductor.train.pools import map_back, sample_subpool, subpool_from_ids
+from conductor.train.recursion import first_round, revision_messages
+from conductor.train.reward import WorkflowReward
+from conductor.train.settings import (
     DataMix,
     PoolSampling,
     RecursionSettings,
     RewardSettings,
     TrainConfig,
-    TrainConfigError,
-    load_train_config,
-    load_train_config_text,
 )
-from conductor.train.dataset import build_rows
-from conductor.train.pools import map_back, sample_subpool, subpool_from_ids
-from conductor.train.recursion import first_round, revision_messages
-from conductor.train.reward import WorkflowReward
 from conductor.workflow import Step, Workflow
 
 REPO = Path(__file__).resolve().parent.parent

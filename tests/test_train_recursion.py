@@ -21,7 +21,6 @@ from conductor.llm.types import Message
 from conductor.pool import Pool, load_pool
 from conductor.targets import Worker
 from conductor.testing import FakeLLMServer, FakeRequest
-from conductor.train.config import DataMix, RecursionSettings, RewardSettings, TrainConfig
 from conductor.train.dataset import build_rows
 from conductor.train.metrics import summarise_rollouts
 from conductor.train.recursion import (
@@ -35,6 +34,7 @@ from conductor.train.recursion import (
     revision_messages,
 )
 from conductor.train.reward import RolloutResult, WorkflowReward
+from conductor.train.settings import DataMix, RecursionSettings, RewardSettings, TrainConfig
 
 GOLD = "42"
 WRONG_A = lists([1], ["Variant alpha: compute it, get it wrong"], [[]])
@@ -253,7 +253,7 @@ def test_recursion_needs_whole_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 
     from conductor.errors import UsageError
-    from conductor.train.config import GRPOSettings
+    from conductor.train.settings import GRPOSettings
     from conductor.train.trainer import check_recursion_layout
 
     config = TrainConfig(

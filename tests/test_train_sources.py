@@ -16,23 +16,12 @@ from typing import Any
 import pytest
 
 from conductor.bench.data import balanced_indices, iter_samples, render_prompt, sample_subset
-from conductor.bench.spec import (
-    BenchmarkFileError,
-    load_benchmark,
-    load_benchmark_text,
-    training_spec,
-)
+from conductor.bench.spec import load_benchmark, load_benchmark_text, training_spec
 from conductor.bench.types import BenchmarkSpec
-from conductor.errors import UsageError
-from conductor.train.config import (
-    DataMix,
-    GRPOSettings,
-    TrainConfig,
-    TrainConfigError,
-    load_train_config,
-    load_train_config_text,
-)
+from conductor.errors import BenchmarkFileError, TrainConfigError, UsageError
+from conductor.train.config import load_train_config, load_train_config_text
 from conductor.train.dataset import mix_spec
+from conductor.train.settings import DataMix, GRPOSettings, TrainConfig
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "train"

@@ -232,7 +232,7 @@ def test_grpo_config_batches(tmp_path: Path) -> None:
     import dataclasses
 
     from conductor.errors import UsageError
-    from conductor.train.config import DataMix, GRPOSettings, TrainConfig
+    from conductor.train.settings import DataMix, GRPOSettings, TrainConfig
     from conductor.train.trainer import build_grpo_config
 
     config = TrainConfig(

@@ -27,7 +27,7 @@ from .errors import UsageError
 from .llm.types import ModelRequest, RawCompletion, Usage
 
 if TYPE_CHECKING:
-    from .pool import Worker
+    from .targets import Worker
 
 __all__ = ["CacheStats", "ResponseCache", "cache_key", "default_cache_dir", "storable"]
 

@@ -36,31 +36,20 @@ from .pool import Pool
 from .record import CallRecord, RoundRecord, RunRecord, now_iso
 from .redact import pool_to_public_dict
 from .steps import (
-    INTERRUPTED,
     Budget,
-    SampleIndexer,
     StepPlan,
     StepRunner,
     fail_call,
     fill_call,
-    finish_interrupted,
-    finish_record,
     run_to_record,
 )
 from .text import check_question, plural
 from .workflow import ALL, Workflow, format_workflow, parse_workflow, workflow_to_dict
 
 __all__ = [
-    "INTERRUPTED",
-    "Budget",
     "Orchestrator",
     "RunSettings",
-    "SampleIndexer",
     "ask",
-    "fail_call",
-    "fill_call",
-    "finish_interrupted",
-    "finish_record",
     "last_plan_reply",
 ]
 

@@ -19,7 +19,6 @@ import yaml
 
 from .configfile import ConfigReader, compose_yaml, node_line, read_config_file, show_value
 from .errors import PoolError
-from .redact import pool_to_public_dict
 from .shipped import resolve_shipped, shipped, shipped_dir
 from .targets import (
     CONDUCTOR_BACKENDS,
@@ -34,20 +33,14 @@ from .targets import (
     WorkerContext,
 )
 
-# Worker, Price, WorkerContext, ConductorConfig and MessageForm live in .targets; they
-# are importable from here too for the modules that still do so.
+# Worker, Price, WorkerContext, ConductorConfig and MessageForm live in .targets, where
+# the model-call layer imports them without this loader.
 __all__ = [
-    "ConductorConfig",
-    "MessageForm",
     "Pool",
-    "Price",
-    "Worker",
-    "WorkerContext",
     "builtin_pools_dir",
     "list_builtin_pools",
     "load_pool",
     "load_pool_text",
-    "pool_to_public_dict",
     "resolve_pool_path",
 ]
 

@@ -40,7 +40,9 @@ from typing import Any
 
 from ..errors import UsageError
 from ..text import check_question
-from .loaders import _MAKERS, _as_text, _get, _math_gold, _text, decode_lcb_tests
+from .columns import data_columns
+from .loaders import _MAKERS, _as_text, _get, _math_gold, _text
+from .schema import lcb_release_files, loader_of
 from .sources import (
     DataFileError,
     DatasetError,
@@ -52,16 +54,13 @@ from .sources import (
     _Row,
     _url_cache_path,
 )
-from .spec import data_columns, is_pinned, lcb_release_files, loader_of
+from .spec import is_pinned
 from .types import BenchmarkSpec, DataSource, Sample
 
 __all__ = [
     "MAX_ROW_BYTES",
-    "DataFileError",
-    "DatasetError",
     "count_samples",
     "dataset_provenance",
-    "decode_lcb_tests",
     "balanced_indices",
     "iter_samples",
     "render_prompt",

@@ -13,8 +13,8 @@ import re
 from typing import Any
 
 from . import lcb_tests
+from .columns import data_columns
 from .sources import DataFileError, DatasetError, _Row
-from .spec import data_columns
 from .types import BenchmarkSpec, Sample
 
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"

@@ -1,8 +1,7 @@
 """The tables of ``conductor report``: scores, usage, topologies and rate limits of bench
 runs, each in a wide layout and a stacked one for narrow terminals.
 
-The scores themselves are computed in :mod:`conductor.bench.summary`; its public names
-are importable from here too.
+The scores themselves are computed in :mod:`conductor.bench.summary`.
 """
 
 from __future__ import annotations
@@ -19,33 +18,18 @@ from ..render import Fitted
 from ..text import plural
 from .paper import PaperFigure, paper_reference
 from .summary import (
-    STATUSES,
     RunSummary,
     _ratio,
     best_single,
-    read_summary,
-    record_rate_limits,
     summarize_run,
-    summary_from_dict,
-    summary_to_dict,
-    write_summary,
 )
 
 __all__ = [
-    "STATUSES",
-    "RunSummary",
-    "best_single",
     "rate_limit_table",
-    "read_summary",
-    "record_rate_limits",
     "report_renderables",
-    "summarize_run",
-    "summary_from_dict",
     "summary_table",
-    "summary_to_dict",
     "topology_table",
     "usage_table",
-    "write_summary",
 ]
 
 

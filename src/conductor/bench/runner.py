@@ -59,11 +59,9 @@ from .faults import (
     _scrub,
 )
 from .graders import Grader
-from .merge import merge_runs
-from .runconfig import BenchOptions, _check_same_run, _config, read_run_config, stored_invocation
+from .runconfig import BenchOptions, _check_same_run, _config, read_run_config
 from .rundir import CONFIG, SAMPLES, SampleLines, repair_tail, sample_key
 from .runlock import (
-    RunDirBusyError,
     _absent,
     _absent_files,
     _holds_records,
@@ -75,15 +73,9 @@ from .strategies import Strategy
 from .types import BenchmarkSpec, Sample, Verdict
 
 __all__ = [
-    "BenchOptions",
     "BenchProgress",
-    "BenchStopped",
-    "RunDirBusyError",
     "completed_keys",
-    "merge_runs",
-    "read_run_config",
     "run_benchmark",
-    "stored_invocation",
 ]
 
 

@@ -88,21 +88,12 @@ from pathlib import Path
 from typing import Any
 
 from conductor.bench.sandbox_isolation import (
-    ISOLATION_ENV,
-    UNISOLATED_REFUSAL,
     _ns_cmd,
     isolation_mode,
-    os_isolation_available,
-    require_isolation,
 )
 
 __all__ = [
-    "ISOLATION_ENV",
-    "UNISOLATED_REFUSAL",
     "SandboxResult",
-    "isolation_mode",
-    "os_isolation_available",
-    "require_isolation",
     "run_job",
     "run_sandboxed",
 ]

@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 from ..execute import RunSettings
 from ..pool import Pool
-from .report import write_summary
-from .runner import BenchOptions, BenchProgress, BenchStopped
+from .faults import BenchStopped
+from .runconfig import BenchOptions
+from .runner import BenchProgress
+from .summary import write_summary
 from .types import BenchmarkSpec
 
 if TYPE_CHECKING:
@@ -266,7 +268,6 @@ class BenchSession:
         from ..llm.caller import CallerSet
         from ..llm.factory import require_keys
         from ..redact import pool_to_public_dict
-        from .report import record_rate_limits
         from .runner import run_benchmark
         from .strategies import (
             ConductorStrategy,
@@ -274,6 +275,7 @@ class BenchSession:
             concurrency_warning,
             parse_strategy,
         )
+        from .summary import record_rate_limits
 
         r = self.request
         options = self._options
@@ -323,7 +325,7 @@ class BenchSession:
 def merge_bench(dirs: list[Path], out: Path) -> int:
     """Join the shard directories ``dirs`` into ``out`` and summarise it; return the
     number of records merged."""
-    from .runner import merge_runs
+    from .merge import merge_runs
 
     n = merge_runs(dirs, out)
     write_summary(out)
@@ -355,8 +357,8 @@ def _stored_invocation(run_dir: Path) -> dict[str, Any]:
 
     A ``singles`` run keeps one directory per worker below ``run_dir``; the first one
     speaks for all."""
+    from .runconfig import read_run_config, stored_invocation
     from .rundir import run_dirs
-    from .runner import read_run_config, stored_invocation
 
     dirs = run_dirs(run_dir)
     if dirs and dirs[0] != run_dir:

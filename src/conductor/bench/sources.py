@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConductorError, MissingDependencyError, UsageError
-from .spec import DATA_FORMATS, data_columns, lcb_release_files
+from .columns import data_columns
+from .schema import DATA_FORMATS, lcb_release_files
 from .types import BenchmarkSpec, DataSource
 
 # One dataset row: column name -> value.

@@ -343,7 +343,7 @@ def answer_key_for(grader: str) -> AnswerKey:
             return normalise_short(found) if found else None
 
         return short_key
-    from .graders.code import extract_code
+    from .graders.code_text import extract_code
 
     def code_key(text: str) -> str | None:
         code = extract_code(text)

@@ -164,7 +164,7 @@ def _keep_interrupted(record: RunRecord | None, out: Path | None, no_cache: bool
         # A second Ctrl-C can stop the run before it finished its own record.
         from datetime import datetime, timezone
 
-        from ..execute import finish_interrupted
+        from ..steps import finish_interrupted
 
         started = datetime.fromisoformat(record.started_at)
         finish_interrupted(record, (datetime.now(timezone.utc) - started).total_seconds())

@@ -153,7 +153,7 @@ def _unknown_sample(run: Path, sample: str, ids: set[str]) -> UsageError:
 def _check_verdict(verdict: str) -> None:
     import difflib
 
-    from ..bench.report import STATUSES
+    from ..bench.summary import STATUSES
 
     if verdict not in STATUSES:
         close = difflib.get_close_matches(verdict, STATUSES, n=1)

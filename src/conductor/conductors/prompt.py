@@ -56,7 +56,6 @@ __all__ = [
     "ChatTemplate",
     "ConductorTemplate",
     "PreviousRound",
-    "TemplateFileError",
     "build_conductor_messages",
     "build_reask_messages",
     "builtin_templates",

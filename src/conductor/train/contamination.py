@@ -56,7 +56,7 @@ from ..errors import UsageError
 if TYPE_CHECKING:
     from ..bench.types import BenchmarkSpec, Sample
     from ..conductors.spec import Conductor
-    from .config import TrainConfig
+    from .settings import TrainConfig
 
 __all__ = [
     "NORMALISATION",
@@ -300,8 +300,8 @@ class _NotCached(Exception):
 def _benchmark_items(
     spec: BenchmarkSpec, data_file: str | None, seed: int
 ) -> Iterator[tuple[QuestionKey, bool, str]]:
-    from ..bench.data import DatasetError, iter_samples
-    from ..bench.sources import _url_cache_path
+    from ..bench.data import iter_samples
+    from ..bench.sources import DatasetError, _url_cache_path
 
     source = spec.source
     url = source.url if data_file is None and source.kind == "url" else None
@@ -323,8 +323,8 @@ def _benchmark_items(
 def _plain_items(path: Path) -> Iterator[tuple[QuestionKey, bool, str]]:
     """Questions of a plain data file: a question column (see
     :data:`PLAIN_QUESTION_COLUMNS`) and, optionally, a ``choices`` list."""
-    from ..bench.data import MAX_ROW_BYTES, DataFileError
-    from ..bench.sources import _file_rows
+    from ..bench.data import MAX_ROW_BYTES
+    from ..bench.sources import DataFileError, _file_rows
 
     for where, row in _file_rows(path, MAX_ROW_BYTES):
         column = next((c for c in PLAIN_QUESTION_COLUMNS if isinstance(row.get(c), str)), None)
@@ -388,7 +388,7 @@ def check_training_data(config: TrainConfig) -> GuardResult:
     examples, unless ``config.allow_holdout_overlap``, when it is one warning instead.
     Returns the training keys and what was compared.  Reads data only; loads no model.
     """
-    from ..bench.data import DatasetError
+    from ..bench.sources import DatasetError
 
     by_full: dict[str, _Example] = {}
     by_text: dict[str, str] = {}

@@ -24,10 +24,10 @@ from ..conductors.spec import Conductor
 from ..errors import UsageError
 from ..pool import Pool
 from ..record import RunRecord, record_to_dict
-from .config import DataMix, TrainConfig
 from .pools import SubPool, sample_subpool, subpool_from_ids
 from .recursion import can_revise, revision_messages
 from .reward import score_record
+from .settings import DataMix, TrainConfig
 
 __all__ = ["ROW_COLUMNS", "build_rows", "mix_spec"]
 

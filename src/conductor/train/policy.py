@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import MissingDependencyError, UsageError
 
 if TYPE_CHECKING:
-    from .config import TrainConfig
+    from .settings import TrainConfig
 
 __all__ = [
     "INSTALL_HINT",

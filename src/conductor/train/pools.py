@@ -23,7 +23,7 @@ from ..workflow import Step, Workflow
 
 if TYPE_CHECKING:
     from ..conductors.spec import Conductor
-    from .config import TrainConfig
+    from .settings import TrainConfig
 
 __all__ = [
     "SubPool",

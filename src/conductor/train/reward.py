@@ -43,12 +43,12 @@ from ..llm.caller import CallerSet
 from ..pool import Pool
 from ..record import RoundRecord, RunRecord, record_from_dict, record_to_dict
 from ..text import plural
-from .config import RewardSettings
 from .pools import subpool_from_ids
+from .settings import RewardSettings
 
 if TYPE_CHECKING:
     from ..cache import ResponseCache
-    from .config import TrainConfig
+    from .settings import TrainConfig
 
 __all__ = [
     "REQUIRED_COLUMNS",

@@ -50,17 +50,14 @@ from .policy import (
 
 if TYPE_CHECKING:
     from ..pool import Pool
-    from .config import TrainConfig
     from .metrics import MetricsLine, MetricsLog
+    from .settings import TrainConfig
 
 __all__ = [
     "CHECKPOINT_DIR",
     "METRICS_FILE",
     "build_grpo_config",
     "check_recursion_layout",
-    "opens_with_prefill",
-    "policy_prompt",
-    "load_policy",
     "train",
 ]
 

@@ -102,16 +102,13 @@ from conductor.bench.graders.code_text import (
     values_match,
 )
 from conductor.bench.lcb_tests import decode_lcb_tests
-from conductor.bench.sandbox import SandboxResult, require_isolation, run_job
+from conductor.bench.sandbox import SandboxResult, run_job
+from conductor.bench.sandbox_isolation import require_isolation
 from conductor.bench.types import Sample, Verdict
 
 __all__ = [
     "CodeGrader",
-    "bcb_test_names",
-    "extract_code",
     "with_unsafe_opt_in",
-    "outputs_match",
-    "values_match",
 ]
 
 _OUTPUT_LIMIT = 4_000_000  # bytes of one test's stdout brought back for comparison
