@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conductor.cache import ResponseCache, cache_key
+from conductor.llm.cache import ResponseCache, cache_key
 from conductor.errors import (
     AuthenticationError,
     BadRequestError,

@@ -29,7 +29,7 @@ from conductor.llm.limiter import (
     provider_key,
     reset_wait_s,
 )
-from conductor.llm.retry import error_for_status
+from conductor.llm.failures import error_for_status
 from conductor.llm.types import ModelRequest
 from conductor.pool import Worker
 from conductor.testing import FakeLLMServer, Fault, Reply

@@ -14,16 +14,14 @@ from conductor.errors import (
     RequestTimeoutError,
     ServerError,
 )
-from conductor.llm.retry import (
-    MAX_RETRY_AFTER_S,
-    RetryPolicy,
+from conductor.llm.failures import (
     error_for_status,
     make_error,
     message_from_body,
     parse_retry_after,
     scrub,
-    send_with_retries,
 )
+from conductor.llm.retry import MAX_RETRY_AFTER_S, RetryPolicy, send_with_retries
 from conductor.llm.types import RawCompletion, Usage
 
 OK = RawCompletion(text="ok", usage=Usage(1, 1), raw={})
@@ -91,11 +89,14 @@ async def test_non_retryable_raise_at_once(cls: type) -> None:
 
 
 async def test_exhausted_retries_reraise_last_error() -> None:
-    last = make_error(RequestTimeoutError, target="w")
+    last = make_error(RequestTimeoutError, target="w", provider_message="the last one")
     send = Script(server_error(), server_error(), last)
     with pytest.raises(RequestTimeoutError) as info:
         await send_with_retries(send, RetryPolicy(2), sleep=Sleeps())
-    assert info.value is last and info.value.attempts == 3
+    # The last error, passed on with its attempt count (the raised one is not changed).
+    assert type(info.value) is RequestTimeoutError and info.value.attempts == 3
+    assert info.value.provider_message == "the last one" and str(info.value) == str(last)
+    assert last.attempts is None
 
 
 async def test_zero_retries_means_one_attempt() -> None:
