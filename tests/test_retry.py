@@ -227,3 +227,27 @@ async def test_a_retry_after_beyond_the_deadline_fails_now() -> None:
         )
     assert script.calls == 1 and waits == []
     assert info.value.retry_after_s == 60.0
+
+
+def test_an_error_is_replaced_with_new_fields_never_changed() -> None:
+    from conductor.errors import ConnectionRefusedByHostError
+
+    first = make_error(
+        ConnectionRefusedByHostError,
+        target="w",
+        provider_message="Connection refused",
+        host="127.0.0.1",
+        port=9,
+    )
+    assert first.max_retries == 1 and first.attempts is None  # the class's cap
+    again = first.replace(attempts=3, max_retries=2)
+    assert type(again) is ConnectionRefusedByHostError and again is not first
+    assert (again.attempts, again.max_retries, again.host, again.port) == (3, 2, "127.0.0.1", 9)
+    assert str(again) == str(first) and first.attempts is None and first.max_retries == 1
+    described = first.replace(attempts=3, described=True)
+    assert "after 3 attempts" in str(described) and "after" not in str(first)
+    assert first.with_target("w") is first
+    moved = first.with_target("other")
+    assert moved.target == "other" and first.target == "w" and str(moved) == str(first)
+    with pytest.raises(TypeError, match="no field 'colour'"):
+        first.replace(colour="red")
