@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conductor.llm.cache import ResponseCache
 from conductor.errors import BadRequestError, ServerError
+from conductor.llm.cache import ResponseCache
 from conductor.llm.caller import CallerSet, ModelCaller
 from conductor.llm.failures import make_error
 from conductor.llm.types import ModelRequest, RawCompletion, Usage

@@ -22,6 +22,7 @@ from poolkit import worker as pool_worker
 from conductor.bench.report import rate_limit_table, summarize_run
 from conductor.errors import RateLimitError
 from conductor.llm.caller import CallerSet, ModelCaller
+from conductor.llm.failures import error_for_status
 from conductor.llm.limiter import (
     AdaptiveLimiter,
     oversubscription_warning,
@@ -29,7 +30,6 @@ from conductor.llm.limiter import (
     provider_key,
     reset_wait_s,
 )
-from conductor.llm.failures import error_for_status
 from conductor.llm.types import ModelRequest
 from conductor.pool import Worker
 from conductor.testing import FakeLLMServer, Fault, Reply
