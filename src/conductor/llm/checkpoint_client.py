@@ -1,7 +1,7 @@
 """A :class:`ModelClient` that runs a trained Conductor checkpoint in-process.
 
-``target.model`` is a checkpoint directory or ``hf:ORG/NAME[@REVISION]`` (see
-:mod:`conductor.checkpoint_meta`).  Two engines:
+``target.model`` is a checkpoint directory or ``hf:ORG/NAME[@REVISION]``, found and
+loaded by :mod:`conductor.llm.checkpoint_load`.  Two engines:
 
 - **vLLM** (offline ``vllm.LLM``, bf16), used when ``vllm`` is importable and a CUDA GPU
   is present.  A request's ``grammar`` (GBNF) is passed to vLLM's guided / structured
