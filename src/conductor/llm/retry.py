@@ -114,7 +114,8 @@ async def send_with_retries(
 
     Errors that are not retryable (authentication, bad request) are raised after the
     first attempt.  When every attempt fails, or ``deadline`` leaves no time for the
-    next one after its wait, the last error is raised again with its ``attempts``.
+    next one after its wait, the last error is passed on with its ``attempts`` (as a
+    new error of the same class: the one caught is not changed).
     Exceptions that are not ``ModelCallError`` are bugs and propagate at once.
     """
     attempt = 0
