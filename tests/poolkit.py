@@ -98,7 +98,7 @@ def embedded_model_or_skip() -> Path:
 
     pytest.importorskip("llama_cpp")
     from conductor.errors import MissingDependencyError
-    from conductor.local_model import embedded_model_path
+    from conductor.llm.local_model import embedded_model_path
 
     try:
         return embedded_model_path()
@@ -111,7 +111,7 @@ def have_local_model() -> bool:
     try:
         import llama_cpp  # noqa: F401
 
-        from conductor.local_model import embedded_model_path
+        from conductor.llm.local_model import embedded_model_path
 
         embedded_model_path()
     except Exception:

@@ -328,7 +328,7 @@ def test_multiple_choice_and_code_benchmarks_run(
 async def test_identical_rerun_replays_samples_from_the_cache(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
-    from conductor.cache import ResponseCache
+    from conductor.llm.cache import ResponseCache
 
     script_math(fake_server)
     spec = load_benchmark("math500")

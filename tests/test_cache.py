@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conductor.cache import ResponseCache, cache_key, default_cache_dir
+from conductor.llm.cache import ResponseCache, cache_key, default_cache_dir
 from conductor.llm.types import ModelRequest, RawCompletion, Usage
 from conductor.targets import Worker
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from conductor.cache import ResponseCache
 from conductor.errors import BadRequestError, ServerError
+from conductor.llm.cache import ResponseCache
 from conductor.llm.caller import CallerSet, ModelCaller
-from conductor.llm.retry import make_error
+from conductor.llm.failures import make_error
 from conductor.llm.types import ModelRequest, RawCompletion, Usage
 from conductor.targets import Price, Worker
 from conductor.testing import FakeLLMServer, Fault, Reply
@@ -142,7 +142,7 @@ async def test_degenerate_entries_of_older_versions_are_not_replayed(
 ) -> None:
     """An empty or truncated reply an older version cached is a miss: the model is asked
     again, and only its complete answer is stored."""
-    from conductor.cache import cache_key
+    from conductor.llm.cache import cache_key
 
     fake_server.script("m", ["complete answer"])
     target = worker(fake_server, "m")

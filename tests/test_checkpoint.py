@@ -20,11 +20,11 @@ from conductor.checkpoint_meta import (
     CheckpointMeta,
     check_pool_against_meta,
     read_checkpoint_meta,
-    resolve_checkpoint_dir,
     template_ref,
     write_checkpoint_meta,
 )
 from conductor.errors import MissingDependencyError, UsageError
+from conductor.llm.checkpoint_load import require_torch_transformers, resolve_checkpoint_dir
 from conductor.llm.types import ModelRequest
 from conductor.targets import Worker
 from conductor.workflow import parse_workflow
@@ -225,7 +225,7 @@ def test_missing_transformers_is_one_clear_sentence(
         cc.CheckpointClient(_target(tiny_dir))
     assert "pip install" in str(info.value) and "transformers" in str(info.value)
     with pytest.raises(MissingDependencyError, match="pip install"):
-        cc._require_torch_transformers()
+        require_torch_transformers()
 
 
 # ------------------------------------------------------------------- generation

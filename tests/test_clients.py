@@ -243,3 +243,40 @@ async def test_anthropic_and_google_params(fake_server: FakeLLMServer) -> None:
     # The SDK's wire casing of this field differs between releases.
     assert thinking.get("thinkingBudget", thinking.get("thinking_budget")) == 128
     assert sent.messages[0] == {"role": "system", "content": "S"}
+
+
+def test_the_registry_serves_every_pool_kind_and_the_checkpoint() -> None:
+    from conductor.llm.factory import CLIENTS, client_class
+    from conductor.targets import CLIENT_KINDS
+
+    assert set(CLIENTS) == set(CLIENT_KINDS)  # checkpoint included
+    for kind, (module, class_name) in CLIENTS.items():
+        cls = client_class(kind)
+        assert isinstance(cls, type) and cls.__name__ == class_name
+        assert cls.__module__ == "conductor.llm" + module
+        assert callable(getattr(cls, "send", None)) and callable(getattr(cls, "aclose", None))
+
+
+def test_an_unknown_client_kind_is_a_usage_error_naming_the_kinds() -> None:
+    from conductor.errors import UsageError
+
+    worker = Worker(id="w1", model="m", client="nope")  # type: ignore[arg-type]
+    with pytest.raises(UsageError) as info:
+        make_client(worker)
+    assert str(info.value) == (
+        "worker 'w1': unknown client 'nope' "
+        "(expected litellm, openai, http, anthropic, google or local)"
+    )
+
+
+def test_make_client_builds_the_registered_class(fake_server: FakeLLMServer) -> None:
+    from conductor.llm.http_client import HttpClient
+    from conductor.llm.openai_client import OpenAIClient
+
+    base = fake_server.openai_base
+    assert type(make_client(Worker(id="a", model="m", client="openai", api_base=base))) is (
+        OpenAIClient
+    )
+    assert type(make_client(Worker(id="b", model="m", client="http", api_base=base))) is (
+        HttpClient
+    )

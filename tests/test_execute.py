@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
 
-from conductor.cache import ResponseCache
 from conductor.conductors.spec import resolve_conductor
 from conductor.context import SharedStep, build_worker_messages
 from conductor.execute import Orchestrator, RunSettings
+from conductor.llm.cache import ResponseCache
 from conductor.pool import Pool, load_pool
 from conductor.record import RunRecord, read_record, write_record
 from conductor.testing import FakeLLMServer, Fault, Reply

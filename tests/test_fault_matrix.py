@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from conductor.cache import ResponseCache, cache_key
 from conductor.errors import (
     AuthenticationError,
     BadRequestError,
@@ -29,6 +28,7 @@ from conductor.errors import (
     RequestTimeoutError,
     ServerError,
 )
+from conductor.llm.cache import ResponseCache, cache_key
 from conductor.llm.caller import ModelCaller
 from conductor.llm.types import Completion, ModelRequest
 from conductor.targets import Worker

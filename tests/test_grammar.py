@@ -31,7 +31,7 @@ def _rules(grammar: str) -> dict[str, str]:
 
 def _embedded_llama():  # type: ignore[no-untyped-def]
     pytest.importorskip("llama_cpp")
-    from conductor.local_model import embedded_model_path, get_llama
+    from conductor.llm.local_model import embedded_model_path, get_llama
 
     try:
         path = embedded_model_path()
@@ -146,7 +146,7 @@ def test_llama_cpp_compiles_the_grammar(
     llama, _lock = _embedded_llama()
     import llama_cpp
 
-    from conductor.local_model import check_grammar
+    from conductor.llm.local_model import check_grammar
 
     text = workflow_grammar(n_workers, max_steps, allow_empty=empty, allow_indices=indices)
     assert llama_cpp.LlamaGrammar.from_string(text, verbose=False) is not None
@@ -155,7 +155,7 @@ def test_llama_cpp_compiles_the_grammar(
 
 def test_check_grammar_rejects_a_broken_grammar() -> None:
     llama, _lock = _embedded_llama()
-    from conductor.local_model import check_grammar
+    from conductor.llm.local_model import check_grammar
 
     with pytest.raises(ValueError, match="GBNF"):
         check_grammar(llama, 'root ::= "unterminated')

@@ -307,13 +307,13 @@ class _FakeLlama:
 
 
 def _fake_entry() -> Any:
-    from conductor.local_model import LoadedModel
+    from conductor.llm.local_model import LoadedModel
 
     return LoadedModel(llama=_FakeLlama(), lock=threading.Lock(), path=Path("x.gguf"), n_ctx=8)  # type: ignore[arg-type]
 
 
 def test_stop_generations_stops_what_checks_its_flag_and_reports_what_does_not() -> None:
-    from conductor.local_model import GenerationStopped, stop_generations
+    from conductor.llm.local_model import GenerationStopped, stop_generations
 
     entry = _fake_entry()
     started = threading.Event()
@@ -360,7 +360,7 @@ def test_stop_generations_stops_what_checks_its_flag_and_reports_what_does_not()
 
 
 def test_a_call_cancelled_while_queued_never_generates() -> None:
-    from conductor.local_model import GenerationStopped
+    from conductor.llm.local_model import GenerationStopped
 
     entry = _fake_entry()
     stop = threading.Event()
@@ -376,7 +376,7 @@ def _embedded_model() -> Path:
 
 
 def test_a_stopped_generation_ends_at_the_next_token_and_the_model_goes_on() -> None:
-    from conductor.local_model import GenerationStopped, get_loaded_model
+    from conductor.llm.local_model import GenerationStopped, get_loaded_model
 
     entry = get_loaded_model(_embedded_model())
     llama = entry.llama

@@ -23,6 +23,7 @@ from conductor.bench.report import rate_limit_table
 from conductor.bench.summary import summarize_run
 from conductor.errors import RateLimitError
 from conductor.llm.caller import CallerSet, ModelCaller
+from conductor.llm.failures import error_for_status
 from conductor.llm.limiter import (
     AdaptiveLimiter,
     oversubscription_warning,
@@ -30,7 +31,6 @@ from conductor.llm.limiter import (
     provider_key,
     reset_wait_s,
 )
-from conductor.llm.retry import error_for_status
 from conductor.llm.types import ModelRequest
 from conductor.targets import Worker
 from conductor.testing import FakeLLMServer, Fault, Reply

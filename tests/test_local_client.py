@@ -14,12 +14,12 @@ import pytest
 from poolkit import embedded_model_or_skip
 
 from conductor.errors import BadRequestError, MissingDependencyError, RequestTimeoutError
-from conductor.llm.types import ModelRequest
-from conductor.local_model import (
+from conductor.llm.local_model import (
     EMBEDDED_MODEL_FILE,
     embedded_model_path,
     resolve_model_path,
 )
+from conductor.llm.types import ModelRequest
 from conductor.targets import ConductorConfig, Worker
 
 
@@ -98,7 +98,7 @@ async def test_workers_naming_one_file_share_one_model() -> None:
     entry_a, entry_b, entry_c = await a._loaded(), await b._loaded(), await c._loaded()
     assert entry_a.llama is entry_b.llama and entry_a.lock is entry_b.lock
     assert entry_c.llama is not entry_a.llama  # another context size is another instance
-    from conductor.local_model import get_llama
+    from conductor.llm.local_model import get_llama
 
     llama, lock = get_llama(path)
     assert llama is entry_a.llama and lock is entry_a.lock

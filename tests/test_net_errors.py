@@ -30,7 +30,7 @@ from conductor.errors import (
     RequestTimeoutError,
 )
 from conductor.llm.caller import CallerSet, ModelCaller
-from conductor.llm.factory import missing_keys, require_keys
+from conductor.llm.keys import missing_keys, require_keys
 from conductor.llm.types import ModelRequest
 from conductor.targets import Worker
 from conductor.testing import FakeLLMServer, Fault

@@ -14,16 +14,14 @@ from conductor.errors import (
     RequestTimeoutError,
     ServerError,
 )
-from conductor.llm.retry import (
-    MAX_RETRY_AFTER_S,
-    RetryPolicy,
+from conductor.llm.failures import (
     error_for_status,
     make_error,
     message_from_body,
     parse_retry_after,
     scrub,
-    send_with_retries,
 )
+from conductor.llm.retry import MAX_RETRY_AFTER_S, RetryPolicy, send_with_retries
 from conductor.llm.types import RawCompletion, Usage
 
 OK = RawCompletion(text="ok", usage=Usage(1, 1), raw={})
@@ -91,11 +89,14 @@ async def test_non_retryable_raise_at_once(cls: type) -> None:
 
 
 async def test_exhausted_retries_reraise_last_error() -> None:
-    last = make_error(RequestTimeoutError, target="w")
+    last = make_error(RequestTimeoutError, target="w", provider_message="the last one")
     send = Script(server_error(), server_error(), last)
     with pytest.raises(RequestTimeoutError) as info:
         await send_with_retries(send, RetryPolicy(2), sleep=Sleeps())
-    assert info.value is last and info.value.attempts == 3
+    # The last error, passed on with its attempt count (the raised one is not changed).
+    assert type(info.value) is RequestTimeoutError and info.value.attempts == 3
+    assert info.value.provider_message == "the last one" and str(info.value) == str(last)
+    assert last.attempts is None
 
 
 async def test_zero_retries_means_one_attempt() -> None:
@@ -226,3 +227,27 @@ async def test_a_retry_after_beyond_the_deadline_fails_now() -> None:
         )
     assert script.calls == 1 and waits == []
     assert info.value.retry_after_s == 60.0
+
+
+def test_an_error_is_replaced_with_new_fields_never_changed() -> None:
+    from conductor.errors import ConnectionRefusedByHostError
+
+    first = make_error(
+        ConnectionRefusedByHostError,
+        target="w",
+        provider_message="Connection refused",
+        host="127.0.0.1",
+        port=9,
+    )
+    assert first.max_retries == 1 and first.attempts is None  # the class's cap
+    again = first.replace(attempts=3, max_retries=2)
+    assert type(again) is ConnectionRefusedByHostError and again is not first
+    assert (again.attempts, again.max_retries, again.host, again.port) == (3, 2, "127.0.0.1", 9)
+    assert str(again) == str(first) and first.attempts is None and first.max_retries == 1
+    described = first.replace(attempts=3, described=True)
+    assert "after 3 attempts" in str(described) and "after" not in str(first)
+    assert first.with_target("w") is first
+    moved = first.with_target("other")
+    assert moved.target == "other" and first.target == "w" and str(moved) == str(first)
+    with pytest.raises(TypeError, match="no field 'colour'"):
+        first.replace(colour="red")

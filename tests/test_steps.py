@@ -18,7 +18,7 @@ from conductor.execute import Orchestrator, RunSettings
 from conductor.llm.caller import CallerSet
 from conductor.llm.types import Message
 from conductor.pool import Pool, load_pool
-from conductor.record import RoundRecord, RunRecord, StepRecord, record_to_dict
+from conductor.record import CallRecord, RoundRecord, RunRecord, StepRecord, record_to_dict
 from conductor.steps import INTERRUPTED, Budget, StepPlan, StepRunner, run_to_record
 from conductor.testing import FakeLLMServer, Fault
 
@@ -239,3 +239,16 @@ async def test_a_cancelled_round_keeps_its_steps_and_marks_the_call_in_flight(
     assert record.error == f"the run was {INTERRUPTED}"
     # Only the finished step is history for a later round.
     assert [s.label for s in runner.history] == ["0.0"]
+
+
+def test_a_call_that_failed_before_any_attempt_counts_one() -> None:
+    from conductor.errors import ModelCallError
+    from conductor.steps import fail_call
+    from conductor.targets import Worker
+
+    call = CallRecord(messages=[], started_at="2026-01-01T00:00:00+00:00")
+    fail_call(call, ModelCallError("refused before sending"), 0.0, Worker(id="w", model="m"))
+    assert call.attempts == 1 and call.error_kind == "ModelCallError"
+    counted = CallRecord(messages=[], started_at="2026-01-01T00:00:00+00:00")
+    fail_call(counted, ModelCallError("gave up", attempts=3), 0.0, Worker(id="w", model="m"))
+    assert counted.attempts == 3

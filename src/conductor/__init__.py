@@ -36,9 +36,9 @@ from .targets import ConductorConfig, Price, Worker
 from .workflow import ALL, Step, Workflow
 
 if TYPE_CHECKING:
-    from .cache import ResponseCache
     from .conductors.spec import Conductor
     from .execute import Orchestrator, RunSettings, ask
+    from .llm.cache import ResponseCache
 
 __version__ = "0.1.0"
 
@@ -80,7 +80,7 @@ __all__ = [
 ]
 
 _LAZY = {
-    "ResponseCache": ("cache", "ResponseCache"),
+    "ResponseCache": ("llm.cache", "ResponseCache"),
     "Conductor": ("conductors.spec", "Conductor"),
     "resolve_conductor": ("conductors.spec", "resolve_conductor"),
     "Orchestrator": ("execute", "Orchestrator"),

@@ -40,8 +40,9 @@ Unknown keys are kept in :attr:`CheckpointMeta.extra` and otherwise ignored, so 
 training run may add fields without breaking older readers.
 
 ``--conductor`` names a checkpoint as a local directory or as ``hf:ORG/NAME[@REVISION]``;
-:func:`resolve_checkpoint_dir` turns either into a local directory (downloading, or
-reading Hugging Face's local cache when ``HF_HUB_OFFLINE=1``).
+:func:`~conductor.llm.checkpoint_load.resolve_checkpoint_dir` turns
+either into a local directory (downloading, or reading Hugging Face's local cache when
+``HF_HUB_OFFLINE=1``): the model-call layer loads checkpoints without this module.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .errors import MissingDependencyError, UsageError
+from .errors import UsageError
 from .text import plural
 
 __all__ = [
@@ -67,7 +68,6 @@ __all__ = [
     "TRAINING_QUESTIONS_FILE",
     "read_checkpoint_meta",
     "read_training_questions",
-    "resolve_checkpoint_dir",
     "stored_template",
     "template_ref",
     "write_checkpoint_meta",
@@ -91,8 +91,6 @@ _KNOWN_KEYS = (
     "allow_indices",
     "sampling",
 )
-# ORG/NAME as the Hub allows it, plus an optional @REVISION (branch, tag or commit).
-_HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 @dataclass(frozen=True)
@@ -369,7 +367,7 @@ def template_ref(checkpoint_dir: Path, meta: CheckpointMeta | None) -> str | Non
 def _cached_template(text: str, suffix: str) -> str:
     """The path of a file holding ``text`` under conductor's cache directory (named by
     its hash, written once)."""
-    from .cache import default_cache_dir
+    from .llm.cache import default_cache_dir
 
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
     folder = default_cache_dir().parent / "templates"
@@ -380,49 +378,6 @@ def _cached_template(text: str, suffix: str) -> str:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, file)
     return str(file)
-
-
-def resolve_checkpoint_dir(spec: str) -> Path:
-    """The local directory of checkpoint ``spec``: a directory, or ``hf:ORG/NAME[@REV]``.
-
-    A Hub id is fetched with ``huggingface_hub.snapshot_download`` (imported only here),
-    which reads the local Hugging Face cache only when ``HF_HUB_OFFLINE=1``.  Failures
-    raise :class:`~conductor.errors.UsageError` naming the id.
-    """
-    spec = spec.strip()
-    if not spec.startswith("hf:"):
-        path = Path(spec).expanduser()
-        if not path.is_dir():
-            raise UsageError(f"checkpoint directory {spec!r} does not exist")
-        return path.resolve()
-
-    ident = spec[3:].strip()
-    repo_id, _, revision = ident.partition("@")
-    if not _HF_ID.match(repo_id) or (revision == "" and "@" in ident):
-        raise UsageError(
-            f"checkpoint {spec!r} is not a Hugging Face id: use hf:ORG/NAME or hf:ORG/NAME@REVISION"
-        )
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError as exc:
-        raise MissingDependencyError(
-            "loading hf: checkpoints needs huggingface_hub: "
-            "pip install 'conductor-orchestrate[checkpoint]'"
-        ) from exc
-    try:
-        local = snapshot_download(repo_id=repo_id, revision=revision or None)
-    except Exception as exc:  # the Hub raises many error types; all mean "not available"
-        offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes"}
-        why = (
-            "it is not in the local Hugging Face cache and HF_HUB_OFFLINE is set "
-            "(unset it to download, or run `hf download "
-            f"{repo_id}` where there is network)"
-            if offline
-            else "it is not in the local Hugging Face cache and cannot be downloaded"
-        )
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"checkpoint hf:{ident}: {why} ({detail})") from exc
-    return Path(local)
 
 
 # -- the questions a checkpoint was trained on ---------------------------------------------

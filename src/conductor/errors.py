@@ -16,7 +16,7 @@ sibling class per kind of file, each a :class:`UsageError`::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 __all__ = [
     "AuthenticationError",
@@ -134,18 +134,25 @@ class WorkflowParseError(ConductorError):
         super().__init__(reason)
 
 
+_E = TypeVar("_E", bound="ModelCallError")
+
+
 class ModelCallError(ConductorError):
     """A model call failed.
 
     ``target`` is the worker id (or :data:`CONDUCTOR_TARGET`), ``status`` the HTTP
-    status when there was one, and ``provider_message`` the provider's own words.
-    ``max_retries`` caps the target's own ``max_retries`` for this kind of failure
-    (None: no cap); ``attempts`` is set once retries are over.
+    status when there was one, ``provider_message`` the provider's own words and
+    ``retry_after_s`` the wait the server asked for.  ``max_retries`` caps the target's
+    own ``max_retries`` for this failure (None: the class's cap, :attr:`MAX_RETRIES`);
+    ``attempts`` is how many attempts were made, known once retries are over.
+
+    An error is not changed once raised: :meth:`replace` makes the same failure with
+    other fields (the retry layer passes ``attempts``, the caller the ``target``).
     """
 
-    retryable: bool = False
-    max_retries: int | None = None
-    attempts: int | None = None
+    retryable: ClassVar[bool] = False
+    #: The cap on retries for this kind of failure (None: no cap).
+    MAX_RETRIES: ClassVar[int | None] = None
 
     def __init__(
         self,
@@ -155,17 +162,45 @@ class ModelCallError(ConductorError):
         status: int | None = None,
         provider_message: str | None = None,
         retry_after_s: float | None = None,
+        max_retries: int | None = None,
+        attempts: int | None = None,
     ) -> None:
-        self.target = target
-        self.status = status
-        self.provider_message = provider_message if provider_message is not None else message
-        self.retry_after_s = retry_after_s
+        self.target: str | None = target
+        self.status: int | None = status
+        self.provider_message: str = provider_message if provider_message is not None else message
+        self.retry_after_s: float | None = retry_after_s
+        self.max_retries: int | None = max_retries if max_retries is not None else self.MAX_RETRIES
+        self.attempts: int | None = attempts
         super().__init__(message)
 
-    def with_target(self, target: str) -> ModelCallError:
-        """Return the same error with ``target`` set (keeps the class)."""
-        self.target = target
-        return self
+    def fields(self) -> dict[str, Any]:
+        """The constructor keywords that rebuild this error (subclasses add theirs)."""
+        return {
+            "target": self.target,
+            "status": self.status,
+            "provider_message": self.provider_message,
+            "retry_after_s": self.retry_after_s,
+            "max_retries": self.max_retries,
+            "attempts": self.attempts,
+        }
+
+    def replace(self: _E, *, described: bool = False, **changes: Any) -> _E:
+        """The same failure (same class) with ``changes`` to its fields, keeping its
+        message, or with :meth:`describe`'s sentence for it when ``described``."""
+        unknown = set(changes) - set(self.fields())
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field {sorted(unknown)[0]!r}")
+        message = str(self.args[0]) if self.args else self.provider_message
+        new = type(self)(message, **{**self.fields(), **changes})
+        if described:
+            new.args = (new.describe(),)
+        else:
+            new.args = self.args
+        return new.with_traceback(self.__traceback__)
+
+    def with_target(self: _E, target: str) -> _E:
+        """The same error with ``target`` set (keeps the class and the message)."""
+        return self if target == self.target else self.replace(target=target)
 
     def describe(self) -> str:
         """One sentence naming the target, the HTTP status and the provider's message."""
@@ -224,14 +259,17 @@ class ConnectTimeoutError(RequestTimeoutError):
     Retried at most once: a host that swallowed one connect most likely swallows the
     next, and each try costs a whole time-out."""
 
-    max_retries = 1
+    MAX_RETRIES = 1
 
     def __init__(
         self, message: str, *, host: str | None = None, port: int | None = None, **kw: Any
     ) -> None:
-        self.host = host
-        self.port = port
+        self.host: str | None = host
+        self.port: int | None = port
         super().__init__(message, **kw)
+
+    def fields(self) -> dict[str, Any]:
+        return {**super().fields(), "host": self.host, "port": self.port}
 
 
 class ConnectionFailedError(RetryableError):
@@ -246,9 +284,12 @@ class ConnectionFailedError(RetryableError):
     def __init__(
         self, message: str, *, host: str | None = None, port: int | None = None, **kw: Any
     ) -> None:
-        self.host = host
-        self.port = port
+        self.host: str | None = host
+        self.port: int | None = port
         super().__init__(message, **kw)
+
+    def fields(self) -> dict[str, Any]:
+        return {**super().fields(), "host": self.host, "port": self.port}
 
     @property
     def address(self) -> str | None:
@@ -282,7 +323,7 @@ class HostNotFoundError(ConnectionFailedError):
     Retried at most once: a name that does not resolve rarely resolves a second later,
     but a resolver can fail for a moment (a network coming up)."""
 
-    max_retries = 1
+    MAX_RETRIES = 1
     advice = "check the network connection and the host name (api_base)"
 
     @property
@@ -302,7 +343,7 @@ class ConnectionRefusedByHostError(ConnectionFailedError):
     to two when the host did answer before (a server restarting, or one whose listen
     queue overflowed, is back soon)."""
 
-    max_retries = 1
+    MAX_RETRIES = 1
     advice = "check that the server is running and that api_base names its host and port"
 
     @property
@@ -318,7 +359,7 @@ class HostUnreachableError(ConnectionFailedError):
 
     Retried once: a network that is coming up (Wi-Fi, VPN) may be there a second later."""
 
-    max_retries = 1
+    MAX_RETRIES = 1
     advice = "check the network connection (and VPN) and the address in api_base"
 
     @property

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .cache import ResponseCache
 from .conductors.prompt import (
     PreviousRound,
     build_conductor_messages,
@@ -29,6 +28,7 @@ from .conductors.spec import Conductor
 from .context import SharedStep, build_worker_messages, worker_prefills
 from .errors import CONDUCTOR_TARGET, ModelCallError, UsageError, WorkflowParseError
 from .events import Event, EventSink, null_sink
+from .llm.cache import ResponseCache
 from .llm.caller import CallerSet
 from .llm.prefill import join_prefill
 from .llm.types import Message, ModelRequest

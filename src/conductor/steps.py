@@ -112,7 +112,7 @@ def fail_call(call: CallRecord, exc: ModelCallError, latency_s: float, target: W
     call.error = exc.describe()
     call.cost_usd = failed_call_cost(target)
     call.error_kind = type(exc).__name__
-    call.attempts = int(getattr(exc, "attempts", 1))
+    call.attempts = exc.attempts or 1  # None: it failed before the retry layer counted
     call.latency_s = round(latency_s, 6)
     call.finished_at = now_iso()
 

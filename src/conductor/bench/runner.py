@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ..cache import ResponseCache
 from ..errors import AuthenticationError, UsageError
+from ..llm.cache import ResponseCache
 from ..record import RunRecord, now_iso, record_to_dict
 from .data import count_samples, iter_samples, render_prompt
 from .faults import (

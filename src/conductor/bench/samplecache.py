@@ -10,7 +10,7 @@ import json
 import logging
 from typing import Any
 
-from ..cache import ResponseCache
+from ..llm.cache import ResponseCache
 from ..record import new_run_id, now_iso
 from .types import Sample
 

@@ -174,7 +174,7 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
     singles = strategy == "singles"
     strategies = [f"single:{w.id}" for w in pool_obj.workers] if singles else [strategy]
     if singles:
-        from ..llm.factory import require_keys
+        from ..llm.keys import require_keys
 
         require_keys(pool_obj.workers)  # every worker's key, before the first single runs
     settings = RunSettings(
@@ -263,10 +263,10 @@ class BenchSession:
         on_progress: Callable[[BenchProgress], None] | None,
         on_warning: Callable[[str], None] | None,
     ) -> BenchProgress:
-        from ..cache import ResponseCache
         from ..conductors.spec import resolve_conductor
+        from ..llm.cache import ResponseCache
         from ..llm.caller import CallerSet
-        from ..llm.factory import require_keys
+        from ..llm.keys import require_keys
         from ..redact import pool_to_public_dict
         from .runner import run_benchmark
         from .strategies import (

@@ -19,7 +19,7 @@ from rich.text import Text
 from ..text import printable
 
 if TYPE_CHECKING:
-    from ..cache import ResponseCache
+    from ..llm.cache import ResponseCache
     from ..pool import Pool
 
 __all__ = [
@@ -92,7 +92,7 @@ def load_pool(name_or_path: str | None) -> Pool:
 
 
 def open_cache() -> ResponseCache:
-    from ..cache import ResponseCache
+    from ..llm.cache import ResponseCache
 
     return ResponseCache()
 

@@ -143,7 +143,7 @@ def _abandon_local_work() -> None:
     Daemon threads would not do: the interpreter frees the model at shutdown while
     llama.cpp may still be using it.
     """
-    local = sys.modules.get("conductor.local_model")
+    local = sys.modules.get("conductor.llm.local_model")
     if local is None:
         return
     try:

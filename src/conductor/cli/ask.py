@@ -96,7 +96,7 @@ def ask(
     """Answer one question with an orchestrated workflow and show how it was made."""
     from ..conductors.spec import resolve_conductor
     from ..execute import RunSettings
-    from ..llm.factory import require_keys
+    from ..llm.keys import require_keys
     from ..record import check_record_path, write_record
     from ..render import answer_panel, step_table, to_json, topology
     from ..text import check_question

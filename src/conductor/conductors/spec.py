@@ -219,12 +219,8 @@ def _apply_checkpoint_meta(
     """Honour a checkpoint's ``conductor.json``: the template it was trained with, its
     step limit and sampling settings (where the pool sets none), and a warning for each
     way the user's pool differs from its pool order."""
-    from ..checkpoint_meta import (
-        check_pool_against_meta,
-        read_checkpoint_meta,
-        resolve_checkpoint_dir,
-        template_ref,
-    )
+    from ..checkpoint_meta import check_pool_against_meta, read_checkpoint_meta, template_ref
+    from ..llm.checkpoint_load import resolve_checkpoint_dir
 
     assert cfg.model is not None
     directory = resolve_checkpoint_dir(cfg.model)

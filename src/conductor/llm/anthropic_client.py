@@ -9,13 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelCallError
-from .factory import resolve_api_key, strip_prefix
+from .failures import classify_sdk_error
+from .keys import DEFAULT_KEY_ENVS, resolve_api_key
 from .replies import anthropic_reply, body_of
-from .retry import (
-    classify_sdk_error,
-    keyword_names,
-    with_backstop,
-)
+from .sdk import keyword_names, strip_prefix, with_backstop
 from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
@@ -44,7 +41,6 @@ ANTHROPIC_KWARGS = frozenset(
     }
 )
 
-_KEY_ENVS = ("ANTHROPIC_API_KEY",)
 _PREFIXES = ("anthropic/",)
 # Settings with no Messages API meaning that pools commonly carry for other providers.
 _DROPPED = frozenset({"reasoning_effort", "presence_penalty", "frequency_penalty", "seed"})
@@ -61,7 +57,7 @@ class AnthropicClient:
         self._accepted: frozenset[str] = ANTHROPIC_KWARGS
 
     def _sdk(self) -> Any:
-        key = resolve_api_key(self.target, _KEY_ENVS)
+        key = resolve_api_key(self.target, DEFAULT_KEY_ENVS["anthropic"])
         if self._client is None or key != self._key:
             import anthropic
 

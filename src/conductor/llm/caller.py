@@ -14,19 +14,21 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..cache import cache_key
 from ..errors import BadResponseError, ConnectionRefusedByHostError, ModelCallError
+from .cache import cache_key
 from .cost import cost_usd, price_for
-from .factory import known_secrets, make_client
+from .factory import make_client
+from .failures import mask_error
+from .keys import known_secrets
 from .limiter import AdaptiveLimiter, CallGate, ProviderLimits, provider_key
 from .replies import check_reply
-from .retry import MAX_RETRY_AFTER_S, Deadline, RetryPolicy, mask_error, send_with_retries
+from .retry import MAX_RETRY_AFTER_S, Deadline, RetryPolicy, send_with_retries
 from .types import Completion, ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
-    from ..cache import ResponseCache
     from ..targets import Price, Worker
     from .base import ModelClient
+    from .cache import ResponseCache
 
 __all__ = ["REFUSED_AFTER_ANSWER_RETRIES", "CallerSet", "ModelCaller", "server_key"]
 
@@ -110,18 +112,21 @@ class ModelCaller:
                 deadline.begin()
             return self._attempt(request, deadline)
 
+        failed: ModelCallError | None = None
         try:
             raw, attempts = await send_with_retries(
                 lambda: gate.attempt(send), self.policy, sleep=self._sleep, deadline=deadline
             )
         except ModelCallError as exc:
+            failed = exc
             if exc.target != self.target.id:
-                exc.target = self.target.id
-                exc.args = (exc.describe(),)
+                failed = exc.replace(target=self.target.id, described=True)
+        if failed is not None:
             # The SDK's own exception holds the request, whose headers hold the API
             # key: drop it so no traceback or log of this error can show the key.
-            exc.__context__ = exc.__cause__ = None
-            raise
+            # (Raised outside the except clause, which would chain the old one again.)
+            failed.__context__ = failed.__cause__ = None
+            raise failed
         if cache is not None and key is not None:
             cache.set(key, raw)  # only a complete answer is stored (see cache.storable)
         return self._completion(raw, cached=False, attempts=attempts, start=admitted[0])
@@ -139,7 +144,7 @@ class ModelCaller:
             if exc.status is not None or isinstance(exc, BadResponseError):
                 self._answered.add(self._server)  # an error reply is still an answer
             elif isinstance(exc, ConnectionRefusedByHostError) and self._server in self._answered:
-                exc.max_retries = REFUSED_AFTER_ANSWER_RETRIES
+                exc = exc.replace(max_retries=REFUSED_AFTER_ANSWER_RETRIES)
             raise mask_error(exc, secrets) from None
         self._answered.add(self._server)
         try:

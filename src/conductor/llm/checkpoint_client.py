@@ -1,7 +1,7 @@
 """A :class:`ModelClient` that runs a trained Conductor checkpoint in-process.
 
-``target.model`` is a checkpoint directory or ``hf:ORG/NAME[@REVISION]`` (see
-:mod:`conductor.checkpoint_meta`).  Two engines:
+``target.model`` is a checkpoint directory or ``hf:ORG/NAME[@REVISION]``, found and
+loaded by :mod:`conductor.llm.checkpoint_load`.  Two engines:
 
 - **vLLM** (offline ``vllm.LLM``, bf16), used when ``vllm`` is importable and a CUDA GPU
   is present.  A request's ``grammar`` (GBNF) is passed to vLLM's guided / structured
@@ -31,14 +31,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-import sys
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BadRequestError, MissingDependencyError, RequestTimeoutError, UsageError
+from ..errors import BadRequestError, MissingDependencyError, RequestTimeoutError
+
+# The registry's functions are re-exported: this module is where users look for them.
+from .checkpoint_load import (
+    INSTALL_HINT,
+    LoadedCheckpoint,
+    choose_engine,
+    get_loaded_checkpoint,
+    importable,
+    loaded_checkpoints,
+    require_torch_transformers,
+    resolve_checkpoint_dir,
+    unload_all,
+)
 from .types import ModelRequest, RawCompletion, Usage
 
 if TYPE_CHECKING:
@@ -59,175 +69,11 @@ logger = logging.getLogger("conductor")
 
 #: ``max_new_tokens`` when the request sets no ``max_tokens`` (the paper's setting).
 DEFAULT_MAX_TOKENS = 1024
-_INSTALL_HINT = "pip install 'conductor-orchestrate[checkpoint]'"
 # Parameters read by this client; anything else in params is logged once and ignored.
 _SAMPLING = frozenset(
     {"temperature", "top_p", "top_k", "repetition_penalty", "max_tokens", "stop", "seed"}
 )
 _LOAD_OPTIONS = frozenset({"dtype", "device", "engine"})
-_DTYPES = ("bfloat16", "float16", "float32")
-
-
-@dataclass
-class LoadedCheckpoint:
-    """One loaded model, shared by every client on the same directory and settings."""
-
-    path: Path
-    engine: str  # "transformers" | "vllm"
-    dtype: str
-    device: str
-    model: Any  # transformers model or vllm.LLM
-    tokenizer: Any
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-_REGISTRY: dict[tuple[str, str, str, str], LoadedCheckpoint] = {}
-_REGISTRY_LOCK = threading.Lock()
-# One lock per registry key, so two clients asking for one model load it once while
-# loads of different models do not wait on each other.
-_LOAD_LOCKS: dict[tuple[str, str, str, str], threading.Lock] = {}
-
-
-def _require_torch_transformers() -> tuple[Any, Any]:
-    """Import torch and transformers, or raise a one-sentence install hint."""
-    try:
-        import torch
-        import transformers
-    except ImportError as exc:
-        raise MissingDependencyError(
-            f"running a checkpoint Conductor needs torch and transformers: {_INSTALL_HINT}"
-        ) from exc
-    return torch, transformers
-
-
-def _importable(name: str) -> bool:
-    """Whether ``name`` can be imported, without importing it (torch takes seconds)."""
-    # sys.modules[name] = None marks a module as disabled; find_spec would raise on it.
-    if name in sys.modules:
-        return sys.modules[name] is not None
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def _vllm_available() -> bool:
-    return _importable("vllm")
-
-
-def _cpu_has_bf16() -> bool:
-    """Whether the CPU has native bf16 arithmetic (AVX512-BF16 or AMX), Linux only."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_bf16", "amx_bf16"})
-    except OSError:
-        pass
-    return False
-
-
-def _choose(params: dict[str, Any], torch: Any) -> tuple[str, str, str]:
-    """(engine, dtype, device) for a request's load options and this machine."""
-    cuda = bool(torch.cuda.is_available())
-    device = str(params.get("device") or ("cuda" if cuda else "cpu"))
-    engine = str(params.get("engine") or "")
-    if engine not in ("", "transformers", "vllm"):
-        raise BadRequestError(
-            f"unknown checkpoint engine {engine!r} (expected transformers or vllm)",
-            target="conductor",
-        )
-    if not engine:
-        engine = (
-            "vllm" if cuda and device.startswith("cuda") and _vllm_available() else "transformers"
-        )
-    dtype = str(params.get("dtype") or "")
-    if dtype and dtype not in _DTYPES:
-        raise BadRequestError(
-            f"unknown dtype {dtype!r} (expected one of {', '.join(_DTYPES)})",
-            target="conductor",
-        )
-    if not dtype:
-        if device.startswith("cuda"):
-            dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-        else:
-            dtype = "bfloat16" if _cpu_has_bf16() else "float32"
-    return engine, dtype, device
-
-
-def _dtype_kwarg(transformers: Any) -> str:
-    # transformers renamed from_pretrained's torch_dtype to dtype in 4.56.
-    match = re.match(r"(\d+)\.(\d+)", transformers.__version__)
-    major, minor = (int(match.group(1)), int(match.group(2))) if match else (5, 0)
-    return "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
-
-
-def _load(path: Path, engine: str, dtype: str, device: str) -> LoadedCheckpoint:
-    if engine == "vllm":
-        try:
-            from vllm import LLM
-        except ImportError as exc:
-            raise MissingDependencyError(
-                "engine vllm was requested but vLLM is not installed: pip install vllm"
-            ) from exc
-        llm = LLM(model=str(path), dtype=dtype)
-        return LoadedCheckpoint(path, engine, dtype, device, llm, llm.get_tokenizer())
-
-    torch, transformers = _require_torch_transformers()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    hf_logging = transformers.utils.logging
-    # Nothing below the CLI prints: silence the weight-loading progress bar.
-    bars_were_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        tokenizer: Any = AutoTokenizer.from_pretrained(str(path))
-        model: Any = AutoModelForCausalLM.from_pretrained(
-            str(path), **{_dtype_kwarg(transformers): getattr(torch, dtype)}
-        )
-    except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"checkpoint {path} cannot be loaded by transformers: {first}") from exc
-    finally:
-        if bars_were_on:
-            hf_logging.enable_progress_bar()
-    model.to(device)
-    model.eval()
-    return LoadedCheckpoint(path, engine, dtype, device, model, tokenizer)
-
-
-def get_loaded_checkpoint(path: Path, engine: str, dtype: str, device: str) -> LoadedCheckpoint:
-    """The shared loaded model for these settings, loading it on first use (blocking)."""
-    key = (str(Path(path).resolve()), engine, dtype, device)
-    with _REGISTRY_LOCK:
-        entry = _REGISTRY.get(key)
-        if entry is not None:
-            return entry
-        load_lock = _LOAD_LOCKS.setdefault(key, threading.Lock())
-    with load_lock:
-        with _REGISTRY_LOCK:
-            entry = _REGISTRY.get(key)
-        if entry is None:
-            entry = _load(Path(key[0]), engine, dtype, device)
-            with _REGISTRY_LOCK:
-                _REGISTRY[key] = entry
-        return entry
-
-
-def loaded_checkpoints() -> list[LoadedCheckpoint]:
-    """The models loaded in this process."""
-    with _REGISTRY_LOCK:
-        return list(_REGISTRY.values())
-
-
-def unload_all() -> None:
-    """Forget every loaded model (they are freed once no client holds them)."""
-    with _REGISTRY_LOCK:
-        _REGISTRY.clear()
-        _LOAD_LOCKS.clear()
 
 
 def plain_prompt(messages: list[dict[str, str]]) -> str:
@@ -285,9 +131,9 @@ class CheckpointClient:
 
     def __init__(self, target: Worker) -> None:
         for name in ("torch", "transformers"):
-            if not _importable(name):
+            if not importable(name):
                 raise MissingDependencyError(
-                    f"running a checkpoint Conductor needs torch and transformers: {_INSTALL_HINT}"
+                    f"running a checkpoint Conductor needs torch and transformers: {INSTALL_HINT}"
                 )
         self.target = target
         self._name: str = target.id or "conductor"
@@ -298,12 +144,10 @@ class CheckpointClient:
 
     def _entry(self, params: dict[str, Any]) -> LoadedCheckpoint:
         """Resolve, import and load (blocking; run off the event loop)."""
-        from ..checkpoint_meta import resolve_checkpoint_dir
-
-        torch, _ = _require_torch_transformers()
+        torch, _ = require_torch_transformers()
         if self._dir is None:
             self._dir = resolve_checkpoint_dir(self.target.model)
-        engine, dtype, device = _choose(params, torch)
+        engine, dtype, device = choose_engine(params, torch)
         return get_loaded_checkpoint(self._dir, engine, dtype, device)
 
     def _messages(self, request: ModelRequest) -> list[dict[str, str]]:

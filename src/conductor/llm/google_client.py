@@ -12,9 +12,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelCallError
-from .factory import resolve_api_key, strip_prefix
-from .replies import body_of, gemini_reply
-from .retry import (
+from .failures import (
     connection_error,
     error_for_status,
     message_from_body,
@@ -22,8 +20,10 @@ from .retry import (
     scrub,
     timeout_error,
     unreadable_body_error,
-    with_backstop,
 )
+from .keys import DEFAULT_KEY_ENVS, resolve_api_key
+from .replies import body_of, gemini_reply
+from .sdk import strip_prefix, with_backstop
 from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
@@ -47,7 +47,6 @@ GEMINI_CONFIG_FIELDS: dict[str, str] = {
     "response_mime_type": "response_mime_type",
 }
 
-_KEY_ENVS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 _PREFIXES = ("gemini/", "google/", "vertex_ai/")
 # Where the SDK sends requests when the worker names no api_base.
 _DEFAULT_BASE = "https://generativelanguage.googleapis.com"
@@ -65,7 +64,7 @@ class GoogleClient:
         self._client_timeout_ms = max(1, int(target.timeout_s * 1000))
 
     def _sdk(self) -> Any:
-        key = resolve_api_key(self.target, _KEY_ENVS)
+        key = resolve_api_key(self.target, DEFAULT_KEY_ENVS["google"])
         if self._client is None or key != self._key:
             from google import genai
             from google.genai import types

@@ -15,18 +15,18 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
-from .factory import resolve_api_key, strip_prefix
-from .prefill import continue_fields
-from .replies import bad_response, openai_reply
-from .retry import (
+from .failures import (
     connection_error,
     error_for_status,
     message_from_body,
     network_error,
     scrub,
     timeout_error,
-    with_backstop,
 )
+from .keys import DEFAULT_KEY_ENVS, resolve_api_key
+from .prefill import continue_fields
+from .replies import bad_response, openai_reply
+from .sdk import strip_prefix, with_backstop
 from .types import Message, ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 __all__ = ["HttpClient"]
 
-_KEY_ENVS = ("OPENAI_API_KEY",)
 _DEFAULT_BASE = "https://api.openai.com/v1"
 # How much longer than its connect limit a whole attempt may take.
 _CONNECT_GRACE_S = 0.25
@@ -55,7 +54,7 @@ class HttpClient:
     def _open(self) -> aiohttp.ClientSession:
         import aiohttp
 
-        self._key = resolve_api_key(self.target, _KEY_ENVS)
+        self._key = resolve_api_key(self.target, DEFAULT_KEY_ENVS["http"])
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
         self._session = aiohttp.ClientSession(
             connector=connector,

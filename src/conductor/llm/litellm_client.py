@@ -12,20 +12,19 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AuthenticationError, ModelCallError
-from .factory import PLACEHOLDER_KEY
-from .prefill import continue_fields
-from .replies import bad_response, body_of, openai_reply
-from .retry import (
+from ..errors import ModelCallError
+from .failures import (
     connection_error,
     error_for_status,
-    make_error,
     message_from_body,
     network_error,
     scrub,
     timeout_error,
-    with_backstop,
 )
+from .keys import DEFAULT_KEY_ENVS, PLACEHOLDER_KEY, resolve_api_key
+from .prefill import continue_fields
+from .replies import bad_response, body_of, openai_reply
+from .sdk import import_litellm, with_backstop
 from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
@@ -33,31 +32,14 @@ if TYPE_CHECKING:
 
 __all__ = ["LiteLLMClient", "provider_message_of"]
 
-# The variable litellm reads for each provider prefix; used only to decide whether a
+# The variables litellm reads for each provider prefix; used only to decide whether a
 # placeholder key is needed for a local server.
 _PROVIDER_ENVS: dict[str, tuple[str, ...]] = {
-    "openai": ("OPENAI_API_KEY",),
-    "anthropic": ("ANTHROPIC_API_KEY",),
-    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
-    "hosted_vllm": ("HOSTED_VLLM_API_KEY",),
+    p: DEFAULT_KEY_ENVS[p] for p in ("openai", "anthropic", "gemini", "hosted_vllm")
 }
 # Providers that speak the OpenAI protocol and accept vLLM's guided decoding fields.
 _OPENAI_COMPATIBLE = ("openai/", "hosted_vllm/")
 _PREFIX_RE = re.compile(r"^(?:litellm\.\w+:\s*)?(?:\w+Error:\s*)?(?:\w+Exception\s*-\s*)?")
-
-_litellm: Any = None
-
-
-def _import_litellm() -> Any:
-    global _litellm
-    if _litellm is None:
-        # Without this, importing litellm fetches its price map from the network.
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        import litellm
-
-        litellm.suppress_debug_info = True
-        _litellm = litellm
-    return _litellm
 
 
 class LiteLLMClient:
@@ -75,16 +57,7 @@ class LiteLLMClient:
         """The key to pass, or None to let litellm find its own."""
         target = self.target
         if target.api_key_env:
-            key = os.environ.get(target.api_key_env)
-            if key:
-                return key
-            if target.api_base:
-                return PLACEHOLDER_KEY
-            raise make_error(
-                AuthenticationError,
-                target=target.id,
-                provider_message=(f"no API key: set the environment variable {target.api_key_env}"),
-            )
+            return resolve_api_key(target, ())
         if target.api_base:
             provider = target.model.split("/", 1)[0] if "/" in target.model else "openai"
             envs = _PROVIDER_ENVS.get(provider, ())
@@ -118,7 +91,7 @@ class LiteLLMClient:
 
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
         """Send ``request`` once; raise a ``ModelCallError`` subclass on failure."""
-        litellm = _import_litellm()
+        litellm = import_litellm()
         key = self._api_key()
         self._key = key
         kwargs = self.build_kwargs(request, timeout_s)
@@ -134,7 +107,7 @@ class LiteLLMClient:
         return openai_reply(body_of(resp, target), target)
 
     def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
-        litellm = _import_litellm()
+        litellm = import_litellm()
         target = self.target.id
         # A connection never made is named for what it is (litellm calls it a server
         # error with a made-up HTTP 500), whichever library below litellm failed.

@@ -1,7 +1,7 @@
 """A :class:`ModelClient` that runs a GGUF model in-process with llama.cpp (``client: local``).
 
 Every worker naming the same GGUF file shares one loaded model (see
-:mod:`conductor.local_model`).  Calls to one model run one at a time on that model's
+:mod:`conductor.llm.local_model`).  Calls to one model run one at a time on that model's
 own worker thread, so generation never blocks the event loop: other workers' HTTP
 calls, progress bars and time-outs keep going while the CPU generates.
 
@@ -24,7 +24,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BadRequestError, ModelCallError, RequestTimeoutError
-from ..local_model import (
+from .local_model import (
     LoadedModel,
     check_grammar,
     load_model,

@@ -11,14 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelCallError
-from .factory import resolve_api_key, strip_prefix
+from .failures import classify_sdk_error
+from .keys import DEFAULT_KEY_ENVS, resolve_api_key
 from .prefill import continue_fields
 from .replies import body_of, openai_reply
-from .retry import (
-    classify_sdk_error,
-    keyword_names,
-    with_backstop,
-)
+from .sdk import keyword_names, strip_prefix, with_backstop
 from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
@@ -53,7 +50,6 @@ OPENAI_KWARGS = frozenset(
     }
 )
 
-_KEY_ENVS = ("OPENAI_API_KEY",)
 _PREFIXES = ("openai/", "hosted_vllm/")
 
 
@@ -74,7 +70,7 @@ class OpenAIClient:
         self._accepted: frozenset[str] = OPENAI_KWARGS
 
     def _sdk(self) -> Any:
-        key = resolve_api_key(self.target, _KEY_ENVS)
+        key = resolve_api_key(self.target, DEFAULT_KEY_ENVS["openai"])
         if self._client is None or key != self._key:
             import openai
 

@@ -47,7 +47,7 @@ from .pools import subpool_from_ids
 from .settings import RewardSettings
 
 if TYPE_CHECKING:
-    from ..cache import ResponseCache
+    from ..llm.cache import ResponseCache
     from .settings import TrainConfig
 
 __all__ = [

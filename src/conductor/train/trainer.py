@@ -325,7 +325,7 @@ def train(
     from datasets import Dataset
     from trl import GRPOTrainer  # type: ignore[attr-defined]
 
-    from ..cache import ResponseCache
+    from ..llm.cache import ResponseCache
     from .dataset import build_rows
     from .metrics import MetricsLog
     from .pools import load_train_pool, training_conductor

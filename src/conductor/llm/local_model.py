@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import CONDUCTOR_TARGET, BadRequestError, MissingDependencyError, target_name
+from ..errors import CONDUCTOR_TARGET, BadRequestError, MissingDependencyError, target_name
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
 
-    from .targets import ConductorConfig, Worker
+    from ..targets import ConductorConfig, Worker
 
 __all__ = [
     "DEFAULT_N_CTX",

@@ -23,11 +23,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
-from .llm.types import ModelRequest, RawCompletion, Usage
+from ..errors import UsageError
+from .types import ModelRequest, RawCompletion, Usage
 
 if TYPE_CHECKING:
-    from .targets import Worker
+    from ..targets import Worker
 
 __all__ = ["CacheStats", "ResponseCache", "cache_key", "default_cache_dir", "storable"]
 

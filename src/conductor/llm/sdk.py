@@ -1,0 +1,73 @@
+"""What the SDK clients share beyond keys: litellm's import, the model name without a
+litellm provider prefix, which keywords an SDK method takes, and a bound on a call's
+whole duration.
+
+No SDK is imported at module level: each is imported on first use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+__all__ = ["BACKSTOP_GRACE_S", "import_litellm", "keyword_names", "strip_prefix", "with_backstop"]
+
+#: Extra seconds the asyncio backstop allows beyond the SDK's own time-out, so that the
+#: SDK's (better-described) time-out error normally fires first.
+BACKSTOP_GRACE_S = 1.0
+
+T = TypeVar("T")
+
+_litellm: Any = None
+
+
+def import_litellm() -> Any:
+    """The ``litellm`` module, imported once (it is slow to import) and kept quiet."""
+    global _litellm
+    if _litellm is None:
+        # Without this, importing litellm fetches its price map from the network.
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import litellm
+
+        litellm.suppress_debug_info = True
+        _litellm = litellm
+    return _litellm
+
+
+def strip_prefix(model: str, prefixes: tuple[str, ...]) -> str:
+    """``model`` without a leading litellm provider prefix such as ``openai/``."""
+    for prefix in prefixes:
+        if model.startswith(prefix):
+            return model[len(prefix) :]
+    return model
+
+
+def keyword_names(func: Any, fallback: frozenset[str]) -> frozenset[str]:
+    """The keyword parameter names of an SDK method (``fallback`` if unknowable), so that
+    settings the installed SDK version does not take go in ``extra_body`` instead."""
+    import inspect
+
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return fallback
+    return frozenset(p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+async def with_backstop(awaitable: Awaitable[T], timeout_s: float) -> T:
+    """Await ``awaitable`` but give up a little after ``timeout_s`` (raises TimeoutError).
+
+    SDK time-outs apply per read, so a slow trickle of bytes could outlive them; this
+    bounds the whole call.
+    """
+    limit = timeout_s + BACKSTOP_GRACE_S
+    if _HAS_TIMEOUT_CM:
+        async with asyncio.timeout(limit):  # type: ignore[attr-defined]
+            return await awaitable
+    return await asyncio.wait_for(awaitable, limit)
+
+
+# asyncio.timeout (3.11+) avoids wrapping the call in an extra task.
+_HAS_TIMEOUT_CM = hasattr(asyncio, "timeout")
