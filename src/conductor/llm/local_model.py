@@ -20,12 +20,14 @@ is about to exit (``Ctrl-C``).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import importlib.util
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -270,7 +272,22 @@ def get_loaded_model(
             raise BadRequestError(f"cannot load the GGUF model {str(resolved)!r}: {exc}") from exc
         entry = LoadedModel(llama=llama, lock=threading.Lock(), path=resolved, n_ctx=ctx)
         _REGISTRY[key] = entry
+        _ALIVE.add(llama)
         return entry
+
+
+# Every model ever loaded, unloaded or not, while anything holds it.  A model still alive
+# when the interpreter shuts down is freed by llama-cpp-python's ``__del__`` after the
+# module globals it needs are gone, which prints a TypeError traceback at exit; closing
+# them from an atexit hook, while the modules are whole, frees them quietly.
+_ALIVE: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_alive() -> None:
+    for llama in list(_ALIVE):
+        with contextlib.suppress(Exception):
+            llama.close()
 
 
 # Loads run here rather than on the event loop's default executor, which asyncio.run
