@@ -37,10 +37,12 @@ from .targets import (
 # the model-call layer imports them without this loader.
 __all__ = [
     "Pool",
+    "DEFAULT_POOL",
     "builtin_pools_dir",
     "list_builtin_pools",
     "load_pool",
     "load_pool_text",
+    "open_pool",
     "resolve_pool_path",
 ]
 
@@ -475,6 +477,15 @@ def builtin_pools_dir() -> Path:
 def list_builtin_pools() -> list[Path]:
     """The shipped pool files, sorted by name."""
     return shipped("pool")
+
+
+#: The pool a command uses when none is named: the embedded offline one.
+DEFAULT_POOL = "local"
+
+
+def open_pool(name_or_path: str | None) -> Pool:
+    """The pool a command was pointed at: a file, a shipped name, or (None) the default."""
+    return load_pool(resolve_pool_path(name_or_path or DEFAULT_POOL))
 
 
 def resolve_pool_path(name_or_path: str) -> Path:

@@ -111,7 +111,7 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
     Raises :class:`UsageError` for options that do not fit together, and before
     anything runs for a ``singles`` run that lacks a worker's key.
     """
-    from ..pool import load_pool, resolve_pool_path
+    from ..pool import open_pool
     from .spec import load_benchmark
 
     if args.retry_errors and args.resume is None:
@@ -147,7 +147,7 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
             f"benchmark {spec.name} is for training only (it has no evaluation source); "
             "pass --data FILE to evaluate on other questions in its schema"
         )
-    pool_obj = load_pool(resolve_pool_path(pool or "local"))
+    pool_obj = open_pool(pool)
     shard_t = _parse_shard(shard)
     invocation = {
         # Files by absolute path, shipped names as names (they move with the package).

@@ -85,10 +85,9 @@ def interrupted(kept: str | None = None) -> NoReturn:
 
 def load_pool(name_or_path: str | None) -> Pool:
     """The pool a command was pointed at: a file, a shipped name, or ``local``."""
-    from ..pool import load_pool as load
-    from ..pool import resolve_pool_path
+    from ..pool import open_pool
 
-    return load(resolve_pool_path(name_or_path or "local"))
+    return open_pool(name_or_path)
 
 
 def open_cache() -> ResponseCache:
