@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import RecordError
+from ..errors import RecordError, UsageError
 from ..record import RunRecord, record_from_dict
 
 __all__ = [
@@ -36,11 +36,13 @@ __all__ = [
     "SAMPLES",
     "SUMMARY",
     "SampleLines",
+    "find_sample",
     "iter_records",
     "latest_lines",
     "numbered_records",
     "repair_tail",
     "run_dirs",
+    "sample_dirs",
     "sample_key",
 ]
 
@@ -153,6 +155,52 @@ def run_dirs(path: Path, holding: str = CONFIG) -> list[Path]:
     if (path / holding).is_file():
         return [path]
     return sorted(p.parent for p in path.glob(f"single-*/{holding}"))
+
+
+def sample_dirs(path: Path) -> list[Path]:
+    """:func:`run_dirs` holding a ``samples.jsonl``; a :class:`UsageError` when none does."""
+    dirs = run_dirs(path, holding=SAMPLES)
+    if not dirs:
+        raise UsageError(f"{path}: no {SAMPLES} in this run directory")
+    return dirs
+
+
+def find_sample(path: Path, sample: str) -> list[tuple[Path, RunRecord]]:
+    """The records of ``sample`` (a sample id or a run id) in the run directories ``path``
+    stands for, each with its directory, in directory order and then by epoch.
+
+    Raises :class:`UsageError` naming close ids when there is none.
+    """
+    dirs = sample_dirs(path)
+    found: list[tuple[Path, RunRecord]] = []
+    ids: set[str] = set()
+    for d in dirs:
+        for record in iter_records(d / SAMPLES):
+            if record.sample_id is not None:
+                ids.add(record.sample_id)
+            if sample in (record.sample_id, record.run_id):
+                found.append((d, record))
+    if not found:
+        raise _unknown_sample(path, sample, ids)
+    # Records are written as samples finish; a sample's epochs are shown in order.
+    found.sort(key=lambda item: (dirs.index(item[0]), item[1].epoch or 0))
+    return found
+
+
+def _unknown_sample(run: Path, sample: str, ids: set[str]) -> UsageError:
+    import difflib
+
+    listing = f"conductor trace {run} lists them"
+    if not ids:
+        return UsageError(f"{run}: no sample {sample!r}; this run holds no samples yet")
+    # Part of an id (``3.json`` for ``math500/test/3.json``) is the likely slip; a
+    # misspelling of a whole id the next.
+    close = sorted(i for i in ids if sample in i)
+    if not 1 <= len(close) <= 3:
+        close = difflib.get_close_matches(sample, sorted(ids), n=3, cutoff=0.6)
+    guess = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    count = f"{len(ids)} sample" + ("" if len(ids) == 1 else "s")
+    return UsageError(f"{run}: no sample {sample!r} among its {count}{guess} ({listing})")
 
 
 def repair_tail(path: Path) -> None:

@@ -53,7 +53,7 @@ def trace(
     from rich.rule import Rule
     from rich.text import Text
 
-    from ..bench.rundir import SAMPLES, iter_records
+    from ..bench.rundir import SAMPLES, find_sample, iter_records, sample_dirs
     from ..record import read_record
     from ..render import SampleListing, to_json, to_mermaid, trace_renderable
 
@@ -74,7 +74,7 @@ def trace(
             )
         if verdict is not None:
             _check_verdict(verdict)
-        dirs = _bench_run_dirs(run)
+        dirs = sample_dirs(run)
         any_rows = False
         for d in dirs:
             if d != run:
@@ -94,18 +94,7 @@ def trace(
         return
     shown: list[tuple[Path | None, RunRecord]] = []
     if run.is_dir():
-        dirs = _bench_run_dirs(run)
-        ids: set[str] = set()
-        for d in dirs:
-            for record in iter_records(d / SAMPLES):
-                if record.sample_id is not None:
-                    ids.add(record.sample_id)
-                if sample in (record.sample_id, record.run_id):
-                    shown.append((d if d != run else None, record))
-        if not shown:
-            raise _unknown_sample(run, str(sample), ids)
-        # Records are written as samples finish; a sample's epochs are shown in order.
-        shown.sort(key=lambda item: (dirs.index(item[0] or run), item[1].epoch or 0))
+        shown = [(d if d != run else None, r) for d, r in find_sample(run, str(sample))]
     else:
         record = read_record(run)
         if sample is not None and sample not in (record.sample_id, record.run_id):
@@ -121,33 +110,6 @@ def trace(
                 console.print(Rule(Text(printable(sub_run.name), style="bold")))
             style: Literal["table", "tree"] = "tree" if fmt is TraceFormat.tree else "table"
             console.print(trace_renderable(record, style), crop=False)
-
-
-def _bench_run_dirs(path: Path) -> list[Path]:
-    """The bench run directories ``path`` holds: itself, or for a ``singles`` run the
-    ``single-WORKER`` directory of each worker."""
-    from ..bench.rundir import SAMPLES, run_dirs
-
-    dirs = run_dirs(path, holding=SAMPLES)
-    if not dirs:
-        raise UsageError(f"{path}: no {SAMPLES} in this run directory")
-    return dirs
-
-
-def _unknown_sample(run: Path, sample: str, ids: set[str]) -> UsageError:
-    import difflib
-
-    listing = f"conductor trace {run} lists them"
-    if not ids:
-        return UsageError(f"{run}: no sample {sample!r}; this run holds no samples yet")
-    # Part of an id (``3.json`` for ``math500/test/3.json``) is the likely slip; a
-    # misspelling of a whole id the next.
-    close = sorted(i for i in ids if sample in i)
-    if not 1 <= len(close) <= 3:
-        close = difflib.get_close_matches(sample, sorted(ids), n=3, cutoff=0.6)
-    guess = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    count = f"{len(ids)} sample" + ("" if len(ids) == 1 else "s")
-    return UsageError(f"{run}: no sample {sample!r} among its {count}{guess} ({listing})")
 
 
 def _check_verdict(verdict: str) -> None:
