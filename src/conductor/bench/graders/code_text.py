@@ -40,7 +40,7 @@ def extract_code(response: str | None) -> str | None:
     return None
 
 
-# --- comparison helpers: defined here (and unit-tested) and copied into the harness ----
+# --- comparison helpers: the parent compares what the sandbox returned (never inside it) ---
 
 
 def _as_float(token: str) -> float | None:
