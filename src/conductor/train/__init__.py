@@ -3,12 +3,17 @@
 The pieces, importable from here (loaded on first use, so ``import conductor.train``
 stays cheap and never pulls in torch or TRL):
 
-* :mod:`.config`: the training config file (``load_train_config``, ``TrainConfig``, ...);
+* :mod:`.config`: the training config file (``load_train_config``; its types in
+  :mod:`.settings`: ``TrainConfig``, ...);
+* :mod:`.contamination`: the held-out guard (no test question is trained on);
 * :mod:`.pools`: randomised sub-pools (``sample_subpool``, ``map_back``, ...);
 * :mod:`.dataset`: the rows GRPO trains on (``build_rows``);
 * :mod:`.reward`: the reward that executes and grades workflows (``WorkflowReward``);
 * :mod:`.recursion`: forced second rounds (``revision_messages``, ``first_round``);
-* :mod:`.trainer` / :mod:`.metrics`: the training loop itself (torch and TRL).
+* :mod:`.trainer`: the training loop itself (torch and TRL), with the policy model and
+  its prompts in :mod:`.policy`, the on-policy recursion trainer in
+  :mod:`.grpo_recursion`, and the metrics lines it hands to ``on_metrics`` in
+  :mod:`.metrics`.
 """
 
 from __future__ import annotations
