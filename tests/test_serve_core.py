@@ -15,6 +15,8 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -254,3 +256,57 @@ def test_the_cli_refuses_a_bad_conductor_or_unset_key_before_listening(
         )
         assert res.returncode == 2, res.stderr
         assert needle in res.stderr and "listening" not in res.stderr
+
+
+def _slow_server(tmp_path: Path, server: FakeLLMServer, **settings: Any) -> Any:
+    server.script(CONDUCTOR_MODEL, [PLAN])
+    server.script("w0", [Reply("w0 thinks 391", latency_s=3.0)])
+    server.script("w1", ["ANSWER: 391"])
+    return serve_in_thread(
+        ServeSettings(
+            pool=load_pool(_pool(tmp_path, server)),
+            records_dir=tmp_path / "records",
+            use_cache=False,
+            **settings,
+        )
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_leaves_cancels_its_run(
+    tmp_path: Path, fake_server: FakeLLMServer, stream: bool
+) -> None:
+    body = {"model": "conductor", "messages": [{"role": "user", "content": "q"}], "stream": stream}
+    with _slow_server(tmp_path, fake_server) as url:
+        # A stream's role chunk comes at once; reading the rest times out as well.
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/chat/completions", json=body, timeout=httpx.Timeout(10, read=1))
+        samples = tmp_path / "records" / "samples.jsonl"
+        deadline = time.monotonic() + 10
+        while not samples.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(3.5)  # past w0's reply: a run still going would now call w1
+    record = json.loads(samples.read_text())
+    assert record["status"] == "failed"
+    assert "interrupted" in json.dumps(record["rounds"][0]["steps"][0]["call"])
+    assert fake_server.requests_for("w1") == []
+
+
+def test_a_full_queue_answers_429_with_retry_after(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    body = {"model": "single:w0", "messages": [{"role": "user", "content": "q"}]}
+    slow = _slow_server(tmp_path, fake_server, max_concurrency=1, max_queue=0)
+    with slow as url, httpx.Client(timeout=30) as client:
+        first: list[httpx.Response] = []
+        thread = threading.Thread(
+            target=lambda: first.append(client.post(f"{url}/chat/completions", json=body))
+        )
+        thread.start()
+        while not fake_server.requests_for("w0"):
+            time.sleep(0.02)
+        busy = client.post(f"{url}/chat/completions", json=body)
+        thread.join()
+    assert busy.status_code == 429 and busy.headers["retry-after"] == "1"
+    assert busy.json()["error"]["code"] == "rate_limit_exceeded"
+    assert first[0].status_code == 200
