@@ -3,7 +3,7 @@
 ``conductor`` is the pool's Conductor (or the one ``--conductor`` names); every
 baseline of ``conductor bench --strategy`` is a virtual model beside it:
 ``single:WORKER`` for each worker, ``moa`` (and ``moa:AGGREGATOR``), and the patterns
-``vote:K:WORKER`` and ``reflect:K:WORKER``, listed literally and accepted for any K
+``vote:K:W`` and ``reflect:K:W``, listed literally and accepted for any K
 and worker.  Every strategy is built on the one :class:`~conductor.llm.caller.CallerSet`
 of the server, so all requests share clients, per-worker limits and the call cache.
 """
@@ -44,7 +44,7 @@ def model_list(pool: Pool, created: int) -> dict[str, Any]:
     data = [entry(CONDUCTOR_MODEL, "conductor")]
     data += [entry(f"single:{w.id}", "baseline") for w in pool.workers]
     data.append(entry("moa", "baseline"))
-    data += [entry(p, "baseline", pattern=True) for p in ("vote:K:WORKER", "reflect:K:WORKER")]
+    data += [entry(p, "baseline", pattern=True) for p in ("vote:K:W", "reflect:K:W")]
     return {"object": "list", "data": data}
 
 
