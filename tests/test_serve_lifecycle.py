@@ -115,8 +115,8 @@ def test_start_up_errors_exit_2_before_listening(
         args = ["--pool", str(tmp_path / "nowhere.yaml")]
         needle = "nowhere"
     elif case == "bad-conductor":
-        args += ["--conductor", "prompted:no-such-worker-or-model::"]
-        needle = "conductor"
+        args += ["--conductor", "no-such-conductor-spec"]
+        needle = "no-such-conductor-spec"
     else:
         args += ["--api-key-env", "CONDUCTOR_SERVE_TEST_KEY"]
         needle = "CONDUCTOR_SERVE_TEST_KEY"
