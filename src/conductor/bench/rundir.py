@@ -19,12 +19,13 @@ twice (a resume after ``--retry-errors``, merged shards) counts once, its last r
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..errors import RecordError
 from ..record import RunRecord, record_from_dict
@@ -39,9 +40,12 @@ __all__ = [
     "iter_records",
     "latest_lines",
     "numbered_records",
+    "open_samples",
+    "record_line",
     "repair_tail",
     "run_dirs",
     "sample_key",
+    "write_line",
 ]
 
 log = logging.getLogger("conductor")
@@ -177,3 +181,31 @@ def repair_tail(path: Path) -> None:
                 fh.truncate(pos + idx + 1)
                 return
         fh.truncate(0)
+
+
+def open_samples(path: Path) -> IO[bytes]:
+    """The samples file, opened unbuffered for appending: a failed write leaves nothing
+    in a buffer to be written later by someone else."""
+    return path.open("ab", buffering=0)
+
+
+def write_line(fh: IO[bytes], line: str) -> None:
+    """Write all of ``line`` (a short write is retried; nothing written is an error)."""
+    data = line.encode("utf-8")
+    while data:
+        written = fh.write(data)
+        if not written:
+            raise OSError(errno.EIO, "short write")
+        data = data[written:]
+
+
+def record_line(data: dict[str, Any]) -> str:
+    """One JSON line for ``data``.  Text that is not valid Unicode (a lone surrogate read
+    from the data) is written as ``\\u`` escapes, so it neither fails the write nor is
+    altered on reading back."""
+    line = json.dumps(data, ensure_ascii=False, default=str)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(data, ensure_ascii=True, default=str)
+    return line + "\n"

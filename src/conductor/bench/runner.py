@@ -36,14 +36,13 @@ replaying graded samples from the cache (``samplecache``); joining shards (``mer
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from ..errors import AuthenticationError, UsageError
 from ..llm.cache import ResponseCache
@@ -61,6 +60,9 @@ from .faults import (
 from .graders import Grader
 from .runconfig import BenchOptions, _check_same_run, _config, read_run_config
 from .rundir import CONFIG, SAMPLES, SampleLines, repair_tail, sample_key
+from .rundir import open_samples as _open_samples
+from .rundir import record_line as _record_line
+from .rundir import write_line as _write_line
 from .runlock import (
     _absent,
     _absent_files,
@@ -212,33 +214,6 @@ async def run_benchmark(
         raise
     finally:
         lock.close()
-
-
-def _open_samples(path: Path) -> IO[bytes]:
-    """The samples file, opened unbuffered for appending: a failed write leaves nothing
-    in a buffer to be written later by someone else."""
-    return path.open("ab", buffering=0)
-
-
-def _write_line(fh: IO[bytes], line: str) -> None:
-    data = line.encode("utf-8")
-    while data:
-        written = fh.write(data)
-        if not written:
-            raise OSError(errno.EIO, "short write")
-        data = data[written:]
-
-
-def _record_line(data: dict[str, Any]) -> str:
-    """One JSON line for ``data``.  Text that is not valid Unicode (a lone surrogate read
-    from the data) is written as ``\\u`` escapes, so it neither fails the write nor is
-    altered on reading back."""
-    line = json.dumps(data, ensure_ascii=False, default=str)
-    try:
-        line.encode("utf-8")
-    except UnicodeEncodeError:
-        line = json.dumps(data, ensure_ascii=True, default=str)
-    return line + "\n"
 
 
 @dataclass

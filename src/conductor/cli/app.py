@@ -34,6 +34,7 @@ from .ask import ask
 from .bench import bench, report
 from .cache import cache_app
 from .pools import pools_app
+from .serve import serve
 from .trace import trace
 from .train import train
 
@@ -68,7 +69,7 @@ app = typer.Typer(
 )
 app.add_typer(pools_app, name="pools")
 app.add_typer(cache_app, name="cache")
-for command in (ask, bench, report, trace, train):
+for command in (ask, serve, bench, report, trace, train):
     app.command()(command)
 
 

@@ -1,0 +1,125 @@
+"""``conductor serve``: serve a pool's orchestrations as an OpenAI-compatible API."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import UsageError
+from ._common import load_pool, stderr
+
+__all__ = ["serve"]
+
+
+def serve(
+    pool: Annotated[
+        str | None,
+        typer.Option(
+            "--pool",
+            "-p",
+            help="Pool file, or the name of a shipped pool. Default: the embedded offline "
+            "pool (local).",
+        ),
+    ] = None,
+    conductor: Annotated[
+        str | None,
+        typer.Option(
+            "--conductor",
+            "-c",
+            help="Who writes the workflows of the model `conductor` (as for ask). "
+            "Default: the pool's conductor.",
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="Port to listen on; 0 picks a free one.")
+    ] = 8000,
+    records: Annotated[
+        Path | None,
+        typer.Option(
+            "--records",
+            help="Append every run's record to DIR/samples.jsonl "
+            "(conductor trace DIR --sample RUN_ID shows one).",
+        ),
+    ] = None,
+    api_key_env: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key-env",
+            help="Require requests to send the token held in this environment variable "
+            "(Authorization: Bearer TOKEN).",
+        ),
+    ] = None,
+    max_concurrency: Annotated[
+        int, typer.Option("--max-concurrency", min=1, help="Requests run at once.")
+    ] = 16,
+    max_queue: Annotated[
+        int,
+        typer.Option(
+            "--max-queue", min=0, help="Requests waiting for a slot; more get 429 Retry-After."
+        ),
+    ] = 64,
+    max_body_bytes: Annotated[
+        int, typer.Option("--max-body-bytes", min=1, help="Largest request body (413 beyond).")
+    ] = 1 << 20,
+    grace_s: Annotated[
+        float,
+        typer.Option(
+            "--grace-s",
+            min=0.0,
+            help="On SIGTERM or Ctrl-C, how long requests in flight may still finish.",
+        ),
+    ] = 30.0,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Neither read nor write the call cache.")
+    ] = False,
+) -> None:
+    """Serve the pool's Conductor and baselines as OpenAI-compatible models
+    (GET /v1/models, POST /v1/chat/completions) until SIGTERM or Ctrl-C."""
+    from ..conductors.spec import resolve_conductor
+    from ..errors import MissingDependencyError
+    from ..llm.keys import require_keys
+
+    api_key = None
+    if api_key_env is not None:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            raise UsageError(
+                f"--api-key-env {api_key_env}: the variable is not set; set it to the "
+                "token clients must send"
+            )
+    pool_obj = load_pool(pool)
+    cond = resolve_conductor(pool_obj, conductor)
+    require_keys([*pool_obj.workers, cond.target])  # every missing key at once, up front
+    try:
+        from ..serve import ServeSettings, run_server
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"conductor serve needs FastAPI and uvicorn ({exc.name} is missing): "
+            "pip install 'conductor[serve]'"
+        ) from None
+
+    settings = ServeSettings(
+        pool=pool_obj,
+        conductor=conductor,
+        records_dir=records,
+        api_key=api_key,
+        max_concurrency=max_concurrency,
+        max_queue=max_queue,
+        max_body_bytes=max_body_bytes,
+        grace_s=grace_s,
+        use_cache=not no_cache,
+    )
+
+    def listening(url: str) -> None:
+        stderr().print(
+            f"conductor serve: listening on {url} (pool {pool_obj.name})",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+    run_server(settings, host=host, port=port, on_listening=listening)

@@ -1,0 +1,353 @@
+"""The OpenAI chat-completions wire format as ``conductor serve`` speaks it.
+
+One place knows the shapes: a request body read into a typed :class:`ChatRequest`
+(every refusal an :class:`ApiError` naming the parameter), the error body OpenAI's
+clients parse, and the builders of a ``chat.completion``, its stream chunks and the
+``conductor`` field that tells what each run did.  Nothing here touches a run while it
+goes; it only reads finished (or cancelled) run records.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..events import Event
+from ..record import RunRecord
+
+__all__ = [
+    "ApiError",
+    "ChatMessage",
+    "ChatRequest",
+    "MAX_N",
+    "chunk",
+    "completion_body",
+    "conductor_field",
+    "error_body",
+    "event_payload",
+    "parse_chat_request",
+    "pieces",
+    "sse",
+    "usage_of",
+]
+
+#: The most independent samples one request may ask for (``n``).
+MAX_N = 16
+
+#: Parameters an orchestration cannot honour: each is refused when it asks for something.
+_UNSUPPORTED = (
+    "tools",
+    "tool_choice",
+    "functions",
+    "function_call",
+    "logprobs",
+    "top_logprobs",
+    "logit_bias",
+    "audio",
+    "modalities",
+    "prediction",
+    "parallel_tool_calls",
+)
+
+#: Roles a message may have; ``developer`` is OpenAI's newer name for ``system``.
+_ROLES = ("system", "developer", "user", "assistant")
+
+#: Content sent per chunk when an answer is streamed.
+PIECE_CHARS = 256
+
+
+class ApiError(Exception):
+    """A request refused with an HTTP status and OpenAI's error shape."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.code = code
+        self.param = param
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, type=self.type, code=self.code, param=self.param)
+
+
+def error_body(
+    message: str, *, type: str, code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    """``{"error": {"message", "type", "param", "code"}}``, as OpenAI sends it."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One message of the conversation: ``role`` is system, user or assistant."""
+
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """What a ``POST /v1/chat/completions`` body asks for, checked."""
+
+    model: str
+    messages: tuple[ChatMessage, ...]
+    n: int = 1
+    stream: bool = False
+    include_usage: bool = False
+    progress: bool = False
+    ignored: tuple[str, ...] = field(default=())
+
+
+def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+def parse_chat_request(raw: bytes) -> ChatRequest:
+    """The request in ``raw`` (a JSON body), or an :class:`ApiError` (400) naming what is
+    wrong.  Sampling parameters (``temperature``, ``max_tokens``, ...) are accepted and
+    left out: each worker's own parameters come from the pool."""
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise _bad(f"the request body is not valid JSON ({exc})", None) from None
+    if not isinstance(body, dict):
+        raise _bad("the request body must be a JSON object", None)
+    for name in _UNSUPPORTED:
+        if _asks(body.get(name)):
+            raise _bad(
+                f"{name} is not supported: an orchestration answers with text only",
+                name,
+                "unsupported_parameter",
+            )
+    fmt = body.get("response_format")
+    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") in (None, "text")):
+        raise _bad(
+            "response_format is not supported: an orchestration answers with plain text",
+            "response_format",
+            "unsupported_parameter",
+        )
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise _bad("model is required: a model id from GET /v1/models", "model")
+    n = body.get("n", 1)
+    if n is None:
+        n = 1
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
+        raise _bad(f"n must be an integer from 1 to {MAX_N}", "n")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise _bad("stream must be true or false", "stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise _bad("stream_options must be an object", "stream_options")
+    include_usage = options.get("include_usage", False)
+    if not isinstance(include_usage, bool):
+        raise _bad("stream_options.include_usage must be true or false", "stream_options")
+    ours = body.get("conductor") or {}
+    if not isinstance(ours, dict):
+        raise _bad('conductor must be an object such as {"progress": true}', "conductor")
+    progress = ours.get("progress", False)
+    if not isinstance(progress, bool):
+        raise _bad("conductor.progress must be true or false", "conductor")
+    return ChatRequest(
+        model=model.strip(),
+        messages=_messages(body.get("messages")),
+        n=n,
+        stream=stream,
+        include_usage=include_usage and stream,
+        progress=progress and stream,
+    )
+
+
+def _asks(value: Any) -> bool:
+    """Whether a parameter's value asks for something (``null``, ``false``, ``[]`` and
+    ``"none"`` do not: clients send those as defaults)."""
+    if value is None or value is False or value == "none":
+        return False
+    return not (isinstance(value, list | dict) and not value)
+
+
+def _messages(raw: Any) -> tuple[ChatMessage, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise _bad("messages must be a non-empty list of chat messages", "messages")
+    out: list[ChatMessage] = []
+    for i, msg in enumerate(raw):
+        where = f"messages[{i}]"
+        if not isinstance(msg, dict):
+            raise _bad(f"{where} must be an object with role and content", where)
+        role = msg.get("role")
+        if role not in _ROLES:
+            raise _bad(
+                f"{where}.role {role!r} is not supported: use system, developer, user "
+                "or assistant (tool messages need tools, which an orchestration has not)",
+                f"{where}.role",
+            )
+        if msg.get("tool_calls") or msg.get("function_call"):
+            raise _bad(f"{where} holds tool calls, which are not supported", f"{where}")
+        out.append(ChatMessage("system" if role == "developer" else role, _text(msg, where)))
+    return tuple(out)
+
+
+def _text(msg: dict[str, Any], where: str) -> str:
+    """A message's text: a string, or the text parts of a list of content parts."""
+    content = msg.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts: list[str] = []
+        for j, part in enumerate(content):
+            if not (isinstance(part, dict) and part.get("type") == "text"):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise _bad(
+                    f"{where}.content[{j}] of type {kind!r} is not supported: only text parts are",
+                    f"{where}.content",
+                )
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise _bad(f"{where}.content[{j}].text must be a string", f"{where}.content")
+            parts.append(text)
+        return "\n".join(parts)
+    raise _bad(f"{where}.content must be a string or a list of text parts", f"{where}.content")
+
+
+# -- responses -------------------------------------------------------------------------
+
+
+def usage_of(records: list[RunRecord]) -> dict[str, int]:
+    """Token usage summed over every call of every run (the Conductor's and the workers',
+    cached calls included, as each record's totals count them)."""
+    prompt = sum(r.totals.input_tokens for r in records)
+    completion = sum(r.totals.output_tokens for r in records)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def cost_of(records: list[RunRecord]) -> float | None:
+    """The request's cost in USD: the runs' totals summed (``None`` if one has none)."""
+    costs = [r.totals.cost_usd for r in records]
+    if any(c is None for c in costs):
+        return None
+    return round(sum(c for c in costs if c is not None), 8)
+
+
+def _run_summary(record: RunRecord) -> dict[str, Any]:
+    rounds = [
+        {
+            "steps": [
+                {
+                    "worker": s.worker_id,
+                    "subtask": s.subtask,
+                    "sees": list(s.visible_steps),
+                    "status": s.status,
+                }
+                for s in rnd.steps
+            ],
+            "stop_reason": rnd.stop_reason,
+        }
+        for rnd in record.rounds
+    ]
+    return {
+        "run_id": record.run_id,
+        "status": record.status,
+        "error": record.error,
+        "cost_usd": record.totals.cost_usd,
+        "calls": record.totals.calls,
+        "cached_calls": record.totals.cached_calls,
+        "workflow": {"rounds": rounds},
+    }
+
+
+def conductor_field(records: list[RunRecord]) -> dict[str, Any]:
+    """The ``conductor`` field of a response: run ids, cost and what each run did."""
+    return {
+        "run_ids": [r.run_id for r in records],
+        "cost_usd": cost_of(records),
+        "runs": [_run_summary(r) for r in records],
+    }
+
+
+def completion_body(
+    completion_id: str, created: int, model: str, records: list[RunRecord]
+) -> dict[str, Any]:
+    """A ``chat.completion``: one choice per run, usage summed over all of them."""
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": r.final_answer or ""},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+            for i, r in enumerate(records)
+        ],
+        "usage": usage_of(records),
+        "conductor": conductor_field(records),
+    }
+
+
+def chunk(
+    completion_id: str,
+    created: int,
+    model: str,
+    choices: list[dict[str, Any]],
+    **extra: Any,
+) -> dict[str, Any]:
+    """A ``chat.completion.chunk`` with ``choices`` (``[]`` for usage and progress)."""
+    return {
+        "id": completion_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": choices,
+        **extra,
+    }
+
+
+def event_payload(event: Event, sample: int) -> dict[str, Any]:
+    """A progress event as JSON: its kind, round, step, worker and outcome."""
+    return {
+        "kind": event.kind,
+        "choice": sample,
+        "round": event.round,
+        "step": event.step,
+        "worker": event.worker_id,
+        "detail": event.detail,
+        "cached": event.cached,
+        "failed": event.failed,
+        "latency_s": event.latency_s,
+    }
+
+
+def pieces(text: str, size: int = PIECE_CHARS) -> list[str]:
+    """``text`` cut into pieces of at most ``size`` characters (one empty piece for an
+    empty text, so a choice always gets a content chunk)."""
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def sse(data: dict[str, Any] | str) -> bytes:
+    """One server-sent event: ``data: JSON`` and a blank line."""
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    return f"data: {text}\n\n".encode()

@@ -1,0 +1,254 @@
+"""What a running server holds, apart from HTTP: the shared callers and cache, the
+catalog of models, the slots requests wait for, and the records file.
+
+One :class:`Service` lives from the app's startup to its shutdown, in the server's
+event loop.  Every request's runs go through :meth:`Service.run_all`, so they share one
+:class:`~conductor.llm.caller.CallerSet` (clients, per-worker limits, the call cache)
+and each finished run's record is appended to ``samples.jsonl`` whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import IO, Any
+
+from ..bench.rundir import SAMPLES, open_samples, record_line, repair_tail, write_line
+from ..bench.strategies import ConductorStrategy, Strategy
+from ..conductors.spec import Conductor
+from ..events import Event
+from ..execute import RunSettings
+from ..llm.cache import ResponseCache
+from ..llm.caller import CallerSet
+from ..record import RunRecord, record_to_dict
+from ._models import Catalog
+from ._protocol import ApiError, event_payload
+from ._settings import ServeSettings
+
+__all__ = ["EventCallback", "RecordWriter", "Service", "Slots", "Ticket", "check_records_dir"]
+
+log = logging.getLogger("conductor")
+
+#: Receives each progress event of a request's runs, as JSON.
+EventCallback = Callable[[dict[str, Any]], None]
+
+
+class Slots:
+    """At most ``limit`` requests run at once and ``queue`` more wait; a request beyond
+    those is refused (429) at once rather than left waiting without end."""
+
+    def __init__(self, limit: int, queue: int) -> None:
+        self.limit = limit
+        self.queue = queue
+        self.admitted = 0
+        self._running = asyncio.Semaphore(limit)
+
+    def admit(self) -> Ticket:
+        """A place for one request, or :class:`ApiError` 429 when all are taken."""
+        if self.admitted >= self.limit + self.queue:
+            raise ApiError(
+                429,
+                f"the server is busy: {self.limit} requests are running and {self.queue} "
+                "are waiting; retry in a moment",
+                type="rate_limit_error",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": "1"},
+            )
+        self.admitted += 1
+        return Ticket(self)
+
+
+class Ticket:
+    """One admitted request's place: wait in :meth:`running` for a slot; give the place
+    back with :meth:`release` (more than once is harmless)."""
+
+    def __init__(self, slots: Slots) -> None:
+        self._slots = slots
+        self._released = False
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        async with self._slots._running:
+            yield
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._slots.admitted -= 1
+
+
+def check_records_dir(directory: Path) -> None:
+    """Make ``directory`` and check that its ``samples.jsonl`` can be appended to (an
+    ``OSError`` naming the path otherwise), cutting a torn last line left by a kill."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / SAMPLES
+    repair_tail(path)
+    open_samples(path).close()
+
+
+class RecordWriter:
+    """Appends run records to ``DIR/samples.jsonl``, one whole line each: a lock keeps
+    lines of concurrent runs from interleaving, and the file is unbuffered, so a
+    record is on disk when :meth:`write` returns."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / SAMPLES
+        self._lock = threading.Lock()
+        self._fh: IO[bytes] | None = open_samples(self.path)
+
+    def write(self, record: RunRecord) -> None:
+        line = record_line(record_to_dict(record))
+        with self._lock:
+            if self._fh is None:
+                raise OSError(f"{self.path}: the records file is closed")
+            write_line(self._fh, line)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+
+
+class Service:
+    """The shared state of a running server (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: ServeSettings,
+        conductor: Conductor,
+        cache: ResponseCache | None,
+        records: RecordWriter | None,
+    ) -> None:
+        self.settings = settings
+        self.cache = cache
+        self.records = records
+        self.catalog = Catalog(settings.pool, conductor, CallerSet(cache), RunSettings())
+        self.slots = Slots(settings.max_concurrency, settings.max_queue)
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def opened(cls, settings: ServeSettings, conductor: Conductor) -> AsyncIterator[Service]:
+        """A service for the server's lifetime: the cache and the records file are
+        closed, and the clients too, when the block ends."""
+        with contextlib.ExitStack() as stack:
+            cache = stack.enter_context(ResponseCache()) if settings.use_cache else None
+            records = None
+            if settings.records_dir is not None:
+                records = RecordWriter(settings.records_dir)
+                stack.callback(records.close)
+            service = cls(settings, conductor, cache, records)
+            try:
+                yield service
+            finally:
+                await service.catalog.aclose()
+
+    async def run_all(
+        self,
+        strategy: Strategy,
+        question: str,
+        run_ids: list[str],
+        on_event: EventCallback | None = None,
+    ) -> list[RunRecord]:
+        """One run of ``question`` per id in ``run_ids`` (sample index 0, 1, ...), at
+        once; cancelling this cancels them all (their pending calls are not made)."""
+        if len(run_ids) == 1:
+            return [await self.run_one(strategy, question, 0, run_ids[0], on_event)]
+        tasks = [
+            asyncio.ensure_future(self.run_one(strategy, question, i, run_id, on_event))
+            for i, run_id in enumerate(run_ids)
+        ]
+        try:
+            return list(await asyncio.gather(*tasks))
+        finally:
+            for task in tasks:  # a sibling that raised, or a cancellation, stops the rest
+                task.cancel()
+
+    async def run_one(
+        self,
+        strategy: Strategy,
+        question: str,
+        index: int,
+        run_id: str,
+        on_event: EventCallback | None = None,
+    ) -> RunRecord:
+        """One run, recorded under ``run_id`` (its record's run id and sample id).  A
+        cancelled run's record, as far as it went, is written too where it exists."""
+        started: list[RunRecord] = []
+        sink = self._sink(strategy, index, started, on_event) if on_event else None
+        try:
+            if isinstance(strategy, ConductorStrategy):
+                settings = replace(strategy.settings, sample_index=index)
+                record = await strategy.orchestrator.run(
+                    question, settings, events=sink, sample_id=run_id, on_record=started.append
+                )
+            else:
+                record = await strategy.run(
+                    question, sample_index=index, sample_id=run_id, events=sink
+                )
+        except asyncio.CancelledError:
+            if started:
+                self._keep(started[0], run_id)
+            raise
+        self._keep(record, run_id)
+        return record
+
+    def _keep(self, record: RunRecord, run_id: str) -> None:
+        # The run id is the server's, known before the run starts, so that a streamed
+        # response can name it in its headers.
+        record.run_id = run_id
+        if self.records is None:
+            return
+        try:
+            self.records.write(record)
+        except OSError as exc:
+            log.error("run %s: its record could not be written (%s)", run_id, exc)
+
+    def _sink(
+        self,
+        strategy: Strategy,
+        index: int,
+        started: list[RunRecord],
+        on_event: EventCallback,
+    ) -> Callable[[Event], None]:
+        """An event sink that hands ``on_event`` each event as JSON, preceded, when a
+        round's first step starts, by a ``workflow`` event with the round's plan."""
+        shown: set[int] = set()
+
+        def sink(event: Event) -> None:
+            if event.kind == "step_started" and event.round not in shown:
+                shown.add(event.round)
+                plan = self._plan(strategy, started, event.round)
+                if plan is not None:
+                    on_event({"kind": "workflow", "choice": index, "round": event.round, **plan})
+            on_event(event_payload(event, index))
+
+        return sink
+
+    def _plan(
+        self, strategy: Strategy, started: list[RunRecord], round_index: int
+    ) -> dict[str, Any] | None:
+        if started:
+            rounds = started[0].rounds
+            workflow = rounds[round_index].workflow if round_index < len(rounds) else None
+        else:
+            workflow = strategy.describe().get("workflow")
+        if not workflow:
+            return None
+        workers = self.settings.pool.workers
+        return {
+            "steps": [
+                {"worker": workers[m].id, "subtask": subtask, "access": access}
+                for m, subtask, access in zip(
+                    workflow["model_id"],
+                    workflow["subtasks"],
+                    workflow["access_list"],
+                    strict=False,
+                )
+            ]
+        }
