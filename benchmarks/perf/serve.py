@@ -121,6 +121,11 @@ class Server:
                 return int(line.split()[1]) / 1024
         raise RuntimeError("no VmRSS")
 
+    def cpu_s(self) -> float:
+        """User + system CPU seconds the server process has used."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -154,6 +159,28 @@ async def in_process_p50(base: str, client: str, n: int) -> float:
     return statistics.median(times[n // 10 :])
 
 
+async def in_process_burst(base: str, client: str, n: int) -> float:
+    """``n`` questions at once through one in-process `ConductorStrategy`: the same
+    orchestration without the server, as a reference for [2]."""
+    from conductor.bench.strategies import ConductorStrategy
+    from conductor.conductors.spec import resolve_conductor
+    from conductor.execute import RunSettings
+    from conductor.llm.caller import CallerSet
+    from conductor.pool import load_pool_text
+
+    pool = load_pool_text(pool_text(base, client))
+    strategy = ConductorStrategy(pool, resolve_conductor(pool), RunSettings(), CallerSet(None))
+    await asyncio.gather(*(strategy.run(f"Warm {i}?", sample_index=0) for i in range(8)))
+    t0 = time.perf_counter()
+    records = await asyncio.gather(
+        *(strategy.run(f"Question {i}?", sample_index=0) for i in range(n))
+    )
+    wall = time.perf_counter() - t0
+    await strategy.aclose()
+    assert all(r.final_answer == "final answer" for r in records)
+    return wall
+
+
 def served_p50(url: str, n: int) -> float:
     import httpx
 
@@ -169,17 +196,19 @@ def served_p50(url: str, n: int) -> float:
 
 
 async def burst(url: str, n: int, in_flight: int) -> float:
-    """``n`` requests, at most ``in_flight`` at once; wall seconds."""
-    import httpx
+    """``n`` requests, at most ``in_flight`` at once; wall seconds.  The client is
+    aiohttp, the lightest at hand, so that it takes as little of the CPUs as it can."""
+    import aiohttp
 
-    limits = httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight)
     gate = asyncio.Semaphore(in_flight)
-    async with httpx.AsyncClient(timeout=300, limits=limits) as http:
+    connector = aiohttp.TCPConnector(limit=in_flight)
+    timeout = aiohttp.ClientTimeout(total=300)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
 
         async def one(i: int) -> None:
-            async with gate:
-                resp = await http.post(f"{url}/chat/completions", json=body(i))
-            assert resp.status_code == 200, resp.text
+            async with gate, http.post(f"{url}/chat/completions", json=body(i)) as resp:
+                text = await resp.text()
+            assert resp.status == 200, text
 
         t0 = time.perf_counter()
         await asyncio.gather(*(one(i) for i in range(n)))
@@ -191,6 +220,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=5000, help="requests for the RSS run")
     parser.add_argument("--latency-requests", type=int, default=300)
     parser.add_argument("--client", choices=("http", "openai"), default="http")
+    parser.add_argument(
+        "--limits", type=int, nargs="+", default=[200, 64], help="--max-concurrency values for [2]"
+    )
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, worker client {args.client}")
     with tempfile.TemporaryDirectory() as tmp_s:
@@ -217,22 +249,30 @@ def main() -> None:
         def concurrent(base: str) -> list[tuple[int, float]]:
             pool = tmp / "pool2.yaml"
             pool.write_text(pool_text(base, args.client))
-            out = []
-            for limit in (200, 64):
+            out = [(0, asyncio.run(in_process_burst(base, args.client, 200)), 0.0)]
+            for limit in args.limits:
                 server = Server(pool, "--max-concurrency", str(limit), "--max-queue", "256")
                 try:
                     asyncio.run(burst(server.url, 8, 8))  # warm the connections' code paths
-                    out.append((limit, asyncio.run(burst(server.url, 200, 200))))
+                    cpu0 = server.cpu_s()
+                    wall = asyncio.run(burst(server.url, 200, 200))
+                    out.append((limit, wall, server.cpu_s() - cpu0))
                 finally:
                     server.close()
             return out
 
-        for limit, wall in with_provider(0.2, TWO_STEPS, concurrent):
+        for limit, wall, cpu in with_provider(0.2, TWO_STEPS, concurrent):
+            if limit == 0:
+                print(
+                    f"[2] reference: the same 200 questions at once in-process (no server): "
+                    f"{wall:.2f} s vs ideal 0.40 s  ratio {wall / 0.4:.3f}"
+                )
+                continue
             ideal = math.ceil(200 / limit) * 0.4
             print(
                 f"[2] 200 concurrent requests, 2 x 200 ms critical path, --max-concurrency "
                 f"{limit}: {wall:.2f} s vs ideal {ideal:.2f} s  ratio {wall / ideal:.3f}  "
-                "(target <= 1.2)"
+                f"(target <= 1.2); server CPU {cpu * 1e3 / 200:.1f} ms per request"
             )
 
         def memory(base: str) -> tuple[float, float, float]:
@@ -241,17 +281,18 @@ def main() -> None:
             server = Server(pool, "--max-concurrency", "64", "--max-queue", "256")
             try:
                 asyncio.run(burst(server.url, 200, 64))
-                before = server.rss_mb()
+                before, cpu0 = server.rss_mb(), server.cpu_s()
                 wall = asyncio.run(burst(server.url, args.requests, 64))
-                after = server.rss_mb()
+                after, cpu = server.rss_mb(), server.cpu_s() - cpu0
             finally:
                 server.close()
-            return before, after, wall
+            return before, after, wall, cpu
 
-        before, after, wall = with_provider(0.0, ONE_STEP, memory)
+        before, after, wall, cpu = with_provider(0.0, ONE_STEP, memory)
         print(
-            f"[3] {args.requests} requests ({args.requests / wall:.0f} requests/s): server RSS "
-            f"{before:.1f} MB -> {after:.1f} MB, growth {after - before:.1f} MB  (target < 20 MB)"
+            f"[3] {args.requests} requests ({args.requests / wall:.0f} requests/s, server CPU "
+            f"{cpu * 1e3 / args.requests:.1f} ms per request): server RSS {before:.1f} MB -> "
+            f"{after:.1f} MB, growth {after - before:.1f} MB  (target < 20 MB)"
         )
 
 
