@@ -102,7 +102,8 @@ def test_streaming_with_usage(tmp_path: Path, fake_server: FakeLLMServer) -> Non
     assert last.choices == [] and last.usage is not None
     assert usage_of(last.usage) == USAGE
     assert [c for c in chunks[:-1] if c.usage] == []
-    assert run_id_header and run_id_header.strip()
+    # The header names the run whose answer this is; every chunk carries its id.
+    assert run_id_header and {c.id for c in chunks} == {f"chatcmpl-{run_id_header}"}
 
 
 def test_streaming_without_include_usage_sends_no_usage(
@@ -420,3 +421,49 @@ async def test_disconnect_stops_the_run(
         assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"] == (
             "final"
         )
+
+
+def test_one_cache_for_all_requests(
+    tmp_path: Path, fake_server: FakeLLMServer, cache_dir: Path
+) -> None:
+    # With the cache on, a second identical request is answered from the calls the first
+    # one made: the server keeps one cache across requests (catches a cache per request).
+    script_two_steps(fake_server)
+    with served(make_pool(tmp_path, fake_server), use_cache=True) as url:
+        client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0)
+        first, second = (
+            client.chat.completions.create(
+                model="conductor", messages=[{"role": "user", "content": "Capital of France?"}]
+            )
+            for _ in range(2)
+        )
+    assert first.choices[0].message.content == second.choices[0].message.content
+    assert len(fake_server.requests) == 3  # the first run's three calls, no more
+    runs = [(r.model_extra or {})["conductor"]["runs"][0] for r in (first, second)]
+    assert runs[0]["run_id"] != runs[1]["run_id"]
+
+
+async def test_worker_limits_hold_across_requests(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    # w0 allows one call at a time; three requests at once must queue on that one limit
+    # (catches callers made per request, each with its own limit).
+    fake_server.script("w0", Reply("one at a time", latency_s=0.3))
+    workers = [worker(fake_server, "w0", max_concurrency=1), worker(fake_server, "w1")]
+    pool = load_pool(make_pool_file(tmp_path, fake_server, workers=workers))
+    with served(pool) as url:
+        async with httpx.AsyncClient(timeout=60) as http:
+            resps = await asyncio.gather(
+                *(
+                    http.post(
+                        f"{url}/chat/completions",
+                        json={"model": "single:w0", "messages": [{"role": "user", "content": q}]},
+                    )
+                    for q in ("a?", "b?", "c?")
+                )
+            )
+    assert [r.status_code for r in resps] == [200, 200, 200]
+    arrivals = sorted(r.received_at for r in fake_server.requests_for("w0"))
+    assert len(arrivals) == 3
+    # Each call starts only after the one before it answered (0.3 s later).
+    assert all(b - a >= 0.25 for a, b in zip(arrivals, arrivals[1:], strict=False))
