@@ -16,8 +16,9 @@ import pytest
 from poolkit import CONDUCTOR_MODEL, lists, worker
 from servekit import make_pool, make_pool_file, served
 
+from conductor.bench.rundir import iter_records
 from conductor.pool import load_pool
-from conductor.testing import FakeLLMServer, FakeRequest, Reply
+from conductor.testing import FakeLLMServer, FakeRequest, Fault, Reply
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -240,6 +241,52 @@ def test_vote_pattern_model(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     assert fake_server.requests_for(CONDUCTOR_MODEL) == []
 
 
+@pytest.mark.parametrize(
+    ("model", "calls"),
+    [("moa", {"w0": 2, "w1": 1}), ("reflect:2:w1", {"w0": 0, "w1": 3})],
+)
+def test_other_baselines_answer(
+    tmp_path: Path, fake_server: FakeLLMServer, model: str, calls: dict[str, int]
+) -> None:
+    # moa: both workers propose, w0 aggregates; reflect:2:w1: an answer, two revisions.
+    fake_server.script("w0", "from w0")
+    fake_server.script("w1", "from w1")
+    with served(make_pool(tmp_path, fake_server)) as url:
+        client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0)
+        reply = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "Hello?"}]
+        )
+    assert reply.choices[0].message.content == ("from w0" if model == "moa" else "from w1")
+    assert {w: len(fake_server.requests_for(w)) for w in calls} == calls
+    assert fake_server.requests_for(CONDUCTOR_MODEL) == []
+
+
+def test_records_hold_every_run(tmp_path: Path, fake_server: FakeLLMServer) -> None:
+    # n=2 is two runs, two records; a failed run (502) is recorded too.
+    fake_server.script(CONDUCTOR_MODEL, lists([0], ["Answer."], [[]]))
+    fake_server.script("w0", "ok")
+    fake_server.script("w1", Fault(401, "Incorrect API key provided"))
+    records = tmp_path / "records"
+    with served(make_pool(tmp_path, fake_server), records_dir=records) as url:
+        two = httpx.post(
+            f"{url}/chat/completions",
+            json={"model": "conductor", "n": 2, "messages": [{"role": "user", "content": "Hi"}]},
+            timeout=60,
+        )
+        failed = httpx.post(
+            f"{url}/chat/completions",
+            json={"model": "single:w1", "messages": [{"role": "user", "content": "Hi"}]},
+            timeout=60,
+        )
+    assert two.status_code == 200 and failed.status_code == 502
+    # Read back with the run directory's own reader (the one trace and report use).
+    saved = list(iter_records(records / "samples.jsonl"))
+    ids = two.headers["x-conductor-run-id"].split(",") + [failed.headers["x-conductor-run-id"]]
+    assert [r.sample_id for r in saved] == ids
+    assert [r.status for r in saved] == ["ok", "ok", "failed"]
+    assert "Incorrect API key provided" in (saved[2].error or "")
+
+
 def _all_text(request: FakeRequest) -> str:
     return "\n".join(m["content"] for m in request.messages)
 
@@ -386,7 +433,9 @@ async def test_disconnect_stops_the_run(
     fake_server.script(CONDUCTOR_MODEL, lists([0, 1], ["Draft.", "Finish."], [[], [0]]))
     fake_server.script("w0", Reply("draft", latency_s=1.5))
     fake_server.script("w1", "final")
-    with served(make_pool(tmp_path, fake_server)) as url:
+    # One slot and no queue: a run left holding its slot would make the request after
+    # it a 429 (catches a slot not given back when the client leaves).
+    with served(make_pool(tmp_path, fake_server), max_concurrency=1, max_queue=0) as url:
         body = {
             "model": "conductor",
             "stream": stream,

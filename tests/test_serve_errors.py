@@ -96,8 +96,19 @@ def test_400_bad_json(tmp_path: Path, answered: FakeLLMServer) -> None:
         {"model": "conductor", "messages": "hello"},  # not a list
         {"messages": QUESTION},  # no model
         [1, 2, 3],  # not an object
+        {"model": "conductor", "messages": []},  # no question
+        {"model": "conductor", "messages": [{"role": "system", "content": "Be terse."}]},
+        {"model": "conductor", "messages": [{"role": "user"}]},  # no content
     ],
-    ids=["no-messages", "messages-not-a-list", "no-model", "not-an-object"],
+    ids=[
+        "no-messages",
+        "messages-not-a-list",
+        "no-model",
+        "not-an-object",
+        "empty-messages",
+        "no-user-message",
+        "message-without-content",
+    ],  # fmt: skip
 )
 def test_400_bad_body(tmp_path: Path, answered: FakeLLMServer, payload: Any) -> None:
     with served(make_pool(tmp_path, answered)) as url:

@@ -69,7 +69,10 @@ def test_cli_listens_answers_and_records_are_traceable(
     assert run_ids[0] not in shown.stdout
 
 
-def test_sigterm_finishes_the_request_in_flight(tmp_path: Path, fake_server: FakeLLMServer) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_finishes_the_request_in_flight(
+    tmp_path: Path, fake_server: FakeLLMServer, sig: signal.Signals
+) -> None:
     fake_server.script(CONDUCTOR_MODEL, lists([0], ["Answer."], [[]]))
     fake_server.script("w0", Reply("slow Paris", latency_s=2.0))
     pool = make_pool_file(tmp_path, fake_server)
@@ -87,7 +90,7 @@ def test_sigterm_finishes_the_request_in_flight(tmp_path: Path, fake_server: Fak
         thread = threading.Thread(target=request)
         thread.start()
         wait_for(lambda: fake_server.requests_for("w0"), what="w0 to be called")
-        server.proc.send_signal(signal.SIGTERM)
+        server.proc.send_signal(sig)
         thread.join(60)
         code = server.wait()
     assert "error" not in result, result
