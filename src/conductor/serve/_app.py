@@ -18,6 +18,7 @@ import contextlib
 import functools
 import hmac
 import json
+import logging
 import time
 import weakref
 from collections.abc import AsyncIterator
@@ -30,7 +31,7 @@ from starlette.types import Receive
 
 from ..bench.strategies import Strategy
 from ..conductors.spec import resolve_conductor
-from ..errors import UsageError
+from ..errors import ConductorError, UsageError
 from ..record import RunRecord, new_run_id
 from ..text import check_question
 from ._conversation import question_text
@@ -52,6 +53,8 @@ from ._service import Service, Ticket, check_records_dir
 from ._settings import ServeSettings
 
 __all__ = ["create_app"]
+
+log = logging.getLogger("conductor")
 
 
 def create_app(settings: ServeSettings) -> FastAPI:
@@ -79,6 +82,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
     )
     app.add_exception_handler(ApiError, _api_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, _server_error)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -287,7 +291,7 @@ def _failure(record: RunRecord) -> dict[str, Any]:
 
 def _cost_header(records: list[RunRecord]) -> str:
     cost = cost_of(records)
-    return "unknown" if cost is None else repr(cost)
+    return "unknown" if cost is None else f"{cost:.8f}"
 
 
 # -- the request's edges ----------------------------------------------------------------
@@ -350,6 +354,17 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
 
 async def _api_error(request: Request, exc: ApiError) -> Response:
     return _json(exc.body(), status=exc.status, headers=exc.headers)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    """A run that raised instead of recording its failure: the server's set-up (a
+    missing model file, a Conductor that cannot be prompted) or a defect."""
+    if isinstance(exc, ConductorError):
+        message = str(exc)
+    else:
+        log.error("an unexpected error answered a request with 500", exc_info=exc)
+        message = f"internal error ({type(exc).__name__}); see the server's log"
+    return _json(error_body(message, type="server_error", code="server_error"), status=500)
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

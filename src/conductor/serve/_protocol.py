@@ -24,6 +24,7 @@ __all__ = [
     "chunk",
     "completion_body",
     "conductor_field",
+    "cost_of",
     "error_body",
     "event_payload",
     "parse_chat_request",
@@ -241,9 +242,17 @@ def usage_of(records: list[RunRecord]) -> dict[str, int]:
     }
 
 
+def _run_cost(record: RunRecord) -> float | None:
+    """A run's cost in USD, or ``None`` when a call of it has no known price."""
+    if record.totals.unknown_cost_calls:
+        return None
+    return record.totals.cost_usd
+
+
 def cost_of(records: list[RunRecord]) -> float | None:
-    """The request's cost in USD: the runs' totals summed (``None`` if one has none)."""
-    costs = [r.totals.cost_usd for r in records]
+    """The request's cost in USD: its runs' costs summed, or ``None`` when a call's
+    price is not known (a partial sum would look exact and be too low)."""
+    costs = [_run_cost(r) for r in records]
     if any(c is None for c in costs):
         return None
     return round(sum(c for c in costs if c is not None), 8)
@@ -269,7 +278,7 @@ def _run_summary(record: RunRecord) -> dict[str, Any]:
         "run_id": record.run_id,
         "status": record.status,
         "error": record.error,
-        "cost_usd": record.totals.cost_usd,
+        "cost_usd": _run_cost(record),
         "calls": record.totals.calls,
         "cached_calls": record.totals.cached_calls,
         "workflow": {"rounds": rounds},
