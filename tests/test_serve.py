@@ -107,6 +107,39 @@ def test_streaming_with_usage(tmp_path: Path, fake_server: FakeLLMServer) -> Non
     assert run_id_header and {c.id for c in chunks} == {f"chatcmpl-{run_id_header}"}
 
 
+async def test_async_streaming_with_usage(tmp_path: Path, fake_server: FakeLLMServer) -> None:
+    script_two_steps(fake_server)
+    with served(make_pool(tmp_path, fake_server)) as url:
+        client = openai.AsyncOpenAI(base_url=url, api_key=KEY, max_retries=0)
+        stream = await client.chat.completions.create(
+            model="conductor",
+            messages=[{"role": "user", "content": "Capital of France?"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = [chunk async for chunk in stream]
+        await client.close()
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "The answer is Paris."
+    assert chunks[-1].usage is not None and usage_of(chunks[-1].usage) == USAGE
+
+
+def test_unpriced_run_has_no_cost(tmp_path: Path, fake_server: FakeLLMServer) -> None:
+    # The fake models have no price (in the pool or litellm's table): the cost is not
+    # known, and must not be reported as 0 (catches a made-up cost).
+    script_two_steps(fake_server)
+    with served(make_pool(tmp_path, fake_server)) as url:
+        resp = httpx.post(
+            f"{url}/chat/completions",
+            json={"model": "conductor", "messages": [{"role": "user", "content": "Capital?"}]},
+            timeout=60,
+        )
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["conductor"]["cost_usd"] is None
+    header = resp.headers["x-conductor-cost-usd"]
+    assert header and header not in {"0", "0.0"}
+
+
 def test_streaming_without_include_usage_sends_no_usage(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
