@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -217,3 +219,27 @@ def test_nested_serve_through_conductor_ask(tmp_path: Path, fake_server: FakeLLM
     assert record["final_answer"] == "inner answer: 42"
     assert len(fake_server.requests_for("w0")) == 1
     assert [s["worker_id"] for s in record["rounds"][0]["steps"]] == ["inner"]
+
+
+def test_help_does_not_import_the_server_stack() -> None:
+    # `conductor --help` stays instant: fastapi / uvicorn load only when serve runs.
+    code = (
+        "import sys\n"
+        "from conductor.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print('LOADED', [m for m in ('fastapi', 'uvicorn', 'starlette', 'conductor.serve')"
+        " if m in sys.modules])\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "LOADED []" in res.stdout, res.stdout + res.stderr
+    assert "serve" in res.stdout
+
+
+def test_serve_help_lists_the_contract_options() -> None:
+    res = run_cli("serve", "--help")
+    assert res.returncode == 0, res.stderr
+    for option in (
+        "--pool", "--conductor", "--host", "--port", "--records", "--api-key-env",
+        "--max-concurrency", "--max-queue", "--max-body-bytes", "--grace-s", "--no-cache",
+    ):  # fmt: skip
+        assert option in res.stdout, option
