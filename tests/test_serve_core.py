@@ -310,3 +310,25 @@ def test_a_full_queue_answers_429_with_retry_after(
     assert busy.status_code == 429 and busy.headers["retry-after"] == "1"
     assert busy.json()["error"]["code"] == "rate_limit_exceeded"
     assert first[0].status_code == 200
+
+
+def test_a_client_that_leaves_while_queued_never_starts_its_run(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    body = {"model": "single:w0", "messages": [{"role": "user", "content": "q"}]}
+    with _slow_server(tmp_path, fake_server, max_concurrency=1) as url:
+        first: list[httpx.Response] = []
+        thread = threading.Thread(
+            target=lambda: first.append(
+                _ask(url, {**body, "messages": [{"role": "user", "content": "first"}]})
+            )
+        )
+        thread.start()
+        while not fake_server.requests_for("w0"):
+            time.sleep(0.02)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/chat/completions", json=body, timeout=httpx.Timeout(10, read=0.5))
+        thread.join()
+        time.sleep(0.5)  # the slot is free now: a queued run not cancelled would start
+    assert first[0].status_code == 200
+    assert [r.last_user_message for r in fake_server.requests_for("w0")] == ["first"]

@@ -32,6 +32,7 @@ from starlette.types import Receive
 from ..bench.strategies import Strategy
 from ..conductors.spec import resolve_conductor
 from ..errors import ConductorError, UsageError
+from ..llm.cache import ResponseCache
 from ..record import RunRecord, new_run_id
 from ..text import check_question
 from ._conversation import question_text
@@ -65,6 +66,9 @@ def create_app(settings: ServeSettings) -> FastAPI:
     conductor = resolve_conductor(settings.pool, settings.conductor)
     if settings.records_dir is not None:
         check_records_dir(settings.records_dir)
+    if settings.use_cache:
+        with ResponseCache():  # a cache directory that cannot be used: one sentence now
+            pass
     created = int(time.time())
 
     @contextlib.asynccontextmanager
@@ -174,25 +178,23 @@ class _Job:
         self.headers = {"x-conductor-run-id": ",".join(run_ids)}
 
     async def answered(self, receive: Receive) -> Response:
-        """Run, watching the connection: a client that leaves cancels the runs."""
-        async with self.ticket.running():
-            work = asyncio.ensure_future(
-                self.service.run_all(self.strategy, self.question, self.run_ids)
-            )
-            gone = asyncio.ensure_future(_disconnected(receive))
-            try:
-                await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in (work, gone):
-                    if not task.done():
-                        task.cancel()
-                for task in (work, gone):
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-            if not work.done() or work.cancelled():
-                # The client is gone: nobody reads this.
-                return Response(status_code=499)
-            records = work.result()
+        """Run, watching the connection from the start (waiting for a slot included):
+        a client that leaves cancels the runs."""
+        work = asyncio.ensure_future(self._run_in_slot())
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (work, gone):
+                if not task.done():
+                    task.cancel()
+            # The watcher first: awaiting a run that raised raises (a 500) here.
+            for task in (gone, work):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if work.cancelled():
+            return Response(status_code=499)  # the client is gone: nobody reads this
+        records = work.result()
         headers = {**self.headers, "x-conductor-cost-usd": _cost_header(records)}
         failed = next((r for r in records if r.status == "failed"), None)
         if failed is not None:
@@ -202,6 +204,10 @@ class _Job:
         return _json(
             completion_body(self.id, self.created, self.chat.model, records), headers=headers
         )
+
+    async def _run_in_slot(self) -> list[RunRecord]:
+        async with self.ticket.running():
+            return await self.service.run_all(self.strategy, self.question, self.run_ids)
 
     def streamed(self) -> StreamingResponse:
         events = self._events()

@@ -10,7 +10,7 @@ goes; it only reads finished (or cancelled) run records.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..events import Event
@@ -108,7 +108,6 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     progress: bool = False
-    ignored: tuple[str, ...] = field(default=())
 
 
 def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:
