@@ -549,3 +549,32 @@ async def test_worker_limits_hold_across_requests(
     assert len(arrivals) == 3
     # Each call starts only after the one before it answered (0.3 s later).
     assert all(b - a >= 0.25 for a, b in zip(arrivals, arrivals[1:], strict=False))
+
+
+async def test_a_client_that_leaves_the_queue_never_runs(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    # One slot: the first request runs (w0 is slow), the second waits in the queue and
+    # its client leaves.  Once the slot is free, the second run must not start: the
+    # Conductor is asked once in all (catches a queue that runs abandoned requests).
+    fake_server.script(CONDUCTOR_MODEL, lists([0], ["Answer."], [[]]))
+    fake_server.script("w0", Reply("slow", latency_s=1.5))
+    body = {"model": "conductor", "messages": [{"role": "user", "content": "Go."}]}
+    with served(make_pool(tmp_path, fake_server), max_concurrency=1, max_queue=4) as url:
+        async with httpx.AsyncClient(timeout=60) as http:
+            first = asyncio.create_task(http.post(f"{url}/chat/completions", json=body))
+            for _ in range(1500):
+                if fake_server.requests_for("w0"):
+                    break
+                await asyncio.sleep(0.02)
+            second = asyncio.create_task(http.post(f"{url}/chat/completions", json=body))
+            await asyncio.sleep(0.3)  # let it reach the queue
+            assert not second.done()
+            second.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await second
+            resp = await first
+        assert resp.status_code == 200, resp.text
+        await asyncio.sleep(1.0)  # time for a wrongly started second run to ask
+    assert len(fake_server.requests_for(CONDUCTOR_MODEL)) == 1
+    assert len(fake_server.requests_for("w0")) == 1
