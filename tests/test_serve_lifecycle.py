@@ -105,7 +105,13 @@ def test_a_stop_signal_finishes_the_request_in_flight(
     assert saved["final_answer"] == "slow Paris"
 
 
-@pytest.mark.parametrize("case", ["no-workers", "missing-file", "bad-conductor", "unset-key-env"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "no-workers", "missing-file", "bad-conductor", "unset-key-env", "unusable-cache",
+        "unusable-records",
+    ],
+)  # fmt: skip
 def test_start_up_errors_exit_2_before_listening(
     tmp_path: Path, fake_server: FakeLLMServer, case: str
 ) -> None:
@@ -122,9 +128,17 @@ def test_start_up_errors_exit_2_before_listening(
     elif case == "bad-conductor":
         args += ["--conductor", "no-such-conductor-spec"]
         needle = "no-such-conductor-spec"
-    else:
+    elif case == "unset-key-env":
         args += ["--api-key-env", "CONDUCTOR_SERVE_TEST_KEY"]
         needle = "CONDUCTOR_SERVE_TEST_KEY"
+    else:  # the call cache's directory, or --records, is a file
+        blocker = tmp_path / "not-a-directory"
+        blocker.write_text("")
+        if case == "unusable-cache":
+            env["CONDUCTOR_CACHE_DIR"] = str(blocker)
+        else:
+            args += ["--records", str(blocker)]
+        needle = "not-a-directory"
     # A server that started listening would never exit: the timeout fails the test.
     res = run_cli("serve", "--port", "0", *args, env=env, timeout=60)
     assert res.returncode == 2, (res.returncode, res.stderr)
