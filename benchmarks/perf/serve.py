@@ -12,6 +12,9 @@ another (`--no-cache`), so that neither one's work or memory counts against the 
 2. 200 concurrent requests whose workflows are two dependent steps at 200 ms per worker
    call (the Conductor answers at once: a 2 x 200 ms critical path) against the ideal
    ceil(200 / limit) x 0.4 s, for --max-concurrency 200 and 64  (target: <= 1.2x).
+   Beside it, the same 200 questions in-process (no server), at 200 ms and at 0 ms per
+   call: the ideal counts only the waits, and on a small machine the work of 600 calls
+   (client, server and fake provider, each one event loop) adds to them.
 3. RSS of the server process before and after `--requests` requests (default 5,000;
    64 in flight, 0 ms per call), after a warm-up of 200  (target: growth < 20 MB).
 """
@@ -279,6 +282,13 @@ def main() -> None:
                     server.close()
             return out
 
+        floor = with_provider(
+            0.0, TWO_STEPS, lambda base: asyncio.run(in_process_burst(base, args.client, 200))
+        )
+        print(
+            f"[2] floor: the same 200 questions in-process at 0 ms per call: {floor:.2f} s "
+            "(the work itself, which the ideal leaves out)"
+        )
         # "CPU, all" is the CPU seconds the client, the server and the fake provider
         # used together: near wall x CPUs, the run was bound by the machine, not by waits.
         for limit, wall, cpu, total in with_provider(0.2, TWO_STEPS, concurrent):
