@@ -52,6 +52,8 @@ def test_401_without_or_with_a_wrong_bearer(tmp_path: Path, answered: FakeLLMSer
             timeout=30,
         )
         models = httpx.get(f"{url}/models", timeout=30)
+        # The README's health check answers without a token (for load balancers).
+        health = httpx.get(f"{url.removesuffix('/v1')}/health", timeout=30)
         right = httpx.post(
             f"{url}/chat/completions",
             json=body(),
@@ -65,6 +67,7 @@ def test_401_without_or_with_a_wrong_bearer(tmp_path: Path, answered: FakeLLMSer
         assert "right-key-123" not in resp.text  # the key is never echoed
     assert right.status_code == 200, right.text
     assert right.json()["choices"][0]["message"]["content"] == "Paris"
+    assert health.status_code == 200, health.text
     # Refused requests made no calls; only the authorised one ran.
     assert len(answered.requests_for("w0")) == 1
 
