@@ -63,9 +63,9 @@ async def run(
     from conductor.bench.runner import BenchOptions, run_benchmark
     from conductor.bench.spec import load_benchmark
     from conductor.bench.strategies import ConductorStrategy
-    from conductor.cache import ResponseCache
     from conductor.conductors.spec import resolve_conductor
     from conductor.execute import RunSettings
+    from conductor.llm.cache import ResponseCache
     from conductor.llm.caller import CallerSet
     from conductor.pool import load_pool_text
 
