@@ -147,10 +147,20 @@ def test_points_of_bench_runs(tmp_path: Path) -> None:
     points, left_out = bench_run_points([cond, tmp_path / "singles", unpriced])
     assert left_out == [(unpriced, "no call of it has a known price")]
     by_label = {p.label: p for p in points}
-    assert sorted(by_label) == ["conductor", "single:claude", "single:gemini"]
-    c = by_label["conductor"]
+    # One record's cost is unknown: the run's cost is a lower bound, and its label says so.
+    assert sorted(by_label) == ["conductor (some calls unpriced)", "single:claude", "single:gemini"]
+    c = by_label["conductor (some calls unpriced)"]
     assert c.accuracy == 0.5 and (c.acc_lo, c.acc_hi) == wilson_interval(2, 4)
     # An unknown cost counts as 0, as in the summary's cost per question: 0.06 / 4.
     assert c.cost == pytest.approx(0.015) and not c.is_single
     assert by_label["single:claude"].accuracy == 0.8 and by_label["single:claude"].is_single
     assert by_label["single:gemini"].cost == pytest.approx(0.001)
+
+    # A run with an unpriced call is drawn at its lower bound, and says so.
+    partly = write_run(
+        tmp_path / "partly",
+        "moa",
+        [record("s0", 0, "correct", [round_of(0, [(2, [])])], wall=1.0, unknown_calls=1)],
+    )
+    (p,), _ = bench_run_points([partly])
+    assert p.label == "moa (some calls unpriced)" and p.cost == pytest.approx(0.01)

@@ -139,6 +139,8 @@ def bench_run_points(runs: Sequence[Path]) -> tuple[list[RunPoint], list[tuple[P
         if s.cost_per_question is None:
             left_out.append((d, "no call of it has a known price"))
             continue
+        if s.cost_is_lower_bound:
+            label += " (some calls unpriced)"  # its cost is a lower bound
         correct = s.status_counts.get("correct", 0)
         single = s.strategy.startswith("single:")
         points.append(run_point(label, correct, s.n_records, _record_costs(d), is_single=single))
