@@ -3,6 +3,7 @@ and ``conductor report --plot``."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -13,6 +14,7 @@ from poolkit import run_cli
 from test_bench_report import ALL, JUDGE, record, round_of, single_dir, write_run
 
 from conductor.record import RunRecord, write_record
+from conductor.view.plots import bench_run_points
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -135,3 +137,56 @@ def test_help_does_not_load_the_drawing_libraries() -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "LOADED []" in res.stdout, res.stdout + res.stderr
     assert "--plot" in res.stdout and "svg" in res.stdout
+
+
+def test_pictures_of_a_real_bench_run(tmp_path: Path) -> None:
+    """A real ``conductor bench`` (fake models, priced): the SVG follows the recorded
+    access lists, and the chart holds the Conductor run and each single worker."""
+    from poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
+    from test_bench_run import make_math_file, number_in
+
+    from conductor.testing import FakeLLMServer
+
+    price = {"input_per_mtok": 1.0, "output_per_mtok": 2.0}
+    with FakeLLMServer() as server:
+        plan = lists([0, 1, 0], ["Try it.", "Try it too.", "Judge <both>."], [[], [], [0, 1]])
+        server.script(CONDUCTOR_MODEL, [plan])
+        server.script("w0", lambda r: f"\\boxed{{{number_in(r)}}}")
+        server.script("w1", lambda r: "\\boxed{-1}")
+        workers = [worker(server, w, price=price) for w in ("w0", "w1")]
+        pool = write_pool(tmp_path / "pool.yaml", pool_dict(server, workers, price=price))
+        data = make_math_file(tmp_path / "math.jsonl", 3)
+        env = {"CONDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+        common = ("bench", "math500", "--pool", str(pool), "--data", str(data))
+        for out, extra in (("run", ()), ("singles", ("--strategy", "singles"))):
+            res = run_cli(*common, "--out", str(tmp_path / out), *extra, env=env)
+            assert res.returncode == 0, res.stderr
+    sample = "math500/test/synthetic/1.json"
+    res = run_cli("trace", str(tmp_path / "run"), "--sample", sample, "--format", "svg")
+    assert res.returncode == 0, res.stderr
+    (line,) = [
+        json.loads(x)
+        for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()
+        if json.loads(x)["sample_id"] == sample
+    ]
+    steps = line["rounds"][0]["steps"]
+    assert step_ids(res.stdout) == [f"1.{s['index']}" for s in steps] == ["1.0", "1.1", "1.2"]
+    recorded = {(f"1.{j}", f"1.{s['index']}") for s in steps for j in s["visible_steps"]}
+    assert edge_ids(res.stdout) == recorded == {("1.0", "1.2"), ("1.1", "1.2")}
+    assert "Judge &lt;both&gt;." in res.stdout
+
+    chart = tmp_path / "chart.svg"
+    res = run_cli("report", str(tmp_path / "run"), str(tmp_path / "singles"), "--plot", str(chart))
+    assert res.returncode == 0, res.stderr
+    assert "chart of 3 runs written to" in res.stdout
+    text = chart.read_text()
+    assert ET.fromstring(text).tag == f"{SVG}svg"
+    # The runs drawn: the judge (w0) is right on all three questions, w1 on none.
+    points, left_out = bench_run_points([tmp_path / "run", tmp_path / "singles"])
+    assert not left_out
+    drawn = {p.label: (p.accuracy, p.is_single, p.cost > 0) for p in points}
+    assert drawn == {
+        "conductor": (1.0, False, True),
+        "single:w0": (1.0, True, True),
+        "single:w1": (0.0, True, True),
+    }
