@@ -86,6 +86,14 @@ def test_frontier_and_oracle_are_drawn_where_the_statistics_put_them() -> None:
     assert "oracle" not in {line.get_gid() for line in no_oracle.axes[0].get_lines()}
 
 
+def test_an_interval_beside_its_value_by_a_rounding_error_is_drawn() -> None:
+    # A summary's mean and a bootstrap's ends differ in the last bits (sum vs fsum).
+    cost = 0.1 + 0.2
+    p = RunPoint("r", 0.5, 0.5 + 1e-12, 0.6, cost, 0.30000000000000004 + 1e-15, 0.31)
+    svg = accuracy_cost_svg([p, POINTS[0]])
+    assert ET.fromstring(svg).tag == "{http://www.w3.org/2000/svg}svg"
+
+
 def test_oracle_ties_go_to_the_cheaper_run() -> None:
     tie = [point("x", 0.5, 0.3, True), point("y", 0.5, 0.1, True), point("z", 0.2, 0.01, True)]
     assert oracle_index(tie) == 1
