@@ -212,6 +212,7 @@ def report(
         Path | None,
         typer.Option(
             "--plot",
+            metavar="FILE",
             help="Also draw accuracy against cost per question (95% intervals, the Pareto "
             "frontier) to FILE, a .png or .svg.",
         ),
