@@ -352,8 +352,8 @@ def _records_run(records: list[RunRecord], kind: str, path: Path) -> ViewRun:
         if n
         else None,
         calls=sum(r.totals.calls for r in records) / n if n else None,
-        latency_p50=percentile(walls, 50) if walls else None,
-        latency_p95=percentile(walls, 95) if walls else None,
+        latency_p50=percentile(walls, 0.5) if walls else None,
+        latency_p95=percentile(walls, 0.95) if walls else None,
         parse_failure_rate=bad / tries if tries else None,
         worker_usage=usage,
         worker_order=sorted(usage),
