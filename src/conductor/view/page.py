@@ -115,6 +115,16 @@ def _detail(s: ViewSample, texts: _Strings, names: _Strings) -> list[Any]:
     return [s.svg, [texts(r) for r in s.replies], s.parse_errors, steps, s.why, s.error]
 
 
+# The mean shown is the summary's; its interval is a bootstrap's, whose ends can differ
+# from it in the last bits when every value is the same: an end never crosses the mean.
+def _below(end: float | None, value: float) -> float:
+    return value if end is None else min(end, value)
+
+
+def _above(end: float | None, value: float) -> float:
+    return value if end is None else max(end, value)
+
+
 def _chart_points(runs: Sequence[ViewRun]) -> list[Any]:
     from .plots import RunPoint
 
@@ -127,11 +137,11 @@ def _chart_points(runs: Sequence[ViewRun]) -> list[Any]:
             RunPoint(
                 label=run.label,
                 accuracy=o.accuracy,
-                acc_lo=o.acc_lo if o.acc_lo is not None else o.accuracy,
-                acc_hi=o.acc_hi if o.acc_hi is not None else o.accuracy,
+                acc_lo=_below(o.acc_lo, o.accuracy),
+                acc_hi=_above(o.acc_hi, o.accuracy),
                 cost=o.cost,
-                cost_lo=o.cost_lo if o.cost_lo is not None else o.cost,
-                cost_hi=o.cost_hi if o.cost_hi is not None else o.cost,
+                cost_lo=_below(o.cost_lo, o.cost),
+                cost_hi=_above(o.cost_hi, o.cost),
                 is_single=run.is_single,
             )
         )
