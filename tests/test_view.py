@@ -146,7 +146,7 @@ def test_the_page_holds_its_data_safely_and_requests_nothing(tmp_path: Path) -> 
     html = write_view(runs, tmp_path / "view.html").read_text()
     # The data blocks and the script are the only three script elements; the question
     # stayed inside its block and reads back whole.
-    assert html.count("</script>") == 3 and "pwned\"</script>" not in html
+    assert html.count("</script>") == 3 and 'pwned"</script>' not in html
     blocks = _blocks(html)
     rows = blocks["view-data"]["rows"]  # type: ignore[index]
     assert rows[0][4] == hostile and len(rows) == len(records)

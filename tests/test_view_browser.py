@@ -29,7 +29,9 @@ def _chromium() -> str:
             return found
     if Path("/usr/bin/chromium").is_file():
         return "/usr/bin/chromium"
-    pytest.skip("Chromium is not installed (apt-get install chromium); the page's browser tests need it")
+    pytest.skip(
+        "Chromium is not installed (apt-get install chromium); the page's browser tests need it"
+    )
 
 
 # Quiet, offline and without the browser's own background requests, so that the network
@@ -73,25 +75,47 @@ def count(page_dom: str) -> int:
 
 def listed(page_dom: str) -> list[str]:
     """The keys of the rows the list shows."""
-    return [html_lib.unescape(k) for k in re.findall(r'class="row sample-row[^"]*" data-index="\d+" data-key="([^"]*)"', page_dom)]
+    return [
+        html_lib.unescape(k)
+        for k in re.findall(
+            r'class="row sample-row[^"]*" data-index="\d+" data-key="([^"]*)"', page_dom
+        )
+    ]
 
 
-QUESTIONS = ["What is the capital of Japan? (Tokyo?)", "Add 2 and 2.", "Name a prime.", "Sort 3 1 2."]
+QUESTIONS = [
+    "What is the capital of Japan? (Tokyo?)",
+    "Add 2 and 2.",
+    "Name a prime.",
+    "Sort 3 1 2.",
+]
 
 
 def conductor_run() -> list[RunRecord]:
     records = []
     for i in range(12):
-        plan = fan("gpt-small", "claude-mid", "gemini-big") if i % 3 == 0 else chain("gpt-small", "claude-mid")
+        plan = (
+            fan("gpt-small", "claude-mid", "gemini-big")
+            if i % 3 == 0
+            else chain("gpt-small", "claude-mid")
+        )
         verdict = ["correct", "incorrect", "correct", "run_failed"][i % 4]
-        records.append(make_record(f"q{i}", f"{QUESTIONS[i % 4]} #{i}", plan, verdict=verdict, cost=0.002))
+        records.append(
+            make_record(f"q{i}", f"{QUESTIONS[i % 4]} #{i}", plan, verdict=verdict, cost=0.002)
+        )
     return records
 
 
 def single_run() -> list[RunRecord]:
     verdicts = ["incorrect", "incorrect", "correct", "correct"]
     return [
-        make_record(f"q{i}", f"{QUESTIONS[i % 4]} #{i}", chain("gemini-big"), verdict=verdicts[i % 4], cost=0.0005)
+        make_record(
+            f"q{i}",
+            f"{QUESTIONS[i % 4]} #{i}",
+            chain("gemini-big"),
+            verdict=verdicts[i % 4],
+            cost=0.0005,
+        )
         for i in range(12)
     ]
 
@@ -134,12 +158,31 @@ def test_one_sample_shows_its_workflow_graph(page: Path) -> None:
 @pytest.mark.parametrize(
     ("fragment", "expected"),
     [
-        ("verdict=right", ["q0#0", "q2#0", "q4#0", "q6#0", "q8#0", "q10#0", "q2#0", "q3#0", "q6#0", "q7#0", "q10#0", "q11#0"]),
+        (
+            "verdict=right",
+            [
+                "q0#0",
+                "q2#0",
+                "q4#0",
+                "q6#0",
+                "q8#0",
+                "q10#0",
+                "q2#0",
+                "q3#0",
+                "q6#0",
+                "q7#0",
+                "q10#0",
+                "q11#0",
+            ],
+        ),
         ("verdict=wrong&run=0", ["q1#0", "q5#0", "q9#0"]),
         ("verdict=failed", ["q3#0", "q7#0", "q11#0"]),
         ("q=TOKYO", ["q0#0", "q4#0", "q8#0", "q0#0", "q4#0", "q8#0"]),
         ("q=judge+the", ["q0#0", "q3#0", "q6#0", "q9#0"]),
-        ("worker=claude-mid&steps=2", ["q1#0", "q2#0", "q4#0", "q5#0", "q7#0", "q8#0", "q10#0", "q11#0"]),
+        (
+            "worker=claude-mid&steps=2",
+            ["q1#0", "q2#0", "q4#0", "q5#0", "q7#0", "q8#0", "q10#0", "q11#0"],
+        ),
         ("kind=parallel+attempts+%2B+judge", ["q0#0", "q3#0", "q6#0", "q9#0"]),
     ],
 )
@@ -149,8 +192,14 @@ def test_filters_and_search_change_the_list(page: Path, fragment: str, expected:
 
 
 def test_runs_disagree_lists_the_samples_graded_differently(page: Path) -> None:
-    right_a = {f"q{i}#0": ["correct", "incorrect", "correct", "run_failed"][i % 4] == "correct" for i in range(12)}
-    right_b = {f"q{i}#0": ["incorrect", "incorrect", "correct", "correct"][i % 4] == "correct" for i in range(12)}
+    right_a = {
+        f"q{i}#0": ["correct", "incorrect", "correct", "run_failed"][i % 4] == "correct"
+        for i in range(12)
+    }
+    right_b = {
+        f"q{i}#0": ["incorrect", "incorrect", "correct", "correct"][i % 4] == "correct"
+        for i in range(12)
+    }
     differ = [k for k in right_a if right_a[k] != right_b[k]]
     out = dom(page, "disagree=1&run=0")
     assert listed(out) == differ and len(differ) == 6
@@ -166,12 +215,19 @@ def test_the_comparison_matches_counts_made_here(page: Path) -> None:
         "cmp-neither": sum(not x and not y for x, y in zip(a, b, strict=True)),
     }
     out = dom(page, "a=0&b=1")
-    shown = {k: int(v) for k, v in re.findall(r'id="(cmp-[a-z-]+)" class="num" data-value="(\d+)"', out)}
+    shown = {
+        k: int(v) for k, v in re.findall(r'id="(cmp-[a-z-]+)" class="num" data-value="(\d+)"', out)
+    }
     assert shown == expected
     # B against A: the same table turned over.
     out = dom(page, "a=1&b=0")
-    turned = {k: int(v) for k, v in re.findall(r'id="(cmp-[a-z-]+)" class="num" data-value="(\d+)"', out)}
-    assert turned["cmp-only-a"] == expected["cmp-only-b"] and turned["cmp-only-b"] == expected["cmp-only-a"]
+    turned = {
+        k: int(v) for k, v in re.findall(r'id="(cmp-[a-z-]+)" class="num" data-value="(\d+)"', out)
+    }
+    assert (
+        turned["cmp-only-a"] == expected["cmp-only-b"]
+        and turned["cmp-only-b"] == expected["cmp-only-a"]
+    )
 
 
 def _page_requests(net_log: Path) -> list[str]:
@@ -191,13 +247,18 @@ def test_the_page_makes_no_network_request(page: Path, tmp_path: Path) -> None:
     assert _page_requests(log) == []
     # The check sees a page that does ask for something.
     probe = tmp_path / "probe.html"
-    probe.write_text('<img src="http://example.com/x.png"><script>fetch("https://example.org/")</script>')
+    probe.write_text(
+        '<img src="http://example.com/x.png"><script>fetch("https://example.org/")</script>'
+    )
     browse(probe, f"--log-net-log={log}", "--dump-dom")
     assert len(_page_requests(log)) == 2
 
 
 def test_a_question_cannot_break_out_of_the_data(tmp_path: Path) -> None:
-    hostile = 'Why? </script><script>document.title="pwned"</script><img src=x onerror="document.title=1">'
+    hostile = (
+        'Why? </script><script>document.title="pwned"</script>'
+        '<img src=x onerror="document.title=1">'
+    )
     run = write_bench(tmp_path / "run", [make_record("x", hostile, chain("gpt-small"))])
     out = dom(write_view(load_runs([run]), tmp_path / "view.html"), "sample=0")
     assert "<title>conductor view · math500 · conductor · fake</title>" in out

@@ -31,7 +31,9 @@ class Plan:
 
 
 def chain(*workers: str) -> Plan:
-    return Plan([(w, f"step {i} for {w}", [i - 1] if i else [], "ok") for i, w in enumerate(workers)])
+    return Plan(
+        [(w, f"step {i} for {w}", [i - 1] if i else [], "ok") for i, w in enumerate(workers)]
+    )
 
 
 def fan(*workers: str) -> Plan:
@@ -98,7 +100,11 @@ def make_record(
         )
         workflow = json.loads(reply)
     rnd = RoundRecord(
-        index=1, conductor_calls=conductor_calls, workflow=workflow, steps=steps, final_answer=answer
+        index=1,
+        conductor_calls=conductor_calls,
+        workflow=workflow,
+        steps=steps,
+        final_answer=answer,
     )
     grade = None
     if verdict is not None:

@@ -59,11 +59,12 @@ def make_data(path: Path, n: int) -> None:
 async def run(
     base: str, data: Path, out: Path, concurrency: int, cache_dir: Path | None, client: str
 ) -> float:
+    from conductor.cache import ResponseCache
+
     from conductor.bench.graders import get_grader
     from conductor.bench.runner import BenchOptions, run_benchmark
     from conductor.bench.spec import load_benchmark
     from conductor.bench.strategies import ConductorStrategy
-    from conductor.cache import ResponseCache
     from conductor.conductors.spec import resolve_conductor
     from conductor.execute import RunSettings
     from conductor.llm.caller import CallerSet

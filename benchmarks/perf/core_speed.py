@@ -28,6 +28,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from conductor.cache import ResponseCache  # noqa: E402
+
 from conductor.conductors.spec import resolve_conductor  # noqa: E402
 from conductor.execute import Orchestrator, RunSettings  # noqa: E402
 from conductor.llm.caller import ModelCaller  # noqa: E402

@@ -21,9 +21,10 @@ import sys
 import tempfile
 import time
 
+from conductor.local_model import default_n_threads, embedded_model_path, get_llama
+
 from conductor.llm.local_client import LocalClient
 from conductor.llm.types import ModelRequest
-from conductor.local_model import default_n_threads, embedded_model_path, get_llama
 from conductor.pool import Worker
 
 PROMPT = "Explain in a few sentences why the sky looks blue during the day."

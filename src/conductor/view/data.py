@@ -167,9 +167,7 @@ def _text(value: Any) -> str:
 def _message_text(content: Any) -> str:
     """A chat message's content as text (a list of parts is joined)."""
     if isinstance(content, list):
-        return "\n".join(
-            _text(p.get("text")) if isinstance(p, dict) else _text(p) for p in content
-        )
+        return "\n".join(_text(p.get("text")) if isinstance(p, dict) else _text(p) for p in content)
     return _text(content)
 
 

@@ -28,7 +28,7 @@ _INSTALL = "pip install 'conductor-orchestrate[view]'"
 
 
 def _asset(name: str) -> str:
-    return resources.files("conductor.view").joinpath("assets", name).read_text("utf-8")
+    return resources.files("conductor.view").joinpath("assets").joinpath(name).read_text("utf-8")
 
 
 def _script_json(data: Any) -> str:
