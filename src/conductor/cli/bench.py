@@ -202,6 +202,44 @@ def _print_report(run_dirs: list[Path]) -> None:
 
 def report(
     runs: Annotated[list[Path], typer.Argument(help="Bench run directories, side by side.")],
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            help="Also draw accuracy against cost per question (95% intervals, the Pareto "
+            "frontier) to FILE, a .png or .svg.",
+        ),
+    ] = None,
 ) -> None:
     """Scores, cost and usage of saved bench runs, with the paper's figures for reference."""
-    _print_report(runs)
+    from ..bench.rundir import run_dirs
+
+    if plot is not None:
+        from ..view.plots import PLOT_SUFFIXES, require_matplotlib
+
+        if plot.suffix.lower() not in PLOT_SUFFIXES:
+            raise UsageError(f"--plot {plot}: give a file ending in .png or .svg")
+        require_matplotlib()  # before the tables, not after them
+    # A `singles` run stands for its single-WORKER directories.
+    dirs = [d for r in runs for d in (run_dirs(r) or [r])]
+    _print_report(dirs)
+    if plot is not None:
+        _write_plot(dirs, plot)
+
+
+def _write_plot(dirs: list[Path], plot: Path) -> None:
+    from ..text import printable
+    from ..view.plots import accuracy_cost_plot, bench_run_points
+
+    points, left_out = bench_run_points(dirs)
+    for run_dir, why in left_out:
+        stderr().print(
+            f"warning: {printable(str(run_dir))} is not on the chart: {why}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    if not points:
+        raise UsageError(f"--plot {plot}: none of the runs has an accuracy and a cost to draw")
+    accuracy_cost_plot(points, plot)
+    print_path(stdout(), f"chart of {plural(len(points), 'run')} written to", plot)

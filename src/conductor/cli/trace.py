@@ -24,6 +24,7 @@ class TraceFormat(str, Enum):
     table = "table"
     tree = "tree"
     mermaid = "mermaid"
+    svg = "svg"
     json = "json"
 
 
@@ -67,7 +68,7 @@ def trace(
         )
     console = stdout()
     if listing:
-        if fmt in ("mermaid", "json"):
+        if fmt in ("mermaid", "svg", "json"):
             raise UsageError(
                 f"--format {fmt.value} shows one sample; give --sample ID "
                 f"(conductor trace {run} lists them)"
@@ -105,6 +106,10 @@ def trace(
             typer.echo(to_json(record))
         elif fmt == "mermaid":
             typer.echo(to_mermaid(record))
+        elif fmt == "svg":
+            from ..view.graph import workflow_svg
+
+            typer.echo(workflow_svg(record))
         else:
             if sub_run is not None:
                 console.print(Rule(Text(printable(sub_run.name), style="bold")))

@@ -1,0 +1,285 @@
+"""Accuracy against cost per question, as a static chart (PNG or SVG) for papers and pages.
+
+One point per run, with its 95% intervals on both axes (Wilson on accuracy, a bootstrap
+over the run's questions on cost), the Pareto frontier (the runs no other run beats on
+both cost and accuracy) and, when two or more single-worker runs are given, the
+best-single-worker oracle marked.  Accuracies are fractions in [0, 1] (drawn as
+percentages), costs USD per question.
+
+matplotlib is imported only when a chart is drawn (it is the ``view`` extra), and only
+through its object API with the Agg and SVG canvases: no pyplot, no global backend.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import MissingDependencyError, UsageError
+from .stats import mean_interval, pareto_front, wilson_interval
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from ..bench.summary import RunSummary
+
+__all__ = [
+    "PLOT_SUFFIXES",
+    "RunPoint",
+    "accuracy_cost_plot",
+    "accuracy_cost_svg",
+    "bench_run_points",
+    "oracle_index",
+    "require_matplotlib",
+    "run_point",
+]
+
+INSTALL_HINT = "pip install 'conductor-orchestrate[view]'"
+#: The files ``accuracy_cost_plot`` writes, by suffix.
+PLOT_SUFFIXES = (".png", ".svg")
+_METADATA = re.compile(r"\s*<metadata>.*?</metadata>", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class RunPoint:
+    """One run on the chart: accuracy and cost per question, each with its interval."""
+
+    label: str
+    accuracy: float
+    acc_lo: float
+    acc_hi: float
+    cost: float
+    cost_lo: float
+    cost_hi: float
+    #: A single worker alone (``single:W``): drawn as the baselines, and a candidate
+    #: for the best-single-worker oracle.
+    is_single: bool = False
+
+
+def run_point(
+    label: str, correct: int, total: int, costs: Sequence[float], *, is_single: bool = False
+) -> RunPoint:
+    """A :class:`RunPoint` from a run's counts: ``correct`` of ``total`` graded records,
+    and each record's cost (Wilson and bootstrap 95% intervals)."""
+    if total <= 0:
+        raise ValueError(f"{label}: a run with no records has no accuracy")
+    lo, hi = wilson_interval(correct, total)
+    cost, cost_lo, cost_hi = mean_interval(costs)
+    return RunPoint(label, correct / total, lo, hi, cost, cost_lo, cost_hi, is_single)
+
+
+def oracle_index(points: Sequence[RunPoint]) -> int | None:
+    """The best single-worker run (the most accurate; ties: the cheaper, then the first),
+    as :func:`conductor.bench.summary.best_single` picks it; ``None`` unless at least
+    two single-worker runs are given (one alone is no choice)."""
+    singles = [i for i, p in enumerate(points) if p.is_single]
+    if len(singles) < 2:
+        return None
+    return min(singles, key=lambda i: (-points[i].accuracy, points[i].cost, i))
+
+
+# --------------------------------------------------------------------------- from bench runs
+
+
+def _labels(summaries: Sequence[RunSummary], dirs: Sequence[Path]) -> list[str]:
+    """Each run's strategy, with its pool and benchmark only where the runs differ in
+    them, and its directory's name where that still leaves two runs alike."""
+    pools = {s.pool_name for s in summaries}
+    benches = {s.benchmark for s in summaries}
+    labels = []
+    for s in summaries:
+        parts = [s.strategy]
+        if len(pools) > 1:
+            parts.append(s.pool_name)
+        if len(benches) > 1:
+            parts.append(s.benchmark)
+        labels.append(" · ".join(parts))
+    return [
+        f"{label} ({d.name})" if labels.count(label) > 1 else label
+        for label, d in zip(labels, dirs, strict=True)
+    ]
+
+
+def _record_costs(run_dir: Path) -> list[float]:
+    """Each counted record's cost (a record of unknown cost counts as 0, as in the
+    summary's cost per question)."""
+    from ..bench.rundir import SAMPLES, SampleLines, latest_lines
+
+    lines = SampleLines(run_dir / SAMPLES)
+    keep = latest_lines(lines)
+    costs = []
+    # The raw lines, not records: the summary has already checked every one of them.
+    for number, data in lines:
+        if number in keep:
+            cost = (data.get("totals") or {}).get("cost_usd")
+            costs.append(float(cost) if isinstance(cost, int | float) else 0.0)
+    return costs
+
+
+def bench_run_points(runs: Sequence[Path]) -> tuple[list[RunPoint], list[tuple[Path, str]]]:
+    """The points of bench run directories (a ``singles`` run stands for its
+    ``single-*`` directories), and the runs left off with why (no graded record, or
+    no call of known price)."""
+    from ..bench.rundir import run_dirs
+    from ..bench.summary import summarize_run
+
+    dirs = [d for r in runs for d in (run_dirs(Path(r)) or [Path(r)])]
+    summaries = [summarize_run(d) for d in dirs]
+    labels = _labels(summaries, dirs)
+    points: list[RunPoint] = []
+    left_out: list[tuple[Path, str]] = []
+    for d, s, label in zip(dirs, summaries, labels, strict=True):
+        if not s.n_records:
+            left_out.append((d, "it holds no records yet"))
+            continue
+        if s.cost_per_question is None:
+            left_out.append((d, "no call of it has a known price"))
+            continue
+        correct = s.status_counts.get("correct", 0)
+        single = s.strategy.startswith("single:")
+        points.append(run_point(label, correct, s.n_records, _record_costs(d), is_single=single))
+    return points, left_out
+
+
+# --------------------------------------------------------------------------- drawing
+
+
+def require_matplotlib() -> None:
+    """Raise :class:`~conductor.errors.MissingDependencyError` (with the install line)
+    unless matplotlib can be imported: a command checks before it does other work."""
+    _figure_class()
+
+
+def _figure_class() -> type[Figure]:
+    try:
+        import matplotlib  # noqa: F401  (a missing parent fails here, not half-way in)
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise MissingDependencyError(f"drawing a chart needs matplotlib: {INSTALL_HINT}") from exc
+    return Figure
+
+
+def _plain(text: str) -> str:
+    # matplotlib reads text between two "$" as TeX; a run's label is plain text.
+    return text.replace("$", r"\$")
+
+
+def _figure(points: Sequence[RunPoint], title: str | None = None) -> Figure:
+    """The chart as a matplotlib figure (the frontier line has gid ``pareto``, the
+    oracle marker ``oracle``)."""
+    if not points:
+        raise UsageError("there is no run to plot")
+    fig = _figure_class()(figsize=(7.5, 4.8), layout="constrained")
+    ax = fig.add_subplot()
+    costs = [p.cost for p in points]
+    if min(costs) > 0 and max(costs) / min(costs) > 20:
+        ax.set_xscale("log")  # single workers' prices span orders of magnitude
+    from matplotlib.ticker import FuncFormatter
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.margins(x=0.15, y=0.1)  # room for the labels right of the outermost points
+    for single, colour, marker, name in (
+        (True, "#8c8c8c", "o", "single worker"),
+        (False, "#1f5fa8", "D", "Conductor and other strategies"),
+    ):
+        group = [p for p in points if p.is_single == single]
+        if not group:
+            continue
+        ax.errorbar(
+            [p.cost for p in group],
+            [100 * p.accuracy for p in group],
+            xerr=[[p.cost - p.cost_lo for p in group], [p.cost_hi - p.cost for p in group]],
+            yerr=[
+                [100 * (p.accuracy - p.acc_lo) for p in group],
+                [100 * (p.acc_hi - p.accuracy) for p in group],
+            ],
+            fmt=marker,
+            color=colour,
+            ecolor=colour,
+            elinewidth=1,
+            capsize=3,
+            markersize=6,
+            label=name,
+            zorder=3,
+        )
+    front = pareto_front([(p.cost, p.accuracy) for p in points])
+    ax.plot(
+        [points[i].cost for i in front],
+        [100 * points[i].accuracy for i in front],
+        linestyle="--",
+        color="#d98c1f",
+        linewidth=1.4,
+        label="Pareto frontier",
+        gid="pareto",
+        zorder=2,
+    )
+    best = oracle_index(points)
+    if best is not None:
+        ax.plot(
+            [points[best].cost],
+            [100 * points[best].accuracy],
+            marker="*",
+            markersize=16,
+            linestyle="none",
+            markerfacecolor="none",
+            markeredgecolor="#b8860b",
+            markeredgewidth=1.5,
+            label="best single worker (oracle)",
+            gid="oracle",
+            zorder=4,
+        )
+    for p in points:
+        ax.annotate(
+            _plain(p.label),
+            (p.cost, 100 * p.accuracy),
+            xytext=(6, 5),
+            textcoords="offset points",
+            fontsize=8,
+            color="#333333",
+        )
+    ax.set_xlabel("cost per question (USD)")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(_plain(title or "Accuracy against cost per question (95% intervals)"), fontsize=11)
+    ax.grid(True, linewidth=0.4, alpha=0.5)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def _save(fig: Figure, target: Any, fmt: str, text_as_paths: bool) -> None:
+    from matplotlib import rc_context
+
+    # A fixed salt and no date: the same runs give the same file, byte for byte.
+    metadata = {"Date": None} if fmt == "svg" else {"Software": None}
+    fonttype = "path" if text_as_paths else "none"
+    with rc_context({"svg.hashsalt": "conductor", "svg.fonttype": fonttype}):
+        fig.savefig(target, format=fmt, dpi=150, metadata=metadata)
+
+
+def accuracy_cost_plot(runs: Sequence[RunPoint], path: Path, *, title: str | None = None) -> None:
+    """Write the chart to ``path``: PNG or SVG by its suffix (any other is a
+    :class:`~conductor.errors.UsageError`)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in PLOT_SUFFIXES:
+        raise UsageError(
+            f"{path}: a chart is written as .png or .svg, not {suffix or 'a file without suffix'}"
+        )
+    fig = _figure(runs, title)
+    try:
+        _save(fig, path, suffix[1:], text_as_paths=True)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write the chart ({exc.strerror or exc})") from None
+
+
+def accuracy_cost_svg(runs: Sequence[RunPoint], *, title: str | None = None) -> str:
+    """The chart as one ``<svg>`` element to put inside a page (no XML prolog; text as
+    text, so a page's search finds the labels)."""
+    buffer = io.StringIO()
+    _save(_figure(runs, title), buffer, "svg", text_as_paths=False)
+    text = buffer.getvalue()
+    # The prolog cannot stand inside a page; the metadata is only matplotlib's credits.
+    return _METADATA.sub("", text[text.index("<svg") :]).strip()
