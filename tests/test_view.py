@@ -3,6 +3,8 @@ numbers and comparisons it embeds, the page's data blocks, and the command."""
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import re
 import subprocess
@@ -136,7 +138,13 @@ def test_a_path_that_is_no_run_is_a_usage_error(tmp_path: Path) -> None:
 
 def _blocks(html: str) -> dict[str, object]:
     found = re.findall(r'<script type="application/json" id="([\w-]+)">(.*?)</script>', html, re.S)
-    return {name: json.loads(text) for name, text in found}
+    blocks: dict[str, object] = {name: json.loads(text) for name, text in found}
+    packed = re.search(
+        r'<script type="application/octet-stream" id="view-details"[^>]*>(.*?)</', html
+    )
+    assert packed, "no details block"
+    blocks["view-details"] = json.loads(gzip.decompress(base64.b64decode(packed.group(1))))
+    return blocks
 
 
 def test_the_page_holds_its_data_safely_and_requests_nothing(tmp_path: Path) -> None:
@@ -152,7 +160,8 @@ def test_the_page_holds_its_data_safely_and_requests_nothing(tmp_path: Path) -> 
     assert rows[0][4] == hostile and len(rows) == len(records)
     assert len(blocks["view-details"]["items"]) == len(records)  # type: ignore[index]
     # A text that recurs in every step is stored once.
-    assert html.count("You are a careful worker.") == 1
+    texts = blocks["view-details"]["texts"]  # type: ignore[index]
+    assert texts.count("You are a careful worker.") == 1
     # Nothing outside the file: no resource address, and a policy that forbids any.
     assert "default-src 'none'" in html
     assert not re.search(r"""(?:src|href|action)\s*=\s*["']?(?:https?:)?//""", html, re.I)
@@ -195,3 +204,25 @@ def test_help_loads_neither_jinja2_nor_matplotlib() -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "LOADED []" in res.stdout, res.stdout + res.stderr
     assert "view" in run_cli("--help").stdout
+
+
+def test_a_fresh_summary_json_is_read_and_a_stale_one_is_not(tmp_path: Path) -> None:
+    import os
+
+    from conductor.bench.rundir import SAMPLES, SUMMARY, record_line
+    from conductor.bench.summary import write_summary
+    from conductor.record import record_to_dict
+
+    run = write_bench(tmp_path / "run", conductor_records(VERDICTS_A))
+    write_summary(run)
+    saved = json.loads((run / SUMMARY).read_text())
+    saved["latency_p95"] = 123.0  # a mark only the file carries
+    (run / SUMMARY).write_text(json.dumps(saved))
+    assert load_runs([run])[0].overview.latency_p95 == 123.0
+    # A record appended after the summary was written: the summary is summarised again.
+    with (run / SAMPLES).open("a") as fh:
+        fh.write(record_line(record_to_dict(make_record("late", "late?", chain("gpt-small")))))
+    later = (run / SUMMARY).stat().st_mtime + 5
+    os.utime(run / SAMPLES, (later, later))
+    (fresh,) = load_runs([run])
+    assert fresh.overview.samples == len(VERDICTS_A) + 1 and fresh.overview.latency_p95 != 123.0

@@ -47,6 +47,8 @@ FLAGS = (
     "--disable-default-apps",
     "--no-first-run",
     "--host-resolver-rules=MAP * ~NOTFOUND",
+    # Wait for the page's asynchronous work too (a sample's details are unpacked so).
+    "--virtual-time-budget=10000",
 )
 
 

@@ -7,8 +7,9 @@ A RUN is one of:
   whose ``single-WORKER`` directories are one run each (:func:`conductor.bench.rundir.run_dirs`);
 - a ``serve`` records directory (a ``samples.jsonl`` without ``config.json``).
 
-A bench run's overview numbers come from :func:`conductor.bench.summary.summarize_run`,
-the one place scores are computed; this module adds the intervals (``view.stats``) and
+A bench run's overview numbers come from :mod:`conductor.bench.summary` (its
+``summary.json`` when fresh, else :func:`~conductor.bench.summary.summarize_run`), the
+one place scores are computed; this module adds the intervals (``view.stats``) and
 the per-sample rows the page lists.  Records without a bench directory (``ask`` and
 ``serve``) carry no ``config.json`` to summarise: their few numbers (cost, tokens,
 calls, latency) are added up here from the records' own totals.
@@ -22,12 +23,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..bench.rundir import CONFIG, SAMPLES, iter_records, run_dirs
-from ..errors import UsageError
+from ..bench.rundir import CONFIG, SAMPLES, SUMMARY, iter_records, run_dirs
+from ..errors import RecordError, UsageError
 from ..record import RunRecord, read_record
 from ..render import topology_kind
+
+if TYPE_CHECKING:
+    from ..bench.summary import RunSummary
 
 __all__ = [
     "MAX_TEXT",
@@ -256,10 +260,22 @@ def _accuracy_interval(samples: Sequence[ViewSample]) -> tuple[float | None, flo
     return wilson_interval(sum(s.correct for s in graded), len(graded))
 
 
-def _bench_run(run_dir: Path) -> ViewRun:
-    from ..bench.summary import summarize_run
+def _summary(run_dir: Path) -> RunSummary:
+    """The run's scores: its ``summary.json`` when written after its last record (a
+    finished run leaves one), else summarised from the records."""
+    from ..bench.summary import read_summary, summarize_run
 
-    summary = summarize_run(run_dir)
+    saved, samples = run_dir / SUMMARY, run_dir / SAMPLES
+    try:
+        if saved.stat().st_mtime >= samples.stat().st_mtime:
+            return read_summary(saved)
+    except (OSError, UsageError, RecordError):
+        pass  # missing, unreadable or stale: summarise again
+    return summarize_run(run_dir)
+
+
+def _bench_run(run_dir: Path) -> ViewRun:
+    summary = _summary(run_dir)
     samples = [sample_of(r, i) for i, r in enumerate(iter_records(run_dir / SAMPLES, latest=True))]
     lo, hi = _accuracy_interval(samples)
     cost_lo, cost_hi = _interval_of_costs(samples)

@@ -3,14 +3,17 @@
 The template, script and style are package files (``view/assets``) inlined into the
 page with the data as JSON, so the file opens from disk and makes no request; its
 Content-Security-Policy forbids any.  The data comes in two blocks: the small one the
-sample list needs, read at once, and each sample's details (graph, reply, steps), read
-the first time a sample is opened, so a 10,000-sample page is interactive quickly.
+sample list needs, read at once, and each sample's details (graph, reply, steps), packed
+(gzip, base64) and unpacked the first time a sample is opened, so a 10,000-sample page
+is small and interactive quickly.
 Texts that recur across samples (a system prompt in every step) are stored once, in a
 table of strings the details point into.
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -32,10 +35,19 @@ def _asset(name: str) -> str:
 
 
 def _script_json(data: Any) -> str:
-    """``data`` as JSON safe inside a ``<script>`` block: no ``<`` at all, so neither
-    ``</script>`` nor ``<!--`` in a question can end the block early."""
+    """``data`` as JSON safe inside a ``<script>`` block: neither ``</script>`` nor
+    ``<!--`` in a question can end the block early."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    # Only these two open an end tag or a comment there; ``<\/`` is JSON for ``</``.
+    return text.replace("</", "<\\/").replace("<!--", "\\u003c!--")
+
+
+def _packed_json(data: Any) -> str:
+    """``data`` as gzip-compressed JSON in base64 (no ``<`` at all): a sample's details
+    are mostly prose that compresses several times over, and the page unpacks them
+    with the browser's own ``DecompressionStream`` the first time a sample is opened."""
+    raw = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return base64.b64encode(gzip.compress(raw.encode("utf-8"), compresslevel=5, mtime=0)).decode()
 
 
 class _Strings:
@@ -209,7 +221,7 @@ def page_html(runs: Sequence[ViewRun]) -> str:
         css=Markup(_asset("page.css")),
         script=Markup(_asset("page.js")),
         data=Markup(_script_json(main)),
-        details=Markup(_script_json(details)),
+        details=Markup(_packed_json(details)),
     )
 
 

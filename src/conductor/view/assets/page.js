@@ -184,17 +184,25 @@
   }
 
   // ------------------------------------------------------------------ one sample
+  // The details block is gzip-compressed JSON in base64 (view/page.py's _packed_json).
   function details() {
-    if (DETAILS === null) DETAILS = JSON.parse(document.getElementById("view-details").textContent);
+    if (DETAILS === null) {
+      const text = atob(document.getElementById("view-details").textContent.trim());
+      const bytes = new Uint8Array(text.length);
+      for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+      const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+      DETAILS = new Response(stream).text().then(JSON.parse);
+    }
     return DETAILS;
   }
   function pre(text, cls) { return el("pre", {"class": cls || ""}, text); }
-  function showSample(i) {
+  async function showSample(i) {
     state.sample = i;
     const box = $("sample");
     if (i === null || !(i >= 0 && i < ROWS.length)) { box.replaceChildren(); return; }
     const r = ROWS[i];
-    const D = details();
+    const D = await details();
+    if (state.sample !== i) return; // another sample was chosen meanwhile
     const [svg, replies, parseErrors, steps, why, error] = D.items[i];
     const T = D.texts;
     const graph = el("div", {"class": "graph"});
@@ -229,6 +237,7 @@
     for (const node of document.querySelectorAll(".sample-row.chosen")) node.classList.remove("chosen");
     const row = document.querySelector(`.sample-row[data-index="${i}"]`);
     if (row) row.classList.add("chosen");
+    document.documentElement.dataset.shown = String(Math.round(performance.now()));
   }
 
   // ------------------------------------------------------------------ compare
