@@ -32,7 +32,7 @@
   }
   const pct = x => (x === null || x === undefined) ? "—" : (100 * x).toFixed(1) + "%";
   const num = (x, d) => (x === null || x === undefined) ? "—" : x.toFixed(d);
-  const usd = x => (x === null || x === undefined) ? "—" : "$" + (x < 0.01 ? x.toPrecision(2) : x.toFixed(4));
+  const usd = x => (x === null || x === undefined) ? "—" : x === 0 ? "$0" : "$" + (x < 0.01 ? x.toPrecision(2) : x.toFixed(4));
   const secs = x => (x === null || x === undefined) ? "—" : x.toFixed(2) + " s";
 
   // ------------------------------------------------------------------ overview
