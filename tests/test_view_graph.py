@@ -129,6 +129,7 @@ def test_layout_columns_by_depth_and_rounds_stacked() -> None:
 def test_text_is_escaped() -> None:
     evil = "<script>alert('x')</script> & \x1b[31m \ud800"
     r = RoundRecord(index=0, steps=[step(0, 0, [], subtask=evil)])
+    r.steps[0].worker_id = "w' onload='x"
     svg = workflow_svg(run(r, sample_id="<b>"))
     assert "<script>" not in svg and "<b>" not in svg
     assert "&lt;script&gt;" in svg
@@ -139,6 +140,7 @@ def test_text_is_escaped() -> None:
         title is not None and title.text is not None and "<script>alert('x')</script>" in title.text
     )
     assert not list(root.iter(f"{SVG}script"))
+    assert node.get("data-worker") == "w' onload='x" and node.get("onload") is None
 
 
 def test_a_planned_workflow_and_empty_rounds() -> None:

@@ -86,6 +86,14 @@ def test_frontier_and_oracle_are_drawn_where_the_statistics_put_them() -> None:
     assert "oracle" not in {line.get_gid() for line in no_oracle.axes[0].get_lines()}
 
 
+def test_an_interval_beside_its_value_by_a_rounding_error_is_drawn() -> None:
+    # A summary's mean and a bootstrap's ends differ in the last bits (sum vs fsum).
+    cost = 0.1 + 0.2
+    p = RunPoint("r", 0.5, 0.5 + 1e-12, 0.6, cost, 0.30000000000000004 + 1e-15, 0.31)
+    svg = accuracy_cost_svg([p, POINTS[0]])
+    assert ET.fromstring(svg).tag == "{http://www.w3.org/2000/svg}svg"
+
+
 def test_oracle_ties_go_to_the_cheaper_run() -> None:
     tie = [point("x", 0.5, 0.3, True), point("y", 0.5, 0.1, True), point("z", 0.2, 0.01, True)]
     assert oracle_index(tie) == 1
@@ -147,10 +155,20 @@ def test_points_of_bench_runs(tmp_path: Path) -> None:
     points, left_out = bench_run_points([cond, tmp_path / "singles", unpriced])
     assert left_out == [(unpriced, "no call of it has a known price")]
     by_label = {p.label: p for p in points}
-    assert sorted(by_label) == ["conductor", "single:claude", "single:gemini"]
-    c = by_label["conductor"]
+    # One record's cost is unknown: the run's cost is a lower bound, and its label says so.
+    assert sorted(by_label) == ["conductor (some calls unpriced)", "single:claude", "single:gemini"]
+    c = by_label["conductor (some calls unpriced)"]
     assert c.accuracy == 0.5 and (c.acc_lo, c.acc_hi) == wilson_interval(2, 4)
     # An unknown cost counts as 0, as in the summary's cost per question: 0.06 / 4.
     assert c.cost == pytest.approx(0.015) and not c.is_single
     assert by_label["single:claude"].accuracy == 0.8 and by_label["single:claude"].is_single
     assert by_label["single:gemini"].cost == pytest.approx(0.001)
+
+    # A run with an unpriced call is drawn at its lower bound, and says so.
+    partly = write_run(
+        tmp_path / "partly",
+        "moa",
+        [record("s0", 0, "correct", [round_of(0, [(2, [])])], wall=1.0, unknown_calls=1)],
+    )
+    (p,), _ = bench_run_points([partly])
+    assert p.label == "moa (some calls unpriced)" and p.cost == pytest.approx(0.01)

@@ -201,11 +201,18 @@ def _print_report(run_dirs: list[Path]) -> None:
 
 
 def report(
-    runs: Annotated[list[Path], typer.Argument(help="Bench run directories, side by side.")],
+    runs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Bench run directories, side by side (a singles run stands for its "
+            "single-WORKER directories)."
+        ),
+    ],
     plot: Annotated[
         Path | None,
         typer.Option(
             "--plot",
+            metavar="FILE",
             help="Also draw accuracy against cost per question (95% intervals, the Pareto "
             "frontier) to FILE, a .png or .svg.",
         ),

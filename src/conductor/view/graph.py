@@ -36,10 +36,10 @@ ROUND_HEAD = 26
 ROUND_GAP = 18
 #: The spacing of the lanes below a round that carry arrows past a column.
 LANE = 8
-#: Characters of a subtask shown in its box (the whole of it is the box's tooltip).
+#: Characters of a subtask shown in its box, and in its tooltip.
 SUBTASK_CHARS = 32
 WORKER_CHARS = 22
-TOOLTIP_CHARS = 2000
+TOOLTIP_CHARS = 400
 FONT = "font-family='ui-sans-serif, system-ui, sans-serif'"
 
 _COLOURS = {
@@ -147,8 +147,8 @@ def _round(record: RunRecord, pos: int, top: float) -> tuple[list[str], float, f
         x2, y2 = at[p.index]
         end = (x2, y2 + NODE_H / 2)
         for j in p.visible:
-            if j not in at:
-                continue
+            if j not in at or depth[j] >= depth[p.index]:
+                continue  # a step sees only earlier ones; a record saying else is not drawn
             x1, y1 = at[j]
             start = (x1 + NODE_W, y1 + NODE_H / 2)
             if depth[p.index] - depth[j] == 1:

@@ -139,6 +139,8 @@ def bench_run_points(runs: Sequence[Path]) -> tuple[list[RunPoint], list[tuple[P
         if s.cost_per_question is None:
             left_out.append((d, "no call of it has a known price"))
             continue
+        if s.cost_is_lower_bound:
+            label += " (some calls unpriced)"  # its cost is a lower bound
         correct = s.status_counts.get("correct", 0)
         single = s.strategy.startswith("single:")
         points.append(run_point(label, correct, s.n_records, _record_costs(d), is_single=single))
@@ -168,6 +170,16 @@ def _plain(text: str) -> str:
     return text.replace("$", r"\$")
 
 
+def _bars(values: Sequence[tuple[float, float, float]], scale: float) -> list[list[float]]:
+    """Error-bar lengths below and above each (value, lo, hi).  An interval computed
+    apart from its value (a bootstrap's ends beside a summary's mean) may miss it by a
+    rounding error; a bar is never negative."""
+    return [
+        [scale * max(0.0, v - lo) for v, lo, _ in values],
+        [scale * max(0.0, hi - v) for v, _, hi in values],
+    ]
+
+
 def _figure(points: Sequence[RunPoint], title: str | None = None) -> Figure:
     """The chart as a matplotlib figure (the frontier line has gid ``pareto``, the
     oracle marker ``oracle``)."""
@@ -192,11 +204,8 @@ def _figure(points: Sequence[RunPoint], title: str | None = None) -> Figure:
         ax.errorbar(
             [p.cost for p in group],
             [100 * p.accuracy for p in group],
-            xerr=[[p.cost - p.cost_lo for p in group], [p.cost_hi - p.cost for p in group]],
-            yerr=[
-                [100 * (p.accuracy - p.acc_lo) for p in group],
-                [100 * (p.acc_hi - p.accuracy) for p in group],
-            ],
+            xerr=_bars([(p.cost, p.cost_lo, p.cost_hi) for p in group], 1.0),
+            yerr=_bars([(p.accuracy, p.acc_lo, p.acc_hi) for p in group], 100.0),
             fmt=marker,
             color=colour,
             ecolor=colour,
