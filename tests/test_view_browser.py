@@ -1,16 +1,22 @@
 """``conductor view``'s page in a real browser: headless Chromium opens the written file
 from disk with scripts on, and the tests read the DOM it built (``--dump-dom``).  The
 filters are driven through the page's deep links (``#verdict=wrong&q=tokyo``), which it
-reads on load.  Whether the page made a request is read from Chromium's network log."""
+reads on load, and through its controls: typing, choosing, clicking and scrolling over
+the DevTools protocol on a pipe (no websocket client needed).  Whether the page made a
+request is read from Chromium's network log."""
 
 from __future__ import annotations
 
 import html as html_lib
 import json
+import os
 import re
 import shutil
 import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from viewkit import chain, fan, make_record, write_bench
@@ -272,3 +278,144 @@ def test_a_screenshot_of_the_page(page: Path, tmp_path: Path) -> None:
     browse(page, f"--screenshot={shot}", "--window-size=1280,900", fragment="sample=0")
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+class DevTools:
+    """One page in headless Chromium, driven over ``--remote-debugging-pipe``: Chromium
+    reads commands on its fd 3 and answers on fd 4, one JSON message per NUL."""
+
+    def __init__(self, url: str) -> None:
+        to_chrome, self._out = os.pipe()
+        self._in, from_chrome = os.pipe()
+        # Above 4, so that placing them at 3 and 4 in the child overwrites nothing.
+        ends = [os.dup(fd) for fd in (to_chrome, from_chrome)]
+        while min(ends) <= 4:
+            ends = [os.dup(fd) for fd in ends]
+
+        def place() -> None:
+            os.dup2(ends[0], 3)
+            os.dup2(ends[1], 4)
+
+        self._proc = subprocess.Popen(
+            [_chromium(), *FLAGS[:-1], "--remote-debugging-pipe", "about:blank"],
+            pass_fds=(3, 4),
+            preexec_fn=place,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for fd in (to_chrome, from_chrome, *ends):
+            os.close(fd)
+        self._buf = b""
+        self._n = 0
+        target = self.send("Target.createTarget", url=url)["targetId"]
+        self._session = self.send("Target.attachToTarget", targetId=target, flatten=True)[
+            "sessionId"
+        ]
+
+    def send(self, method: str, **params: Any) -> dict[str, Any]:
+        self._n += 1
+        msg: dict[str, Any] = {"id": self._n, "method": method, "params": params}
+        if self._n > 2:
+            msg["sessionId"] = self._session
+        os.write(self._out, json.dumps(msg).encode() + b"\0")
+        while True:
+            while b"\0" not in self._buf:
+                chunk = os.read(self._in, 1 << 16)
+                assert chunk, "Chromium closed the pipe"
+                self._buf += chunk
+            raw, self._buf = self._buf.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self._n:
+                assert "error" not in reply, reply
+                return reply["result"]  # type: ignore[no-any-return]
+
+    def js(self, expression: str) -> Any:
+        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True)
+        assert "exceptionDetails" not in result, result
+        return result["result"].get("value")
+
+    def wait(self, expression: str, timeout: float = 20) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            # Until the page has loaded, the expression may not even be evaluable.
+            value = self.js(
+                f"(() => {{ try {{ return {expression}; }} catch (e) {{ return null; }} }})()"
+            )
+            if value:
+                return value
+            time.sleep(0.05)
+        raise AssertionError(f"never true: {expression}")
+
+    def click(self, selector: str) -> None:
+        box = self.js(
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
+            " e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect();"
+            " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+        )
+        for kind in ("mousePressed", "mouseReleased"):
+            self.send(
+                "Input.dispatchMouseEvent",
+                type=kind,
+                x=box[0],
+                y=box[1],
+                button="left",
+                clickCount=1,
+            )
+
+    def close(self) -> None:
+        self._proc.kill()
+        self._proc.wait()
+        os.close(self._in)
+        os.close(self._out)
+
+
+@pytest.fixture
+def browser(page: Path) -> Iterator[DevTools]:
+    tools = DevTools(page.resolve().as_uri())
+    tools.wait("document.documentElement.dataset.ready")
+    try:
+        yield tools
+    finally:
+        tools.close()
+
+
+SHOWN = "document.getElementById('match-count').dataset.count"
+KEYS = "[...document.querySelectorAll('.sample-row')].map(r => r.dataset.key)"
+
+
+def test_typing_and_choosing_filter_the_list(browser: DevTools) -> None:
+    assert browser.js(SHOWN) == "24"
+    browser.js("document.getElementById('f-q').focus()")
+    browser.send("Input.insertText", text="tokyo")
+    browser.wait(f"{SHOWN} === '6'")
+    assert browser.js(KEYS) == ["q0#0", "q4#0", "q8#0"] * 2
+    assert "q=tokyo" in browser.js("location.hash")
+    # A choice narrows it further: the runs' right answers among them.
+    browser.js(
+        "const v = document.getElementById('f-verdict'); v.value = 'right';"
+        "v.dispatchEvent(new Event('input'))"
+    )
+    browser.wait(f"{SHOWN} === '3'")
+    assert browser.js(KEYS) == ["q0#0", "q4#0", "q8#0"]
+    assert "verdict=right" in browser.js("location.hash")
+    # Clicking a row opens that sample, with its graph.
+    browser.click(".sample-row[data-key='q4#0']")
+    browser.wait("!!document.querySelector('#sample svg')")
+    assert browser.js("document.querySelectorAll('#sample svg g.step').length") == 2
+    assert "sample=" in browser.js("location.hash")
+
+
+def test_the_list_draws_only_the_rows_in_view(tmp_path: Path) -> None:
+    records = [make_record(f"n{i:04d}", f"question {i}", chain("gpt-small")) for i in range(2000)]
+    page = write_view(load_runs([write_bench(tmp_path / "run", records)]), tmp_path / "v.html")
+    tools = DevTools(page.resolve().as_uri())
+    try:
+        tools.wait("document.documentElement.dataset.ready")
+        assert tools.js(SHOWN) == "2000"
+        drawn = tools.js(KEYS)
+        assert drawn[0] == "n0000#0" and len(drawn) < 60
+        tools.js("document.getElementById('list').scrollTop = 28 * 1500")
+        tools.wait("!!document.querySelector('.sample-row[data-key=\"n1500#0\"]')")
+        assert len(tools.js(KEYS)) < 60 and "n0000#0" not in tools.js(KEYS)
+    finally:
+        tools.close()
