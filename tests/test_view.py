@@ -226,3 +226,22 @@ def test_a_fresh_summary_json_is_read_and_a_stale_one_is_not(tmp_path: Path) -> 
     os.utime(run / SAMPLES, (later, later))
     (fresh,) = load_runs([run])
     assert fresh.overview.samples == len(VERDICTS_A) + 1 and fresh.overview.latency_p95 != 123.0
+
+
+def test_open_hands_the_page_to_the_browser(
+    runs_on_disk: tuple[Path, Path], tmp_path: Path
+) -> None:
+    opened = tmp_path / "opened.txt"
+    browser = tmp_path / "browser.py"
+    browser.write_text(f"import sys\nopen({str(opened)!r}, 'w').write(sys.argv[1])\n")
+    out = tmp_path / "view.html"
+    res = run_cli(
+        "view",
+        str(runs_on_disk[0]),
+        "--out",
+        str(out),
+        "--open",
+        env={"BROWSER": f"{sys.executable} {browser} %s"},
+    )
+    assert res.returncode == 0, res.stderr
+    assert opened.read_text() == out.resolve().as_uri()
