@@ -379,7 +379,7 @@ def _records_run(records: list[RunRecord], kind: str, path: Path) -> ViewRun:
         kind=kind,
         path=str(path),
         benchmark="—",
-        strategy=_text((first.metadata or {}).get("strategy")) or "conductor" if first else "—",
+        strategy=(_text(first.metadata.get("strategy")) or "conductor") if first else "—",
         pool=pool or "?",
         conductor=_conductor_name(first),
         overview=overview,
