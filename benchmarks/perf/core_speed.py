@@ -32,7 +32,8 @@ from conductor.execute import Orchestrator, RunSettings  # noqa: E402
 from conductor.llm.cache import ResponseCache  # noqa: E402
 from conductor.llm.caller import ModelCaller  # noqa: E402
 from conductor.llm.types import ModelRequest  # noqa: E402
-from conductor.pool import Pool, Worker, load_pool_text  # noqa: E402
+from conductor.pool import Pool, load_pool_text  # noqa: E402
+from conductor.targets import Worker  # noqa: E402
 from conductor.testing import FakeLLMServer, Reply  # noqa: E402
 
 MESSAGES = ({"role": "user", "content": "Say something short about the number 7."},)

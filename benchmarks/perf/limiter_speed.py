@@ -31,7 +31,7 @@ from conductor.errors import ModelCallError  # noqa: E402
 from conductor.llm.caller import CallerSet  # noqa: E402
 from conductor.llm.limiter import CallGate  # noqa: E402
 from conductor.llm.types import ModelRequest  # noqa: E402
-from conductor.pool import Worker  # noqa: E402
+from conductor.targets import Worker  # noqa: E402
 from conductor.testing import FakeLLMServer, Fault, Reply  # noqa: E402
 from conductor.testing.fake_server import FakeRequest  # noqa: E402
 

@@ -24,7 +24,7 @@ import time
 from conductor.llm.local_client import LocalClient
 from conductor.llm.local_model import default_n_threads, embedded_model_path, get_llama
 from conductor.llm.types import ModelRequest
-from conductor.pool import Worker
+from conductor.targets import Worker
 
 PROMPT = "Explain in a few sentences why the sky looks blue during the day."
 MAX_TOKENS = 128

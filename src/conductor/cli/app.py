@@ -37,6 +37,7 @@ from .pools import pools_app
 from .serve import serve
 from .trace import trace
 from .train import train
+from .view import view
 
 __all__ = ["app", "main"]
 
@@ -69,7 +70,7 @@ app = typer.Typer(
 )
 app.add_typer(pools_app, name="pools")
 app.add_typer(cache_app, name="cache")
-for command in (ask, serve, bench, report, trace, train):
+for command in (ask, serve, bench, report, trace, view, train):
     app.command()(command)
 
 

@@ -1,0 +1,457 @@
+"""What ``conductor view`` reads: runs, turned into compact, typed view data.
+
+A RUN is one of:
+
+- an ``ask`` record (``run.json``): one run of one question;
+- a bench run directory (``config.json`` + ``samples.jsonl``), or a ``singles`` run,
+  whose ``single-WORKER`` directories are one run each (:func:`conductor.bench.rundir.run_dirs`);
+- a ``serve`` records directory (a ``samples.jsonl`` without ``config.json``).
+
+A bench run's overview numbers come from :mod:`conductor.bench.summary` (its
+``summary.json`` when fresh, else :func:`~conductor.bench.summary.summarize_run`), the
+one place scores are computed; this module adds the intervals (``view.stats``) and
+the per-sample rows the page lists.  Records without a bench directory (``ask`` and
+``serve``) carry no ``config.json`` to summarise: their few numbers (cost, tokens,
+calls, latency) are added up here from the records' own totals.
+
+Records are streamed once; each sample keeps only what the page shows, with long texts
+clipped (``conductor trace`` shows a record whole).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..bench.rundir import CONFIG, SAMPLES, SUMMARY, iter_records, run_dirs
+from ..errors import RecordError, UsageError
+from ..record import RunRecord, read_record
+from ..render import topology_kind
+
+if TYPE_CHECKING:
+    from ..bench.summary import RunSummary
+
+__all__ = [
+    "MAX_TEXT",
+    "Comparison",
+    "RunOverview",
+    "StepView",
+    "ViewRun",
+    "ViewSample",
+    "compare_runs",
+    "load_runs",
+]
+
+#: The longest text (a message, a response, a reply) the page holds; the rest is cut.
+MAX_TEXT = 4000
+
+
+def clip(text: str | None, limit: int = MAX_TEXT) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    if text is None:
+        return ""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n… ({len(text) - limit} more characters; conductor trace shows all)"
+
+
+@dataclass
+class StepView:
+    """One step of a sample's workflow, as the page shows it."""
+
+    round: int
+    index: int
+    worker: str
+    subtask: str
+    status: str
+    sees: list[int]
+    messages: list[tuple[str, str]]
+    response: str
+    error: str | None
+
+
+@dataclass
+class ViewSample:
+    """One record of a run: a row of the sample list and what its page shows."""
+
+    key: str
+    sample_id: str
+    epoch: int
+    question: str
+    verdict: str
+    answer: str
+    gold: str
+    why: str
+    workers: list[str]
+    steps: int
+    kind: str
+    subtasks: list[str]
+    cost: float | None
+    svg: str
+    replies: list[str]
+    parse_errors: list[str]
+    step_views: list[StepView]
+    error: str | None = None
+    disagree: bool = False
+
+    @property
+    def correct(self) -> bool:
+        return self.verdict == "correct"
+
+
+@dataclass
+class RunOverview:
+    """A run's row in the overview (accuracy and rates are fractions in [0, 1])."""
+
+    samples: int
+    accuracy: float | None
+    acc_lo: float | None
+    acc_hi: float | None
+    cost: float | None
+    cost_lo: float | None
+    cost_hi: float | None
+    cost_is_lower_bound: bool
+    tokens: float | None
+    calls: float | None
+    latency_p50: float | None
+    latency_p95: float | None
+    parse_failure_rate: float | None
+    worker_usage: dict[str, dict[int, int]]
+    worker_order: list[str]
+    topology_counts: dict[str, int]
+
+
+@dataclass
+class ViewRun:
+    """One run given to ``conductor view``."""
+
+    label: str
+    kind: str  # "ask", "bench" or "serve"
+    path: str
+    benchmark: str
+    strategy: str
+    pool: str
+    conductor: str
+    overview: RunOverview
+    samples: list[ViewSample] = field(default_factory=list)
+
+    @property
+    def is_single(self) -> bool:
+        return self.strategy.startswith("single:")
+
+
+@dataclass
+class Comparison:
+    """Two runs on the questions both hold (a question: a (sample id, epoch))."""
+
+    a: int
+    b: int
+    n: int
+    both_right: int
+    only_a: int
+    only_b: int
+    both_wrong: int
+    p_value: float
+    diff: float
+    diff_lo: float
+    diff_hi: float
+
+
+# --------------------------------------------------------------------------- one record
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else str(value)
+
+
+def _message_text(content: Any) -> str:
+    """A chat message's content as text (a list of parts is joined)."""
+    if isinstance(content, list):
+        return "\n".join(_text(p.get("text")) if isinstance(p, dict) else _text(p) for p in content)
+    return _text(content)
+
+
+def sample_of(record: RunRecord, number: int) -> ViewSample:
+    """The view of one run record (``number``: its place, the key of a record with no
+    sample id)."""
+    from .graph import workflow_svg
+
+    steps: list[StepView] = []
+    workers: list[str] = []
+    subtasks: list[str] = []
+    replies: list[str] = []
+    parse_errors: list[str] = []
+    for rnd in record.rounds:
+        if rnd.conductor_calls:
+            replies.append(clip(rnd.conductor_calls[-1].response))
+        parse_errors.extend(clip(e, 500) for e in rnd.parse_errors)
+        for st in rnd.steps:
+            if st.worker_id not in workers:
+                workers.append(st.worker_id)
+            subtasks.append(clip(st.subtask, 1000))
+            messages = [
+                (_text(m.get("role")), clip(_message_text(m.get("content"))))
+                for m in st.call.messages
+                if isinstance(m, dict)
+            ]
+            steps.append(
+                StepView(
+                    round=rnd.index,
+                    index=st.index,
+                    worker=st.worker_id,
+                    subtask=clip(st.subtask, 1000),
+                    status=st.status,
+                    sees=list(st.visible_steps),
+                    messages=messages,
+                    response=clip(st.call.response),
+                    error=st.call.error,
+                )
+            )
+    grade = record.grade or {}
+    sample_id = record.sample_id if record.sample_id is not None else record.run_id
+    epoch = record.epoch or 0
+    key = f"{sample_id}#{epoch}" if record.sample_id is not None else f"run {record.run_id}"
+    answer = grade.get("extracted")
+    return ViewSample(
+        key=key,
+        sample_id=sample_id,
+        epoch=epoch,
+        question=clip(record.question),
+        verdict=record.verdict if record.grade is not None or record.status != "ok" else "ungraded",
+        answer=clip(_text(answer if answer is not None else record.final_answer), 1000),
+        gold=clip(_text(record.gold), 1000),
+        why=clip(_text(grade.get("reason")), 1000),
+        workers=workers,
+        steps=sum(1 for s in steps if s.status != "skipped"),
+        kind=topology_kind(record.rounds[0]) if record.rounds else "no rounds",
+        subtasks=subtasks,
+        cost=record.totals.cost_usd,
+        svg=workflow_svg(record),
+        replies=replies,
+        parse_errors=parse_errors,
+        step_views=steps,
+        error=clip(record.error, 1000) if record.error else None,
+    )
+
+
+# --------------------------------------------------------------------------- one run
+
+
+def _interval_of_costs(samples: Sequence[ViewSample]) -> tuple[float | None, float | None]:
+    from .stats import mean_interval
+
+    costs = [s.cost for s in samples if s.cost is not None]
+    if not costs:
+        return None, None
+    _mean, lo, hi = mean_interval(costs)
+    return lo, hi
+
+
+def _accuracy_interval(samples: Sequence[ViewSample]) -> tuple[float | None, float | None]:
+    from .stats import wilson_interval
+
+    graded = [s for s in samples if s.verdict != "ungraded"]
+    if not graded:
+        return None, None
+    return wilson_interval(sum(s.correct for s in graded), len(graded))
+
+
+def _summary(run_dir: Path) -> RunSummary:
+    """The run's scores: its ``summary.json`` when written after its last record (a
+    finished run leaves one), else summarised from the records."""
+    from ..bench.summary import read_summary, summarize_run
+
+    saved, samples = run_dir / SUMMARY, run_dir / SAMPLES
+    try:
+        if saved.stat().st_mtime >= samples.stat().st_mtime:
+            return read_summary(saved)
+    except (OSError, UsageError, RecordError):
+        pass  # missing, unreadable or stale: summarise again
+    return summarize_run(run_dir)
+
+
+def _bench_run(run_dir: Path) -> ViewRun:
+    summary = _summary(run_dir)
+    samples = [sample_of(r, i) for i, r in enumerate(iter_records(run_dir / SAMPLES, latest=True))]
+    lo, hi = _accuracy_interval(samples)
+    cost_lo, cost_hi = _interval_of_costs(samples)
+    overview = RunOverview(
+        samples=summary.n_records,
+        accuracy=summary.accuracy / 100.0 if summary.accuracy is not None else None,
+        acc_lo=lo,
+        acc_hi=hi,
+        cost=summary.cost_per_question,
+        cost_lo=cost_lo if summary.cost_per_question is not None else None,
+        cost_hi=cost_hi if summary.cost_per_question is not None else None,
+        cost_is_lower_bound=summary.cost_is_lower_bound,
+        tokens=_add(summary.input_tokens_per_question, summary.output_tokens_per_question),
+        calls=summary.calls_per_question,
+        latency_p50=summary.latency_p50,
+        latency_p95=summary.latency_p95,
+        parse_failure_rate=summary.parse_failure_rate,
+        worker_usage=summary.worker_usage,
+        worker_order=summary.worker_order,
+        topology_counts=summary.topology_counts,
+    )
+    conductor = _conductor_name(next(iter(_first_records(run_dir)), None))
+    return ViewRun(
+        label=summary.label,
+        kind="bench",
+        path=str(run_dir),
+        benchmark=summary.benchmark,
+        strategy=summary.strategy,
+        pool=summary.pool_name,
+        conductor=conductor,
+        overview=overview,
+        samples=samples,
+    )
+
+
+def _first_records(run_dir: Path) -> Iterable[RunRecord]:
+    for record in iter_records(run_dir / SAMPLES):
+        yield record
+        return
+
+
+def _add(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a + b
+
+
+def _conductor_name(record: RunRecord | None) -> str:
+    if record is None or not record.rounds or not any(r.conductor_calls for r in record.rounds):
+        return "—"
+    target = record.conductor.get("target") or {}
+    return _text(target.get("model") or target.get("id") or record.conductor.get("backend"))
+
+
+def _records_run(records: list[RunRecord], kind: str, path: Path) -> ViewRun:
+    """A run of records without a bench directory (``ask``, ``serve``)."""
+    from .stats import percentile
+
+    samples = [sample_of(r, i) for i, r in enumerate(records)]
+    graded = [s for s in samples if s.verdict != "ungraded"]
+    n = len(records)
+    known = [r.totals.cost_usd for r in records if r.totals.cost_usd is not None]
+    tries = sum(len(rnd.conductor_calls) for r in records for rnd in r.rounds)
+    bad = sum(len(rnd.parse_errors) for r in records for rnd in r.rounds)
+    walls = [float(r.totals.wall_s) for r in records]
+    usage: dict[str, dict[int, int]] = {}
+    shapes: dict[str, int] = {}
+    for r, s in zip(records, samples, strict=True):
+        for rnd in r.rounds:
+            for st in rnd.steps:
+                per = usage.setdefault(st.worker_id, {})
+                per[st.index] = per.get(st.index, 0) + 1
+        shapes[s.kind] = shapes.get(s.kind, 0) + 1
+    lo, hi = _accuracy_interval(samples)
+    cost_lo, cost_hi = _interval_of_costs(samples)
+    first = records[0] if records else None
+    pool = _text((first.pool or {}).get("name")) if first else "?"
+    overview = RunOverview(
+        samples=n,
+        accuracy=sum(s.correct for s in graded) / len(graded) if graded else None,
+        acc_lo=lo,
+        acc_hi=hi,
+        cost=sum(known) / len(known) if known else None,
+        cost_lo=cost_lo,
+        cost_hi=cost_hi,
+        cost_is_lower_bound=any(
+            r.totals.cost_usd is None or r.totals.unknown_cost_calls for r in records
+        ),
+        tokens=sum(r.totals.input_tokens + r.totals.output_tokens for r in records) / n
+        if n
+        else None,
+        calls=sum(r.totals.calls for r in records) / n if n else None,
+        latency_p50=percentile(walls, 0.5) if walls else None,
+        latency_p95=percentile(walls, 0.95) if walls else None,
+        parse_failure_rate=bad / tries if tries else None,
+        worker_usage=usage,
+        worker_order=sorted(usage),
+        topology_counts=dict(sorted(shapes.items(), key=lambda kv: (-kv[1], kv[0]))),
+    )
+    name = path.name if kind == "serve" else (first.run_id if first else path.name)
+    return ViewRun(
+        label=f"{kind} · {name}",
+        kind=kind,
+        path=str(path),
+        benchmark="—",
+        strategy=(_text(first.metadata.get("strategy")) or "conductor") if first else "—",
+        pool=pool or "?",
+        conductor=_conductor_name(first),
+        overview=overview,
+        samples=samples,
+    )
+
+
+def load_run(path: Path) -> list[ViewRun]:
+    """The runs ``path`` stands for (a ``singles`` directory is one run per worker)."""
+    path = Path(path)
+    if path.name == SAMPLES and path.is_file():
+        path = path.parent
+    if path.is_file():
+        return [_records_run([read_record(path)], "ask", path)]
+    if not path.is_dir():
+        raise UsageError(f"{path}: no such file or directory; give a run.json or a run directory")
+    dirs = run_dirs(path, holding=CONFIG)
+    if dirs:
+        return [_bench_run(d) for d in dirs]
+    if (path / SAMPLES).is_file():
+        return [_records_run(list(iter_records(path / SAMPLES, latest=True)), "serve", path)]
+    raise UsageError(
+        f"{path}: not a run (no {CONFIG} or {SAMPLES}); give an ask record, "
+        "a bench run directory or a serve records directory"
+    )
+
+
+def load_runs(paths: Sequence[Path]) -> list[ViewRun]:
+    """Every run ``paths`` stand for, in order, with each sample's ``disagree`` set
+    (runs holding the same (sample, epoch) graded it differently)."""
+    runs = [run for p in paths for run in load_run(p)]
+    verdicts: dict[str, set[bool]] = {}
+    for run in runs:
+        for s in run.samples:
+            if s.verdict != "ungraded":
+                verdicts.setdefault(s.key, set()).add(s.correct)
+    for run in runs:
+        for s in run.samples:
+            s.disagree = len(verdicts.get(s.key, ())) > 1
+    return runs
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def compare_runs(runs: Sequence[ViewRun], a: int, b: int) -> Comparison | None:
+    """Runs ``a`` and ``b`` on the graded questions both hold (None: no shared one)."""
+    from .stats import mcnemar_exact, paired_bootstrap_diff
+
+    right_b = {s.key: s.correct for s in runs[b].samples if s.verdict != "ungraded"}
+    pairs = [
+        (s.correct, right_b[s.key])
+        for s in runs[a].samples
+        if s.verdict != "ungraded" and s.key in right_b
+    ]
+    if not pairs:
+        return None
+    xs = [x for x, _ in pairs]
+    ys = [y for _, y in pairs]
+    only_a = sum(1 for x, y in pairs if x and not y)
+    only_b = sum(1 for x, y in pairs if y and not x)
+    diff, lo, hi = paired_bootstrap_diff(xs, ys)
+    return Comparison(
+        a=a,
+        b=b,
+        n=len(pairs),
+        both_right=sum(1 for x, y in pairs if x and y),
+        only_a=only_a,
+        only_b=only_b,
+        both_wrong=sum(1 for x, y in pairs if not x and not y),
+        p_value=mcnemar_exact(only_a, only_b),
+        diff=diff,
+        diff_lo=lo,
+        diff_hi=hi,
+    )

@@ -1,0 +1,247 @@
+"""``conductor view`` without a browser: what it reads from each kind of run, the
+numbers and comparisons it embeds, the page's data blocks, and the command."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from poolkit import run_cli
+from viewkit import WORKERS, chain, fan, make_record, write_ask, write_bench, write_serve
+
+from conductor.errors import UsageError
+from conductor.record import RunRecord
+from conductor.view.data import compare_runs, load_runs
+from conductor.view.page import page_data, write_view
+from conductor.view.stats import mcnemar_exact, wilson_interval
+
+pytest.importorskip("jinja2")
+
+VERDICTS_A = ["correct", "incorrect", "correct", "correct", "no_answer", "correct", "incorrect"]
+VERDICTS_B = ["correct", "correct", "incorrect", "correct", "incorrect", "incorrect", "incorrect"]
+
+
+def conductor_records(verdicts: list[str]) -> list[RunRecord]:
+    plans = [chain("gpt-small", "claude-mid"), fan("gpt-small", "claude-mid", "gemini-big")]
+    return [
+        make_record(f"q{i}", f"Question {i}: what is {i} + 1?", plans[i % 2], verdict=v, cost=0.002)
+        for i, v in enumerate(verdicts)
+    ]
+
+
+def single_records(worker: str, verdicts: list[str]) -> list[RunRecord]:
+    return [
+        make_record(
+            f"q{i}", f"Question {i}: what is {i} + 1?", chain(worker), verdict=v, cost=0.0005
+        )
+        for i, v in enumerate(verdicts)
+    ]
+
+
+@pytest.fixture
+def runs_on_disk(tmp_path: Path) -> tuple[Path, Path]:
+    bench = write_bench(tmp_path / "conductor-run", conductor_records(VERDICTS_A))
+    singles = tmp_path / "singles-run"
+    write_bench(
+        singles / "single-gemini-big",
+        single_records("gemini-big", VERDICTS_B),
+        strategy="single:gemini-big",
+    )
+    write_bench(
+        singles / "single-gpt-small",
+        single_records("gpt-small", ["incorrect"] * len(VERDICTS_B)),
+        strategy="single:gpt-small",
+    )
+    return bench, singles
+
+
+def test_a_bench_directory_and_a_singles_run_load_as_runs(runs_on_disk: tuple[Path, Path]) -> None:
+    bench, singles = runs_on_disk
+    runs = load_runs([bench, singles])
+    assert [r.strategy for r in runs] == ["conductor", "single:gemini-big", "single:gpt-small"]
+    assert [r.is_single for r in runs] == [False, True, True]
+    a = runs[0]
+    assert a.kind == "bench" and a.benchmark == "math500" and a.conductor == "conductor-7b"
+    assert len(a.samples) == a.overview.samples == len(VERDICTS_A)
+    right = VERDICTS_A.count("correct")
+    assert a.overview.accuracy == pytest.approx(right / len(VERDICTS_A))
+    assert (a.overview.acc_lo, a.overview.acc_hi) == pytest.approx(
+        wilson_interval(right, len(VERDICTS_A))
+    )
+    assert a.overview.cost == pytest.approx(0.002)
+    # One row per record: steps, workers, topology and subtasks as the records hold them.
+    first, second = a.samples[0], a.samples[1]
+    assert (first.steps, first.kind, first.workers) == (2, "chain", ["gpt-small", "claude-mid"])
+    assert second.steps == 3 and second.kind == "parallel attempts + judge"
+    assert second.subtasks[-1] == "judge the attempts"
+    assert second.svg.startswith("<svg") and second.svg.count("class='step") == 3
+    # Step views keep the messages and the response for the page's collapsed blocks.
+    step = second.step_views[2]
+    assert step.sees == [0, 1] and step.messages[0] == ("system", "You are a careful worker.")
+    assert step.response == "gemini-big says 42"
+    # The usage by position and the shapes come from the bench summary.
+    assert a.overview.worker_usage["gemini-big"] == {2: 3}
+    assert a.overview.topology_counts == {"parallel attempts + judge": 3, "chain": 4}
+
+
+def test_runs_disagree_and_the_comparison_counts(runs_on_disk: tuple[Path, Path]) -> None:
+    runs = load_runs(list(runs_on_disk))
+    right_a = [v == "correct" for v in VERDICTS_A]
+    right_b = [v == "correct" for v in VERDICTS_B]
+    # The gpt-small single is wrong everywhere: a sample disagrees when anyone was right.
+    expected = [x or y for x, y in zip(right_a, right_b, strict=True)]
+    assert [s.disagree for s in runs[0].samples] == expected
+    cmp = compare_runs(runs, 0, 1)
+    assert cmp is not None and cmp.n == len(VERDICTS_A)
+    both = sum(x and y for x, y in zip(right_a, right_b, strict=True))
+    only_a = sum(x and not y for x, y in zip(right_a, right_b, strict=True))
+    only_b = sum(y and not x for x, y in zip(right_a, right_b, strict=True))
+    assert (cmp.both_right, cmp.only_a, cmp.only_b) == (both, only_a, only_b)
+    assert cmp.both_wrong == len(VERDICTS_A) - both - only_a - only_b
+    assert cmp.p_value == pytest.approx(mcnemar_exact(only_a, only_b))
+    assert cmp.diff == pytest.approx((sum(right_a) - sum(right_b)) / len(VERDICTS_A))
+    assert cmp.diff_lo <= cmp.diff <= cmp.diff_hi
+
+
+def test_serve_records_and_an_ask_record_load(tmp_path: Path) -> None:
+    served = [
+        make_record(None, f"served question {i}", chain("gpt-small"), verdict=None, wall_s=i + 1)
+        for i in range(4)
+    ]
+    serve_dir = write_serve(tmp_path / "records", served)
+    ask = write_ask(
+        tmp_path / "run.json", make_record(None, "asked once", fan(*WORKERS), verdict=None)
+    )
+    s, a = load_runs([serve_dir, ask])
+    assert s.kind == "serve" and len(s.samples) == 4 and s.overview.accuracy is None
+    assert {x.verdict for x in s.samples} == {"ungraded"}
+    assert s.overview.latency_p50 == pytest.approx(2.5)
+    assert s.overview.worker_usage == {"gpt-small": {0: 4}}
+    assert a.kind == "ask" and [x.question for x in a.samples] == ["asked once"]
+    assert a.samples[0].steps == 3
+    assert compare_runs([s, a], 0, 1) is None
+
+
+def test_a_path_that_is_no_run_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no such file"):
+        load_runs([tmp_path / "missing"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="not a run"):
+        load_runs([tmp_path / "empty"])
+
+
+def _blocks(html: str) -> dict[str, object]:
+    found = re.findall(r'<script type="application/json" id="([\w-]+)">(.*?)</script>', html, re.S)
+    blocks: dict[str, object] = {name: json.loads(text) for name, text in found}
+    packed = re.search(
+        r'<script type="application/octet-stream" id="view-details"[^>]*>(.*?)</', html
+    )
+    assert packed, "no details block"
+    blocks["view-details"] = json.loads(gzip.decompress(base64.b64decode(packed.group(1))))
+    return blocks
+
+
+def test_the_page_holds_its_data_safely_and_requests_nothing(tmp_path: Path) -> None:
+    hostile = 'Is 1 < 2? </script><script>document.title="pwned"</script><!-- x'
+    records = [make_record("x1", hostile, chain("gpt-small")), *conductor_records(VERDICTS_A)]
+    runs = load_runs([write_bench(tmp_path / "run", records)])
+    html = write_view(runs, tmp_path / "view.html").read_text()
+    # The data blocks and the script are the only three script elements; the question
+    # stayed inside its block and reads back whole.
+    assert html.count("</script>") == 3 and 'pwned"</script>' not in html
+    blocks = _blocks(html)
+    rows = blocks["view-data"]["rows"]  # type: ignore[index]
+    assert rows[0][4] == hostile and len(rows) == len(records)
+    assert len(blocks["view-details"]["items"]) == len(records)  # type: ignore[index]
+    # A text that recurs in every step is stored once.
+    texts = blocks["view-details"]["texts"]  # type: ignore[index]
+    assert texts.count("You are a careful worker.") == 1
+    # Nothing outside the file: no resource address, and a policy that forbids any.
+    assert "default-src 'none'" in html
+    assert not re.search(r"""(?:src|href|action)\s*=\s*["']?(?:https?:)?//""", html, re.I)
+    assert not re.search(r"url\(\s*['\"]?(?:https?:)?//|@import", html, re.I)
+
+
+def test_page_data_embeds_every_comparison_and_the_chart(runs_on_disk: tuple[Path, Path]) -> None:
+    runs = load_runs(list(runs_on_disk))
+    main, _details = page_data(runs)
+    pairs = [(c["a"], c["b"]) for c in main["compare"]]
+    assert pairs == [(0, 1), (0, 2), (1, 2)]
+    assert main["accuracy_cost_svg"].startswith("<svg")
+    assert [r["single"] for r in main["runs"]] == [False, True, True]
+
+
+def test_the_command_writes_the_page_and_prints_its_path(
+    runs_on_disk: tuple[Path, Path], tmp_path: Path
+) -> None:
+    bench, singles = runs_on_disk
+    res = run_cli("view", str(bench), str(singles), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "conductor-view.html"
+    assert res.stdout.strip() == "conductor-view.html" and out.is_file()
+    assert len(_blocks(out.read_text())["view-data"]["runs"]) == 3  # type: ignore[index]
+    chosen = tmp_path / "page.html"
+    res = run_cli("view", str(bench), "--out", str(chosen))
+    assert res.returncode == 0 and res.stdout.strip() == str(chosen) and chosen.is_file()
+    res = run_cli("view", str(tmp_path / "nothing-here"))
+    assert res.returncode == 2 and "nothing-here" in res.stderr
+
+
+def test_help_loads_neither_jinja2_nor_matplotlib() -> None:
+    code = (
+        "import sys\n"
+        "from conductor.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print('LOADED', [m for m in ('jinja2', 'matplotlib', 'conductor.view.data')"
+        " if m in sys.modules])\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "LOADED []" in res.stdout, res.stdout + res.stderr
+    assert "view" in run_cli("--help").stdout
+
+
+def test_a_fresh_summary_json_is_read_and_a_stale_one_is_not(tmp_path: Path) -> None:
+    import os
+
+    from conductor.bench.rundir import SAMPLES, SUMMARY, record_line
+    from conductor.bench.summary import write_summary
+    from conductor.record import record_to_dict
+
+    run = write_bench(tmp_path / "run", conductor_records(VERDICTS_A))
+    write_summary(run)
+    saved = json.loads((run / SUMMARY).read_text())
+    saved["latency_p95"] = 123.0  # a mark only the file carries
+    (run / SUMMARY).write_text(json.dumps(saved))
+    assert load_runs([run])[0].overview.latency_p95 == 123.0
+    # A record appended after the summary was written: the summary is summarised again.
+    with (run / SAMPLES).open("a") as fh:
+        fh.write(record_line(record_to_dict(make_record("late", "late?", chain("gpt-small")))))
+    later = (run / SUMMARY).stat().st_mtime + 5
+    os.utime(run / SAMPLES, (later, later))
+    (fresh,) = load_runs([run])
+    assert fresh.overview.samples == len(VERDICTS_A) + 1 and fresh.overview.latency_p95 != 123.0
+
+
+def test_open_hands_the_page_to_the_browser(
+    runs_on_disk: tuple[Path, Path], tmp_path: Path
+) -> None:
+    opened = tmp_path / "opened.txt"
+    browser = tmp_path / "browser.py"
+    browser.write_text(f"import sys\nopen({str(opened)!r}, 'w').write(sys.argv[1])\n")
+    out = tmp_path / "view.html"
+    res = run_cli(
+        "view",
+        str(runs_on_disk[0]),
+        "--out",
+        str(out),
+        "--open",
+        env={"BROWSER": f"{sys.executable} {browser} %s"},
+    )
+    assert res.returncode == 0, res.stderr
+    assert opened.read_text() == out.resolve().as_uri()

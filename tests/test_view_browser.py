@@ -1,0 +1,421 @@
+"""``conductor view``'s page in a real browser: headless Chromium opens the written file
+from disk with scripts on, and the tests read the DOM it built (``--dump-dom``).  The
+filters are driven through the page's deep links (``#verdict=wrong&q=tokyo``), which it
+reads on load, and through its controls: typing, choosing, clicking and scrolling over
+the DevTools protocol on a pipe (no websocket client needed).  Whether the page made a
+request is read from Chromium's network log."""
+
+from __future__ import annotations
+
+import html as html_lib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from viewkit import chain, fan, make_record, write_bench
+
+from conductor.record import RunRecord
+from conductor.view.data import load_runs
+from conductor.view.page import write_view
+
+pytest.importorskip("jinja2")
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        found = shutil.which(name)
+        if found:
+            return found
+    if Path("/usr/bin/chromium").is_file():
+        return "/usr/bin/chromium"
+    pytest.skip(
+        "Chromium is not installed (apt-get install chromium); the page's browser tests need it"
+    )
+
+
+# Quiet, offline and without the browser's own background requests, so that the network
+# log holds only what the page asked for; every host name resolves to nothing.
+FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--disable-default-apps",
+    "--no-first-run",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+    # Wait for the page's asynchronous work too (a sample's details are unpacked so).
+    "--virtual-time-budget=10000",
+)
+
+
+def browse(page: Path, *args: str, fragment: str = "") -> str:
+    """Open ``page`` (with ``#fragment``) in headless Chromium; its stdout (the DOM with
+    ``--dump-dom``)."""
+    url = page.resolve().as_uri() + (f"#{fragment}" if fragment else "")
+    res = subprocess.run(
+        [_chromium(), *FLAGS, *args, url], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout
+
+
+def dom(page: Path, fragment: str = "") -> str:
+    out = browse(page, "--dump-dom", fragment=fragment)
+    assert 'data-ready="' in out, "the page's script did not finish: " + out[-500:]
+    return out
+
+
+def count(page_dom: str) -> int:
+    found = re.search(r'id="match-count" data-count="(\d+)"', page_dom)
+    assert found, "no match count in the page"
+    return int(found.group(1))
+
+
+def listed(page_dom: str) -> list[str]:
+    """The keys of the rows the list shows."""
+    return [
+        html_lib.unescape(k)
+        for k in re.findall(
+            r'class="row sample-row[^"]*" data-index="\d+" data-key="([^"]*)"', page_dom
+        )
+    ]
+
+
+QUESTIONS = [
+    "What is the capital of Japan? (Tokyo?)",
+    "Add 2 and 2.",
+    "Name a prime.",
+    "Sort 3 1 2.",
+]
+
+
+def conductor_run() -> list[RunRecord]:
+    records = []
+    for i in range(12):
+        plan = (
+            fan("gpt-small", "claude-mid", "gemini-big")
+            if i % 3 == 0
+            else chain("gpt-small", "claude-mid")
+        )
+        verdict = ["correct", "incorrect", "correct", "run_failed"][i % 4]
+        records.append(
+            make_record(f"q{i}", f"{QUESTIONS[i % 4]} #{i}", plan, verdict=verdict, cost=0.002)
+        )
+    return records
+
+
+def single_run() -> list[RunRecord]:
+    verdicts = ["incorrect", "incorrect", "correct", "correct"]
+    return [
+        make_record(
+            f"q{i}",
+            f"{QUESTIONS[i % 4]} #{i}",
+            chain("gemini-big"),
+            verdict=verdicts[i % 4],
+            cost=0.0005,
+        )
+        for i in range(12)
+    ]
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("view")
+    a = write_bench(tmp / "conductor-run", conductor_run())
+    b = tmp / "singles"
+    write_bench(b / "single-gemini-big", single_run(), strategy="single:gemini-big")
+    return write_view(load_runs([a, b]), tmp / "view.html")
+
+
+def test_the_page_shows_the_runs_and_every_sample(page: Path) -> None:
+    out = dom(page)
+    rows = re.findall(r'<tr class="run-row" data-run="(\d)">(.*?)</tr>', out, re.S)
+    assert [r[0] for r in rows] == ["0", "1"]
+    assert "math500 · conductor · fake" in rows[0][1] and "single:gemini-big" in rows[1][1]
+    assert "50.0%" in rows[0][1]  # 6 of 12 right
+    assert count(out) == 24 and len(listed(out)) == 24
+    # The charts are drawn: the accuracy-cost chart and a usage table per run.
+    assert re.search(r'id="chart-accuracy-cost"[^>]*><svg', out)
+    assert len(re.findall(r'<table class="usage" data-run=', out)) == 2
+
+
+def test_one_sample_shows_its_workflow_graph(page: Path) -> None:
+    out = dom(page, "sample=0")  # q0 of the conductor run: three attempts... then a judge
+    box = out[out.index('<div id="sample">') :]
+    svg = box[box.index("<svg") : box.index("</svg>")]
+    steps = re.findall(r'<g class="step[^"]*" data-step="([\d.]+)"', svg)
+    assert steps == ["1.0", "1.1", "1.2"]
+    edges = re.findall(r'<path class="edge" data-from="([\d.]+)" data-to="([\d.]+)"', svg)
+    assert sorted(edges) == [("1.0", "1.2"), ("1.1", "1.2")]
+    # Each step's messages and response are there, collapsed.
+    blocks = re.findall(r'<details class="step ok" data-step="1\.\d">', box)
+    assert len(blocks) == 3 and "gemini-big says 42" in box
+    assert "Conductor's reply" in box and "graded correct" in box
+
+
+@pytest.mark.parametrize(
+    ("fragment", "expected"),
+    [
+        (
+            "verdict=right",
+            [
+                "q0#0",
+                "q2#0",
+                "q4#0",
+                "q6#0",
+                "q8#0",
+                "q10#0",
+                "q2#0",
+                "q3#0",
+                "q6#0",
+                "q7#0",
+                "q10#0",
+                "q11#0",
+            ],
+        ),
+        ("verdict=wrong&run=0", ["q1#0", "q5#0", "q9#0"]),
+        ("verdict=failed", ["q3#0", "q7#0", "q11#0"]),
+        ("q=TOKYO", ["q0#0", "q4#0", "q8#0", "q0#0", "q4#0", "q8#0"]),
+        ("q=judge+the", ["q0#0", "q3#0", "q6#0", "q9#0"]),
+        (
+            "worker=claude-mid&steps=2",
+            ["q1#0", "q2#0", "q4#0", "q5#0", "q7#0", "q8#0", "q10#0", "q11#0"],
+        ),
+        ("kind=parallel+attempts+%2B+judge", ["q0#0", "q3#0", "q6#0", "q9#0"]),
+    ],
+)
+def test_filters_and_search_change_the_list(page: Path, fragment: str, expected: list[str]) -> None:
+    out = dom(page, fragment)
+    assert listed(out) == expected and count(out) == len(expected)
+
+
+def test_runs_disagree_lists_the_samples_graded_differently(page: Path) -> None:
+    right_a = {
+        f"q{i}#0": ["correct", "incorrect", "correct", "run_failed"][i % 4] == "correct"
+        for i in range(12)
+    }
+    right_b = {
+        f"q{i}#0": ["incorrect", "incorrect", "correct", "correct"][i % 4] == "correct"
+        for i in range(12)
+    }
+    differ = [k for k in right_a if right_a[k] != right_b[k]]
+    out = dom(page, "disagree=1&run=0")
+    assert listed(out) == differ and len(differ) == 6
+
+
+def test_the_comparison_matches_counts_made_here(page: Path) -> None:
+    a = [["correct", "incorrect", "correct", "run_failed"][i % 4] == "correct" for i in range(12)]
+    b = [["incorrect", "incorrect", "correct", "correct"][i % 4] == "correct" for i in range(12)]
+    expected = {
+        "cmp-both": sum(x and y for x, y in zip(a, b, strict=True)),
+        "cmp-only-a": sum(x and not y for x, y in zip(a, b, strict=True)),
+        "cmp-only-b": sum(y and not x for x, y in zip(a, b, strict=True)),
+        "cmp-neither": sum(not x and not y for x, y in zip(a, b, strict=True)),
+    }
+    out = dom(page, "a=0&b=1")
+    shown = {
+        k: int(v) for k, v in re.findall(r'id="(cmp-[a-z-]+)" class="num" data-value="(\d+)"', out)
+    }
+    assert shown == expected
+    # B against A: the same table turned over.
+    out = dom(page, "a=1&b=0")
+    turned = {
+        k: int(v) for k, v in re.findall(r'id="(cmp-[a-z-]+)" class="num" data-value="(\d+)"', out)
+    }
+    assert (
+        turned["cmp-only-a"] == expected["cmp-only-b"]
+        and turned["cmp-only-b"] == expected["cmp-only-a"]
+    )
+
+
+def _page_requests(net_log: Path) -> list[str]:
+    """The requests a page (a file:// document) started, from Chromium's network log."""
+    events = json.loads(net_log.read_text())["events"]
+    return [
+        str(p.get("network_isolation_key"))
+        for p in (e.get("params") or {} for e in events)
+        if "initiator" in p and "file://" in str(p.get("network_isolation_key"))
+    ]
+
+
+def test_the_page_makes_no_network_request(page: Path, tmp_path: Path) -> None:
+    log = tmp_path / "net.json"
+    out = browse(page, f"--log-net-log={log}", "--dump-dom", fragment="sample=0")
+    assert 'data-ready="' in out and "<svg" in out
+    assert _page_requests(log) == []
+    # The check sees a page that does ask for something.
+    probe = tmp_path / "probe.html"
+    probe.write_text(
+        '<img src="http://example.com/x.png"><script>fetch("https://example.org/")</script>'
+    )
+    browse(probe, f"--log-net-log={log}", "--dump-dom")
+    assert len(_page_requests(log)) == 2
+
+
+def test_a_question_cannot_break_out_of_the_data(tmp_path: Path) -> None:
+    hostile = (
+        'Why? </script><script>document.title="pwned"</script>'
+        '<img src=x onerror="document.title=1">'
+    )
+    run = write_bench(tmp_path / "run", [make_record("x", hostile, chain("gpt-small"))])
+    out = dom(write_view(load_runs([run]), tmp_path / "view.html"), "sample=0")
+    assert "<title>conductor view · math500 · conductor · fake</title>" in out
+    assert html_lib.escape(hostile, quote=False) in out
+
+
+def test_a_screenshot_of_the_page(page: Path, tmp_path: Path) -> None:
+    shot = tmp_path / "view.png"
+    browse(page, f"--screenshot={shot}", "--window-size=1280,900", fragment="sample=0")
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+class DevTools:
+    """One page in headless Chromium, driven over ``--remote-debugging-pipe``: Chromium
+    reads commands on its fd 3 and answers on fd 4, one JSON message per NUL."""
+
+    def __init__(self, url: str) -> None:
+        to_chrome, self._out = os.pipe()
+        self._in, from_chrome = os.pipe()
+        # Above 4, so that placing them at 3 and 4 in the child overwrites nothing.
+        ends = [os.dup(fd) for fd in (to_chrome, from_chrome)]
+        while min(ends) <= 4:
+            ends = [os.dup(fd) for fd in ends]
+
+        def place() -> None:
+            os.dup2(ends[0], 3)
+            os.dup2(ends[1], 4)
+
+        self._proc = subprocess.Popen(
+            [_chromium(), *FLAGS[:-1], "--remote-debugging-pipe", "about:blank"],
+            pass_fds=(3, 4),
+            preexec_fn=place,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for fd in (to_chrome, from_chrome, *ends):
+            os.close(fd)
+        self._buf = b""
+        self._n = 0
+        target = self.send("Target.createTarget", url=url)["targetId"]
+        self._session = self.send("Target.attachToTarget", targetId=target, flatten=True)[
+            "sessionId"
+        ]
+
+    def send(self, method: str, **params: Any) -> dict[str, Any]:
+        self._n += 1
+        msg: dict[str, Any] = {"id": self._n, "method": method, "params": params}
+        if self._n > 2:
+            msg["sessionId"] = self._session
+        os.write(self._out, json.dumps(msg).encode() + b"\0")
+        while True:
+            while b"\0" not in self._buf:
+                chunk = os.read(self._in, 1 << 16)
+                assert chunk, "Chromium closed the pipe"
+                self._buf += chunk
+            raw, self._buf = self._buf.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self._n:
+                assert "error" not in reply, reply
+                return reply["result"]  # type: ignore[no-any-return]
+
+    def js(self, expression: str) -> Any:
+        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True)
+        assert "exceptionDetails" not in result, result
+        return result["result"].get("value")
+
+    def wait(self, expression: str, timeout: float = 20) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            # Until the page has loaded, the expression may not even be evaluable.
+            value = self.js(
+                f"(() => {{ try {{ return {expression}; }} catch (e) {{ return null; }} }})()"
+            )
+            if value:
+                return value
+            time.sleep(0.05)
+        raise AssertionError(f"never true: {expression}")
+
+    def click(self, selector: str) -> None:
+        box = self.js(
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
+            " e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect();"
+            " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+        )
+        for kind in ("mousePressed", "mouseReleased"):
+            self.send(
+                "Input.dispatchMouseEvent",
+                type=kind,
+                x=box[0],
+                y=box[1],
+                button="left",
+                clickCount=1,
+            )
+
+    def close(self) -> None:
+        self._proc.kill()
+        self._proc.wait()
+        os.close(self._in)
+        os.close(self._out)
+
+
+@pytest.fixture
+def browser(page: Path) -> Iterator[DevTools]:
+    tools = DevTools(page.resolve().as_uri())
+    tools.wait("document.documentElement.dataset.ready")
+    try:
+        yield tools
+    finally:
+        tools.close()
+
+
+SHOWN = "document.getElementById('match-count').dataset.count"
+KEYS = "[...document.querySelectorAll('.sample-row')].map(r => r.dataset.key)"
+
+
+def test_typing_and_choosing_filter_the_list(browser: DevTools) -> None:
+    assert browser.js(SHOWN) == "24"
+    browser.js("document.getElementById('f-q').focus()")
+    browser.send("Input.insertText", text="tokyo")
+    browser.wait(f"{SHOWN} === '6'")
+    assert browser.js(KEYS) == ["q0#0", "q4#0", "q8#0"] * 2
+    assert "q=tokyo" in browser.js("location.hash")
+    # A choice narrows it further: the runs' right answers among them.
+    browser.js(
+        "const v = document.getElementById('f-verdict'); v.value = 'right';"
+        "v.dispatchEvent(new Event('input'))"
+    )
+    browser.wait(f"{SHOWN} === '3'")
+    assert browser.js(KEYS) == ["q0#0", "q4#0", "q8#0"]
+    assert "verdict=right" in browser.js("location.hash")
+    # Clicking a row opens that sample, with its graph.
+    browser.click(".sample-row[data-key='q4#0']")
+    browser.wait("!!document.querySelector('#sample svg')")
+    assert browser.js("document.querySelectorAll('#sample svg g.step').length") == 2
+    assert "sample=" in browser.js("location.hash")
+
+
+def test_the_list_draws_only_the_rows_in_view(tmp_path: Path) -> None:
+    records = [make_record(f"n{i:04d}", f"question {i}", chain("gpt-small")) for i in range(2000)]
+    page = write_view(load_runs([write_bench(tmp_path / "run", records)]), tmp_path / "v.html")
+    tools = DevTools(page.resolve().as_uri())
+    try:
+        tools.wait("document.documentElement.dataset.ready")
+        assert tools.js(SHOWN) == "2000"
+        drawn = tools.js(KEYS)
+        assert drawn[0] == "n0000#0" and len(drawn) < 60
+        tools.js("document.getElementById('list').scrollTop = 28 * 1500")
+        tools.wait("!!document.querySelector('.sample-row[data-key=\"n1500#0\"]')")
+        assert len(tools.js(KEYS)) < 60 and "n0000#0" not in tools.js(KEYS)
+    finally:
+        tools.close()
