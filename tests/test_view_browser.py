@@ -46,6 +46,8 @@ FLAGS = (
     "--headless=new",
     "--no-sandbox",
     "--disable-gpu",
+    # A container's /dev/shm is often 64 MB, too small for the renderer's shared memory.
+    "--disable-dev-shm-usage",
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
