@@ -1,5 +1,6 @@
-"""The model-call layer's imports: no circle inside ``conductor.llm``, and nothing that
-climbs back up into the floors above it.
+"""The floors of ARCHITECTURE.md, checked on the source: no module imports from a floor
+above its own, no circle inside the model-call layer, and ``conductor.llm`` imports
+nothing outside itself but its leaves.
 
 The graph is read from the source with ``ast`` (every import counts: at module level,
 inside functions and under ``TYPE_CHECKING``), plus the client registry's entries,
@@ -173,3 +174,57 @@ def test_no_client_imports_the_factory() -> None:
         if any(target == "conductor.llm.factory" for target, _ in targets)
     )
     assert importers == ["conductor.llm.caller"]
+
+
+#: ARCHITECTURE.md's floors, bottom up: a module imports only from its own floor and the
+#: floors below it.  ``conductor`` itself (the lazy public API) and ``conductor.testing``
+#: stand outside the floors.
+FLOORS: list[tuple[str, tuple[str, ...]]] = [
+    ("words and errors", ("errors", "text", "events")),
+    ("configuration", ("targets", "configfile", "shipped", "redact", "pool")),
+    ("model calls", ("llm",)),
+    ("the Conductor", ("conductors", "checkpoint_meta")),
+    ("records", ("record", "shapes")),
+    ("the method", ("workflow", "grammar", "context", "steps", "execute", "pool_check")),
+    ("benchmarks", ("bench",)),
+    ("training", ("train",)),
+    ("presentation", ("render", "cli", "serve", "view")),
+]
+
+#: The one documented exception: ``bench --exclude-trained`` asks the training floor's
+#: held-out guard what a checkpoint was trained on.
+ALLOWED_UP = {("conductor.bench", "conductor.train.contamination")}
+
+
+def floor_of(module: str) -> int | None:
+    for level, (_, names) in enumerate(FLOORS):
+        for name in names:
+            full = f"conductor.{name}"
+            if module == full or module.startswith(full + "."):
+                return level
+    return None
+
+
+def test_every_module_has_a_floor() -> None:
+    outside = {"conductor", "conductor.__main__", "conductor.testing"}
+    homeless = sorted(
+        m
+        for m in all_modules()
+        if floor_of(m) is None and not any(m == o or m.startswith(o + ".") for o in outside)
+    )
+    assert homeless == []
+
+
+def test_no_floor_imports_a_floor_above_it() -> None:
+    modules = all_modules()
+    known = set(modules)
+    climbing = sorted(
+        f"{name} ({FLOORS[low][0]}) imports {target} ({FLOORS[high][0]})"
+        for name, path in modules.items()
+        if (low := floor_of(name)) is not None
+        for target, _ in imports_of(name, path, known)
+        if (high := floor_of(target)) is not None
+        and high > low
+        and not any(name.startswith(a) and target == b for a, b in ALLOWED_UP)
+    )
+    assert climbing == []

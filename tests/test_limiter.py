@@ -19,7 +19,6 @@ import pytest
 from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, write_pool
 from poolkit import worker as pool_worker
 
-from conductor.bench.report import rate_limit_table
 from conductor.bench.summary import summarize_run
 from conductor.errors import RateLimitError
 from conductor.llm.caller import CallerSet, ModelCaller
@@ -32,6 +31,7 @@ from conductor.llm.limiter import (
     reset_wait_s,
 )
 from conductor.llm.types import ModelRequest
+from conductor.render.report import rate_limit_table
 from conductor.targets import Worker
 from conductor.testing import FakeLLMServer, Fault, Reply
 from conductor.testing.fake_server import FakeRequest

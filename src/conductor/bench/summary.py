@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import RecordError, UsageError
 from ..record import RunRecord, now_iso
-from ..render import topology_kind
+from ..shapes import topology_kind
 from .rundir import (
     CONFIG,
     RATE_LIMITS,

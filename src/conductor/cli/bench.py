@@ -193,7 +193,7 @@ def _bench_merge(dirs: list[Path], out: Path | None) -> None:
 
 
 def _print_report(run_dirs: list[Path]) -> None:
-    from ..bench.report import report_renderables
+    from ..render.report import report_renderables
 
     console = stdout()
     for renderable in report_renderables(run_dirs):

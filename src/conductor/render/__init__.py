@@ -16,10 +16,11 @@ One module per thing rendered: ``plan`` (a round's steps and the topology tree),
 
 from __future__ import annotations
 
+from ..shapes import topology_kind
 from .calls import answer_panel, step_table
 from .export import to_json, to_mermaid
 from .fitted import Fitted
-from .plan import topology, topology_kind
+from .plan import topology
 from .progress import ProgressView
 from .samples import SampleListing, grade_panel
 from .trace import trace_renderable

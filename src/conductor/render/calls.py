@@ -13,10 +13,11 @@ from rich.table import Table
 from rich.text import Text
 
 from ..record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals
+from ..shapes import is_empty_workflow, round_plan
 from ..text import plural
 from .fitted import Fitted
 from .format import _fmt_cost, _fmt_tokens, _one_line, _round_label, _shown
-from .plan import _is_empty_workflow, _plan, _sees_short
+from .plan import _sees_short
 
 
 def _conductor_statuses(rnd: RoundRecord) -> list[str]:
@@ -104,13 +105,13 @@ def _call_rows(record: RunRecord) -> list[_CallRow]:
             style = "green" if st == "parsed" else ("yellow" if st == "parse error" else "red")
             who = Text("conductor", style="magenta")
             rows.append(_CallRow(pos, f"try {k}", who, "-", c, Text(st, style=style)))
-        plan = {p.index: p for p in _plan(rnd)}
+        plan = {p.index: p for p in round_plan(rnd)}
         for s in rnd.steps:
             sees = _sees_short(plan[s.index])
             rows.append(
                 _CallRow(pos, str(s.index), Text(s.worker_id), sees, s.call, _step_status(s))
             )
-        if _is_empty_workflow(rnd):
+        if is_empty_workflow(rnd):
             rows.append(_CallRow(pos, "-", Text(), "", None, Text("kept previous answer")))
     return rows
 

@@ -6,8 +6,8 @@ import json
 import re
 
 from ..record import RunRecord, record_to_dict
+from ..shapes import round_plan, topology_kind
 from .format import EXCERPT, _one_line, _shown
-from .plan import _plan, topology_kind
 
 _MERMAID_ENTITIES = {
     "#": "#35;",
@@ -37,7 +37,7 @@ def to_mermaid(record: RunRecord) -> str:
     prev_last: str | None = None  # the node holding the previous round's answer
     for pos, rnd in enumerate(record.rounds, 1):
         kind = topology_kind(rnd)
-        plan = _plan(rnd, record.pool)
+        plan = round_plan(rnd, record.pool)
         lines.append(f'  subgraph R{pos}["Round {pos}: {_mermaid_text(kind)}"]')
         if not plan:
             lines.append(f'    K{pos}["{_mermaid_text(kind)}"]')

@@ -14,10 +14,11 @@ from rich.text import Text
 from rich.tree import Tree
 
 from ..record import CallRecord, RoundRecord, RunRecord
+from ..shapes import is_empty_workflow, round_plan, topology_kind
 from ..text import plural
 from .calls import _conductor_tries, _step_status, _totals_line, answer_panel
 from .format import _clip, _clip_middle, _fmt_cost, _one_line, _round_label, _shown
-from .plan import _is_empty_workflow, _plan, _sees, topology_kind
+from .plan import _sees
 from .samples import _grade_lines, _is_bench_sample, _sample_heading, _verdict_style, grade_panel
 
 
@@ -57,7 +58,7 @@ def _steps_detail_table(rnd: RoundRecord, later: bool) -> Table:
     table.add_column("sees")
     table.add_column("subtask", ratio=1, overflow="fold")
     table.add_column("response / error", ratio=1, overflow="fold")
-    plan = {p.index: p for p in _plan(rnd)}
+    plan = {p.index: p for p in round_plan(rnd)}
     for s in rnd.steps:
         if s.status == "failed":
             out = Text(
@@ -95,7 +96,7 @@ def _trace_table(record: RunRecord) -> Group:
             parts.append(_conductor_table(rnd))
         if rnd.steps:
             parts.append(_steps_detail_table(rnd, pos > 1))
-        elif _is_empty_workflow(rnd):
+        elif is_empty_workflow(rnd):
             parts.append(Text("The Conductor kept the previous answer.", style="green"))
         if rnd.stop_reason:
             parts.append(Text(f"stop: {rnd.stop_reason}", style="dim"))
@@ -137,9 +138,9 @@ def _trace_tree(record: RunRecord) -> Tree:
                 label += f": {_one_line(err, 120)}"
             tnode = cnode.add(Text(label))
             _add_call(tnode, c)
-        if _is_empty_workflow(rnd):
+        if is_empty_workflow(rnd):
             rnode.add(Text("kept previous answer", style="green"))
-        plan = {p.index: p for p in _plan(rnd)}
+        plan = {p.index: p for p in round_plan(rnd)}
         if rnd.steps:
             snode = rnode.add(Text("Steps", style="bold"))
             for s in rnd.steps:

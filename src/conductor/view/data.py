@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..bench.rundir import CONFIG, SAMPLES, SUMMARY, iter_records, run_dirs
 from ..errors import RecordError, UsageError
 from ..record import RunRecord, read_record
-from ..render import topology_kind
+from ..shapes import topology_kind
 
 if TYPE_CHECKING:
     from ..bench.summary import RunSummary

@@ -4,8 +4,7 @@ Each round is a band, the rounds one under the other.  Inside a band the steps s
 in columns by depth (the longest path from a step that sees nothing, so every arrow
 points right) and, within a column, in the order the Conductor wrote them; the layout
 depends on nothing but the record.  Who sees whom is read as the terminal views read
-it (:mod:`conductor.render.plan`): from the executed steps, else from the parsed
-workflow.
+it (:mod:`conductor.shapes`): from the executed steps, else from the parsed workflow.
 
 The SVG is self-contained (no ids, stylesheets, fonts or links; colours are
 presentation attributes, which a page's CSS may override) and every text from the
@@ -22,7 +21,7 @@ from html import escape
 
 from ..record import RunRecord
 from ..render.format import _one_line
-from ..render.plan import _depths, _plan, _PlanStep, topology_kind
+from ..shapes import PlanStep, plan_depths, round_plan, topology_kind
 from ..text import plural, printable
 
 __all__ = ["workflow_svg"]
@@ -59,7 +58,7 @@ def _text(value: object) -> str:
     return escape(_NOT_XML.sub("\ufffd", printable(str(value))), quote=True)
 
 
-def _node(pos: int, p: _PlanStep, x: float, y: float) -> str:
+def _node(pos: int, p: PlanStep, x: float, y: float) -> str:
     fill, stroke = _COLOURS.get(p.status, _COLOURS["ok"])
     classes = "step" if p.status == "ok" else f"step {p.status}"
     dash = " stroke-dasharray='5 3'" if p.status in ("skipped", "planned") else ""
@@ -119,7 +118,7 @@ def _around(start: tuple[float, float], end: tuple[float, float], lane: float) -
 def _round(record: RunRecord, pos: int, top: float) -> tuple[list[str], float, float]:
     """The elements of round ``pos`` drawn from ``top``: (parts, width, height)."""
     rnd = record.rounds[pos - 1]
-    plan = _plan(rnd, record.pool)
+    plan = round_plan(rnd, record.pool)
     kind = topology_kind(rnd)
     title = f"Round {pos}: {kind}"
     if plan:
@@ -132,8 +131,8 @@ def _round(record: RunRecord, pos: int, top: float) -> tuple[list[str], float, f
         f"<text x='{PAD}' y='{top + 17:g}' font-size='13' font-weight='bold' fill='#333333'>"
         f"{_text(title)}</text>",
     ]
-    depth = _depths(plan)
-    columns: dict[int, list[_PlanStep]] = {}
+    depth = plan_depths(plan)
+    columns: dict[int, list[PlanStep]] = {}
     for p in plan:  # the plan is in step order, so each column is too
         columns.setdefault(depth[p.index], []).append(p)
     at: dict[int, tuple[float, float]] = {}

@@ -14,15 +14,15 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..render import Fitted
-from ..text import plural
-from .paper import PaperFigure, paper_reference
-from .summary import (
+from ..bench.paper import PaperFigure, paper_reference
+from ..bench.summary import (
     RunSummary,
     _ratio,
     best_single,
     summarize_run,
 )
+from ..text import plural
+from .fitted import Fitted
 
 __all__ = [
     "rate_limit_table",
