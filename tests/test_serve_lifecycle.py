@@ -65,6 +65,8 @@ def test_cli_listens_answers_and_records_are_traceable(
     assert listed.returncode == 0, listed.stderr
     for run_id in run_ids:
         assert run_id in listed.stdout
+    # Served runs have no gold answer: listed as ungraded, not as failed runs.
+    assert "2 samples: 2 ungraded" in listed.stdout and "run_failed" not in listed.stdout
     shown = run_cli("trace", str(records), "--sample", run_ids[1])
     assert shown.returncode == 0, shown.stderr
     assert "Final: Paris" in shown.stdout and "w1" in shown.stdout

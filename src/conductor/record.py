@@ -162,9 +162,11 @@ class RunRecord:
 
     @property
     def verdict(self) -> str:
-        """A bench sample's grade status; ``run_failed`` for a run never graded."""
+        """A bench sample's grade status; for a record with no grade, ``run_failed`` when
+        the run failed (a bench grades every run that did not), else ``ungraded`` (an
+        ``ask`` or ``serve`` record, which has no gold answer to grade against)."""
         if self.grade is None:
-            return "run_failed"
+            return "run_failed" if self.status == "failed" else "ungraded"
         return str(self.grade.get("status") or "grader_error")
 
     def all_calls(self) -> list[CallRecord]:

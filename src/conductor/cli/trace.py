@@ -122,9 +122,10 @@ def _check_verdict(verdict: str) -> None:
 
     from ..bench.summary import STATUSES
 
-    if verdict not in STATUSES:
-        close = difflib.get_close_matches(verdict, STATUSES, n=1)
+    known = (*STATUSES, "ungraded")  # ungraded: ask and serve records
+    if verdict not in known:
+        close = difflib.get_close_matches(verdict, known, n=1)
         guess = f"did you mean {close[0]!r}? " if close else ""
         raise UsageError(
-            f"--verdict {verdict!r} is not a verdict; {guess}(one of {', '.join(STATUSES)})"
+            f"--verdict {verdict!r} is not a verdict; {guess}(one of {', '.join(known)})"
         )

@@ -29,7 +29,8 @@ def _is_bench_sample(record: RunRecord) -> bool:
 
 
 def _verdict_style(verdict: str) -> str:
-    return {"correct": "green", "incorrect": "red", "no_answer": "yellow"}.get(verdict, "magenta")
+    styles = {"correct": "green", "incorrect": "red", "no_answer": "yellow", "ungraded": "dim"}
+    return styles.get(verdict, "magenta")
 
 
 def _sample_heading(record: RunRecord) -> Text:
@@ -72,8 +73,8 @@ def grade_panel(record: RunRecord) -> Panel | None:
     """A bench sample's gold answer, the answer the grader extracted and its verdict with
     the reason; ``None`` for a record that is not a bench sample."""
     record = _shown(record)
-    if not _is_bench_sample(record):
-        return None
+    if not _is_bench_sample(record) or record.verdict == "ungraded":
+        return None  # a served run has an id but nothing to grade against
     style = _verdict_style(record.verdict)
     body = Text("\n").join(_grade_lines(record))
     return Panel(body, title=f"Grade: {record.verdict}", title_align="left", border_style=style)

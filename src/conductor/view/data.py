@@ -221,7 +221,7 @@ def sample_of(record: RunRecord, number: int) -> ViewSample:
         sample_id=sample_id,
         epoch=epoch,
         question=clip(record.question),
-        verdict=record.verdict if record.grade is not None or record.status != "ok" else "ungraded",
+        verdict=record.verdict,
         answer=clip(_text(answer if answer is not None else record.final_answer), 1000),
         gold=clip(_text(record.gold), 1000),
         why=clip(_text(grade.get("reason")), 1000),
