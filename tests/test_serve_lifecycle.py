@@ -259,3 +259,19 @@ def test_serve_help_lists_the_contract_options() -> None:
         "--max-concurrency", "--max-queue", "--max-body-bytes", "--grace-s", "--no-cache",
     ):  # fmt: skip
         assert option in res.stdout, option
+
+
+def test_without_the_serve_extra_the_command_names_what_to_install(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    # fastapi made unimportable in the child: the command must say which package to
+    # install, by the name it is published under (it once said 'conductor[serve]').
+    pool = str(make_pool_file(tmp_path, fake_server))
+    code = (
+        "import sys; sys.modules['fastapi'] = None\n"
+        "from conductor.cli import main\n"
+        f"main(['serve', '--pool', {pool!r}, '--port', '0'])\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert "pip install 'conductor-orchestrate[serve]'" in res.stderr

@@ -45,6 +45,7 @@ __all__ = [
     "UsageError",
     "WorkflowParseError",
     "host_port",
+    "install_hint",
     "target_name",
 ]
 
@@ -115,6 +116,11 @@ class RecordError(UsageError):
 
 class MissingDependencyError(UsageError):
     """An optional dependency (an extra) or a model file is not installed."""
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs the optional dependencies ``extra`` of this package."""
+    return f"pip install 'conductor-orchestrate[{extra}]'"
 
 
 class MissingKeysError(UsageError):

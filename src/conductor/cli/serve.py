@@ -80,7 +80,7 @@ def serve(
     """Serve the pool's Conductor and baselines as OpenAI-compatible models
     (GET /v1/models, POST /v1/chat/completions) until SIGTERM or Ctrl-C."""
     from ..conductors.spec import resolve_conductor
-    from ..errors import MissingDependencyError
+    from ..errors import MissingDependencyError, install_hint
     from ..llm.keys import require_keys
 
     api_key = None
@@ -99,7 +99,7 @@ def serve(
     except ImportError as exc:
         raise MissingDependencyError(
             f"conductor serve needs FastAPI and uvicorn ({exc.name} is missing): "
-            "pip install 'conductor[serve]'"
+            f"{install_hint('serve')}"
         ) from None
 
     settings = ServeSettings(

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..errors import MissingDependencyError
+from ..errors import MissingDependencyError, install_hint
 from ..text import printable
 
 __all__ = ["view"]
@@ -37,7 +37,7 @@ def view(
     except ImportError as exc:
         raise MissingDependencyError(
             f"conductor view needs jinja2 and matplotlib ({exc.name} is missing): "
-            "pip install 'conductor-orchestrate[view]'"
+            f"{install_hint('view')}"
         ) from None
     from ..view.data import load_runs
     from ..view.page import write_view

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadRequestError, MissingDependencyError, UsageError
+from ..errors import BadRequestError, MissingDependencyError, UsageError, install_hint
 
 __all__ = [
     "INSTALL_HINT",
@@ -32,7 +32,7 @@ __all__ = [
     "unload_all",
 ]
 
-INSTALL_HINT = "pip install 'conductor-orchestrate[checkpoint]'"
+INSTALL_HINT = install_hint("checkpoint")
 _DTYPES = ("bfloat16", "float16", "float32")
 # ORG/NAME as the Hub allows it, plus an optional @REVISION (branch, tag or commit).
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -224,8 +224,7 @@ def resolve_checkpoint_dir(spec: str) -> Path:
         from huggingface_hub import snapshot_download
     except ImportError as exc:
         raise MissingDependencyError(
-            "loading hf: checkpoints needs huggingface_hub: "
-            "pip install 'conductor-orchestrate[checkpoint]'"
+            f"loading hf: checkpoints needs huggingface_hub: {INSTALL_HINT}"
         ) from exc
     try:
         local = snapshot_download(repo_id=repo_id, revision=revision or None)

@@ -34,7 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import CONDUCTOR_TARGET, BadRequestError, MissingDependencyError, target_name
+from ..errors import (
+    CONDUCTOR_TARGET,
+    BadRequestError,
+    MissingDependencyError,
+    install_hint,
+    target_name,
+)
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -87,7 +93,7 @@ def require_llama_cpp() -> Any:
         import llama_cpp
     except ImportError as exc:
         raise MissingDependencyError(
-            "the local extra is not installed: pip install 'conductor-orchestrate[local]'"
+            f"the local extra is not installed: {install_hint('local')}"
         ) from exc
     return llama_cpp
 

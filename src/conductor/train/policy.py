@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MissingDependencyError, UsageError
+from ..errors import MissingDependencyError, UsageError, install_hint
 
 if TYPE_CHECKING:
     from .settings import TrainConfig
@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 #: What to install for training.
-INSTALL_HINT = "pip install 'conductor-orchestrate[train]'"
+INSTALL_HINT = install_hint("train")
 # A chat template for base models that have none: the same plain transcript that the
 # checkpoint backend falls back to, so training and inference see identical prompts.
 _PLAIN_CHAT_TEMPLATE = (

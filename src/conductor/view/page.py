@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..errors import MissingDependencyError
+from ..errors import MissingDependencyError, install_hint
 from .data import ViewRun, ViewSample, compare_runs
 
 __all__ = ["page_html", "write_view"]
 
-_INSTALL = "pip install 'conductor-orchestrate[view]'"
+_INSTALL = install_hint("view")
 
 
 def _asset(name: str) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MissingDependencyError, UsageError
+from ..errors import MissingDependencyError, UsageError, install_hint
 from .stats import mean_interval, pareto_front, wilson_interval
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ __all__ = [
     "run_point",
 ]
 
-INSTALL_HINT = "pip install 'conductor-orchestrate[view]'"
+INSTALL_HINT = install_hint("view")
 #: The files ``accuracy_cost_plot`` writes, by suffix.
 PLOT_SUFFIXES = (".png", ".svg")
 _METADATA = re.compile(r"\s*<metadata>.*?</metadata>", re.DOTALL)
