@@ -140,8 +140,9 @@ def _read_config(path: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- statistics
 
 
-def _percentile(sorted_values: list[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks (numpy's default method)."""
+def percentile(sorted_values: list[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) of already sorted values by linear interpolation between
+    closest ranks (numpy's default method); None for no values."""
     if not sorted_values:
         return None
     pos = q * (len(sorted_values) - 1)
@@ -312,8 +313,8 @@ def summarize_run(run_dir: Path) -> RunSummary:
         calls_per_question=_ratio(acc.calls, n),
         steps_per_question=_ratio(acc.steps, n),
         rounds_per_question=_ratio(acc.rounds, n),
-        latency_p50=_percentile(walls, 0.5),
-        latency_p95=_percentile(walls, 0.95),
+        latency_p50=percentile(walls, 0.5),
+        latency_p95=percentile(walls, 0.95),
         cached_share=_ratio(acc.cached, acc.calls),
         truncated_calls=acc.truncated,
         worker_usage={w: dict(sorted(p.items())) for w, p in acc.usage.items()},

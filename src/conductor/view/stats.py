@@ -11,7 +11,7 @@ import math
 import random
 from collections.abc import Sequence
 
-from ..bench.summary import _percentile
+from ..bench.summary import percentile as summary_percentile
 
 __all__ = [
     "mcnemar_exact",
@@ -28,7 +28,7 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     interpolation between closest ranks (numpy's default); ``None`` for no values."""
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"percentile: q must be in [0, 1], not {q!r}")
-    return _percentile(sorted(values), q)
+    return summary_percentile(sorted(values), q)
 
 
 def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -71,8 +71,8 @@ def _bootstrap(
     rng = random.Random(seed)
     means = sorted(math.fsum(rng.choices(data, k=n)) / n for _ in range(resamples))
     tail = (1.0 - confidence) / 2.0
-    lo = _percentile(means, tail)
-    hi = _percentile(means, 1.0 - tail)
+    lo = summary_percentile(means, tail)
+    hi = summary_percentile(means, 1.0 - tail)
     assert lo is not None and hi is not None
     return (mean, lo, hi)
 
