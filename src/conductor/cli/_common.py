@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_FAILED",
+    "PoolOption",
     "EXIT_INTERRUPTED",
     "EXIT_USAGE",
     "cache_unless",
@@ -41,6 +42,17 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 #: 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C.
 EXIT_INTERRUPTED = 130
+
+#: ``--pool``, as every command that runs a pool takes it.
+PoolOption = Annotated[
+    str | None,
+    typer.Option(
+        "--pool",
+        "-p",
+        help="Pool file, or the name of a shipped pool. Default: the embedded offline "
+        "pool (local).",
+    ),
+]
 
 #: Set by the root callback: ``--debug`` lets errors through as tracebacks.
 state: dict[str, bool] = {"debug": False}

@@ -13,6 +13,7 @@ import typer
 from ..errors import UsageError
 from ._common import (
     EXIT_FAILED,
+    PoolOption,
     cache_unless,
     interrupted,
     load_pool,
@@ -43,15 +44,7 @@ def ask(
         Path | None,
         typer.Option("--file", help="Read the question from this file (UTF-8 text)."),
     ] = None,
-    pool: Annotated[
-        str | None,
-        typer.Option(
-            "--pool",
-            "-p",
-            help="Pool file, or the name of a shipped pool. Default: the embedded offline "
-            "pool (local).",
-        ),
-    ] = None,
+    pool: PoolOption = None,
     conductor: Annotated[
         str | None,
         typer.Option(

@@ -9,21 +9,13 @@ from typing import Annotated
 import typer
 
 from ..errors import UsageError
-from ._common import load_pool, stderr
+from ._common import PoolOption, load_pool, stderr
 
 __all__ = ["serve"]
 
 
 def serve(
-    pool: Annotated[
-        str | None,
-        typer.Option(
-            "--pool",
-            "-p",
-            help="Pool file, or the name of a shipped pool. Default: the embedded offline "
-            "pool (local).",
-        ),
-    ] = None,
+    pool: PoolOption = None,
     conductor: Annotated[
         str | None,
         typer.Option(
