@@ -1,0 +1,229 @@
+"""The ``cyllama`` runtime: llama.cpp through cyllama's binary wheels.
+
+Only cyllama's llama.h-shaped classes are used (``LlamaModel``, ``LlamaContext``,
+``LlamaSampler``, ``LlamaVocab``), the part that follows llama.cpp's C API and that
+cyllama 0.2 and 0.7 share.  Imported only inside a model's host process.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib.metadata
+import sys
+import threading
+from typing import Any
+
+from .local_runtime import (
+    GrammarError,
+    LoadSettings,
+    NativeModel,
+    NativeSampler,
+    Runtime,
+    RuntimeInfo,
+    SamplerLink,
+)
+
+__all__ = ["runtime"]
+
+# ggml's log levels (ggml.h): errors are kept, the rest dropped.
+_LOG_ERROR = 4
+
+
+class _Log:
+    """llama.cpp's log, caught: error lines are written to stderr (the host's stderr
+    reaches the parent, which shows it when something fails) and the latest kept, so
+    a grammar that failed to parse can be told from one that did not (cyllama adds the
+    null sampler llama.cpp returns for it to the chain without a word)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.errors: collections.deque[str] = collections.deque(maxlen=16)
+
+    def __call__(self, level: int, text: str) -> None:
+        if level != _LOG_ERROR:
+            return
+        with self.lock:
+            self.errors.append(text.strip())
+        sys.stderr.write(text)
+
+    def take(self) -> list[str]:
+        with self.lock:
+            taken = list(self.errors)
+            self.errors.clear()
+        return taken
+
+
+class _Sampler:
+    def __init__(self, chain: Any, ctx: Any) -> None:
+        self._chain = chain
+        self._ctx = ctx
+
+    def sample(self) -> int:
+        return int(self._chain.sample(self._ctx, -1))
+
+    def close(self) -> None:
+        self._chain.close()
+
+
+class _Model:
+    def __init__(self, cy: Any, log: _Log, settings: LoadSettings) -> None:
+        self._cy = cy
+        self._log = log
+        params = cy.LlamaModelParams()
+        params.n_gpu_layers = settings.n_gpu_layers
+        params.use_extra_bufts = settings.extra_buffers
+        log.take()
+        try:
+            self._model = cy.LlamaModel(settings.path, params)
+        except Exception as exc:  # cyllama raises ValueError or RuntimeError here
+            detail = "; ".join(log.take()) or str(exc)
+            raise ValueError(detail) from exc
+        self._vocab = self._model.get_vocab()
+        ctx_params = cy.LlamaContextParams()
+        ctx_params.n_ctx = settings.n_ctx
+        ctx_params.n_batch = settings.n_batch
+        ctx_params.n_threads = settings.n_threads
+        ctx_params.n_threads_batch = settings.n_threads
+        ctx_params.flash_attn_type = settings.flash_attention_type
+        ctx_params.n_seq_max = settings.sequences
+        ctx_params.kv_unified = True  # every sequence may use the whole window
+        try:
+            self._ctx = cy.LlamaContext(self._model, ctx_params)
+        except Exception as exc:
+            detail = "; ".join(log.take()) or str(exc)
+            raise ValueError(
+                f"cannot create a context of {settings.n_ctx} tokens: {detail}"
+            ) from exc
+        self._n_ctx = int(self._ctx.n_ctx)
+        self._n_vocab = int(self._vocab.n_vocab)
+        self._n_batch = settings.n_batch
+        self._batch = cy.LlamaBatch(n_tokens=settings.n_batch, embd=0, n_seq_max=1)
+        first = list(self._vocab.tokenize("x", add_special=False, parse_special=False))[:1] or [0]
+        self._sentinel = (first[0], str(self._vocab.detokenize(first)))
+
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    def metadata(self, key: str) -> str | None:
+        try:
+            return str(self._model.meta_val_str(key))
+        except ValueError:  # cyllama's answer for a key the file does not have
+            return None
+
+    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+        return list(self._vocab.tokenize(text, add_special=add_special, parse_special=True))
+
+    def detokenize(self, tokens: list[int]) -> str:
+        if not tokens:
+            return ""
+        # cyllama strips the leading whitespace of what it decodes (``.lstrip()``), so a
+        # reply that starts with a space or a newline would lose it: a known token goes
+        # first and its text comes off again.
+        sentinel, text = self._sentinel
+        decoded = str(
+            self._vocab.detokenize([sentinel, *tokens], remove_special=False, unparse_special=False)
+        )
+        return decoded[len(text) :] if decoded.startswith(text) else decoded
+
+    def token_text(self, token: int) -> str:
+        return str(self._vocab.token_to_piece(token, special=True))
+
+    @property
+    def bos_token(self) -> int:
+        return int(self._vocab.token_bos())
+
+    @property
+    def eos_token(self) -> int:
+        return int(self._vocab.token_eos())
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return bool(self._vocab.is_eog(token))
+
+    def keep(self, seq: int, n: int) -> bool:
+        return bool(self._ctx.memory_seq_rm(seq, n, -1))
+
+    def clear(self, seq: int | None = None) -> None:
+        if seq is None:
+            self._ctx.kv_cache_clear()
+        else:
+            self._ctx.memory_seq_rm(seq, -1, -1)
+
+    def evaluate(self, tokens: list[int], pos: int, seq: int = 0) -> None:
+        batch = self._batch
+        for start in range(0, len(tokens), self._n_batch):
+            piece = tokens[start : start + self._n_batch]
+            batch.clear()
+            last = len(piece) - 1
+            for i, token in enumerate(piece):
+                batch.add(token, pos + start + i, [seq], i == last)
+            self._ctx.decode(batch)
+
+    def sampler(self, links: list[SamplerLink]) -> NativeSampler:
+        chain = self._cy.LlamaSampler(self._cy.LlamaSamplerChainParams())
+        try:
+            for name, args in links:
+                self._add(chain, name, args)
+        except BaseException:
+            chain.close()
+            raise
+        return _Sampler(chain, self._ctx)
+
+    def _add(self, chain: Any, name: str, args: tuple[Any, ...]) -> None:
+        if name == "grammar":
+            self._log.take()
+            chain.add_grammar(self._vocab, *args)
+            failed = self._log.take()
+            if failed:
+                raise GrammarError("llama.cpp could not parse the GBNF grammar: " + failed[-1])
+        elif name == "logit_bias":
+            chain.add_logit_bias(self._n_vocab, [(int(t), float(b)) for t, b in args[0].items()])
+        elif name == "penalties":
+            try:  # cyllama 0.7 takes the vocabulary size first, 0.2 does not
+                chain.add_penalties(self._n_vocab, *args)
+            except TypeError:
+                chain.add_penalties(*args)
+        elif name == "mirostat":
+            seed, tau, eta, m = args
+            chain.add_mirostat(self._n_vocab, seed, tau, eta, m)
+        else:
+            getattr(chain, f"add_{name}")(*args)
+
+    def close(self) -> None:
+        self._batch.close()
+        self._ctx.close()
+        self._model.close()
+
+
+class _Cyllama:
+    def __init__(self) -> None:
+        from cyllama.llama import llama_cpp as cy
+
+        self._cy = cy
+        self._log = _Log()
+        cy.set_log_callback(self._log)
+        cy.llama_backend_init()
+        cy.ggml_backend_load_all()
+        self.info = RuntimeInfo(
+            name="cyllama",
+            version=importlib.metadata.version("cyllama"),
+            system_info=_system_info(cy),
+        )
+
+    def load(self, settings: LoadSettings) -> NativeModel:
+        return _Model(self._cy, self._log, settings)
+
+
+def _system_info(cy: Any) -> str:
+    """The devices llama.cpp found.  cyllama's llama module has no system line (the
+    instruction sets of the build); its wheels are portable builds without AMX code."""
+    try:
+        devices = cy.ggml_backend_dev_info()
+        return " | ".join(f"{d['type']}: {d['description']}" for d in devices)
+    except Exception:
+        return ""
+
+
+def runtime() -> Runtime:
+    """The cyllama runtime (imports cyllama)."""
+    return _Cyllama()
