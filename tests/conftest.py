@@ -19,6 +19,10 @@ os.environ["CONDUCTOR_CACHE_DIR"] = _SESSION_CACHE.name
 
 from conductor.testing import FakeLLMServer  # noqa: E402
 
+# Tests that run native code (the real model, torch) run in child processes, so that a
+# crash there fails one test and the run goes on to its summary (tests/isolation.py).
+pytest_plugins = ["isolation"]
+
 
 @pytest.fixture
 def fake_server() -> Iterator[FakeLLMServer]:

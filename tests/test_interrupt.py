@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -302,113 +301,52 @@ def test_ctrl_c_in_a_command_without_its_own_handling_says_interrupted(
 # -- local generations --------------------------------------------------------------
 
 
-class _FakeLlama:
-    stop_flag: threading.Event | None = None
-
-
-def _fake_entry() -> Any:
-    from conductor.llm.local_model import LoadedModel
-
-    return LoadedModel(llama=_FakeLlama(), lock=threading.Lock(), path=Path("x.gguf"), n_ctx=8)  # type: ignore[arg-type]
-
-
-def test_stop_generations_stops_what_checks_its_flag_and_reports_what_does_not() -> None:
-    from conductor.llm.local_model import GenerationStopped, stop_generations
-
-    entry = _fake_entry()
-    started = threading.Event()
-    results: list[str] = []
-
-    def polite(llama: Any) -> str:
-        started.set()
-        assert llama.stop_flag is not None
-        llama.stop_flag.wait(30)  # as the model checks before each token
-        raise GenerationStopped()
-
-    def run(call: Callable[[Any], str]) -> None:
-        try:
-            results.append(entry.generate(threading.Event(), call))
-        except GenerationStopped:
-            results.append("stopped")
-
-    thread = threading.Thread(target=run, args=(polite,))
-    thread.start()
-    assert started.wait(10)
-    assert stop_generations(wait_s=10) is True
-    thread.join(10)
-    assert results == ["stopped"] and not entry.lock.locked()
-    assert entry.llama.stop_flag is None
-
-    # Work that does not check its flag (a model load, a prompt batch in llama.cpp) is
-    # reported, so that an exiting process does not wait for it.
-    release = threading.Event()
-    started.clear()
-
-    def deaf(llama: Any) -> str:
-        started.set()
-        release.wait(30)
-        return "done"
-
-    thread = threading.Thread(target=run, args=(deaf,))
-    thread.start()
-    assert started.wait(10)
-    assert stop_generations(wait_s=0.05) is False
-    release.set()
-    thread.join(10)
-    assert results[-1] == "done"
-    assert stop_generations() is True
-
-
-def test_a_call_cancelled_while_queued_never_generates() -> None:
-    from conductor.llm.local_model import GenerationStopped
-
-    entry = _fake_entry()
-    stop = threading.Event()
-    stop.set()
-    calls: list[Any] = []
-    with pytest.raises(GenerationStopped):
-        entry.generate(stop, calls.append)
-    assert calls == []
-
-
 def _embedded_model() -> Path:
     return embedded_model_or_skip()
 
 
-def test_a_stopped_generation_ends_at_the_next_token_and_the_model_goes_on() -> None:
-    from conductor.llm.local_model import GenerationStopped, get_loaded_model
+def test_stop_all_ends_a_busy_host_at_once_and_fails_its_calls() -> None:
+    from conductor.llm.local_model import get_host, stop_all
 
-    entry = get_loaded_model(_embedded_model())
-    llama = entry.llama
-    stop = threading.Event()
-    evaluations: list[int] = []
-    real_eval = llama.eval
-
-    def counting(tokens: Any) -> None:
-        evaluations.append(len(tokens))
-        real_eval(tokens)
-        if len(evaluations) == 4:  # the prompt, then three generated tokens
-            stop.set()
-
-    messages = [{"role": "user", "content": "Count from 1 to 500, one number a line."}]
-    llama.eval = counting  # type: ignore[method-assign]
-    try:
-        with pytest.raises(GenerationStopped):
-            entry.generate(
-                stop,
-                lambda m: m.create_chat_completion(
-                    messages=messages, max_tokens=200, temperature=0.0
-                ),
-            )
-    finally:
-        del llama.eval
-    # The flag was seen before the fifth token was evaluated, not 200 tokens later.
-    assert len(evaluations) == 5
-    reply = entry.generate(
-        threading.Event(),
-        lambda m: m.create_chat_completion(messages=messages, max_tokens=8, temperature=0.0),
+    stop_all()
+    host = get_host(_embedded_model())
+    future = host.submit(
+        {"messages": [{"role": "user", "content": "Count from 1 to 500."}], "max_tokens": 500}
     )
-    assert reply["choices"][0]["message"]["content"].strip()
+    deadline = time.monotonic() + 60
+    while not any(p.started for p in host._pending.values()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    pid = host.pid
+    assert pid is not None
+    stop_all(kill=True)  # as Ctrl-C does
+    # The process is gone (not left generating 500 tokens), and the call says so.
+    assert host._process is None or not host._process.alive
+    with pytest.raises(Exception, match="closed|killed|stopped"):
+        future.result(timeout=10)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_a_call_cancelled_while_queued_never_generates(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from conductor.llm.local_model import get_host, stop_all
+
+    stop_all()
+    host = get_host(_embedded_model())
+    messages = [{"role": "user", "content": "Count from 1 to 100."}]
+    with caplog.at_level(logging.DEBUG, logger="conductor"):
+        first = host.submit({"messages": messages, "max_tokens": 60}, label="first")
+        queued = host.submit({"messages": messages, "max_tokens": 60}, label="queued")
+        host.cancel(queued)
+        assert first.result(timeout=120)["completion_tokens"] > 0
+        with pytest.raises(Exception, match="cancelled"):
+            queued.result(timeout=120)
+    said = caplog.text
+    assert "generating for 'first'" in said
+    assert "generating for 'queued'" not in said  # it never started
+    assert "cancelled before it started" in said
+    stop_all()
 
 
 @pytest.mark.slow

