@@ -446,7 +446,7 @@ def test_summary_table_with_paper_column(conductor_dir: Path) -> None:
     assert "accuracy % ± SE 50.00 ± 15.81" in out
     assert "5 × 2 (10 records)" in out
     assert "epoch spread 40.00-60.00 (sd 14.14)" in out
-    assert "≥ $0.0100 (1 unpriced call)" in out
+    assert "≥ $0.01 (1 unpriced call)" in out
     assert "latency p50 / p95 5.50 s / 9.55 s" in out
     assert "parse failures 8/18 tries (44.4%); no plan 2 (20.0%)" in out
     assert "unreadable answers 1 (10.0%)" in out

@@ -152,12 +152,12 @@ def test_failed_local_call_costs_zero(tmp_path: Path, fake_server: FakeLLMServer
     assert ok.call.cost_usd is None
     rows = {r.split()[1]: r.split() for r in lines_of(res.stdout) if re.match(r"\s+\d\s", r)}
     # step, worker, sees, latency, tokens, cost, ...
-    assert rows["tiny-local-worker"][5] == "0", res.stdout
+    assert rows["tiny-local-worker"][5] == "$0", res.stdout
     assert rows[LONG_IDS[0]][5] == "?", res.stdout
     # The same renderer on the same record at 60 columns (stacked layout).
     narrow = " ".join(render(step_table(record), 60).split())
     assert "tiny-local-worker failed (BadRequestError), sees nothing" in narrow
-    assert re.search(r"0/0 tokens, cost 0(?![.\d])", narrow), narrow
+    assert re.search(r"0/0 tokens, cost \$0(?![.\d])", narrow), narrow
 
 
 # --------------------------------------------------------------------------- pools

@@ -150,6 +150,7 @@ def _bench_one(request: BenchRequest) -> BenchProgress:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..bench.session import BenchSession
+    from ..render.format import format_usd
 
     session = BenchSession(request)
     console = stderr()
@@ -171,7 +172,7 @@ def _bench_one(request: BenchRequest) -> BenchProgress:
 
         def on_progress(p: BenchProgress) -> None:
             acc = f"{p.accuracy:.1f}%" if p.accuracy is not None else "-"
-            stats = f"acc {acc} · ${p.cost_usd:.4f} · errors {p.errors}"
+            stats = f"acc {acc} · {format_usd(p.cost_usd)} · errors {p.errors}"
             bar.update(task, total=p.total, completed=p.skipped + p.done, stats=stats)
 
         try:

@@ -23,6 +23,7 @@ from ..bench.summary import (
 )
 from ..text import plural
 from .fitted import Fitted
+from .format import format_usd
 
 __all__ = [
     "rate_limit_table",
@@ -44,7 +45,7 @@ def _num(x: float | None, digits: int = 2) -> str:
 def _cost(s: RunSummary) -> str:
     if s.cost_per_question is None:
         return "?"
-    text = f"${s.cost_per_question:.4f}"
+    text = format_usd(s.cost_per_question)
     if s.cost_is_lower_bound:
         unknown = s.unknown_cost_calls
         text = f"≥ {text}" + (f" ({plural(unknown, 'unpriced call')})" if unknown else "")
