@@ -96,6 +96,11 @@ def format_usd(cost: float | None) -> str:
     return f"{sign}${text}"
 
 
+def percent(share: float | None, digits: int = 1) -> str:
+    """A share in [0, 1] as a percentage (``0.125`` -> ``12.5%``); ``-`` for none."""
+    return "-" if share is None else f"{100 * share:.{digits}f}%"
+
+
 def _fmt_tokens(n: int) -> str:
     return f"{n:,}"
 
