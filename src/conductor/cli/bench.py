@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.text import Text
 
 from ..errors import UsageError
-from ..text import plural
+from ..text import plural, printable
 from ._common import EXIT_FAILED, interrupted, print_path, stderr, stdout
 
 if TYPE_CHECKING:
@@ -146,7 +150,8 @@ def bench(
 
 
 def _bench_one(request: BenchRequest) -> BenchProgress:
-    """Run one request under a progress bar on stderr (shown on a terminal only)."""
+    """Run one request under a progress bar on stderr when stdout is a terminal, or
+    with plain progress lines on stdout when it is not (a pipe, a CI log)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..bench.session import BenchSession
@@ -154,23 +159,33 @@ def _bench_one(request: BenchRequest) -> BenchProgress:
 
     session = BenchSession(request)
     console = stderr()
+    label = f"{request.spec.name} · {request.strategy}"
 
     def on_warning(text: str) -> None:
         console.print(f"[yellow]warning:[/] {text}", highlight=False)
 
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[stats]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-        disable=not console.is_terminal,
-    ) as bar:
-        task = bar.add_task(f"{request.spec.name} · {request.strategy}", total=None, stats="")
+    lines = None if stdout().is_terminal else _PlainProgress(label)
+    with (
+        Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+            # Never both: a bar redrawn on a terminal that also shows the lines (through
+            # `| tee`) would tear them apart.
+            disable=lines is not None or not console.is_terminal,
+        ) as bar,
+        lines or contextlib.nullcontext(),
+    ):
+        task = bar.add_task(label, total=None, stats="")
 
         def on_progress(p: BenchProgress) -> None:
+            if lines is not None:
+                lines.update(p)
+                return
             acc = f"{p.accuracy:.1f}%" if p.accuracy is not None else "-"
             stats = f"acc {acc} · {format_usd(p.cost_usd)} · errors {p.errors}"
             bar.update(task, total=p.total, completed=p.skipped + p.done, stats=stats)
@@ -180,6 +195,49 @@ def _bench_one(request: BenchRequest) -> BenchProgress:
         except KeyboardInterrupt:
             run_dir = request.run_dir
             interrupted(f"finished samples are kept in {run_dir} (--resume {run_dir})")
+
+
+class _PlainProgress:
+    """:class:`~conductor.render.bench_progress.ProgressLines` printed to stdout, with
+    a timer thread for the lines no finished sample brings (a slow run's heartbeat).
+    A context manager: the timer runs inside the block, the last line is printed when
+    the run ends (not when it fails or is interrupted: the error says what happened)."""
+
+    def __init__(self, label: str) -> None:
+        from ..render.bench_progress import ProgressLines
+
+        self._lines = ProgressLines(label, start=time.monotonic())
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._timer = threading.Thread(target=self._run, name="conductor-progress", daemon=True)
+        self._console = stdout()
+
+    def _print(self, line: str | None) -> None:
+        if line is None:
+            return
+        # One line whatever its length; flushed, so a log shows it at once.
+        self._console.print(Text(printable(line)), soft_wrap=True, highlight=False)
+        self._console.file.flush()
+
+    def update(self, progress: BenchProgress) -> None:
+        with self._lock:
+            self._print(self._lines.update(progress, time.monotonic()))
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            with self._lock:
+                self._print(self._lines.tick(time.monotonic()))
+
+    def __enter__(self) -> _PlainProgress:
+        self._timer.start()
+        return self
+
+    def __exit__(self, kind: object, error: object, tb: object) -> None:
+        self._stop.set()
+        self._timer.join()
+        if kind is None:
+            with self._lock:
+                self._print(self._lines.final(time.monotonic()))
 
 
 def _bench_merge(dirs: list[Path], out: Path | None) -> None:
