@@ -432,6 +432,13 @@ def read_summary(path: Path) -> RunSummary:
 # --------------------------------------------------------------------------- choosing
 
 
+def falls_short(summary: RunSummary, fail_under: float) -> bool:
+    """Whether the run's accuracy (in percent) is below ``fail_under`` percent; a run
+    with no records has no accuracy, and falls short (a CI gate must not pass on a
+    run that graded nothing)."""
+    return summary.accuracy is None or summary.accuracy < fail_under
+
+
 def best_single(summaries: list[RunSummary]) -> RunSummary | None:
     """The most accurate ``single:*`` run (ties: the cheaper, then the first given).
 

@@ -14,11 +14,13 @@ from rich.text import Text
 
 from ..errors import UsageError
 from ..text import plural, printable
-from ._common import EXIT_FAILED, interrupted, print_path, stderr, stdout
+from ._ci import CiOutputs, FailUnderOption, JunitOption, MarkdownOption
+from ._common import interrupted, print_path, stderr, stdout
 
 if TYPE_CHECKING:
     from ..bench.runner import BenchProgress
     from ..bench.session import BenchRequest
+    from ..bench.summary import RunSummary
 
 __all__ = ["bench", "report"]
 
@@ -103,10 +105,18 @@ def bench(
             "them); without it they run and are counted in the summary.",
         ),
     ] = False,
+    fail_under: FailUnderOption = None,
+    junit: JunitOption = None,
+    markdown: MarkdownOption = None,
 ) -> None:
-    """Run a benchmark with the Conductor or a baseline strategy, graded and resumable."""
+    """Run a benchmark with the Conductor or a baseline strategy, graded and resumable.
+
+    Exit codes: 0 done, 1 every sample failed (or the run was stopped), 2 bad usage
+    or input, 3 an accuracy below --fail-under, 130 interrupted.
+    """
+    ci = CiOutputs.of(fail_under, junit, markdown)
     if benchmark == "merge":
-        _bench_merge(dirs or [], out)
+        _bench_merge(dirs or [], out, ci)
         return
     if dirs:
         raise UsageError(f"unexpected arguments after the benchmark name: {dirs}")
@@ -142,11 +152,10 @@ def bench(
         progress = _bench_one(request)
         failed = failed or (progress.done > 0 and progress.errors == progress.done)
         run_dirs.append(request.run_dir)
-    _print_report(run_dirs)
+    summaries = _print_report(run_dirs)
     dirs_written = plural(len(run_dirs), "run directory", "run directories")
     print_path(stdout(), f"{dirs_written} (for conductor report and trace):", *run_dirs)
-    if failed:
-        raise typer.Exit(EXIT_FAILED)
+    ci.finish(summaries, failed=failed)
 
 
 def _bench_one(request: BenchRequest) -> BenchProgress:
@@ -240,7 +249,7 @@ class _PlainProgress:
                 self._print(self._lines.final(time.monotonic()))
 
 
-def _bench_merge(dirs: list[Path], out: Path | None) -> None:
+def _bench_merge(dirs: list[Path], out: Path | None, ci: CiOutputs) -> None:
     from ..bench.session import merge_bench
 
     if out is None:
@@ -248,15 +257,19 @@ def _bench_merge(dirs: list[Path], out: Path | None) -> None:
     n = merge_bench(dirs, out)
     records, runs = plural(n, "record"), plural(len(dirs), "run")
     print_path(stdout(), f"merged {records} from {runs} into", out)
-    _print_report([out])
+    ci.finish(_print_report([out]), failed=False)
 
 
-def _print_report(run_dirs: list[Path]) -> None:
-    from ..render.report import report_renderables
+def _print_report(run_dirs: list[Path]) -> list[RunSummary]:
+    """Print the report of ``run_dirs``; return their summaries (read once)."""
+    from ..bench.summary import summarize_run
+    from ..render.report import report_views
 
+    summaries = [summarize_run(d) for d in run_dirs]
     console = stdout()
-    for renderable in report_renderables(run_dirs):
+    for renderable in report_views(summaries):
         console.print(renderable)
+    return summaries
 
 
 def report(
@@ -267,6 +280,9 @@ def report(
             "single-WORKER directories)."
         ),
     ],
+    fail_under: FailUnderOption = None,
+    junit: JunitOption = None,
+    markdown: MarkdownOption = None,
     plot: Annotated[
         Path | None,
         typer.Option(
@@ -277,9 +293,14 @@ def report(
         ),
     ] = None,
 ) -> None:
-    """Scores, cost and usage of saved bench runs, with the paper's figures for reference."""
+    """Scores, cost and usage of saved bench runs, with the paper's figures for reference.
+
+    Exit codes: 0 shown, 2 bad usage or a run directory that cannot be read, 3 an
+    accuracy below --fail-under.
+    """
     from ..bench.rundir import run_dirs
 
+    ci = CiOutputs.of(fail_under, junit, markdown)
     if plot is not None:
         from ..view.plots import PLOT_SUFFIXES, require_matplotlib
 
@@ -288,9 +309,10 @@ def report(
         require_matplotlib()  # before the tables, not after them
     # A `singles` run stands for its single-WORKER directories.
     dirs = [d for r in runs for d in (run_dirs(r) or [r])]
-    _print_report(dirs)
+    summaries = _print_report(dirs)
     if plot is not None:
         _write_plot(dirs, plot)
+    ci.finish(summaries, failed=False)
 
 
 def _write_plot(dirs: list[Path], plot: Path) -> None:

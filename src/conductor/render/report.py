@@ -23,6 +23,7 @@ from .format import percent
 __all__ = [
     "rate_limit_table",
     "report_renderables",
+    "report_views",
     "summary_table",
     "topology_table",
     "usage_table",
@@ -128,10 +129,14 @@ def rate_limit_table(summary: RunSummary) -> Table | None:
 
 
 def report_renderables(run_dirs: list[Path]) -> list[RenderableType]:
-    """What ``conductor report DIR [DIR...]`` shows: the summary table (with an
-    oracle-best column per benchmark that has several ``single:*`` runs), then the
-    usage and topology tables of each Conductor run."""
-    summaries = [summarize_run(Path(d)) for d in run_dirs]
+    """What ``conductor report DIR [DIR...]`` shows (see :func:`report_views`)."""
+    return report_views([summarize_run(Path(d)) for d in run_dirs])
+
+
+def report_views(summaries: list[RunSummary]) -> list[RenderableType]:
+    """The report of runs already summarised: the comparison (with an oracle-best run
+    per benchmark that has several ``single:*`` runs), then the usage and topology
+    tables of each Conductor run and the rate limits met."""
     by_bench: dict[str, list[RunSummary]] = {}
     for s in summaries:
         by_bench.setdefault(s.benchmark, []).append(s)
