@@ -7,7 +7,6 @@ is a pipe read line by line while it runs.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from poolkit import pool_dict, run_cli, worker, write_pool
+from test_output import boxed_number, make_math
 
 from conductor.bench.runner import BenchProgress
 from conductor.render.bench_progress import ProgressLines, format_duration
@@ -104,20 +104,11 @@ def test_a_resumed_run_counts_what_was_done_before() -> None:
 SAMPLES = 8
 
 
-def math_file(path: Path) -> Path:
-    rows = [
-        {"problem": f"What is {i} + 0?", "answer": str(i), "unique_id": f"p/{i}"}
-        for i in range(SAMPLES)
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
 def boxed(request: object) -> str:
-    text = request.messages[-1]["content"]  # type: ignore[attr-defined]
-    m = re.search(r"What is (\d+) \+ 0\?", text)
-    n = int(m.group(1)) if m else -1
-    return f"\\boxed{{{n if n % 4 else n + 1}}}"  # every fourth answer is wrong
+    """The right answer to "What is N + 0?" but for every fourth N."""
+    right = boxed_number(request)
+    n = int(right.removeprefix("\\boxed{").removesuffix("}"))
+    return right if n % 4 else f"\\boxed{{{n + 1}}}"
 
 
 def bench_args(tmp_path: Path, server: FakeLLMServer) -> list[str]:
@@ -128,7 +119,7 @@ def bench_args(tmp_path: Path, server: FakeLLMServer) -> list[str]:
             [worker(server, "solver", price={"input_per_mtok": 1.0, "output_per_mtok": 2.0})],
         ),
     )
-    data = math_file(tmp_path / "math.jsonl")
+    data = make_math(tmp_path / "math.jsonl", SAMPLES)
     return [
         "bench", "math500", "--pool", str(pool), "--data", str(data), "--strategy", "single:solver",
         "--concurrency", "1", "--no-cache", "--out", str(tmp_path / "run"),

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from poolkit import pool_dict, run_cli, worker, write_pool
 from test_bench_report import POOL, SINGLE_G, record, round_of, write_run
+from test_output import boxed_number
 
 from conductor.bench.summary import summarize_run
 from conductor.cli._ci import parse_fail_under
@@ -128,9 +129,10 @@ def bench_cli(tmp_path: Path, server: FakeLLMServer, *extra: str) -> list[str]:
 
 
 def boxed_half(request: object) -> str:
-    text = request.messages[-1]["content"]  # type: ignore[attr-defined]
-    n = int(re.search(r"What is (\d+) \+ 0\?", text).group(1))  # type: ignore[union-attr]
-    return f"\\boxed{{{n if n < 2 else n + 1}}}"  # half right
+    """Right for 0 and 1, wrong from 2 on."""
+    right = boxed_number(request)
+    n = int(right.removeprefix("\\boxed{").removesuffix("}"))
+    return right if n < 2 else f"\\boxed{{{n + 1}}}"
 
 
 def test_bench_fail_under_junit_and_markdown(tmp_path: Path, fake_server: FakeLLMServer) -> None:
