@@ -148,6 +148,7 @@ def write_run(
     paper_key: str | None = "GPQA-D",
     epochs: int = 1,
     tail: str = "",
+    pool: dict[str, Any] | None = None,
 ) -> Path:
     path.mkdir(parents=True)
     config = {
@@ -160,7 +161,7 @@ def write_run(
             "provenance": {},
         },
         "strategy": strategy,
-        "pool": POOL,
+        "pool": pool or POOL,
         "conductor": None,
         "settings": {},
         "epochs": epochs,
@@ -446,7 +447,7 @@ def test_summary_table_with_paper_column(conductor_dir: Path) -> None:
     assert "accuracy % ± SE 50.00 ± 15.81" in out
     assert "5 × 2 (10 records)" in out
     assert "epoch spread 40.00-60.00 (sd 14.14)" in out
-    assert "≥ $0.0100 (1 unpriced call)" in out
+    assert "≥ $0.01 (1 unpriced call)" in out
     assert "latency p50 / p95 5.50 s / 9.55 s" in out
     assert "parse failures 8/18 tries (44.4%); no plan 2 (20.0%)" in out
     assert "unreadable answers 1 (10.0%)" in out
@@ -479,3 +480,114 @@ def test_best_single_and_report(tmp_path: Path, conductor_dir: Path) -> None:
     # One single run alone gets no oracle column.
     one = flat(render(report_renderables([dirs[0]])[0], width=200))
     assert "oracle-best" not in one
+
+
+# --------------------------------------------------------------------------- widths
+
+#: Names longer than any column a narrow table could give them (but within 40 columns).
+LONG_STRATEGIES = [
+    "conductor",
+    *(f"single:{w}-sonnet-4-5-reasoner-{i}" for i, w in enumerate(["claude", "gemini"] * 3)),
+]
+LONG_POOL = "a-pool-whose-name-runs-on-and-on"
+
+
+def comparison_runs(tmp_path: Path, n: int, long: bool) -> list[tuple[Path, str, str]]:
+    """``n`` runs of one benchmark and pool: (directory, strategy, accuracy cell).  Run
+    ``i`` answers ``i + 2`` of ``n + 3`` samples right, so that no accuracy equals
+    another, nor any standard error (which it would at 1 right, or 0)."""
+    strategies = LONG_STRATEGIES if long else ["conductor", *(f"single:w{i}" for i in range(6))]
+    pool = {**POOL, "name": LONG_POOL if long else "trio"}
+    out = []
+    for i in range(n):
+        recs = [
+            record(f"s{k}", 0, "correct" if k < i + 2 else "incorrect", [round_of(0, SINGLE_G)],
+                   wall=1.0, cost=0.000046)
+            for k in range(n + 3)
+        ]  # fmt: skip
+        strategy = strategies[i]
+        d = write_run(tmp_path / f"run{i}", strategy, recs, pool=pool)
+        out.append((d, strategy, f"{100 * (i + 2) / (n + 3):.2f}"))
+    return out
+
+
+@pytest.mark.parametrize("long", [False, True], ids=["short-names", "long-names"])
+@pytest.mark.parametrize("n", [1, 2, 6])
+@pytest.mark.parametrize("width", [40, 60, 80, 120, 200])
+def test_report_is_one_comparison_at_any_width(
+    tmp_path: Path, width: int, n: int, long: bool
+) -> None:
+    runs = comparison_runs(tmp_path, n, long)
+    out = render(report_renderables([d for d, _, _ in runs])[0], width=width)
+    lines = out.splitlines()
+    assert all(len(line) <= width for line in lines), out
+    assert "…" not in out, out
+    # One table: its title and its accuracy heading once, never once per run.
+    assert out.count("Bench runs") == 1, out
+    assert out.count("accuracy") == 1, out
+    pool = LONG_POOL if long else "trio"
+    assert any(pool in line for line in lines), out
+    # From two single runs on, the best of them is shown again as the oracle-best.
+    assert ("oracle-best" in out) == (n >= 3), out
+    for i, (_d, strategy, acc) in enumerate(runs):
+        # Each run named whole on a line, and its own accuracy shown once.
+        times = 2 if n >= 3 and i == n - 1 else 1
+        assert sum(strategy in line for line in lines) == times, (strategy, out)
+        assert len(re.findall(rf"(?<![\d.]){re.escape(acc)}(?![\d])", out)) == times, (acc, out)
+    assert "$0.000046" in out and "$0.0000 " not in out
+    if n == 6 and width <= 80:
+        # Too narrow for six columns: the runs are rows (or numbered rows).
+        assert "a wider terminal (or COLUMNS) shows" in out, out
+    if not long and (width == 200 or n == 1):
+        # Wide enough: every figure, the paper's too.
+        assert "latency p50 / p95" in out and "paper" in out, out
+
+
+def test_narrow_rows_keep_each_run_on_its_line(tmp_path: Path) -> None:
+    runs = comparison_runs(tmp_path, 6, long=False)
+    out = render(report_renderables([d for d, _, _ in runs])[0], width=80)
+    # (The oracle-best row's name may wrap onto a line of its own: not a row.)
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if len(line.split()) > 2}
+    for _d, strategy, acc in runs:
+        assert rows[strategy][1] == acc, out
+        assert "$0.000046" in rows[strategy], out
+    assert "Bench runs: gpqa-diamond · pool trio" in out
+    # Numbered when even a row's name would fold: the numbers, then who is who.
+    runs = comparison_runs(tmp_path / "long", 6, long=True)
+    out = render(report_renderables([d for d, _, _ in runs])[0], width=40)
+    lines = [line.strip() for line in out.splitlines()]
+    for i, (_d, strategy, acc) in enumerate(runs, 1):
+        assert f"{i}  {strategy}" in lines, out
+        assert any(line.split()[:2] == [str(i), acc] for line in lines if line), out
+
+
+def test_runs_alike_are_told_apart_by_directory(tmp_path: Path) -> None:
+    """Two Conductor runs of one pool (two checkpoints, say) name their directories."""
+    a = write_run(tmp_path / "ckpt-a", "conductor", conductor_records(), epochs=2)
+    b = write_run(tmp_path / "ckpt-b", "conductor", conductor_records()[:4], epochs=2)
+    for width in (60, 200):
+        out = render(report_renderables([a, b])[0], width=width)
+        assert "ckpt-a" in out and "ckpt-b" in out, out
+    c = write_run(tmp_path / "other", "moa", conductor_records(), epochs=2)
+    assert "other" not in flat(render(report_renderables([a, c])[0], width=200))
+
+
+def test_hostile_names_are_shown_not_obeyed(tmp_path: Path) -> None:
+    pool = {**POOL, "name": "[bold]p\x1b[31m"}
+    d = write_run(tmp_path / "r", "single:\x1b]0;title\x07w", conductor_records(), pool=pool)
+    for width in (40, 200):
+        out = render(report_renderables([d])[0], width=width)
+        assert "\x1b" not in out and "\x07" not in out
+        assert "[bold]p\\x1b[31m" in out and "\\x07w" in out, out
+
+
+def test_piped_report_of_six_runs_is_one_table(tmp_path: Path) -> None:
+    """What the user of issue 18 saw: `conductor report` of six runs, piped, no COLUMNS."""
+    from poolkit import run_cli
+
+    runs = comparison_runs(tmp_path, 6, long=False)
+    res = run_cli("report", *(str(d) for d, _, _ in runs), columns=None)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("accuracy") == 1, res.stdout
+    assert all(len(line) <= 80 for line in res.stdout.splitlines()), res.stdout
+    assert "\x1b[" not in res.stdout

@@ -81,6 +81,21 @@ def test_fitted_takes_the_first_layout_that_keeps_ids_whole() -> None:
     assert LONG_IDS[0] not in render(wide, 40)
 
 
+def test_fitted_with_whole_words_refuses_a_folded_figure() -> None:
+    wide = Table("metric", "run a", "run b")
+    wide.add_row("epoch spread", "40.00-60.00 (sd 14.14)", "35.00-65.00 (sd 21.21)")
+    rows = Table("run", "spread")
+    rows.add_row("a", "40.00-60.00")
+    # At 30 columns the wide table folds the figure inside the word, with no ellipsis
+    # and no id cut: only the word check sees it (the test can fail).
+    assert "40.00-60.00" not in render(wide, 30)
+    assert "40.00-6" in render(Fitted([wide, rows], ["run a"]), 30)
+    out = render(Fitted([wide, rows], ["run a"], whole_words=True), 30)
+    assert "40.00-60.00" in out and "run b" not in out
+    # Wide enough, the first layout still wins.
+    assert "run b" in render(Fitted([wide, rows], ["run a"], whole_words=True), 80)
+
+
 # --------------------------------------------------------------------------- ask
 
 
@@ -152,12 +167,12 @@ def test_failed_local_call_costs_zero(tmp_path: Path, fake_server: FakeLLMServer
     assert ok.call.cost_usd is None
     rows = {r.split()[1]: r.split() for r in lines_of(res.stdout) if re.match(r"\s+\d\s", r)}
     # step, worker, sees, latency, tokens, cost, ...
-    assert rows["tiny-local-worker"][5] == "0", res.stdout
+    assert rows["tiny-local-worker"][5] == "$0", res.stdout
     assert rows[LONG_IDS[0]][5] == "?", res.stdout
     # The same renderer on the same record at 60 columns (stacked layout).
     narrow = " ".join(render(step_table(record), 60).split())
     assert "tiny-local-worker failed (BadRequestError), sees nothing" in narrow
-    assert re.search(r"0/0 tokens, cost 0(?![.\d])", narrow), narrow
+    assert re.search(r"0/0 tokens, cost \$0(?![.\d])", narrow), narrow
 
 
 # --------------------------------------------------------------------------- pools
@@ -243,7 +258,7 @@ def test_bench_and_report_keep_ids_and_run_directories_whole(
     dirs = [str(singles / f"single-{wid}") for wid in LONG_IDS]
     assert "2 run directories (for conductor report and trace):" in lines_of(res.stdout)
     assert all(d in lines_of(res.stdout) for d in dirs)
-    for columns in WIDTHS:
+    for columns in [*WIDTHS, 300]:
         res = run_cli("report", str(run), *dirs, env=env, columns=columns)
         assert res.returncode == 0, res.stderr
         for wid in LONG_IDS:
@@ -251,5 +266,9 @@ def test_bench_and_report_keep_ids_and_run_directories_whole(
             assert f"single:{wid}" in res.stdout, (columns, res.stdout)
             assert any(line.strip().startswith(wid) for line in lines_of(res.stdout))
         assert "…" not in res.stdout
-        assert "2 × 1 (2 records)" in res.stdout
-        assert "0/2 tries" in res.stdout
+        # One comparison of the three runs and the oracle-best, at every width.
+        assert res.stdout.count("accuracy") == 1, res.stdout
+        assert res.stdout.count("100.00") == 4, res.stdout
+        if columns == 300:  # wide enough for runs as columns: every figure
+            assert "2 × 1 (2 records)" in res.stdout
+            assert "0/2 tries" in res.stdout

@@ -30,6 +30,7 @@ from conductor.render import (
     topology_kind,
     trace_renderable,
 )
+from conductor.render.format import format_usd
 
 POOL = {
     "name": "test",
@@ -286,7 +287,7 @@ def test_step_table_rows_and_totals() -> None:
     # 4 steps + 1 Conductor call; one cached.
     assert "Totals: 5 calls (1 cached)" in f
     assert "tokens 50 in / 25 out" in f
-    assert "cost $0.003500" in f
+    assert "cost $0.0035" in f
     assert "wall 4.50 s" in f
     rows = [ln for ln in out.splitlines() if "judge-x" in ln]
     assert rows and "all earlier" in flat(rows[0])
@@ -294,6 +295,41 @@ def test_step_table_rows_and_totals() -> None:
     assert "cached" in alpha[0] and "nothing" in alpha[0]
     beta = [ln for ln in out.splitlines() if "beta" in ln]
     assert "cached" not in beta[0]
+
+
+@pytest.mark.parametrize(
+    ("cost", "shown"),
+    [
+        (0.000046, "$0.000046"),
+        (0.0000461234, "$0.0000461"),
+        (0.0123, "$0.0123"),
+        (0.0035, "$0.0035"),
+        (0.5, "$0.50"),
+        (0.9996, "$1.00"),
+        (12.3, "$12.30"),
+        (1234.5, "$1,234.50"),
+        (0.0, "$0"),
+        (None, "?"),
+        (float("nan"), "?"),
+        (3e-12, "$3.0e-12"),
+    ],
+)
+def test_costs_keep_their_significant_digits(cost: float | None, shown: str) -> None:
+    assert format_usd(cost) == shown
+
+
+def test_every_view_shows_a_small_cost_the_same_way() -> None:
+    """A call of $0.000046 reads the same in the call table, the totals line and the
+    trace (before, the report and bench's progress wrote "$0.0000")."""
+    rec = make_record([make_round(0, [step(0, 0, "a", [], [], call("4", cost=0.000046))])])
+    rec.totals.cost_usd = 0.000046
+    rec.rounds[0].conductor_calls[0].cost_usd = 0.0
+    table = flat(render(step_table(rec)))
+    assert "Totals: 2 calls" in table and "cost $0.000046 ·" in table
+    # The Conductor's free call is a true zero, the step's its own digits.
+    assert re.search(r"conductor - 1\.00 10/5 \$0 parsed", table), table
+    assert "alpha nothing 1.00 10/5 $0.000046 ok" in table
+    assert "cost $0.000046" in flat(render(trace_renderable(rec, "tree")))
 
 
 def test_step_table_unknown_cost_and_failed_step() -> None:
@@ -314,7 +350,7 @@ def test_step_table_unknown_cost_and_failed_step() -> None:
     alpha = [ln for ln in out.splitlines() if "alpha" in ln][0]
     assert " ? " in alpha
     f = flat(out)
-    assert "beta all earlier 1.00 10/5 0 failed (timeout)" in f
+    assert "beta all earlier 1.00 10/5 $0 failed (timeout)" in f
     assert "1 failed" in f
     assert "(1 call of unknown price)" in f
     rec.totals.cost_usd = None

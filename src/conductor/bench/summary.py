@@ -160,7 +160,8 @@ def _sample_sd(values: list[float]) -> float | None:
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
 
 
-def _ratio(num: float, den: float) -> float | None:
+def ratio(num: float, den: float) -> float | None:
+    """``num / den``, or ``None`` (not a made-up 0) when there is nothing to divide by."""
     return num / den if den else None
 
 
@@ -290,32 +291,32 @@ def summarize_run(run_dir: Path) -> RunSummary:
         n_samples=len(acc.per_sample),
         n_records=n,
         epochs=int(config.get("epochs") or len(acc.per_epoch)),
-        accuracy=_ratio(100.0 * acc.score, n),
+        accuracy=ratio(100.0 * acc.score, n),
         stderr=100.0 * sd / math.sqrt(len(sample_means)) if sd is not None else None,
         epoch_accuracy=epoch_acc,
         epoch_min=min(epoch_values) if epoch_values else None,
         epoch_max=max(epoch_values) if epoch_values else None,
         epoch_sd=_sample_sd(epoch_values),
         status_counts=acc.statuses,
-        no_answer_rate=_ratio(acc.statuses["no_answer"], n),
+        no_answer_rate=ratio(acc.statuses["no_answer"], n),
         conductor_tries=acc.tries,
         conductor_parse_errors=acc.parse_errors,
-        parse_failure_rate=_ratio(acc.parse_errors, acc.tries),
+        parse_failure_rate=ratio(acc.parse_errors, acc.tries),
         # Without any Conductor call (fixed strategies) "no workflow" means nothing.
         no_workflow_records=0 if no_conductor else acc.no_workflow,
-        no_workflow_rate=None if no_conductor else _ratio(acc.no_workflow, n),
-        cost_per_question=_ratio(acc.cost, n) if acc.cost_known else None,
+        no_workflow_rate=None if no_conductor else ratio(acc.no_workflow, n),
+        cost_per_question=ratio(acc.cost, n) if acc.cost_known else None,
         unknown_cost_calls=acc.unknown_cost_calls,
         unknown_cost_records=acc.unknown_cost_records,
         cost_is_lower_bound=bool(acc.unknown_cost_calls or acc.unknown_cost_records),
-        input_tokens_per_question=_ratio(acc.tokens_in, n),
-        output_tokens_per_question=_ratio(acc.tokens_out, n),
-        calls_per_question=_ratio(acc.calls, n),
-        steps_per_question=_ratio(acc.steps, n),
-        rounds_per_question=_ratio(acc.rounds, n),
+        input_tokens_per_question=ratio(acc.tokens_in, n),
+        output_tokens_per_question=ratio(acc.tokens_out, n),
+        calls_per_question=ratio(acc.calls, n),
+        steps_per_question=ratio(acc.steps, n),
+        rounds_per_question=ratio(acc.rounds, n),
         latency_p50=percentile(walls, 0.5),
         latency_p95=percentile(walls, 0.95),
-        cached_share=_ratio(acc.cached, acc.calls),
+        cached_share=ratio(acc.cached, acc.calls),
         truncated_calls=acc.truncated,
         worker_usage={w: dict(sorted(p.items())) for w, p in acc.usage.items()},
         worker_order=_worker_order(config, acc.usage),
@@ -429,6 +430,13 @@ def read_summary(path: Path) -> RunSummary:
 
 
 # --------------------------------------------------------------------------- choosing
+
+
+def falls_short(summary: RunSummary, fail_under: float) -> bool:
+    """Whether the run's accuracy (in percent) is below ``fail_under`` percent; a run
+    with no records has no accuracy, and falls short (a CI gate must not pass on a
+    run that graded nothing)."""
+    return summary.accuracy is None or summary.accuracy < fail_under
 
 
 def best_single(summaries: list[RunSummary]) -> RunSummary | None:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..pool import Pool
 
 __all__ = [
+    "EXIT_BELOW",
     "EXIT_FAILED",
     "PoolOption",
     "EXIT_INTERRUPTED",
@@ -40,6 +41,9 @@ __all__ = [
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+#: ``bench`` / ``report --fail-under``: a run's accuracy is below the threshold (the
+#: run itself went through; CI tells the two apart).
+EXIT_BELOW = 3
 #: 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C.
 EXIT_INTERRUPTED = 130
 

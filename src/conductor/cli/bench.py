@@ -3,18 +3,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.text import Text
 
 from ..errors import UsageError
-from ..text import plural
-from ._common import EXIT_FAILED, interrupted, print_path, stderr, stdout
+from ..text import plural, printable
+from ._ci import CiOutputs, FailUnderOption, JunitOption, MarkdownOption
+from ._common import interrupted, print_path, stderr, stdout
 
 if TYPE_CHECKING:
     from ..bench.runner import BenchProgress
     from ..bench.session import BenchRequest
+    from ..bench.summary import RunSummary
 
 __all__ = ["bench", "report"]
 
@@ -99,10 +105,18 @@ def bench(
             "them); without it they run and are counted in the summary.",
         ),
     ] = False,
+    fail_under: FailUnderOption = None,
+    junit: JunitOption = None,
+    markdown: MarkdownOption = None,
 ) -> None:
-    """Run a benchmark with the Conductor or a baseline strategy, graded and resumable."""
+    """Run a benchmark with the Conductor or a baseline strategy, graded and resumable.
+
+    Exit codes: 0 done, 1 every sample failed (or the run was stopped), 2 bad usage
+    or input, 3 an accuracy below --fail-under, 130 interrupted.
+    """
+    ci = CiOutputs.of(fail_under, junit, markdown)
     if benchmark == "merge":
-        _bench_merge(dirs or [], out)
+        _bench_merge(dirs or [], out, ci)
         return
     if dirs:
         raise UsageError(f"unexpected arguments after the benchmark name: {dirs}")
@@ -138,40 +152,51 @@ def bench(
         progress = _bench_one(request)
         failed = failed or (progress.done > 0 and progress.errors == progress.done)
         run_dirs.append(request.run_dir)
-    _print_report(run_dirs)
+    summaries = _print_report(run_dirs)
     dirs_written = plural(len(run_dirs), "run directory", "run directories")
     print_path(stdout(), f"{dirs_written} (for conductor report and trace):", *run_dirs)
-    if failed:
-        raise typer.Exit(EXIT_FAILED)
+    ci.finish(summaries, failed=failed)
 
 
 def _bench_one(request: BenchRequest) -> BenchProgress:
-    """Run one request under a progress bar on stderr (shown on a terminal only)."""
+    """Run one request under a progress bar on stderr when stdout is a terminal, or
+    with plain progress lines on stdout when it is not (a pipe, a CI log)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..bench.session import BenchSession
+    from ..render.format import format_usd
 
     session = BenchSession(request)
     console = stderr()
+    label = f"{request.spec.name} · {request.strategy}"
 
     def on_warning(text: str) -> None:
         console.print(f"[yellow]warning:[/] {text}", highlight=False)
 
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[stats]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-        disable=not console.is_terminal,
-    ) as bar:
-        task = bar.add_task(f"{request.spec.name} · {request.strategy}", total=None, stats="")
+    lines = None if stdout().is_terminal else _PlainProgress(label)
+    with (
+        Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+            # Never both: a bar redrawn on a terminal that also shows the lines (through
+            # `| tee`) would tear them apart.
+            disable=lines is not None or not console.is_terminal,
+        ) as bar,
+        lines or contextlib.nullcontext(),
+    ):
+        task = bar.add_task(label, total=None, stats="")
 
         def on_progress(p: BenchProgress) -> None:
+            if lines is not None:
+                lines.update(p)
+                return
             acc = f"{p.accuracy:.1f}%" if p.accuracy is not None else "-"
-            stats = f"acc {acc} · ${p.cost_usd:.4f} · errors {p.errors}"
+            stats = f"acc {acc} · {format_usd(p.cost_usd)} · errors {p.errors}"
             bar.update(task, total=p.total, completed=p.skipped + p.done, stats=stats)
 
         try:
@@ -181,7 +206,50 @@ def _bench_one(request: BenchRequest) -> BenchProgress:
             interrupted(f"finished samples are kept in {run_dir} (--resume {run_dir})")
 
 
-def _bench_merge(dirs: list[Path], out: Path | None) -> None:
+class _PlainProgress:
+    """:class:`~conductor.render.bench_progress.ProgressLines` printed to stdout, with
+    a timer thread for the lines no finished sample brings (a slow run's heartbeat).
+    A context manager: the timer runs inside the block, the last line is printed when
+    the run ends (not when it fails or is interrupted: the error says what happened)."""
+
+    def __init__(self, label: str) -> None:
+        from ..render.bench_progress import ProgressLines
+
+        self._lines = ProgressLines(label, start=time.monotonic())
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._timer = threading.Thread(target=self._run, name="conductor-progress", daemon=True)
+        self._console = stdout()
+
+    def _print(self, line: str | None) -> None:
+        if line is None:
+            return
+        # One line whatever its length; flushed, so a log shows it at once.
+        self._console.print(Text(printable(line)), soft_wrap=True, highlight=False)
+        self._console.file.flush()
+
+    def update(self, progress: BenchProgress) -> None:
+        with self._lock:
+            self._print(self._lines.update(progress, time.monotonic()))
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            with self._lock:
+                self._print(self._lines.tick(time.monotonic()))
+
+    def __enter__(self) -> _PlainProgress:
+        self._timer.start()
+        return self
+
+    def __exit__(self, kind: object, error: object, tb: object) -> None:
+        self._stop.set()
+        self._timer.join()
+        if kind is None:
+            with self._lock:
+                self._print(self._lines.final(time.monotonic()))
+
+
+def _bench_merge(dirs: list[Path], out: Path | None, ci: CiOutputs) -> None:
     from ..bench.session import merge_bench
 
     if out is None:
@@ -189,15 +257,19 @@ def _bench_merge(dirs: list[Path], out: Path | None) -> None:
     n = merge_bench(dirs, out)
     records, runs = plural(n, "record"), plural(len(dirs), "run")
     print_path(stdout(), f"merged {records} from {runs} into", out)
-    _print_report([out])
+    ci.finish(_print_report([out]), failed=False)
 
 
-def _print_report(run_dirs: list[Path]) -> None:
-    from ..render.report import report_renderables
+def _print_report(run_dirs: list[Path]) -> list[RunSummary]:
+    """Print the report of ``run_dirs``; return their summaries (read once)."""
+    from ..bench.summary import summarize_run
+    from ..render.report import report_views
 
+    summaries = [summarize_run(d) for d in run_dirs]
     console = stdout()
-    for renderable in report_renderables(run_dirs):
+    for renderable in report_views(summaries):
         console.print(renderable)
+    return summaries
 
 
 def report(
@@ -208,6 +280,9 @@ def report(
             "single-WORKER directories)."
         ),
     ],
+    fail_under: FailUnderOption = None,
+    junit: JunitOption = None,
+    markdown: MarkdownOption = None,
     plot: Annotated[
         Path | None,
         typer.Option(
@@ -218,9 +293,14 @@ def report(
         ),
     ] = None,
 ) -> None:
-    """Scores, cost and usage of saved bench runs, with the paper's figures for reference."""
+    """Scores, cost and usage of saved bench runs, with the paper's figures for reference.
+
+    Exit codes: 0 shown, 2 bad usage or a run directory that cannot be read, 3 an
+    accuracy below --fail-under.
+    """
     from ..bench.rundir import run_dirs
 
+    ci = CiOutputs.of(fail_under, junit, markdown)
     if plot is not None:
         from ..view.plots import PLOT_SUFFIXES, require_matplotlib
 
@@ -229,9 +309,10 @@ def report(
         require_matplotlib()  # before the tables, not after them
     # A `singles` run stands for its single-WORKER directories.
     dirs = [d for r in runs for d in (run_dirs(r) or [r])]
-    _print_report(dirs)
+    summaries = _print_report(dirs)
     if plot is not None:
         _write_plot(dirs, plot)
+    ci.finish(summaries, failed=False)
 
 
 def _write_plot(dirs: list[Path], plot: Path) -> None:

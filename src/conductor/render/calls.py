@@ -16,7 +16,7 @@ from ..record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals
 from ..shapes import is_empty_workflow, round_plan
 from ..text import plural
 from .fitted import Fitted
-from .format import _fmt_cost, _fmt_tokens, _one_line, _round_label, _shown
+from .format import _fmt_tokens, _one_line, _round_label, _shown, format_usd
 from .plan import _sees_short
 
 
@@ -59,7 +59,7 @@ def _call_cells(c: CallRecord) -> list[str]:
     return [
         f"{c.latency_s:.2f}",
         f"{_fmt_tokens(c.input_tokens)}/{_fmt_tokens(c.output_tokens)}",
-        _fmt_cost(c.cost_usd),
+        format_usd(c.cost_usd),
         "cached" if c.cached else "",
     ]
 
@@ -80,9 +80,9 @@ def _totals_line(t: Totals) -> str:
         cost = "cost ? (unknown price)"
     elif t.unknown_cost_calls:
         unknown = plural(t.unknown_cost_calls, "call")
-        cost = f"cost >= ${_fmt_cost(t.cost_usd)} ({unknown} of unknown price)"
+        cost = f"cost >= {format_usd(t.cost_usd)} ({unknown} of unknown price)"
     else:
-        cost = f"cost ${_fmt_cost(t.cost_usd)}"
+        cost = f"cost {format_usd(t.cost_usd)}"
     return f"Totals: {calls} · {tokens} · {cost} · wall {t.wall_s:.2f} s"
 
 
@@ -128,7 +128,7 @@ def _calls_wide(rows: list[_CallRow], rounds: bool) -> Table:
     table.add_column("sees", min_width=7)
     table.add_column("latency\n(s)", justify="right", no_wrap=True)
     table.add_column("tokens\nin/out", justify="right", no_wrap=True)
-    table.add_column("cost\n(USD)", justify="right", no_wrap=True)
+    table.add_column("cost", justify="right", no_wrap=True)
     table.add_column("cached", no_wrap=True)
     table.add_column("status", min_width=8)
     for r in rows:

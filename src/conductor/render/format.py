@@ -7,6 +7,7 @@ terminal; every public view calls it on the record (or event) it is given.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TypeVar
 
 from ..record import CallRecord
@@ -67,14 +68,37 @@ def _clip_middle(text: str | None, head: int = 200, tail: int = 400) -> str:
     return f"{text[:head].rstrip()}\n… [{omitted} chars omitted] …\n{text[-tail:].lstrip()}"
 
 
-def _fmt_cost(cost: float | None) -> str:
-    if cost is None:
+#: Significant digits a cost under a dollar keeps: enough to tell $0.000046 from
+#: $0.000052, few enough to read at a glance.
+_COST_DIGITS = 3
+
+
+def format_usd(cost: float | None) -> str:
+    """A cost in US dollars as every view shows it: cents from a dollar up
+    (``$12.30``, ``$1,204.50``), three significant digits below (``$0.0123``,
+    ``$0.000046``, never ``$0.0000``), ``$0`` for a true zero and ``?`` for an unknown
+    (``None``) or unreadable one.  Only the display: records keep the full float."""
+    if cost is None or not math.isfinite(cost):
         return "?"
     if cost == 0:
-        return "0"
-    if cost >= 0.01:
-        return f"{cost:.4f}"
-    return f"{cost:.6f}"
+        return "$0"
+    sign = "-" if cost < 0 else ""
+    x = abs(cost)
+    if x < 1e-9:
+        # Below a billionth of a dollar, decimals would outgrow any column.
+        return f"{sign}${x:.1e}"
+    decimals = max(2, _COST_DIGITS - 1 - math.floor(math.log10(x)))
+    text = f"{x:,.{decimals}f}"
+    if decimals > 2:
+        # 0.00350 -> 0.0035, but 0.50 stays (cents keep their two places).
+        whole, frac = text.split(".")
+        text = f"{whole}.{frac.rstrip('0').ljust(2, '0')}"
+    return f"{sign}${text}"
+
+
+def percent(share: float | None, digits: int = 1) -> str:
+    """A share in [0, 1] as a percentage (``0.125`` -> ``12.5%``); ``-`` for none."""
+    return "-" if share is None else f"{100 * share:.{digits}f}%"
 
 
 def _fmt_tokens(n: int) -> str:

@@ -1,5 +1,6 @@
-"""The tables of ``conductor report``: scores, usage, topologies and rate limits of bench
-runs, each in a wide layout and a stacked one for narrow terminals.
+"""The tables of ``conductor report``: the comparison of bench runs (laid out in
+:mod:`conductor.render.comparison`), then the worker usage, topologies and rate limits
+of each run, each usage view in a wide layout and a stacked one for narrow terminals.
 
 The scores themselves are computed in :mod:`conductor.bench.summary`.
 """
@@ -7,219 +8,26 @@ The scores themselves are computed in :mod:`conductor.bench.summary`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..bench.paper import PaperFigure, paper_reference
-from ..bench.summary import (
-    RunSummary,
-    _ratio,
-    best_single,
-    summarize_run,
-)
-from ..text import plural
+from ..bench.summary import RunSummary, best_single, ratio, summarize_run
+from ..text import printable
+from .comparison import comparison_view, summary_table
 from .fitted import Fitted
+from .format import percent
 
 __all__ = [
     "rate_limit_table",
     "report_renderables",
+    "report_views",
     "summary_table",
     "topology_table",
     "usage_table",
 ]
-
-
-def _pct(x: float | None, digits: int = 1) -> str:
-    return "-" if x is None else f"{100 * x:.{digits}f}%"
-
-
-def _num(x: float | None, digits: int = 2) -> str:
-    return "-" if x is None else f"{x:,.{digits}f}"
-
-
-def _cost(s: RunSummary) -> str:
-    if s.cost_per_question is None:
-        return "?"
-    text = f"${s.cost_per_question:.4f}"
-    if s.cost_is_lower_bound:
-        unknown = s.unknown_cost_calls
-        text = f"≥ {text}" + (f" ({plural(unknown, 'unpriced call')})" if unknown else "")
-    return text
-
-
-def _accuracy(s: RunSummary) -> str:
-    if s.accuracy is None:
-        return "-"
-    se = f" ± {s.stderr:.2f}" if s.stderr is not None else ""
-    return f"{s.accuracy:.2f}{se}"
-
-
-def _spread(s: RunSummary) -> str:
-    if len(s.epoch_accuracy) < 2:
-        return "-"
-    return f"{_num(s.epoch_min)}-{_num(s.epoch_max)} (sd {_num(s.epoch_sd)})"
-
-
-def _parse_failures(s: RunSummary) -> str:
-    if not s.conductor_tries:
-        return "-"
-    tries = plural(
-        s.conductor_tries, "try", "tries", shown=f"{s.conductor_parse_errors}/{s.conductor_tries}"
-    )
-    return (
-        f"{tries} ({_pct(s.parse_failure_rate)}); no plan {s.no_workflow_records} "
-        f"({_pct(s.no_workflow_rate)})"
-    )
-
-
-def _errors(s: RunSummary) -> str:
-    c = s.status_counts
-    return (
-        f"run {c.get('run_failed', 0)} · grader {c.get('grader_error', 0)} · "
-        f"time limit {c.get('time_limit', 0)}"
-    )
-
-
-def _trained_on(s: RunSummary) -> str:
-    if s.trained_on_samples is None:
-        return "-"
-    return f"{s.trained_on_samples}" + (" (excluded)" if s.trained_excluded else "")
-
-
-def _paper_cell(figures: list[PaperFigure]) -> Text:
-    """Each figure as ``value method`` over a dim ``(table, setting)`` line."""
-    if not figures:
-        return Text("-", style="dim")
-    cell = Text()
-    for i, f in enumerate(figures):
-        unit = {"tokens_per_question": " tokens/q", "cost_per_question_usd": "/q"}.get(f.metric, "")
-        if i:
-            cell.append("\n")
-        cell.append(f"{f.text}{unit} {f.method}\n")
-        cell.append(f"({f.table}, {f.setting})", style="dim")
-    return cell
-
-
-_ROWS: list[tuple[str, Any]] = [
-    ("accuracy % ± SE", _accuracy),
-    (
-        "samples × epochs",
-        lambda s: f"{s.n_samples} × {s.epochs} ({plural(s.n_records, 'record')})",
-    ),
-    ("epoch spread", _spread),
-    ("cost / question", _cost),
-    (
-        "tokens / question",
-        lambda s: (
-            f"{_num(s.input_tokens_per_question, 0)} in / "
-            f"{_num(s.output_tokens_per_question, 0)} out"
-        ),
-    ),
-    ("calls / question", lambda s: _num(s.calls_per_question)),
-    ("steps / question", lambda s: _num(s.steps_per_question)),
-    ("rounds / question", lambda s: _num(s.rounds_per_question)),
-    (
-        "latency p50 / p95",
-        lambda s: f"{_num(s.latency_p50)} s / {_num(s.latency_p95)} s",
-    ),
-    ("cached calls", lambda s: _pct(s.cached_share)),
-    ("truncated calls", lambda s: str(s.truncated_calls)),
-    ("parse failures", _parse_failures),
-    (
-        "unreadable answers",
-        lambda s: f"{s.status_counts.get('no_answer', 0)} ({_pct(s.no_answer_rate)})",
-    ),
-    ("errors", _errors),
-]
-
-
-def _summary_columns(
-    summaries: list[RunSummary], oracle: RunSummary | None
-) -> list[tuple[RunSummary, str, Text]]:
-    """Each run with the strategy its paper figures are looked up under and its heading."""
-    columns = [
-        (s, s.strategy, Text(f"{s.benchmark}\n{s.strategy}\n{s.pool_name}")) for s in summaries
-    ]
-    if oracle is not None:
-        heading = Text(f"{oracle.benchmark}\noracle-best single worker\n(= {oracle.strategy})")
-        columns.append((oracle, "oracle-best", heading))
-    return columns
-
-
-def _summary_rows(columns: list[tuple[RunSummary, str, Text]]) -> list[tuple[str, list[Any]]]:
-    rows: list[tuple[str, list[Any]]] = [
-        (name, [fn(s) for s, _, _ in columns]) for name, fn in _ROWS
-    ]
-    if any(s.trained_on_samples is not None for s, _, _ in columns):
-        # Samples the Conductor saw in training: their scores are not held-out results.
-        rows.append(("trained-on samples", [_trained_on(s) for s, _, _ in columns]))
-    rows.append(("paper", [_paper_cell(paper_reference(s.paper_key, st)) for s, st, _ in columns]))
-    return rows
-
-
-def _skipped_caption(columns: list[tuple[RunSummary, str, Text]]) -> str | None:
-    skipped = sum(s.skipped_lines for s, _, _ in columns)
-    if not skipped:
-        return None
-    return f"{plural(skipped, 'unreadable line')} in samples.jsonl were skipped"
-
-
-def summary_table(
-    summaries: list[RunSummary], oracle: RunSummary | None = None, title: str = "Bench runs"
-) -> Table:
-    """Runs side by side, one column each, metrics as rows, the paper's figures last.
-
-    ``oracle`` (see :func:`best_single`) adds an "oracle-best single worker" column
-    holding that run's numbers and the paper's best-single-worker figures.
-    """
-    columns = _summary_columns(summaries, oracle)
-    table = Table(title=title, box=box.SIMPLE_HEAD, show_lines=False)
-    table.add_column("", style="bold", no_wrap=True)
-    for _, _, heading in columns:
-        table.add_column(heading)
-    for name, cells in _summary_rows(columns):
-        table.add_row(name, *cells)
-    table.caption = _skipped_caption(columns)
-    return table
-
-
-def _summary_stacked(
-    summaries: list[RunSummary], oracle: RunSummary | None, title: str
-) -> RenderableType:
-    """The summary for a terminal too narrow to set the runs side by side: one table
-    per run, headed by the run's label (which wraps between its parts, not inside)."""
-    columns = _summary_columns(summaries, oracle)
-    rows = _summary_rows(columns)
-    parts: list[RenderableType] = [Text(title, style="bold")]
-    for i, (_, _, heading) in enumerate(columns):
-        table = Table(
-            title=Text(" · ".join(heading.plain.split("\n"))),
-            box=box.SIMPLE_HEAD,
-            show_header=False,
-        )
-        table.add_column("", style="bold", no_wrap=True)
-        table.add_column("")
-        for name, cells in rows:
-            table.add_row(name, cells[i])
-        parts.append(table)
-    caption = _skipped_caption(columns)
-    if caption:
-        parts.append(Text(caption))
-    return Group(*parts)
-
-
-def _summary_view(
-    summaries: list[RunSummary], oracle: RunSummary | None, title: str
-) -> RenderableType:
-    keep = [name for s in [*summaries, oracle] if s for name in (s.strategy, s.pool_name)]
-    return Fitted(
-        [summary_table(summaries, oracle, title), _summary_stacked(summaries, oracle, title)],
-        keep,
-    )
 
 
 def usage_table(summary: RunSummary) -> Table:
@@ -247,11 +55,11 @@ def _usage_rows(summary: RunSummary) -> tuple[list[int], list[tuple[str, list[st
     for w in summary.worker_order or sorted(summary.worker_usage):
         counts = summary.worker_usage.get(w, {})
         cells = [
-            f"{counts.get(p, 0)} ({_pct(_ratio(counts.get(p, 0), per_pos[p]), 0)})"
+            f"{counts.get(p, 0)} ({percent(ratio(counts.get(p, 0), per_pos[p]), 0)})"
             for p in positions
         ]
         n = sum(counts.values())
-        rows.append((w, [*cells, f"{n} ({_pct(_ratio(n, total), 0)})"]))
+        rows.append((w, [*cells, f"{n} ({percent(ratio(n, total), 0)})"]))
     return positions, rows, [*(str(per_pos[p]) for p in positions), str(total)]
 
 
@@ -284,7 +92,7 @@ def topology_table(summary: RunSummary) -> Table:
     table.add_column("share", justify="right", no_wrap=True)
     n = summary.n_records
     for kind, count in summary.topology_counts.items():
-        table.add_row(kind, str(count), _pct(_ratio(count, n)))
+        table.add_row(kind, str(count), percent(ratio(count, n)))
     return table
 
 
@@ -321,10 +129,14 @@ def rate_limit_table(summary: RunSummary) -> Table | None:
 
 
 def report_renderables(run_dirs: list[Path]) -> list[RenderableType]:
-    """What ``conductor report DIR [DIR...]`` shows: the summary table (with an
-    oracle-best column per benchmark that has several ``single:*`` runs), then the
-    usage and topology tables of each Conductor run."""
-    summaries = [summarize_run(Path(d)) for d in run_dirs]
+    """What ``conductor report DIR [DIR...]`` shows (see :func:`report_views`)."""
+    return report_views([summarize_run(Path(d)) for d in run_dirs])
+
+
+def report_views(summaries: list[RunSummary]) -> list[RenderableType]:
+    """The report of runs already summarised: the comparison (with an oracle-best run
+    per benchmark that has several ``single:*`` runs), then the usage and topology
+    tables of each Conductor run and the rate limits met."""
     by_bench: dict[str, list[RunSummary]] = {}
     for s in summaries:
         by_bench.setdefault(s.benchmark, []).append(s)
@@ -332,8 +144,8 @@ def report_renderables(run_dirs: list[Path]) -> list[RenderableType]:
     for bench, runs in by_bench.items():
         singles = [s for s in runs if s.strategy.startswith("single:")]
         oracle = best_single(singles) if len(singles) >= 2 else None
-        title = f"Bench runs: {bench}" if len(by_bench) > 1 else "Bench runs"
-        out.append(_summary_view(runs, oracle, title))
+        title = f"Bench runs: {printable(bench)}" if len(by_bench) > 1 else "Bench runs"
+        out.append(comparison_view(runs, oracle, title))
     for s in summaries:
         if s.strategy == "conductor":
             if s.worker_usage:

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from ..record import RunRecord
 from ..text import plural, printable
-from .format import _clip, _fmt_cost, _fmt_tokens, _shown
+from .format import _clip, _fmt_tokens, _shown, format_usd
 
 
 def _is_bench_sample(record: RunRecord) -> bool:
@@ -112,8 +112,8 @@ def _sample_row(record: RunRecord) -> _SampleRow:
 
 def _row_cost(row: _SampleRow) -> str:
     if row.cost_partial:
-        return f">={_fmt_cost(row.cost_usd)}" if row.cost_usd else "?"
-    return _fmt_cost(row.cost_usd)
+        return f">={format_usd(row.cost_usd)}" if row.cost_usd else "?"
+    return format_usd(row.cost_usd)
 
 
 def _natural_key(text: str) -> list[Any]:
@@ -175,7 +175,7 @@ class SampleListing:
         if partial and not any(known):
             line.append(" · cost ? (unknown prices)")
         else:
-            line.append(f" · cost {'>= ' if partial else ''}${_fmt_cost(sum(known))}")
+            line.append(f" · cost {'>= ' if partial else ''}{format_usd(sum(known))}")
         return line
 
     def _footer(self) -> Text | None:
@@ -209,7 +209,7 @@ class SampleListing:
             table.add_column("epoch", justify="right", no_wrap=True)
         table.add_column("verdict", no_wrap=True)
         table.add_column("steps", justify="right", no_wrap=True)
-        table.add_column("cost\n(USD)", justify="right", no_wrap=True)
+        table.add_column("cost", justify="right", no_wrap=True)
         if full:
             table.add_column("tokens\nin/out", justify="right", no_wrap=True)
             table.add_column("time\n(s)", justify="right", no_wrap=True)

@@ -17,7 +17,7 @@ from ..record import CallRecord, RoundRecord, RunRecord
 from ..shapes import is_empty_workflow, round_plan, topology_kind
 from ..text import plural
 from .calls import _conductor_tries, _step_status, _totals_line, answer_panel
-from .format import _clip, _clip_middle, _fmt_cost, _one_line, _round_label, _shown
+from .format import _clip, _clip_middle, _one_line, _round_label, _shown, format_usd
 from .plan import _sees
 from .samples import _grade_lines, _is_bench_sample, _sample_heading, _verdict_style, grade_panel
 
@@ -118,7 +118,7 @@ def _add_call(node: Tree, call: CallRecord) -> None:
         node.add(Text(f"response: {_clip(call.response)}"))
     meta = (
         f"{call.latency_s:.2f} s · {call.input_tokens}/{call.output_tokens} tokens · "
-        f"cost {_fmt_cost(call.cost_usd)}" + (" · cached" if call.cached else "")
+        f"cost {format_usd(call.cost_usd)}" + (" · cached" if call.cached else "")
     )
     node.add(Text(meta, style="dim"))
 
