@@ -124,7 +124,8 @@ def _detail(s: ViewSample, texts: _Strings, names: _Strings) -> list[Any]:
         ]
         for st in s.step_views
     ]
-    return [s.svg, [texts(r) for r in s.replies], s.parse_errors, steps, s.why, s.error]
+    replies = [[pos, texts(reply)] for pos, reply in s.replies]
+    return [s.svg, replies, s.parse_errors, steps, s.why, s.error, s.prompt]
 
 
 # The mean shown is the summary's; its interval is a bootstrap's, whose ends can differ
