@@ -552,3 +552,69 @@ def test_the_list_shows_the_question_and_the_sample_its_prompt(tmp_path: Path) -
     finally:
         tools.close()
 
+
+LABELS = "[...document.querySelectorAll('#chart-accuracy-cost g[id^=\"run-label-\"] text')]"
+
+
+@pytest.mark.parametrize(("n", "same"), [(2, True), (6, True), (15, True), (15, False)])
+def test_the_chart_labels_never_overlap(tmp_path: Path, n: int, same: bool) -> None:
+    # Long names that differ only at their ends, every run at the same point (or spread).
+    runs = []
+    for k in range(n):
+        records = [
+            make_record(
+                f"q{i}",
+                f"question {i}",
+                chain("gpt-small"),
+                verdict="correct" if i < (3 if same else 1 + k % 5) else "incorrect",
+                cost=0.002 if same else 0.001 * (1 + k % 4),
+            )
+            for i in range(6)
+        ]
+        runs.append(
+            write_bench(
+                tmp_path / f"run-{k}",
+                records,
+                benchmark="math500-with-a-very-long\nbenchmark-name",
+                strategy=f"conductor-checkpoint-of-the-grpo-training-run-{k}",
+            )
+        )
+    page = write_view(load_runs(runs), tmp_path / "view.html")
+    tools = open_page(page, "")
+    try:
+        boxes = tools.js(
+            f"{LABELS}.map(t => {{ const r = t.getBoundingClientRect();"
+            " return [t.textContent, r.left, r.top, r.right, r.bottom]; })"
+        )
+        chart = tools.js(
+            "(() => { const r = document.querySelector('#chart-accuracy-cost svg')"
+            ".getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; })()"
+        )
+        leaders = tools.js(
+            "[...document.querySelectorAll('#chart-accuracy-cost g[id^=\"run-leader-\"] path')]"
+            ".map(p => { const m = p.getScreenCTM(), L = p.getTotalLength();"
+            " return [0, L].map(d => { const q = p.getPointAtLength(d);"
+            " return [q.x * m.a + q.y * m.c + m.e, q.x * m.b + q.y * m.d + m.f]; }); })"
+        )
+    finally:
+        tools.close()
+    assert len(boxes) == len(leaders) == n
+    for i, (text, left, top, right, bottom) in enumerate(boxes):
+        # Each label is one line, says which run it is, and is drawn whole inside the chart.
+        # (a long name loses its middle, which keeps the ends that tell runs apart).
+        assert text.startswith(f"{i}: math500-with-a-very") and text.endswith(f"run-{i} · fake")
+        assert "…" in text and "\n" not in text
+        assert bottom - top < 20 and right > left
+        assert chart[0] <= left and right <= chart[2] and chart[1] <= top and bottom <= chart[3]
+        # Its leader line leaves from its own left side.
+        (x0, y0), _end = leaders[i]
+        assert abs(x0 - left) < 8 and top - 4 <= y0 <= bottom + 4
+    for a in range(n):
+        for b in range(a + 1, n):
+            _ta, la, ta, ra, ba = boxes[a]
+            _tb, lb, tb, rb, bb = boxes[b]
+            apart = ra <= lb or rb <= la or ba <= tb or bb <= ta
+            assert apart, f"labels {a} and {b} overlap: {boxes[a]} {boxes[b]}"
+    if same:  # every leader ends at the one point all the runs share (a few pixels short)
+        ends = [end for _start, end in leaders]
+        assert max(abs(x - ends[0][0]) + abs(y - ends[0][1]) for x, y in ends) < 8
