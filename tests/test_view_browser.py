@@ -618,3 +618,17 @@ def test_the_chart_labels_never_overlap(tmp_path: Path, n: int, same: bool) -> N
     if same:  # every leader ends at the one point all the runs share (a few pixels short)
         ends = [end for _start, end in leaders]
         assert max(abs(x - ends[0][0]) + abs(y - ends[0][1]) for x, y in ends) < 8
+
+
+def test_an_empty_page_says_a_linked_sample_is_not_there(tmp_path: Path) -> None:
+    records = tmp_path / "records"
+    records.mkdir()
+    (records / "samples.jsonl").write_text("")
+    page = write_view(load_runs([records]), tmp_path / "v.html")
+    tools = open_page(page, "sample=0")
+    try:
+        tools.wait(f"!!{NOTICE}")
+        assert "(it holds none)" in tools.js(f"{NOTICE}.textContent")
+        assert tools.js(SHOWN) == "0"
+    finally:
+        tools.close()

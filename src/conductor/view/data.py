@@ -353,15 +353,16 @@ def _bench_run(run_dir: Path) -> ViewRun:
     summary = _summary(run_dir)
     samples: list[ViewSample] = []
     boilerplate = _Boilerplate()
+    asked_as_prompt: list[ViewSample] = []  # records that do not keep the question apart
     for i, record in enumerate(iter_records(run_dir / SAMPLES, latest=True)):
         samples.append(sample_of(record, i))
         if own_question(record) is None:
             boilerplate.add(record.question)
-    for s in samples:
-        if not s.prompt:  # the question is the whole prompt: take the template off
-            question = boilerplate.strip(s.question)
-            if question != s.question:
-                s.prompt, s.question = s.question, question
+            asked_as_prompt.append(samples[-1])
+    for s in asked_as_prompt:
+        question = boilerplate.strip(s.question)
+        if question != s.question:
+            s.prompt, s.question = s.question, question
     lo, hi = _accuracy_interval(samples)
     cost_lo, cost_hi = _interval_of_costs(samples)
     overview = RunOverview(

@@ -172,8 +172,9 @@
     if (typeof i === "number" && i < ROWS.length && matches.includes(i)) return false;
     state.sample = null;
     if (typeof i !== "number" || i >= ROWS.length) {
+      const held = ROWS.length ? `it holds samples 0 to ${ROWS.length - 1}` : "it holds none";
       notice = el("p", {id: "sample-notice", "data-reason": "unknown"},
-        `The link names sample ${i}, which this page does not hold (it holds samples 0 to ${ROWS.length - 1}).`);
+        `The link names sample ${String(i).slice(0, 40)}, which this page does not hold (${held}).`);
     } else {
       const r = ROWS[i];
       const open = el("button", {type: "button", id: "sample-notice-open"}, "Clear the filters and open it");
