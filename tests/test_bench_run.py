@@ -323,6 +323,36 @@ def test_multiple_choice_and_code_benchmarks_run(
     records = read_samples(tmp_path / "mc")
     assert [r["grade"]["status"] for r in records] == ["correct", "correct"]
     assert all("permutation" in r["metadata"]["sample"] for r in records)
+    # The record's question is the prompt (template and options); the question itself
+    # is kept beside it, for readers that list questions (conductor view).
+    asked = ["What is 7 times 8?", "Which gas do plants take in for photosynthesis?"]
+    assert [r["metadata"]["question"] for r in records] == asked
+    for r, question in zip(records, asked, strict=True):
+        assert question in r["question"] and "A) " in r["question"]
+        assert "A) " not in r["metadata"]["question"]
+
+
+async def test_a_sample_whose_run_raised_keeps_its_question(tmp_path: Path) -> None:
+    class Raising:
+        name = "raising"
+
+        def describe(self) -> dict[str, Any]:
+            return {"strategy": self.name}
+
+        async def run(self, question: str, **_: Any) -> Any:
+            raise RuntimeError("the strategy broke")
+
+        async def aclose(self) -> None:
+            pass
+
+    spec = load_benchmark("math500")
+    data = make_math_file(tmp_path / "m.jsonl", 2)
+    opts = BenchOptions(out_dir=tmp_path / "run", data_file=data)
+    await run_benchmark(spec, Raising(), get_grader("math"), {}, opts)  # type: ignore[arg-type]
+    records = read_samples(tmp_path / "run")
+    assert [r["status"] for r in records] == ["failed", "failed"]
+    assert [r["metadata"]["question"] for r in records] == ["What is 0 + 0?", "What is 1 + 0?"]
+    assert all(r["metadata"]["strategy"] == "raising" for r in records)
 
 
 async def test_identical_rerun_replays_samples_from_the_cache(

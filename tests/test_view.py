@@ -11,12 +11,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
-from poolkit import run_cli
+from poolkit import CONDUCTOR_MODEL, lists, run_cli
+from servekit import ServeProcess, make_pool_file
 from viewkit import WORKERS, chain, fan, make_record, write_ask, write_bench, write_serve
 
 from conductor.errors import UsageError
 from conductor.record import RunRecord
+from conductor.testing import FakeLLMServer
 from conductor.view.data import compare_runs, load_runs
 from conductor.view.page import page_data, write_view
 from conductor.view.stats import mcnemar_exact, wilson_interval
@@ -245,3 +248,130 @@ def test_open_hands_the_page_to_the_browser(
     )
     assert res.returncode == 0, res.stderr
     assert opened.read_text() == out.resolve().as_uri()
+
+
+SMOKE_TEMPLATE = (
+    'Answer the question. Keep it short, and end with a line "ANSWER: <answer>" where the\n'
+    "answer is one word or one number.\n\nQuestion: {q}\n"
+)
+
+
+def test_the_question_is_the_question_not_the_prompt_around_it(tmp_path: Path) -> None:
+    asked = ["What is 9 + 10?", "Capital of France?", "What is 2 + 2?"]
+    records = [
+        make_record(f"q{i}", q, chain("gpt-small"), template=SMOKE_TEMPLATE)
+        for i, q in enumerate(asked)
+    ]
+    (run,) = load_runs([write_bench(tmp_path / "run", records)])
+    assert [s.question for s in run.samples] == asked
+    # The prompt the run was given is kept for the sample's page.
+    assert [s.prompt for s in run.samples] == [SMOKE_TEMPLATE.replace("{q}", q) for q in asked]
+    main, details = page_data([run])
+    assert [row[4] for row in main["rows"]] == asked
+    assert details["items"][0][6] == SMOKE_TEMPLATE.replace("{q}", asked[0])
+
+
+def test_records_that_only_hold_the_prompt_lose_the_template_around_it(tmp_path: Path) -> None:
+    # Written before records kept the question apart: the record's question is the
+    # prompt.  What every prompt of the run starts and ends with, cut at line breaks,
+    # is the template's; questions that begin alike keep their words.
+    asked = ["What is 9 + 10?", "What is the capital\nof France?", "What is 2 + 2?"]
+    prompts = [SMOKE_TEMPLATE.replace("{q}", q) for q in asked]
+    records = [make_record(f"q{i}", p, chain("gpt-small")) for i, p in enumerate(prompts)]
+    (run,) = load_runs([write_bench(tmp_path / "old", records)])
+    assert [s.question for s in run.samples] == [f"Question: {q}" for q in asked]
+    assert [s.prompt for s in run.samples] == prompts
+    # One prompt alone (or the same prompt over epochs) shows no template: it stays whole.
+    alone = [make_record("q0", prompts[0], chain("gpt-small"), epoch=e) for e in range(2)]
+    (one,) = load_runs([write_bench(tmp_path / "alone", alone)])
+    assert [s.question for s in one.samples] == [prompts[0]] * 2
+    assert [s.prompt for s in one.samples] == ["", ""]
+    # Questions a user asked (serve, ask) are never cut, however alike they begin.
+    served = [
+        make_record(None, f"Context line.\nQuestion {i}?", chain("gpt-small")) for i in (1, 2)
+    ]
+    (s,) = load_runs([write_serve(tmp_path / "served", served)])
+    assert [x.question for x in s.samples] == [
+        "Context line.\nQuestion 1?",
+        "Context line.\nQuestion 2?",
+    ]
+
+
+def test_rounds_are_numbered_from_1_and_steps_from_0(tmp_path: Path) -> None:
+    import copy
+
+    record = make_record("q0", "two rounds", chain("gpt-small", "claude-mid"))
+    later = copy.deepcopy(record.rounds[0])
+    later.index = 1
+    later.steps = later.steps[:1]
+    record.rounds.append(later)
+    (run,) = load_runs([write_bench(tmp_path / "run", [record])])
+    (sample,) = run.samples
+    # The record's rounds 0 and 1 are the page's rounds 1 and 2, as in conductor trace.
+    assert [(st.round, st.index) for st in sample.step_views] == [(1, 0), (1, 1), (2, 0)]
+    assert [pos for pos, _reply in sample.replies] == [1, 2]
+    assert "data-round='1'" in sample.svg and "data-round='2'" in sample.svg
+    _main, details = page_data([run])
+    assert [[st[0], st[1]] for st in details["items"][0][3]] == [[1, 0], [1, 1], [2, 0]]
+
+
+def test_a_serve_records_directory_is_one_run_per_served_model(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    # Records written by a real `conductor serve` (the CLI) answering five models.
+    pytest.importorskip("fastapi")
+    fake_server.script(CONDUCTOR_MODEL, lists([0, 1], ["Draft.", "Check."], [[], [0]]))
+    fake_server.script("w0", "ANSWER: Paris")
+    fake_server.script("w1", "ANSWER: Madrid")
+    pool = make_pool_file(tmp_path, fake_server)
+    records = tmp_path / "records"
+    asked = [
+        ("single:w0", "Capital of France?"),
+        ("conductor", "Capital of Spain?"),
+        ("moa", "Capital of Italy?"),
+        ("single:w1", "Capital of Peru?"),
+        ("conductor", "Capital of Chile?"),
+        ("single:w0", "Capital of Japan?"),
+        ("vote:2:w1", "Capital of Kenya?"),
+    ]
+    with ServeProcess("--pool", str(pool), "--records", str(records), "--no-cache") as server:
+        url = server.wait_url()
+        for model, question in asked:
+            reply = httpx.post(
+                f"{url}/chat/completions",
+                json={"model": model, "messages": [{"role": "user", "content": question}]},
+                timeout=60,
+            )
+            assert reply.status_code == 200, reply.text
+    runs = load_runs([records])
+    # The Conductor first, then the others by name; each with its own label and samples.
+    assert [r.strategy for r in runs] == ["conductor", "moa", "single:w0", "single:w1", "vote:2:w1"]
+    assert [r.label for r in runs] == [f"serve · records · {r.strategy}" for r in runs]
+    assert {r.kind for r in runs} == {"serve"}
+    by = {r.strategy: r for r in runs}
+    for model in by:
+        mine = [q for m, q in asked if m == model]
+        assert [s.question for s in by[model].samples] == mine
+        assert by[model].overview.samples == len(mine)
+    # Each run's numbers are its own records': calls per question and the workers used.
+    assert by["conductor"].overview.calls == 3.0  # the Conductor, then two steps
+    assert by["single:w0"].overview.calls == 1.0 and by["vote:2:w1"].overview.calls == 2.0
+    assert by["single:w0"].overview.worker_usage == {"w0": {0: 2}}
+    assert by["conductor"].conductor == "conductor-7b" and by["moa"].conductor == "—"
+    assert [r.is_single for r in runs] == [False, False, True, True, False]
+    main, _details = page_data(runs)
+    assert [row[0] for row in main["rows"]] == [0, 0, 1, 2, 2, 3, 4]
+
+
+def test_serve_records_written_before_they_named_their_model_are_split_too(
+    tmp_path: Path,
+) -> None:
+    # A baseline's record names itself in its Conductor field; the rest are the Conductor's.
+    single = make_record(None, "alone?", chain("gpt-small"), verdict=None, with_conductor=False)
+    single.conductor = {"backend": "strategy", "strategy": "single:gpt-small"}
+    planned = make_record(None, "planned?", fan(*WORKERS), verdict=None)
+    runs = load_runs([write_serve(tmp_path / "records", [single, planned])])
+    assert [(r.strategy, [s.question for s in r.samples]) for r in runs] == [
+        ("conductor", ["planned?"]),
+        ("single:gpt-small", ["alone?"]),
+    ]

@@ -163,6 +163,15 @@ def test_one_sample_shows_its_workflow_graph(page: Path) -> None:
     blocks = re.findall(r'<details class="step ok" data-step="1\.\d">', box)
     assert len(blocks) == 3 and "gemini-big says 42" in box
     assert "Conductor's reply" in box and "graded correct" in box
+    # One numbering, conductor trace's: the graph's "Round 1" holds steps 0, 1 and 2.
+    summaries = re.findall(r"<summary>(Round [^<]*)</summary>", box)
+    assert summaries[0] == "Round 1: the Conductor's reply"
+    assert [t.split(" · ")[:2] for t in summaries[1:]] == [
+        ["Round 1", "step 0"],
+        ["Round 1", "step 1"],
+        ["Round 1", "step 2"],
+    ]
+    assert "round 0" not in box.lower()
 
 
 @pytest.mark.parametrize(
@@ -419,5 +428,207 @@ def test_the_list_draws_only_the_rows_in_view(tmp_path: Path) -> None:
         tools.js("document.getElementById('list').scrollTop = 28 * 1500")
         tools.wait("!!document.querySelector('.sample-row[data-key=\"n1500#0\"]')")
         assert len(tools.js(KEYS)) < 60 and "n0000#0" not in tools.js(KEYS)
+        # Far down the list, a row's number is still its place in it.
+        number = tools.js(
+            "document.querySelector('.sample-row[data-key=\"n1500#0\"]').children[0].textContent"
+        )
+        assert number == "1501"
+    finally:
+        tools.close()
+
+
+ROWS = (
+    "[...document.querySelectorAll('.sample-row')]"
+    ".map(r => [r.children[0].textContent, r.children[1].textContent, r.dataset.key])"
+)
+
+
+def test_the_rows_are_numbered_in_the_list_as_filtered(browser: DevTools) -> None:
+    # #: the row's place in the list (1, 2, ...); run: the run's number in the overview.
+    shown = browser.js(ROWS)
+    assert [n for n, _run, _key in shown] == [str(i) for i in range(1, 25)]
+    assert [run for _n, run, _key in shown] == ["0"] * 12 + ["1"] * 12
+    browser.js("location.hash = 'verdict=wrong'")
+    browser.wait(f"{SHOWN} === '9'")
+    wrong = browser.js(ROWS)
+    assert [n for n, _run, _key in wrong] == [str(i) for i in range(1, 10)]
+    assert [(run, key) for _n, run, key in wrong] == [
+        ("0", "q1#0"),
+        ("0", "q5#0"),
+        ("0", "q9#0"),
+        *[("1", f"q{i}#0") for i in (0, 1, 4, 5, 8, 9)],
+    ]
+
+
+NOTICE = "document.getElementById('sample-notice')"
+OPEN = "document.querySelector('#sample h3')"
+
+
+def open_page(page: Path, fragment: str) -> DevTools:
+    tools = DevTools(page.resolve().as_uri() + "#" + fragment)
+    tools.wait("document.documentElement.dataset.drawn")
+    return tools
+
+
+def test_a_link_cannot_show_a_sample_its_filter_hides(page: Path) -> None:
+    # Sample 1 (q1 of run 0) is wrong: a link filtering the right answers hides it.
+    tools = open_page(page, "verdict=right&sample=1")
+    try:
+        tools.wait(f"!!{NOTICE}")
+        assert tools.js(OPEN) is None and tools.js(SHOWN) == "12"
+        text = tools.js(f"{NOTICE}.textContent")
+        assert "q1 of run 0 is not shown" in text and "(right)" in text
+        # The address says what the page shows: the filter, no sample.
+        assert tools.js("location.hash") == "#verdict=right"
+        # The notice's button clears the filters and opens the sample.
+        tools.click("#sample-notice-open")
+        tools.wait(f"!!{OPEN}")
+        assert "q1" in tools.js(f"{OPEN}.textContent") and tools.js(SHOWN) == "24"
+        assert tools.js("location.hash") == "#sample=1"
+        assert tools.js("document.getElementById('f-verdict').value") == ""
+        assert tools.js("document.querySelector('.sample-row.chosen').dataset.key") == "q1#0"
+        # A filter chosen while a sample is open closes it once it hides it, saying so.
+        tools.js(
+            "const v = document.getElementById('f-verdict'); v.value = 'failed';"
+            "v.dispatchEvent(new Event('input'))"
+        )
+        tools.wait(f"!!{NOTICE}")
+        assert tools.js(OPEN) is None and "(failed)" in tools.js(f"{NOTICE}.textContent")
+        assert tools.js("location.hash") == "#verdict=failed"
+    finally:
+        tools.close()
+
+
+@pytest.mark.parametrize("fragment", ["verdict=wrong&sample=1", "q=tokyo&sample=12"])
+def test_a_link_shows_a_sample_its_filter_lets_through(page: Path, fragment: str) -> None:
+    tools = open_page(page, fragment)
+    try:
+        tools.wait(f"!!{OPEN}")
+        assert tools.js(NOTICE) is None
+        assert tools.js("location.hash") == "#" + fragment
+        chosen = tools.js("document.querySelector('.sample-row.chosen').dataset.index")
+        assert chosen == fragment.rsplit("=", 1)[1]
+    finally:
+        tools.close()
+
+
+@pytest.mark.parametrize("sample", ["999", "abc", ""])
+def test_a_link_to_a_sample_the_page_does_not_hold_says_so(page: Path, sample: str) -> None:
+    tools = open_page(page, f"sample={sample}")
+    try:
+        tools.wait(f"!!{NOTICE}")
+        assert tools.js(f"{NOTICE}.dataset.reason") == "unknown" and tools.js(OPEN) is None
+        assert f"names sample {sample}," in tools.js(f"{NOTICE}.textContent")
+        assert tools.js(SHOWN) == "24"
+    finally:
+        tools.close()
+
+
+def test_the_list_shows_the_question_and_the_sample_its_prompt(tmp_path: Path) -> None:
+    template = "Solve the following problem. Reason step by step.\n\n{q}\n\nEnd with ANSWER."
+    asked = ["What is 9 + 10?", "Name a <b>prime</b>."]
+    records = [
+        make_record(f"q{i}", q, chain("gpt-small"), template=template) for i, q in enumerate(asked)
+    ]
+    page = write_view(load_runs([write_bench(tmp_path / "run", records)]), tmp_path / "v.html")
+    tools = open_page(page, "sample=1")
+    try:
+        tools.wait(f"!!{OPEN}")
+        cells = tools.js(
+            "[...document.querySelectorAll('.sample-row')].map(r => r.children[7].textContent)"
+        )
+        assert cells == asked
+        box = "document.getElementById('sample')"
+        assert tools.js(f"{box}.querySelector('pre').textContent") == asked[1]
+        assert tools.js(f"{box}.querySelector('details.prompt pre').textContent") == (
+            template.replace("{q}", asked[1])
+        )
+        # The search looks in the question, not in the template every prompt shares.
+        tools.js(
+            "const q = document.getElementById('f-q'); q.value = 'step by step';"
+            "q.dispatchEvent(new Event('input'))"
+        )
+        tools.wait(f"{SHOWN} === '0'")
+    finally:
+        tools.close()
+
+
+LABELS = "[...document.querySelectorAll('#chart-accuracy-cost g[id^=\"run-label-\"] text')]"
+
+
+@pytest.mark.parametrize(("n", "same"), [(2, True), (6, True), (15, True), (15, False)])
+def test_the_chart_labels_never_overlap(tmp_path: Path, n: int, same: bool) -> None:
+    # Long names that differ only at their ends, every run at the same point (or spread).
+    runs = []
+    for k in range(n):
+        records = [
+            make_record(
+                f"q{i}",
+                f"question {i}",
+                chain("gpt-small"),
+                verdict="correct" if i < (3 if same else 1 + k % 5) else "incorrect",
+                cost=0.002 if same else 0.001 * (1 + k % 4),
+            )
+            for i in range(6)
+        ]
+        runs.append(
+            write_bench(
+                tmp_path / f"run-{k}",
+                records,
+                benchmark="math500-with-a-very-long\nbenchmark-name",
+                strategy=f"conductor-checkpoint-of-the-grpo-training-run-{k}",
+            )
+        )
+    page = write_view(load_runs(runs), tmp_path / "view.html")
+    tools = open_page(page, "")
+    try:
+        boxes = tools.js(
+            f"{LABELS}.map(t => {{ const r = t.getBoundingClientRect();"
+            " return [t.textContent, r.left, r.top, r.right, r.bottom]; })"
+        )
+        chart = tools.js(
+            "(() => { const r = document.querySelector('#chart-accuracy-cost svg')"
+            ".getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; })()"
+        )
+        leaders = tools.js(
+            "[...document.querySelectorAll('#chart-accuracy-cost g[id^=\"run-leader-\"] path')]"
+            ".map(p => { const m = p.getScreenCTM(), L = p.getTotalLength();"
+            " return [0, L].map(d => { const q = p.getPointAtLength(d);"
+            " return [q.x * m.a + q.y * m.c + m.e, q.x * m.b + q.y * m.d + m.f]; }); })"
+        )
+    finally:
+        tools.close()
+    assert len(boxes) == len(leaders) == n
+    for i, (text, left, top, right, bottom) in enumerate(boxes):
+        # Each label is one line, says which run it is, and is drawn whole inside the chart.
+        # (a long name loses its middle, which keeps the ends that tell runs apart).
+        assert text.startswith(f"{i}: math500-with-a-very") and text.endswith(f"run-{i} · fake")
+        assert "…" in text and "\n" not in text
+        assert bottom - top < 20 and right > left
+        assert chart[0] <= left and right <= chart[2] and chart[1] <= top and bottom <= chart[3]
+        # Its leader line leaves from its own left side.
+        (x0, y0), _end = leaders[i]
+        assert abs(x0 - left) < 8 and top - 4 <= y0 <= bottom + 4
+    for a in range(n):
+        for b in range(a + 1, n):
+            _ta, la, ta, ra, ba = boxes[a]
+            _tb, lb, tb, rb, bb = boxes[b]
+            apart = ra <= lb or rb <= la or ba <= tb or bb <= ta
+            assert apart, f"labels {a} and {b} overlap: {boxes[a]} {boxes[b]}"
+    if same:  # every leader ends at the one point all the runs share (a few pixels short)
+        ends = [end for _start, end in leaders]
+        assert max(abs(x - ends[0][0]) + abs(y - ends[0][1]) for x, y in ends) < 8
+
+
+def test_an_empty_page_says_a_linked_sample_is_not_there(tmp_path: Path) -> None:
+    records = tmp_path / "records"
+    records.mkdir()
+    (records / "samples.jsonl").write_text("")
+    page = write_view(load_runs([records]), tmp_path / "v.html")
+    tools = open_page(page, "sample=0")
+    try:
+        tools.wait(f"!!{NOTICE}")
+        assert "(it holds none)" in tools.js(f"{NOTICE}.textContent")
+        assert tools.js(SHOWN) == "0"
     finally:
         tools.close()

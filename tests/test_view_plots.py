@@ -21,6 +21,8 @@ from conductor.view.plots import (
     bench_run_points,
     oracle_index,
     run_point,
+    short_label,
+    spread,
 )
 from conductor.view.stats import pareto_front, wilson_interval
 
@@ -172,3 +174,49 @@ def test_points_of_bench_runs(tmp_path: Path) -> None:
     )
     (p,), _ = bench_run_points([partly])
     assert p.label == "moa (some calls unpriced)" and p.cost == pytest.approx(0.01)
+
+
+def test_spread_keeps_order_and_distance_and_stays_near_the_wishes() -> None:
+    # Four labels that want one height stand round it, a pitch apart, in their order.
+    assert spread([50.0] * 4, 0, 100, 10) == [35.0, 45.0, 55.0, 65.0]
+    # Labels apart already stay where they want to be.
+    assert spread([10.0, 60.0, 30.0], 0, 100, 10) == [10.0, 60.0, 30.0]
+    # A block at an end is moved inside; a block that reaches another joins it.
+    at = spread([0.0, 1.0, 2.0, 50.0, 100.0, 100.0], 0, 100, 10)
+    assert at == [0.0, 10.0, 20.0, 50.0, 90.0, 100.0]
+    at = spread([40.0, 41.0, 44.0, 46.0, 48.0], 0, 100, 10)
+    assert sorted(at) == at and min(b - a for a, b in zip(at[:-1], at[1:], strict=True)) == 10.0
+    assert sum(at) / len(at) == 43.8  # centred on the wishes' mean
+    # As many labels as fit: all used, none outside.
+    assert spread([100.0] * 11, 0, 100, 10) == [10.0 * i for i in range(11)]
+
+
+def test_a_short_label_is_one_line_and_keeps_both_ends() -> None:
+    assert short_label("single:a") == "single:a"
+    assert short_label("two\nlines \x1b here") == "two lines \\x1b here"
+    long = "math500 · conductor-checkpoint-of-the-grpo-training-run-17 · pool-alpha"
+    cut = short_label(long, 30)
+    assert len(cut) == 30 and cut.startswith("math500 · cond") and cut.endswith("pool-alpha")
+
+
+def test_the_labels_of_many_runs_at_one_point_do_not_overlap_in_the_png() -> None:
+    # What conductor report --plot draws: the labels as matplotlib itself lays them out.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    points = [point(f"conductor-run-with-a-long-similar-name-{i}", 0.5, 0.01) for i in range(30)]
+    fig = _figure(points)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    labels = sorted(
+        (t for t in fig.axes[0].texts if (t.get_gid() or "").startswith("run-label-")),
+        key=lambda t: int(t.get_gid().rsplit("-", 1)[1]),
+    )
+    # The text's own box (an annotation's also holds its leader line).
+    boxes = [Text.get_window_extent(t, renderer) for t in labels]
+    assert len(boxes) == 30
+    assert all(fig.bbox.contains(b.x0, b.y0) and fig.bbox.contains(b.x1, b.y1) for b in boxes)
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
+    # The first run's label on top, then the others in order.
+    assert [b.y0 for b in boxes] == sorted((b.y0 for b in boxes), reverse=True)

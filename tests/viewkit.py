@@ -55,14 +55,18 @@ def make_record(
     epoch: int = 0,
     with_conductor: bool = True,
     wall_s: float = 1.0,
+    template: str | None = None,
 ) -> RunRecord:
-    """A finished run of ``question`` that carried out ``plan``."""
+    """A finished run of ``question`` that carried out ``plan``.  With ``template`` (a
+    benchmark's prompt, ``{q}`` where the question goes) the record is asked the filled
+    template and keeps the question apart in its metadata, as a bench record does."""
+    asked = template.replace("{q}", question) if template is not None else question
     steps = []
     for i, (worker, subtask, sees, status) in enumerate(plan.steps):
         call = CallRecord(
             messages=[
                 {"role": "system", "content": "You are a careful worker."},
-                {"role": "user", "content": f"{question}\n\nSubtask: {subtask}"},
+                {"role": "user", "content": f"{asked}\n\nSubtask: {subtask}"},
             ],
             response=None if status != "ok" else f"{worker} says {answer}",
             error="boom" if status == "failed" else None,
@@ -96,11 +100,11 @@ def make_record(
             }
         )
         conductor_calls.append(
-            CallRecord(messages=[{"role": "user", "content": question}], response=reply)
+            CallRecord(messages=[{"role": "user", "content": asked}], response=reply)
         )
         workflow = json.loads(reply)
     rnd = RoundRecord(
-        index=1,
+        index=0,  # a record's rounds are numbered from 0 (shown from 1)
         conductor_calls=conductor_calls,
         workflow=workflow,
         steps=steps,
@@ -116,7 +120,7 @@ def make_record(
             "detail": {},
         }
     return RunRecord(
-        question=question,
+        question=asked,
         pool={"name": "fake", "workers": [{"id": w} for w in WORKERS]},
         conductor={"backend": "endpoint", "target": {"id": "conductor", "model": "conductor-7b"}},
         settings={},
@@ -133,6 +137,7 @@ def make_record(
         ),
         gold=gold,
         grade=grade,
+        metadata={"question": question} if template is not None else {},
     )
 
 

@@ -277,6 +277,17 @@ async def _run_locked(
                 if task is not asyncio.current_task():
                     task.cancel()
 
+    def sample_metadata(sample: Sample) -> dict[str, Any]:
+        """What every record of this run says beside its prompt: the benchmark, the
+        strategy and the sample's own question.  ``record.question`` is the prompt, the
+        benchmark's template filled in; a reader (``conductor view``'s sample list) wants
+        the question without the template's instructions around it."""
+        meta: dict[str, Any] = {"benchmark": spec.name, "strategy": strategy.name}
+        question = sample.input.get("question")
+        if isinstance(question, str):
+            meta["question"] = question
+        return meta
+
     def failed_line(question: str, sample: Sample, epoch: int, exc: BaseException) -> str:
         record = RunRecord(
             question=question,
@@ -289,7 +300,7 @@ async def _run_locked(
             error=f"the run raised {_reason(exc, secrets)}",
             finished_at=now_iso(),
             gold=sample.gold,
-            metadata={"benchmark": spec.name, "strategy": strategy.name},
+            metadata=sample_metadata(sample),
         )
         return _record_line(record_to_dict(record))
 
@@ -297,9 +308,7 @@ async def _run_locked(
         record: RunRecord, sample: Sample, key: str | None
     ) -> tuple[str, str, float]:
         record.gold = sample.gold
-        record.metadata.update(
-            {"benchmark": spec.name, "strategy": strategy.name, "sample": sample.metadata}
-        )
+        record.metadata.update(sample_metadata(sample), sample=sample.metadata)
         if record.status != "failed":
             try:
                 verdict = await loop.run_in_executor(

@@ -193,15 +193,19 @@ class Service:
                 )
         except asyncio.CancelledError:
             if started:
-                self._keep(started[0], run_id)
+                self._keep(started[0], run_id, strategy)
             raise
-        self._keep(record, run_id)
+        self._keep(record, run_id, strategy)
         return record
 
-    def _keep(self, record: RunRecord, run_id: str) -> None:
+    def _keep(self, record: RunRecord, run_id: str, strategy: Strategy) -> None:
         # The run id is the server's, known before the run starts, so that a streamed
         # response can name it in its headers.
         record.run_id = run_id
+        # The model the request named, as a bench record names its strategy: one
+        # records file holds every model's runs, and a reader (conductor view) tells
+        # them apart by it.
+        record.metadata["strategy"] = strategy.name
         if self.records is None:
             return
         try:

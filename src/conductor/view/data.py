@@ -5,7 +5,9 @@ A RUN is one of:
 - an ``ask`` record (``run.json``): one run of one question;
 - a bench run directory (``config.json`` + ``samples.jsonl``), or a ``singles`` run,
   whose ``single-WORKER`` directories are one run each (:func:`conductor.bench.rundir.run_dirs`);
-- a ``serve`` records directory (a ``samples.jsonl`` without ``config.json``).
+- a ``serve`` records directory (a ``samples.jsonl`` without ``config.json``), one run
+  per served model (``conductor``, ``single:W``, ``moa``, ...: the strategy each record
+  names), since one server answers for all of them in one records file.
 
 A bench run's overview numbers come from :mod:`conductor.bench.summary` (its
 ``summary.json`` when fresh, else :func:`~conductor.bench.summary.summarize_run`), the
@@ -16,10 +18,16 @@ calls, latency) are added up here from the records' own totals.
 
 Records are streamed once; each sample keeps only what the page shows, with long texts
 clipped (``conductor trace`` shows a record whole).
+
+A bench record's question is its prompt: the benchmark's template filled in.  The list
+shows the question itself, which the bench runner keeps in ``metadata["question"]``;
+for records written before it did, the text every prompt of the run starts and ends with
+(the template's, cut at line breaks) is taken off instead (:class:`_Boilerplate`).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +50,8 @@ __all__ = [
     "ViewSample",
     "compare_runs",
     "load_runs",
+    "own_question",
+    "strategy_of",
 ]
 
 #: The longest text (a message, a response, a reply) the page holds; the rest is cut.
@@ -61,7 +71,10 @@ def clip(text: str | None, limit: int = MAX_TEXT) -> str:
 class StepView:
     """One step of a sample's workflow, as the page shows it."""
 
+    #: The round's position from 1, as ``conductor trace`` and the graph number rounds
+    #: (a record's own round index starts at 0).
     round: int
+    #: The step's number in its round's lists, from 0, as everywhere else.
     index: int
     worker: str
     subtask: str
@@ -79,6 +92,7 @@ class ViewSample:
     key: str
     sample_id: str
     epoch: int
+    #: The question itself (a bench record's own question, not the prompt around it).
     question: str
     verdict: str
     answer: str
@@ -90,9 +104,14 @@ class ViewSample:
     subtasks: list[str]
     cost: float | None
     svg: str
-    replies: list[str]
+    #: The Conductor's last reply of each round that had one: (the round's position
+    #: from 1, the reply).
+    replies: list[tuple[int, str]]
     parse_errors: list[str]
     step_views: list[StepView]
+    #: The prompt the run was given, where it is more than ``question`` (a benchmark's
+    #: template filled in); ``""`` where the question was the prompt.
+    prompt: str = ""
     error: str | None = None
     disagree: bool = False
 
@@ -175,6 +194,23 @@ def _message_text(content: Any) -> str:
     return _text(content)
 
 
+def own_question(record: RunRecord) -> str | None:
+    """The question a bench record was asked, apart from the benchmark's prompt
+    template (``None``: the record does not keep it, and its question is its prompt)."""
+    question = record.metadata.get("question")
+    return question if isinstance(question, str) and question.strip() else None
+
+
+def strategy_of(record: RunRecord) -> str:
+    """The strategy that answered ``record``: the one its metadata names (bench and
+    ``serve`` records), else a baseline's own (``conductor ask --strategy``, and serve
+    records written before they named it), else the Conductor."""
+    for named in (record.metadata.get("strategy"), record.conductor.get("strategy")):
+        if isinstance(named, str) and named:
+            return named
+    return "conductor"
+
+
 def sample_of(record: RunRecord, number: int) -> ViewSample:
     """The view of one run record (``number``: its place, the key of a record with no
     sample id)."""
@@ -183,11 +219,11 @@ def sample_of(record: RunRecord, number: int) -> ViewSample:
     steps: list[StepView] = []
     workers: list[str] = []
     subtasks: list[str] = []
-    replies: list[str] = []
+    replies: list[tuple[int, str]] = []
     parse_errors: list[str] = []
-    for rnd in record.rounds:
+    for pos, rnd in enumerate(record.rounds, 1):
         if rnd.conductor_calls:
-            replies.append(clip(rnd.conductor_calls[-1].response))
+            replies.append((pos, clip(rnd.conductor_calls[-1].response)))
         parse_errors.extend(clip(e, 500) for e in rnd.parse_errors)
         for st in rnd.steps:
             if st.worker_id not in workers:
@@ -200,7 +236,7 @@ def sample_of(record: RunRecord, number: int) -> ViewSample:
             ]
             steps.append(
                 StepView(
-                    round=rnd.index,
+                    round=pos,
                     index=st.index,
                     worker=st.worker_id,
                     subtask=clip(st.subtask, 1000),
@@ -216,11 +252,13 @@ def sample_of(record: RunRecord, number: int) -> ViewSample:
     epoch = record.epoch or 0
     key = f"{sample_id}#{epoch}" if record.sample_id is not None else f"run {record.run_id}"
     answer = grade.get("extracted")
+    question = own_question(record)
     return ViewSample(
         key=key,
         sample_id=sample_id,
         epoch=epoch,
-        question=clip(record.question),
+        question=clip(question if question is not None else record.question),
+        prompt=clip(record.question) if question not in (None, record.question) else "",
         verdict=record.verdict,
         answer=clip(_text(answer if answer is not None else record.final_answer), 1000),
         gold=clip(_text(record.gold), 1000),
@@ -236,6 +274,43 @@ def sample_of(record: RunRecord, number: int) -> ViewSample:
         step_views=steps,
         error=clip(record.error, 1000) if record.error else None,
     )
+
+
+class _Boilerplate:
+    """The text every prompt of a run starts and ends with: the benchmark's template
+    around the question, for records that do not keep the question apart.
+
+    The common start is cut back to a line break and the common end forward to one,
+    so a question is never cut inside a line: with the template's last line before
+    the question (``Question: ${question}``) kept, two questions that begin alike
+    ("What is ...") keep their words.  Fewer than two different prompts give nothing
+    to take off.
+    """
+
+    def __init__(self) -> None:
+        self._head: str | None = None
+        self._tail = ""
+        self._different = False
+
+    def add(self, prompt: str) -> None:
+        if self._head is None:
+            self._head = self._tail = prompt
+            return
+        self._different = self._different or prompt != self._head
+        self._head = os.path.commonprefix([self._head, prompt])
+        self._tail = os.path.commonprefix([self._tail[::-1], prompt[::-1]])[::-1]
+
+    def strip(self, prompt: str) -> str:
+        """``prompt`` without the run's boilerplate (itself where there is none)."""
+        if not self._different or self._head is None:
+            return prompt
+        head = self._head[: self._head.rfind("\n") + 1]
+        tail = self._tail[self._tail.find("\n") :] if "\n" in self._tail else ""
+        if not prompt.startswith(head):
+            return prompt
+        # A clipped prompt has lost the template's end: only its start comes off.
+        end = len(prompt) - len(tail) if prompt.endswith(tail) else len(prompt)
+        return prompt[len(head) : end].strip() or prompt
 
 
 # --------------------------------------------------------------------------- one run
@@ -276,7 +351,18 @@ def _summary(run_dir: Path) -> RunSummary:
 
 def _bench_run(run_dir: Path) -> ViewRun:
     summary = _summary(run_dir)
-    samples = [sample_of(r, i) for i, r in enumerate(iter_records(run_dir / SAMPLES, latest=True))]
+    samples: list[ViewSample] = []
+    boilerplate = _Boilerplate()
+    asked_as_prompt: list[ViewSample] = []  # records that do not keep the question apart
+    for i, record in enumerate(iter_records(run_dir / SAMPLES, latest=True)):
+        samples.append(sample_of(record, i))
+        if own_question(record) is None:
+            boilerplate.add(record.question)
+            asked_as_prompt.append(samples[-1])
+    for s in asked_as_prompt:
+        question = boilerplate.strip(s.question)
+        if question != s.question:
+            s.prompt, s.question = s.question, question
     lo, hi = _accuracy_interval(samples)
     cost_lo, cost_hi = _interval_of_costs(samples)
     overview = RunOverview(
@@ -329,7 +415,8 @@ def _conductor_name(record: RunRecord | None) -> str:
 
 
 def _records_run(records: list[RunRecord], kind: str, path: Path) -> ViewRun:
-    """A run of records without a bench directory (``ask``, ``serve``)."""
+    """A run of records without a bench directory (``ask``, or one served model's
+    records of a ``serve`` directory)."""
     from .stats import percentile
 
     samples = [sample_of(r, i) for i, r in enumerate(records)]
@@ -373,18 +460,34 @@ def _records_run(records: list[RunRecord], kind: str, path: Path) -> ViewRun:
         worker_order=sorted(usage),
         topology_counts=dict(sorted(shapes.items(), key=lambda kv: (-kv[1], kv[0]))),
     )
-    name = path.name if kind == "serve" else (first.run_id if first else path.name)
+    strategy = strategy_of(first) if first else "—"
+    if kind == "serve":
+        label = f"serve · {path.name}" + (f" · {strategy}" if first else "")
+    else:
+        label = f"{kind} · {first.run_id if first else path.name}"
     return ViewRun(
-        label=f"{kind} · {name}",
+        label=label,
         kind=kind,
         path=str(path),
         benchmark="—",
-        strategy=(_text(first.metadata.get("strategy")) or "conductor") if first else "—",
+        strategy=strategy,
         pool=pool or "?",
         conductor=_conductor_name(first),
         overview=overview,
         samples=samples,
     )
+
+
+def _served_runs(path: Path) -> list[ViewRun]:
+    """A ``serve`` records directory: one run per served model, the Conductor's first,
+    then the others by name (whatever order the requests came in)."""
+    by_model: dict[str, list[RunRecord]] = {}
+    for record in iter_records(path / SAMPLES, latest=True):
+        by_model.setdefault(strategy_of(record), []).append(record)
+    if not by_model:  # an empty records file is still the server's one (empty) run
+        return [_records_run([], "serve", path)]
+    order = sorted(by_model, key=lambda name: (name != "conductor", name))
+    return [_records_run(by_model[name], "serve", path) for name in order]
 
 
 def load_run(path: Path) -> list[ViewRun]:
@@ -400,7 +503,7 @@ def load_run(path: Path) -> list[ViewRun]:
     if dirs:
         return [_bench_run(d) for d in dirs]
     if (path / SAMPLES).is_file():
-        return [_records_run(list(iter_records(path / SAMPLES, latest=True)), "serve", path)]
+        return _served_runs(path)
     raise UsageError(
         f"{path}: not a run (no {CONFIG} or {SAMPLES}); give an ask record, "
         "a bench run directory or a serve records directory"

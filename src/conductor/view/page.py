@@ -124,7 +124,8 @@ def _detail(s: ViewSample, texts: _Strings, names: _Strings) -> list[Any]:
         ]
         for st in s.step_views
     ]
-    return [s.svg, [texts(r) for r in s.replies], s.parse_errors, steps, s.why, s.error]
+    replies = [[pos, texts(reply)] for pos, reply in s.replies]
+    return [s.svg, replies, s.parse_errors, steps, s.why, s.error, s.prompt]
 
 
 # The mean shown is the summary's; its interval is a bootstrap's, whose ends can differ
@@ -141,13 +142,15 @@ def _chart_points(runs: Sequence[ViewRun]) -> list[Any]:
     from .plots import RunPoint
 
     points = []
-    for run in runs:
+    for i, run in enumerate(runs):
         o = run.overview
         if o.accuracy is None or o.cost is None:
             continue
         points.append(
             RunPoint(
-                label=run.label,
+                # The run's number, as the overview and the filters give it: labels
+                # cut short, or alike, still say which run they are.
+                label=f"{i}: {run.label}",
                 accuracy=o.accuracy,
                 acc_lo=_below(o.acc_lo, o.accuracy),
                 acc_hi=_above(o.acc_hi, o.accuracy),

@@ -6,6 +6,13 @@ both cost and accuracy) and, when two or more single-worker runs are given, the
 best-single-worker oracle marked.  Accuracies are fractions in [0, 1] (drawn as
 percentages), costs USD per question.
 
+The runs' labels stand in a column right of the plot, one line each in the order of
+their points' heights, each joined to its point by a thin line: however many runs,
+however long their names and however close their points (the same point, even), no
+two labels overlap.  The figure grows taller to give every label its line, and a label
+longer than :data:`LABEL_CHARS` loses its middle, which keeps the start and the end
+that tell similar names apart.
+
 matplotlib is imported only when a chart is drawn (it is the ``view`` extra), and only
 through its object API with the Agg and SVG canvases: no pyplot, no global backend.
 """
@@ -20,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingDependencyError, UsageError, install_hint
+from ..text import printable
 from .stats import mean_interval, pareto_front, wilson_interval
 
 if TYPE_CHECKING:
@@ -36,11 +44,22 @@ __all__ = [
     "oracle_index",
     "require_matplotlib",
     "run_point",
+    "short_label",
+    "spread",
 ]
 
 INSTALL_HINT = install_hint("view")
 #: The files ``accuracy_cost_plot`` writes, by suffix.
 PLOT_SUFFIXES = (".png", ".svg")
+#: The labels' size, and the distance between two labels' middles (points): room for
+#: one line of text and a gap, in any font a browser draws the SVG's text in.
+LABEL_SIZE = 8.0
+LABEL_PITCH = 1.75 * LABEL_SIZE
+#: The most characters a label keeps.
+LABEL_CHARS = 48
+# The frame, in inches: room for the title, the axis labels and ticks, the leader lines.
+_LEFT, _BOTTOM, _TOP, _GAP, _RIGHT = 0.8, 0.6, 0.45, 0.3, 0.15
+_PLOT_W, _PLOT_H = 5.4, 3.6
 _METADATA = re.compile(r"\s*<metadata>.*?</metadata>", re.DOTALL)
 
 
@@ -170,6 +189,95 @@ def _plain(text: str) -> str:
     return text.replace("$", r"\$")
 
 
+def short_label(label: str, limit: int = LABEL_CHARS) -> str:
+    """``label`` on one line (a newline would make it two lines tall) and at most
+    ``limit`` characters, cut in the middle: similar names differ at their ends."""
+    flat = " ".join(printable(label).split())
+    if len(flat) <= limit:
+        return flat
+    head = (limit - 1) // 2
+    return flat[:head].rstrip() + "…" + flat[len(flat) - (limit - 1 - head) :].lstrip()
+
+
+def spread(wanted: Sequence[float], low: float, high: float, pitch: float) -> list[float]:
+    """Heights for labels that want to stand at ``wanted``, in the same order, each at
+    least ``pitch`` above the one below and inside [``low``, ``high``] (which must hold
+    them: ``high - low >= (len(wanted) - 1) * pitch``).
+
+    Labels too close together form a block, centred on their wishes' mean and moved
+    inside the bounds; a block that then reaches the one below joins it, and so on, so
+    that each label stands as near its point's height as the others allow.
+    """
+    order = sorted(range(len(wanted)), key=lambda i: wanted[i])
+    blocks: list[tuple[float, list[int]]] = []  # (the lowest label's height, labels)
+    for i in order:
+        members = [i]
+        while True:
+            k = len(members)
+            mean = sum(wanted[j] for j in members) / k
+            bottom = min(max(mean - (k - 1) * pitch / 2, low), high - (k - 1) * pitch)
+            below = blocks[-1] if blocks else None
+            if below is None or below[0] + len(below[1]) * pitch <= bottom:
+                blocks.append((bottom, members))
+                break
+            blocks.pop()
+            members = below[1] + members
+    at = [0.0] * len(wanted)
+    for bottom, members in blocks:
+        for n, i in enumerate(members):
+            at[i] = bottom + n * pitch
+    return at
+
+
+def _label_column(ax: Any, points: Sequence[RunPoint], height_pt: float, width_pt: float) -> None:
+    """Each run's label in the column right of the plot, joined to its point (an
+    annotation with gid ``run-label-I``, I the point's place in ``points``)."""
+    y0, y1 = ax.get_ylim()  # the limits autoscaling chose: the points' heights follow
+    wanted = [(100 * p.accuracy - y0) / (y1 - y0) * height_pt for p in points]
+    # Points of the same height: the first run's label on top.
+    ties = [w - 1e-9 * i for i, w in enumerate(wanted)]
+    half = LABEL_PITCH / 2
+    heights = spread(ties, half, height_pt - half, LABEL_PITCH)
+    for i, (p, y) in enumerate(zip(points, heights, strict=True)):
+        label = ax.annotate(
+            _plain(short_label(p.label)),
+            (p.cost, 100 * p.accuracy),
+            xytext=(width_pt + _GAP * 72, y),
+            textcoords="axes points",
+            ha="left",
+            va="center",
+            fontsize=LABEL_SIZE,
+            color="#333333",
+            annotation_clip=False,
+            zorder=1,  # under the points, their bars and the legend
+            arrowprops={
+                "arrowstyle": "-",
+                "relpos": (0.0, 0.5),  # from the label's left side, not through its text
+                "color": "#b0b0b0",
+                "linewidth": 0.6,
+                "shrinkA": 2,
+                "shrinkB": 3,
+            },
+            gid=f"run-label-{i}",
+        )
+        label.arrow_patch.set_gid(f"run-leader-{i}")
+
+
+def _column_width(points: Sequence[RunPoint]) -> float:
+    """The label column's width in inches: the widest label as matplotlib measures it
+    in its own font, with a fifth more for a browser's."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    font = FontProperties(size=LABEL_SIZE)
+    measure = TextToPath()
+    widest = max(
+        measure.get_text_width_height_descent(_plain(short_label(p.label)), font, ismath=False)[0]
+        for p in points
+    )
+    return 1.2 * widest / 72 + 0.1
+
+
 def _bars(values: Sequence[tuple[float, float, float]], scale: float) -> list[list[float]]:
     """Error-bar lengths below and above each (value, lo, hi).  An interval computed
     apart from its value (a bootstrap's ends beside a summary's mean) may miss it by a
@@ -185,15 +293,21 @@ def _figure(points: Sequence[RunPoint], title: str | None = None) -> Figure:
     oracle marker ``oracle``)."""
     if not points:
         raise UsageError("there is no run to plot")
-    fig = _figure_class()(figsize=(7.5, 4.8), layout="constrained")
-    ax = fig.add_subplot()
+    # The plot is as tall as its labels need, one line each.
+    plot_h = max(_PLOT_H, (len(points) + 1) * LABEL_PITCH / 72)
+    width = _LEFT + _PLOT_W + _GAP + _column_width(points) + _RIGHT
+    height = _BOTTOM + plot_h + _TOP
+    fig = _figure_class()(figsize=(width, height))
+    # Placed by hand, not by a layout engine: the labels' places are reckoned in the
+    # plot's own size, which must not change once they are placed.
+    ax = fig.add_axes((_LEFT / width, _BOTTOM / height, _PLOT_W / width, plot_h / height))
     costs = [p.cost for p in points]
     if min(costs) > 0 and max(costs) / min(costs) > 20:
         ax.set_xscale("log")  # single workers' prices span orders of magnitude
     from matplotlib.ticker import FuncFormatter
 
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
-    ax.margins(x=0.15, y=0.1)  # room for the labels right of the outermost points
+    ax.margins(x=0.08, y=0.1)
     for single, colour, marker, name in (
         (True, "#8c8c8c", "o", "single worker"),
         (False, "#1f5fa8", "D", "Conductor and other strategies"),
@@ -241,20 +355,13 @@ def _figure(points: Sequence[RunPoint], title: str | None = None) -> Figure:
             gid="oracle",
             zorder=4,
         )
-    for p in points:
-        ax.annotate(
-            _plain(p.label),
-            (p.cost, 100 * p.accuracy),
-            xytext=(6, 5),
-            textcoords="offset points",
-            fontsize=8,
-            color="#333333",
-        )
     ax.set_xlabel("cost per question (USD)")
     ax.set_ylabel("accuracy (%)")
     ax.set_title(_plain(title or "Accuracy against cost per question (95% intervals)"), fontsize=11)
     ax.grid(True, linewidth=0.4, alpha=0.5)
-    ax.legend(fontsize=8, loc="lower right")
+    # Opaque, and over the labels' leader lines (zorder 1), which may cross it.
+    ax.legend(fontsize=8, loc="lower right", framealpha=1.0).set_zorder(5)
+    _label_column(ax, points, plot_h * 72, _PLOT_W * 72)
     return fig
 
 

@@ -2,7 +2,9 @@
 // the overview, a list of samples that renders only the rows in view (a run of 10,000
 // samples stays quick), one sample's details, the comparison of two runs and the charts.
 // The state of the filters lives in the URL's hash (#verdict=wrong&q=tokyo), so a view
-// can be linked to and reloaded as it was.
+// can be linked to and reloaded as it was.  The filters always win: a sample is shown
+// only while they let it through, and the page says so when a link names one they hide.
+// Rounds are numbered from 1 and steps from 0, as `conductor trace` and the graphs do.
 "use strict";
 (function () {
   const DATA = JSON.parse(document.getElementById("view-data").textContent);
@@ -58,6 +60,9 @@
   // ------------------------------------------------------------------ filters
   const state = {q: "", verdict: "", run: "", worker: "", steps: "", kind: "", disagree: false, sample: null};
   let matches = [];
+  // What the sample pane says when no sample is shown because a link named one the
+  // filters hide, or one this page does not hold (an element, or null).
+  let notice = null;
 
   function fillSelect(id, values, label) {
     const sel = $(id);
@@ -75,7 +80,12 @@
     fillSelect("f-steps", [...steps].sort((a, b) => a - b).map(n => [String(n), `${n} step${n === 1 ? "" : "s"}`]));
     fillSelect("f-kind", [...kinds].map(k => [String(k), NAMES[k]]).sort((a, b) => a[1].localeCompare(b[1])));
     const inputs = ["f-q", "f-verdict", "f-run", "f-worker", "f-steps", "f-kind", "f-disagree"];
-    for (const id of inputs) $(id).addEventListener("input", () => { readForm(); applyFilters(true); });
+    for (const id of inputs) $(id).addEventListener("input", () => {
+      readForm();
+      notice = null; // it spoke of the filters before this change
+      applyFilters(true);
+      if (state.sample === null) showSample(null);
+    });
     $("filters").addEventListener("submit", e => e.preventDefault());
   }
   function readForm() {
@@ -94,6 +104,7 @@
   }
   function readHash() {
     const p = new URLSearchParams(location.hash.slice(1));
+    notice = null;
     state.q = p.get("q") || "";
     state.verdict = p.get("verdict") || p.get("filter") || "";
     state.run = p.get("run") || "";
@@ -102,7 +113,9 @@
     state.steps = p.get("steps") || "";
     state.kind = p.has("kind") ? byName(kinds, p.get("kind")) : "";
     state.disagree = p.get("disagree") === "1";
-    state.sample = p.has("sample") ? Number(p.get("sample")) : null;
+    // A sample's number, or the link's text where it is none (said so in the pane).
+    const sample = p.get("sample");
+    state.sample = sample === null ? null : /^\d+$/.test(sample) ? Number(sample) : sample;
     $("f-q").value = state.q;
     $("f-verdict").value = state.verdict;
     $("f-run").value = state.run;
@@ -110,6 +123,7 @@
     $("f-steps").value = state.steps;
     $("f-kind").value = state.kind;
     $("f-disagree").checked = state.disagree;
+    readForm(); // a value no control offers (run=99) filters nothing, as the form shows
     if (p.has("a") && p.has("b")) { $("cmp-a").value = p.get("a"); $("cmp-b").value = p.get("b"); }
   }
   function writeHash() {
@@ -131,6 +145,44 @@
       case "failed": return FAILED.has(v);
       default: return true;
     }
+  }
+  // The filters the form shows, in its words ("wrong, run 0: …, “tokyo”").
+  function describeFilters() {
+    const parts = [];
+    if (state.q.trim()) parts.push(`“${state.q.trim()}”`);
+    for (const id of ["f-verdict", "f-run", "f-worker", "f-steps", "f-kind"]) {
+      const sel = $(id);
+      if (sel.value !== "") parts.push(sel.selectedOptions[0].textContent);
+    }
+    if (state.disagree) parts.push("runs disagree");
+    return parts.join(", ");
+  }
+  function clearFilters() {
+    Object.assign(state, {q: "", verdict: "", run: "", worker: "", steps: "", kind: "", disagree: false});
+    for (const id of ["f-q", "f-verdict", "f-run", "f-worker", "f-steps", "f-kind"]) $(id).value = "";
+    $("f-disagree").checked = false;
+    applyFilters(true);
+  }
+  // The open sample, unless the filters hide it or the page holds no such sample: then
+  // it is closed and the pane says why (a hidden one with a button that clears the
+  // filters and opens it).  Returns whether one was closed.
+  function dropHiddenSample() {
+    const i = state.sample;
+    if (i === null) return false;
+    if (typeof i === "number" && i < ROWS.length && matches.includes(i)) return false;
+    state.sample = null;
+    if (typeof i !== "number" || i >= ROWS.length) {
+      const held = ROWS.length ? `it holds samples 0 to ${ROWS.length - 1}` : "it holds none";
+      notice = el("p", {id: "sample-notice", "data-reason": "unknown"},
+        `The link names sample ${String(i).slice(0, 40)}, which this page does not hold (${held}).`);
+    } else {
+      const r = ROWS[i];
+      const open = el("button", {type: "button", id: "sample-notice-open"}, "Clear the filters and open it");
+      open.addEventListener("click", () => { clearFilters(); showSample(i); revealRow(i); writeHash(); });
+      notice = el("p", {id: "sample-notice", "data-reason": "hidden", "data-index": i},
+        `Sample ${r[SID]} of run ${r[RUN]} is not shown: the filters (${describeFilters()}) hide it. `, open);
+    }
+    return true;
   }
   function applyFilters(fromForm) {
     const q = state.q.trim().toLowerCase();
@@ -156,7 +208,19 @@
     $("list-spacer").style.height = (matches.length * ROW_H) + "px";
     $("list").scrollTop = 0;
     drawRows();
-    if (fromForm) writeHash();
+    const dropped = dropHiddenSample();
+    if (dropped) showSample(null);
+    if (fromForm || dropped) writeHash(); // the address says what the page shows
+  }
+  // Scroll the list so that sample i's row is in view (a sample opened from a link).
+  function revealRow(i) {
+    const m = matches.indexOf(i), list = $("list");
+    if (m < 0) return;
+    const top = m * ROW_H;
+    if (top < list.scrollTop || top + ROW_H > list.scrollTop + list.clientHeight) {
+      list.scrollTop = Math.max(0, top - list.clientHeight / 2);
+      drawRows();
+    }
   }
 
   // ------------------------------------------------------------------ the list
@@ -173,8 +237,10 @@
     const rows = [];
     for (let m = first; m < last; m++) {
       const i = matches[m], r = ROWS[i];
-      const row = el("div", {"class": "row sample-row" + (state.sample === i ? " chosen" : ""), "data-index": i, "data-key": r[KEY], "data-verdict": r[VERDICT]},
-        el("span", {}, r[RUN]), el("span", {title: r[SID]}, r[SID] + (r[EPOCH] ? ` (epoch ${r[EPOCH]})` : "")),
+      // #: the row's place in the list as filtered (the last row's is the count).
+      const row = el("div", {"class": "row sample-row" + (state.sample === i ? " chosen" : ""), "data-index": i, "data-key": r[KEY], "data-verdict": r[VERDICT], "data-row": m + 1},
+        el("span", {"class": "num"}, m + 1), el("span", {"class": "num", title: RUNS[r[RUN]].label}, r[RUN]),
+        el("span", {title: r[SID]}, r[SID] + (r[EPOCH] ? ` (epoch ${r[EPOCH]})` : "")),
         verdictBadge(r[VERDICT]), el("span", {}, r[STEPS]), el("span", {}, NAMES[r[KIND]]),
         el("span", {}, r[WORKERS].map(w => NAMES[w]).join(", ")),
         el("span", {title: r[Q].slice(0, 500)}, r[Q].slice(0, 200)), el("span", {}, r[ANSWER].slice(0, 80)));
@@ -197,19 +263,25 @@
   }
   function pre(text, cls) { return el("pre", {"class": cls || ""}, text); }
   async function showSample(i) {
-    state.sample = i;
     const box = $("sample");
-    if (i === null || !(i >= 0 && i < ROWS.length)) { box.replaceChildren(); return; }
+    if (i === null || !(typeof i === "number" && i >= 0 && i < ROWS.length)) {
+      state.sample = null;
+      box.replaceChildren(...(notice ? [notice] : []));
+      return;
+    }
+    state.sample = i;
+    notice = null;
     const r = ROWS[i];
     const D = await details();
     if (state.sample !== i) return; // another sample was chosen meanwhile
-    const [svg, replies, parseErrors, steps, why, error] = D.items[i];
+    const [svg, replies, parseErrors, steps, why, error, prompt] = D.items[i];
     const T = D.texts;
     const graph = el("div", {"class": "graph"});
     graph.innerHTML = svg; // drawn by view/graph.py, whose text is escaped
     const parts = [
       el("h3", {}, `${RUNS[r[RUN]].label} · ${r[SID]}` + (r[EPOCH] ? ` · epoch ${r[EPOCH]}` : "")),
       el("h4", {}, "Question"), pre(r[Q]),
+      ...(prompt ? [el("details", {"class": "prompt"}, el("summary", {}, "The prompt it was given (the benchmark's template filled in)"), pre(prompt))] : []),
       el("h4", {}, "Grade"),
       el("dl", {"class": "grade"},
         el("dt", {}, "verdict"), el("dd", {}, verdictBadge(r[VERDICT])),
@@ -220,8 +292,8 @@
       el("h4", {}, "Workflow"), graph,
     ];
     if (error) parts.push(el("p", {"class": "error"}, "run failed: " + error));
-    replies.forEach((t, n) => parts.push(el("details", {"class": "reply", open: n === replies.length - 1},
-      el("summary", {}, `Conductor's reply${replies.length > 1 ? ", round " + (n + 1) : ""}`), pre(T[t]))));
+    replies.forEach(([rnd, t], n) => parts.push(el("details", {"class": "reply", open: n === replies.length - 1, "data-round": rnd},
+      el("summary", {}, `Round ${rnd}: the Conductor's reply`), pre(T[t]))));
     if (parseErrors.length) parts.push(el("details", {}, el("summary", {}, `${parseErrors.length} parse error(s)`), pre(parseErrors.join("\n"))));
     steps.forEach(([rnd, index, worker, status, sees, messages, response, err], n) => {
       const body = [];
@@ -230,7 +302,7 @@
       body.push(el("div", {"class": "msg response"}, el("b", {}, "response"), pre(T[response])));
       if (err) body.push(el("p", {"class": "error"}, err));
       parts.push(el("details", {"class": "step " + status, "data-step": `${rnd}.${index}`},
-        el("summary", {}, `round ${rnd} · step ${index} · ${NAMES[worker]} · ${status}: ${r[SUBTASKS][n] || ""}`.slice(0, 300)),
+        el("summary", {}, `Round ${rnd} · step ${index} · ${NAMES[worker]} · ${status}: ${r[SUBTASKS][n] || ""}`.slice(0, 300)),
         ...body));
     });
     box.replaceChildren(...parts);
@@ -333,10 +405,13 @@
   for (const a of document.querySelectorAll("nav a")) {
     a.addEventListener("click", () => $(a.dataset.tab).scrollIntoView({behavior: "smooth"}));
   }
-  window.addEventListener("hashchange", () => { readHash(); applyFilters(false); showSample(state.sample); drawCompare(); });
+  window.addEventListener("hashchange", () => {
+    readHash(); applyFilters(false); showSample(state.sample); revealRow(state.sample); drawCompare();
+  });
   // The list is usable now; the rest is drawn after it.
   document.documentElement.dataset.ready = String(Math.round(performance.now()));
   showSample(state.sample);
+  revealRow(state.sample);
   drawCompare();
   drawCharts();
   document.documentElement.dataset.drawn = String(Math.round(performance.now()));
