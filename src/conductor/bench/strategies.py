@@ -50,6 +50,7 @@ __all__ = [
     "concurrency_warning",
     "default_concurrency",
     "sample_capacity_of",
+    "short_answer_key",
     "ConductorStrategy",
     "FixedStrategy",
     "Strategy",
@@ -93,7 +94,11 @@ class Strategy(Protocol):
         sample_id: str | None = None,
         epoch: int | None = None,
         events: EventSink | None = None,
-    ) -> RunRecord: ...
+        on_record: Callable[[RunRecord], None] | None = None,
+    ) -> RunRecord:
+        """Answer ``question``; ``on_record`` gets the record as soon as it exists (it
+        fills in as the run goes: what an interrupted caller keeps)."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -130,10 +135,16 @@ class ConductorStrategy:
         sample_id: str | None = None,
         epoch: int | None = None,
         events: EventSink | None = None,
+        on_record: Callable[[RunRecord], None] | None = None,
     ) -> RunRecord:
         settings = replace(self.settings, sample_index=sample_index)
         return await self.orchestrator.run(
-            question, settings, events=events, sample_id=sample_id, epoch=epoch
+            question,
+            settings,
+            events=events,
+            sample_id=sample_id,
+            epoch=epoch,
+            on_record=on_record,
         )
 
     async def aclose(self) -> None:
@@ -210,6 +221,7 @@ class FixedStrategy:
         sample_id: str | None = None,
         epoch: int | None = None,
         events: EventSink | None = None,
+        on_record: Callable[[RunRecord], None] | None = None,
     ) -> RunRecord:
         emit = events or null_sink
         record = RunRecord(
@@ -222,6 +234,8 @@ class FixedStrategy:
         )
         rnd = RoundRecord(index=0, workflow=_plan_dict(self.plan))
         record.rounds.append(rnd)
+        if on_record is not None:
+            on_record(record)
         runner = StepRunner(
             self.pool.workers,
             self.callers,
@@ -321,6 +335,13 @@ def parse_strategy(
         return FixedStrategy(text, pool, votes, callers, vote_key=vote_key, settings=settings)
     plan = [_Planned(w)] + [_Planned(w, (i,), REFLECT_INSTRUCTION) for i in range(k)]
     return FixedStrategy(text, pool, plan, callers, settings=settings)
+
+
+def short_answer_key(text: str) -> str | None:
+    """What votes count for a question without a benchmark (``ask``, ``serve``): the
+    short final answer each reply gives (``ANSWER: x``, a boxed answer, or a one-line
+    reply), as ``short`` benchmarks read it."""
+    return answer_key_for("short")(text)
 
 
 def answer_key_for(grader: str) -> AnswerKey:
