@@ -518,3 +518,80 @@ async def test_a_stop_never_strands_the_dispatcher(tmp_path: Path) -> None:
         with pytest.raises(BenchStopped, match="display broke"):
             await asyncio.wait_for(run, timeout=30)
         assert 3 <= len(read_samples(tmp_path / f"run{i}")) <= 20
+
+
+# -- a directory that already holds a run --------------------------------------------
+
+
+def test_a_complete_run_is_named_complete_and_overwrite_starts_it_again(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    script_math(fake_server)
+    data = make_math_file(tmp_path / "m.jsonl", 3)
+    out = tmp_path / "run"
+    args = ["bench", "math500", "--pool", str(bench_pool(tmp_path, fake_server)),
+            "--data", str(data), "--out", str(out)]  # fmt: skip
+    assert cli(*args, cache=tmp_path / "c").returncode == 0
+    first = read_samples(out)
+    # The same command again: the run is complete; how to see it, how to start again.
+    again = cli(*args, cache=tmp_path / "c")
+    assert again.returncode == 2, again.stderr
+    said = " ".join(again.stderr.split())
+    assert f"{out} already holds this run, and it is complete (3 samples recorded)" in said
+    assert f"`conductor report {out}`" in said and "pass --overwrite" in said
+    # A resume of it has nothing to do, says so and succeeds, writing no record.
+    n = len(fake_server.requests)
+    resumed = cli("bench", "--resume", str(out), "--no-cache", cache=tmp_path / "c")
+    assert resumed.returncode == 0, resumed.stderr
+    said = " ".join(resumed.stderr.split())
+    assert f"nothing to resume: the run in {out} is complete (3 samples recorded)" in said
+    assert read_samples(out) == first and len(fake_server.requests) == n
+    # --overwrite starts it again from nothing, deleting only what bench wrote.
+    (out / "notes.txt").write_text("mine")
+    redone = cli(*args, "--overwrite", "--no-cache", cache=tmp_path / "c")
+    assert redone.returncode == 0, redone.stderr
+    second = read_samples(out)
+    assert len(second) == 3 and len(fake_server.requests) == n + 6
+    assert {r["run_id"] for r in second}.isdisjoint(r["run_id"] for r in first)
+    assert (out / "notes.txt").read_text() == "mine"
+    assert (out / "summary.json").is_file() and (out / "config.json").is_file()
+
+
+def test_a_directory_holding_part_of_a_run_or_another_run_says_which(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    out, args = _started_run(tmp_path, fake_server)
+    res = cli(*args, "--out", str(out), cache=tmp_path / "c")
+    assert res.returncode == 2, res.stderr
+    said = " ".join(res.stderr.split())
+    assert f"{out} already holds this run, 6 of 8 samples recorded" in said
+    assert f"pass --resume {out}" in said and "--overwrite" in said
+    other = cli(*args, "--out", str(out), "--seed", "5", cache=tmp_path / "c")
+    assert other.returncode == 2, other.stderr
+    said = " ".join(other.stderr.split())
+    assert f"{out} already holds another run (the seed was 3, now 5)" in said
+    assert "--overwrite to replace it" in said
+    both = cli(*args, "--resume", str(out), "--overwrite", cache=tmp_path / "c")
+    assert both.returncode == 2 and "not both" in both.stderr
+    assert len(keys(out)) == 6
+
+
+def test_overwrite_refuses_a_directory_that_is_not_a_run_directory(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    script_math(fake_server)
+    data = make_math_file(tmp_path / "m.jsonl", 2)
+    # What `conductor serve --records DIR` writes: a samples.jsonl without a config.json.
+    records = tmp_path / "served"
+    records.mkdir()
+    (records / "samples.jsonl").write_text('{"run_id": "r1"}\n')
+    res = cli("bench", "math500", "--pool", str(bench_pool(tmp_path, fake_server)),
+              "--data", str(data), "--out", str(records), "--overwrite",
+              cache=tmp_path / "c")  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    said = " ".join(res.stderr.split())
+    assert f"--overwrite: {records} does not look like a bench run directory" in said
+    assert "nothing was deleted" in said
+    assert (records / "samples.jsonl").read_text() == '{"run_id": "r1"}\n'
+    assert [p.name for p in records.iterdir()] == ["samples.jsonl"]  # not even a lock
+    assert fake_server.requests == []

@@ -229,7 +229,7 @@ def test_resume_refuses_a_different_run(tmp_path: Path, fake_server: FakeLLMServ
     base = ["bench", "math500", "--pool", str(pool), "--data", str(data)]
     assert cli(*base, "--out", str(out), cache=tmp_path / "c").returncode == 0
     again = cli(*base, "--out", str(out), cache=tmp_path / "c")
-    assert again.returncode == 2 and "--resume" in again.stderr
+    assert again.returncode == 2 and "it is complete" in again.stderr
     other = cli(*base, "--resume", str(out), "--seed", "5", cache=tmp_path / "c")
     assert other.returncode == 2 and "seed" in other.stderr
 

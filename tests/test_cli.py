@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -336,15 +337,6 @@ def test_unusable_output_and_cache_paths_exit_2(tmp_path: Path, fake_server: Fak
     assert res.returncode == 2
 
 
-def _as_unprivileged() -> list[str]:
-    """A command prefix that drops root (root ignores file permissions)."""
-    if os.geteuid() != 0:
-        return []
-    if shutil.which("setpriv") is None:
-        pytest.skip("running as root without setpriv to drop privileges")
-    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-
-
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
     """A directory an unprivileged user can enter (pytest's tmp_path is private)."""
@@ -375,12 +367,12 @@ def test_read_only_output_and_cache_directories_exit_2(
     writable_cache = shared_dir / "cache"
     writable_cache.mkdir()
     writable_cache.chmod(0o777)
-    prefix = _as_unprivileged()
+    denied = _read_only_runner(shared_dir)
 
-    def run(*args: str, cache: Path) -> Any:
+    def run(*args: str, cache: Path, read_only_dirs: tuple[Path, ...] = (read_only,)) -> Any:
         env = {**os.environ, "COLUMNS": "120", "FAKE_KEY": "k", "CONDUCTOR_CACHE_DIR": str(cache)}
         return subprocess.run(
-            [*prefix, sys.executable, "-m", "conductor", *args],
+            [*denied.prefix(read_only_dirs), sys.executable, "-m", "conductor", *args],
             capture_output=True,
             text=True,
             timeout=120,
@@ -392,22 +384,96 @@ def test_read_only_output_and_cache_directories_exit_2(
         "ask", "q", "--pool", str(pool), "--out", str(read_only / "r.json"), cache=writable_cache
     )
     assert res.returncode == 2, res.stderr
-    assert "cannot write the run record (Permission denied)" in one_error_line(res)
+    assert f"cannot write the run record ({denied.reason})" in one_error_line(res)
     res = run(*bench_cmd(pool, data, read_only / "run"), cache=writable_cache)
     assert res.returncode == 2, res.stderr
-    assert f"{read_only / 'run'}: cannot create the run directory (Permission denied)" in (
+    assert f"{read_only / 'run'}: cannot create the run directory ({denied.reason})" in (
         one_error_line(res)
     )
     # A read-only cache directory, empty or already holding a cache.
     res = run(*bench_cmd(pool, data, shared_dir / "run"), cache=read_only)
     assert res.returncode == 2, res.stderr
     assert f"the cache directory {read_only} cannot be used" in one_error_line(res)
+    assert any(writable_cache.iterdir())  # the runs above opened a cache there
     for sub in writable_cache.rglob("*"):
         sub.chmod(0o555 if sub.is_dir() else 0o444)
     writable_cache.chmod(0o555)
-    res = run("cache", "stats", cache=writable_cache)
+    res = run("cache", "stats", cache=writable_cache, read_only_dirs=(writable_cache,))
     assert res.returncode == 2, res.stderr
     assert "cannot be used" in one_error_line(res)
+
+
+@dataclass(frozen=True)
+class _ReadOnlyRunner:
+    """How a child process is run so that directories it is given cannot be written,
+    and the reason (``strerror``) a write there fails with."""
+
+    mechanism: str  # "mount": read-only bind mounts; "chmod": permissions; "setpriv"
+    reason: str
+
+    def prefix(self, read_only_dirs: tuple[Path, ...]) -> list[str]:
+        if self.mechanism == "mount":
+            # Each directory bind-mounted read-only onto itself in a private mount
+            # namespace: refused to every user, root included (EROFS).
+            return [*_UNSHARE, "sh", "-c", _RO_SCRIPT, "sh", *map(str, read_only_dirs), "--"]
+        if self.mechanism == "setpriv":
+            return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        return []
+
+
+_UNSHARE = ["unshare", "--user", "--map-root-user", "--mount"]
+_RO_SCRIPT = (
+    'while [ "$1" != -- ]; do '
+    'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" || exit 97; shift; done; '
+    'shift; exec "$@"'
+)
+
+
+def _read_only_runner(shared: Path) -> _ReadOnlyRunner:
+    """A way to make directories unwritable for a child that binds its user.
+
+    Root ignores file permissions, so a read-only bind mount in a user namespace is
+    tried first (it binds root too); without one, permissions do for another user, and
+    root runs the child as nobody (65534) where that user can read the interpreter and
+    this checkout (a checkout inside a 0700 directory, such as root's home, is not).
+    """
+    probe = shared / "ro-probe"
+    probe.mkdir()
+    try:
+        if shutil.which("unshare") and shutil.which("mount"):
+            # The same mount, then a write that must fail.
+            script = _RO_SCRIPT.replace('exec "$@"', 'if touch "$1/x"; then exit 1; fi')
+            done = subprocess.run(
+                [*_UNSHARE, "sh", "-c", script, "sh", str(probe), "--", str(probe)],
+                capture_output=True,
+                timeout=30,
+            )
+            if done.returncode == 0:
+                return _ReadOnlyRunner("mount", "Read-only file system")
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+    if os.geteuid() != 0:
+        return _ReadOnlyRunner("chmod", "Permission denied")
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root, with neither a user namespace nor setpriv to drop root")
+    import conductor
+
+    nobody = _ReadOnlyRunner("setpriv", "Permission denied")
+    seen = subprocess.run(
+        [*nobody.prefix(()), sys.executable, "-c", "import conductor; print(conductor.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=shared,
+    )
+    if seen.returncode != 0 or seen.stdout.strip() != conductor.__file__:
+        last = (seen.stderr.strip().splitlines() or [f"it imports {seen.stdout.strip()}"])[-1]
+        pytest.skip(
+            "running as root, where file permissions do not bind, without a user namespace "
+            "for a read-only mount, and uid 65534 cannot run this checkout's conductor "
+            f"(a directory above it closed to other users?): {last}"
+        )
+    return nobody
 
 
 def test_deeply_nested_pool_yaml_exits_2(tmp_path: Path) -> None:

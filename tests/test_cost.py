@@ -48,7 +48,21 @@ def test_unknown_model_warns_once(caplog: pytest.LogCaptureFixture) -> None:
         assert price_for(Worker(id="y", model="openai/no-such-model-for-cost-test")) is None
     hits = [r for r in caplog.records if "no-such-model-for-cost-test" in r.getMessage()]
     assert len(hits) == 1
+    assert "(worker 'x')" in hits[0].getMessage()
     assert cost_usd(Usage(10, 10), None) is None
+
+
+def test_the_warning_names_the_conductor_as_the_conductor(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    w = Worker(id="conductor", model="openai/no-such-planner-for-cost-test")
+    with caplog.at_level(logging.WARNING, logger="conductor"):
+        assert price_for(w) is None
+    (hit,) = [r.getMessage() for r in caplog.records if "no-such-planner" in r.getMessage()]
+    assert hit == (
+        "no price known for model 'openai/no-such-planner-for-cost-test' (the Conductor): "
+        "its cost is not counted; set price: for it in the pool file to count it"
+    )
 
 
 def test_table_is_read_without_importing_litellm() -> None:

@@ -25,10 +25,10 @@ from conductor.llm.caller import CallerSet, ModelCaller
 from conductor.llm.failures import error_for_status
 from conductor.llm.limiter import (
     AdaptiveLimiter,
-    oversubscription_warning,
     parse_duration_s,
     provider_key,
     reset_wait_s,
+    sample_capacity,
 )
 from conductor.llm.types import ModelRequest
 from conductor.render.report import rate_limit_table
@@ -438,20 +438,21 @@ def test_start_limit_caps_the_start_and_ceiling_is_the_sum() -> None:
 # --------------------------------------------------------------------------- warning
 
 
-def test_oversubscription_warning_text() -> None:
-    cond = Worker(id="conductor", model="c", max_concurrency=4)
-    w = Worker(id="w", model="m", max_concurrency=16)
-    assert oversubscription_warning(4, [cond]) is None
-    text = oversubscription_warning(16, [cond])
-    assert text == (
-        "--concurrency 16 exceeds what 'conductor' allows: its max_concurrency is 4, so "
-        "at most 4 samples start at once; raise its max_concurrency in the pool or lower "
-        "--concurrency to 4."
-    )
-    vote = oversubscription_warning(8, [w] * 5)  # vote:5:w makes five calls per sample
-    assert vote is not None and "each sample starts with 5 calls to it" in vote
-    assert "at most 3 samples" in vote
-    assert oversubscription_warning(3, [w] * 5) is None
+def test_sample_capacity_sums_what_each_model_serves() -> None:
+    cond = Worker(id="conductor", model="c", client="openai", max_concurrency=4)
+    w = Worker(id="w", model="m", client="openai", max_concurrency=16)
+    cap = sample_capacity([(cond, 1), (w, 1)])
+    assert cap.samples == 20
+    assert [(s.ids, s.samples) for s in cap.shares] == [(("conductor",), 4), (("w",), 16)]
+    # vote:5:w makes five calls per sample at once: 16 // 5 samples.
+    vote = sample_capacity([(w, 5)])
+    assert vote.samples == 3 and vote.shares[0].per_sample == 5
+    # Targets on one in-process model share it, one call at a time, whatever they set.
+    local = [Worker(id=i, model="smollm2", client="local", max_concurrency=8) for i in "abc"]
+    one = sample_capacity([(t, 1) for t in local])
+    assert one.samples == 1 and one.shares[0].ids == ("a", "b", "c")
+    other = Worker(id="d", model="other", client="local", model_path="/m/other.gguf")
+    assert sample_capacity([(local[0], 1), (other, 1)]).samples == 2
 
 
 def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
@@ -483,11 +484,17 @@ def test_bench_warns_once_and_records_the_limit_history(
     out = tmp_path / "run"
     res = _cli(
         "bench", "math500", "--pool", str(pool_file), "--data", str(data), "--out", str(out),
-        "--concurrency", "4", "--no-cache", cache=tmp_path / "c",
+        "--concurrency", "24", "--no-cache", cache=tmp_path / "c",
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
-    assert res.stderr.count("exceeds what 'conductor' allows") == 1
-    assert "its max_concurrency is 2, so at most 2 samples start at once" in res.stderr
+    said = " ".join(res.stderr.split())
+    assert said.count("--concurrency 24 is more than") == 1
+    assert (
+        "--concurrency 24 is more than the models of pool 'fake' can serve: at most 18 "
+        "samples can be calling a model at once (the Conductor 2, worker 'w0' 16), so 6 "
+        f"samples would only wait; give --concurrency 18 or less, or raise max_concurrency "
+        f"in {pool_file}"
+    ) in said
     summary = json.loads((out / "summary.json").read_text())
     (invocation,) = summary["rate_limits"]
     (key,) = [k for k, p in invocation["providers"].items() if p["rate_limits"]]
@@ -509,3 +516,94 @@ def test_bench_warns_once_and_records_the_limit_history(
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert "exceeds" not in res.stderr
+
+
+def test_no_shipped_pool_warns_at_the_default_concurrency() -> None:
+    from conductor.bench.strategies import (
+        ConductorStrategy,
+        concurrency_warning,
+        default_concurrency,
+        parse_strategy,
+    )
+    from conductor.conductors.spec import resolve_conductor
+    from conductor.execute import RunSettings
+    from conductor.pool import load_pool
+    from conductor.shipped import shipped
+
+    checked = []
+    for path in shipped("pool"):
+        pool = load_pool(path)
+        callers = CallerSet(None)
+        strategies: list[Any] = [
+            ConductorStrategy(pool, resolve_conductor(pool), RunSettings(), callers)
+        ]
+        first = pool.workers[0].id
+        for name in ("moa", f"single:{first}", f"vote:5:{first}", f"reflect:2:{first}"):
+            strategies.append(parse_strategy(name, pool, callers, vote_key=lambda t: t))
+        for strategy in strategies:
+            n = default_concurrency(strategy)
+            assert 1 <= n <= 16
+            assert concurrency_warning(strategy, n) is None, (path.name, strategy.name)
+            checked.append((pool.name, strategy.name, n))
+    by_pool = {(p, s): n for p, s, n in checked}
+    # One in-process model serves one sample at a time; Ollama's workers (2 each) and
+    # the Conductor serve 10 at once; hosted models up to the cap of 16.
+    assert by_pool[("local", "conductor")] == 1
+    assert by_pool[("open", "conductor")] == 10
+    assert by_pool[("frontier", "conductor")] == 16
+    assert by_pool[("frontier", "vote:5:gpt-5")] == 3
+
+
+def test_the_warning_names_the_users_file_or_a_copy_of_the_shipped_one(tmp_path: Path) -> None:
+    from conductor.bench.strategies import ConductorStrategy, concurrency_warning
+    from conductor.conductors.spec import resolve_conductor
+    from conductor.execute import RunSettings
+    from conductor.pool import load_pool, resolve_pool_path
+
+    def warning(pool_path: Path, concurrency: int) -> str | None:
+        pool = load_pool(pool_path)
+        strategy = ConductorStrategy(pool, resolve_conductor(pool), RunSettings(), CallerSet(None))
+        return concurrency_warning(strategy, concurrency)
+
+    local = warning(resolve_pool_path("local"), 4)
+    assert local == (
+        "--concurrency 4 is more than the models of pool 'local' can serve: at most 1 "
+        "sample can be calling a model at once (the in-process model 'smollm2' of workers "
+        "'answerer', 'solver' and 'checker' and the Conductor takes one call at a time), "
+        "so 3 samples would only wait; give --concurrency 1"
+    )
+    shipped_open = warning(resolve_pool_path("open"), 12)
+    assert shipped_open is not None and "so 2 samples would only wait" in shipped_open
+    assert "raise max_concurrency in a copy of the shipped pool 'open' given with --pool" in (
+        shipped_open
+    )
+    assert str(resolve_pool_path("open")) not in shipped_open
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(resolve_pool_path("open").read_text())
+    text = warning(mine, 12)
+    assert text is not None and text.endswith(f"or raise max_concurrency in {mine}")
+    assert warning(mine, 10) is None
+
+
+def test_bench_follows_the_pool_without_concurrency_and_warns_only_when_given(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    fake_server.script(CONDUCTOR_MODEL, [lists([0], ["Solve the problem."], [[]])])
+    fake_server.script("w0", "\\boxed{1}")
+    data = tmp_path / "math.jsonl"
+    rows = [{"problem": f"Q{i}", "answer": "1", "unique_id": f"t/{i}"} for i in range(3)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pool = pool_dict(fake_server, [pool_worker(fake_server, "w0", max_concurrency=2)])
+    pool["conductor"]["max_concurrency"] = 1
+    pool_file = write_pool(tmp_path / "pool.yaml", pool)
+    base = ["bench", "math500", "--pool", str(pool_file), "--data", str(data), "--no-cache"]
+    res = _cli(*base, "--out", str(tmp_path / "a"), cache=tmp_path / "c")
+    assert res.returncode == 0, res.stderr
+    assert "warning" not in res.stderr
+    config = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert config["settings"]["concurrency"] == 3  # the Conductor's 1 and w0's 2
+    assert config["invocation"]["concurrency"] is None  # a resume follows the pool again
+    res = _cli(*base, "--out", str(tmp_path / "b"), "--concurrency", "4", cache=tmp_path / "c")
+    assert res.returncode == 0, res.stderr
+    assert "at most 3 samples can be calling a model at once" in " ".join(res.stderr.split())
+    assert "so 1 sample would only wait" in " ".join(res.stderr.split())

@@ -10,6 +10,7 @@ import io
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from poolkit import (
@@ -173,6 +174,62 @@ def test_failed_local_call_costs_zero(tmp_path: Path, fake_server: FakeLLMServer
     narrow = " ".join(render(step_table(record), 60).split())
     assert "tiny-local-worker failed (BadRequestError), sees nothing" in narrow
     assert re.search(r"0/0 tokens, cost \$0(?![.\d])", narrow), narrow
+
+
+def _two_round_record() -> Any:
+    """A run of two rounds whose calls end every way a call can: parsed, a parse error,
+    ok (once from the cache), failed, skipped, and a round that kept the answer."""
+    from test_render import call, make_record, make_round, step
+
+    from conductor.record import RoundRecord
+
+    first = make_round(
+        0,
+        [
+            step(0, 0, "Plan", [], [], call("a plan", cached=True, cost=0.0)),
+            step(1, 1, "Do it", ["all"], [0]),
+        ],
+    )
+    second = make_round(
+        1,
+        [
+            step(0, 2, "Fix it", ["all"], []),
+            step(1, 3, "Judge", ["all"], [0],
+                 call(None, error="boom", error_kind="ServerError"), status="failed"),
+            step(2, 0, "Again", ["all"], [1], call(None, cost=None), status="skipped"),
+        ],
+        conductor=[call("no lists here", cost=0.0005), call("model_id = [...]", cost=0.0005)],
+    )  # fmt: skip
+    second.parse_errors = ["no model_id list"]
+    third = RoundRecord(
+        index=2,
+        conductor_calls=[call("model_id = []\nsubtasks = []\naccess_list = []")],
+        workflow={"model_id": [], "subtasks": [], "access_list": []},
+        stop_reason="kept previous answer",
+    )
+    return make_record([first, second, third])
+
+
+#: Each status the record's calls end with, and how many calls end so.
+STATUSES = {"parsed": 3, "parse error": 1, "ok": 2, "ok (cached)": 1,
+            "failed (ServerError)": 1, "skipped": 1, "kept previous answer": 1}  # fmt: skip
+
+
+@pytest.mark.parametrize("width", [60, 72, 80, 100, 120])
+def test_the_call_table_of_several_rounds_shows_whole_statuses(width: int) -> None:
+    text = render(step_table(_two_round_record()), width)
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+    flat = " ".join(text.split())
+    for status, n in STATUSES.items():
+        # Each status whole (a wrapped one is joined again by the flattening), as often
+        # as calls end so: "parsed" three times, never "pars" or "p".
+        found = len(re.findall(rf"(?<![\w(]){re.escape(status)}(?![\w)]| \(cached)", flat))
+        assert found == n, (status, found, text)
+    for label in ("Round 1", "Round 2", "Round 3"):
+        assert label in text
+    if width >= 80:
+        # A table at 80 columns and wider, the rounds as lines, not as a column.
+        assert "status" in text and " round " not in text, text
 
 
 # --------------------------------------------------------------------------- pools

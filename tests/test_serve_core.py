@@ -309,6 +309,7 @@ def test_a_full_queue_answers_429_with_retry_after(
         thread.join()
     assert busy.status_code == 429 and busy.headers["retry-after"] == "1"
     assert busy.json()["error"]["code"] == "rate_limit_exceeded"
+    assert "1 request is running and 0 are waiting" in busy.json()["error"]["message"]
     assert first[0].status_code == 200
 
 

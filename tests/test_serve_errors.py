@@ -192,6 +192,7 @@ async def test_429_when_the_queue_is_full(tmp_path: Path, fake_server: FakeLLMSe
     (refused,) = [r for r in resps if r.status_code == 429]
     error = error_of(refused, 429)
     assert error["code"] == "rate_limit_exceeded"
+    assert error["message"].startswith("the server is busy: 1 request is running and 1 is waiting")
     assert refused.headers["retry-after"] == "1"
     # The refused request made no calls: two plans, two worker calls.
     assert len(fake_server.requests_for(CONDUCTOR_MODEL)) == 2

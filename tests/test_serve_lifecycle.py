@@ -56,6 +56,8 @@ def test_cli_listens_answers_and_records_are_traceable(
         run_ids = [r.headers["x-conductor-run-id"] for r in (first, second)]
         server.proc.send_signal(signal.SIGTERM)
         assert server.wait() == 0, server.stderr
+    # One last line says that it stopped, and how many requests it served.
+    assert server.lines[-1].strip() == "conductor serve: stopped, after serving 2 requests"
     # One full run record per request, under its run id.
     lines = (records / "samples.jsonl").read_text().splitlines()
     saved = [json.loads(line) for line in lines]
@@ -102,6 +104,7 @@ def test_a_stop_signal_finishes_the_request_in_flight(
     assert resp.status_code == 200, resp.text
     assert resp.json()["choices"][0]["message"]["content"] == "slow Paris"
     assert code == 0, server.stderr
+    assert server.lines[-1].strip() == "conductor serve: stopped, after serving 1 request"
     (saved,) = [json.loads(line) for line in (records / "samples.jsonl").read_text().splitlines()]
     assert saved["sample_id"] == resp.headers["x-conductor-run-id"]
     assert saved["final_answer"] == "slow Paris"

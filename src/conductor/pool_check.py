@@ -1,15 +1,18 @@
 """``pools check``'s library half: one tiny request to every model of a pool.
 
-:func:`check_pool` sends each worker (and the pool's Conductor, when it is not one of
-the workers' models) one short request without retries, and returns a
-:class:`PingResult` per model: the reply and latency, or the one-sentence error.  A
-Conductor that cannot even be set up is a failed result of its own.
+:func:`plan_pings` says which models a check pings; :func:`check_pool` checks their
+keys (every unset one named at once, as ``ask`` does), then sends each worker (and the
+pool's Conductor, when it is not one of the workers' models) one short request without
+retries, handing over a :class:`PingResult` per model as it finishes: the reply and
+latency, or the one-sentence error.  A Conductor that cannot even be set up is a
+failed result of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -20,7 +23,7 @@ if TYPE_CHECKING:
     from .pool import Pool
     from .targets import Worker
 
-__all__ = ["PingResult", "check_pool"]
+__all__ = ["PingPlan", "PingResult", "check_keys", "check_pool", "plan_pings"]
 
 
 @dataclass(frozen=True)
@@ -43,30 +46,92 @@ class PingResult:
         return self.error is None
 
 
-def check_pool(pool: Pool, timeout_s: float) -> list[PingResult]:
-    """Ping every worker of ``pool`` (and its Conductor), waiting at most ``timeout_s``
-    seconds for each; the workers' results first, in pool order."""
-    return asyncio.run(_ping_all(pool, timeout_s))
+@dataclass(frozen=True)
+class PingPlan:
+    """What a check of a pool sends: ``targets`` are the models to ping, each with its
+    label, in pool order; ``unusable`` the failed result of a Conductor that cannot
+    even be set up; ``conductor`` the Conductor's target when it can (its key is
+    checked even where it shares a worker's model and is not pinged on its own)."""
+
+    targets: tuple[tuple[str, Worker], ...]
+    unusable: tuple[PingResult, ...] = ()
+    conductor: Worker | None = None
+
+    @property
+    def rows(self) -> list[tuple[str, str]]:
+        """``(label, worker id)`` of every result, in the order :func:`check_pool`
+        returns them."""
+        pinged = [(label, w.id) for label, w in self.targets]
+        return [*pinged, *((r.label, r.worker_id) for r in self.unusable)]
 
 
-async def _ping_all(pool: Pool, timeout_s: float) -> list[PingResult]:
+def plan_pings(pool: Pool) -> PingPlan:
+    """The models a check of ``pool`` pings: every worker, and the Conductor when it is
+    not one of the workers' models."""
     from .conductors.spec import resolve_conductor
-    from .llm.caller import CallerSet
 
     targets: list[tuple[str, Worker]] = [(f"Model {i}", w) for i, w in enumerate(pool.workers)]
-    # A Conductor that cannot even be set up is a failed row of its own, not a silence.
-    unusable: list[PingResult] = []
-    if pool.conductor is not None:
-        try:
-            cond = resolve_conductor(pool)
-            if cond.target.model not in {w.model for w in pool.workers}:
-                targets.append(("Conductor", cond.target))
-        except ConductorError as exc:
-            unusable.append(PingResult("Conductor", "conductor", str(exc)))
-    callers = CallerSet(None)
+    if pool.conductor is None:
+        return PingPlan(tuple(targets))
     try:
-        pings = (_ping(callers, label, w, timeout_s) for label, w in targets)
-        return [*await asyncio.gather(*pings), *unusable]
+        cond = resolve_conductor(pool)
+    except ConductorError as exc:
+        # A Conductor that cannot even be set up is a failed row of its own, not a silence.
+        return PingPlan(tuple(targets), (PingResult("Conductor", "conductor", str(exc)),))
+    if cond.target.model not in {w.model for w in pool.workers}:
+        targets.append(("Conductor", cond.target))
+    return PingPlan(tuple(targets), conductor=cond.target)
+
+
+def check_keys(plan: PingPlan) -> None:
+    """Raise :class:`~conductor.errors.MissingKeysError` naming every unset key variable
+    the models of ``plan`` need (``ask``'s check and words), before any request."""
+    from .llm.keys import require_keys
+
+    conductor = [plan.conductor] if plan.conductor is not None else []
+    require_keys([*(w for _, w in plan.targets), *conductor])
+
+
+def check_pool(
+    pool: Pool,
+    timeout_s: float,
+    *,
+    plan: PingPlan | None = None,
+    on_result: Callable[[PingResult], None] | None = None,
+) -> list[PingResult]:
+    """Ping every model of ``pool`` (``plan``, by default :func:`plan_pings`'s), waiting
+    at most ``timeout_s`` seconds for each; the results in :attr:`PingPlan.rows` order.
+
+    Every key the pinged models need is checked first, as ``ask`` checks them: a
+    :class:`~conductor.errors.MissingKeysError` names each unset variable before any
+    request.  ``on_result`` gets each result as it comes (a Conductor that cannot be
+    set up first, then the pings as they finish)."""
+    plan = plan or plan_pings(pool)
+    check_keys(plan)
+    for result in plan.unusable:
+        if on_result is not None:
+            on_result(result)
+    pinged = asyncio.run(_ping_all(plan.targets, timeout_s, on_result))
+    return [*pinged, *plan.unusable]
+
+
+async def _ping_all(
+    targets: tuple[tuple[str, Worker], ...],
+    timeout_s: float,
+    on_result: Callable[[PingResult], None] | None,
+) -> list[PingResult]:
+    from .llm.caller import CallerSet
+
+    callers = CallerSet(None)
+
+    async def one(label: str, worker: Worker) -> PingResult:
+        result = await _ping(callers, label, worker, timeout_s)
+        if on_result is not None:
+            on_result(result)
+        return result
+
+    try:
+        return list(await asyncio.gather(*(one(label, w) for label, w in targets)))
     finally:
         await callers.aclose()
 

@@ -16,7 +16,14 @@ from typing import Literal
 
 from .errors import BenchmarkFileError, ConfigFileError, PoolError, TemplateFileError
 
-__all__ = ["ShippedKind", "resolve_shipped", "shipped", "shipped_dir", "shipped_names"]
+__all__ = [
+    "ShippedKind",
+    "is_shipped",
+    "resolve_shipped",
+    "shipped",
+    "shipped_dir",
+    "shipped_names",
+]
 
 ShippedKind = Literal["pool", "benchmark", "template"]
 
@@ -85,6 +92,15 @@ def shipped(kind: ShippedKind) -> list[Path]:
 def shipped_names(kind: ShippedKind) -> list[str]:
     """The names (``frontier``, ``gpqa-diamond``, ``default``) of :func:`shipped`."""
     return [path.stem for path in shipped(kind)]
+
+
+def is_shipped(kind: ShippedKind, path: Path) -> bool:
+    """Whether ``path`` is one of the shipped files of ``kind`` (a file to copy before
+    editing: an upgrade replaces it)."""
+    try:
+        return path.resolve().parent == shipped_dir(kind).resolve()
+    except OSError:
+        return False
 
 
 def resolve_shipped(kind: ShippedKind, name_or_path: str) -> Path:

@@ -13,16 +13,18 @@ import os
 import re
 from collections.abc import Sequence
 
-from .errors import UsageError
+from .errors import CONDUCTOR_TARGET, UsageError
 
 __all__ = [
     "MAX_QUESTION_CHARS",
     "check_question",
+    "joined",
     "plural",
     "final_answer_text",
     "printable",
     "question_limit",
     "strip_think",
+    "targets_named",
 ]
 
 #: The longest question accepted (characters), from ``conductor ask`` or a benchmark
@@ -159,3 +161,20 @@ def plural(n: int, one: str, many: str | None = None, *, shown: str | None = Non
     """
     noun = one if n == 1 else (many if many is not None else f"{one}s")
     return f"{shown if shown is not None else n} {noun}"
+
+
+def joined(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def targets_named(ids: Sequence[str]) -> str:
+    """Call targets as a sentence names them: ``worker 'a'``, ``workers 'a' and 'b'``,
+    ``... and the Conductor`` (the Conductor last, whatever the order of ``ids``)."""
+    workers = [repr(i) for i in ids if i != CONDUCTOR_TARGET]
+    names: list[str] = []
+    if workers:
+        names.append(f"worker{'s' if len(workers) > 1 else ''} {joined(workers)}")
+    if CONDUCTOR_TARGET in ids:
+        names.append("the Conductor")
+    return " and ".join(names)

@@ -1,7 +1,8 @@
 """What a bench run is: the options it is given (:class:`BenchOptions`), the
 ``config.json`` built from them, that file read back (:func:`read_run_config`), the
-invocation that rebuilds the run (:func:`stored_invocation`), and the check that a
-resume, or a merge of shards, continues the same run (``_check_same_run``).
+invocation that rebuilds the run (:func:`stored_invocation`), and whether a resume, or
+a merge of shards, continues the same run (:func:`run_difference`, and
+``_check_same_run``, which refuses one that does not).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class BenchOptions:
     trained_on: TrainedQuestions | None = None
     #: ... and with this set, those samples are not run at all.
     exclude_trained: bool = False
+    #: Delete the run already in ``out_dir`` (the files bench wrote) before starting.
+    overwrite: bool = False
 
 
 def _config(
@@ -228,10 +231,11 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _check_same_run(
-    old: dict[str, Any], new: dict[str, Any], where: Path, *, shards: bool = False
-) -> None:
-    """Refuse, naming the first difference, unless ``new`` continues the run ``old``.
+def run_difference(
+    old: Mapping[str, Any], new: Mapping[str, Any], *, shards: bool = False
+) -> str | None:
+    """The first way the run ``new`` differs from the run ``old`` in what decides its
+    samples (``the seed was 0, now 5``), or ``None`` when it continues that run.
 
     ``shards`` compares the shards of one run, which differ in ``shard`` (and may reach
     their models at other addresses)."""
@@ -239,15 +243,9 @@ def _check_same_run(
         if path[-1] == "file_sha256" and _get(old, path) is None:
             continue  # a downloaded file not yet fetched when the run started
         if _get(old, path) != _get(new, path):
-            raise UsageError(
-                f"{where}: cannot {'merge' if shards else 'resume'}: the {name} was "
-                f"{_short(_get(old, path))}, now {_short(_get(new, path))}; "
-                + ("merge only shards of one run" if shards else "run it in a new --out directory")
-            )
+            return f"the {name} was {_short(_get(old, path))}, now {_short(_get(new, path))}"
     if not shards and old.get("shard") != new.get("shard"):
-        raise UsageError(
-            f"{where}: cannot resume: --shard was {old.get('shard')}, now {new.get('shard')}"
-        )
+        return f"--shard was {old.get('shard')}, now {new.get('shard')}"
     for name, key in () if shards else _SAME_RUN_TREES:
         # Shards may reach the same models at other addresses, so merging compares
         # only the fields above.
@@ -255,7 +253,20 @@ def _check_same_run(
             continue  # not recorded by the run that wrote the config
         diff = _first_difference(old.get(key), new.get(key))
         if diff is not None:
-            raise UsageError(
-                f"{where}: cannot resume: the {name} changed "
-                f"({diff}); run it in a new --out directory"
-            )
+            return f"the {name} changed ({diff})"
+    return None
+
+
+def _check_same_run(
+    old: dict[str, Any], new: dict[str, Any], where: Path, *, shards: bool = False
+) -> None:
+    """Refuse, naming the first difference, unless ``new`` continues the run ``old``."""
+    diff = run_difference(old, new, shards=shards)
+    if diff is None:
+        return
+    verb, advice = (
+        ("merge", "merge only shards of one run")
+        if shards
+        else ("resume", "run it in a new --out directory")
+    )
+    raise UsageError(f"{where}: cannot {verb}: {diff}; {advice}")

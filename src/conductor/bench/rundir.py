@@ -34,10 +34,12 @@ __all__ = [
     "CONFIG",
     "LOCK",
     "RATE_LIMITS",
+    "RUN_FILES",
     "SAMPLES",
     "SUMMARY",
     "SampleLines",
     "find_sample",
+    "clear_run",
     "iter_records",
     "latest_lines",
     "numbered_records",
@@ -57,6 +59,17 @@ SAMPLES = "samples.jsonl"
 SUMMARY = "summary.json"
 RATE_LIMITS = "rate_limits.json"
 LOCK = ".lock"
+#: Everything a bench run writes in its directory besides the lock (the temporary files
+#: are what an atomic replace leaves when a process is killed in the middle of one).
+RUN_FILES = (
+    CONFIG,
+    SAMPLES,
+    SUMMARY,
+    RATE_LIMITS,
+    f"{SAMPLES}.tmp",
+    f".{SUMMARY}.tmp",
+    f".{RATE_LIMITS}.tmp",
+)
 
 
 def sample_key(data: dict[str, Any], number: int = 0) -> tuple[str, int]:
@@ -205,6 +218,19 @@ def _unknown_sample(run: Path, sample: str, ids: set[str]) -> UsageError:
     guess = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     count = f"{len(ids)} sample" + ("" if len(ids) == 1 else "s")
     return UsageError(f"{run}: no sample {sample!r} among its {count}{guess} ({listing})")
+
+
+def clear_run(path: Path) -> list[str]:
+    """Delete the files a bench run wrote in ``path`` (:data:`RUN_FILES`; nothing else
+    there, and not the lock); return the names deleted."""
+    removed = []
+    for name in RUN_FILES:
+        try:
+            (path / name).unlink()
+        except FileNotFoundError:
+            continue
+        removed.append(name)
+    return removed
 
 
 def repair_tail(path: Path) -> None:

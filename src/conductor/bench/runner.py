@@ -47,6 +47,7 @@ from typing import Any
 from ..errors import AuthenticationError, UsageError
 from ..llm.cache import ResponseCache
 from ..record import RunRecord, now_iso, record_to_dict
+from ..text import plural
 from .data import count_samples, iter_samples, render_prompt
 from .faults import (
     BenchStopped,
@@ -58,8 +59,16 @@ from .faults import (
     _scrub,
 )
 from .graders import Grader
-from .runconfig import BenchOptions, _check_same_run, _config, read_run_config
-from .rundir import CONFIG, SAMPLES, SampleLines, repair_tail, sample_key
+from .runconfig import BenchOptions, _check_same_run, _config, read_run_config, run_difference
+from .rundir import (
+    CONFIG,
+    RUN_FILES,
+    SAMPLES,
+    SampleLines,
+    clear_run,
+    repair_tail,
+    sample_key,
+)
 from .rundir import open_samples as _open_samples
 from .rundir import record_line as _record_line
 from .rundir import write_line as _write_line
@@ -97,6 +106,12 @@ class BenchProgress:
     def accuracy(self) -> float | None:
         return 100.0 * self.correct / self.done if self.done else None
 
+    @property
+    def nothing_to_run(self) -> bool:
+        """Whether every (sample, epoch) had its record before this invocation began
+        (a resume of a complete run)."""
+        return self.total > 0 and self.done == 0 and self.skipped >= self.total
+
 
 # -- the samples file ----------------------------------------------------------------
 
@@ -120,6 +135,73 @@ def completed_keys(out_dir: Path, *, drop_errors: bool = False) -> set[tuple[str
                     out.write(json.dumps(data, ensure_ascii=False) + "\n")
         tmp.replace(path)
     return {sample_key(data) for _number, data in lines}
+
+
+def _recorded_pairs(out_dir: Path) -> int:
+    """How many (sample, epoch) pairs ``out_dir`` holds a record of (read only)."""
+    return len({sample_key(data) for _number, data in SampleLines(out_dir / SAMPLES)})
+
+
+def _total_pairs(
+    spec: BenchmarkSpec, options: BenchOptions, epochs: int, config: dict[str, Any]
+) -> int:
+    """How many (sample, epoch) pairs this shard of the run has in all."""
+    # Rows are counted, not decoded, so the count costs little.
+    n = count_samples(spec, data_file=options.data_file, limit=options.limit)
+    shard_i, shard_n = options.shard or (0, 1)
+    total = len(range(shard_i, n, shard_n)) * epochs
+    if options.exclude_trained:
+        total -= (config["trained_on"]["samples"] or 0) * epochs
+    return total
+
+
+def _occupied(out: Path, difference: str | None, recorded: int, total: int) -> UsageError:
+    """Why a run without ``--resume`` does not start in ``out``, which holds records,
+    and what the user can do instead."""
+    if difference is not None:
+        return UsageError(
+            f"{out} already holds another run ({difference}); choose another --out, or "
+            "pass --overwrite to replace it"
+        )
+    if recorded >= total:
+        return UsageError(
+            f"{out} already holds this run, and it is complete ({plural(total, 'sample')} "
+            f"recorded): see it with `conductor report {out}`, or pass --overwrite to run "
+            "it again from nothing"
+        )
+    return UsageError(
+        f"{out} already holds this run, {recorded} of {plural(total, 'sample')} recorded: "
+        f"pass --resume {out} to continue it, or --overwrite to start it again from nothing"
+    )
+
+
+def _check_overwritable(out: Path) -> None:
+    """Refuse ``--overwrite`` of ``out`` unless what it would delete is a bench run's:
+    the files bench writes, where ``config.json`` says a bench run wrote them (a
+    directory of something else that happens to hold a ``samples.jsonl``, such as
+    ``serve --records``, is refused with nothing deleted, and before it is locked)."""
+    if not any((out / name).exists() for name in RUN_FILES):
+        return
+    try:
+        read_run_config(out)
+    except UsageError:
+        raise UsageError(
+            f"--overwrite: {out} does not look like a bench run directory (it has no "
+            f"readable {CONFIG} of a bench run), so nothing was deleted; choose another --out"
+        ) from None
+
+
+def _clear_for_overwrite(out: Path) -> None:
+    """Delete the run in ``out`` for ``--overwrite`` (checked by
+    :func:`_check_overwritable`; the caller holds the directory's lock)."""
+    _check_overwritable(out)  # again, under the lock: another process may have written
+    try:
+        clear_run(out)
+    except OSError as exc:
+        raise UsageError(
+            f"--overwrite: cannot delete the run in {out} ({exc.strerror or exc}); delete "
+            "it yourself or choose another --out"
+        ) from None
 
 
 # -- running --------------------------------------------------------------------------
@@ -195,6 +277,8 @@ async def run_benchmark(
         )
     trained = _trained_count(spec, options)
     config = _config(spec, strategy, grader, pool_dict, options, epochs, trained)
+    if options.overwrite:
+        _check_overwritable(out)
     created = _absent(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -236,13 +320,14 @@ async def _run_locked(
 ) -> BenchProgress:
     out = options.out_dir
     config_path = out / CONFIG
+    if options.overwrite:
+        _clear_for_overwrite(out)
+    total = _total_pairs(spec, options, epochs, config)
     if config_path.exists() and _holds_records(out):
+        old = read_run_config(out)
         if not options.resume:
-            raise UsageError(
-                f"{out} already holds a run; pass --resume {out} to continue it, or choose "
-                "another --out"
-            )
-        _check_same_run(read_run_config(out), config, out)
+            raise _occupied(out, run_difference(old, config), _recorded_pairs(out), total)
+        _check_same_run(old, config, out)
     else:
         try:
             config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
@@ -418,12 +503,7 @@ async def _run_locked(
             )
 
     try:
-        # Rows are counted, not decoded, so the count costs little.
-        n = count_samples(spec, data_file=options.data_file, limit=options.limit)
-        shard_i, shard_n = options.shard or (0, 1)
-        progress.total = len(range(shard_i, n, shard_n)) * epochs
-        if options.exclude_trained:
-            progress.total -= (config["trained_on"]["samples"] or 0) * epochs
+        progress.total = total
         notify(progress)
         for sample, epoch in _work(spec, options, epochs, done):
             await pending.acquire()

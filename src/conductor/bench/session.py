@@ -29,6 +29,7 @@ from ..pool import Pool
 from .faults import BenchStopped
 from .runconfig import BenchOptions
 from .runner import BenchProgress
+from .strategies import DEFAULT_CONCURRENCY
 from .summary import write_summary
 from .types import BenchmarkSpec
 
@@ -50,7 +51,9 @@ class BenchArgs:
     """The options of one ``conductor bench`` run, as given.
 
     ``None`` is "not given": with ``resume`` the value the run was started with is
-    used, else the default.  ``shard`` is the text ``I/N``.
+    used, else the default (for ``concurrency``: as many samples as the pool's models
+    serve at once, at most 16).  ``shard`` is the text ``I/N``; ``overwrite`` deletes
+    the run already in ``out`` first.
     """
 
     benchmark: str | None = None
@@ -73,6 +76,7 @@ class BenchArgs:
     no_cache: bool = False
     unsafe_code: bool = False
     exclude_trained: bool = False
+    overwrite: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,10 @@ class BenchRequest:
     ``conductor`` is the Conductor SPEC (``--strategy conductor`` only); ``settings``
     are the per-question limits; ``invocation`` is what ``--resume`` reads back;
     ``unsafe_code`` lets the code graders run without an OS sandbox;
-    ``exclude_trained`` skips the questions the Conductor's checkpoint was trained on.
+    ``exclude_trained`` skips the questions the Conductor's checkpoint was trained on;
+    ``concurrency`` ``None`` is as many samples as the pool's models serve at once (at
+    most :data:`~conductor.bench.strategies.DEFAULT_CONCURRENCY`); ``overwrite``
+    deletes the run already in ``run_dir`` before this one starts.
     """
 
     spec: BenchmarkSpec
@@ -94,7 +101,7 @@ class BenchRequest:
     limit: int | None = None
     epochs: int | None = None
     seed: int = 0
-    concurrency: int = 16
+    concurrency: int | None = None
     resume: bool = False
     retry_errors: bool = False
     shard: tuple[int, int] | None = None
@@ -103,6 +110,7 @@ class BenchRequest:
     invocation: Mapping[str, Any] | None = None
     unsafe_code: bool = False
     exclude_trained: bool = False
+    overwrite: bool = False
 
 
 def plan_bench(args: BenchArgs) -> list[BenchRequest]:
@@ -116,6 +124,11 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
 
     if args.retry_errors and args.resume is None:
         raise UsageError("--retry-errors needs --resume DIR")
+    if args.overwrite and args.resume is not None:
+        raise UsageError(
+            "give either --resume DIR (to continue the run there) or --overwrite (to start "
+            "it again from nothing), not both"
+        )
     out = args.out
     if args.resume is not None:
         if out is not None and out != args.resume:
@@ -133,7 +146,8 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
     limit = args.limit if args.limit is not None else stored.get("limit")
     epochs = args.epochs if args.epochs is not None else stored.get("epochs")
     seed = args.seed if args.seed is not None else stored.get("seed", 0)
-    concurrency = args.concurrency or stored.get("concurrency") or 16
+    # Kept as given: not given, it follows the pool's models when the run resumes too.
+    concurrency = args.concurrency or stored.get("concurrency")
     shard = args.shard if args.shard is not None else stored.get("shard")
     max_steps = args.max_steps if args.max_steps is not None else stored.get("max_steps")
     rounds = args.rounds or stored.get("rounds") or 1
@@ -200,6 +214,7 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
             invocation=invocation,
             unsafe_code=args.unsafe_code,
             exclude_trained=exclude_trained,
+            overwrite=args.overwrite,
         )
         for strat in strategies
     ]
@@ -225,12 +240,13 @@ class BenchSession:
             limit=request.limit,
             epochs=request.epochs,
             seed=request.seed,
-            concurrency=request.concurrency,
+            concurrency=request.concurrency or DEFAULT_CONCURRENCY,
             resume=request.resume,
             retry_errors=request.retry_errors,
             shard=request.shard,
             invocation=request.invocation,
             pool_sha256=_file_sha256(request.pool.path),
+            overwrite=request.overwrite,
         )
 
     def run(
@@ -273,6 +289,7 @@ class BenchSession:
             ConductorStrategy,
             answer_key_for,
             concurrency_warning,
+            default_concurrency,
             parse_strategy,
         )
         from .summary import record_rate_limits
@@ -305,9 +322,12 @@ class BenchSession:
             # Every missing key at once, before the first sample (and before the run
             # directory holds anything).
             require_keys(needed)
-            warning = concurrency_warning(strat, r.concurrency)
-            if warning and on_warning is not None:
-                on_warning(warning)
+            if r.concurrency is None:
+                options = dataclasses.replace(options, concurrency=default_concurrency(strat))
+            else:
+                warning = concurrency_warning(strat, r.concurrency)
+                if warning and on_warning is not None:
+                    on_warning(warning)
             try:
                 return await run_benchmark(
                     r.spec,

@@ -27,24 +27,30 @@ from typing import Any, Protocol
 
 from ..conductors.spec import Conductor
 from ..context import SharedStep, build_worker_messages
-from ..errors import UsageError
+from ..errors import UsageError, target_name
 from ..events import Event, EventSink, null_sink
 from ..execute import Orchestrator, RunSettings
 from ..llm.caller import CallerSet
-from ..llm.limiter import oversubscription_warning
+from ..llm.limiter import SampleCapacity, SampleShare, sample_capacity
 from ..llm.types import Message
 from ..pool import Pool
 from ..record import RoundRecord, RunRecord
 from ..redact import pool_to_public_dict
+from ..shipped import is_shipped
 from ..steps import Budget, Compose, StepPlan, StepRunner, run_to_record
 from ..targets import Worker
+from ..text import plural, targets_named
 
 __all__ = [
+    "DEFAULT_CONCURRENCY",
     "MOA_INSTRUCTION",
     "REFLECT_INSTRUCTION",
     "answer_key_for",
     "AnswerKey",
     "concurrency_warning",
+    "default_concurrency",
+    "sample_capacity_of",
+    "short_answer_key",
     "ConductorStrategy",
     "FixedStrategy",
     "Strategy",
@@ -88,7 +94,11 @@ class Strategy(Protocol):
         sample_id: str | None = None,
         epoch: int | None = None,
         events: EventSink | None = None,
-    ) -> RunRecord: ...
+        on_record: Callable[[RunRecord], None] | None = None,
+    ) -> RunRecord:
+        """Answer ``question``; ``on_record`` gets the record as soon as it exists (it
+        fills in as the run goes: what an interrupted caller keeps)."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -125,10 +135,16 @@ class ConductorStrategy:
         sample_id: str | None = None,
         epoch: int | None = None,
         events: EventSink | None = None,
+        on_record: Callable[[RunRecord], None] | None = None,
     ) -> RunRecord:
         settings = replace(self.settings, sample_index=sample_index)
         return await self.orchestrator.run(
-            question, settings, events=events, sample_id=sample_id, epoch=epoch
+            question,
+            settings,
+            events=events,
+            sample_id=sample_id,
+            epoch=epoch,
+            on_record=on_record,
         )
 
     async def aclose(self) -> None:
@@ -205,6 +221,7 @@ class FixedStrategy:
         sample_id: str | None = None,
         epoch: int | None = None,
         events: EventSink | None = None,
+        on_record: Callable[[RunRecord], None] | None = None,
     ) -> RunRecord:
         emit = events or null_sink
         record = RunRecord(
@@ -217,6 +234,8 @@ class FixedStrategy:
         )
         rnd = RoundRecord(index=0, workflow=_plan_dict(self.plan))
         record.rounds.append(rnd)
+        if on_record is not None:
+            on_record(record)
         runner = StepRunner(
             self.pool.workers,
             self.callers,
@@ -318,6 +337,13 @@ def parse_strategy(
     return FixedStrategy(text, pool, plan, callers, settings=settings)
 
 
+def short_answer_key(text: str) -> str | None:
+    """What votes count for a question without a benchmark (``ask``, ``serve``): the
+    short final answer each reply gives (``ANSWER: x``, a boxed answer, or a one-line
+    reply), as ``short`` benchmarks read it."""
+    return answer_key_for("short")(text)
+
+
 def answer_key_for(grader: str) -> AnswerKey:
     """How votes are counted for a benchmark graded by ``grader``: the letter for
     multiple choice, a normalised final answer for math, the code text for code (exact
@@ -352,15 +378,88 @@ def answer_key_for(grader: str) -> AnswerKey:
     return code_key
 
 
-def concurrency_warning(strategy: Strategy, concurrency: int) -> str | None:
-    """The sentence to show once when ``concurrency`` samples in flight exceed what the
-    ``max_concurrency`` of the targets each sample starts with allows (the Conductor for
-    ``conductor``; the first calls of a fixed plan), or ``None``."""
-    first: list[Worker]
+#: Samples in flight when ``--concurrency`` is not given, at most: fewer where the
+#: pool's models cannot serve as many at once (:func:`default_concurrency`).
+DEFAULT_CONCURRENCY = 16
+
+
+def sample_capacity_of(strategy: Strategy) -> SampleCapacity | None:
+    """How many samples of ``strategy`` the pool's models can all serve at once (see
+    :func:`~conductor.llm.limiter.sample_capacity`), or ``None`` for a strategy of
+    unknown shape.
+
+    The Conductor's samples may call the Conductor and any worker, one call each at a
+    time as far as can be known before it plans; a fixed plan calls its workers, each
+    as often at once as its first wave of steps does."""
+    demand: list[tuple[Worker, int]]
     if isinstance(strategy, ConductorStrategy):
-        first = [strategy.orchestrator.conductor.target]
+        orchestrator = strategy.orchestrator
+        demand = [(orchestrator.conductor.target, 1), *((w, 1) for w in orchestrator.pool.workers)]
     elif isinstance(strategy, FixedStrategy):
-        first = [strategy.pool.workers[step.worker] for step in strategy.plan if not step.visible]
+        first = Counter(step.worker for step in strategy.plan if not step.visible)
+        used = dict.fromkeys(step.worker for step in strategy.plan)
+        demand = [(strategy.pool.workers[i], first.get(i, 1)) for i in used]
     else:
         return None
-    return oversubscription_warning(concurrency, first)
+    return sample_capacity(demand)
+
+
+def default_concurrency(strategy: Strategy) -> int:
+    """Samples in flight when ``--concurrency`` is not given: as many as the pool's
+    models can serve at once, at most :data:`DEFAULT_CONCURRENCY` (one, for a pool on
+    one in-process model)."""
+    capacity = sample_capacity_of(strategy)
+    if capacity is None:
+        return DEFAULT_CONCURRENCY
+    return max(1, min(DEFAULT_CONCURRENCY, capacity.samples))
+
+
+def concurrency_warning(strategy: Strategy, concurrency: int) -> str | None:
+    """The sentence to show once when more than ``concurrency`` samples in flight are
+    more than the pool's models can serve at once (the extra ones would only wait),
+    saying what to change: ``--concurrency``, or ``max_concurrency`` in the user's own
+    pool file (a copy of a shipped pool, never the shipped file); ``None`` otherwise."""
+    if isinstance(strategy, ConductorStrategy):
+        pool = strategy.orchestrator.pool
+    elif isinstance(strategy, FixedStrategy):
+        pool = strategy.pool
+    else:
+        return None
+    capacity = sample_capacity_of(strategy)
+    if capacity is None or concurrency <= capacity.samples:
+        return None
+    n = capacity.samples
+    shares = ", ".join(_share_text(share) for share in capacity.shares)
+    fix = f"give --concurrency {n}"
+    if any(not share.in_process for share in capacity.shares):
+        if pool.path is None:
+            where = "the pool"
+        elif is_shipped("pool", pool.path):
+            where = (
+                f"a copy of the shipped pool {pool.name!r} given with --pool "
+                "(conductor pools list shows where the shipped pools are)"
+            )
+        else:
+            where = str(pool.path)
+        fix += f" or less, or raise max_concurrency in {where}"
+    return (
+        f"--concurrency {concurrency} is more than the models of pool {pool.name!r} can "
+        f"serve: at most {plural(n, 'sample')} can be calling a model at once ({shares}), "
+        f"so {plural(concurrency - n, 'sample')} would only wait; {fix}"
+    )
+
+
+def _share_text(share: SampleShare) -> str:
+    """One model's share of the samples, as the warning lists it."""
+    if share.in_process:
+        return (
+            f"the in-process model {share.model!r} of {targets_named(share.ids)} takes one "
+            "call at a time"
+        )
+    who = target_name(share.ids[0])
+    if share.per_sample == 1:
+        return f"{who} {share.samples}"
+    return (
+        f"{who} {share.samples} (max_concurrency {share.max_concurrency}, "
+        f"{share.per_sample} calls per sample)"
+    )

@@ -55,6 +55,15 @@ def ask(
             "Default: the pool's conductor.",
         ),
     ] = None,
+    strategy: Annotated[
+        str | None,
+        typer.Option(
+            "--strategy",
+            help="conductor, single:WORKER, vote:K:WORKER, moa, moa:AGGREGATOR or "
+            "reflect:K:WORKER (the baselines of bench; a vote counts each reply's short "
+            "final answer).  Default: conductor.",
+        ),
+    ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Write the run record (JSON) here.")
     ] = None,
@@ -87,8 +96,10 @@ def ask(
     ] = False,
 ) -> None:
     """Answer one question with an orchestrated workflow and show how it was made."""
+    from ..bench.strategies import parse_strategy, short_answer_key
     from ..conductors.spec import resolve_conductor
     from ..execute import RunSettings
+    from ..llm.caller import CallerSet
     from ..llm.keys import require_keys
     from ..record import check_record_path, write_record
     from ..render import answer_panel, step_table, to_json, topology
@@ -99,16 +110,26 @@ def ask(
     if out is not None:
         check_record_path(out)
     pool_obj = load_pool(pool)
-    cond = resolve_conductor(pool_obj, conductor, max_steps=max_steps, template=template)
-    require_keys([*pool_obj.workers, cond.target])  # every missing key at once, up front
     settings = RunSettings(
         max_steps=max_steps, rounds=rounds, budget_usd=budget_usd, max_calls=max_calls
     )
+    plan: Conductor | str
+    if strategy is None or strategy.strip() == "conductor":
+        plan = resolve_conductor(pool_obj, conductor, max_steps=max_steps, template=template)
+        require_keys([*pool_obj.workers, plan.target])  # every missing key at once, up front
+    else:
+        plan = strategy
+        _check_baseline_options(strategy, conductor, template, max_steps, rounds)
+        # The spelling checked, and the keys of the workers it calls, before any call.
+        checked = parse_strategy(
+            strategy, pool_obj, CallerSet(None), vote_key=short_answer_key, settings=settings
+        )
+        require_keys([pool_obj.workers[step.worker] for step in checked.plan])
     started: list[RunRecord] = []
     try:
         record = _run_with_progress(
             lambda events: _ask_async(
-                text, pool_obj, cond, settings, no_cache, events, started.append
+                text, pool_obj, plan, settings, no_cache, events, started.append
             ),
             show=not as_json,
         )
@@ -131,21 +152,55 @@ def ask(
         raise typer.Exit(EXIT_FAILED)
 
 
+def _check_baseline_options(
+    strategy: str, conductor: str | None, template: str | None, max_steps: int | None, rounds: int
+) -> None:
+    """Refuse what only the Conductor uses beside a baseline, and ``singles``."""
+    if strategy.strip() == "singles":
+        raise UsageError(
+            "--strategy singles runs every worker as a run of its own, which is bench's; "
+            "ask one worker with --strategy single:WORKER"
+        )
+    given = [
+        name
+        for name, value in (
+            ("--conductor", conductor),
+            ("--template", template),
+            ("--max-steps", max_steps),
+            ("--rounds", None if rounds == 1 else rounds),
+        )
+        if value is not None
+    ]
+    if given:
+        raise UsageError(f"{given[0]} applies to --strategy conductor only")
+
+
 async def _ask_async(
     question: str,
     pool: Pool,
-    cond: Conductor,
+    plan: Conductor | str,
     settings: RunSettings,
     no_cache: bool,
     events: EventSink | None,
     on_record: Callable[[RunRecord], None] | None = None,
 ) -> RunRecord:
+    """One question, by the Conductor ``plan`` or the baseline it names."""
+    from ..bench.strategies import parse_strategy, short_answer_key
     from ..execute import ask as run_ask
+    from ..llm.caller import CallerSet
 
     with cache_unless(no_cache) as cache:
-        return await run_ask(
-            question, pool, cond, settings, cache=cache, events=events, on_record=on_record
+        if not isinstance(plan, str):
+            return await run_ask(
+                question, pool, plan, settings, cache=cache, events=events, on_record=on_record
+            )
+        baseline = parse_strategy(
+            plan, pool, CallerSet(cache), vote_key=short_answer_key, settings=settings
         )
+        try:
+            return await baseline.run(question, sample_index=0, events=events, on_record=on_record)
+        finally:
+            await baseline.aclose()
 
 
 def _keep_interrupted(record: RunRecord | None, out: Path | None, no_cache: bool) -> str:

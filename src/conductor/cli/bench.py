@@ -64,7 +64,12 @@ def bench(
     ] = None,
     concurrency: Annotated[
         int | None,
-        typer.Option("--concurrency", min=1, help="Samples in flight at once (default 16)."),
+        typer.Option(
+            "--concurrency",
+            min=1,
+            help="Samples in flight at once (default: as many as the pool's models serve "
+            "at once, at most 16).",
+        ),
     ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Run directory (default: runs/...).")
@@ -79,6 +84,15 @@ def bench(
     ] = None,
     retry_errors: Annotated[
         bool, typer.Option("--retry-errors", help="With --resume: run failed samples again.")
+    ] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Delete the run already in --out (only the files bench wrote) and start it "
+            "again from nothing; the call cache still answers the calls it holds (add "
+            "--no-cache to call the models again).",
+        ),
     ] = False,
     shard: Annotated[
         str | None, typer.Option("--shard", help="Run shard I of N (I/N, from 0).")
@@ -136,6 +150,7 @@ def bench(
             out=out,
             resume=resume,
             retry_errors=retry_errors,
+            overwrite=overwrite,
             shard=shard,
             max_steps=max_steps,
             rounds=rounds,
@@ -200,10 +215,23 @@ def _bench_one(request: BenchRequest) -> BenchProgress:
             bar.update(task, total=p.total, completed=p.skipped + p.done, stats=stats)
 
         try:
-            return session.run(on_progress=on_progress, on_warning=on_warning)
+            progress = session.run(on_progress=on_progress, on_warning=on_warning)
         except KeyboardInterrupt:
             run_dir = request.run_dir
             interrupted(f"finished samples are kept in {run_dir} (--resume {run_dir})")
+    if request.resume and progress.nothing_to_run:
+        # One unwrapped line: the path in it stays whole for copying.
+        done = plural(progress.total, "sample")
+        console.print(
+            printable(
+                f"nothing to resume: the run in {request.run_dir} is complete ({done} "
+                f"recorded); `conductor report {request.run_dir}` shows its scores"
+            ),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    return progress
 
 
 class _PlainProgress:

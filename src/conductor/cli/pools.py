@@ -3,15 +3,20 @@ tiny request to each of its models (sent by :mod:`conductor.pool_check`)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 from rich.text import Text
 
 from ..errors import ConductorError
 from ..text import plural, printable
 from ._common import EXIT_FAILED, load_pool, print_path, stdout
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..pool_check import PingResult
 
 __all__ = ["pools_app"]
 
@@ -97,24 +102,69 @@ def pools_check(
         float, typer.Option("--timeout", help="Seconds to wait for each worker.")
     ] = 60.0,
 ) -> None:
-    """Validate a pool and send one tiny request to each worker (and the Conductor)."""
-    from rich.table import Table
-
-    from ..pool_check import check_pool
+    """Validate a pool and send one tiny request to each worker (and the Conductor),
+    after checking that every API key they need is set."""
+    from ..pool_check import check_keys, check_pool, plan_pings
 
     p = load_pool(pool)
-    results = check_pool(p, timeout_s)
-    table = Table(title=f"pool {p.name}: one tiny request per model")
-    for col in ("model", "id", "result", "latency (s)", "reply"):
-        table.add_column(col)
-    failed = 0
-    for r in results:
-        if r.error is None:
-            shown = escape(printable(r.reply[:40]))
-            table.add_row(r.label, r.worker_id, "[green]ok[/green]", f"{r.latency_s:.2f}", shown)
-        else:
-            failed += 1
-            table.add_row(r.label, r.worker_id, f"[red]{escape(printable(r.error))}[/red]", "-", "")
-    stdout().print(table)
+    plan = plan_pings(p)
+    check_keys(plan)  # before any row is shown: a missing key is one sentence, as for ask
+    console = stdout()
+    if console.is_terminal:
+        from rich.live import Live
+
+        rows = _CheckRows(f"pool {p.name}: one tiny request per model", plan.rows)
+        with Live(rows, console=console, refresh_per_second=8, transient=False) as live:
+
+            def show(result: PingResult) -> None:
+                rows.add(result)
+                live.refresh()
+
+            results = check_pool(p, timeout_s, plan=plan, on_result=show)
+    else:
+        # Piped: one plain line per model as it answers, for a log or grep.
+        results = check_pool(p, timeout_s, plan=plan, on_result=lambda r: _print_line(console, r))
+    failed = sum(1 for r in results if not r.ok)
+    answered = plural(len(results), "model", shown=f"{len(results) - failed} of {len(results)}")
+    console.print(f"{answered} answered", highlight=False)
     if failed:
         raise typer.Exit(EXIT_FAILED)
+
+
+class _CheckRows:
+    """The check's table, one row per model, each filled in when its result comes."""
+
+    def __init__(self, title: str, rows: list[tuple[str, str]]) -> None:
+        self.title = title
+        self.rows = rows
+        self.results: dict[tuple[str, str], PingResult] = {}
+
+    def add(self, result: PingResult) -> None:
+        self.results[(result.label, result.worker_id)] = result
+
+    def __rich__(self) -> Table:
+        from rich.table import Table
+
+        table = Table(title=self.title)
+        for col in ("model", "id", "result", "latency (s)", "reply"):
+            table.add_column(col)
+        for label, wid in self.rows:
+            r = self.results.get((label, wid))
+            model, who = Text(label), Text(printable(wid))  # never read as markup
+            if r is None:
+                table.add_row(model, who, Text("waiting", style="dim"), "", "")
+            elif r.error is None:
+                reply = Text(printable(r.reply[:40]))
+                table.add_row(model, who, Text("ok", style="green"), f"{r.latency_s:.2f}", reply)
+            else:
+                table.add_row(model, who, Text(printable(r.error), style="red"), "-", "")
+        return table
+
+
+def _print_line(console: Console, r: PingResult) -> None:
+    """One model's result as one unwrapped line."""
+    if r.error is None:
+        line = f"{r.label}  {r.worker_id}  ok  {r.latency_s:.2f} s  {r.reply[:40]!r}"
+    else:
+        line = f"{r.label}  {r.worker_id}  failed: {r.error}"
+    console.print(printable(line), markup=False, highlight=False, soft_wrap=True)

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from ..errors import UsageError
+from ..text import plural
 from ._common import PoolOption, load_pool, stderr
 
 __all__ = ["serve"]
@@ -114,4 +115,10 @@ def serve(
             soft_wrap=True,
         )
 
-    run_server(settings, host=host, port=port, on_listening=listening)
+    served = run_server(settings, host=host, port=port, on_listening=listening)
+    stderr().print(
+        f"conductor serve: stopped, after serving {plural(served, 'request')}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )

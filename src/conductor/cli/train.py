@@ -41,7 +41,7 @@ def train(
     Every sampled workflow is executed on the config's pool and graded; the reward is
     0 unparsed, 0.5 parsed but wrong, 1 correct (configurable).  Writes
     OUTPUT_DIR/metrics.jsonl and OUTPUT_DIR/checkpoint, which --conductor PATH loads.
-    For several GPUs start it with accelerate launch (see the README).
+    For several GPUs start it with accelerate launch (see docs/training.md).
     """
     import dataclasses
 

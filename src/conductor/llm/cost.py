@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import target_name
 from ..targets import Price
 
 if TYPE_CHECKING:
@@ -91,10 +92,10 @@ def price_for(target: Worker) -> Price | None:
     if model not in _warned:
         _warned.add(model)
         log.warning(
-            "no price known for model %r (worker %r): its cost is not counted; "
-            "set price: in the pool file to count it",
+            "no price known for model %r (%s): its cost is not counted; "
+            "set price: for it in the pool file to count it",
             model,
-            target.id,
+            target_name(target.id),
         )
     return None
 

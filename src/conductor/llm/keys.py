@@ -11,7 +11,8 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..errors import CONDUCTOR_TARGET, AuthenticationError, MissingKeysError
+from ..errors import AuthenticationError, MissingKeysError
+from ..text import joined, targets_named
 from .failures import make_error
 from .sdk import import_litellm
 
@@ -128,30 +129,14 @@ def require_keys(targets: Iterable[Worker]) -> None:
     missing = missing_keys(targets)
     if not missing:
         return
-    parts = [f"{names} (for {_who(ids)})" for names, ids in missing.items()]
-    listing = _joined(parts)
+    parts = [f"{names} (for {targets_named(ids)})" for names, ids in missing.items()]
+    listing = joined(parts)
     noun = "key is" if len(parts) == 1 else "keys are"
     raise MissingKeysError(
         f"{len(parts)} API {noun} not set, so nothing was sent: set {listing} in the "
         "environment (or point the worker's api_key_env at the variable that holds it)",
         missing,
     )
-
-
-def _who(ids: list[str]) -> str:
-    """``worker 'a'``, ``workers 'a' and 'b'``, ``... and the Conductor``."""
-    workers = [repr(i) for i in ids if i != CONDUCTOR_TARGET]
-    names: list[str] = []
-    if workers:
-        names.append(f"worker{'s' if len(workers) > 1 else ''} {_joined(workers)}")
-    if CONDUCTOR_TARGET in ids:
-        names.append("the Conductor")
-    return " and ".join(names)
-
-
-def _joined(items: list[str]) -> str:
-    """``a``, ``a and b``, ``a, b and c``."""
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def key_env_names(target: Worker) -> tuple[str, ...]:

@@ -54,10 +54,12 @@ __all__ = [
     "CallGate",
     "LimitEvent",
     "ProviderLimits",
-    "oversubscription_warning",
+    "SampleCapacity",
+    "SampleShare",
     "parse_duration_s",
     "provider_key",
     "reset_wait_s",
+    "sample_capacity",
 ]
 
 T = TypeVar("T")
@@ -457,35 +459,64 @@ class ProviderLimits:
         }
 
 
-# --------------------------------------------------------------------------- warning
+# --------------------------------------------------------------------------- capacity
 
 
-def oversubscription_warning(concurrency: int, first_calls: list[Worker]) -> str | None:
-    """The sentence to show once when ``concurrency`` samples cannot all be in flight.
+@dataclass(frozen=True)
+class SampleShare:
+    """What one model serves of a run's samples: ``ids`` are the targets calling it (one,
+    or every target sharing one in-process model), ``model`` its name, ``samples`` how
+    many samples it can serve calls at once, ``max_concurrency`` its limit (1
+    in-process) and ``per_sample`` the most calls one sample makes to it at once."""
 
-    ``first_calls`` are the targets one sample calls at once when it starts (the
-    Conductor; the K voters of ``vote:K:W``; every proposer of ``moa``).  A target
-    called ``c`` times per sample with ``max_concurrency`` ``m`` serves at most
-    ``max(1, m // c)`` samples at a time; ``None`` when no target bounds ``concurrency``.
+    ids: tuple[str, ...]
+    model: str
+    samples: int
+    max_concurrency: int
+    per_sample: int
+    in_process: bool
+
+
+@dataclass(frozen=True)
+class SampleCapacity:
+    """How many samples the models of a run can all be calling at once: the sum of
+    each model's share.  More samples in flight than this only wait for a slot."""
+
+    samples: int
+    shares: tuple[SampleShare, ...]
+
+
+def _served_by(target: Worker) -> tuple[str, ...]:
+    """Which model answers ``target``'s calls: in-process targets naming one model file
+    share one loaded copy (one call at a time); any other target is its own."""
+    kind = target.client or "litellm"
+    if kind in _IN_PROCESS:
+        return (kind, target.model_path or target.model)
+    return ("target", target.id)
+
+
+def sample_capacity(demand: list[tuple[Worker, int]]) -> SampleCapacity:
+    """How many samples can all be calling a model at once, given each target a sample
+    may call and the most calls one sample makes to it at once.
+
+    A remote target with ``max_concurrency`` ``m``, called ``c`` times at once by a
+    sample, serves ``max(1, m // c)`` samples; a loaded in-process model serves one,
+    whoever calls it.  A run is not slowed by fewer samples in flight than the sum
+    (the steps of each sample take turns between the models, so while one sample waits
+    for a worker another can be planning); above it, the extra samples only queue.
     """
-    counts: dict[str, int] = {}
-    by_id: dict[str, Worker] = {}
-    for target in first_calls:
-        counts[target.id] = counts.get(target.id, 0) + 1
-        by_id[target.id] = target
-    bound: tuple[int, Worker, int] | None = None
-    for tid, c in counts.items():
-        target = by_id[tid]
-        n = max(1, target.max_concurrency // c)
-        if bound is None or n < bound[0]:
-            bound = (n, target, c)
-    if bound is None or concurrency <= bound[0]:
-        return None
-    n, target, c = bound
-    per_sample = f"each sample starts with {c} calls to it, " if c > 1 else ""
-    return (
-        f"--concurrency {concurrency} exceeds what {target.id!r} allows: "
-        f"{per_sample}its max_concurrency is {target.max_concurrency}, so at most {n} "
-        f"samples start at once; raise its max_concurrency in the pool or lower "
-        f"--concurrency to {n}."
-    )
+    groups: dict[tuple[str, ...], list[tuple[Worker, int]]] = {}
+    for target, calls in demand:
+        groups.setdefault(_served_by(target), []).append((target, max(1, calls)))
+    shares: list[SampleShare] = []
+    for key, members in groups.items():
+        ids = tuple(dict.fromkeys(t.id for t, _ in members))
+        model = members[0][0].model
+        per_sample = max(c for _, c in members)
+        if key[0] == "target":
+            cap = members[0][0].max_concurrency
+            served = max(1, cap // per_sample)
+            shares.append(SampleShare(ids, model, served, cap, per_sample, False))
+        else:
+            shares.append(SampleShare(ids, model, 1, 1, per_sample, True))
+    return SampleCapacity(sum(s.samples for s in shares), tuple(shares))

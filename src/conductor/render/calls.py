@@ -60,7 +60,6 @@ def _call_cells(c: CallRecord) -> list[str]:
         f"{c.latency_s:.2f}",
         f"{_fmt_tokens(c.input_tokens)}/{_fmt_tokens(c.output_tokens)}",
         format_usd(c.cost_usd),
-        "cached" if c.cached else "",
     ]
 
 
@@ -98,44 +97,59 @@ class _CallRow:
     status: Text
 
 
+def _marked_cached(status: Text, call: CallRecord) -> Text:
+    """``status``, followed by ``(cached)`` for a call answered from the cache."""
+    if call.cached:
+        status.append(" (cached)", style="dim")
+    return status
+
+
 def _call_rows(record: RunRecord) -> list[_CallRow]:
     rows: list[_CallRow] = []
     for pos, rnd in enumerate(record.rounds, 1):
         for k, c, st, _ in _conductor_tries(rnd):
             style = "green" if st == "parsed" else ("yellow" if st == "parse error" else "red")
             who = Text("conductor", style="magenta")
-            rows.append(_CallRow(pos, f"try {k}", who, "-", c, Text(st, style=style)))
+            status = _marked_cached(Text(st, style=style), c)
+            rows.append(_CallRow(pos, f"try {k}", who, "-", c, status))
         plan = {p.index: p for p in round_plan(rnd)}
         for s in rnd.steps:
             sees = _sees_short(plan[s.index])
-            rows.append(
-                _CallRow(pos, str(s.index), Text(s.worker_id), sees, s.call, _step_status(s))
-            )
+            status = _marked_cached(_step_status(s), s.call)
+            rows.append(_CallRow(pos, str(s.index), Text(s.worker_id), sees, s.call, status))
         if is_empty_workflow(rnd):
             rows.append(_CallRow(pos, "-", Text(), "", None, Text("kept previous answer")))
     return rows
 
 
 def _calls_wide(rows: list[_CallRow], rounds: bool) -> Table:
+    """The calls as a table.  What would widen it past 80 columns gives way first: a
+    cached call says so in its status (``ok (cached)``) rather than in a column of its
+    own, mostly empty, and the rounds of a multi-round run are headed by a line each
+    (``Round 2``) rather than a column.  Where it is still too wide, :func:`step_table`
+    stacks the calls instead."""
     table = Table(title="Calls", box=box.SIMPLE_HEAD)
     # Numbers and worker ids never wrap; sees and status may (at spaces).  No vertical
-    # rules, two-line headers and a round column only when there are several rounds
-    # keep the table inside 80 columns for ids of up to about 25 characters.
-    if rounds:
-        table.add_column("round", justify="right", no_wrap=True)
+    # rules and two-line headers keep the table inside 80 columns for ids of up to
+    # about 25 characters.
     table.add_column("step", justify="right", no_wrap=True)
     table.add_column("worker", no_wrap=True)
     table.add_column("sees", min_width=7)
     table.add_column("latency\n(s)", justify="right", no_wrap=True)
     table.add_column("tokens\nin/out", justify="right", no_wrap=True)
     table.add_column("cost", justify="right", no_wrap=True)
-    table.add_column("cached", no_wrap=True)
-    table.add_column("status", min_width=8)
+    # Wrapped at spaces, never narrower than its longest word ("(ServerError)").
+    longest = max((len(w) for r in rows for w in r.status.plain.split()), default=0)
+    table.add_column("status", min_width=max(8, longest))
+    current = 0
     for r in rows:
-        cells = _call_cells(r.call) if r.call is not None else ["", "", "", ""]
-        table.add_row(
-            *((str(r.round),) if rounds else ()), r.label, r.who, Text(r.sees), *cells, r.status
-        )
+        if rounds and r.round != current:
+            if current:
+                table.add_section()
+            current = r.round
+            table.add_row("", Text(_round_label(r.round), style="bold"))
+        cells = _call_cells(r.call) if r.call is not None else ["", "", ""]
+        table.add_row(r.label, r.who, Text(r.sees), *cells, r.status)
     return table
 
 
@@ -155,10 +169,8 @@ def _calls_stacked(rows: list[_CallRow], rounds: bool) -> Table:
         if r.sees and r.sees != "-":
             details.append(f"sees {r.sees}")
         if r.call is not None:
-            latency, tokens, cost, cached = _call_cells(r.call)
+            latency, tokens, cost = _call_cells(r.call)
             details += [f"{latency} s", f"{tokens} tokens", f"cost {cost}"]
-            if cached:
-                details.append(cached)
         for d in details:
             # Commas, not a bullet, between parts: a wrapped line never starts with one.
             body.append(f", {d}")
@@ -170,13 +182,16 @@ def _calls_stacked(rows: list[_CallRow], rounds: bool) -> Table:
 def step_table(record: RunRecord) -> RenderableType:
     """One row per model call (Conductor tries and steps), then a line of totals.
 
-    Where the table would cut a worker id or a number, the calls are stacked instead,
-    one per pair of lines (see :class:`Fitted`)."""
+    Where the table would cut a worker id, a number or a status, the calls are stacked
+    instead, one per pair of lines (see :class:`Fitted`)."""
     record = _shown(record)
     rows = _call_rows(record)
     rounds = len(record.rounds) > 1
     keep = [r.who.plain for r in rows]
     keep += [r.call.error_kind for r in rows if r.call is not None and r.call.error_kind]
+    # Every word of every status too: a table wider than the terminal is cut at its right
+    # edge, where the statuses are ("pars" for "parsed").
+    keep += [word for r in rows for word in r.status.plain.split()]
     calls = Fitted([_calls_wide(rows, rounds), _calls_stacked(rows, rounds)], keep)
     # The totals are free text: a line of their own that wraps at spaces.
     return Group(calls, Text(_totals_line(record.totals)))

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..bench.strategies import ConductorStrategy, FixedStrategy, Strategy, parse_strategy
+from ..bench.strategies import (
+    ConductorStrategy,
+    FixedStrategy,
+    Strategy,
+    parse_strategy,
+    short_answer_key,
+)
 from ..conductors.spec import Conductor
 from ..errors import UsageError
 from ..execute import RunSettings
@@ -48,14 +54,6 @@ def model_list(pool: Pool, created: int) -> dict[str, Any]:
     return {"object": "list", "data": data}
 
 
-def _vote_key(text: str) -> str | None:
-    """Votes of ``vote:K:W`` are counted on the short final answer each reply gives
-    (``ANSWER: x``, a boxed answer, or a one-line reply), as ``short`` benchmarks do."""
-    from ..bench.strategies import answer_key_for
-
-    return answer_key_for("short")(text)
-
-
 class Catalog:
     """Resolves model names into strategies that share ``callers``."""
 
@@ -79,7 +77,7 @@ class Catalog:
             raise self._unknown(model, None)
         try:
             strategy = parse_strategy(
-                model, self.pool, self.callers, vote_key=_vote_key, settings=self.settings
+                model, self.pool, self.callers, vote_key=short_answer_key, settings=self.settings
             )
         except UsageError as exc:
             raise self._unknown(model, str(exc)) from None

@@ -19,9 +19,11 @@ from contextlib import contextmanager
 from types import FrameType
 
 import uvicorn
+from fastapi import FastAPI
 
 from ..errors import ConductorError, UsageError
 from ._app import create_app
+from ._service import Service
 from ._settings import ServeSettings
 
 __all__ = ["run_server", "serve_in_thread"]
@@ -70,9 +72,9 @@ def _url(host: str, sock: socket.socket) -> str:
     return f"http://{shown}:{port}/v1"
 
 
-def _config(settings: ServeSettings) -> uvicorn.Config:
+def _config(settings: ServeSettings, app: FastAPI | None = None) -> uvicorn.Config:
     return uvicorn.Config(
-        create_app(settings),
+        app if app is not None else create_app(settings),
         log_config=None,  # leave the process's logging alone; warnings still show
         log_level="warning",
         access_log=False,
@@ -89,11 +91,13 @@ def run_server(
     host: str = "127.0.0.1",
     port: int = 8000,
     on_listening: Callable[[str], None] | None = None,
-) -> None:
+) -> int:
     """Serve in the foreground until SIGTERM or SIGINT, then stop gracefully and
-    return.  ``on_listening`` gets the base URL (``http://HOST:PORT/v1``) once the
-    server accepts connections."""
-    config = _config(settings)
+    return how many requests it served (see :class:`~conductor.serve._service.Slots`).
+    ``on_listening`` gets the base URL (``http://HOST:PORT/v1``) once the server
+    accepts connections."""
+    app = create_app(settings)
+    config = _config(settings, app)
     sock = _bind(host, port)
     url = _url(host, sock)
     server = _Server(config, lambda: on_listening(url) if on_listening else None)
@@ -106,6 +110,9 @@ def run_server(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         sock.close()
+    # The service outlives the app's lifespan on its state: what it counted is kept.
+    service: Service | None = getattr(app.state, "service", None)
+    return service.slots.served if service is not None else 0
 
 
 def _stopped(signum: int, frame: FrameType | None) -> None:

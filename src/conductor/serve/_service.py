@@ -26,6 +26,7 @@ from ..execute import RunSettings
 from ..llm.cache import ResponseCache
 from ..llm.caller import CallerSet
 from ..record import RunRecord, record_to_dict
+from ..text import plural
 from ._models import Catalog
 from ._protocol import ApiError, event_payload
 from ._settings import ServeSettings
@@ -40,12 +41,15 @@ EventCallback = Callable[[dict[str, Any]], None]
 
 class Slots:
     """At most ``limit`` requests run at once and ``queue`` more wait; a request beyond
-    those is refused (429) at once rather than left waiting without end."""
+    those is refused (429) at once rather than left waiting without end.  ``served``
+    counts the requests that had a place and are done with it (answered, failed, or
+    given up by their client)."""
 
     def __init__(self, limit: int, queue: int) -> None:
         self.limit = limit
         self.queue = queue
         self.admitted = 0
+        self.served = 0
         self._running = asyncio.Semaphore(limit)
 
     def admit(self) -> Ticket:
@@ -53,8 +57,9 @@ class Slots:
         if self.admitted >= self.limit + self.queue:
             raise ApiError(
                 429,
-                f"the server is busy: {self.limit} requests are running and {self.queue} "
-                "are waiting; retry in a moment",
+                f"the server is busy: {plural(self.limit, 'request')} "
+                f"{'is' if self.limit == 1 else 'are'} running and {self.queue} "
+                f"{'is' if self.queue == 1 else 'are'} waiting; retry in a moment",
                 type="rate_limit_error",
                 code="rate_limit_exceeded",
                 headers={"Retry-After": "1"},
@@ -80,6 +85,7 @@ class Ticket:
         if not self._released:
             self._released = True
             self._slots.admitted -= 1
+            self._slots.served += 1
 
 
 def check_records_dir(directory: Path) -> None:
