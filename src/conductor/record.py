@@ -68,7 +68,10 @@ class CallRecord:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float | None = None
+    #: The time the call was being answered (retries included), and before that the
+    #: time it waited for a concurrency slot or for a model busy with other calls.
     latency_s: float = 0.0
+    queue_s: float = 0.0
     cached: bool = False
     attempts: int = 0
     error: str | None = None
@@ -132,6 +135,15 @@ class Totals:
     cost_usd: float | None = 0.0
     unknown_cost_calls: int = 0
     wall_s: float = 0.0
+    #: The part of ``wall_s`` in which a call of this run waited and none was being
+    #: answered (``queue_s`` of the calls, overlaps counted once): what a busy model or
+    #: a full concurrency limit added, not what the question took to answer.
+    queue_s: float = 0.0
+
+    @property
+    def answer_s(self) -> float:
+        """``wall_s`` less what it waited (``queue_s``): the time taken to answer."""
+        return max(0.0, self.wall_s - self.queue_s)
 
 
 @dataclass

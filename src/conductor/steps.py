@@ -20,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from .context import SharedStep
@@ -99,6 +100,7 @@ def fill_call(call: CallRecord, completion: Completion) -> None:
     call.output_tokens = completion.usage.output_tokens
     call.cost_usd = completion.cost_usd
     call.latency_s = round(completion.latency_s, 6)
+    call.queue_s = round(completion.queue_s, 6)
     call.cached = completion.cached
     call.attempts = completion.attempts
     call.raw = completion.raw
@@ -306,6 +308,41 @@ async def run_to_record(
     return record
 
 
+def _span(start: float, end: float) -> list[tuple[float, float]]:
+    return [(start, end)] if end > start else []
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def waiting_s(calls: Iterable[CallRecord]) -> float:
+    """Seconds in which one of ``calls`` waited (its ``queue_s``) while none of them was
+    being answered (its ``latency_s``), each call placed by its ``finished_at``."""
+    waits: list[tuple[float, float]] = []
+    work: list[tuple[float, float]] = []
+    for call in calls:
+        if not call.finished_at:
+            continue
+        end = datetime.fromisoformat(call.finished_at).timestamp()
+        answered = end - call.latency_s
+        work += _span(answered, end)
+        waits += _span(answered - call.queue_s, answered)
+    total = 0.0
+    busy = _union(work)
+    for start, end in _union(waits):
+        total += end - start
+        for b_start, b_end in busy:
+            total -= max(0.0, min(end, b_end) - max(start, b_start))
+    return max(0.0, total)
+
+
 def finish_record(record: RunRecord, wall_s: float) -> None:
     """Fill in ``record``'s totals, status and error from its calls and steps."""
     totals = Totals(wall_s=round(wall_s, 6))
@@ -322,6 +359,7 @@ def finish_record(record: RunRecord, wall_s: float) -> None:
             totals.unknown_cost_calls += 1
         cost += call.cost_usd or 0.0
     totals.cost_usd = round(cost, 8)
+    totals.queue_s = round(min(waiting_s(record.all_calls()), totals.wall_s), 6)
     record.totals = totals
     record.finished_at = now_iso()
     failed_steps = [s for rnd in record.rounds for s in rnd.steps if s.status != "ok"]

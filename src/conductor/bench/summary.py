@@ -86,8 +86,12 @@ class RunSummary:
     calls_per_question: float | None = None
     steps_per_question: float | None = None
     rounds_per_question: float | None = None
+    #: Seconds per question, what it took to answer (its wall time less the time its
+    #: calls waited for a concurrency slot or a busy model), and that waiting.
     latency_p50: float | None = None
     latency_p95: float | None = None
+    queue_p50: float | None = None
+    queue_p95: float | None = None
     cached_share: float | None = None
     #: Calls whose reply was cut off at the token limit (finish_reason length).
     truncated_calls: int = 0
@@ -189,6 +193,7 @@ class _Acc:
     steps: int = 0
     rounds: int = 0
     walls: list[float] = field(default_factory=list)
+    queues: list[float] = field(default_factory=list)
     usage: dict[str, dict[int, int]] = field(default_factory=dict)
     topologies: dict[str, int] = field(default_factory=dict)
 
@@ -235,7 +240,8 @@ class _Acc:
         self.calls += t.calls
         self.cached += t.cached_calls
         self.truncated += sum(1 for call in rec.all_calls() if call.truncated)
-        self.walls.append(float(t.wall_s))
+        self.walls.append(float(t.answer_s))
+        self.queues.append(float(t.queue_s))
 
 
 def _worker_order(config: dict[str, Any], usage: dict[str, dict[int, int]]) -> list[str]:
@@ -278,6 +284,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
     epoch_acc = {e: 100.0 * s / k for e, (s, k) in sorted(acc.per_epoch.items())}
     epoch_values = list(epoch_acc.values())
     walls = sorted(acc.walls)
+    queues = sorted(acc.queues)
     shard = config.get("shard")
     no_conductor = acc.tries == 0
 
@@ -316,6 +323,8 @@ def summarize_run(run_dir: Path) -> RunSummary:
         rounds_per_question=ratio(acc.rounds, n),
         latency_p50=percentile(walls, 0.5),
         latency_p95=percentile(walls, 0.95),
+        queue_p50=percentile(queues, 0.5),
+        queue_p95=percentile(queues, 0.95),
         cached_share=ratio(acc.cached, acc.calls),
         truncated_calls=acc.truncated,
         worker_usage={w: dict(sorted(p.items())) for w, p in acc.usage.items()},

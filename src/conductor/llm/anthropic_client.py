@@ -6,6 +6,8 @@ System text (the worker's ``system_prompt`` and any ``system`` messages) goes in
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelCallError
@@ -111,6 +113,10 @@ class AnthropicClient:
         if extra:
             kwargs["extra_body"] = extra
         return kwargs
+
+    async def prepare(self) -> None:
+        """Import the SDK off the event loop (seconds on a busy machine)."""
+        await asyncio.to_thread(importlib.import_module, "anthropic")
 
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
         """Send ``request`` once; raise a ``ModelCallError`` subclass on failure."""

@@ -22,6 +22,15 @@ __all__ = ["ModelClient"]
 class ModelClient(Protocol):
     """One attempt at a chat completion against one model target."""
 
+    async def prepare(self) -> None:
+        """Get ready to send: import the SDK and build its client, load a local model.
+
+        Called before the first call's clock starts, so what set-up takes is no call's
+        latency; it may be called again, and then costs nothing.  Raise a
+        ``ModelCallError`` subclass (or ``MissingDependencyError``) when it fails.
+        """
+        ...
+
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
         """Send ``request`` once.  Raise a ``ModelCallError`` subclass on failure."""
         ...

@@ -14,7 +14,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BadResponseError, ConnectionRefusedByHostError, ModelCallError
+from ..errors import (
+    BadResponseError,
+    ConnectionRefusedByHostError,
+    ModelCallError,
+    RequestTimeoutError,
+)
 from .cache import cache_key
 from .cost import cost_usd, price_for
 from .factory import make_client
@@ -76,6 +81,8 @@ class ModelCaller:
         self._timeout_s = target.timeout_s
         # One full attempt always fits, whatever the two settings say.
         self._total_timeout_s = max(target.total_timeout_s, target.timeout_s)
+        self._prepared = False
+        self._preparing = asyncio.Lock()
 
     @property
     def price(self) -> Price | None:
@@ -101,8 +108,14 @@ class ModelCaller:
             if hit is not None:
                 return self._completion(hit, cached=True, attempts=0, start=start)
         gate = self.gate
+        failed: ModelCallError | None = None
+        try:
+            await self._prepare()
+        except ModelCallError as exc:
+            failed = exc
         # Latency and the call's total deadline count from when the first attempt got
-        # its slot: time queued behind the concurrency limit is not the call's.
+        # its slot: time queued behind the concurrency limit is the call's queue time.
+        queued_from = time.perf_counter()
         deadline = Deadline(self._total_timeout_s, started=False)
         admitted: list[float] = []
 
@@ -112,16 +125,16 @@ class ModelCaller:
                 deadline.begin()
             return self._attempt(request, deadline)
 
-        failed: ModelCallError | None = None
-        try:
-            raw, attempts = await send_with_retries(
-                lambda: gate.attempt(send), self.policy, sleep=self._sleep, deadline=deadline
-            )
-        except ModelCallError as exc:
-            failed = exc
-            if exc.target != self.target.id:
-                failed = exc.replace(target=self.target.id, described=True)
+        if failed is None:
+            try:
+                raw, attempts = await send_with_retries(
+                    lambda: gate.attempt(send), self.policy, sleep=self._sleep, deadline=deadline
+                )
+            except ModelCallError as exc:
+                failed = exc
         if failed is not None:
+            if failed.target != self.target.id:
+                failed = failed.replace(target=self.target.id, described=True)
             # The SDK's own exception holds the request, whose headers hold the API
             # key: drop it so no traceback or log of this error can show the key.
             # (Raised outside the except clause, which would chain the old one again.)
@@ -129,7 +142,33 @@ class ModelCaller:
             raise failed
         if cache is not None and key is not None:
             cache.set(key, raw)  # only a complete answer is stored (see cache.storable)
-        return self._completion(raw, cached=False, attempts=attempts, start=admitted[0])
+        return self._completion(
+            raw,
+            cached=False,
+            attempts=attempts,
+            start=admitted[0],
+            queued=admitted[0] - queued_from,
+        )
+
+    async def _prepare(self) -> None:
+        """The client's set-up, once, before the first call's clock starts (calls that
+        come meanwhile wait for it), within the target's total time-out."""
+        if self._prepared:
+            return
+        async with self._preparing:
+            if self._prepared:
+                return
+            # A client written before prepare() existed has nothing to get ready.
+            prepare = getattr(self.client, "prepare", None)
+            try:
+                if prepare is not None:
+                    await asyncio.wait_for(prepare(), self._total_timeout_s)
+            except asyncio.TimeoutError:
+                raise RequestTimeoutError(
+                    f"getting ready to call took longer than {self._total_timeout_s:g} s",
+                    target=self.target.id,
+                ) from None
+            self._prepared = True
 
     async def _attempt(self, request: ModelRequest, deadline: Deadline) -> RawCompletion:
         """One try, within what remains of the call's deadline; an empty reply is a
@@ -155,13 +194,22 @@ class ModelCaller:
             raise mask_error(exc, secrets) from None
 
     def _completion(
-        self, raw: RawCompletion, *, cached: bool, attempts: int, start: float
+        self,
+        raw: RawCompletion,
+        *,
+        cached: bool,
+        attempts: int,
+        start: float,
+        queued: float = 0.0,
     ) -> Completion:
+        # A local model answering other calls first: that wait is queue, not latency.
+        waited = min(max(0.0, raw.queued_s), max(0.0, time.perf_counter() - start))
         return Completion(
             text=raw.text,
             usage=raw.usage,
             cost_usd=cost_usd(raw.usage, self.price),
-            latency_s=time.perf_counter() - start,
+            latency_s=time.perf_counter() - start - waited,
+            queue_s=max(0.0, queued) + waited,
             cached=cached,
             attempts=attempts,
             raw=raw.raw,

@@ -322,6 +322,11 @@ class CheckpointClient:
                     provider_message=str(exc),
                 ) from exc
 
+    async def prepare(self) -> None:
+        """Load the checkpoint (minutes for a large one) before the first call."""
+        params = self._params(ModelRequest(messages=(), params=dict(self.target.params)))
+        await asyncio.to_thread(self._entry, params)
+
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
         """Generate a reply; loads the model on the first call.
 

@@ -9,6 +9,7 @@ config type refuses unknown fields.
 from __future__ import annotations
 
 import asyncio
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelCallError
@@ -125,6 +126,10 @@ class GoogleClient:
             "contents": contents,
             "config": types.GenerateContentConfig(**config) if config else None,
         }
+
+    async def prepare(self) -> None:
+        """Import the SDK off the event loop (seconds on a busy machine)."""
+        await asyncio.to_thread(importlib.import_module, "google.genai")
 
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
         """Send ``request`` once; raise a ``ModelCallError`` subclass on failure."""

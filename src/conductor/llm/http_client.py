@@ -86,6 +86,9 @@ class HttpClient:
             body["guided_grammar"] = request.grammar
         return body
 
+    async def prepare(self) -> None:
+        """Nothing to import: aiohttp is loaded with this module."""
+
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
         """Send ``request`` once; raise a ``ModelCallError`` subclass on failure."""
         import aiohttp

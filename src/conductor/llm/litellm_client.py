@@ -89,6 +89,10 @@ class LiteLLMClient:
             kwargs["extra_body"] = {**continuing, **(kwargs.get("extra_body") or {})}
         return kwargs
 
+    async def prepare(self) -> None:
+        """Import litellm off the event loop (seconds, more on a busy machine)."""
+        await asyncio.to_thread(import_litellm)
+
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
         """Send ``request`` once; raise a ``ModelCallError`` subclass on failure."""
         litellm = import_litellm()

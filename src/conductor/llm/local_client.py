@@ -140,6 +140,10 @@ class LocalClient:
             message = failure.text or failure.kind
         return BadRequestError(message, target=self._name, provider_message=message)
 
+    async def prepare(self) -> None:
+        """Start the model's host process and wait for it to load the model."""
+        await self._loaded()
+
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
         """Generate a reply; raise a ``ModelCallError`` subclass on failure.
 
@@ -218,6 +222,7 @@ class LocalClient:
             raw=raw,
             model=model,
             finish_reason=reply.get("finish_reason"),
+            queued_s=float(reply.get("queued_s") or 0.0),
         )
 
     async def aclose(self) -> None:

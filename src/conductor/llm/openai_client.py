@@ -8,6 +8,8 @@ API knows go as keyword arguments; everything else (``top_k``,
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelCallError
@@ -113,6 +115,10 @@ class OpenAIClient:
         if extra:
             kwargs["extra_body"] = extra
         return kwargs
+
+    async def prepare(self) -> None:
+        """Import the SDK off the event loop (seconds on a busy machine)."""
+        await asyncio.to_thread(importlib.import_module, "openai")
 
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
         """Send ``request`` once; raise a ``ModelCallError`` subclass on failure."""

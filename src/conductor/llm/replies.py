@@ -14,6 +14,7 @@ API keys are masked in what is kept.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -244,11 +245,7 @@ def check_reply(
     if secrets and (
         _holds_secret(raw.raw, secrets) or any(secret in raw.text for secret in secrets)
     ):
-        return RawCompletion(
-            text=mask_secrets(raw.text, secrets),
-            usage=raw.usage,
-            raw=mask_secrets(raw.raw, secrets),
-            model=raw.model,
-            finish_reason=raw.finish_reason,
+        return dataclasses.replace(
+            raw, text=mask_secrets(raw.text, secrets), raw=mask_secrets(raw.raw, secrets)
         )
     return raw

@@ -78,6 +78,9 @@ class RawCompletion:
     raw: dict[str, Any]
     model: str | None = None
     finish_reason: str | None = None
+    #: Of the attempt's time, what it spent waiting for the model to be free (a local
+    #: model answering other calls first), not being answered.
+    queued_s: float = 0.0
 
     @property
     def truncated(self) -> bool:
@@ -90,7 +93,10 @@ class Completion:
     """A finished call: the reply plus usage, cost, latency and provenance.
 
     ``cost_usd`` is ``None`` when the model's price is unknown.  ``latency_s`` is the
-    wall time of the call including retries (near zero when ``cached``).  ``raw`` is the
+    time the call was being answered, retries and their back-off included (near zero
+    when ``cached``); ``queue_s`` the time it waited before that, for a concurrency slot
+    or for a model busy with other calls.  Neither counts the client's set-up (an SDK
+    imported, a local model loaded) before its first call.  ``raw`` is the
     provider's response body, kept as returned (with any API key masked).  ``truncated``
     says the reply was cut off at the token limit (``finish_reason`` ``length`` or a
     provider's equivalent): it is returned as the answer, but never cached.
@@ -105,6 +111,7 @@ class Completion:
     raw: dict[str, Any]
     model: str | None = None
     finish_reason: str | None = None
+    queue_s: float = 0.0
 
     @property
     def truncated(self) -> bool:

@@ -82,7 +82,9 @@ def _totals_line(t: Totals) -> str:
         cost = f"cost >= {format_usd(t.cost_usd)} ({unknown} of unknown price)"
     else:
         cost = f"cost {format_usd(t.cost_usd)}"
-    return f"Totals: {calls} · {tokens} · {cost} · wall {t.wall_s:.2f} s"
+    # A question that waited for a busy model or a concurrency slot says how long.
+    queued = f" ({t.queue_s:.2f} s of it queued)" if t.queue_s >= 0.005 else ""
+    return f"Totals: {calls} · {tokens} · {cost} · wall {t.wall_s:.2f} s{queued}"
 
 
 @dataclass(frozen=True)

@@ -166,6 +166,13 @@ METRICS: tuple[Metric, ...] = (
         2,
         brief=lambda s: _num(s.latency_p50),
     ),
+    Metric(
+        "queued p50 / p95",
+        "queued\np50 (s)",
+        lambda s: f"{_num(s.queue_p50)} s / {_num(s.queue_p95)} s",
+        3,
+        brief=lambda s: _num(s.queue_p50),
+    ),
     Metric("cached calls", "cached", lambda s: percent(s.cached_share), 3),
     Metric("truncated calls", "truncated", lambda s: str(s.truncated_calls), 3),
     Metric("parse failures", "parse\nfailures", _parse_failures, 2, brief=_parse_brief),

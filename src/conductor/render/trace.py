@@ -116,8 +116,9 @@ def _add_call(node: Tree, call: CallRecord) -> None:
         node.add(Text(f"error ({call.error_kind or 'error'}): {_clip(call.error)}", "red"))
     if call.response is not None:
         node.add(Text(f"response: {_clip(call.response)}"))
+    queued = f" (after {call.queue_s:.2f} s queued)" if call.queue_s >= 0.005 else ""
     meta = (
-        f"{call.latency_s:.2f} s · {call.input_tokens}/{call.output_tokens} tokens · "
+        f"{call.latency_s:.2f} s{queued} · {call.input_tokens}/{call.output_tokens} tokens · "
         f"cost {format_usd(call.cost_usd)}" + (" · cached" if call.cached else "")
     )
     node.add(Text(meta, style="dim"))

@@ -136,6 +136,7 @@ class RunOverview:
     calls: float | None
     latency_p50: float | None
     latency_p95: float | None
+    queue_p50: float | None
     parse_failure_rate: float | None
     worker_usage: dict[str, dict[int, int]]
     worker_order: list[str]
@@ -378,6 +379,7 @@ def _bench_run(run_dir: Path) -> ViewRun:
         calls=summary.calls_per_question,
         latency_p50=summary.latency_p50,
         latency_p95=summary.latency_p95,
+        queue_p50=summary.queue_p50,
         parse_failure_rate=summary.parse_failure_rate,
         worker_usage=summary.worker_usage,
         worker_order=summary.worker_order,
@@ -425,7 +427,8 @@ def _records_run(records: list[RunRecord], kind: str, path: Path) -> ViewRun:
     known = [r.totals.cost_usd for r in records if r.totals.cost_usd is not None]
     tries = sum(len(rnd.conductor_calls) for r in records for rnd in r.rounds)
     bad = sum(len(rnd.parse_errors) for r in records for rnd in r.rounds)
-    walls = [float(r.totals.wall_s) for r in records]
+    walls = [float(r.totals.answer_s) for r in records]
+    queues = [float(r.totals.queue_s) for r in records]
     usage: dict[str, dict[int, int]] = {}
     shapes: dict[str, int] = {}
     for r, s in zip(records, samples, strict=True):
@@ -455,6 +458,7 @@ def _records_run(records: list[RunRecord], kind: str, path: Path) -> ViewRun:
         calls=sum(r.totals.calls for r in records) / n if n else None,
         latency_p50=percentile(walls, 0.5) if walls else None,
         latency_p95=percentile(walls, 0.95) if walls else None,
+        queue_p50=percentile(queues, 0.5) if queues else None,
         parse_failure_rate=bad / tries if tries else None,
         worker_usage=usage,
         worker_order=sorted(usage),

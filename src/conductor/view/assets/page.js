@@ -53,6 +53,7 @@
         el("td", {"class": "num"}, cost), el("td", {"class": "num"}, num(o.tokens, 0)),
         el("td", {"class": "num"}, num(o.calls, 1)),
         el("td", {"class": "num"}, `${secs(o.latency_p50)} / ${secs(o.latency_p95)}`),
+        el("td", {"class": "num"}, secs(o.queue_p50)),
         el("td", {"class": "num"}, pct(o.parse_failure_rate))));
     });
   }
