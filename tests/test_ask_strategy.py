@@ -47,9 +47,11 @@ def test_a_vote_is_recorded_and_shown_like_a_conductor_run(
     assert record["conductor"] == {"backend": "strategy", "strategy": "vote:3:w0"}
     steps = record["rounds"][0]["steps"]
     assert [s["worker_id"] for s in steps] == ["w0", "w0", "w0"]
-    # The majority of the short final answers, the earliest reply giving it.
+    # The majority of the short final answers, the earliest step's reply giving it (the
+    # three calls run at once, so which step got which scripted reply is not fixed).
     assert record["metadata"]["votes"] == {"8": 2, "7": 1}
-    assert record["final_answer"] == "I think 8.\nANSWER: 8"
+    eights = [s["answer"] for s in steps if s["answer"].endswith("ANSWER: 8")]
+    assert len(eights) == 2 and record["final_answer"] == eights[0]
     assert record["status"] == "ok"
 
 
