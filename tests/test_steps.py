@@ -36,7 +36,7 @@ def step_dict(step: StepRecord, *drop: str) -> dict[str, Any]:
     record = RunRecord(question=QUESTION, pool={}, conductor={}, settings={})
     record.rounds.append(RoundRecord(index=0, steps=[step]))
     out: dict[str, Any] = json.loads(json.dumps(record_to_dict(record)))["rounds"][0]["steps"][0]
-    for key in ("started_at", "finished_at", "latency_s", *drop):
+    for key in ("started_at", "finished_at", "latency_s", "queue_s", *drop):
         out["call"].pop(key)
     return out
 
