@@ -239,3 +239,13 @@ def test_ask_on_a_crashing_model_exits_1_with_one_sentence(tmp_path: Path) -> No
     assert res.returncode == 1, (res.stdout, res.stderr)
     assert "Traceback" not in res.stderr
     assert "crashed inside llama.cpp (SIGSEGV)" in " ".join((res.stdout + res.stderr).split())
+
+
+async def test_an_illegal_instruction_is_not_blamed_on_the_extra_buffers(tmp_path: Path) -> None:
+    client = _client()
+    host = await client._loaded()
+    assert host.ready["extra_buffers"] is True
+    outcome = await _kill_while_generating(client, signal.SIGILL)
+    # Loading without them would die the same way: no second try, nothing remembered.
+    assert isinstance(outcome, LocalModelCrashedError)
+    assert not (tmp_path / "cache" / "local-model-crashes.json").exists()

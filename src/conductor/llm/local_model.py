@@ -181,6 +181,16 @@ def _is_native_crash(returncode: int | None) -> bool:
     return name is not None and name not in ("SIGKILL", "SIGTERM", "SIGINT", "SIGHUP")
 
 
+def _extra_buffers_may_be_to_blame(returncode: int | None) -> bool:
+    """A crash the extra buffer types can cause (a bad memory access or an abort in a
+    repacked matrix product), not an instruction the CPU lacks: loading without them
+    would only crash again."""
+    return _is_native_crash(returncode) and _signal_name(returncode or 0) not in (
+        "SIGILL",
+        "an illegal instruction",
+    )
+
+
 def crash_sentence(
     returncode: int | None,
     *,
@@ -482,7 +492,7 @@ class ModelHost:
             extra_buffers=self.options.extra_buffers != "off" and not self._extra_crashed,
         )
         if (
-            _is_native_crash(returncode)
+            _extra_buffers_may_be_to_blame(returncode)
             and self.options.extra_buffers == "auto"
             and not self._extra_crashed
         ):
@@ -665,7 +675,7 @@ class ModelHost:
                 extra_buffers=bool(process.ready.get("extra_buffers")),
             )
             if (
-                _is_native_crash(returncode)
+                _extra_buffers_may_be_to_blame(returncode)
                 and bool(process.ready.get("extra_buffers"))
                 and self.options.extra_buffers == "auto"
                 and not self._extra_crashed
