@@ -13,6 +13,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -249,3 +251,41 @@ async def test_an_illegal_instruction_is_not_blamed_on_the_extra_buffers(tmp_pat
     # Loading without them would die the same way: no second try, nothing remembered.
     assert isinstance(outcome, LocalModelCrashedError)
     assert not (tmp_path / "cache" / "local-model-crashes.json").exists()
+
+
+def test_serve_on_the_local_pool_survives_a_crash_of_its_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import httpx
+    from servekit import served
+
+    from conductor.pool import load_pool
+
+    embedded_model_or_skip()
+    monkeypatch.setenv("CONDUCTOR_LOCAL_EXTRA_BUFFERS", "off")  # no fallback: a real failure
+    pool = load_pool(Path(__file__).resolve().parent.parent / "pools" / "local.yaml")
+    body = {
+        "model": "single:answerer",
+        "messages": [{"role": "user", "content": "Count from 1 to 300."}],
+        "max_tokens": 300,
+    }
+    with served(pool) as url, httpx.Client(base_url=url, timeout=300) as http:
+        assert http.post("/chat/completions", json={**body, "max_tokens": 4}).status_code == 200
+        (host,) = local_model.loaded_hosts()
+        results: list[httpx.Response] = []
+        call = threading.Thread(
+            target=lambda: results.append(http.post("/chat/completions", json=body))
+        )
+        call.start()
+        deadline = time.monotonic() + 120
+        while not any(p.started for p in host._pending.values()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(host.pid, signal.SIGSEGV)
+        call.join(120)
+        (crashed,) = results
+        assert crashed.status_code >= 500
+        assert "crashed inside llama.cpp (SIGSEGV)" in crashed.text
+        # The server is still there, and the next request starts a new model process.
+        again = http.post("/chat/completions", json={**body, "max_tokens": 4})
+        assert again.status_code == 200, again.text
+        assert again.json()["choices"][0]["message"]["content"].strip()
