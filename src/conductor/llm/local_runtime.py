@@ -25,10 +25,13 @@ process that runs the orchestration.
 
 from __future__ import annotations
 
+import collections
 import importlib
 import importlib.metadata
 import importlib.util
 import os
+import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -42,6 +45,7 @@ __all__ = [
     "ExtraBuffers",
     "GrammarError",
     "LoadSettings",
+    "LogCatcher",
     "NativeModel",
     "NativeSampler",
     "Runtime",
@@ -64,6 +68,35 @@ EXTRA_BUFFERS_ENV = "CONDUCTOR_LOCAL_EXTRA_BUFFERS"
 
 class GrammarError(ValueError):
     """llama.cpp could not parse a request's GBNF grammar."""
+
+
+class LogCatcher:
+    """llama.cpp's log, caught for a runtime adapter: error lines are written to stderr
+    (a host's stderr reaches its parent, which quotes it when something fails) and the
+    latest kept, for the adapter to tell a call that failed (a grammar llama.cpp could not
+    parse, a model it could not load) from one that did not."""
+
+    #: ggml's GGML_LOG_LEVEL_ERROR; the other levels are dropped.
+    ERROR = 4
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._errors: collections.deque[str] = collections.deque(maxlen=16)
+
+    def line(self, level: int, text: str) -> None:
+        """One log line from llama.cpp (it may come from any thread)."""
+        if level != self.ERROR or not text:
+            return
+        with self._lock:
+            self._errors.append(text.strip())
+        sys.stderr.write(text)
+
+    def take(self) -> list[str]:
+        """The error lines since the last call, oldest first."""
+        with self._lock:
+            taken = list(self._errors)
+            self._errors.clear()
+        return taken
 
 
 @dataclass(frozen=True)

@@ -7,15 +7,13 @@ cyllama 0.2 and 0.7 share.  Imported only inside a model's host process.
 
 from __future__ import annotations
 
-import collections
 import importlib.metadata
-import sys
-import threading
 from typing import Any
 
 from .local_runtime import (
     GrammarError,
     LoadSettings,
+    LogCatcher,
     NativeModel,
     NativeSampler,
     Runtime,
@@ -24,33 +22,6 @@ from .local_runtime import (
 )
 
 __all__ = ["runtime"]
-
-# ggml's log levels (ggml.h): errors are kept, the rest dropped.
-_LOG_ERROR = 4
-
-
-class _Log:
-    """llama.cpp's log, caught: error lines are written to stderr (the host's stderr
-    reaches the parent, which shows it when something fails) and the latest kept, so
-    a grammar that failed to parse can be told from one that did not (cyllama adds the
-    null sampler llama.cpp returns for it to the chain without a word)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.errors: collections.deque[str] = collections.deque(maxlen=16)
-
-    def __call__(self, level: int, text: str) -> None:
-        if level != _LOG_ERROR:
-            return
-        with self.lock:
-            self.errors.append(text.strip())
-        sys.stderr.write(text)
-
-    def take(self) -> list[str]:
-        with self.lock:
-            taken = list(self.errors)
-            self.errors.clear()
-        return taken
 
 
 class _Sampler:
@@ -66,7 +37,7 @@ class _Sampler:
 
 
 class _Model:
-    def __init__(self, cy: Any, log: _Log, settings: LoadSettings) -> None:
+    def __init__(self, cy: Any, log: LogCatcher, settings: LoadSettings) -> None:
         self._cy = cy
         self._log = log
         params = cy.LlamaModelParams()
@@ -200,8 +171,11 @@ class _Cyllama:
         from cyllama.llama import llama_cpp as cy
 
         self._cy = cy
-        self._log = _Log()
-        cy.set_log_callback(self._log)
+        self._log = LogCatcher()
+        # cyllama keeps the callback alive itself, and hands it each line as text.  A
+        # grammar llama.cpp cannot parse is seen only here: cyllama adds the null sampler
+        # it gets back to the chain without a word.
+        cy.set_log_callback(self._log.line)
         cy.llama_backend_init()
         cy.ggml_backend_load_all()
         self.info = RuntimeInfo(

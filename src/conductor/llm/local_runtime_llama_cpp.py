@@ -8,15 +8,13 @@ runtime.  Imported only inside a model's host process.
 
 from __future__ import annotations
 
-import collections
 import ctypes
-import sys
-import threading
 from typing import Any
 
 from .local_runtime import (
     GrammarError,
     LoadSettings,
+    LogCatcher,
     NativeModel,
     NativeSampler,
     Runtime,
@@ -26,32 +24,8 @@ from .local_runtime import (
 
 __all__ = ["runtime"]
 
-_LOG_ERROR = 4  # ggml's GGML_LOG_LEVEL_ERROR
 # Every log callback handed to llama.cpp, for as long as the process lives.
 _LOG_CALLBACKS: list[Any] = []
-
-
-class _Log:
-    """llama.cpp's log, caught: error lines go to stderr (which the parent shows when
-    something fails) and the latest are kept for the caller to read."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.errors: collections.deque[str] = collections.deque(maxlen=16)
-
-    def __call__(self, level: int, text: bytes | None, _data: Any) -> None:
-        if level != _LOG_ERROR or not text:
-            return
-        line = text.decode("utf-8", errors="replace")
-        with self.lock:
-            self.errors.append(line.strip())
-        sys.stderr.write(line)
-
-    def take(self) -> list[str]:
-        with self.lock:
-            taken = list(self.errors)
-            self.errors.clear()
-        return taken
 
 
 class _Sampler:
@@ -70,7 +44,7 @@ class _Sampler:
 
 
 class _Model:
-    def __init__(self, lib: Any, log: _Log, settings: LoadSettings) -> None:
+    def __init__(self, lib: Any, log: LogCatcher, settings: LoadSettings) -> None:
         self._lib = lib
         self._log = log
         params = lib.llama_model_default_params()
@@ -242,10 +216,14 @@ class _LlamaCppPython:
         import llama_cpp
 
         self._lib = llama_cpp
-        self._log = _Log()
+        self._log = LogCatcher()
+
+        def line(level: int, text: bytes | None, _data: Any) -> None:
+            self._log.line(level, (text or b"").decode("utf-8", errors="replace"))
+
         # llama.cpp keeps the pointer for the life of the process and ctypes does not
         # keep the callback alive: freed, the next log line would jump into freed memory.
-        callback = llama_cpp.llama_log_callback(self._log)
+        callback = llama_cpp.llama_log_callback(line)
         _LOG_CALLBACKS.append(callback)
         llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
         llama_cpp.llama_backend_init()
