@@ -289,3 +289,18 @@ def test_serve_on_the_local_pool_survives_a_crash_of_its_model(
         again = http.post("/chat/completions", json={**body, "max_tokens": 4})
         assert again.status_code == 200, again.text
         assert again.json()["choices"][0]["message"]["content"].strip()
+
+
+async def test_a_host_that_answered_is_restarted_after_each_later_crash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CONDUCTOR_LOCAL_EXTRA_BUFFERS", "off")
+    client = _client()
+    # More crashes than the restarts allowed in a row, each followed by an answer.
+    for _ in range(local_model._MAX_RESTARTS + 2):
+        outcome = await _kill_while_generating(client, signal.SIGSEGV)
+        assert isinstance(outcome, LocalModelCrashedError)
+        reply = await client.send(
+            _request("Say yes.", max_tokens=4, temperature=0.0), timeout_s=120
+        )
+        assert reply.text.strip()

