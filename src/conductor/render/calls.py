@@ -5,6 +5,7 @@ answer panel (:func:`answer_panel`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -250,8 +251,16 @@ def _demo_note(record: RunRecord) -> str | None:
     answered = [s for rnd in record.rounds for s in rnd.steps if s.status == "ok"]
     if not answered:
         return None
-    workers = {w.get("id"): w for w in (record.pool or {}).get("workers") or []}
-    last = workers.get(answered[-1].worker_id) or {}
+    # A record is a file anyone may have written: its pool may hold anything.
+    listed = record.pool.get("workers") if isinstance(record.pool, dict) else None
+    last: dict[str, Any] = next(
+        (
+            w
+            for w in (listed if isinstance(listed, list) else [])
+            if isinstance(w, dict) and w.get("id") == answered[-1].worker_id
+        ),
+        {},
+    )
     if last.get("client") != "local" or last.get("model") != EMBEDDED_MODEL:
         return None
     if last.get("model_path"):
