@@ -57,6 +57,8 @@ def _hide(monkeypatch: pytest.MonkeyPatch, *packages: str) -> None:
 def test_missing_extra_is_one_clear_sentence(monkeypatch: pytest.MonkeyPatch) -> None:
     from conductor.llm.local_client import LocalClient
 
+    # CI runs this module once more with the variable set to the other runtime.
+    monkeypatch.delenv("CONDUCTOR_LOCAL_RUNTIME", raising=False)
     _hide(monkeypatch, "cyllama", "llama_cpp")
     with pytest.raises(MissingDependencyError) as info:
         LocalClient(_worker())

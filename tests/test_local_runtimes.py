@@ -51,7 +51,7 @@ def generator(request: pytest.FixtureRequest) -> Iterator[Generator]:
         pytest.skip("no llama.cpp runtime is installed")
     settings = _settings(flash_attention=False)
     model = load_runtime(request.param).load(settings)
-    yield Generator(model, sequences=settings.sequences)
+    yield Generator(model, cached=4)
     model.close()
 
 
@@ -222,8 +222,43 @@ def test_a_full_memory_makes_room_instead_of_failing(generator: Generator) -> No
             [{"role": "user", "content": f"{word} " * 380 + "Summarise."}], greedy, max_tokens=16
         )
         assert reply.finish_reason in ("stop", "length") and reply.prompt_tokens > 380
-        held = sum(len(tokens) for tokens in generator._slots.held)
-        assert held <= generator.model.n_ctx
+        slots = generator._slots
+        saved = sum(len(t) for i, t in enumerate(slots.held) if i != slots.live)
+        assert saved <= generator.model.n_ctx  # the copies take no more than the memory
+        assert [
+            t for t, state in zip(slots.held, slots.saved, strict=True) if t and state is None
+        ] == [slots.held[slots.live]]
+
+
+def test_a_seeded_sample_does_not_depend_on_what_the_cache_holds(generator: Generator) -> None:
+    # The failure this guards against: with the cached prompts as sequences of one
+    # memory, the same prompt and seed gave another reply once another prompt was
+    # cached before it (its logits depend on where in the memory it lies).
+    question = [{"role": "user", "content": "Invent a name for a pet dragon."}]
+    warm = SamplerSettings(temperature=1.2, top_k=0, top_p=1.0, seed=0)
+    generator.forget()
+    fresh = generator.generate(question, warm, max_tokens=24).text
+    for words in (3, 7, 12, 30, 61):
+        generator.forget()
+        other = [{"role": "user", "content": "Plan the work of a team. " * words}]
+        generator.generate(other, warm, max_tokens=8)
+        assert generator.generate(question, warm, max_tokens=24).text == fresh, words
+        again = generator.generate(question, warm, max_tokens=24)
+        assert again.cached_tokens > 0 and again.text == fresh, words
+
+
+def test_a_saved_copy_the_runtime_refuses_is_evaluated_again(generator: Generator) -> None:
+    generator.forget()
+    greedy = SamplerSettings(temperature=0)
+    preamble = "You plan work for a team of models and never answer yourself. " * 8
+    question = [{"role": "user", "content": preamble + "Name three rivers of Europe."}]
+    first = generator.generate(question, greedy, max_tokens=12)
+    generator.generate([{"role": "user", "content": "Name a fruit."}], greedy, max_tokens=4)
+    slots = generator._slots
+    (copy,) = [i for i, state in enumerate(slots.saved) if state is not None]
+    slots.saved[copy] = b"\x00\x01 not a llama.cpp state"
+    again = generator.generate(question, greedy, max_tokens=12)
+    assert again.cached_tokens == 0 and again.text == first.text
 
 
 # -- against llama-cpp-python's own Llama class --------------------------------------

@@ -222,8 +222,8 @@ def test_the_embedded_conductor_always_plans_and_scores_no_worse_than_its_weakes
     tmp_path: Path,
 ) -> None:
     """The 135M Conductor has no routing skill to speak of: measured on the smoke set it
-    ties its best worker at most (35% against 35/35/20% with cyllama, 30% with twice the
-    reasoning; with llama-cpp-python's build 35% against 40/35/20%, where an earlier
+    lands within a question of its best worker (40% against 35/35/20% with cyllama, 30%
+    with twice the reasoning; with llama-cpp-python's build 35% against 40/35/20%, where an earlier
     version measured a tie at 40%), and a change of a floating-point rounding flips one
     or two of the 20 questions.  What holds whatever the build: every plan parses, every sample is
     graded, and choosing among the workers never scores below the weakest of them."""

@@ -8,9 +8,10 @@ samples and stops the same way.
   Jinja template as in Hugging Face tokenizers), rendered in jinja2's immutable sandbox:
   the template is the file author's code and may be hostile.  A file without one gets
   ChatML.
-- **The prompt cache**: the tokens already evaluated stay in the model's memory, and a
-  new prompt evaluates only what follows their common prefix.  A Conductor sends the
-  same long preamble for every question, so only the question is evaluated again.
+- **The prompt cache**: the tokens already evaluated stay in the model's memory (and
+  the last few prompts in saved copies of it), and a new prompt evaluates only what
+  follows their common prefix.  A Conductor sends the same long preamble for every
+  question, so only the question is evaluated again.
 - **The loop** evaluates the prompt in short pieces and generates one token at a time,
   asking ``cancelled()`` before each, so a cancelled call ends within one piece.
 """
@@ -130,22 +131,32 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class _Slots:
-    """The prompt cache: which tokens each of the model's sequences holds.
+    """The prompt cache: the prompts the model's memory held lately.
 
-    A new prompt goes to the sequence that holds the longest start of it, unless using
-    that sequence would throw away more of what it holds than it saves (a short call
+    The memory holds one of them (``live``); the others are saved copies of it
+    (:meth:`NativeModel.save`) that come back when a prompt starting like one of them
+    does.  A new prompt goes to the slot that holds the longest start of it, unless
+    using that slot would throw away more of what it holds than it saves (a short call
     that shares only the chat template's opening with the Conductor's long preamble),
-    so the preamble and each worker's system prompt keep a sequence each while other
-    calls come and go.  With no such sequence, the one used longest ago is taken.
+    so the preamble and each worker's system prompt keep a slot each while other calls
+    come and go.  With no such slot, the one used longest ago is taken.
+
+    Why copies and not several sequences of one memory: llama.cpp puts a sequence's
+    positions in whichever cells are free, and the same prompt's logits differ with
+    where it lies (by up to 0.59 on SmolLM2, measured), so a seeded sample would
+    depend on what else the cache held.  A restored copy lies where a fresh
+    evaluation would, and replies match a fresh model's bit for bit.
     """
 
     def __init__(self, count: int) -> None:
         self.held: list[list[int]] = [[] for _ in range(max(1, count))]
+        self.saved: list[bytes | None] = [None] * len(self.held)
+        self.live = 0
         self._used = [0] * len(self.held)
         self._clock = 0
 
     def choose(self, tokens: list[int]) -> tuple[int, int]:
-        """The sequence for ``tokens`` and how many of its tokens it holds already."""
+        """The slot for ``tokens`` and how many of its tokens it holds already."""
         shared = [_common_prefix(held, tokens) for held in self.held]
         worth = [i for i, held in enumerate(self.held) if shared[i] >= len(held) - shared[i]]
         if worth:
@@ -156,36 +167,42 @@ class _Slots:
         self._used[best] = self._clock
         return best, shared[best]
 
-    def oldest_first(self, besides: int) -> list[int]:
-        """The other sequences, the one used longest ago first."""
-        return sorted(
-            (i for i in range(len(self.held)) if i != besides), key=self._used.__getitem__
-        )
+    def drop(self, slot: int) -> None:
+        self.held[slot].clear()
+        self.saved[slot] = None
+
+    def trim(self, limit: int) -> None:
+        """Drop saved copies, the one used longest ago first, until they hold at most
+        ``limit`` positions together (as much as the memory itself)."""
+        for slot in sorted(range(len(self.held)), key=self._used.__getitem__):
+            if sum(len(self.held[i]) for i in range(len(self.held)) if i != self.live) <= limit:
+                return
+            if slot != self.live:
+                self.drop(slot)
 
 
 class Generator:
-    """Chat completions on one model, one at a time, with a prompt cache over the
-    model's sequences (:class:`_Slots`)."""
+    """Chat completions on one model, one at a time, with a prompt cache of up to
+    ``cached`` prompts (:class:`_Slots`)."""
 
-    def __init__(self, model: NativeModel, *, sequences: int = 1) -> None:
+    def __init__(self, model: NativeModel, *, cached: int = 1) -> None:
         self.model = model
         bos = model.token_text(model.bos_token) if model.bos_token >= 0 else ""
         eos = model.token_text(model.eos_token) if model.eos_token >= 0 else ""
         self.template = ChatTemplate(model.metadata("tokenizer.chat_template"), bos=bos, eos=eos)
         self._bos = model.bos_token
-        self._slots = _Slots(sequences)
-        self._seq = 0  # the sequence the current call uses
+        self._slots = _Slots(cached)
 
     @property
     def _evaluated(self) -> list[int]:
-        """What the current call's sequence holds, position by position."""
-        return self._slots.held[self._seq]
+        """What the model's memory holds, position by position."""
+        return self._slots.held[self._slots.live]
 
     def forget(self) -> None:
-        """Empty the prompt cache (the model's memory)."""
+        """Empty the prompt cache (the model's memory and the saved copies)."""
         self.model.clear()
-        for held in self._slots.held:
-            held.clear()
+        for slot in range(len(self._slots.held)):
+            self._slots.drop(slot)
 
     def prompt_tokens(self, messages: Sequence[dict[str, str]]) -> list[int]:
         """The tokens of ``messages`` in the model's chat format."""
@@ -196,27 +213,28 @@ class Generator:
             tokens = tokens[1:]
         return tokens
 
-    def _make_room(self, needed: int) -> None:
-        """Empty other sequences, oldest first, until the shared memory has room for
-        ``needed`` positions of this call's sequence."""
-        for other in self._slots.oldest_first(self._seq):
-            held = sum(len(h) for i, h in enumerate(self._slots.held) if i != self._seq)
-            if held + needed <= self.model.n_ctx:
-                return
-            self.model.clear(other)
-            self._slots.held[other].clear()
+    def _switch(self, slot: int) -> None:
+        """Save what the memory holds and bring ``slot``'s copy back into it."""
+        slots = self._slots
+        if self._evaluated:
+            slots.saved[slots.live] = self.model.save()
+        self.model.clear()
+        slots.live = slot
+        state, slots.saved[slot] = slots.saved[slot], None
+        if slots.held[slot] and (state is None or not self.model.restore(state)):
+            slots.held[slot].clear()
+        slots.trim(self.model.n_ctx)
 
-    def _evaluate_prompt(
-        self, tokens: list[int], budget: int, cancelled: Callable[[], bool]
-    ) -> int:
-        """Bring a sequence of the model's memory to ``tokens``; returns how many were
-        reused from the cache."""
-        self._seq, shared = self._slots.choose(tokens)
-        self._make_room(len(tokens) + budget)
+    def _evaluate_prompt(self, tokens: list[int], cancelled: Callable[[], bool]) -> int:
+        """Bring the model's memory to ``tokens``; returns how many were reused from
+        the cache."""
+        slot, _ = self._slots.choose(tokens)
+        if slot != self._slots.live:
+            self._switch(slot)
         # At least the last token is evaluated again: its logits start the reply.
-        reuse = min(shared, len(tokens) - 1)
-        if not self.model.keep(self._seq, reuse):
-            self.model.clear(self._seq)
+        reuse = min(_common_prefix(self._evaluated, tokens), len(tokens) - 1)
+        if not self.model.keep(reuse):
+            self.model.clear()
             reuse = 0
         del self._evaluated[reuse:]
         for start in range(reuse, len(tokens), PROMPT_PIECE):
@@ -228,13 +246,13 @@ class Generator:
         return reuse
 
     def _evaluate(self, tokens: list[int], pos: int) -> None:
-        """Evaluate ``tokens`` at ``pos`` of the current sequence; if that fails, what
-        the sequence holds is unknown, so it is emptied."""
+        """Evaluate ``tokens`` at ``pos``; if that fails, what the memory holds is
+        unknown, so it is emptied."""
         try:
-            self.model.evaluate(tokens, pos, self._seq)
+            self.model.evaluate(tokens, pos)
         except BaseException:
             self._evaluated.clear()
-            self.model.clear(self._seq)
+            self.model.clear()
             raise
         self._evaluated.extend(tokens)
 
@@ -268,7 +286,7 @@ class Generator:
         sampler = model.sampler(sampler_links(settings, grammar))
         try:
             started = time.perf_counter()
-            reused = self._evaluate_prompt(tokens, budget, cancelled)
+            reused = self._evaluate_prompt(tokens, cancelled)
             prompt_done = time.perf_counter()
             out, finish = self._loop(sampler, budget, stop, cancelled)
         finally:

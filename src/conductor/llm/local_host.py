@@ -58,6 +58,9 @@ __all__ = [
     "sampler_settings",
 ]
 
+#: Prompts a model's prompt cache keeps: the Conductor's preamble and a few workers'.
+CACHED_PROMPTS = 4
+
 
 @dataclass(frozen=True)
 class HostOptions:
@@ -294,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         model = runtime.load(settings)
-        generator = Generator(model, sequences=settings.sequences)
+        generator = Generator(model, cached=CACHED_PROMPTS)
     except (ValueError, RuntimeError, OSError, TemplateError) as exc:
         wire.send({"event": "load_failed", "kind": "bad_file", "message": str(exc)})
         return 0

@@ -114,8 +114,6 @@ class LoadSettings:
     n_gpu_layers: int = 0
     extra_buffers: bool = False
     n_batch: int = 512
-    #: Sequences the context keeps at once (prompt cache slots), sharing n_ctx.
-    sequences: int = 4
     #: Off, as llama-cpp-python's ``Llama`` has it, so that replies match it token for
     #: token (tests/test_local_runtimes.py); on SmolLM2 on a CPU neither setting was
     #: faster beyond the noise.  None lets llama.cpp decide.
@@ -214,9 +212,9 @@ class NativeSampler(Protocol):
 
 
 class NativeModel(Protocol):
-    """A loaded model with one context of a runtime, holding
-    :attr:`LoadSettings.sequences` sequences (ids 0, 1, ...) in one shared memory of
-    ``n_ctx`` positions."""
+    """A loaded model with one context of a runtime: one sequence of up to ``n_ctx``
+    positions, which can be saved and restored (the prompt cache keeps other prompts
+    that way, :mod:`conductor.llm.local_generate`)."""
 
     @property
     def n_ctx(self) -> int: ...
@@ -250,18 +248,27 @@ class NativeModel(Protocol):
 
     def is_end_of_generation(self, token: int) -> bool: ...
 
-    def keep(self, seq: int, n: int) -> bool:
-        """Forget sequence ``seq``'s positions from ``n`` on; False when the model's
-        memory cannot be cut there (then the caller clears the sequence)."""
+    def keep(self, n: int) -> bool:
+        """Forget the positions from ``n`` on; False when the model's memory cannot be
+        cut there (then the caller clears it)."""
         ...
 
-    def clear(self, seq: int | None = None) -> None:
-        """Forget every position of sequence ``seq`` (of every sequence: None)."""
+    def clear(self) -> None:
+        """Forget every position."""
         ...
 
-    def evaluate(self, tokens: list[int], pos: int, seq: int = 0) -> None:
-        """Evaluate ``tokens`` at positions ``pos``, ``pos + 1``, ... of sequence
-        ``seq``; the next :meth:`NativeSampler.sample` draws from the last one."""
+    def evaluate(self, tokens: list[int], pos: int) -> None:
+        """Evaluate ``tokens`` at positions ``pos``, ``pos + 1``, ...; the next
+        :meth:`NativeSampler.sample` draws from the last one."""
+        ...
+
+    def save(self) -> bytes:
+        """What the memory holds (every position's keys and values), for :meth:`restore`."""
+        ...
+
+    def restore(self, state: bytes) -> bool:
+        """Make the (empty) memory hold what :meth:`save` returned; False when the
+        runtime refuses it (then the memory is empty)."""
         ...
 
     def sampler(self, links: list[SamplerLink]) -> NativeSampler:

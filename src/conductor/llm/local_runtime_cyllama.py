@@ -56,8 +56,7 @@ class _Model:
         ctx_params.n_threads = settings.n_threads
         ctx_params.n_threads_batch = settings.n_threads
         ctx_params.flash_attn_type = settings.flash_attention_type
-        ctx_params.n_seq_max = settings.sequences
-        ctx_params.kv_unified = True  # every sequence may use the whole window
+        ctx_params.n_seq_max = 1
         try:
             self._ctx = cy.LlamaContext(self._model, ctx_params)
         except Exception as exc:
@@ -111,23 +110,31 @@ class _Model:
     def is_end_of_generation(self, token: int) -> bool:
         return bool(self._vocab.is_eog(token))
 
-    def keep(self, seq: int, n: int) -> bool:
-        return bool(self._ctx.memory_seq_rm(seq, n, -1))
+    def keep(self, n: int) -> bool:
+        return bool(self._ctx.memory_seq_rm(0, n, -1))
 
-    def clear(self, seq: int | None = None) -> None:
-        if seq is None:
-            self._ctx.kv_cache_clear()
-        else:
-            self._ctx.memory_seq_rm(seq, -1, -1)
+    def clear(self) -> None:
+        self._ctx.kv_cache_clear()
 
-    def evaluate(self, tokens: list[int], pos: int, seq: int = 0) -> None:
+    def save(self) -> bytes:
+        return bytes(self._ctx.get_state_seq_data(0))
+
+    def restore(self, state: bytes) -> bool:
+        try:
+            self._ctx.set_state_seq_data(state, 0)
+        except ValueError:
+            self.clear()
+            return False
+        return True
+
+    def evaluate(self, tokens: list[int], pos: int) -> None:
         batch = self._batch
         for start in range(0, len(tokens), self._n_batch):
             piece = tokens[start : start + self._n_batch]
             batch.clear()
             last = len(piece) - 1
             for i, token in enumerate(piece):
-                batch.add(token, pos + start + i, [seq], i == last)
+                batch.add(token, pos + start + i, [0], i == last)
             self._ctx.decode(batch)
 
     def sampler(self, links: list[SamplerLink]) -> NativeSampler:

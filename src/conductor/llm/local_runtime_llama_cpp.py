@@ -62,8 +62,7 @@ class _Model:
         cparams.n_threads = settings.n_threads
         cparams.n_threads_batch = settings.n_threads
         cparams.flash_attn_type = settings.flash_attention_type
-        cparams.n_seq_max = settings.sequences
-        cparams.kv_unified = True  # every sequence may use the whole window
+        cparams.n_seq_max = 1
         self._ctx = lib.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             lib.llama_model_free(self._model)
@@ -133,16 +132,26 @@ class _Model:
     def is_end_of_generation(self, token: int) -> bool:
         return bool(self._lib.llama_vocab_is_eog(self._vocab, token))
 
-    def keep(self, seq: int, n: int) -> bool:
-        return bool(self._lib.llama_memory_seq_rm(self._memory, seq, n, -1))
+    def keep(self, n: int) -> bool:
+        return bool(self._lib.llama_memory_seq_rm(self._memory, 0, n, -1))
 
-    def clear(self, seq: int | None = None) -> None:
-        if seq is None:
-            self._lib.llama_memory_clear(self._memory, True)
-        else:
-            self._lib.llama_memory_seq_rm(self._memory, seq, -1, -1)
+    def clear(self) -> None:
+        self._lib.llama_memory_clear(self._memory, True)
 
-    def evaluate(self, tokens: list[int], pos: int, seq: int = 0) -> None:
+    def save(self) -> bytes:
+        size = int(self._lib.llama_state_seq_get_size(self._ctx, 0))
+        buffer = (ctypes.c_uint8 * size)()
+        written = int(self._lib.llama_state_seq_get_data(self._ctx, buffer, size, 0))
+        return bytes(buffer)[:written]
+
+    def restore(self, state: bytes) -> bool:
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if int(self._lib.llama_state_seq_set_data(self._ctx, buffer, len(state), 0)) == 0:
+            self.clear()
+            return False
+        return True
+
+    def evaluate(self, tokens: list[int], pos: int) -> None:
         batch = self._batch
         for start in range(0, len(tokens), self._n_batch):
             piece = tokens[start : start + self._n_batch]
@@ -151,7 +160,7 @@ class _Model:
                 batch.token[i] = token
                 batch.pos[i] = pos + start + i
                 batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = seq
+                batch.seq_id[i][0] = 0
                 batch.logits[i] = False
             batch.logits[len(piece) - 1] = True
             code = int(self._lib.llama_decode(self._ctx, batch))
