@@ -472,7 +472,10 @@ def test_bench_counts_and_excludes_what_the_checkpoint_was_trained_on(
     guard = check_training_data(load_train_config(config))
     assert guard.overlap == 2 and len(guard.training_hashes) == 3
     ckpt = _checkpoint(tmp_path / "ckpt", [r["question"] for r in eval_rows])
-    write_training_questions(ckpt, guard.training_hashes, normalisation=NORMALISATION)
+    # Recorded as if one more held-out set had been accepted unchecked.
+    unchecked = "mmlu evaluation split (cais/mmlu test) is not in the local dataset cache"
+    record = {**guard.record(), "unchecked": [unchecked], "accept_unchecked_holdout": True}
+    write_training_questions(ckpt, guard.training_hashes, normalisation=NORMALISATION, guard=record)
 
     def solve(request: Any) -> str:
         found = re.search(r"What is (\d+) \+ 0", request.last_user_message)
@@ -493,11 +496,17 @@ def test_bench_counts_and_excludes_what_the_checkpoint_was_trained_on(
     counted = tmp_path / "counted"
     result = _bench_cli(*bench, "--out", str(counted), cache=cache)
     assert result.returncode == 0, result.stderr
-    assert re.search(r"trained-on samples\s+2\s", result.stdout), result.stdout
+    assert re.search(r"trained-on samples\s+2 \(holdout unchecked\)", result.stdout), result.stdout
     assert {r["sample_id"] for r in _records(counted)} == {f"arith/{i}" for i in range(5)}
     assert all(r["grade"]["status"] == "correct" for r in _records(counted))
     trained_on = json.loads((counted / "config.json").read_text())["trained_on"]
-    assert trained_on == {"checkpoint": str(ckpt), "questions": 3, "samples": 2}
+    assert trained_on == {
+        "checkpoint": str(ckpt),
+        "questions": 3,
+        "samples": 2,
+        "unchecked_holdout": [unchecked],
+    }
+    assert f"{ckpt} was trained without comparing" in result.stderr
     summary = json.loads((counted / "summary.json").read_text())
     assert (summary["n_samples"], summary["trained_on_samples"]) == (5, 2)
     assert summary["trained_excluded"] is False
@@ -505,7 +514,7 @@ def test_bench_counts_and_excludes_what_the_checkpoint_was_trained_on(
     excluded = tmp_path / "excluded"
     result = _bench_cli(*bench, "--out", str(excluded), "--exclude-trained", cache=cache)
     assert result.returncode == 0, result.stderr
-    assert re.search(r"trained-on samples\s+2 \(excluded\)", result.stdout), result.stdout
+    assert re.search(r"trained-on samples\s+2 \(excluded\) \(holdout", result.stdout), result.stdout
     assert {r["sample_id"] for r in _records(excluded)} == {"arith/0", "arith/2", "arith/4"}
     summary = json.loads((excluded / "summary.json").read_text())
     assert (summary["n_samples"], summary["trained_on_samples"]) == (3, 2)
@@ -513,7 +522,8 @@ def test_bench_counts_and_excludes_what_the_checkpoint_was_trained_on(
 
     report = _bench_cli("report", str(counted), str(excluded), cache=cache)
     assert report.returncode == 0, report.stderr
-    assert re.search(r"trained-on samples\s+2\s+2 \(excluded\)", report.stdout), report.stdout
+    shown = r"trained-on samples\s+2 \(holdout unchecked\)\s+2 \(excluded\) \(holdout"
+    assert re.search(shown, report.stdout), report.stdout
 
     # Resuming from the directory alone keeps the exclusion (it is in the invocation);
     # a resume that would drop it is refused.
@@ -803,3 +813,25 @@ def test_holdout_ngram_reports_reworded_copies_with_their_pairs(tmp_path: Path) 
     _jsonl(tmp_path / "train.jsonl", [{"question": _LONG, "answer": "23"}])
     result = check_training_data(load_train_config(allowed))
     assert (result.overlap, result.near) == (1, ())
+
+
+def test_report_marks_a_checkpoint_trained_with_unchecked_holdout(tmp_path: Path) -> None:
+    """``bench`` copies the checkpoint's unchecked sets into the run's ``trained_on``;
+    the report's trained-on figure says so beside the count."""
+    from conductor.bench.summary import summarize_run
+    from conductor.render.comparison import TRAINED_ON
+
+    config = {
+        "benchmark": {"name": "arith", "grader": "math", "grader_version": 1},
+        "strategy": "conductor",
+        "epochs": 1,
+        "seed": 0,
+        "limit": None,
+        "trained_on": {"checkpoint": "ckpt", "questions": 9, "samples": 2},
+    }
+    (tmp_path / "samples.jsonl").write_text("")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert TRAINED_ON.cell(summarize_run(tmp_path)) == "2"
+    config["trained_on"]["unchecked_holdout"] = ["mmlu evaluation split (cais/mmlu test)"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert TRAINED_ON.cell(summarize_run(tmp_path)) == "2 (holdout unchecked)"

@@ -1035,8 +1035,9 @@ def check_training_data(config: TrainConfig) -> GuardResult:
                 "checkpoint records it)"
             )
         log.warning(
-            "contamination check: %s not compared with the training questions "
+            "contamination check: %d held-out %s not compared with the training questions "
             "(accept_unchecked_holdout: true, recorded in the checkpoint): %s",
+            len(unchecked),
             noun,
             "; ".join(u.label for u in unchecked),
         )
