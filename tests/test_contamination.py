@@ -141,6 +141,9 @@ def test_instructions_are_dropped_only_around_a_question() -> None:
     # A question that is nothing but an instruction-looking sentence stays as it is.
     assert normalise_question("Answer:") == "answer:"
     assert normalise_question("Let's think step by step.") == "let'sthinkstepbystep."
+    # A suffix is whole words: "reanswer:" is not "answer:".
+    assert normalise_question("Who must reanswer:") == "whomustreanswer:"
+    assert normalise_question("Who must answer? Answer:") == "whomustanswer?"
     # Inside the question the same words are content.
     inside = "Put your final answer within \\boxed{} and explain why 2 + 2 = 4."
     assert "boxed" in normalise_question(inside)

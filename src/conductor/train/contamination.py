@@ -122,6 +122,7 @@ EXAMPLE_CHARS = 80
 #: How many overlapping questions an error message quotes.
 MAX_EXAMPLES = 3
 
+# v1's patterns (see _normalise_v1); v2 writes LaTeX one way instead.
 _FRAC = re.compile(r"\\[dt]frac(?![A-Za-z])")
 _LOOK_ONLY = re.compile(
     r"\\(?:[,;:! ]|(?:q?quad|left|right|displaystyle|textstyle)(?![A-Za-z]))|\$|\\[()\[\]]"
@@ -158,7 +159,7 @@ _SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺", "0123456789-+
 _SUBSCRIPTS = str.maketrans("₀₁₂₃₄₅₆₇₈₉₋₊", "0123456789-+")
 _SUPERSCRIPT_RUN = re.compile("[⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺]+")
 _SUBSCRIPT_RUN = re.compile("[₀₁₂₃₄₅₆₇₈₉₋₊]+")
-#: Characters that NFKC leaves alone but that only another way of writing a symbol.
+#: Characters that NFKC leaves alone but that are only another way of writing a symbol.
 #: The multiplication sign and the middle dot keep their own commands: ``u \\times v``
 #: (a cross product) and ``u \\cdot v`` (a dot product) are different questions.
 _SYMBOLS = str.maketrans(
@@ -200,6 +201,7 @@ _SYMBOLS = str.maketrans(
 #: Escaped characters that read as the character itself.
 _ESCAPED = re.compile(r"\\([$%&#_])")
 _MATH_DELIMITERS = re.compile(r"\$|\\[()\[\]]")
+_SPACING = re.compile(r"\\[,;:! ]")
 #: Wrappers that change only the font: ``\\text{if }x`` is ``if x``.  ``\\mathbb`` and
 #: ``\\mathcal`` stay (ℝ is not R to a reader, though NFKC makes it so).
 _WRAPPERS = (
@@ -352,7 +354,7 @@ def _canonical(text: str) -> str:
     text = unicodedata.normalize("NFKC", text).translate(_SYMBOLS)
     text = _ESCAPED.sub(r"\1", text)  # \$5 is $5, then both lose the $ below
     text = _MATH_DELIMITERS.sub(" ", text)
-    text = re.sub(r"\\[,;:! ]", " ", text)
+    text = _SPACING.sub(" ", text)
     text = _until_stable(_UNWRAP, lambda m: " " + m[1][1:-1] + " ", text)
     text = _COMMAND.sub(_command, text)
     text = _until_stable(_FIRST_ARG, lambda m: f"\\{m[1]}{_braced(m[2])}", text)
@@ -400,7 +402,10 @@ _SUFFIXES = (
     r"solution ?:",
 )
 _PREFIX = re.compile(r"^(?:" + "|".join(_PREFIXES) + r") ?")
-_SUFFIX = re.compile(r" ?(?:" + "|".join(_SUFFIXES) + r")$")
+# A suffix starts a word (not "reanswer:"); it is looked for in the text's last
+# SUFFIX_WINDOW characters only, which keeps a long code question cheap.
+_SUFFIX = re.compile(r"(?<!\S)(?:" + "|".join(_SUFFIXES) + r")$")
+SUFFIX_WINDOW = 400
 _OPTIONS_HEADING = re.compile(r" ?(?:answer )?(?:choices|options) ?:?$")
 
 
@@ -408,7 +413,11 @@ def _strip_instructions(text: str) -> str:
     """``text`` (canonical) without the instructions before and after the question;
     unchanged if nothing else would be left."""
     while True:
-        stripped = _SUFFIX.sub("", _PREFIX.sub("", text)).strip()
+        stripped = _PREFIX.sub("", text)
+        suffix = _SUFFIX.search(stripped, max(0, len(stripped) - SUFFIX_WINDOW))
+        if suffix is not None:
+            stripped = stripped[: suffix.start()]
+        stripped = stripped.strip()
         if stripped == text or not stripped:
             return text
         text = stripped
@@ -897,6 +906,13 @@ def _held_out_sets(config: TrainConfig) -> list[_HeldOut]:
     return sets
 
 
+#: An n-gram found in more training questions than this is a template's boilerplate
+#: ("which of the following statements is true about"), not evidence of a copy: it is
+#: not counted as shared (it still counts in the question's n-grams), which also keeps
+#: one held-out question from being compared with most of the training set.
+MAX_NGRAM_POSTINGS = 200
+
+
 class _NgramIndex:
     """The training questions' word n-grams, to find each held-out question's closest
     training question by containment (shared n-grams over the shorter one's count)."""
@@ -919,7 +935,10 @@ class _NgramIndex:
         grams = _grams(words, self.settings.n)
         shared: dict[int, int] = {}
         for gram in grams:
-            for index in self.postings.get(gram, ()):
+            postings = self.postings.get(gram, ())
+            if len(postings) > MAX_NGRAM_POSTINGS:
+                continue
+            for index in postings:
                 shared[index] = shared.get(index, 0) + 1
         best: tuple[int, float] | None = None
         for index, count in shared.items():
