@@ -95,6 +95,12 @@ def _config(
                 "checkpoint": trained_on.source,
                 "questions": len(trained_on.hashes),
                 "samples": trained,
+                # The held-out sets its training did not compare with (only when some).
+                **(
+                    {"unchecked_holdout": list(trained_on.unchecked)}
+                    if trained_on.unchecked
+                    else {}
+                ),
             }
             if trained_on is not None
             else None

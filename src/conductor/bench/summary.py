@@ -110,6 +110,9 @@ class RunSummary:
     trained_on_samples: int | None = None
     #: Whether those samples were left out of the run (``--exclude-trained``).
     trained_excluded: bool = False
+    #: Whether training did not compare its questions with some held-out set
+    #: (``accept_unchecked_holdout``): the trained-on count may then be too low.
+    trained_unchecked: bool = False
 
     @property
     def errors(self) -> int:
@@ -339,6 +342,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
         rate_limits=_read_rate_limits(run_dir / RATE_LIMITS),
         trained_on_samples=(config.get("trained_on") or {}).get("samples"),
         trained_excluded=bool(config.get("exclude_trained")),
+        trained_unchecked=bool((config.get("trained_on") or {}).get("unchecked_holdout")),
     )
 
 

@@ -106,7 +106,8 @@ def _errors(s: RunSummary) -> str:
 def _trained_on(s: RunSummary) -> str:
     if s.trained_on_samples is None:
         return "-"
-    return f"{s.trained_on_samples}" + (" (excluded)" if s.trained_excluded else "")
+    unchecked = " (holdout unchecked)" if s.trained_unchecked else ""
+    return f"{s.trained_on_samples}" + (" (excluded)" if s.trained_excluded else "") + unchecked
 
 
 @dataclass(frozen=True)
