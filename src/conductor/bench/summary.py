@@ -110,6 +110,11 @@ class RunSummary:
     trained_on_samples: int | None = None
     #: Whether those samples were left out of the run (``--exclude-trained``).
     trained_excluded: bool = False
+    #: The grader and the options the benchmark gave it (``grader_options``), as the run
+    #: recorded them: a grader told to depart from the official checker (a tolerance,
+    #: say) says so here and in ``conductor report``.
+    grader: str | None = None
+    grader_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def errors(self) -> int:
@@ -339,7 +344,17 @@ def summarize_run(run_dir: Path) -> RunSummary:
         rate_limits=_read_rate_limits(run_dir / RATE_LIMITS),
         trained_on_samples=(config.get("trained_on") or {}).get("samples"),
         trained_excluded=bool(config.get("exclude_trained")),
+        grader=_grader_name(bench),
+        grader_options=dict(bench.get("grader_options") or {}),
     )
+
+
+def _grader_name(bench: dict[str, Any]) -> str | None:
+    """``code v3``: the grader and its version as the run's config names them."""
+    name, version = bench.get("grader"), bench.get("grader_version")
+    if not name:
+        return None
+    return f"{name} v{version}" if version is not None else str(name)
 
 
 # --------------------------------------------------------------------------- summary.json
