@@ -15,7 +15,8 @@ holding ``lcb_runner``) the official verdicts are recomputed by its own
 function its evaluation calls once per generation, with its default 6 s timeout) instead
 of read from the file, and ``--write`` stores them there.  It also times grading per
 sample both ways (``--repeat`` times each, cases that run into a time limit left out,
-since those measure the limit) and prints the ratio, project over official.
+since those measure the limit) and prints the ratio, project over official, then, from one
+program graded on 1 and on 21 tests, each one's fixed cost per sample and cost per test.
 
 Without a checkout the script needs nothing but the project: CI runs it on the stored
 verdicts (with ``--time-limit 2``: the corpus's slow cases pass and its endless ones
@@ -181,7 +182,36 @@ def main(argv: list[str] | None = None) -> int:
             f"then mean): project {mean_ours * 1000:.0f} ms, official {mean_theirs * 1000:.0f} ms, "
             f"ratio {mean_ours / mean_theirs:.2f}x"
         )
+    if check is not None:
+        _fixed_and_per_test(grader, check, args.repeat)
     return 1 if bad else 0
+
+
+def _fixed_and_per_test(
+    grader: CodeGrader,
+    check: Callable[[dict[str, Any], int], tuple[bool, list[Any]]],
+    repeat: int,
+) -> None:
+    """Print where the time goes: one correct program graded on 1 and on 21 tests gives
+    each grader's cost per sample (the 1-test time less one test) and per test."""
+    times: dict[str, list[float]] = {"project": [], "official": []}
+    for n in (1, 21):
+        case = {
+            "name": f"timing_{n}",
+            "fn_name": None,
+            "code": "a, b = map(int, input().split())\nprint(a + b)\n",
+            "tests": [{"input": "1 2\n", "output": "3\n"}] * n,
+        }
+        ours = functools.partial(project_verdict, case, grader)
+        theirs = functools.partial(check, case, OFFICIAL_TIMEOUT)
+        times["project"].append(_median_time(ours, _timed(ours)[1], repeat))
+        times["official"].append(_median_time(theirs, _timed(theirs)[1], repeat))
+    for who, (one, many) in times.items():
+        per_test = (many - one) / 20
+        print(
+            f"{who}: {(one - per_test) * 1000:.0f} ms per sample, "
+            f"then {per_test * 1000:.1f} ms per test"
+        )
 
 
 if __name__ == "__main__":
