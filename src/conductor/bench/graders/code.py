@@ -148,7 +148,6 @@ _PRELUDE_STARS = (
 _PRELUDE = (
     "".join(f"from {m} import *\n" for m in _PRELUDE_STARS)
     + "".join(f"import {m}\n" for m in _PRELUDE_STARS if m not in ("builtins", "typing"))
-    + "import os\n"
     + "sys.setrecursionlimit(50000)\n"
     # (an interpreter older than 3.11 given as ``python`` has no digit limit to raise)
     + "if hasattr(sys, 'set_int_max_str_digits'):\n    sys.set_int_max_str_digits(50000)\n"

@@ -1,9 +1,9 @@
 """The text side of the code grader, pure functions that run nothing: the code in a
 model's reply (:func:`extract_code`, rules in :mod:`conductor.bench.graders.code`),
 whether outputs match as LiveCodeBench's checker decides (:func:`outputs_match`,
-:func:`values_match`), the test methods
-of BigCodeBench test source (:func:`bcb_test_names`), and program output fit to quote
-in a record, keys redacted (``_clip``).
+:func:`values_match`), the test methods of BigCodeBench test source
+(:func:`bcb_test_names`), and program output fit to quote in a record, keys redacted
+(``_clip``).
 """
 
 from __future__ import annotations
