@@ -113,6 +113,11 @@ class RunSummary:
     #: Whether training did not compare its questions with some held-out set
     #: (``accept_unchecked_holdout``): the trained-on count may then be too low.
     trained_unchecked: bool = False
+    #: The grader and the options the benchmark gave it (``grader_options``), as the run
+    #: recorded them: a grader told to depart from the official checker (a tolerance,
+    #: say) says so here and in ``conductor report``.
+    grader: str | None = None
+    grader_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def errors(self) -> int:
@@ -343,7 +348,17 @@ def summarize_run(run_dir: Path) -> RunSummary:
         trained_on_samples=(config.get("trained_on") or {}).get("samples"),
         trained_excluded=bool(config.get("exclude_trained")),
         trained_unchecked=bool((config.get("trained_on") or {}).get("unchecked_holdout")),
+        grader=_grader_name(bench),
+        grader_options=dict(bench.get("grader_options") or {}),
     )
+
+
+def _grader_name(bench: dict[str, Any]) -> str | None:
+    """``code v3``: the grader and its version as the run's config names them."""
+    name, version = bench.get("grader"), bench.get("grader_version")
+    if not name:
+        return None
+    return f"{name} v{version}" if version is not None else str(name)
 
 
 # --------------------------------------------------------------------------- summary.json

@@ -16,6 +16,7 @@ The scores themselves are computed in :mod:`conductor.bench.summary`.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -110,6 +111,15 @@ def _trained_on(s: RunSummary) -> str:
     return f"{s.trained_on_samples}" + (" (excluded)" if s.trained_excluded else "") + unchecked
 
 
+def _grading(s: RunSummary) -> str:
+    """The grader and the options its benchmark set (``-`` for none recorded)."""
+    options = ", ".join(
+        f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in sorted(s.grader_options.items())
+    )
+    name = s.grader or "-"
+    return f"{name} ({options})" if options else name
+
+
 @dataclass(frozen=True)
 class Metric:
     """One figure of the comparison.
@@ -189,6 +199,10 @@ METRICS: tuple[Metric, ...] = (
 #: Shown only when some run records samples its Conductor was trained on: their
 #: scores are not held-out results.
 TRAINED_ON = Metric("trained-on samples", "trained\non", _trained_on, 3)
+
+#: Shown only when some run's benchmark gave its grader options: such a run may be
+#: graded otherwise than by the benchmark's official checker (a tolerance, say).
+GRADER_OPTIONS = Metric("grader options", "grader", _grading, 0)
 
 
 @dataclass(frozen=True)
@@ -273,7 +287,9 @@ def _paper_cell(figures: list[PaperFigure]) -> Text:
 
 def _metrics(entries: list[RunEntry], tier: int) -> list[Metric]:
     trained = any(e.summary.trained_on_samples is not None for e in entries)
-    return [m for m in (*METRICS, *((TRAINED_ON,) if trained else ())) if m.tier <= tier]
+    optioned = any(e.summary.grader_options for e in entries)
+    extra = (*((TRAINED_ON,) if trained else ()), *((GRADER_OPTIONS,) if optioned else ()))
+    return [m for m in (*METRICS, *extra) if m.tier <= tier]
 
 
 def _skipped_caption(entries: list[RunEntry]) -> str | None:
