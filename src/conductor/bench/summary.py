@@ -110,6 +110,9 @@ class RunSummary:
     trained_on_samples: int | None = None
     #: Whether those samples were left out of the run (``--exclude-trained``).
     trained_excluded: bool = False
+    #: The grader, its version and how it read answers (``math v3, extraction
+    #: official``), as the run's config records them; None when it records no grader.
+    grading: str | None = None
 
     @property
     def errors(self) -> int:
@@ -251,6 +254,19 @@ def _worker_order(config: dict[str, Any], usage: dict[str, dict[int, int]]) -> l
     return [i for i in ids if i in usage] + sorted(set(usage) - set(ids))
 
 
+def _grading(bench: dict[str, Any]) -> str | None:
+    """``GRADER vVERSION[, extraction X]`` from a config's benchmark section."""
+    name = bench.get("grader")
+    if not name:
+        return None
+    text = f"{name} v{bench.get('grader_version', '?')}"
+    options = bench.get("grader_options")
+    extraction = bench.get("grader_extraction") or (
+        options.get("extraction") if isinstance(options, dict) else None
+    )
+    return f"{text}, extraction {extraction}" if extraction else text
+
+
 def _label(benchmark: str, strategy: str, pool_name: str) -> str:
     return f"{benchmark} · {strategy} · {pool_name}"
 
@@ -295,6 +311,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
         strategy=strategy,
         pool_name=pool_name,
         label=_label(benchmark, strategy, pool_name),
+        grading=_grading(bench),
         n_samples=len(acc.per_sample),
         n_records=n,
         epochs=int(config.get("epochs") or len(acc.per_epoch)),

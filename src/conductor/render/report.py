@@ -145,7 +145,12 @@ def report_views(summaries: list[RunSummary]) -> list[RenderableType]:
         singles = [s for s in runs if s.strategy.startswith("single:")]
         oracle = best_single(singles) if len(singles) >= 2 else None
         title = f"Bench runs: {printable(bench)}" if len(by_bench) > 1 else "Bench runs"
-        out.append(comparison_view(runs, oracle, title))
+        view = comparison_view(runs, oracle, title)
+        # Scores read with other graders or extractions do not compare: say which.
+        gradings = sorted({printable(s.grading) for s in runs if s.grading})
+        if gradings:
+            view = Group(view, Text(f"Graded by: {'; '.join(gradings)}", style="dim"))
+        out.append(view)
     for s in summaries:
         if s.strategy == "conductor":
             if s.worker_usage:
