@@ -349,8 +349,20 @@ def summarize_run(run_dir: Path) -> RunSummary:
         trained_excluded=bool(config.get("exclude_trained")),
         trained_unchecked=bool((config.get("trained_on") or {}).get("unchecked_holdout")),
         grader=_grader_name(bench),
-        grader_options=dict(bench.get("grader_options") or {}),
+        grader_options=_grader_options(bench),
     )
+
+
+def _grader_options(bench: dict[str, Any]) -> dict[str, Any]:
+    """The options the grader ran with: the benchmark's ``grader_options`` and how it
+    read answers (``grader_extraction``, recorded even where the file left the default,
+    since the default changed from the project's reading to the reference harness's)."""
+    options = bench.get("grader_options")
+    found = dict(options) if isinstance(options, dict) else {}
+    extraction = bench.get("grader_extraction")
+    if extraction and "extraction" not in found:
+        found["extraction"] = extraction
+    return found
 
 
 def _grader_name(bench: dict[str, Any]) -> str | None:

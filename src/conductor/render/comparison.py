@@ -114,7 +114,8 @@ def _trained_on(s: RunSummary) -> str:
 def _grading(s: RunSummary) -> str:
     """The grader and the options its benchmark set (``-`` for none recorded)."""
     options = ", ".join(
-        f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in sorted(s.grader_options.items())
+        f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+        for k, v in sorted(s.grader_options.items())
     )
     name = s.grader or "-"
     return f"{name} ({options})" if options else name
