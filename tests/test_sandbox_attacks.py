@@ -25,13 +25,10 @@ from sandbox_attacks import ATTACKS, grading_attack
 from conductor.bench.graders import get_grader
 from conductor.bench.graders.code import CodeGrader, with_unsafe_opt_in
 from conductor.bench.graders.code_text import _clip
-from conductor.bench.sandbox_isolation import (
-    ISOLATION_ENV,
-    UNISOLATED_REFUSAL,
-    os_isolation_available,
-)
+from conductor.bench.sandbox_isolation import ISOLATION_ENV, os_isolation_available
 from conductor.bench.types import Sample
 from conductor.errors import UsageError
+from conductor.sandbox import NONE, weaker_refusal
 
 REPO = Path(__file__).resolve().parent.parent
 NOBODY = 65534
@@ -122,7 +119,7 @@ def test_code_grader_refuses_without_isolation(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv(ISOLATION_ENV, "off")
     with pytest.raises(UsageError) as err:
         CodeGrader()
-    assert str(err.value) == UNISOLATED_REFUSAL
+    assert str(err.value) == weaker_refusal(NONE)
     assert "--confirm-run-unsafe-code" in str(err.value)
     with pytest.raises(UsageError):
         get_grader("code", {})

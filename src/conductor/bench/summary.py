@@ -110,6 +110,9 @@ class RunSummary:
     trained_on_samples: int | None = None
     #: Whether those samples were left out of the run (``--exclude-trained``).
     trained_excluded: bool = False
+    #: Records graded by running code, per sandbox engine that ran it (``bubblewrap``,
+    #: ``namespaces``, ``none``; see :mod:`conductor.sandbox`).
+    sandbox_engines: dict[str, int] = field(default_factory=dict)
 
     @property
     def errors(self) -> int:
@@ -196,6 +199,7 @@ class _Acc:
     queues: list[float] = field(default_factory=list)
     usage: dict[str, dict[int, int]] = field(default_factory=dict)
     topologies: dict[str, int] = field(default_factory=dict)
+    engines: dict[str, int] = field(default_factory=dict)
 
     def add(self, rec: RunRecord, number: int) -> None:
         self.n += 1
@@ -211,6 +215,10 @@ class _Acc:
         e = self.per_epoch.setdefault(rec.epoch or 0, [0.0, 0.0])
         e[0] += score
         e[1] += 1
+        detail = grade.get("detail") if isinstance(grade, dict) else None
+        engine = detail.get("sandbox") if isinstance(detail, dict) else None
+        if isinstance(engine, str):
+            self.engines[engine[:40]] = self.engines.get(engine[:40], 0) + 1
 
         produced = False
         for rnd in rec.rounds:
@@ -339,6 +347,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
         rate_limits=_read_rate_limits(run_dir / RATE_LIMITS),
         trained_on_samples=(config.get("trained_on") or {}).get("samples"),
         trained_excluded=bool(config.get("exclude_trained")),
+        sandbox_engines=dict(sorted(acc.engines.items())),
     )
 
 

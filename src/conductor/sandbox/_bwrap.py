@@ -139,9 +139,18 @@ def plan_bwrap(
             a += ["--symlink", os.readlink(host), host]
         elif os.path.isdir(host):
             a += ["--ro-bind", host, host]
-    for path in interpreter_dirs(python):
-        if path == "/usr" or path.startswith("/usr/"):
-            continue
+    bound = [p for p in interpreter_dirs(python) if p != "/usr" and not p.startswith("/usr/")]
+    # bwrap makes missing parents of a mount point 0700 (as root: owned by root), which
+    # the run's uid could not pass through: make them first, open to all (read-only /)
+    parents: set[str] = set()
+    for path in bound:
+        parent = os.path.dirname(path)
+        while parent not in ("/", "/tmp"):
+            parents.add(parent)
+            parent = os.path.dirname(parent)
+    for parent in sorted(parents):
+        a += ["--perms", "0755", "--dir", parent]
+    for path in bound:
         a += ["--ro-bind", path, path]
 
     a += ["--dir", "/etc"]
