@@ -184,9 +184,14 @@ def plan_bwrap(
         dest = os.path.normpath(os.path.join(WORKDIR, rel))
         if not dest.startswith(WORKDIR + "/"):
             raise ValueError(f"sandbox file path escapes the work dir: {rel!r}")
+        # every directory between the work dir and the file, open to the run's uid
+        between: list[str] = []
         parent = os.path.dirname(dest)
-        if parent != WORKDIR:
-            a += ["--perms", "0777", "--dir", parent]
+        while parent != WORKDIR:
+            between.insert(0, parent)
+            parent = os.path.dirname(parent)
+        for path in between:
+            a += ["--perms", "0777", "--dir", path]
         fd = _memfd("file", text.encode("utf-8"))
         plan.fds.append(fd)
         a += ["--perms", "0666", "--file", str(fd), dest]

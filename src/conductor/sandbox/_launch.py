@@ -163,13 +163,14 @@ def launch(
     except (AttributeError, OSError):
         pidfd = -1
     try:
-        while sinks:
+        while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 timed_out = True
                 break
+            # with every pipe closed there is still the process to wait for
             waits = [*sinks, *([pidfd] if pidfd >= 0 else [])]
-            ready, _, _ = select.select(waits, [], [], min(left, 0.5 if pidfd < 0 else left))
+            ready, _, _ = select.select(waits, [], [], min(left, 0.05 if pidfd < 0 else left))
             for fd in ready:
                 if fd == pidfd:
                     continue

@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._bwrap import SCRATCH, WORKDIR, bwrap_path, plan_bwrap
+from ._bwrap import SCRATCH, WORKDIR, BwrapPlan, bwrap_path, plan_bwrap
 from ._engine import BUBBLEWRAP, NAMESPACES, NONE, default_engine
-from ._launch import launch
+from ._launch import Launched, launch
 from ._namespaces import fresh_uid, hidden_homes, ns_command, ns_mode, user_tasks, visible_dirs
 from ._result import SandboxResult
 
@@ -121,6 +121,23 @@ def _frame_limit(job: Mapping[str, Any], output_limit: int) -> int:
     per_test = job.get("output_limit")
     biggest = max(int(output_limit), int(per_test) if isinstance(per_test, int) else 0)
     return 13 * biggest + (1 << 20)
+
+
+def _launch_or_fail(argv: Sequence[str], **kw: Any) -> Launched:
+    """:func:`launch`, or, where the sandbox cannot even start (bwrap or the interpreter
+    missing, out of file descriptors), a run that ended without result saying why: a
+    grader turns that into a ``grader_error`` verdict instead of failing the bench."""
+    if not argv:
+        # not launched: the fds meant for it are closed here (launch closes its own)
+        report = kw.get("report")
+        for fd in [*kw.get("pass_fds", ()), *([report[0]] if report is not None else [])]:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        return Launched(None, False, "", "the sandbox failed to start", False, False, 0)
+    try:
+        return launch(argv, **kw)
+    except OSError as exc:
+        return Launched(None, False, "", f"the sandbox failed to start: {exc}", False, False, 0)
 
 
 class _Report:
@@ -269,16 +286,22 @@ def run_job(
         }
         config = json.dumps(cfg).encode("utf-8")
         if chosen == BUBBLEWRAP:
-            plan = plan_bwrap(
-                bwrap=str(bwrap),  # set above with the engine
-                python=interpreter,
-                driver_source=_DRIVER.read_bytes(),
-                config=config,
-                files=files or {},
-                disk_mb=disk_mb,
-                fresh_uid=run_uid,
-                inner_uid=run_uid if run_uid is not None else os.getuid(),
-            )
+            try:
+                plan = plan_bwrap(
+                    bwrap=str(bwrap),  # set above with the engine
+                    python=interpreter,
+                    driver_source=_DRIVER.read_bytes(),
+                    config=config,
+                    files=files or {},
+                    disk_mb=disk_mb,
+                    fresh_uid=run_uid,
+                    inner_uid=run_uid if run_uid is not None else os.getuid(),
+                )
+            except OSError as exc:
+                # launched as a command that fails the same way, so that the result
+                # says why (a grader makes it a grader_error, not a crash of the bench)
+                plan = BwrapPlan(argv=[])
+                notes.append(f"the sandbox failed to start: {exc}")
             fds += plan.fds
             argv, notes = plan.argv, notes + plan.notes
             layers = [*plan.layers, *_BASE_LAYERS]
@@ -304,7 +327,7 @@ def run_job(
         # from here the launcher owns (and closes) these fds, whatever happens
         passed, fds = [*fds, report_w], []
         reader, report_r, report_w = report_r, -1, -1
-        done = launch(
+        done = _launch_or_fail(
             argv,
             env=_child_env(work, tmp, env),
             cwd=cwd,
