@@ -391,6 +391,28 @@ def _daemon_survives() -> Outcome:
     return not left, f"survivors: {left}" if left else "every process of the run is gone"
 
 
+def _fork_bomb() -> Outcome:
+    """Processes without end: capped by RLIMIT_NPROC (a fresh uid as root), then all
+    killed at the wall limit; the caller goes on."""
+    code = """
+    import os, time
+    for _ in range(100000):
+        try:
+            if os.fork() == 0:
+                time.sleep(30)
+                os._exit(0)
+        except OSError:
+            break
+    print("capped at", len(os.listdir("/proc")), "entries in /proc", flush=True)
+    time.sleep(30)
+    """
+    started = time.monotonic()
+    res = run(code, wall_time_s=5)
+    took = time.monotonic() - started
+    ok = res.timed_out and took < 30
+    return ok, f"timed out: {res.timed_out} after {took:.1f} s; {res.stdout.strip()[:60]}"
+
+
 def _ptrace_driver() -> Outcome:
     code = """
     import ctypes, os
@@ -455,6 +477,7 @@ ATTACKS: dict[str, Callable[[], Outcome]] = {
     "/proc/1/root shows the sandbox, not the host": _proc_1_root,
     "memfd / shm / SysV shm beyond the memory limit": _memory_files,
     "a daemon (setsid, double fork) outlives the run": _daemon_survives,
+    "a fork bomb": _fork_bomb,
     "ptrace the test driver": _ptrace_driver,
     "an fd the caller holds open leaks in": _inherited_fds,
     "a new user namespace to mount an unlimited tmpfs": _user_namespace,
