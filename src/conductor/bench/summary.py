@@ -118,6 +118,9 @@ class RunSummary:
     #: say) says so here and in ``conductor report``.
     grader: str | None = None
     grader_options: dict[str, Any] = field(default_factory=dict)
+    #: Records graded by running code, per sandbox engine that ran it (``bubblewrap``,
+    #: ``namespaces``, ``none``; see :mod:`conductor.sandbox`).
+    sandbox_engines: dict[str, int] = field(default_factory=dict)
 
     @property
     def errors(self) -> int:
@@ -204,6 +207,7 @@ class _Acc:
     queues: list[float] = field(default_factory=list)
     usage: dict[str, dict[int, int]] = field(default_factory=dict)
     topologies: dict[str, int] = field(default_factory=dict)
+    engines: dict[str, int] = field(default_factory=dict)
 
     def add(self, rec: RunRecord, number: int) -> None:
         self.n += 1
@@ -219,6 +223,10 @@ class _Acc:
         e = self.per_epoch.setdefault(rec.epoch or 0, [0.0, 0.0])
         e[0] += score
         e[1] += 1
+        detail = grade.get("detail") if isinstance(grade, dict) else None
+        engine = detail.get("sandbox") if isinstance(detail, dict) else None
+        if isinstance(engine, str):
+            self.engines[engine[:40]] = self.engines.get(engine[:40], 0) + 1
 
         produced = False
         for rnd in rec.rounds:
@@ -350,6 +358,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
         trained_unchecked=bool((config.get("trained_on") or {}).get("unchecked_holdout")),
         grader=_grader_name(bench),
         grader_options=_grader_options(bench),
+        sandbox_engines=dict(sorted(acc.engines.items())),
     )
 
 

@@ -121,6 +121,14 @@ def _grading(s: RunSummary) -> str:
     return f"{name} ({options})" if options else name
 
 
+def _sandbox(s: RunSummary) -> str:
+    if not s.sandbox_engines:
+        return "-"
+    if len(s.sandbox_engines) == 1:
+        return printable(next(iter(s.sandbox_engines)))
+    return " · ".join(f"{printable(k)} {v}" for k, v in s.sandbox_engines.items())
+
+
 @dataclass(frozen=True)
 class Metric:
     """One figure of the comparison.
@@ -200,6 +208,9 @@ METRICS: tuple[Metric, ...] = (
 #: Shown only when some run records samples its Conductor was trained on: their
 #: scores are not held-out results.
 TRAINED_ON = Metric("trained-on samples", "trained\non", _trained_on, 3)
+#: Shown only when some run graded code: the sandbox engine(s) that ran it, so a run
+#: graded without bubblewrap (the user's opt-in) is seen as such.
+SANDBOX = Metric("code sandbox", "sandbox", _sandbox, 0)
 
 #: Shown only when some run's benchmark gave its grader options: such a run may be
 #: graded otherwise than by the benchmark's official checker (a tolerance, say).
@@ -289,7 +300,12 @@ def _paper_cell(figures: list[PaperFigure]) -> Text:
 def _metrics(entries: list[RunEntry], tier: int) -> list[Metric]:
     trained = any(e.summary.trained_on_samples is not None for e in entries)
     optioned = any(e.summary.grader_options for e in entries)
-    extra = (*((TRAINED_ON,) if trained else ()), *((GRADER_OPTIONS,) if optioned else ()))
+    sandboxed = any(e.summary.sandbox_engines for e in entries)
+    extra = (
+        *((TRAINED_ON,) if trained else ()),
+        *((GRADER_OPTIONS,) if optioned else ()),
+        *((SANDBOX,) if sandboxed else ()),
+    )
     return [m for m in (*METRICS, *extra) if m.tier <= tier]
 
 

@@ -20,8 +20,8 @@ rewarded and how GRPO is run.  Schema (``base_model``, ``pool``, ``data`` and
     template: default              # the Conductor prompt template (name or file)
     seed: 0
     worker_max_tokens: 4096        # optional: override every worker's max_tokens
-    confirm_run_unsafe_code: false # true: grade code rewards even where no OS sandbox
-                                   # is possible (as bench --confirm-run-unsafe-code)
+    confirm_run_unsafe_code: false # true: grade code rewards in a sandbox weaker than
+                                   # bubblewrap (as bench --confirm-run-unsafe-code)
     reward: {unparsed: 0.0, parsed_wrong: 0.5, correct: 1.0, format_bonus: 0.0,
              cost_penalty_per_usd: 0.0, cost_penalty_per_call: 0.0, failed_run: 0.0}
     grpo: {group_size: 8, questions_per_step: 4, learning_rate: 1.0e-6, ...}

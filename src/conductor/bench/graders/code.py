@@ -73,8 +73,11 @@ never correct: it is graded ``runtime_error`` with the refused operations in
 
 Quoted program output (expected / got, error tails) is clipped, control characters are
 escaped and values of the parent's environment (keys) are redacted (:func:`_clip`).
-Where the machine offers no OS isolation the grader refuses to be built unless
-``confirm_run_unsafe_code`` is given, and its verdicts then carry ``"unisolated": true``.
+Code runs in the bubblewrap sandbox (:mod:`conductor.sandbox`); where bubblewrap cannot
+run, or ``CONDUCTOR_SANDBOX_ISOLATION`` asks for a weaker engine, the grader refuses to
+be built unless ``confirm_run_unsafe_code`` is given.  Every verdict names the engine
+that ran the sample in ``detail["sandbox"]``, and carries ``"unisolated": true`` when
+that was no OS isolation at all.
 
 **What a solution cannot do to its grade** (each is a test in
 tests/test_sandbox_attacks.py):
@@ -126,9 +129,8 @@ from conductor.bench.graders.code_text import (
     values_match,
 )
 from conductor.bench.lcb_tests import decode_lcb_tests
-from conductor.bench.sandbox import SandboxResult, run_job
-from conductor.bench.sandbox_isolation import require_isolation
 from conductor.bench.types import Sample, Verdict
+from conductor.sandbox import BUBBLEWRAP, SandboxResult, require_engine, run_job
 
 __all__ = [
     "CodeGrader",
@@ -217,9 +219,10 @@ class CodeGrader:
         self.bigcodebench_memory_mb = int(bigcodebench_memory_mb)
         self.allow_subprocess = bool(allow_subprocess)
         self.python = python
-        #: False when no OS isolation exists here and the user opted in to run anyway;
-        #: every verdict then says ``unisolated`` in its detail.
-        self.isolated = require_isolation(bool(confirm_run_unsafe_code))
+        #: The sandbox engine every sample is graded in (bubblewrap unless the user
+        #: opted in to a weaker one); each verdict records it as ``detail["sandbox"]``.
+        self.engine = require_engine(bool(confirm_run_unsafe_code))
+        self.isolated = self.engine == BUBBLEWRAP
 
     # -- public -------------------------------------------------------------------------
 
@@ -292,12 +295,12 @@ class CodeGrader:
             memory_mb=mem,
             allow_subprocess=self.allow_subprocess,
             python=self.python,
-            isolate=True,
+            engine=self.engine,
             report_limit=_REPORT_LIMIT,
         )
 
     def _base(self, result: SandboxResult) -> dict[str, Any]:
-        base: dict[str, Any] = {"isolation": result.isolation}
+        base: dict[str, Any] = {"sandbox": result.engine, "isolation": result.isolation}
         if "unisolated" in result.isolation:
             base["unisolated"] = True
         return base
