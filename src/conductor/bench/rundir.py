@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import RecordError, UsageError
+from ..private import open_private
 from ..record import RunRecord, record_from_dict
 
 __all__ = [
@@ -260,7 +261,7 @@ def repair_tail(path: Path) -> None:
 def open_samples(path: Path) -> IO[bytes]:
     """The samples file, opened unbuffered for appending: a failed write leaves nothing
     in a buffer to be written later by someone else."""
-    return path.open("ab", buffering=0)
+    return open_private(path, "ab", buffering=0)
 
 
 def write_line(fh: IO[bytes], line: str) -> None:

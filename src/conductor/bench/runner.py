@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
@@ -44,8 +45,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import AuthenticationError, UsageError
+from ..errors import AuthenticationError, CacheError, UsageError
 from ..llm.cache import ResponseCache
+from ..private import make_private_dir, open_private, tighten, write_private
 from ..record import RunRecord, now_iso, record_to_dict
 from ..text import plural
 from .data import count_samples, iter_samples, render_prompt
@@ -53,6 +55,7 @@ from .faults import (
     BenchStopped,
     _auth_failure,
     _auth_stop,
+    _cache_stop,
     _io_stop,
     _pool_secrets,
     _reason,
@@ -88,6 +91,8 @@ __all__ = [
     "completed_keys",
     "run_benchmark",
 ]
+
+log = logging.getLogger("conductor")
 
 
 @dataclass
@@ -129,7 +134,7 @@ def completed_keys(out_dir: Path, *, drop_errors: bool = False) -> set[tuple[str
     lines = SampleLines(path)
     if drop_errors and path.exists():
         tmp = path.with_suffix(".jsonl.tmp")
-        with tmp.open("w", encoding="utf-8") as out:
+        with open_private(tmp, "w", encoding="utf-8") as out:
             for _number, data in lines:
                 if not _is_error(data):
                     out.write(json.dumps(data, ensure_ascii=False) + "\n")
@@ -240,6 +245,19 @@ def _work(
                 yield sample, epoch
 
 
+def _make_private(out: Path) -> None:
+    """Take group and other permissions off a run directory an older version left
+    readable (its records hold prompts, answers and grades), and say so."""
+    changed = tighten(out)
+    if changed:
+        log.warning(
+            "%s: was readable by other users; made it and its files private to their owner "
+            "(%s changed)",
+            out,
+            plural(changed, "entry", "entries"),
+        )
+
+
 async def run_benchmark(
     spec: BenchmarkSpec,
     strategy: Strategy,
@@ -281,9 +299,10 @@ async def run_benchmark(
         _check_overwritable(out)
     created = _absent(out)
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        make_private_dir(out)
     except OSError as exc:
         raise UsageError(f"{out}: cannot create the run directory ({exc.strerror})") from None
+    _make_private(out)
     new_files = _absent_files(out)
     # Only a holder of the lock may undo anything: a busy directory is another run's.
     lock = _lock_run_dir(out)
@@ -330,7 +349,9 @@ async def _run_locked(
         _check_same_run(old, config, out)
     else:
         try:
-            config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+            write_private(
+                config_path, json.dumps(config, indent=2, ensure_ascii=False) + "\n", atomic=False
+            )
         except OSError as exc:
             with suppress(OSError):
                 config_path.unlink()
@@ -449,6 +470,9 @@ async def _run_locked(
             except AuthenticationError as exc:
                 halt(_auth_stop(_scrub(exc.describe(), secrets), out, progress.done), cancel=False)
                 return
+            except CacheError as exc:
+                halt(_cache_stop(exc, out, progress.done), cancel=True)
+                return
             except Exception as exc:  # noqa: BLE001 - any fault of one sample is its record
                 result = (failed_line(question, sample, epoch, exc), "run_failed", 0.0)
             # The model calls are over: the next sample may start while this one is graded.
@@ -465,6 +489,9 @@ async def _run_locked(
                     return
                 try:
                     result = await graded_line(record, sample, key)
+                except CacheError as exc:
+                    halt(_cache_stop(exc, out, progress.done), cancel=True)
+                    return
                 except Exception as exc:  # noqa: BLE001 - e.g. a record that cannot be encoded
                     result = (failed_line(question, sample, epoch, exc), "run_failed", 0.0)
             line, status, cost = result
