@@ -50,7 +50,7 @@ from ..llm.cache import ResponseCache
 from ..private import make_private_dir, open_private, tighten, write_private
 from ..record import RunRecord, now_iso, record_to_dict
 from ..text import plural
-from .data import count_samples, iter_samples, render_prompt
+from .data import count_samples, iter_samples, recorded_metadata, render_prompt
 from .faults import (
     BenchStopped,
     _auth_failure,
@@ -414,7 +414,10 @@ async def _run_locked(
         record: RunRecord, sample: Sample, key: str | None
     ) -> tuple[str, str, float]:
         record.gold = sample.gold
-        record.metadata.update(sample_metadata(sample), sample=sample.metadata)
+        # Without the hidden tests: the next program graded on this machine could read them.
+        record.metadata.update(
+            sample_metadata(sample), sample=recorded_metadata(spec, sample, options.data_file)
+        )
         if record.status != "failed":
             try:
                 verdict = await loop.run_in_executor(
