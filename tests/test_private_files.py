@@ -34,6 +34,7 @@ from conductor.bench.runner import run_benchmark
 from conductor.bench.sources import DatasetError
 from conductor.bench.spec import load_benchmark
 from conductor.bench.strategies import parse_strategy
+from conductor.bench.types import Sample
 from conductor.errors import CacheError
 from conductor.llm.cache import DB_FILE, ResponseCache
 from conductor.llm.caller import CallerSet
@@ -266,8 +267,6 @@ def test_records_and_the_sample_cache_keep_no_hidden_tests_and_can_be_regraded(
 
 def test_bigcodebench_records_drop_the_unittest_source() -> None:
     spec = load_benchmark("bigcodebench-hard")
-    from conductor.bench.types import Sample
-
     sample = Sample(
         id="bcb/1",
         input={"question": "q"},
@@ -419,3 +418,30 @@ def test_a_read_only_cache_is_a_write_fault_not_damage(tmp_path: Path) -> None:
         with pytest.raises(CacheError) as info:
             cache.set("k", RawCompletion("x", Usage(1, 1), {}))
     assert not info.value.corrupt and "--no-cache" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("printed", "quoted"),
+    [("wrong-public", "'shown-output\\n'"), ("shown-output", "a hidden output")],
+    ids=["public-test-fails", "private-test-fails"],
+)
+def test_a_verdict_never_quotes_a_hidden_expected_output(printed: str, quoted: str) -> None:
+    from conductor.bench.graders.code import CodeGrader
+
+    sample = Sample(
+        id="lcb/1",
+        input={"question": "?"},
+        gold=None,
+        metadata={
+            "tests": [
+                {"input": "1\n", "output": "shown-output\n", "testtype": "stdin"},
+                {"input": "2\n", "output": f"{SECRET}\n", "testtype": "stdin"},
+            ],
+            "num_public_tests": 1,
+            "fn_name": None,
+        },
+    )
+    # Right on the public test only when it prints the public output.
+    verdict = CodeGrader().grade(f"```python\nprint({printed!r})\n```", sample)
+    assert verdict.status == "incorrect", verdict
+    assert f"expected {quoted}" in verdict.reason and SECRET not in json.dumps(verdict.to_dict())
