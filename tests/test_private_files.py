@@ -168,7 +168,7 @@ def test_a_run_directory_an_older_version_left_readable_is_made_private(
     with caplog.at_level(logging.WARNING, logger="conductor"):
         asyncio.run(_bench(tmp_path, fake_server, out))
     assert loose(out) == []
-    assert any("was readable by other users" in r.getMessage() for r in caplog.records)
+    assert any("the run directory was readable" in r.getMessage() for r in caplog.records)
 
 
 def test_a_cache_an_older_version_left_readable_is_made_private(
@@ -182,7 +182,7 @@ def test_a_cache_an_older_version_left_readable_is_made_private(
     with caplog.at_level(logging.WARNING, logger="conductor"), ResponseCache(directory) as cache:
         assert cache.get("k") is not None
     assert loose(directory) == []
-    assert any("call cache was readable" in r.getMessage() for r in caplog.records)
+    assert any("the call cache was readable" in r.getMessage() for r in caplog.records)
 
 
 def test_large_cached_values_are_private_files_too(tmp_path: Path, umask_000: None) -> None:

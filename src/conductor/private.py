@@ -15,6 +15,7 @@ opened again: :func:`tighten` says what it changed so the caller can log it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import stat
 from collections.abc import Iterator
@@ -26,10 +27,13 @@ __all__ = [
     "FILE_MODE",
     "make_private_dir",
     "open_private",
+    "own_dir",
     "private_file",
     "tighten",
     "write_private",
 ]
+
+log = logging.getLogger("conductor")
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -160,3 +164,20 @@ def tighten(path: str | Path, *, walk: bool = False) -> int:
             continue
         changed += 1
     return changed
+
+
+def own_dir(path: str | Path, what: str) -> Path:
+    """:func:`make_private_dir` for ``what`` (``the run directory``, ``the call cache``),
+    an existing one left readable by an older version tightened (:func:`tighten`) with
+    a warning that says so.  Returns ``path``."""
+    target = make_private_dir(path)
+    changed = tighten(target)
+    if changed:
+        log.warning(
+            "%s: %s was readable by other users; made it and its files private to their "
+            "owner (%d changed)",
+            target,
+            what,
+            changed,
+        )
+    return target

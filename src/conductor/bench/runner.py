@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
@@ -47,7 +46,7 @@ from typing import Any
 
 from ..errors import AuthenticationError, CacheError, UsageError
 from ..llm.cache import ResponseCache
-from ..private import make_private_dir, open_private, tighten, write_private
+from ..private import open_private, own_dir, write_private
 from ..record import RunRecord, now_iso, record_to_dict
 from ..text import plural
 from .data import count_samples, iter_samples, recorded_metadata, render_prompt
@@ -91,8 +90,6 @@ __all__ = [
     "completed_keys",
     "run_benchmark",
 ]
-
-log = logging.getLogger("conductor")
 
 
 @dataclass
@@ -245,19 +242,6 @@ def _work(
                 yield sample, epoch
 
 
-def _make_private(out: Path) -> None:
-    """Take group and other permissions off a run directory an older version left
-    readable (its records hold prompts, answers and grades), and say so."""
-    changed = tighten(out)
-    if changed:
-        log.warning(
-            "%s: was readable by other users; made it and its files private to their owner "
-            "(%s changed)",
-            out,
-            plural(changed, "entry", "entries"),
-        )
-
-
 async def run_benchmark(
     spec: BenchmarkSpec,
     strategy: Strategy,
@@ -299,10 +283,9 @@ async def run_benchmark(
         _check_overwritable(out)
     created = _absent(out)
     try:
-        make_private_dir(out)
+        own_dir(out, "the run directory")
     except OSError as exc:
         raise UsageError(f"{out}: cannot create the run directory ({exc.strerror})") from None
-    _make_private(out)
     new_files = _absent_files(out)
     # Only a holder of the lock may undo anything: a busy directory is another run's.
     lock = _lock_run_dir(out)

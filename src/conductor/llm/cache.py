@@ -25,7 +25,6 @@ import contextlib
 import errno
 import hashlib
 import json
-import logging
 import os
 import shutil
 import sqlite3
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import CacheError, UsageError
-from ..private import FILE_MODE, make_private_dir, private_file, tighten
+from ..private import FILE_MODE, make_private_dir, own_dir, private_file
 from .types import ModelRequest, RawCompletion, Usage
 
 if TYPE_CHECKING:
@@ -46,13 +45,12 @@ __all__ = [
     "DB_FILE",
     "CacheStats",
     "ResponseCache",
+    "cache_fault",
     "cache_key",
     "default_cache_dir",
     "discard_cache",
     "storable",
 ]
-
-log = logging.getLogger("conductor")
 
 #: Part of every key: bump to invalidate every cached entry at once.
 KEY_VERSION = 1
@@ -186,15 +184,7 @@ class ResponseCache:
 
         self.directory = Path(directory) if directory is not None else default_cache_dir()
         try:
-            make_private_dir(self.directory)
-            changed = tighten(self.directory)
-            if changed:
-                log.warning(
-                    "%s: the call cache was readable by other users; made it private to "
-                    "its owner (%d entries changed)",
-                    self.directory,
-                    changed,
-                )
+            own_dir(self.directory, "the call cache")
             # Made first, so that SQLite opens a private file rather than creating a
             # readable one (its -wal and -shm take the database file's permissions).
             private_file(self.directory / DB_FILE)
