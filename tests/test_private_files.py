@@ -101,6 +101,22 @@ def test_tighten_walks_only_a_readable_tree_and_counts_what_it_changed(tmp_path:
     assert tighten(top, walk=True) == 1 and loose(top) == []
 
 
+def test_tighten_with_names_leaves_other_files_and_a_shared_directory_alone(
+    tmp_path: Path,
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "samples.jsonl").write_text("x")
+    (shared / "theirs.txt").write_text("y")
+    shared.chmod(0o1777)  # sticky, as /tmp is: --out /tmp must not close it
+    for name in ("samples.jsonl", "theirs.txt"):
+        (shared / name).chmod(0o644)
+    assert tighten(shared, names=("samples.jsonl",)) == 1
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+    assert stat.S_IMODE((shared / "samples.jsonl").stat().st_mode) == 0o600
+    assert stat.S_IMODE((shared / "theirs.txt").stat().st_mode) == 0o644
+
+
 # -- a real bench run, as root and as nobody, umask 022 and 000 ---------------------------
 
 
@@ -161,13 +177,13 @@ def test_a_run_directory_an_older_version_left_readable_is_made_private(
     tmp_path: Path, fake_server: FakeLLMServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     out = tmp_path / "run"
-    out.mkdir()
-    (out / "notes.txt").write_text("mine")
-    out.chmod(0o755)
-    (out / "notes.txt").chmod(0o644)
+    asyncio.run(_bench(tmp_path, fake_server, out, limit=1))
+    (out / "notes.txt").write_text("the user's own file, not the run's")
+    for path, mode in ((out, 0o755), (out / "samples.jsonl", 0o644), (out / "notes.txt", 0o644)):
+        path.chmod(mode)
     with caplog.at_level(logging.WARNING, logger="conductor"):
-        asyncio.run(_bench(tmp_path, fake_server, out))
-    assert loose(out) == []
+        asyncio.run(_bench(tmp_path, fake_server, out, limit=1, resume=True))
+    assert loose(out) == [f"run/notes.txt {stat.filemode(0o100644)}"]
     assert any("the run directory was readable" in r.getMessage() for r in caplog.records)
 
 

@@ -132,25 +132,51 @@ def _loose(path: Path) -> bool:
         return False
 
 
-def _walk(top: Path) -> Iterator[Path]:
-    yield top
-    for root, dirs, files in os.walk(top):
-        for name in (*dirs, *files):
-            yield Path(root, name)
+def _walk(top: Path, names: tuple[str, ...] | None) -> Iterator[Path]:
+    """``top``'s entries (only those matching the glob patterns ``names``, when given),
+    each followed by everything under it; links are not followed."""
+    entries = [top] if names is None else sorted({p for n in names for p in top.glob(n)})
+    for entry in entries:
+        yield entry
+        if entry.is_dir() and not entry.is_symlink():
+            for root, dirs, files in os.walk(entry):
+                for name in (*dirs, *files):
+                    yield Path(root, name)
 
 
-def tighten(path: str | Path, *, walk: bool = False) -> int:
-    """Take group and other permissions off directory ``path`` and everything in it
+def _ours(path: Path) -> bool:
+    """Whether directory ``path`` is ours to make private: owned by this user and not a
+    shared one (the sticky bit: ``/tmp``), so ``--out /tmp`` never closes ``/tmp``."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return st.st_uid == getattr(os, "geteuid", lambda: st.st_uid)() and not (
+        st.st_mode & stat.S_ISVTX
+    )
+
+
+def tighten(path: str | Path, *, names: tuple[str, ...] | None = None, walk: bool = False) -> int:
+    """Take group and other permissions off directory ``path`` and what is in it
     (directories ``0700``, files keep their owner bits, lose the rest); return how many
-    entries changed.  Cheap when ``path`` is already private: its contents are then out
-    of anyone else's reach and are not walked, unless ``walk`` (files another library
-    wrote there, such as a saved model, are tightened too).  Links are never followed;
-    entries that are not ours to change are left (the count says what was done)."""
+    entries changed.  ``names``: only the entries matching these glob patterns (and all
+    under them), so a run directory given as ``--out .`` leaves the user's other files
+    alone; ``path`` itself only when :func:`_ours`.  Cheap when ``path`` is already
+    private: its contents are then out of anyone else's reach and are not walked, unless
+    ``walk`` (files another library wrote there, such as a saved model).  Links are never
+    followed; entries that are not ours to change are left (the count says what was
+    done)."""
     top = Path(path)
     if not top.is_dir() or not (walk or _loose(top)):
         return 0
     changed = 0
-    for entry in _walk(top):
+    if _ours(top) and _loose(top):
+        with contextlib.suppress(OSError):
+            os.chmod(top, DIR_MODE)
+            changed += 1
+    for entry in _walk(top, names):
+        if entry == top:
+            continue
         try:
             st = entry.lstat()
         except OSError:
@@ -166,12 +192,13 @@ def tighten(path: str | Path, *, walk: bool = False) -> int:
     return changed
 
 
-def own_dir(path: str | Path, what: str) -> Path:
+def own_dir(path: str | Path, what: str, names: tuple[str, ...]) -> Path:
     """:func:`make_private_dir` for ``what`` (``the run directory``, ``the call cache``),
-    an existing one left readable by an older version tightened (:func:`tighten`) with
-    a warning that says so.  Returns ``path``."""
+    an existing one left readable by an older version tightened (:func:`tighten`: the
+    directory and its entries matching ``names``, those conductor writes there) with a
+    warning that says so.  Returns ``path``."""
     target = make_private_dir(path)
-    changed = tighten(target)
+    changed = tighten(target, names=names)
     if changed:
         log.warning(
             "%s: %s was readable by other users; made it and its files private to their "

@@ -64,6 +64,7 @@ from .graders import Grader
 from .runconfig import BenchOptions, _check_same_run, _config, read_run_config, run_difference
 from .rundir import (
     CONFIG,
+    LOCK,
     RUN_FILES,
     SAMPLES,
     SampleLines,
@@ -283,7 +284,7 @@ async def run_benchmark(
         _check_overwritable(out)
     created = _absent(out)
     try:
-        own_dir(out, "the run directory")
+        own_dir(out, "the run directory", (*RUN_FILES, LOCK))
     except OSError as exc:
         raise UsageError(f"{out}: cannot create the run directory ({exc.strerror})") from None
     new_files = _absent_files(out)

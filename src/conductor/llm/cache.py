@@ -57,6 +57,10 @@ KEY_VERSION = 1
 #: diskcache's database inside the cache directory (its ``-wal`` and ``-shm`` beside it).
 DB_FILE = "cache.db"
 
+#: What diskcache writes in the cache directory: its database, and large values as
+#: ``XX/YY/NAME.val``.
+_CACHE_FILES = (f"{DB_FILE}*", "[0-9a-f][0-9a-f]")
+
 _T = TypeVar("_T")
 
 #: SQLite's names for a damaged database (``sqlite3.Error.sqlite_errorname``, extended
@@ -184,7 +188,7 @@ class ResponseCache:
 
         self.directory = Path(directory) if directory is not None else default_cache_dir()
         try:
-            own_dir(self.directory, "the call cache")
+            own_dir(self.directory, "the call cache", _CACHE_FILES)
             # Made first, so that SQLite opens a private file rather than creating a
             # readable one (its -wal and -shm take the database file's permissions).
             private_file(self.directory / DB_FILE)

@@ -92,7 +92,7 @@ class Ticket:
 def check_records_dir(directory: Path) -> None:
     """Make ``directory`` and check that its ``samples.jsonl`` can be appended to (an
     ``OSError`` naming the path otherwise), cutting a torn last line left by a kill."""
-    own_dir(directory, "the records directory")
+    own_dir(directory, "the records directory", (SAMPLES, f"{SAMPLES}.tmp"))
     path = directory / SAMPLES
     repair_tail(path)
     open_samples(path).close()

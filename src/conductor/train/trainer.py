@@ -390,7 +390,7 @@ def train(
     )
     # The trainer and the tokenizer save with the process umask: the checkpoint holds
     # what the Conductor learnt from the training data, private like the rest.
-    tighten(output_dir, walk=True)
+    tighten(checkpoint, walk=True)
     return checkpoint
 
 
