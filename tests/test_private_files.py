@@ -461,3 +461,24 @@ def test_a_verdict_never_quotes_a_hidden_expected_output(printed: str, quoted: s
     verdict = CodeGrader().grade(f"```python\nprint({printed!r})\n```", sample)
     assert verdict.status == "incorrect", verdict
     assert f"expected {quoted}" in verdict.reason and SECRET not in json.dumps(verdict.to_dict())
+
+
+def test_downloaded_data_is_private_and_an_older_copy_is_tightened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, umask_000: None
+) -> None:
+    from conductor.bench.spec import load_benchmark_text
+
+    folder = tmp_path / "data"
+    monkeypatch.setenv("CONDUCTOR_DATA_DIR", str(folder))
+    url = (Path(__file__).resolve().parent / "fixtures" / "bench" / "aime25.jsonl").as_uri()
+    spec = load_benchmark_text(
+        f"source: {{url: '{url}'}}\ngrader: math\nprompt: '${{question}}'\nfields: {{id: id}}\n",
+        source="u.yaml",
+    )
+    assert len(list(iter_samples(spec))) == 4
+    (copy,) = folder.iterdir()
+    assert loose(folder) == []
+    folder.chmod(0o755)
+    copy.chmod(0o644)  # as an older version left it
+    assert len(list(iter_samples(spec))) == 4
+    assert loose(folder) == []
