@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .errors import UsageError
+from .private import make_private_dir, write_private
 from .text import plural
 
 __all__ = [
@@ -291,19 +292,17 @@ def stored_template(directory: Path, name_or_path: str) -> dict[str, Any]:
     loaded = load_conductor_template(name_or_path)
     if loaded.chat is not None:
         return {"template_chat": loaded.chat.to_dict()}
-    (Path(directory) / TEXT_TEMPLATE_FILE).write_text(loaded.text, encoding="utf-8")
+    write_private(Path(directory) / TEXT_TEMPLATE_FILE, loaded.text, atomic=False)
     return {"template": TEXT_TEMPLATE_FILE}
 
 
 def write_checkpoint_meta(path: Path, meta: CheckpointMeta) -> Path:
     """Write ``meta`` as ``conductor.json`` into directory ``path``; return the file."""
     directory = Path(path).expanduser()
-    directory.mkdir(parents=True, exist_ok=True)
+    make_private_dir(directory)
     file = directory / META_FILE
     # Write-then-rename, so a crash never leaves a half-written file for readers.
-    tmp = file.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(meta.to_dict(), indent=2, ensure_ascii=False) + "\n", "utf-8")
-    os.replace(tmp, file)
+    write_private(file, json.dumps(meta.to_dict(), indent=2, ensure_ascii=False) + "\n")
     return file
 
 
@@ -374,11 +373,11 @@ def _cached_template(text: str, suffix: str) -> str:
 
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
     folder = default_cache_dir().parent / "templates"
-    folder.mkdir(parents=True, exist_ok=True)
+    make_private_dir(folder)
     file = folder / f"checkpoint-{digest}{suffix}"
     if not file.is_file():
         tmp = file.with_name(f"{file.name}.{os.getpid()}.tmp")
-        tmp.write_text(text, encoding="utf-8")
+        write_private(tmp, text, atomic=False)
         os.replace(tmp, file)
     return str(file)
 
@@ -427,9 +426,7 @@ def write_training_questions(
     if guard is not None:
         data["guard"] = dict(guard)
     file = directory / TRAINING_QUESTIONS_FILE
-    tmp = file.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=0) + "\n", "utf-8")
-    os.replace(tmp, file)
+    write_private(file, json.dumps(data, indent=0) + "\n")
     extra = {**meta.extra, _TRAINING_KEY: TRAINING_QUESTIONS_FILE}
     write_checkpoint_meta(directory, dataclasses.replace(meta, extra=extra))
     return file

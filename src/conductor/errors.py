@@ -23,6 +23,7 @@ __all__ = [
     "BadRequestError",
     "BadResponseError",
     "BenchmarkFileError",
+    "CacheError",
     "CONDUCTOR_TARGET",
     "ConductorError",
     "ConfigFileError",
@@ -113,6 +114,18 @@ class TemplateFileError(ConfigFileError):
 
 class RecordError(UsageError):
     """A run record cannot be read (wrong schema version, not JSON, missing fields)."""
+
+
+class CacheError(ConductorError):
+    """The call cache cannot be used: its disk is full, it is read-only or not ours
+    (``corrupt`` False), or its database is damaged (``corrupt`` True).  The message says
+    what to do; ``path`` is the cache directory.  A run that meets one stops: every
+    later call would meet it too."""
+
+    def __init__(self, message: str, *, path: str, corrupt: bool = False) -> None:
+        super().__init__(message)
+        self.path = path
+        self.corrupt = corrupt
 
 
 class MissingDependencyError(UsageError):

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from .errors import RecordError, UsageError
 from .llm.types import Message
+from .private import write_private
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -385,7 +386,7 @@ def _write_atomically(target: Path, text: str | None) -> None:
         raise UsageError(f"{target}: is a directory; give a file path for the run record")
     tmp = target.with_name(f".{target.name}.tmp")
     try:
-        tmp.write_text(text or "", encoding="utf-8")
+        write_private(tmp, text or "", atomic=False)
         if text is None:
             tmp.unlink()
         else:

@@ -20,6 +20,10 @@ Each loader (see :mod:`conductor.bench.spec`) turns a row into a Sample:
 * ``bigcodebench``: input ``{question, code_prompt}``; gold None; metadata ``test``,
   ``entry_point``, ``libs``.
 
+A run record keeps a sample's metadata without its hidden tests
+(:func:`recorded_metadata`): their count, SHA-256 and the dataset they are read again
+from (``hidden_tests``), for :func:`reload_sample` to regrade with.
+
 Sample ids are ``NAME/ID`` with the dataset's id column, else ``NAME/`` plus the first
 16 hex digits of the question's SHA-256 (a repeated id gets ``-2``, ``-3``, ...).
 
@@ -41,7 +45,7 @@ from typing import Any
 from ..errors import UsageError
 from ..text import check_question
 from .columns import data_columns
-from .loaders import _MAKERS, _as_text, _get, _math_gold, _text
+from .loaders import _MAKERS, _as_text, _get, _math_gold, _text, hidden_tests_sha256, split_hidden
 from .schema import lcb_release_files, loader_of
 from .sources import (
     DataFileError,
@@ -63,6 +67,8 @@ __all__ = [
     "dataset_provenance",
     "balanced_indices",
     "iter_samples",
+    "recorded_metadata",
+    "reload_sample",
     "render_prompt",
     "sample_subset",
     "sha256_file",
@@ -264,6 +270,82 @@ def sha256_file(path: str | Path) -> str:
 
 
 # --------------------------------------------------------------------------- rows
+
+
+def recorded_metadata(
+    spec: BenchmarkSpec, sample: Sample, data_file: str | Path | None = None
+) -> dict[str, Any]:
+    """What a run record keeps of ``sample.metadata``: all of it but the hidden tests
+    (:func:`~conductor.bench.loaders.split_hidden`), which are replaced by
+    ``hidden_tests``: their count, SHA-256 and where they are read again from (the
+    dataset id, revision, config and split, or the file; and the sample id)."""
+    kept, hidden = split_hidden(loader_of(spec), sample.metadata)
+    if hidden is None:
+        return kept
+    source = _effective_source(spec, data_file)
+    kept["hidden_tests"] = {
+        "count": len(hidden) if isinstance(hidden, list) else None,
+        "sha256": hidden_tests_sha256(hidden),
+        "source": {
+            "kind": source.kind,
+            "dataset_id": source.id,
+            "revision": source.revision,
+            "config": source.config,
+            "split": source.split,
+            "url": source.url,
+            "file": str(Path(source.path).resolve()) if source.path else None,
+            "sample_id": sample.id,
+        },
+    }
+    return kept
+
+
+def _named_source(ref: dict[str, Any]) -> str:
+    if ref.get("file"):
+        return str(ref["file"])
+    if ref.get("url"):
+        return str(ref["url"])
+    revision = f"@{ref['revision']}" if ref.get("revision") else ""
+    return f"{ref.get('dataset_id')}{revision} (split {ref.get('split')})"
+
+
+def reload_sample(
+    spec: BenchmarkSpec, hidden_tests: dict[str, Any], *, data_file: str | Path | None = None
+) -> Sample:
+    """The sample a record's ``hidden_tests`` (see :func:`recorded_metadata`) names, read
+    again from its dataset (or ``data_file``, a local copy), with the hidden tests the
+    record was graded with: what regrading a record needs.
+
+    Raises :class:`DatasetError` saying where the tests are read from and what to do
+    when that data cannot be read, holds no such sample, or holds other tests than the
+    record's SHA-256 (the data changed since).
+    """
+    ref = hidden_tests.get("source") if isinstance(hidden_tests, dict) else None
+    if not isinstance(ref, dict) or not isinstance(ref.get("sample_id"), str):
+        raise DatasetError("the record names no dataset to read its hidden tests from")
+    sample_id = ref["sample_id"]
+    where = str(Path(data_file).expanduser()) if data_file is not None else _named_source(ref)
+    if data_file is None and ref.get("kind") == "file" and ref.get("file"):
+        data_file = ref["file"]
+    try:
+        found = next(
+            (s for s in iter_samples(spec, data_file=data_file) if s.id == sample_id), None
+        )
+    except (DatasetError, OSError, UsageError) as exc:
+        raise DatasetError(
+            f"the hidden tests of {sample_id} are not kept in run records and are read "
+            f"from {where}, which cannot be read ({exc}); pass --data FILE with a copy of "
+            "the data, or download it"
+        ) from None
+    if found is None:
+        raise DatasetError(f"{where} holds no sample {sample_id}: its hidden tests cannot be read")
+    _kept, hidden = split_hidden(loader_of(spec), found.metadata)
+    if hidden_tests_sha256(hidden) != hidden_tests.get("sha256"):
+        raise DatasetError(
+            f"{where}: the hidden tests of {sample_id} differ from those its record was "
+            "graded with (SHA-256); the data changed since the run"
+        )
+    return found
 
 
 def _effective_source(spec: BenchmarkSpec, data_file: str | Path | None) -> DataSource:

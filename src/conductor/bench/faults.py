@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import errors
-from ..errors import AuthenticationError, ConductorError
+from ..errors import AuthenticationError, CacheError, ConductorError
 from ..record import RunRecord
 from ..text import plural
 
@@ -59,6 +59,14 @@ def _io_stop(exc: OSError, path: Path, out: Path, written: int) -> BenchStopped:
         f"cannot write {path} ({exc.strerror or exc}, {what}): stopped before starting "
         f"more samples; the {plural(written, 'record')} written this time are kept, so free space "
         f"or fix the directory, then continue with `conductor bench --resume {out}`"
+    )
+
+
+def _cache_stop(exc: CacheError, out: Path, written: int) -> BenchStopped:
+    return BenchStopped(
+        f"stopped: {exc}; no more samples were started and the {plural(written, 'record')} "
+        f"written this time are kept; once the cache is fixed, continue with "
+        f"`conductor bench --resume {out}`"
     )
 
 

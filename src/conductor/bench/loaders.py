@@ -294,3 +294,34 @@ _MAKERS = {
     "livecodebench": _lcb_sample,
     "bigcodebench": _bcb_sample,
 }
+
+
+# ------------------------------------------------------------- what a record keeps
+
+
+def hidden_tests_sha256(value: Any) -> str:
+    """The SHA-256 of hidden test data (canonical JSON), kept in a record in its place."""
+    blob = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def split_hidden(loader: str, metadata: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """A sample's ``metadata`` without its hidden tests, and the hidden tests (None when
+    the loader has none).
+
+    A graded program runs on the machine that keeps the records, so a record that held
+    the expected outputs would hand them to the next program graded.  LiveCodeBench
+    keeps its public tests (the examples of the problem statement, which the model reads
+    in the prompt anyway, and what a reader of the record wants to see) and loses the
+    private ones; BigCodebench's unittest source is never shown to the model and is
+    dropped whole.
+    """
+    if loader == "livecodebench" and isinstance(metadata.get("tests"), list):
+        tests = metadata["tests"]
+        public = metadata.get("num_public_tests")
+        shown = public if type(public) is int and 0 <= public <= len(tests) else 0
+        return {**metadata, "tests": tests[:shown]}, tests[shown:]
+    if loader == "bigcodebench" and "test" in metadata:
+        kept = {k: v for k, v in metadata.items() if k != "test"}
+        return kept, metadata["test"]
+    return dict(metadata), None

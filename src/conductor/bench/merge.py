@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from ..errors import UsageError
+from ..private import make_private_dir, open_private, write_private
 from ..record import now_iso
 from .runconfig import _check_same_run
 from .rundir import CONFIG, SAMPLES, SampleLines, sample_key
@@ -28,7 +29,7 @@ def merge_runs(run_dirs: list[Path], out_dir: Path) -> int:
     first = configs[0]
     for d, cfg in zip(run_dirs[1:], configs[1:], strict=True):
         _check_same_run(first, cfg, d, shards=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dir(out_dir)
     if (out_dir / SAMPLES).exists():
         raise UsageError(f"{out_dir} already holds samples; merge into an empty directory")
     # Two passes keep memory to the keys: find each pair's last source, then copy.
@@ -37,7 +38,7 @@ def merge_runs(run_dirs: list[Path], out_dir: Path) -> int:
         for li, data in SampleLines(d / SAMPLES):
             last[sample_key(data)] = (di, li)
     written = 0
-    with (out_dir / SAMPLES).open("w", encoding="utf-8") as out:
+    with open_private(out_dir / SAMPLES, "w", encoding="utf-8") as out:
         for di, d in enumerate(run_dirs):
             for li, data in SampleLines(d / SAMPLES):
                 if last.get(sample_key(data)) == (di, li):
@@ -48,5 +49,5 @@ def merge_runs(run_dirs: list[Path], out_dir: Path) -> int:
     if all(isinstance(c, int) for c in counts):
         merged["trained_on"] = {**first["trained_on"], "samples": sum(counts)}
     merged["created_at"] = now_iso()
-    (out_dir / CONFIG).write_text(json.dumps(merged, indent=2, ensure_ascii=False) + "\n")
+    write_private(out_dir / CONFIG, json.dumps(merged, indent=2, ensure_ascii=False) + "\n")
     return written

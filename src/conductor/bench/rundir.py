@@ -9,6 +9,10 @@
     DIR/rate_limits.json   each invocation's adaptive rate-limit history per provider key
     DIR/.lock              held by the one process writing the directory
 
+The directory is ``0700`` and every file in it ``0600`` whatever the umask (the records
+hold prompts, answers and grades; :mod:`conductor.private` creates them), and a run
+directory an older version left readable is tightened when a run opens it again.
+
 Every reader of ``samples.jsonl`` (resume, merge, the report, ``conductor trace``) goes
 through :class:`SampleLines`, so they agree on what the file holds: a blank line is
 nothing, and a line that is not a JSON object (a torn last line, a line garbled on
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import RecordError, UsageError
+from ..private import open_private
 from ..record import RunRecord, record_from_dict
 
 __all__ = [
@@ -260,7 +265,7 @@ def repair_tail(path: Path) -> None:
 def open_samples(path: Path) -> IO[bytes]:
     """The samples file, opened unbuffered for appending: a failed write leaves nothing
     in a buffer to be written later by someone else."""
-    return path.open("ab", buffering=0)
+    return open_private(path, "ab", buffering=0)
 
 
 def write_line(fh: IO[bytes], line: str) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO
 
 from ..errors import UsageError
+from ..private import open_private
 from .rundir import CONFIG, LOCK, SAMPLES
 
 if sys.platform != "win32":
@@ -72,7 +73,7 @@ def _lock_run_dir(out: Path) -> IO[str]:
     however it ends, so a killed run never leaves a stale lock."""
     path = out / LOCK
     try:
-        fh = path.open("a+", encoding="utf-8")
+        fh = open_private(path, "a+", encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"{path}: cannot create the lock file ({exc.strerror})") from None
     if sys.platform == "win32":  # no flock; the directory is not guarded there

@@ -44,15 +44,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import AuthenticationError, UsageError
+from ..errors import AuthenticationError, CacheError, UsageError
 from ..llm.cache import ResponseCache
+from ..private import open_private, own_dir, write_private
 from ..record import RunRecord, now_iso, record_to_dict
 from ..text import plural
-from .data import count_samples, iter_samples, render_prompt
+from .data import count_samples, iter_samples, recorded_metadata, render_prompt
 from .faults import (
     BenchStopped,
     _auth_failure,
     _auth_stop,
+    _cache_stop,
     _io_stop,
     _pool_secrets,
     _reason,
@@ -62,6 +64,7 @@ from .graders import Grader
 from .runconfig import BenchOptions, _check_same_run, _config, read_run_config, run_difference
 from .rundir import (
     CONFIG,
+    LOCK,
     RUN_FILES,
     SAMPLES,
     SampleLines,
@@ -129,7 +132,7 @@ def completed_keys(out_dir: Path, *, drop_errors: bool = False) -> set[tuple[str
     lines = SampleLines(path)
     if drop_errors and path.exists():
         tmp = path.with_suffix(".jsonl.tmp")
-        with tmp.open("w", encoding="utf-8") as out:
+        with open_private(tmp, "w", encoding="utf-8") as out:
             for _number, data in lines:
                 if not _is_error(data):
                     out.write(json.dumps(data, ensure_ascii=False) + "\n")
@@ -281,7 +284,7 @@ async def run_benchmark(
         _check_overwritable(out)
     created = _absent(out)
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        own_dir(out, "the run directory", (*RUN_FILES, LOCK))
     except OSError as exc:
         raise UsageError(f"{out}: cannot create the run directory ({exc.strerror})") from None
     new_files = _absent_files(out)
@@ -330,7 +333,9 @@ async def _run_locked(
         _check_same_run(old, config, out)
     else:
         try:
-            config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+            write_private(
+                config_path, json.dumps(config, indent=2, ensure_ascii=False) + "\n", atomic=False
+            )
         except OSError as exc:
             with suppress(OSError):
                 config_path.unlink()
@@ -393,7 +398,10 @@ async def _run_locked(
         record: RunRecord, sample: Sample, key: str | None
     ) -> tuple[str, str, float]:
         record.gold = sample.gold
-        record.metadata.update(sample_metadata(sample), sample=sample.metadata)
+        # Without the hidden tests: the next program graded on this machine could read them.
+        record.metadata.update(
+            sample_metadata(sample), sample=recorded_metadata(spec, sample, options.data_file)
+        )
         if record.status != "failed":
             try:
                 verdict = await loop.run_in_executor(
@@ -449,6 +457,9 @@ async def _run_locked(
             except AuthenticationError as exc:
                 halt(_auth_stop(_scrub(exc.describe(), secrets), out, progress.done), cancel=False)
                 return
+            except CacheError as exc:
+                halt(_cache_stop(exc, out, progress.done), cancel=True)
+                return
             except Exception as exc:  # noqa: BLE001 - any fault of one sample is its record
                 result = (failed_line(question, sample, epoch, exc), "run_failed", 0.0)
             # The model calls are over: the next sample may start while this one is graded.
@@ -465,6 +476,9 @@ async def _run_locked(
                     return
                 try:
                     result = await graded_line(record, sample, key)
+                except CacheError as exc:
+                    halt(_cache_stop(exc, out, progress.done), cancel=True)
+                    return
                 except Exception as exc:  # noqa: BLE001 - e.g. a record that cannot be encoded
                     result = (failed_line(question, sample, epoch, exc), "run_failed", 0.0)
             line, status, cost = result

@@ -1,6 +1,9 @@
 """Replaying graded samples: the cache key that covers everything deciding a
-sample, reading and writing it (a cache fault never costs a sample), and the replayed
-record's line.
+sample, reading and writing it, and the replayed record's line.
+
+A fault of the cache itself (:class:`~conductor.errors.CacheError`: disk full,
+read-only, damaged) is raised, for the run to stop on as it stops on a full run
+directory; an entry that cannot be decoded is a miss.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import json
 import logging
 from typing import Any
 
+from ..errors import CacheError
 from ..llm.cache import ResponseCache
 from ..record import new_run_id, now_iso
 from .types import Sample
@@ -22,7 +26,9 @@ def _cache_get(cache: ResponseCache | None, key: str | None) -> Any:
         return None
     try:
         return cache.get_value(key)
-    except Exception as exc:  # noqa: BLE001 - a cache fault costs a replay, never a sample
+    except CacheError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - an undecodable entry costs a replay, never a sample
         log.warning("the sample cache could not be read (%s); running the sample", exc)
         return None
 
@@ -32,7 +38,9 @@ def _cache_set(cache: ResponseCache | None, key: str, value: dict[str, Any]) -> 
         return
     try:
         cache.set_value(key, value)
-    except Exception as exc:  # noqa: BLE001 - the record is written either way
+    except CacheError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - e.g. a value that cannot be pickled
         log.warning("the sample cache could not be written (%s)", exc)
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RecordError, UsageError
+from ..private import write_private
 from ..record import RunRecord, now_iso
 from ..shapes import topology_kind
 from .rundir import (
@@ -413,9 +414,7 @@ def write_summary(run_dir: Path) -> RunSummary:
     """Summarise ``run_dir`` and write ``run_dir/summary.json`` (atomically)."""
     summary = summarize_run(run_dir)
     target = Path(run_dir) / SUMMARY
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(json.dumps(summary_to_dict(summary), indent=2, ensure_ascii=False) + "\n")
-    tmp.replace(target)
+    write_private(target, json.dumps(summary_to_dict(summary), indent=2, ensure_ascii=False) + "\n")
     return summary
 
 
@@ -449,10 +448,8 @@ def record_rate_limits(run_dir: Path, providers: dict[str, dict[str, Any]]) -> b
     runs = _read_rate_limits(path)
     runs.append({"recorded_at": now_iso(), "providers": providers})
     data = {"schema_version": 1, "invocations": runs[-MAX_LIMIT_INVOCATIONS:]}
-    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        write_private(path, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     except OSError as exc:
         log.warning("%s: rate-limit history not written (%s)", path, exc)
         return False

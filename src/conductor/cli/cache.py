@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..errors import UsageError
+from ..errors import CacheError, UsageError
 from ..text import plural
 from ._common import open_cache, print_path, stdout
 
@@ -50,8 +50,26 @@ def cache_clear(
         typer.Option("--older-than", help="Only entries older than this age (e.g. 7d, 12h)."),
     ] = None,
 ) -> None:
-    """Delete cached calls (all, or those older than an age)."""
+    """Delete cached calls (all, or those older than an age).  A damaged cache database
+    cannot be read to be cleared: it is deleted and made again empty."""
+    from ..llm.cache import discard_cache
+
     age = _parse_age(older_than) if older_than else None
-    with open_cache() as cache:
-        removed = cache.clear(age)
+    try:
+        with open_cache() as cache:
+            removed = cache.clear(age)
+    except CacheError as exc:
+        if not exc.corrupt:
+            raise
+        if age is not None:
+            raise UsageError(
+                f"{exc}; its entries cannot be told apart by age, so --older-than cannot "
+                "be used: run `conductor cache clear` without it"
+            ) from None
+        discard_cache(exc.path)
+        open_cache().close()  # recreated, empty and private
+        stdout().print(
+            f"the cache database in {exc.path} was damaged: deleted it and made it again, empty"
+        )
+        return
     stdout().print(f"removed {plural(removed, 'cached call')}")

@@ -10,29 +10,113 @@ Only complete answers are kept: errors, empty replies and replies cut off at the
 limit (``finish_reason`` ``length`` or a provider's equivalent) are never stored, and
 such an entry written by an older version is ignored on reading, so that a rerun asks
 the model again instead of replaying a glitch.
+
+The cache holds prompts and answers: its directory is ``0700`` and every file in it
+``0600`` (:mod:`conductor.private`; a directory left readable by an older version is
+tightened on opening, with a warning).  A cache that cannot be written (disk full,
+read-only, not ours) or whose database is damaged raises
+:class:`~conductor.errors.CacheError`, whose message says what to do; a damaged
+database is deleted and recreated by :func:`discard_cache` (``conductor cache clear``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import UsageError
+from ..errors import CacheError, UsageError
+from ..private import FILE_MODE, make_private_dir, own_dir, private_file
 from .types import ModelRequest, RawCompletion, Usage
 
 if TYPE_CHECKING:
     from ..targets import Worker
 
-__all__ = ["CacheStats", "ResponseCache", "cache_key", "default_cache_dir", "storable"]
+__all__ = [
+    "DB_FILE",
+    "CacheStats",
+    "ResponseCache",
+    "cache_fault",
+    "cache_key",
+    "default_cache_dir",
+    "discard_cache",
+    "storable",
+]
 
 #: Part of every key: bump to invalidate every cached entry at once.
 KEY_VERSION = 1
+#: diskcache's database inside the cache directory (its ``-wal`` and ``-shm`` beside it).
+DB_FILE = "cache.db"
+
+#: What diskcache writes in the cache directory: its database, and large values as
+#: ``XX/YY/NAME.val``.
+_CACHE_FILES = (f"{DB_FILE}*", "[0-9a-f][0-9a-f]")
+
+_T = TypeVar("_T")
+
+#: SQLite's names for a damaged database (``sqlite3.Error.sqlite_errorname``, extended
+#: codes such as ``SQLITE_CORRUPT_INDEX`` included), and its messages where no name is.
+_CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+_CORRUPT_TEXT = ("file is not a database", "malformed", "corrupt")
+
+
+def _is_corrupt(exc: BaseException) -> bool:
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    name = str(getattr(exc, "sqlite_errorname", "") or "")
+    if name:
+        return name.startswith(_CORRUPT)
+    return any(text in str(exc).lower() for text in _CORRUPT_TEXT)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        code = errno.errorcode.get(exc.errno or 0)
+        text = exc.strerror or str(exc)
+        return f"{text}, {code}" if code else text
+    return str(exc) or type(exc).__name__
+
+
+def cache_fault(directory: Path, exc: BaseException) -> CacheError:
+    """The :class:`CacheError` for ``exc`` met using the cache in ``directory``: what
+    happened and what to do (delete the damaged file, or make room / fix permissions)."""
+    if _is_corrupt(exc):
+        db = directory / DB_FILE
+        return CacheError(
+            f"the call cache {db} is damaged ({_reason(exc)}): run `conductor cache clear` "
+            f"(it deletes and recreates it) or delete {db} yourself",
+            path=str(directory),
+            corrupt=True,
+        )
+    return CacheError(
+        f"the call cache in {directory} cannot be written ({_reason(exc)}): free space on "
+        "its disk or fix its permissions, set CONDUCTOR_CACHE_DIR to a writable directory, "
+        "or pass --no-cache",
+        path=str(directory),
+    )
+
+
+def discard_cache(directory: str | Path | None = None) -> None:
+    """Delete the cache's database and its value files in ``directory`` (nothing else
+    there), so the next :class:`ResponseCache` starts empty: the way out of a damaged
+    database, which cannot be opened to be cleared."""
+    root = Path(directory) if directory is not None else default_cache_dir()
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            (root / f"{DB_FILE}{suffix}").unlink()
+    # diskcache keeps large values as ``XX/YY/NAME.val``: those directories only.
+    for sub in root.glob("[0-9a-f][0-9a-f]"):
+        if sub.is_dir() and all(p.suffix == ".val" for p in sub.glob("*/*")):
+            shutil.rmtree(sub)
 
 
 def default_cache_dir() -> Path:
@@ -82,6 +166,20 @@ class CacheStats:
     newest: float | None
 
 
+def _private_disk() -> type[Any]:
+    """diskcache's :class:`~diskcache.Disk`, its value files created private."""
+    import diskcache
+
+    class PrivateDisk(diskcache.Disk):  # type: ignore[misc]
+        def _write(self, full_path: str, iterator: Any, mode: str, encoding: Any = None) -> Any:
+            make_private_dir(os.path.dirname(full_path))
+            size = super()._write(full_path, iterator, mode, encoding)
+            os.chmod(full_path, FILE_MODE)
+            return size
+
+    return PrivateDisk
+
+
 class ResponseCache:
     """A diskcache-backed store of :class:`RawCompletion` values."""
 
@@ -90,10 +188,17 @@ class ResponseCache:
 
         self.directory = Path(directory) if directory is not None else default_cache_dir()
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            own_dir(self.directory, "the call cache", _CACHE_FILES)
+            # Made first, so that SQLite opens a private file rather than creating a
+            # readable one (its -wal and -shm take the database file's permissions).
+            private_file(self.directory / DB_FILE)
             # A generous SQLite timeout: several processes may write at once.
-            self._cache = diskcache.Cache(str(self.directory), timeout=60, size_limit=2**36)
+            self._cache = diskcache.Cache(
+                str(self.directory), timeout=60, size_limit=2**36, disk=_private_disk()
+            )
         except (OSError, sqlite3.Error) as exc:
+            if _is_corrupt(exc):
+                raise cache_fault(self.directory, exc) from None
             # Read-only, unwritable or not a directory: diskcache writes on opening.
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise UsageError(
@@ -107,9 +212,19 @@ class ResponseCache:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _guard(self, action: Callable[[], _T]) -> _T:
+        """``action()``, a fault of the cache's disk or database raised as the
+        :class:`CacheError` that says what to do (:func:`cache_fault`)."""
+        import diskcache
+
+        try:
+            return action()
+        except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
+            raise cache_fault(self.directory, exc) from None
+
     def get(self, key: str) -> RawCompletion | None:
         """The stored complete answer for ``key``, or None (a miss)."""
-        value = self._cache.get(key)
+        value = self._guard(lambda: self._cache.get(key))
         if not isinstance(value, dict):
             return None
         try:
@@ -136,17 +251,20 @@ class ResponseCache:
             "finish_reason": completion.finish_reason,
             "stored_at": time.time(),
         }
-        self._cache.set(key, value)
+        self._guard(lambda: self._cache.set(key, value))
 
     def get_value(self, key: str) -> Any:
         """A stored value other than a completion (e.g. a finished benchmark sample)."""
-        value = self._cache.get(key)
+        value = self._guard(lambda: self._cache.get(key))
         return value.get("value") if isinstance(value, dict) else None
 
     def set_value(self, key: str, value: Any) -> None:
-        self._cache.set(key, {"value": value, "stored_at": time.time()})
+        self._guard(lambda: self._cache.set(key, {"value": value, "stored_at": time.time()}))
 
     def stats(self) -> CacheStats:
+        return self._guard(self._stats)
+
+    def _stats(self) -> CacheStats:
         entries = 0
         oldest: float | None = None
         newest: float | None = None
@@ -161,6 +279,9 @@ class ResponseCache:
 
     def clear(self, older_than_s: float | None = None) -> int:
         """Delete every entry, or those stored more than ``older_than_s`` ago; return how many."""
+        return self._guard(lambda: self._clear(older_than_s))
+
+    def _clear(self, older_than_s: float | None) -> int:
         if older_than_s is None:
             return int(self._cache.clear())
         cutoff = time.time() - older_than_s

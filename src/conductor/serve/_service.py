@@ -25,6 +25,7 @@ from ..events import Event
 from ..execute import RunSettings
 from ..llm.cache import ResponseCache
 from ..llm.caller import CallerSet
+from ..private import own_dir
 from ..record import RunRecord, record_to_dict
 from ..text import plural
 from ._models import Catalog
@@ -91,7 +92,7 @@ class Ticket:
 def check_records_dir(directory: Path) -> None:
     """Make ``directory`` and check that its ``samples.jsonl`` can be appended to (an
     ``OSError`` naming the path otherwise), cutting a torn last line left by a kill."""
-    directory.mkdir(parents=True, exist_ok=True)
+    own_dir(directory, "the records directory", (SAMPLES, f"{SAMPLES}.tmp"))
     path = directory / SAMPLES
     repair_tail(path)
     open_samples(path).close()

@@ -32,6 +32,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..private import make_private_dir, open_private
+
 __all__ = [
     "METRIC_KEYS",
     "MetricsLine",
@@ -84,8 +86,8 @@ class MetricsLog:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("a", encoding="utf-8")
+        make_private_dir(self.path.parent)
+        self._fh = open_private(self.path, "a", encoding="utf-8")
         self.rows: list[MetricsLine] = []
 
     def append(self, row: dict[str, Any]) -> MetricsLine:

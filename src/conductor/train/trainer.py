@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..private import make_private_dir, tighten, write_private
 from ..text import plural
 from .grpo_recursion import recursion_trainer
 from .policy import (
@@ -337,7 +338,7 @@ def train(
     from .reward import WorkflowReward
 
     output_dir = Path(config.output_dir).expanduser()
-    output_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dir(output_dir)
     pool = load_train_pool(config)
     conductor = training_conductor(config, pool)
     args = build_grpo_config(config, output_dir=output_dir)
@@ -387,9 +388,13 @@ def train(
         if inner is not None:
             inner.close()
         cache.close()
-    (output_dir / "train_config.json").write_text(
-        json.dumps(_config_dict(config), indent=2, default=str) + "\n", encoding="utf-8"
+    write_private(
+        output_dir / "train_config.json",
+        json.dumps(_config_dict(config), indent=2, default=str) + "\n",
     )
+    # The trainer and the tokenizer save with the process umask: the checkpoint holds
+    # what the Conductor learnt from the training data, private like the rest.
+    tighten(checkpoint, walk=True)
     return checkpoint
 
 

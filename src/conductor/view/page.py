@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import MissingDependencyError, install_hint
+from ..private import write_private
 from .data import ViewRun, ViewSample, compare_runs
 
 __all__ = ["page_html", "write_view"]
@@ -234,7 +235,5 @@ def write_view(runs: Sequence[ViewRun], out: Path) -> Path:
         raise ValueError("write_view needs at least one run")
     html = page_html(runs)
     out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(out)
+    write_private(out, html)
     return out

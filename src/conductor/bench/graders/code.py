@@ -65,7 +65,8 @@ otherwise there is no answer.  A final fence left unclosed (a truncated reply) c
 
 Verdicts: ``correct`` (detail ``{"passed": n, "total": n}``); ``incorrect`` with
 ``detail["outcome"]`` one of ``wrong_answer``, ``runtime_error``, ``compile_error`` and a
-reason naming the failing test (expected vs got, truncated); ``time_limit``;
+reason naming the failing test (expected vs got, truncated; a private test's expected
+output, after ``num_public_tests``, is never quoted); ``time_limit``;
 ``no_answer``; ``grader_error`` (bad sample, sandbox failure).  A solution that tried an
 operation the sandbox forbids (writing outside its directory, network, processes) is
 never correct: it is graded ``runtime_error`` with the refused operations in
@@ -257,19 +258,30 @@ class CodeGrader:
     def _lcb_tests(self, meta: dict[str, Any]) -> list[dict[str, Any]]:
         if "tests" in meta:
             tests = self._load_tests(meta["tests"])
+            public = meta.get("num_public_tests")
+            shown = public if type(public) is int else len(tests)
         else:
-            tests = self._load_tests(meta.get("public_test_cases")) + self._load_tests(
-                meta.get("private_test_cases")
-            )
+            tests = self._load_tests(meta.get("public_test_cases"))
+            shown = len(tests)
+            tests += self._load_tests(meta.get("private_test_cases"))
         fn = self._fn_name(meta)
         out = []
-        for t in tests:
+        for n, t in enumerate(tests):
             kind = t.get("testtype") or ("functional" if fn else "stdin")
             if kind not in ("stdin", "functional"):
                 raise ValueError(f"unknown testtype {kind!r}")
             if kind == "functional" and not fn:
                 raise ValueError("functional test without fn_name")
-            out.append({"input": str(t["input"]), "output": str(t["output"]), "testtype": kind})
+            out.append(
+                {
+                    "input": str(t["input"]),
+                    "output": str(t["output"]),
+                    "testtype": kind,
+                    # A private test's expected output is never quoted: verdicts are kept
+                    # in records, which the next program graded might read.
+                    "hidden": n >= shown,
+                }
+            )
         return out
 
     @staticmethod
@@ -407,9 +419,10 @@ class CodeGrader:
             )
         if ok:
             return None
+        wanted = "a hidden output" if test.get("hidden") else repr(_clip(expected))
         return Verdict(
             "incorrect",
-            f"test {i}: wrong answer: expected {_clip(expected)!r}, got {_clip(got)!r}",
+            f"test {i}: wrong answer: expected {wanted}, got {_clip(got)!r}",
             extracted=code,
             detail={**fail, "outcome": "wrong_answer"},
         )
