@@ -170,7 +170,7 @@ class CodeGrader:
         time_limit_s: float = 6.0,
         max_total_s: float = 300.0,
         memory_mb: int = 1024,
-        bigcodebench_time_limit_s: float = 120.0,
+        bigcodebench_time_limit_s: float = 240.0,
         bigcodebench_memory_mb: int = 4096,
         allow_subprocess: bool = False,
         python: str | None = None,
@@ -426,6 +426,15 @@ class CodeGrader:
             if outcome == "time_limit":
                 return Verdict(
                     "time_limit", f"tests exceeded {limit:g}s", extracted=code, detail=fail
+                )
+            if outcome == "tampered":
+                # the judge saw the solution change what the tests rely on: no verdict
+                # on the answer can be given, and the record says why
+                return Verdict(
+                    "incorrect",
+                    f"test {name}: tampered: {err}",
+                    extracted=code,
+                    detail={**fail, "outcome": "tampered", "tampered": err},
                 )
             kind = "wrong_answer" if outcome == "failure" else "runtime_error"
             label = "failed" if kind == "wrong_answer" else "error"
