@@ -45,6 +45,8 @@ needs_os = pytest.mark.skipif(
 @pytest.mark.parametrize("name", list(ATTACKS))
 def test_attack_is_stopped(name: str) -> None:
     defended, detail = ATTACKS[name]()
+    if detail.startswith("not run:"):
+        pytest.skip(detail)
     assert defended, f"{name}: {detail}"
 
 
@@ -112,6 +114,8 @@ def as_nobody() -> Iterator[dict[str, Any]]:
 @pytest.mark.parametrize("name", list(ATTACKS))
 def test_attack_is_stopped_for_an_ordinary_user(as_nobody: dict[str, Any], name: str) -> None:
     defended, detail = as_nobody[name]
+    if detail.startswith("not run:"):
+        pytest.skip(detail)
     assert defended, f"{name} (uid {NOBODY}): {detail}"
 
 

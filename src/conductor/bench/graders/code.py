@@ -155,14 +155,18 @@ class CodeGrader:
     Options: ``time_limit_s`` (per LCB test), ``max_total_s`` (cap on one sample's whole
     run; the backstop is ``time_limit_s * tests + 10`` up to this cap), ``memory_mb``,
     ``bigcodebench_time_limit_s`` / ``bigcodebench_memory_mb`` (BigCodeBench runs
-    import heavy libraries), ``allow_subprocess`` (let solutions start processes),
+    import heavy libraries; 240 s for a task's tests, the official limit),
+    ``allow_subprocess`` (let solutions start processes), ``bigcodebench_allow_subprocess``
+    (the same for BigCodeBench only; on by default, as in the official harness),
     ``python`` (interpreter to run solutions; default: this one),
     ``confirm_run_unsafe_code`` (run even where no OS isolation is possible; without it
     the grader refuses to be built there, with a :class:`~conductor.errors.UsageError`).
     """
 
     name = "code"
-    version = "2"
+    # 3: BigCodeBench is judged by a judge thread with a snapshot ("tampered"), under
+    # the official time limit and with subprocesses allowed
+    version = "3"
 
     def __init__(
         self,
@@ -173,6 +177,7 @@ class CodeGrader:
         bigcodebench_time_limit_s: float = 240.0,
         bigcodebench_memory_mb: int = 4096,
         allow_subprocess: bool = False,
+        bigcodebench_allow_subprocess: bool = True,
         python: str | None = None,
         confirm_run_unsafe_code: bool = False,
     ) -> None:
@@ -182,6 +187,7 @@ class CodeGrader:
         self.bigcodebench_time_limit_s = float(bigcodebench_time_limit_s)
         self.bigcodebench_memory_mb = int(bigcodebench_memory_mb)
         self.allow_subprocess = bool(allow_subprocess)
+        self.bigcodebench_allow_subprocess = bool(bigcodebench_allow_subprocess)
         self.python = python
         #: False when no OS isolation exists here and the user opted in to run anyway;
         #: every verdict then says ``unisolated`` in its detail.
@@ -250,13 +256,23 @@ class CodeGrader:
             return str(inner["func_name"])
         return None
 
-    def _run(self, job: dict[str, Any], *, cpu_s: float, wall_s: float, mem: int) -> SandboxResult:
+    def _run(
+        self,
+        job: dict[str, Any],
+        *,
+        cpu_s: float,
+        wall_s: float,
+        mem: int,
+        allow_subprocess: bool | None = None,
+    ) -> SandboxResult:
         return run_job(
             job,
             cpu_time_s=cpu_s,
             wall_time_s=wall_s,
             memory_mb=mem,
-            allow_subprocess=self.allow_subprocess,
+            allow_subprocess=self.allow_subprocess
+            if allow_subprocess is None
+            else allow_subprocess,
             python=self.python,
             isolate=True,
             report_limit=_REPORT_LIMIT,
@@ -394,7 +410,14 @@ class CodeGrader:
             "entry_point": str(meta.get("entry_point") or "task_func"),
             "time_limit": limit,
         }
-        result = self._run(job, cpu_s=limit, wall_s=backstop, mem=self.bigcodebench_memory_mb)
+        # the official harness lets solutions start processes (the OS layer holds them)
+        result = self._run(
+            job,
+            cpu_s=limit,
+            wall_s=backstop,
+            mem=self.bigcodebench_memory_mb,
+            allow_subprocess=self.allow_subprocess or self.bigcodebench_allow_subprocess,
+        )
         frames = result.frames
         base = {**self._base(result), "total": len(names), "passed": 0}
         compile_err = next((f for f in frames if f.get("event") == "compile_error"), None)
