@@ -545,6 +545,69 @@ BCB_FORGERY: dict[str, tuple[str, str]] = {
             return Always()
         """,
     ),
+    "bcb: finalisers run by the collector on the judge thread read its frames": (
+        "bcb",
+        """
+        import gc, os, sys, threading, time
+        found = set()
+        class Spy:
+            def __del__(self):
+                f = sys._getframe()
+                while f is not None:
+                    for v in list(f.f_locals.values()):
+                        if isinstance(v, str) and len(v) == 32:
+                            found.add(v)
+                    f = f.f_back
+                if found:
+                    forge()
+                    os._exit(0)
+        def churn():
+            while True:
+                gc.enable()
+                for _ in range(300):
+                    a = Spy()
+                    a.me = a
+        threading.Thread(target=churn, daemon=True).start()
+        def forge():
+            for tag in list(found):
+                for fd in range(3, 64):
+                    try:
+                        os.write(fd, ("V %s pass 00\\n" % tag).encode())
+                    except OSError:
+                        pass
+        def task_func(xs):
+            time.sleep(0.3)
+            forge()
+            return -1
+        """,
+    ),
+    "bcb: take the judge's fds away and catch its traceback (unraisable hook)": (
+        "bcb",
+        """
+        import os, sys
+        seen = []
+        def hook(unraisable):
+            tb = unraisable.exc_traceback
+            while tb is not None:
+                seen.extend(v for v in tb.tb_frame.f_locals.values() if isinstance(v, str))
+                tb = tb.tb_next
+        sys.unraisablehook = hook
+        threading_excepthook = lambda args: hook(args)
+        def task_func(xs):
+            for fd in range(3, 64):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            for tag in seen:
+                for fd in range(3, 64):
+                    try:
+                        os.write(fd, ("V %s pass 00\\n" % tag).encode())
+                    except OSError:
+                        pass
+            return -1
+        """,
+    ),
     # --- values that answer the check themselves
     "bcb: return unittest.mock.ANY": (
         "bcb",
@@ -757,6 +820,28 @@ BCB_FORGERY: dict[str, tuple[str, str]] = {
                 exists=lambda p: True, isfile=lambda p: True))
             globals()["os"] = fake
             return [9] if count else "/nonexistent/" + name
+        """,
+    ),
+    "bcb: hand the test another os through sys.modules": (
+        "bcbfs",
+        """
+        import sys, types
+        fake = types.ModuleType("os")
+        fake.__dict__.update(vars(__import__("os")))
+        fake.path = types.SimpleNamespace(exists=lambda p: True, isfile=lambda p: True)
+        sys.modules["os"] = fake
+        def task_func(name, count=False):
+            return [9] if count else "/nonexistent/" + name
+        """,
+    ),
+    "bcb: give the shared module its own __builtins__ (isinstance always true)": (
+        "bcb",
+        """
+        import builtins
+        def task_func(xs):
+            g = globals()
+            g["__builtins__"] = dict(vars(builtins), isinstance=lambda *a: True)
+            return -1
         """,
     ),
     "bcb: add an audit hook of its own": (

@@ -27,9 +27,10 @@ What it does, in order:
      with the JSON arguments and its return value serialised with :func:`json.dumps`) and
      forward the raw output to the parent.  The driver is never given the expected
      outputs; the parent compares;
-   * ``bcb``: for each test method named by the parent, fork a fresh child that imports
-     the solution, restores the pristine test machinery, defines the tests, runs the one
-     method and reports ``PASS``/``FAIL`` with a per-child random nonce on a private fd.
+   * ``bcb``: for each test method named by the parent, fork a fresh child that starts a
+     judge thread, runs the solution and then the test (unittest's ``debug`` protocol);
+     the judge, holding a nonce the parent sent after the fork, checks a snapshot of
+     the loaded modules and writes the verdict on a private fd (see "job: bcb").
 
 3. **Each child** before model code runs: drops privileges (a fresh uid as root; every
    capability, including the bounding set, inside a user namespace), sets
@@ -919,6 +920,14 @@ def _snapshot(driver_globals: dict[str, Any]) -> tuple[Any, ...]:
                 classes.append((f"{name}.{k}", v))
             for fn in _functions_in(v):
                 add_fn(fn, f"{name}.{k}")
+    # which module a name imports: replacing sys.modules["os"] would hand the test
+    # another os (the child's own __main__ and __test__ are not modules of the snapshot)
+    mods = tuple(
+        (k, v)
+        for k, v in list(sys.modules.items())
+        if type(k) is str and k not in ("__main__", "__test__")
+    )
+    dicts.append(("sys.modules", sys.modules, mods, frozenset(), frozenset(), None))
     for label, cls in classes:
         proxy = vars(cls)
         items = tuple((k, v) for k, v in list(proxy.items()) if type(k) is str)
@@ -1029,7 +1038,12 @@ def _private(fns: tuple[str, ...]) -> dict[str, Any]:
 def _judge_thread(*args: Any) -> None:
     """The judge thread's entry: it runs :func:`_judge` as a private clone (see
     :func:`_private`), made here, in the thread, before the solution exists."""
-    _private(("_judge",))["_judge"](*args)
+    # a bare try: contextlib.suppress would run contextlib's code (and its builtins) on
+    # this thread after the solution
+    try:  # noqa: SIM105
+        _private(("_judge",))["_judge"](*args)
+    except BaseException:  # noqa: BLE001, S110 - never raise on this thread (see _judge)
+        pass
 
 
 def _get(d: Any, key: str) -> Any:
@@ -1142,9 +1156,27 @@ def _judge(
         detail = text.encode("utf-8", "replace").hex()
         write(verdict_fd, ("V " + nonce + " " + outcome + " " + detail + "\n").encode())
 
+    # No code of the solution's may ever run on this thread (it could read these frames):
+    # it never raises out (an unraisable-exception hook would get the traceback), drops
+    # no last reference to anything, and while it works the collector (whose finalisers
+    # run on the allocating thread) is off and no other thread is switched in; between
+    # requests it waits in read(), where no Python code runs.
+    import gc
+
+    gc_off, gc_on, gc_enabled = gc.disable, gc.enable, gc.isenabled
+    get_switch, set_switch = sys.getswitchinterval, sys.setswitchinterval
     while True:
-        kind = read(req_fd, 1)
+        try:
+            kind = read(req_fd, 1)
+        except BaseException:  # noqa: BLE001 - the fd was taken away: stop quietly
+            return
+        collecting = gc_enabled()
+        gc_off()
+        switch = get_switch()
+        set_switch(1e6)
+        gc_off()  # a thread switched in before the line above may have turned it on
         if not kind:
+            set_switch(switch)
             return
         why = ""
         try:
@@ -1222,12 +1254,23 @@ def _judge(
                 )
         except BaseException as exc:  # noqa: BLE001 - the judge must answer whatever failed
             why = why or "the judge could not check: " + type(exc).__name__
-        if why and not tampered:
-            tampered = why
-            verdict("tampered", why)
-        if kind == b"P" and passed and not tampered:
-            verdict("pass", "")
-        write(ans_fd, b"1" if tampered else b"0")
+        answer = b"0"
+        try:
+            if why and not tampered:
+                tampered = why
+                verdict("tampered", why)
+            if kind == b"P" and passed and not tampered:
+                verdict("pass", "")
+            answer = b"1" if tampered else b"0"
+        except BaseException:  # noqa: BLE001, S110 - never raise on this thread
+            pass
+        set_switch(switch)
+        if collecting:
+            gc_on()
+        try:
+            write(ans_fd, answer)
+        except BaseException:  # noqa: BLE001 - the fd was taken away: stop quietly
+            return
 
 
 # --------------------------------------------------------------- bcb: the main thread
@@ -1572,6 +1615,9 @@ def _bcb_child(
     case: Any = None
     try:
         exec(sol_code, ns)
+        # what the test's names resolve to as builtins is the interpreter's, whatever the
+        # solution bound (the judge holds it there from the test's start on)
+        ns["__builtins__"] = builtins
         fn = ns.get(str(job["entry_point"]))
         if callable(fn):
             ns[str(job["entry_point"])] = _checked(fn, rules)
@@ -1627,7 +1673,7 @@ def job_bcb() -> None:
         return
     test_code = compile(job["test"], "test_code.py", "exec")
     entry = str(job["entry_point"])
-    test_stores = tuple(sorted({*_test_stores(test_code), entry}))
+    test_stores = tuple(sorted({*_test_stores(test_code), entry, "__builtins__"}))
     # the solution's imports too: a library imported before the snapshot is known code,
     # and one imported inside the guard may be refused what its import does (sockets)
     _preimport([*_BCB_PRELOAD, *job["imports"], *_source_imports(job["solution"])])

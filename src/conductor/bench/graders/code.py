@@ -29,9 +29,9 @@ tests of a sample run in one sandbox: its driver forks a fresh process per test 
 expects the solution in the same module; ``metadata["entry_point"]``, usually
 ``task_func``): the test methods are read from the source with :mod:`ast` here
 (:func:`bcb_test_names`); each runs in a fresh process that executes the solution and
-then the tests as one module; correct when every one of those methods reported a pass
-(fail-fast).  The whole run has ``bigcodebench_time_limit_s`` and
-``bigcodebench_memory_mb``.
+then the tests as one module; correct when the judge saw every one of those methods
+pass (fail-fast).  The whole run has ``bigcodebench_time_limit_s`` (240 s, as the
+official harness) and ``bigcodebench_memory_mb``.
 
 Code extraction (:func:`extract_code`): ``<think>`` blocks are dropped; the **last**
 fenced block tagged ``python``/``py``/``python3`` wins; else the last untagged fenced
@@ -40,8 +40,9 @@ starting with ``def``, ``class``, ``import``, ``from ... import`` or ``print(``)
 otherwise there is no answer.  A final fence left unclosed (a truncated reply) counts.
 
 Verdicts: ``correct`` (detail ``{"passed": n, "total": n}``); ``incorrect`` with
-``detail["outcome"]`` one of ``wrong_answer``, ``runtime_error``, ``compile_error`` and a
-reason naming the failing test (expected vs got, truncated); ``time_limit``;
+``detail["outcome"]`` one of ``wrong_answer``, ``runtime_error``, ``compile_error``,
+``tampered`` (BigCodeBench: the solution changed what the tests judge with; see below)
+and a reason naming the failing test (expected vs got, truncated); ``time_limit``;
 ``no_answer``; ``grader_error`` (bad sample, sandbox failure).  A solution that tried an
 operation the sandbox forbids (writing outside its directory, network, processes) is
 never correct: it is graded ``runtime_error`` with the refused operations in
@@ -64,25 +65,53 @@ tests/test_sandbox_attacks.py):
   markers, exiting early, killing the driver or reading test files only changes what
   *its own* output is.
 * BigCodeBench: the assertions must run next to the solution, so the defences are in
-  that process: the parent decides which test methods must pass (from the source) and
-  each must report a pass individually, tagged with a per-test random nonce, on a
-  memory file the driver reads; exiting early (``os._exit``, ``sys.exit``), printing
-  fake runner output, skipping a test (``SkipTest``) or forging a verdict without the
-  nonce fails.  The test code is compiled and defined *after* the solution ran, and
-  before it (and after each call of the entry point and before each assertion) the
-  attributes of ``builtins``, ``unittest``, ``json``, ``traceback``, ``types`` and
-  every module the test imports, and of ``TestCase`` / ``TestResult``, are put back
-  as they were before the solution ran; the entry point's return value may not be an
-  object of a class the solution made that subclasses a real type or defines
-  behaviour dunders (``__eq__``, ``__bool__``, ...).
+  its process (:mod:`conductor.bench.sandbox_inside`, section "job: bcb"):
 
-**Not defended** (BigCodeBench only; LiveCodeBench has no such in-process state): a
-solution that walks the interpreter's frames (``sys._getframe``) or closures up to the
-test runner can find the nonce and forge a pass; one can patch classes other than
-``TestCase`` / ``TestResult`` (e.g. ``pandas.DataFrame.equals``), work from a thread
-it started, return a generator or a library container holding rigged objects, or read
-the test's expected values from the test module's own code.  These need deliberate
-introspection of the grader; the OS layer still holds whatever the solution does.
+  - **the verdict is the judge's**: each test's child starts a judge thread before the
+    solution runs; only it holds the test's nonce (made by the driver after the fork and
+    read by the judge before any model code), so no frame, global or object the
+    solution can walk to holds it.  The test runs with unittest's ``debug`` protocol
+    (no result object to edit); a pass is the child's own frame reaching its pass call,
+    which the judge reads off the main thread's stack itself (a call from the
+    solution's code, a rebuilt copy of the driver's function, a finaliser or a signal
+    handler makes a different stack and is recorded as a forged request);
+  - **tampering is detected, not undone**: before the solution runs, every loaded
+    module's bindings to functions, classes and modules, every class's attributes,
+    every function's code, defaults, globals and closure, and the driver's own globals
+    are snapshotted; the test module's names and ``TestCases`` once the test is defined;
+    the judge compares at every call of the entry point, every assertion and before the
+    pass.  A change the test did not make itself (``mock.patch`` entered from the
+    test's code or its decorators counts as the test's; one entered from the solution,
+    a thread or a finaliser does not), a method set on the running test case, a
+    builtin the test reads shadowed by the solution's own function, or a new key that
+    shadows an inherited attribute makes the verdict ``incorrect`` with
+    ``detail["outcome"] == "tampered"`` and ``detail["tampered"]`` saying what changed;
+  - **values are walked**: the entry point's return value (and the arguments it was
+    given, which it may fill), what it yields, and every assertion's arguments may not
+    hold objects of classes the solution made that define comparison, truth or other
+    behaviour (through lists, tuples, sets, dicts, deques, numpy object arrays, pandas
+    values, index and columns, and instance attributes), library objects with a method
+    the solution set on the instance, or mocks the solution made
+    (``unittest.mock.ANY`` included unless the test itself uses it); such a test is a
+    ``runtime_error``;
+  - the parent decides which test methods must pass (from the source); exiting early,
+    printing runner output, skipping, forging verdict lines, adding an audit hook or
+    killing the judge fails.
+
+  Official rules: the module starts with ``sys``, ``os`` and ``environ`` bound, ``TZ``
+  is UTC, a task's tests have 240 s (``bigcodebench_time_limit_s``) and may start
+  processes (``bigcodebench_allow_subprocess``, on by default), as in the official
+  harness.  Stricter than it: a skipped test or an expected failure is not a pass.
+
+**Not defended** (BigCodeBench only; LiveCodeBench has no such in-process state):
+reading the expected values from the test's own code (it is in the solution's module)
+and returning them; rewriting the call records of the test's own mocks
+(``call_count``, ``call_args``); a patch that a thread or finaliser makes and undoes
+between two of the judge's checks (it is caught while still in place at a check);
+objects reached only past the walk's limit (10,000 objects); code the solution compiles
+under a library file's name, which passes for the library's; native memory access
+(numpy's ``__array_interface__`` onto the interpreter's memory, a C extension).  The
+OS layer still holds whatever the solution does.
 
 The text side, pure functions with no sandbox (finding the code, comparing outputs,
 BigCodeBench's test names, quoting output), is :mod:`conductor.bench.graders.code_text`.
