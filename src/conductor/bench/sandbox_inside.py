@@ -56,6 +56,8 @@ import time
 import traceback
 import types
 from collections.abc import Callable, Iterator
+from itertools import repeat as _repeat
+from operator import is_ as _is
 from typing import Any
 
 CFG: dict[str, Any] = {}
@@ -913,7 +915,7 @@ def _snapshot(driver_globals: dict[str, Any]) -> tuple[Any, ...]:
             and (mine or callable(v) or isinstance(v, module_type))
             and (name, k) not in _VOLATILE
         )
-        dicts.append((name, d, items, frozenset(d), builtin_names, mod))
+        dicts.append(_row(name, d, items, d, builtin_names, mod))
         for k, v in items:
             if isinstance(v, type) and id(v) not in seen_cls and v.__flags__ & heap:
                 seen_cls.add(id(v))
@@ -927,45 +929,64 @@ def _snapshot(driver_globals: dict[str, Any]) -> tuple[Any, ...]:
         for k, v in list(sys.modules.items())
         if type(k) is str and k not in ("__main__", "__test__")
     )
-    dicts.append(("sys.modules", sys.modules, mods, frozenset(), frozenset(), None))
+    dicts.append(_row("sys.modules", sys.modules, mods, (), (), None))
     for label, cls in classes:
         proxy = vars(cls)
         items = tuple((k, v) for k, v in list(proxy.items()) if type(k) is str)
         inherited = frozenset(k for base in cls.__mro__[1:] for k in vars(base))
-        dicts.append((label, proxy, items, frozenset(proxy), inherited, cls))
+        dicts.append(_row(label, proxy, items, proxy, inherited, cls))
         for k, v in items:
             for fn in _functions_in(v):
                 add_fn(fn, f"{label}.{k}")
     return tuple(dicts), tuple(funcs), frozenset(codes), tuple(codes.values())
 
 
-def _drift(dicts: tuple[Any, ...], funcs: tuple[Any, ...], exempt: dict[Any, list[Any]]) -> str:
+def _row(
+    label: str, d: Any, items: tuple[Any, ...], keys: Any, shadowable: Any, owner: Any
+) -> tuple[Any, ...]:
+    """One mapping of the snapshot: its expected names and values as two tuples, so
+    that the judge compares them with C loops (a check of every loaded module takes
+    milliseconds, not a quarter of a second)."""
+    names = tuple(k for k, _ in items)
+    values = tuple(v for _, v in items)
+    return (label, d, names, values, frozenset(keys), frozenset(shadowable), owner)
+
+
+def _drift(
+    dicts: tuple[Any, ...], funcs: tuple[Any, ...], exempt: dict[Any, list[Any]], full: bool
+) -> str:
     """The first change to the snapshot, or ``""``.  Runs in the judge thread: it only
-    compares identities and exact types, so no object of the solution's is called."""
-    for label, d, items, keys, shadowable, _owner in dicts:
-        current: dict[str, Any] = {}
-        for k, v in list(d.items()):
-            if type(k) is not str:
-                return f"{label} has a key that is not a str"
-            current[k] = v
-        for k, v in items:
-            got = current.get(k, _MISSING)
-            if got is v:
-                continue
-            allowed = exempt.get((id(d), k))
-            if allowed and allowed[-1] is got:
-                continue
-            return f"{label}.{k} was {'removed' if got is _MISSING else 'replaced'}"
-        for k in current:
-            if k not in keys and k in shadowable and k not in _CLASS_CACHES:
-                return f"{label}.{k} was added (it shadows another definition)"
+    compares identities and exact types, so no object of the solution's is called (the
+    keys are checked to be exact str before any lookup, and no other thread runs while
+    the judge works).  Functions' code, defaults and globals are compared only when
+    ``full`` (the guard refuses assigning them anyway); closure cells always."""
+    for label, d, names, values, keys, shadowable, _owner in dicts:
+        if set(map(type, d)) - {str}:
+            return f"{label} has a key that is not a str"
+        if not all(map(_is, map(d.get, names, _repeat(_MISSING)), values)):
+            for k, v in zip(names, values, strict=True):
+                got = d.get(k, _MISSING)
+                if got is v:
+                    continue
+                allowed = exempt.get((id(d), k))
+                if allowed and allowed[-1] is got:
+                    continue
+                return f"{label}.{k} was {'removed' if got is _MISSING else 'replaced'}"
+        if shadowable and not keys.issuperset(d):
+            for k in [k for k in d if k not in keys]:
+                if k in shadowable and k not in _CLASS_CACHES:
+                    return f"{label}.{k} was added (it shadows another definition)"
     for label, fn, state in funcs:
-        now = _fn_state(fn, True)
-        if any(a is not b for a, b in zip(now[:4], state[:4], strict=True)):
-            return f"the code, defaults or globals of {label} were replaced"
-        cells = {id(cell): value for cell, value in now[4]}
+        if full:
+            now = _fn_state(fn, True)
+            if any(a is not b for a, b in zip(now[:4], state[:4], strict=True)):
+                return f"the code, defaults or globals of {label} were replaced"
         for cell, value in state[4]:
-            if cells.get(id(cell), _MISSING) is not value:
+            try:
+                same = cell.cell_contents is value
+            except ValueError:
+                same = False
+            if not same:
                 return f"a closure cell of {label} was replaced"
     return ""
 
@@ -1102,7 +1123,7 @@ def _shadowing(ns: Any, reads: frozenset[str], rules: tuple[Any, ...]) -> str:
 def _patch_owner(dicts: tuple[Any, ...], target: Any) -> Any:
     """The snapshot mapping of module or class ``target`` (a mock.patch's target)."""
     for row in dicts:
-        if row[5] is target:
+        if row[6] is target:
             return row[1]
     return None
 
@@ -1214,8 +1235,8 @@ def _judge(
                     )
                     reads = loc["test_reads"]
                     rows = (
-                        ("the test module", ns, keep, frozenset(_get_keys(ns)), reads, None),
-                        ("TestCases", proxy, items, frozenset(proxy), inherited, cls),
+                        _row("the test module", ns, keep, _get_keys(ns), reads, None),
+                        _row("TestCases", proxy, items, proxy, inherited, cls),
                     )
                     why = _shadowing(ns, reads, rules)
                     extra = (rows, wrapped)
@@ -1248,26 +1269,27 @@ def _judge(
                     passed = True
             if not why and not tampered:
                 why = (
-                    _drift(dicts, funcs, exempt)
-                    or _drift(extra[0], extra[1], {})
+                    _drift(dicts, funcs, exempt, kind == b"P")
+                    or _drift(extra[0], extra[1], {}, kind == b"P")
                     or (_case_drift(case_row, test_codes) if case_row else "")
                 )
         except BaseException as exc:  # noqa: BLE001 - the judge must answer whatever failed
             why = why or "the judge could not check: " + type(exc).__name__
-        answer = b"0"
-        try:
-            if why and not tampered:
-                tampered = why
-                verdict("tampered", why)
-            if kind == b"P" and passed and not tampered:
-                verdict("pass", "")
-            answer = b"1" if tampered else b"0"
-        except BaseException:  # noqa: BLE001, S110 - never raise on this thread
-            pass
+        say = ""
+        if why and not tampered:
+            tampered = say = why
+        answer = b"1" if tampered else b"0"
+        # the switch interval back before anything that blocks (a write lets other
+        # threads run, which must not keep the interpreter for good); what follows
+        # makes only strings, which the collector does not track
         set_switch(switch)
         if collecting:
             gc_on()
         try:
+            if say:
+                verdict("tampered", say)
+            if kind == b"P" and passed and not tampered:
+                verdict("pass", "")
             write(ans_fd, answer)
         except BaseException:  # noqa: BLE001 - the fd was taken away: stop quietly
             return
