@@ -710,7 +710,7 @@ BCB_FORGERY: dict[str, tuple[str, str]] = {
         posixpath.exists = lambda p: True
         posixpath.isfile = genericpath.isfile = lambda p: True
         def task_func(name, count=False):
-            return [9] if count else "/nonexistent/" + name
+            return [1, 2, 3] if count else "/nonexistent/" + name
         """,
     ),
     "bcb: a patch of os.path.exists that removes itself after one use": (
@@ -726,7 +726,7 @@ BCB_FORGERY: dict[str, tuple[str, str]] = {
                 posixpath.isfile = real_isfile
                 return True
             posixpath.exists, posixpath.isfile = fake_exists, fake_isfile
-            return [9] if count else "/nonexistent/" + name
+            return [1, 2, 3] if count else "/nonexistent/" + name
         """,
     ),
     "bcb: mock.patch('os.path.exists').start() from the solution": (
@@ -736,7 +736,7 @@ BCB_FORGERY: dict[str, tuple[str, str]] = {
         def task_func(name, count=False):
             mock.patch("os.path.exists", return_value=True).start()
             mock.patch("os.path.isfile", return_value=True).start()
-            return [9] if count else "/nonexistent/" + name
+            return [1, 2, 3] if count else "/nonexistent/" + name
         """,
     ),
     "bcb: a finaliser starts mock.patch with only library code on the stack": (
@@ -750,7 +750,7 @@ BCB_FORGERY: dict[str, tuple[str, str]] = {
             t = Token()
             for target in ("os.path.exists", "os.path.isfile"):
                 weakref.finalize(t, mock.patch(target, return_value=True).start)
-            return [9] if count else "/nonexistent/" + name
+            return [1, 2, 3] if count else "/nonexistent/" + name
         """,
     ),
     "bcb: a thread patches os.path.exists after the call returns": (
@@ -763,7 +763,7 @@ BCB_FORGERY: dict[str, tuple[str, str]] = {
                 posixpath.exists = posixpath.isfile = lambda p: True
             threading.Thread(target=later, daemon=True).start()
             time.sleep(0.2)
-            return [9] if count else "/nonexistent/" + name
+            return [1, 2, 3] if count else "/nonexistent/" + name
         """,
     ),
     "bcb: patch a library method the test judges with (DataFrame.equals, np.array_equal)": (
@@ -774,7 +774,7 @@ BCB_FORGERY: dict[str, tuple[str, str]] = {
         pd.DataFrame.equals = lambda self, other: True
         np.array_equal = lambda *a, **k: True
         def task_func(n):
-            return pd.DataFrame({"x": [7] * n})
+            return pd.DataFrame({"x": [0.0, 1.0, 4.0][:n]})  # right values, wrong dtype
         """,
     ),
     "bcb: add a shadowing method to a library class (DataFrame.__eq__ via the base)": (
@@ -784,7 +784,7 @@ BCB_FORGERY: dict[str, tuple[str, str]] = {
         import pandas.core.generic as generic
         generic.NDFrame.equals = lambda self, other: True
         def task_func(n):
-            return pd.DataFrame({"x": [7] * n})
+            return pd.DataFrame({"x": [0.0, 1.0, 4.0][:n]})  # right values, wrong dtype
         """,
     ),
     "bcb: replace a function's code object (np.array_equal)": (
@@ -799,7 +799,7 @@ BCB_FORGERY: dict[str, tuple[str, str]] = {
             pass
         def task_func(n):
             import pandas as pd
-            return pd.DataFrame({"x": [7] * n})
+            return pd.DataFrame({"x": [0.0, 1.0, 4.0][:n]})  # right values, wrong dtype
         """,
     ),
     "bcb: define isinstance in the module the test shares": (
@@ -819,7 +819,7 @@ BCB_FORGERY: dict[str, tuple[str, str]] = {
             fake = types.SimpleNamespace(path=types.SimpleNamespace(
                 exists=lambda p: True, isfile=lambda p: True))
             globals()["os"] = fake
-            return [9] if count else "/nonexistent/" + name
+            return [1, 2, 3] if count else "/nonexistent/" + name
         """,
     ),
     "bcb: hand the test another os through sys.modules": (
@@ -831,7 +831,7 @@ BCB_FORGERY: dict[str, tuple[str, str]] = {
         fake.path = types.SimpleNamespace(exists=lambda p: True, isfile=lambda p: True)
         sys.modules["os"] = fake
         def task_func(name, count=False):
-            return [9] if count else "/nonexistent/" + name
+            return [1, 2, 3] if count else "/nonexistent/" + name
         """,
     ),
     "bcb: give the shared module its own __builtins__ (isinstance always true)": (
