@@ -984,12 +984,9 @@ def honest_bcb(name: str) -> Callable[[], Outcome]:
     code, test = BCB_HONEST[name]
 
     def run() -> Outcome:
-        import importlib.util
-
-        libs = ("numpy", "pandas", "matplotlib", "requests")
-        missing = [lib for lib in libs if lib in code and importlib.util.find_spec(lib) is None]
+        missing = _missing_libraries(code, test)
         if missing:
-            return True, "not run: " + ", ".join(missing) + " missing for this interpreter"
+            return True, missing
         sample = Sample(
             id="h",
             input={"question": "?"},
@@ -1004,10 +1001,26 @@ def honest_bcb(name: str) -> Callable[[], Outcome]:
     return run
 
 
+def _missing_libraries(*texts: str) -> str:
+    """``not run: ...`` when a library the program or its test imports is not installed
+    for this interpreter (an attack that dies importing it proves nothing), else ``""``."""
+    import importlib.util
+
+    libs = ("numpy", "pandas", "matplotlib", "requests")
+    text = " ".join(texts)
+    missing = [lib for lib in libs if lib in text and importlib.util.find_spec(lib) is None]
+    return "not run: " + ", ".join(missing) + " missing for this interpreter" if missing else ""
+
+
 def grading_attack(name: str, unisolated: bool = False) -> Callable[[], Outcome]:
     """The attack ``name``; ``unisolated`` lets it run where no OS isolation exists."""
     kind, code = GRADING[name]
-    return lambda: _graded(kind, code, unisolated)
+
+    def run() -> Outcome:
+        missing = _missing_libraries(code, BCB_TESTS.get(kind, ""))
+        return (True, missing) if missing else _graded(kind, code, unisolated)
+
+    return run
 
 
 # ------------------------------------------------------------------------- OS attacks

@@ -162,6 +162,9 @@ def test_opt_in_only_reaches_the_code_grader() -> None:
         "lcb: return an object whose __eq__ is always true",
         "bcb: patch unittest.TestCase.assert* at import",
         "bcb: forge a pass verdict on every fd",
+        "bcb: walk frames to the per-test tag and forge a pass with every candidate",
+        "bcb: patch posixpath.exists (os.path.exists) to always say yes",
+        "bcb: return unittest.mock.ANY",
     ],
 )
 def test_grading_attacks_fail_even_unisolated(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
