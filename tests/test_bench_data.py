@@ -333,7 +333,7 @@ def test_provenance_of_the_hf_source() -> None:
     assert prov["pinned"] is True and prov["split"] == "test"
     assert prov["file_sha256"] is None
     lcb = dataset_provenance(load_benchmark("livecodebench"))
-    assert lcb["pinned"] is False and lcb["release"] == "release_v6"
+    assert lcb["pinned"] is True and lcb["release"] == "release_v6"
     assert lcb["release_files"][-1] == "test6.jsonl"
 
 

@@ -591,3 +591,19 @@ def test_piped_report_of_six_runs_is_one_table(tmp_path: Path) -> None:
     assert res.stdout.count("accuracy") == 1, res.stdout
     assert all(len(line) <= 80 for line in res.stdout.splitlines()), res.stdout
     assert "\x1b[" not in res.stdout
+
+
+def test_the_report_says_how_each_benchmark_was_graded(tmp_path: Path) -> None:
+    official = single_dir(tmp_path, 0, 3)
+    conductor = single_dir(tmp_path / "c", 1, 3)
+    config = json.loads((conductor / "config.json").read_text())
+    config["benchmark"].update(grader_version="2", grader_extraction="conductor")
+    (conductor / "config.json").write_text(json.dumps(config))
+    assert (summarize_run(official).grader, summarize_run(official).grader_options) == (
+        "choice v1",
+        {},
+    )
+    assert summarize_run(conductor).grader_options == {"extraction": "conductor"}
+    out = flat(render(report_renderables([official, conductor])[0], width=200))
+    # Runs read with other rules are named side by side, so a mixed comparison shows.
+    assert "choice v1" in out and "choice v2 (extraction=conductor)" in out, out

@@ -89,7 +89,10 @@ def test_bench_conductor_end_to_end(tmp_path: Path, fake_server: FakeLLMServer) 
     config = json.loads((out / "config.json").read_text())
     assert config["benchmark"]["grader"] == "math" and config["strategy"] == "conductor"
     assert config["benchmark"]["provenance"]["template_sha256"]
+    # The default reading (the reference harness's) is recorded, though the file is silent.
+    assert config["benchmark"]["grader_extraction"] == "official"
     summary = json.loads((out / "summary.json").read_text())
+    assert summary["grading"] == "math v3, extraction official"
     assert summary["accuracy"] == pytest.approx(100.0)
     assert "100.0" in res.stdout  # the report is printed
     # The paper's MATH500 figure appears as the reference column.

@@ -60,12 +60,11 @@ def test_every_shipped_benchmark_loads(name: str) -> None:
     assert spec.prompt.strip()
     if name in PAPER_KEYS:
         assert spec.paper_key == PAPER_KEYS[name]
-    # Everything but LiveCodeBench is pinned to a full commit SHA.
-    assert is_pinned(spec.source) == (name != "livecodebench")
-    # Training sources: pinned where a commit could be verified (see each file's comment).
+    # Every source is pinned to a full commit SHA (each file's comment says where from).
+    assert is_pinned(spec.source)
     if spec.train_source is not None:
         assert spec.train_source.kind == "hf" and spec.train_source.revision
-        assert is_pinned(spec.train_source) == (name in ("mmlu", "rlpr"))
+        assert is_pinned(spec.train_source)
         assert spec.train_source.fields is not None and spec.train_source.filters is not None
 
 

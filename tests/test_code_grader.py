@@ -96,15 +96,54 @@ def test_extract_code_rules() -> None:
     assert extract_code("just words") is None
 
 
-def test_outputs_and_values_match() -> None:
-    assert outputs_match("1 2  \n3\n\n", "1 2\n3")
-    assert outputs_match("0.1000000001", "0.1")
+def test_outputs_match_as_livecodebench_does() -> None:
+    # stripped lines, leading and trailing blank lines dropped
+    assert outputs_match("\n 1 2  \n3\n\n", "1 2\n3")
+    assert outputs_match("1\r\n2\r\n", "1\n2")
+    # numbers are equal as decimals, exactly
+    assert outputs_match("1.50 1e3", "1.5 1000")
+    assert outputs_match("1  2", "1 2")  # numeric lines compare token by token
+    assert not outputs_match("0.1000000001", "0.1")
+    assert not outputs_match("1000001", "1000000")
+    assert not outputs_match("15200000001", "15200000000")
+    assert not outputs_match("1.52e+10", "15200000001")
+    assert outputs_match("nan", "nan")  # equal as text
+    assert not outputs_match("nan", "NaN")  # a decimal NaN equals nothing
+    assert not outputs_match("snan", "sNaN")  # a signalling one refuses to compare
+    # a line with words must be equal as text
+    assert not outputs_match("Yes  5", "Yes 5")
+    assert not outputs_match("Yes 5.0", "Yes 5")
+    # blank lines inside count
+    assert not outputs_match("1\n\n2", "1\n2")
     assert not outputs_match("1 2", "1 2 3")
     assert not outputs_match("yes", "no")
     assert not outputs_match("1\n2", "1")
-    assert values_match([1, [2.0000000001]], [1, [2.0]])
-    assert not values_match(True, 1)
+    assert not outputs_match("", "0")
+
+
+def test_float_tolerance_forgives_only_non_integers() -> None:
+    assert outputs_match("0.1000000001", "0.1", 1e-6)
+    assert outputs_match("333333.33", "333333.3333", 1e-6)  # relative
+    assert not outputs_match("0.334", "0.3333333", 1e-6)
+    assert not outputs_match("1000001", "1000000", 1e-6)
+    assert not outputs_match("1.52e+10", "15200000001", 1e-6)
+    assert outputs_match("1.52e+10", "15200000000")  # equal as decimals
+    assert not outputs_match("Yes 0.1000000001", "Yes 0.1", 1e-6)
+    assert not outputs_match("inf", "1.5", 1e-6)
+    assert values_match([0.1000000001], [0.1], 1e-6)
+    assert not values_match([1000001], [1000000], 1e-6)
+    assert not values_match(10**400, 1.5, 1e-6)
+
+
+def test_values_match_as_livecodebench_does() -> None:
+    assert values_match([1, [2.0]], [1, [2]])
+    assert values_match(True, 1)  # Python's == on the result, as the official checker
+    assert values_match({"a": [1, 2]}, {"a": [1, 2]})
+    assert not values_match([1, [2.0000000001]], [1, [2.0]])
+    assert not values_match(0.30000000000000004, 0.3)
     assert not values_match({"a": 1}, {"a": 2})
+    assert not values_match("1", 1)
+    assert not values_match([1, 2], [2, 1])
 
 
 def test_timeouts_are_per_test_not_per_sample() -> None:
@@ -120,4 +159,4 @@ def test_timeouts_are_per_test_not_per_sample() -> None:
 
 def test_grader_protocol_attributes() -> None:
     grader = CodeGrader()
-    assert grader.name == "code" and grader.version == "3"
+    assert grader.name == "code" and grader.version == "4"

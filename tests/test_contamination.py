@@ -23,6 +23,7 @@ from conductor.bench.types import Sample
 from conductor.checkpoint_meta import (
     META_FILE,
     TRAINING_QUESTIONS_FILE,
+    read_training_guard,
     read_training_questions,
     write_training_questions,
 )
@@ -31,15 +32,22 @@ from conductor.testing import FakeLLMServer
 from conductor.train.config import load_train_config
 from conductor.train.contamination import (
     NORMALISATION,
+    NORMALISATION_V1,
     ContaminationError,
+    HoldoutUnavailableError,
+    TrainedQuestions,
     check_training_data,
     normalise_question,
     question_key,
     sample_key,
+    trained_questions_of,
 )
-from conductor.train.settings import HoldoutSet
+from conductor.train.settings import HoldoutSet, NgramSettings
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bench"
+PAIRS = json.loads(
+    (Path(__file__).resolve().parent / "cases" / "question_pairs.json").read_text("utf-8")
+)
 
 
 def _jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -100,6 +108,61 @@ def test_normalisation_ignores_formatting_but_not_content() -> None:
     assert normalise_question(r"$\left(x+1\right)^2$") == normalise_question("(x + 1)^2")
     # \right stays where it is the start of another command.
     assert normalise_question(r"$a \rightarrow b$") != normalise_question("$a b$")
+
+
+def _pair_key(side: str | list[Any]) -> str:
+    """The key of one side of a pair in cases/question_pairs.json: a question, or a
+    question and its choices (a list or a mapping)."""
+    if isinstance(side, list):
+        return question_key(side[0], side[1]).full
+    return question_key(side).full
+
+
+def test_the_pair_corpus_is_large_enough() -> None:
+    # The issue's measurement: 13 of 23 reformatted pairs were missed.  The corpus keeps
+    # at least 30 of each kind, so that a rule that merges too much shows up.
+    assert len(PAIRS["same"]) >= 30 and len(PAIRS["different"]) >= 30
+    assert len({p["kind"] for p in PAIRS["same"] + PAIRS["different"]}) == len(PAIRS["same"]) + len(
+        PAIRS["different"]
+    )
+
+
+@pytest.mark.parametrize("pair", PAIRS["same"], ids=lambda p: p["kind"])
+def test_one_question_written_two_ways_has_one_key(pair: dict[str, Any]) -> None:
+    assert _pair_key(pair["a"]) == _pair_key(pair["b"])
+
+
+@pytest.mark.parametrize("pair", PAIRS["different"], ids=lambda p: p["kind"])
+def test_two_questions_from_one_template_keep_two_keys(pair: dict[str, Any]) -> None:
+    assert _pair_key(pair["a"]) != _pair_key(pair["b"])
+
+
+def test_instructions_are_dropped_only_around_a_question() -> None:
+    # A question that is nothing but an instruction-looking sentence stays as it is.
+    assert normalise_question("Answer:") == "answer:"
+    assert normalise_question("Let's think step by step.") == "let'sthinkstepbystep."
+    # A suffix is whole words: "reanswer:" is not "answer:".
+    assert normalise_question("Who must reanswer:") == "whomustreanswer:"
+    assert normalise_question("Who must answer? Answer:") == "whomustanswer?"
+    # Inside the question the same words are content.
+    inside = "Put your final answer within \\boxed{} and explain why 2 + 2 = 4."
+    assert "boxed" in normalise_question(inside)
+
+
+def test_v1_checkpoints_are_still_compared_with_v1_keys() -> None:
+    """A checkpoint recorded before v2 keeps its v1 hashes: bench compares a sample with
+    them by v1's normalisation (v2 would give another hash for the same question)."""
+    import hashlib
+
+    question = r"Find $\frac{1}{2}x$. Put your final answer within \boxed{}."
+    v1 = hashlib.sha256(rb"find\frac{1}{2}x.putyourfinalanswerwithin\boxed{}.").hexdigest()
+    sample = Sample("arith/1", {"question": question}, "1")
+    assert sample_key(sample).full != v1
+    old = TrainedQuestions(source="ckpt", hashes=frozenset({v1}), normalisation=NORMALISATION_V1)
+    assert old.contains(sample)
+    assert not old.contains(Sample("arith/2", {"question": "Find x."}, "1"))
+    new = TrainedQuestions(source="ckpt", hashes=frozenset({sample_key(sample).full}))
+    assert new.contains(sample) and new.normalisation == NORMALISATION
 
 
 def test_keys_cover_options_in_any_order() -> None:
@@ -223,8 +286,8 @@ def test_holdout_sets_plain_files_and_multiple_choice(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A plain file matches by question text; a multiple-choice set by question and
-    options in any order; the mix's own Hub evaluation split, not cached here, is
-    skipped with one warning."""
+    options in any order; the mix's own Hub evaluation split, not cached here, is read
+    from the local copy that holdout: gives for it (no warning, nothing unchecked)."""
     _jsonl(
         tmp_path / "train.jsonl",
         [
@@ -256,9 +319,8 @@ def test_holdout_sets_plain_files_and_multiple_choice(
     assert f"1 in mmlu ({FIXTURES / 'mmlu.jsonl'})" in message
     assert f"1 in {(tmp_path / 'secret.jsonl').resolve()}" in message
     assert "organ" not in message
-    (warning,) = [r.getMessage() for r in caplog.records]
-    assert warning.startswith("contamination check: mmlu evaluation split (cais/mmlu test)")
-    assert "not in the local dataset cache" in warning
+    assert "cais/mmlu" not in message
+    assert [r.getMessage() for r in caplog.records] == []
 
 
 def test_a_held_out_file_without_a_question_column_is_an_error(tmp_path: Path) -> None:
@@ -413,7 +475,10 @@ def test_bench_counts_and_excludes_what_the_checkpoint_was_trained_on(
     guard = check_training_data(load_train_config(config))
     assert guard.overlap == 2 and len(guard.training_hashes) == 3
     ckpt = _checkpoint(tmp_path / "ckpt", [r["question"] for r in eval_rows])
-    write_training_questions(ckpt, guard.training_hashes, normalisation=NORMALISATION)
+    # Recorded as if one more held-out set had been accepted unchecked.
+    unchecked = "mmlu evaluation split (cais/mmlu test) is not in the local dataset cache"
+    record = {**guard.record(), "unchecked": [unchecked], "accept_unchecked_holdout": True}
+    write_training_questions(ckpt, guard.training_hashes, normalisation=NORMALISATION, guard=record)
 
     def solve(request: Any) -> str:
         found = re.search(r"What is (\d+) \+ 0", request.last_user_message)
@@ -434,11 +499,17 @@ def test_bench_counts_and_excludes_what_the_checkpoint_was_trained_on(
     counted = tmp_path / "counted"
     result = _bench_cli(*bench, "--out", str(counted), cache=cache)
     assert result.returncode == 0, result.stderr
-    assert re.search(r"trained-on samples\s+2\s", result.stdout), result.stdout
+    assert re.search(r"trained-on samples\s+2 \(holdout unchecked\)", result.stdout), result.stdout
     assert {r["sample_id"] for r in _records(counted)} == {f"arith/{i}" for i in range(5)}
     assert all(r["grade"]["status"] == "correct" for r in _records(counted))
     trained_on = json.loads((counted / "config.json").read_text())["trained_on"]
-    assert trained_on == {"checkpoint": str(ckpt), "questions": 3, "samples": 2}
+    assert trained_on == {
+        "checkpoint": str(ckpt),
+        "questions": 3,
+        "samples": 2,
+        "unchecked_holdout": [unchecked],
+    }
+    assert f"{ckpt} was trained without comparing" in result.stderr
     summary = json.loads((counted / "summary.json").read_text())
     assert (summary["n_samples"], summary["trained_on_samples"]) == (5, 2)
     assert summary["trained_excluded"] is False
@@ -446,7 +517,7 @@ def test_bench_counts_and_excludes_what_the_checkpoint_was_trained_on(
     excluded = tmp_path / "excluded"
     result = _bench_cli(*bench, "--out", str(excluded), "--exclude-trained", cache=cache)
     assert result.returncode == 0, result.stderr
-    assert re.search(r"trained-on samples\s+2 \(excluded\)", result.stdout), result.stdout
+    assert re.search(r"trained-on samples\s+2 \(excluded\) \(holdout", result.stdout), result.stdout
     assert {r["sample_id"] for r in _records(excluded)} == {"arith/0", "arith/2", "arith/4"}
     summary = json.loads((excluded / "summary.json").read_text())
     assert (summary["n_samples"], summary["trained_on_samples"]) == (3, 2)
@@ -454,7 +525,8 @@ def test_bench_counts_and_excludes_what_the_checkpoint_was_trained_on(
 
     report = _bench_cli("report", str(counted), str(excluded), cache=cache)
     assert report.returncode == 0, report.stderr
-    assert re.search(r"trained-on samples\s+2\s+2 \(excluded\)", report.stdout), report.stdout
+    shown = r"trained-on samples\s+2 \(holdout unchecked\)\s+2 \(excluded\) \(holdout"
+    assert re.search(shown, report.stdout), report.stdout
 
     # Resuming from the directory alone keeps the exclusion (it is in the invocation);
     # a resume that would drop it is refused.
@@ -529,3 +601,240 @@ def test_a_training_only_benchmark_has_no_evaluation_split_to_compare(tmp_path: 
     held = _config(tmp_path, {**mix, "holdout": ["private.jsonl"]})
     with pytest.raises(ContaminationError, match="1 training question"):
         check_training_data(load_train_config(held))
+
+
+# -- a held-out set that is not on this machine ------------------------------------------
+
+#: A Hub dataset that is in no cache (and does not exist): what a fresh machine sees of
+#: an evaluation split it has never downloaded.
+_ABSENT = {"hf": "conductor-tests/never-downloaded", "revision": "0" * 40, "split": "test"}
+
+
+def _hub_benchmark(directory: Path) -> Path:
+    """A math benchmark whose evaluation split is a Hub dataset not cached here."""
+    path = directory / "hubmath.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "hubmath",
+                "source": _ABSENT,
+                "fields": {"loader": "math", "question": "question", "answer": "answer"},
+                "prompt": "${question}",
+                "answer_format": "math",
+                "grader": "math",
+            }
+        )
+    )
+    return path
+
+
+def test_an_evaluation_split_not_on_this_machine_stops_the_guard(tmp_path: Path) -> None:
+    """A fresh machine has no copy of the mix's evaluation split: the guard must not
+    pass without comparing.  The error names the split and how to make it available."""
+    _hub_benchmark(tmp_path)
+    _jsonl(tmp_path / "train.jsonl", [_q(1), _q(2)])
+    path = _config(tmp_path, {"data": [{"benchmark": "hubmath.yaml", "file": "train.jsonl"}]})
+    with pytest.raises(HoldoutUnavailableError) as info:
+        check_training_data(load_train_config(path))
+    message = str(info.value)
+    assert isinstance(info.value, ContaminationError) and isinstance(info.value, UsageError)
+    assert message.startswith(f"{path.resolve()}: the training questions cannot be compared")
+    assert "hubmath evaluation split (conductor-tests/never-downloaded test)" in message
+    assert "not in the local dataset cache" in message
+    # How to make it available: the dataset at its pinned revision and the command that
+    # fetches it, a local copy under holdout:, or the named opt-out.
+    assert f"revision {'0' * 40}" in message
+    assert "from conductor.bench.data import iter_samples" in message
+    assert f"load_benchmark('{tmp_path / 'hubmath.yaml'}')" in message
+    assert "{benchmark: " in message and "file: PATH}" in message
+    assert "accept_unchecked_holdout: true" in message
+
+
+def test_a_local_copy_under_holdout_stands_in_for_the_missing_split(tmp_path: Path) -> None:
+    _hub_benchmark(tmp_path)
+    _jsonl(tmp_path / "train.jsonl", [_q(1), _q(2)])
+    _jsonl(tmp_path / "copy.jsonl", [_q(2), _q(3)])
+    body = {
+        "data": [{"benchmark": "hubmath.yaml", "file": "train.jsonl"}],
+        "holdout": [{"benchmark": "hubmath.yaml", "file": "copy.jsonl"}],
+    }
+    with pytest.raises(ContaminationError) as info:
+        check_training_data(load_train_config(_config(tmp_path, body)))
+    assert not isinstance(info.value, HoldoutUnavailableError)
+    assert "1 training question is also held out" in str(info.value)
+    _jsonl(tmp_path / "copy.jsonl", [_q(3)])
+    result = check_training_data(load_train_config(_config(tmp_path, body)))
+    assert result.unchecked == () and result.checked == (
+        f"hubmath ({(tmp_path / 'copy.jsonl').resolve()})",
+    )
+
+
+def test_accept_unchecked_holdout_warns_and_the_checkpoint_records_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from conductor.train.trainer import _record_training_questions
+
+    _hub_benchmark(tmp_path)
+    _jsonl(tmp_path / "train.jsonl", [_q(1), _q(2)])
+    body = {
+        "data": [{"benchmark": "hubmath.yaml", "file": "train.jsonl"}],
+        "accept_unchecked_holdout": True,
+    }
+    config = load_train_config(_config(tmp_path, body))
+    assert config.accept_unchecked_holdout is True
+    with caplog.at_level(logging.WARNING, logger="conductor"):
+        result = check_training_data(config)
+    label = "hubmath evaluation split (conductor-tests/never-downloaded test)"
+    assert result.unchecked == (f"{label} is not in the local dataset cache",)
+    assert result.checked == () and result.accepted_unchecked is True
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "accept_unchecked_holdout: true" in line and label in line
+
+    # What the trainer writes into the checkpoint, and what bench reads back from it.
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / META_FILE).write_text(json.dumps({"format_version": 1}))
+    _record_training_questions(ckpt, result)
+    guard = read_training_guard(ckpt)
+    assert guard is not None
+    assert guard["accept_unchecked_holdout"] is True
+    assert guard["unchecked"] == list(result.unchecked)
+    assert guard["normalisation"] == NORMALISATION and guard["ngram"] is None
+    assert read_training_questions(ckpt) == (NORMALISATION, result.training_hashes)
+
+    class _Target:
+        model = str(ckpt)
+
+    class _Checkpoint:
+        backend = "checkpoint"
+        target = _Target()
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="conductor"):
+        trained = trained_questions_of(_Checkpoint())  # type: ignore[arg-type]
+    assert trained is not None and trained.unchecked == result.unchecked
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert f"{ckpt} was trained without comparing" in line and label in line
+
+
+def test_cli_train_stops_on_an_unavailable_split_unless_accepted(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    """Through ``conductor train``: exit 2 naming the split and how to fetch it, before
+    the (missing) base model is loaded; with accept_unchecked_holdout the guard warns
+    and the run goes on to the model, which then fails."""
+    pytest.importorskip("trl")
+    pytest.importorskip("datasets")
+    pool = write_pool(tmp_path / "pool.yaml", pool_dict(fake_server, [worker(fake_server, "w0")]))
+    _hub_benchmark(tmp_path)
+    _jsonl(tmp_path / "train.jsonl", [_q(1), _q(7)])
+    body = {
+        "base_model": str(tmp_path / "no-such-model"),
+        "data": [{"benchmark": "hubmath.yaml", "file": "train.jsonl"}],
+    }
+    config = _config(tmp_path, body, pool=str(pool))
+    result = _cli("train", str(config), "--no-live", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "cannot be compared with 1 held-out set" in result.stderr
+    assert "conductor-tests/never-downloaded" in result.stderr
+    assert "accept_unchecked_holdout: true" in result.stderr
+    assert "no-such-model" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+    config = _config(tmp_path, {**body, "accept_unchecked_holdout": True}, pool=str(pool))
+    result = _cli("train", str(config), "--no-live", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    warning = result.stderr.index("not compared with the training questions")
+    assert warning < result.stderr.index("no-such-model"), result.stderr
+    assert fake_server.requests == []
+
+
+# -- n-gram overlap -----------------------------------------------------------------------
+
+_LONG = (
+    "A farmer has 17 sheep and buys 5 more each week for 6 weeks, then sells half of "
+    "the flock at the market. How many sheep does the farmer have left?"
+)
+
+
+def test_holdout_ngram_parses_and_is_off_by_default(tmp_path: Path) -> None:
+    mix = {"data": ["math500"]}
+    assert load_train_config(_config(tmp_path, mix)).holdout_ngram is None
+    parsed = load_train_config(_config(tmp_path, {**mix, "holdout_ngram": {}}))
+    assert parsed.holdout_ngram == NgramSettings(n=13, threshold=0.5)
+    parsed = load_train_config(
+        _config(tmp_path, {**mix, "holdout_ngram": {"n": 8, "threshold": 0.8}})
+    )
+    assert parsed.holdout_ngram == NgramSettings(n=8, threshold=0.8)
+    for bad, needle in (
+        ({"n": 0}, "holdout_ngram.n"),
+        ({"threshold": 1.5}, "holdout_ngram.threshold"),
+        ({"size": 3}, 'unknown key "size"'),
+    ):
+        with pytest.raises(TrainConfigError, match=needle):
+            load_train_config(_config(tmp_path, {**mix, "holdout_ngram": bad}))
+
+
+def test_holdout_ngram_reports_reworded_copies_with_their_pairs(tmp_path: Path) -> None:
+    """A held-out question with a sentence added and a word changed has another key;
+    the n-gram comparison finds it and names both sides, and a question of the same
+    length on another subject is not reported."""
+    reworded = _LONG.replace("at the market", "at the county fair") + " Explain briefly."
+    _arith(tmp_path, [{"id": "1", "question": _LONG, "answer": "23"}, _q(2)])
+    train = [
+        {"question": reworded, "answer": "23"},
+        {
+            "question": "A baker makes 40 loaves each morning and gives a quarter of them "
+            "to the shelter. How many loaves are left for the shop after three mornings?",
+            "answer": "90",
+        },
+        _q(7),
+    ]
+    _jsonl(tmp_path / "train.jsonl", train)
+    mix = {"data": [{"benchmark": "arith.yaml", "file": "train.jsonl"}]}
+    assert check_training_data(load_train_config(_config(tmp_path, mix))).overlap == 0
+
+    path = _config(tmp_path, {**mix, "holdout_ngram": {"n": 8, "threshold": 0.5}})
+    with pytest.raises(ContaminationError) as info:
+        check_training_data(load_train_config(path))
+    message = str(info.value)
+    assert "1 training question shares at least 50% of 8-word n-grams" in message
+    assert f'"{reworded[:40]}' in message and f'~ "{_LONG[:40]}' in message
+    assert "(arith/1 in arith evaluation split" in message
+    assert "baker" not in message and "allow_holdout_overlap: true" in message
+
+    allowed = _config(
+        tmp_path,
+        {**mix, "holdout_ngram": {"n": 8, "threshold": 0.5}, "allow_holdout_overlap": True},
+    )
+    result = check_training_data(load_train_config(allowed))
+    (pair,) = result.near
+    assert (pair.held_out, pair.training_question) == ("arith/1", reworded)
+    assert 0.5 <= pair.overlap < 1
+    assert result.record()["ngram"] == {"n": 8, "threshold": 0.5, "near": 1}
+    # An exact copy is an overlap, not also a near pair.
+    _jsonl(tmp_path / "train.jsonl", [{"question": _LONG, "answer": "23"}])
+    result = check_training_data(load_train_config(allowed))
+    assert (result.overlap, result.near) == (1, ())
+
+
+def test_report_marks_a_checkpoint_trained_with_unchecked_holdout(tmp_path: Path) -> None:
+    """``bench`` copies the checkpoint's unchecked sets into the run's ``trained_on``;
+    the report's trained-on figure says so beside the count."""
+    from conductor.bench.summary import summarize_run
+    from conductor.render.comparison import TRAINED_ON
+
+    config = {
+        "benchmark": {"name": "arith", "grader": "math", "grader_version": 1},
+        "strategy": "conductor",
+        "epochs": 1,
+        "seed": 0,
+        "limit": None,
+        "trained_on": {"checkpoint": "ckpt", "questions": 9, "samples": 2},
+    }
+    (tmp_path / "samples.jsonl").write_text("")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert TRAINED_ON.cell(summarize_run(tmp_path)) == "2"
+    config["trained_on"]["unchecked_holdout"] = ["mmlu evaluation split (cais/mmlu test)"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert TRAINED_ON.cell(summarize_run(tmp_path)) == "2 (holdout unchecked)"

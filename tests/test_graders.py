@@ -48,7 +48,9 @@ POWER_TOWER = r"The answer is $\boxed{9^{9^{9^{9}}}}$."
 
 @pytest.fixture(scope="module")
 def math_grader() -> MathGrader:
-    return MathGrader(timeout_s=10.0)
+    # The case file describes this project's own extractor; the reference harness's
+    # reading is checked against math-verify itself in test_answer_agreement.py.
+    return MathGrader(timeout_s=10.0, extraction="conductor")
 
 
 def _sample(gold: Any, **inputs: Any) -> Sample:
@@ -164,7 +166,7 @@ def test_normalise_answer() -> None:
 def test_registry_builds_graders_with_options() -> None:
     choice = get_grader("choice")
     assert isinstance(choice, Grader)
-    assert (choice.name, choice.version) == ("choice", "1")
+    assert (choice.name, choice.version) == ("choice", "2")
     grader = get_grader("math", {"timeout_s": 2.5})
     assert isinstance(grader, MathGrader)
     assert grader.timeout_s == 2.5
@@ -381,8 +383,8 @@ def test_plain_numbers_are_graded_without_a_child(monkeypatch: pytest.MonkeyPatc
     def no_child(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a plain number went to a child process")
 
-    grader = MathGrader(warm=False)
-    monkeypatch.setattr(math_mod._POOL, "compare", no_child)
+    grader = MathGrader(warm=False, extraction="conductor")
+    monkeypatch.setattr(math_mod._POOL, "ask", no_child)
     checks = [
         ("ANSWER: 0.75", "3/4", "correct"),
         (r"\boxed{12}", "13", "incorrect"),
@@ -422,10 +424,10 @@ def test_a_child_that_cannot_start_is_a_grader_error(monkeypatch: pytest.MonkeyP
     # E.g. an interpreter under a private home directory, graded as another user.
     monkeypatch.setattr(math_mod, "_POOL", math_mod._ChildPool(2))
     monkeypatch.setattr(math_children.sys, "executable", "/nonexistent/python3")
-    grader = MathGrader()  # warming fails quietly in the background
+    grader = MathGrader(extraction="conductor")  # warming fails quietly in the background
     verdict = grader.grade(r"\boxed{\sqrt{8}}", _sample(r"2\sqrt{2}"))
     assert verdict.status == "grader_error"
     assert "cannot start the comparison process (/nonexistent/python3)" in verdict.reason
-    # Plain numbers need no child at all.
+    # With this project's extraction, plain numbers need no child at all.
     assert grader.grade("ANSWER: 0.5", _sample("1/2")).status == "correct"
     math_mod._POOL.close()

@@ -186,7 +186,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("the Conductor", ("conductors", "checkpoint_meta")),
     ("records", ("record", "shapes")),
     ("the method", ("workflow", "grammar", "context", "steps", "execute", "pool_check")),
-    ("benchmarks", ("bench",)),
+    ("benchmarks", ("bench", "sandbox")),
     ("training", ("train",)),
     ("presentation", ("render", "cli", "serve", "view")),
 ]

@@ -1,6 +1,6 @@
 """Every attack in tests/sandbox_attacks.py is stopped, as root and as an ordinary user.
 
-As root the attacks run twice: in this process (namespaces + a fresh uid) and in a
+As root the attacks run twice: in this process (bubblewrap, a fresh uid) and in a
 ``python tests/sandbox_attacks.py`` child that ``setpriv`` drops to uid 65534 (unprivileged
 user namespaces).  Run as an ordinary user, the in-process run is the unprivileged one.
 Also: the refusal where no OS isolation exists, the opt-in that records ``unisolated``,
@@ -11,30 +11,24 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sandbox_attacks import ATTACKS, grading_attack
+from sandbox_escapes import NOBODY, run_as_nobody
 
 from conductor.bench.graders import get_grader
 from conductor.bench.graders.code import CodeGrader, with_unsafe_opt_in
 from conductor.bench.graders.code_text import _clip
-from conductor.bench.sandbox_isolation import (
-    ISOLATION_ENV,
-    UNISOLATED_REFUSAL,
-    os_isolation_available,
-)
+from conductor.bench.sandbox_isolation import ISOLATION_ENV, os_isolation_available
 from conductor.bench.types import Sample
 from conductor.errors import UsageError
+from conductor.sandbox import NONE, weaker_refusal
 
 REPO = Path(__file__).resolve().parent.parent
-NOBODY = 65534
 
 needs_os = pytest.mark.skipif(
     not os_isolation_available(), reason="no namespaces here (unshare / user namespaces)"
@@ -50,65 +44,13 @@ def test_attack_is_stopped(name: str) -> None:
     assert defended, f"{name}: {detail}"
 
 
-# the interpreter must really be this user's to run (not found through a link into a
-# directory it cannot read), and must import conductor from this checkout
-_PROBE = (
-    "import conductor.bench.graders.code, os, sys\n"
-    "assert os.access(os.path.realpath(sys.executable), os.R_OK | os.X_OK)\n"
-)
-
-
-def _nobody_python(env: dict[str, str]) -> str | None:
-    """An interpreter uid 65534 can run that imports conductor from this checkout."""
-    candidates = [sys.executable, getattr(sys, "_base_executable", ""), "/usr/bin/python3"]
-    for python in dict.fromkeys(c for c in candidates if c):
-        probe = subprocess.run(
-            [*_drop(), python, "-c", _PROBE],
-            env=env,
-            capture_output=True,
-            timeout=60,
-        )
-        if probe.returncode == 0:
-            return python
-    return None
-
-
-def _drop() -> list[str]:
-    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-
-
 @pytest.fixture(scope="module")
-def as_nobody() -> Iterator[dict[str, Any]]:
+def as_nobody() -> dict[str, Any]:
     """All attacks run once by an ordinary user (uid 65534); name -> [defended, detail]."""
-    if os.geteuid() != 0 or not shutil.which("setpriv"):
-        pytest.skip("dropping privileges needs root and setpriv")
-    top = Path(tempfile.mkdtemp(prefix="conductor-nobody-"))
-    try:
-        for sub in ("tmp", "home"):
-            (top / sub).mkdir()
-        for path in (top, top / "tmp", top / "home"):
-            path.chmod(0o777)
-        env = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(top / "home"),
-            "TMPDIR": str(top / "tmp"),
-            "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'tests'}",
-            "LANG": "C.UTF-8",
-        }
-        python = _nobody_python(env)
-        if python is None:
-            pytest.skip("no Python interpreter that uid 65534 can run imports conductor")
-        done = subprocess.run(
-            [*_drop(), python, str(REPO / "tests" / "sandbox_attacks.py")],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        yield json.loads(done.stdout)
-    finally:
-        shutil.rmtree(top, ignore_errors=True)
+    got = run_as_nobody(REPO / "tests" / "sandbox_attacks.py")
+    if isinstance(got, str):
+        pytest.skip(got)
+    return got
 
 
 @pytest.mark.parametrize("name", list(ATTACKS))
@@ -126,7 +68,7 @@ def test_code_grader_refuses_without_isolation(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv(ISOLATION_ENV, "off")
     with pytest.raises(UsageError) as err:
         CodeGrader()
-    assert str(err.value) == UNISOLATED_REFUSAL
+    assert str(err.value) == weaker_refusal(NONE)
     assert "--confirm-run-unsafe-code" in str(err.value)
     with pytest.raises(UsageError):
         get_grader("code", {})

@@ -358,6 +358,8 @@ def test_every_shipped_config_loads() -> None:
     assert tiny.base_model == "gguf:smollm2" and tiny.pool.endswith("local.yaml")
     (mix,) = tiny.data
     assert mix.file is not None and Path(mix.file).is_file()
+    # It runs with no network, where MATH-500's evaluation split is not cached.
+    assert tiny.accept_unchecked_holdout and not paper.accept_unchecked_holdout
 
 
 def test_tiny_cpu_data_builds_rows() -> None:

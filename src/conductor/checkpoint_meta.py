@@ -34,7 +34,9 @@ Fields (all but ``format_version`` optional):
   indices in access lists (``[0, 2]``) rather than only ``[]`` / ``["all"]``.
 - ``training_questions`` (str): the file, inside the checkpoint directory, holding the
   hashes of the questions it was trained on (written by ``conductor train``; see
-  :func:`write_training_questions`), which ``conductor bench`` counts or excludes.
+  :func:`write_training_questions`), which ``conductor bench`` counts or excludes; the
+  same file keeps what the held-out guard compared them with (``guard``: the sets
+  checked, those left unchecked with ``accept_unchecked_holdout``, the n-gram settings).
 
 Unknown keys are kept in :attr:`CheckpointMeta.extra` and otherwise ignored, so a later
 training run may add fields without breaking older readers.
@@ -51,7 +53,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -67,6 +69,7 @@ __all__ = [
     "check_pool_against_meta",
     "TRAINING_QUESTIONS_FILE",
     "read_checkpoint_meta",
+    "read_training_guard",
     "read_training_questions",
     "stored_template",
     "template_ref",
@@ -389,15 +392,21 @@ _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
 def write_training_questions(
-    directory: Path, hashes: Sequence[str] | frozenset[str], *, normalisation: str
+    directory: Path,
+    hashes: Sequence[str] | frozenset[str],
+    *,
+    normalisation: str,
+    guard: Mapping[str, Any] | None = None,
 ) -> Path:
     """Record the hashes of the questions a checkpoint was trained on.
 
     Writes ``training_questions.json`` (``{"format_version": 1, "normalisation": ...,
-    "count": N, "sha256": [...]}``, hashes sorted) into checkpoint ``directory`` and
-    names it under ``training_questions`` in its ``conductor.json``, which must exist.
-    ``normalisation`` names how the questions were normalised before hashing
-    (:data:`conductor.train.contamination.NORMALISATION`).
+    "count": N, "sha256": [...]}``, hashes sorted, and ``"guard": {...}`` when given)
+    into checkpoint ``directory`` and names it under ``training_questions`` in its
+    ``conductor.json``, which must exist.  ``normalisation`` names how the questions
+    were normalised before hashing (:data:`conductor.train.contamination.NORMALISATION`);
+    ``guard`` is what the held-out check compared
+    (:meth:`conductor.train.contamination.GuardResult.record`).
     """
     import dataclasses
 
@@ -415,6 +424,8 @@ def write_training_questions(
         "count": len(values),
         "sha256": values,
     }
+    if guard is not None:
+        data["guard"] = dict(guard)
     file = directory / TRAINING_QUESTIONS_FILE
     tmp = file.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(data, indent=0) + "\n", "utf-8")
@@ -424,13 +435,8 @@ def write_training_questions(
     return file
 
 
-def read_training_questions(directory: Path) -> tuple[str, frozenset[str]] | None:
-    """The normalisation name and the training-question hashes a checkpoint records.
-
-    ``None`` when the checkpoint has no ``conductor.json`` or it names no
-    ``training_questions`` file.  A named file that is missing, outside the checkpoint
-    directory or malformed raises :class:`~conductor.errors.UsageError` naming it.
-    """
+def _training_file(directory: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The training-questions file a checkpoint names and its checked top level."""
     meta_file = _meta_file(Path(directory))
     meta = read_checkpoint_meta(meta_file)
     if meta is None or meta.extra.get(_TRAINING_KEY) is None:
@@ -452,6 +458,20 @@ def read_training_questions(directory: Path) -> tuple[str, frozenset[str]] | Non
         raise UsageError(f"{file}: cannot be read as training questions ({exc})") from None
     if not isinstance(data, dict) or data.get("format_version") != 1:
         raise UsageError(f"{file}: not a training-questions file of format_version 1")
+    return file, data
+
+
+def read_training_questions(directory: Path) -> tuple[str, frozenset[str]] | None:
+    """The normalisation name and the training-question hashes a checkpoint records.
+
+    ``None`` when the checkpoint has no ``conductor.json`` or it names no
+    ``training_questions`` file.  A named file that is missing, outside the checkpoint
+    directory or malformed raises :class:`~conductor.errors.UsageError` naming it.
+    """
+    found = _training_file(directory)
+    if found is None:
+        return None
+    file, data = found
     normalisation = data.get("normalisation")
     hashes = data.get("sha256")
     if not isinstance(normalisation, str) or not isinstance(hashes, list):
@@ -460,3 +480,19 @@ def read_training_questions(directory: Path) -> tuple[str, frozenset[str]] | Non
     if bad is not None:
         raise UsageError(f"{file}: {bad!r} in 'sha256' is not a SHA-256 hex digest")
     return normalisation, frozenset(hashes)
+
+
+def read_training_guard(directory: Path) -> dict[str, Any] | None:
+    """What the held-out guard compared a checkpoint's training questions with (the
+    ``guard`` of its training-questions file), or ``None`` when it records nothing
+    (no file, or one written before the guard was recorded)."""
+    found = _training_file(directory)
+    if found is None:
+        return None
+    file, data = found
+    guard = data.get("guard")
+    if guard is None:
+        return None
+    if not isinstance(guard, dict):
+        raise UsageError(f"{file}: 'guard' must be an object")
+    return guard

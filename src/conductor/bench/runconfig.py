@@ -78,6 +78,9 @@ def _config(
             "grader": grader.name,
             "grader_version": grader.version,
             "grader_options": spec.grader_options,
+            # How the grader reads answers (math, choice: "official" as the reference
+            # harness, or "conductor"), recorded even when the file leaves the default.
+            "grader_extraction": getattr(grader, "extraction", None),
             "provenance": dataset_provenance(spec, options.data_file),
         },
         "strategy": strategy.name,
@@ -95,6 +98,12 @@ def _config(
                 "checkpoint": trained_on.source,
                 "questions": len(trained_on.hashes),
                 "samples": trained,
+                # The held-out sets its training did not compare with (only when some).
+                **(
+                    {"unchecked_holdout": list(trained_on.unchecked)}
+                    if trained_on.unchecked
+                    else {}
+                ),
             }
             if trained_on is not None
             else None
@@ -164,6 +173,7 @@ _SAME_RUN: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("grader", ("benchmark", "grader")),
     ("grader version", ("benchmark", "grader_version")),
     ("grader options", ("benchmark", "grader_options")),
+    ("grader extraction", ("benchmark", "grader_extraction")),
     ("prompt template", ("benchmark", "provenance", "template_sha256")),
     ("data file contents (SHA-256)", ("benchmark", "provenance", "file_sha256")),
     ("dataset revision", ("benchmark", "provenance", "revision")),

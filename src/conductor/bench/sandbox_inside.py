@@ -1,8 +1,9 @@
 """The part of the sandbox that runs *inside* it (standard library only).
 
-:mod:`conductor.bench.sandbox` copies this file into a private control directory and runs
-it as ``python -I sandbox_inside.py CONFIG`` as the first process of the new namespaces
-(or as a plain subprocess where there are none).  It is a real module so that linters and
+:mod:`conductor.sandbox` puts a read-only copy of this file in the sandbox and runs it as
+``python -I sandbox_inside.py /proc/self/fd/N`` (the job on an inherited memory file,
+closed once read) as the first process of the sandbox (or as a plain subprocess where
+there is none).  It is a real module so that linters and
 type checkers see it; nothing in the parent imports it.
 
 Why it is one long module: it is copied into the sandbox as this one file and run with
@@ -498,9 +499,12 @@ def install_guard(work: str, allow_subprocess: bool, fd: int, judge: int = -1) -
 
 def _memfd(name: str, data: bytes = b"") -> int:
     """An anonymous file (no path anything could open), holding ``data``."""
-    if hasattr(os, "memfd_create"):
+    try:
         fd = os.memfd_create(name, 0)
-    else:  # not Linux: an unlinked file in the private control dir
+    except (AttributeError, OSError):
+        # not Linux, or refused by the bubblewrap sandbox's seccomp filter (memory files
+        # would escape its memory limits): an unlinked file in the driver's scratch dir,
+        # on the sandbox's size-limited tmpfs
         import tempfile
 
         fd, path = tempfile.mkstemp(prefix=name, dir=CFG["control"])
@@ -1862,6 +1866,10 @@ def main(argv: list[str]) -> int:
     global REPORT_FD
     with open(argv[1], encoding="utf-8") as fh:
         CFG.update(json.load(fh))
+    if argv[1].startswith("/proc/self/fd/"):
+        # the job came on an inherited memory file: no process started later may read it
+        with contextlib.suppress(OSError, ValueError):
+            os.close(int(argv[1].rsplit("/", 1)[1]))
     REPORT_FD = int(CFG["report_fd"])
     if CFG["mount"]:
         try:

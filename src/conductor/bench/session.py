@@ -85,7 +85,7 @@ class BenchRequest:
 
     ``conductor`` is the Conductor SPEC (``--strategy conductor`` only); ``settings``
     are the per-question limits; ``invocation`` is what ``--resume`` reads back;
-    ``unsafe_code`` lets the code graders run without an OS sandbox;
+    ``unsafe_code`` lets the code graders use a sandbox weaker than bubblewrap;
     ``exclude_trained`` skips the questions the Conductor's checkpoint was trained on;
     ``concurrency`` ``None`` is as many samples as the pool's models serve at once (at
     most :data:`~conductor.bench.strategies.DEFAULT_CONCURRENCY`); ``overwrite``

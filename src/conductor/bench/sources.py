@@ -243,6 +243,39 @@ def _hub_offline() -> Iterator[None]:
             lg.setLevel(level)
 
 
+def _revision_missing(exc: BaseException) -> bool:
+    """Whether ``exc`` says the Hub has no such revision of the repository.
+
+    The hub library raises ``RevisionNotFoundError``; the datasets library wraps it
+    (``DatasetNotFoundError`` raised *from* it), so the causes are followed too.
+    """
+    try:
+        from huggingface_hub.errors import RevisionNotFoundError
+    except ImportError:
+        return False
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, RevisionNotFoundError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _revision_error(spec: BenchmarkSpec, source: DataSource) -> DatasetError:
+    """The one error for a pinned revision the Hub does not have (a commit of another
+    repository, a typo, a branch since deleted): it names the dataset, the revision
+    and the way out."""
+    key = "train_source" if source is spec.train_source and source is not spec.source else "source"
+    return DatasetError(
+        f"cannot load {source.id}: the Hugging Face Hub has no revision {source.revision!r} "
+        f"of this dataset; set {key}.revision in the benchmark file ({spec.name}) to a "
+        "commit listed on the dataset's history page on the Hub (or to a branch such as "
+        f"main, unpinned), or {local_copy_hint(spec)}"
+    )
+
+
 def _hf_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_LocatedRow]:
     try:
         import datasets
@@ -260,6 +293,8 @@ def _hf_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_LocatedRow]:
                 source.id, source.config, split=source.split, revision=source.revision
             )
     except Exception as exc:  # datasets raises many kinds; all mean "cannot load"
+        if _revision_missing(exc):
+            raise _revision_error(spec, source) from None
         if offline:
             raise DatasetError(
                 f"cannot load {where}: the Hugging Face Hub is out of reach ({offline}) and "
@@ -292,6 +327,8 @@ def _lcb_hub_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_LocatedR
                     source.id or "", name, repo_type="dataset", revision=source.revision
                 )
         except Exception as exc:  # offline, missing file, auth: all mean "cannot load"
+            if _revision_missing(exc):
+                raise _revision_error(spec, source) from None
             why = (
                 f"the Hugging Face Hub is out of reach ({offline}) and no copy is cached"
                 if offline

@@ -8,7 +8,7 @@ and ``grader`` is optional)::
     paper_key: GPQA-D               # the column name in the paper's result tables
     source:                         # exactly one of hf / url / file:
       hf: Idavidrein/gpqa           #   a Hugging Face dataset ...
-      revision: 56686c06...         #   ... at a pinned commit (``main`` = not pinned yet)
+      revision: 90b8e5be...         #   ... at a pinned commit of the Hub repository
       config: gpqa_diamond          #   optional dataset config (subset)
       split: train                  #   default: test
       # url: https://.../data.jsonl #   or a file on the web (.jsonl/.json/.csv/.parquet)

@@ -110,6 +110,17 @@ class RunSummary:
     trained_on_samples: int | None = None
     #: Whether those samples were left out of the run (``--exclude-trained``).
     trained_excluded: bool = False
+    #: Whether training did not compare its questions with some held-out set
+    #: (``accept_unchecked_holdout``): the trained-on count may then be too low.
+    trained_unchecked: bool = False
+    #: The grader and the options the benchmark gave it (``grader_options``), as the run
+    #: recorded them: a grader told to depart from the official checker (a tolerance,
+    #: say) says so here and in ``conductor report``.
+    grader: str | None = None
+    grader_options: dict[str, Any] = field(default_factory=dict)
+    #: Records graded by running code, per sandbox engine that ran it (``bubblewrap``,
+    #: ``namespaces``, ``none``; see :mod:`conductor.sandbox`).
+    sandbox_engines: dict[str, int] = field(default_factory=dict)
 
     @property
     def errors(self) -> int:
@@ -196,6 +207,7 @@ class _Acc:
     queues: list[float] = field(default_factory=list)
     usage: dict[str, dict[int, int]] = field(default_factory=dict)
     topologies: dict[str, int] = field(default_factory=dict)
+    engines: dict[str, int] = field(default_factory=dict)
 
     def add(self, rec: RunRecord, number: int) -> None:
         self.n += 1
@@ -211,6 +223,10 @@ class _Acc:
         e = self.per_epoch.setdefault(rec.epoch or 0, [0.0, 0.0])
         e[0] += score
         e[1] += 1
+        detail = grade.get("detail") if isinstance(grade, dict) else None
+        engine = detail.get("sandbox") if isinstance(detail, dict) else None
+        if isinstance(engine, str):
+            self.engines[engine[:40]] = self.engines.get(engine[:40], 0) + 1
 
         produced = False
         for rnd in rec.rounds:
@@ -339,7 +355,31 @@ def summarize_run(run_dir: Path) -> RunSummary:
         rate_limits=_read_rate_limits(run_dir / RATE_LIMITS),
         trained_on_samples=(config.get("trained_on") or {}).get("samples"),
         trained_excluded=bool(config.get("exclude_trained")),
+        trained_unchecked=bool((config.get("trained_on") or {}).get("unchecked_holdout")),
+        grader=_grader_name(bench),
+        grader_options=_grader_options(bench),
+        sandbox_engines=dict(sorted(acc.engines.items())),
     )
+
+
+def _grader_options(bench: dict[str, Any]) -> dict[str, Any]:
+    """The options the grader ran with: the benchmark's ``grader_options`` and how it
+    read answers (``grader_extraction``, recorded even where the file left the default,
+    since the default changed from the project's reading to the reference harness's)."""
+    options = bench.get("grader_options")
+    found = dict(options) if isinstance(options, dict) else {}
+    extraction = bench.get("grader_extraction")
+    if extraction and "extraction" not in found:
+        found["extraction"] = extraction
+    return found
+
+
+def _grader_name(bench: dict[str, Any]) -> str | None:
+    """``code v3``: the grader and its version as the run's config names them."""
+    name, version = bench.get("grader"), bench.get("grader_version")
+    if not name:
+        return None
+    return f"{name} v{version}" if version is not None else str(name)
 
 
 # --------------------------------------------------------------------------- summary.json

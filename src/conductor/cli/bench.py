@@ -108,7 +108,10 @@ def bench(
         bool,
         typer.Option(
             "--confirm-run-unsafe-code",
-            help="Run model-written code even where no OS sandbox is possible.",
+            help=(
+                "Grade model-written code in a sandbox weaker than bubblewrap where "
+                "bubblewrap is missing (or CONDUCTOR_SANDBOX_ISOLATION asks for one)."
+            ),
         ),
     ] = False,
     exclude_trained: Annotated[

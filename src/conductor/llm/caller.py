@@ -132,6 +132,8 @@ class ModelCaller:
                 )
             except ModelCallError as exc:
                 failed = exc
+        # The answer is in: what follows (the cache write) is not the call's latency.
+        answered = time.perf_counter()
         if failed is not None:
             if failed.target != self.target.id:
                 failed = failed.replace(target=self.target.id, described=True)
@@ -147,6 +149,7 @@ class ModelCaller:
             cached=False,
             attempts=attempts,
             start=admitted[0],
+            end=answered,
             queued=admitted[0] - queued_from,
         )
 
@@ -200,15 +203,17 @@ class ModelCaller:
         cached: bool,
         attempts: int,
         start: float,
+        end: float | None = None,
         queued: float = 0.0,
     ) -> Completion:
+        took = max(0.0, (time.perf_counter() if end is None else end) - start)
         # A local model answering other calls first: that wait is queue, not latency.
-        waited = min(max(0.0, raw.queued_s), max(0.0, time.perf_counter() - start))
+        waited = min(max(0.0, raw.queued_s), took)
         return Completion(
             text=raw.text,
             usage=raw.usage,
             cost_usd=cost_usd(raw.usage, self.price),
-            latency_s=time.perf_counter() - start - waited,
+            latency_s=took - waited,
             queue_s=max(0.0, queued) + waited,
             cached=cached,
             attempts=attempts,

@@ -16,6 +16,7 @@ The scores themselves are computed in :mod:`conductor.bench.summary`.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -106,7 +107,26 @@ def _errors(s: RunSummary) -> str:
 def _trained_on(s: RunSummary) -> str:
     if s.trained_on_samples is None:
         return "-"
-    return f"{s.trained_on_samples}" + (" (excluded)" if s.trained_excluded else "")
+    unchecked = " (holdout unchecked)" if s.trained_unchecked else ""
+    return f"{s.trained_on_samples}" + (" (excluded)" if s.trained_excluded else "") + unchecked
+
+
+def _grading(s: RunSummary) -> str:
+    """The grader and the options its benchmark set (``-`` for none recorded)."""
+    options = ", ".join(
+        f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+        for k, v in sorted(s.grader_options.items())
+    )
+    name = s.grader or "-"
+    return f"{name} ({options})" if options else name
+
+
+def _sandbox(s: RunSummary) -> str:
+    if not s.sandbox_engines:
+        return "-"
+    if len(s.sandbox_engines) == 1:
+        return printable(next(iter(s.sandbox_engines)))
+    return " · ".join(f"{printable(k)} {v}" for k, v in s.sandbox_engines.items())
 
 
 @dataclass(frozen=True)
@@ -188,6 +208,13 @@ METRICS: tuple[Metric, ...] = (
 #: Shown only when some run records samples its Conductor was trained on: their
 #: scores are not held-out results.
 TRAINED_ON = Metric("trained-on samples", "trained\non", _trained_on, 3)
+#: Shown only when some run graded code: the sandbox engine(s) that ran it, so a run
+#: graded without bubblewrap (the user's opt-in) is seen as such.
+SANDBOX = Metric("code sandbox", "sandbox", _sandbox, 0)
+
+#: Shown only when some run's benchmark gave its grader options: such a run may be
+#: graded otherwise than by the benchmark's official checker (a tolerance, say).
+GRADER_OPTIONS = Metric("grader options", "grader", _grading, 0)
 
 
 @dataclass(frozen=True)
@@ -272,7 +299,14 @@ def _paper_cell(figures: list[PaperFigure]) -> Text:
 
 def _metrics(entries: list[RunEntry], tier: int) -> list[Metric]:
     trained = any(e.summary.trained_on_samples is not None for e in entries)
-    return [m for m in (*METRICS, *((TRAINED_ON,) if trained else ())) if m.tier <= tier]
+    optioned = any(e.summary.grader_options for e in entries)
+    sandboxed = any(e.summary.sandbox_engines for e in entries)
+    extra = (
+        *((TRAINED_ON,) if trained else ()),
+        *((GRADER_OPTIONS,) if optioned else ()),
+        *((SANDBOX,) if sandboxed else ()),
+    )
+    return [m for m in (*METRICS, *extra) if m.tier <= tier]
 
 
 def _skipped_caption(entries: list[RunEntry]) -> str | None:

@@ -20,8 +20,8 @@ rewarded and how GRPO is run.  Schema (``base_model``, ``pool``, ``data`` and
     template: default              # the Conductor prompt template (name or file)
     seed: 0
     worker_max_tokens: 4096        # optional: override every worker's max_tokens
-    confirm_run_unsafe_code: false # true: grade code rewards even where no OS sandbox
-                                   # is possible (as bench --confirm-run-unsafe-code)
+    confirm_run_unsafe_code: false # true: grade code rewards in a sandbox weaker than
+                                   # bubblewrap (as bench --confirm-run-unsafe-code)
     reward: {unparsed: 0.0, parsed_wrong: 0.5, correct: 1.0, format_bonus: 0.0,
              cost_penalty_per_usd: 0.0, cost_penalty_per_call: 0.0, failed_run: 0.0}
     grpo: {group_size: 8, questions_per_step: 4, learning_rate: 1.0e-6, ...}
@@ -32,6 +32,12 @@ rewarded and how GRPO is run.  Schema (``base_model``, ``pool``, ``data`` and
       - {benchmark: mmlu, file: data/mmlu-test.jsonl}   # benchmark, one in a file,
       - data/private.jsonl         # or a plain file of questions
     allow_holdout_overlap: false   # true: an overlap is a warning, not an error
+    accept_unchecked_holdout: false  # true: a held-out set not on this machine (not
+                                   # cached, offline) is a warning, not an error; the
+                                   # checkpoint records which sets were not compared
+    holdout_ngram: {n: 13, threshold: 0.5}   # optional: also stop on training questions
+                                   # sharing >= threshold of their word n-grams with a
+                                   # held-out question ({} for these defaults)
 
 Every mistake raises :class:`TrainConfigError` (a :class:`~conductor.errors.ConfigFileError`)
 whose message starts ``FILE:LINE:`` and names the field, with a did-you-mean hint for a
@@ -59,6 +65,7 @@ from .settings import (
     DataMix,
     GRPOSettings,
     HoldoutSet,
+    NgramSettings,
     PoolSampling,
     RecursionSettings,
     RewardSettings,
@@ -72,6 +79,7 @@ __all__ = [
     "DataMix",
     "GRPOSettings",
     "HoldoutSet",
+    "NgramSettings",
     "PoolSampling",
     "RecursionSettings",
     "RewardSettings",
@@ -98,6 +106,8 @@ _TOP_KEYS = (
     "confirm_run_unsafe_code",
     "holdout",
     "allow_holdout_overlap",
+    "accept_unchecked_holdout",
+    "holdout_ngram",
 )
 _MIX_KEYS = tuple(f.name for f in fields(DataMix))
 _REWARD_KEYS = tuple(f.name for f in fields(RewardSettings))
@@ -359,6 +369,19 @@ class _TrainReader(ConfigReader):
             raise self.error(f"{field} needs a benchmark or a file", node, field)
         return HoldoutSet(benchmark=benchmark, file=file)
 
+    def ngram(self, node: yaml.Node) -> NgramSettings | None:
+        if isinstance(node, yaml.ScalarNode) and self.scalar(node, "holdout_ngram") is None:
+            return None
+        keys = self.mapping(node, "holdout_ngram", ("n", "threshold"))
+        kwargs: dict[str, Any] = {}
+        if "n" in keys:
+            kwargs["n"] = self.integer(keys["n"][1], "holdout_ngram.n", 1)
+        if "threshold" in keys:
+            kwargs["threshold"] = self.real(
+                keys["threshold"][1], "holdout_ngram.threshold", low=0.0, high=1.0, low_open=True
+            )
+        return NgramSettings(**{k: v for k, v in kwargs.items() if v is not None})
+
     def config(self, root: yaml.Node | None, path: Path | None) -> TrainConfig:
         get = self.document(
             root,
@@ -418,6 +441,11 @@ class _TrainReader(ConfigReader):
         if "allow_holdout_overlap" in get:
             flag = self.boolean(get["allow_holdout_overlap"], "allow_holdout_overlap")
             kwargs["allow_holdout_overlap"] = bool(flag)
+        if "accept_unchecked_holdout" in get:
+            flag = self.boolean(get["accept_unchecked_holdout"], "accept_unchecked_holdout")
+            kwargs["accept_unchecked_holdout"] = bool(flag)
+        if "holdout_ngram" in get:
+            kwargs["holdout_ngram"] = self.ngram(get["holdout_ngram"])
         return TrainConfig(**kwargs)
 
 

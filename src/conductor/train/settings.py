@@ -17,6 +17,7 @@ __all__ = [
     "DataMix",
     "GRPOSettings",
     "HoldoutSet",
+    "NgramSettings",
     "PoolSampling",
     "RecursionSettings",
     "RewardSettings",
@@ -163,6 +164,17 @@ class HoldoutSet:
 
 
 @dataclass(frozen=True)
+class NgramSettings:
+    """The held-out guard's n-gram comparison (``holdout_ngram``): a training question
+    sharing at least ``threshold`` of its word ``n``-grams with a held-out question (of
+    the shorter one's; a question shorter than ``n`` words is one n-gram) is reported
+    as an overlap.  13 words is the GPT-3 / lm-eval decontamination length."""
+
+    n: int = 13
+    threshold: float = 0.5
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """A validated training config (see the module docstring for the file format)."""
 
@@ -181,4 +193,6 @@ class TrainConfig:
     confirm_run_unsafe_code: bool = False
     holdout: tuple[HoldoutSet, ...] = ()
     allow_holdout_overlap: bool = False
+    accept_unchecked_holdout: bool = False
+    holdout_ngram: NgramSettings | None = None
     path: Path | None = None

@@ -50,6 +50,7 @@ from .policy import (
 
 if TYPE_CHECKING:
     from ..pool import Pool
+    from .contamination import GuardResult
     from .metrics import MetricsLine, MetricsLog
     from .settings import TrainConfig
 
@@ -296,12 +297,15 @@ def _save_checkpoint(
     )
 
 
-def _record_training_questions(checkpoint: Path, hashes: frozenset[str]) -> None:
-    """Keep the training questions' hashes in the checkpoint, for ``bench`` to count."""
+def _record_training_questions(checkpoint: Path, guard: GuardResult) -> None:
+    """Keep the training questions' hashes in the checkpoint, for ``bench`` to count,
+    with what the held-out guard compared them with."""
     from ..checkpoint_meta import write_training_questions
     from .contamination import NORMALISATION
 
-    write_training_questions(checkpoint, hashes, normalisation=NORMALISATION)
+    write_training_questions(
+        checkpoint, guard.training_hashes, normalisation=NORMALISATION, guard=guard.record()
+    )
 
 
 def train(
@@ -376,7 +380,7 @@ def train(
         checkpoint = output_dir / CHECKPOINT_DIR
         _save_checkpoint(trainer, tokenizer, config, pool, checkpoint)
         if trainer.is_world_process_zero():
-            _record_training_questions(checkpoint, guard.training_hashes)
+            _record_training_questions(checkpoint, guard)
     finally:
         if metrics is not None:
             metrics.close()

@@ -3,6 +3,13 @@
 The dataset layer shuffles each question's choices (:func:`shuffle_choices`,
 deterministic per seed and sample id) and stores the correct letter *after* shuffling
 as the sample's gold; this grader only reads the reply's letter and compares.
+
+How the letter is read is the option ``extraction`` (:data:`EXTRACTIONS`): by default
+``official``, lighteval's rules (:func:`~conductor.bench.graders.extract.official_letter`),
+so a GPQA or MMLU score means what the reference harness's does; ``conductor`` is this
+project's stricter reader (:func:`~conductor.bench.graders.extract.extract_letter`),
+which never takes the "A" of "After" or of "A car" for an answer and reads
+``\\boxed{\\text{B}}`` and ``<answer>B</answer>``.
 """
 
 from __future__ import annotations
@@ -11,10 +18,17 @@ import random
 import string
 from collections.abc import Sequence
 
-from conductor.bench.graders.extract import MAX_RESPONSE_CHARS, clip_tail, extract_letter
+from conductor.bench.graders.extract import (
+    EXTRACTIONS,
+    MAX_RESPONSE_CHARS,
+    check_extraction,
+    clip_tail,
+    extract_letter,
+    official_letter,
+)
 from conductor.bench.types import Sample, Verdict
 
-__all__ = ["ChoiceGrader", "format_choices", "shuffle_choices"]
+__all__ = ["EXTRACTIONS", "ChoiceGrader", "format_choices", "shuffle_choices"]
 
 _LETTERS = string.ascii_uppercase
 
@@ -71,12 +85,14 @@ class ChoiceGrader:
     """
 
     name = "choice"
-    version = "1"
+    # 2: lighteval's letter rules by default (``extraction: official``).
+    version = "2"
 
-    def __init__(self, max_chars: int = MAX_RESPONSE_CHARS) -> None:
+    def __init__(self, max_chars: int = MAX_RESPONSE_CHARS, extraction: str = "official") -> None:
         if max_chars <= 0:
             raise ValueError("max_chars must be positive")
         self.max_chars = max_chars
+        self.extraction = check_extraction(extraction)
 
     def grade(self, response: str | None, sample: Sample) -> Verdict:
         """Compare the reply's letter with the gold letter."""
@@ -96,7 +112,8 @@ class ChoiceGrader:
         if not response:
             return Verdict("no_answer", "no answer letter could be read", detail={"gold": gold})
         truncated = len(response) > self.max_chars
-        letter = extract_letter(clip_tail(response, self.max_chars), n_choices)
+        read = official_letter if self.extraction == "official" else extract_letter
+        letter = read(clip_tail(response, self.max_chars), n_choices)
         detail = {"gold": gold, "n_choices": n_choices, "truncated": truncated}
         if letter is None:
             return Verdict("no_answer", "no answer letter could be read", detail=detail)

@@ -11,19 +11,43 @@ from a pickle).  Call-based problems name their function in
 ``metadata["fn_name"]`` (or ``"func_name"``, or inside the LCB ``metadata`` JSON string
 ``{"func_name": ...}``).
 
+Outputs are compared as LiveCodeBench's own checker compares them (its
+``lcb_runner/evaluation/testing_util.py``), verdict for verdict:
+
 * ``stdin`` tests run the program with the input on standard input (``sys.stdin``,
-  ``input()`` and ``open(0)`` all work) and compare standard output line by line: each
-  line is stripped, trailing blank lines dropped, and lines that differ are compared
-  token by token, numbers as floats within 1e-6 (absolute or relative).
+  ``input()`` and ``open(0)`` all work) and compare standard output line by line: the
+  whole output is stripped, split at newlines and each line stripped; the line counts
+  must agree, and two lines match when equal as text or when both are numbers that are
+  equal as decimals (``1.50`` is ``1.5``, but ``15200000001`` is not ``15200000000`` nor
+  ``1.52e+10``).
 * ``functional`` tests call ``Solution().fn_name(*args)`` (LeetCode style) or a
   top-level ``fn_name(*args)``; the input holds one JSON value per line (the
-  arguments), the output one JSON value; results are compared after a JSON round trip
-  (tuples become lists), floats within 1e-6.
+  arguments), the output one JSON value; results are compared with ``==`` after a JSON
+  round trip (tuples become lists, ``2.0`` equals ``2``, floats must be equal).
 
-A common import prelude (``typing``, ``collections``, ``heapq``, ``bisect``, ``math``,
-``itertools``, ``functools``) is available to the solution, as in LiveCodeBench.  The
-tests of a sample run in one sandbox: its driver forks a fresh process per test (under
-``time_limit_s``), stopping after a time-out or crash.
+The option ``float_tolerance`` (off by default, recorded with the run's grader options)
+lets a number whose expected form is not an integer match within that absolute or
+relative error, for problems that accept such answers; the official checker does not.
+
+The import prelude of LiveCodeBench's checker is available to the solution (the star
+imports of ``string``, ``re``, ``datetime``, ``collections``, ``heapq``, ``bisect``,
+``copy``, ``math``, ``random``, ``statistics``, ``itertools``, ``functools``,
+``operator``, ``io``, ``sys``, ``json``, ``typing``, those modules themselves, a
+recursion limit of 50000 and integers of up to 50000 digits as text).  The tests of a
+sample run in one sandbox: its driver forks a fresh process per test (under
+``time_limit_s``, 6 s as in LiveCodeBench), stopping after a time-out or crash; the
+whole run has LiveCodeBench's global limit, ``(time_limit_s + 1) * tests + 5`` seconds
+(capped at ``max_total_s``).
+
+Known differences from the official run, in how the program runs and how a result
+crosses from the sandbox, not in how output is judged (the corpus of
+tests/cases/lcb_agreement.json lists them, with the official verdicts): the program runs
+as a script (LiveCodeBench wraps it in a function, so its top-level names are locals
+there); ``for line in sys.stdin``, ``sys.stdout.buffer`` and ``open(0)`` work on the
+test's input (there the first two fail and ``open(0)`` reads the checker's own standard
+input); a program that exits with a non-zero status is a runtime error (LiveCodeBench
+ignores ``SystemExit`` in stdin programs); a function's result crosses as JSON, so
+tuples inside it equal lists here (only the outermost is converted there).
 
 **BigCodeBench** (``metadata["test"]``: unittest source defining ``TestCases`` that
 expects the solution in the same module; ``metadata["entry_point"]``, usually
@@ -50,8 +74,11 @@ never correct: it is graded ``runtime_error`` with the refused operations in
 
 Quoted program output (expected / got, error tails) is clipped, control characters are
 escaped and values of the parent's environment (keys) are redacted (:func:`_clip`).
-Where the machine offers no OS isolation the grader refuses to be built unless
-``confirm_run_unsafe_code`` is given, and its verdicts then carry ``"unisolated": true``.
+Code runs in the bubblewrap sandbox (:mod:`conductor.sandbox`); where bubblewrap cannot
+run, or ``CONDUCTOR_SANDBOX_ISOLATION`` asks for a weaker engine, the grader refuses to
+be built unless ``confirm_run_unsafe_code`` is given.  Every verdict names the engine
+that ran the sample in ``detail["sandbox"]``, and carries ``"unisolated": true`` when
+that was no OS isolation at all.
 
 **What a solution cannot do to its grade** (each is a test in
 tests/test_sandbox_attacks.py):
@@ -131,9 +158,8 @@ from conductor.bench.graders.code_text import (
     values_match,
 )
 from conductor.bench.lcb_tests import decode_lcb_tests
-from conductor.bench.sandbox import SandboxResult, run_job
-from conductor.bench.sandbox_isolation import require_isolation
 from conductor.bench.types import Sample, Verdict
+from conductor.sandbox import BUBBLEWRAP, SandboxResult, require_engine, run_job
 
 __all__ = [
     "CodeGrader",
@@ -142,16 +168,20 @@ __all__ = [
 
 _OUTPUT_LIMIT = 4_000_000  # bytes of one test's stdout brought back for comparison
 _REPORT_LIMIT = 256_000_000
+# The names LiveCodeBench's checker gives every solution: star imports in its order (so
+# that ``builtins`` restores ``pow`` and ``open`` after ``math`` and ``io``), the modules
+# themselves, and its recursion and integer-digit limits.
+_PRELUDE_STARS = (
+    "string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random",
+    "statistics", "itertools", "functools", "operator", "io", "sys", "json", "builtins",
+    "typing",
+)  # fmt: skip
 _PRELUDE = (
-    "from typing import *\n"
-    "from collections import *\n"
-    "from heapq import *\n"
-    "from bisect import *\n"
-    "from itertools import *\n"
-    "from functools import *\n"
-    "from math import *\n"
-    "import sys, os, re, math, heapq, bisect, itertools, functools, collections, string\n"
-    "import random, copy, operator, json\n"
+    "".join(f"from {m} import *\n" for m in _PRELUDE_STARS)
+    + "".join(f"import {m}\n" for m in _PRELUDE_STARS if m not in ("builtins", "typing"))
+    + "sys.setrecursionlimit(50000)\n"
+    # (an interpreter older than 3.11 given as ``python`` has no digit limit to raise)
+    + "if hasattr(sys, 'set_int_max_str_digits'):\n    sys.set_int_max_str_digits(50000)\n"
 )
 
 
@@ -182,7 +212,9 @@ class CodeGrader:
     """Grades code answers for LiveCodeBench and BigCodeBench by running tests.
 
     Options: ``time_limit_s`` (per LCB test), ``max_total_s`` (cap on one sample's whole
-    run; the backstop is ``time_limit_s * tests + 10`` up to this cap), ``memory_mb``,
+    run; the backstop is LiveCodeBench's ``(time_limit_s + 1) * tests + 5`` up to this
+    cap), ``float_tolerance`` (LCB numbers that are not integers match within this
+    absolute or relative error; default None: exact, as the official checker), ``memory_mb``,
     ``bigcodebench_time_limit_s`` / ``bigcodebench_memory_mb`` (BigCodeBench runs
     import heavy libraries; 240 s for a task's tests, the official limit),
     ``allow_subprocess`` (let solutions start processes), ``bigcodebench_allow_subprocess``
@@ -193,15 +225,16 @@ class CodeGrader:
     """
 
     name = "code"
-    # 3: BigCodeBench is judged by a judge thread with a snapshot ("tampered"), under
+    # 4: BigCodeBench is judged by a judge thread with a snapshot ("tampered"), under
     # the official time limit and with subprocesses allowed
-    version = "3"
+    version = "4"
 
     def __init__(
         self,
         *,
         time_limit_s: float = 6.0,
         max_total_s: float = 300.0,
+        float_tolerance: float | None = None,
         memory_mb: int = 1024,
         bigcodebench_time_limit_s: float = 240.0,
         bigcodebench_memory_mb: int = 4096,
@@ -212,15 +245,19 @@ class CodeGrader:
     ) -> None:
         self.time_limit_s = float(time_limit_s)
         self.max_total_s = float(max_total_s)
+        if float_tolerance is not None and not (0 <= float(float_tolerance) < 1):
+            raise ValueError(f"float_tolerance must be in [0, 1), not {float_tolerance!r}")
+        self.float_tolerance = None if float_tolerance is None else float(float_tolerance)
         self.memory_mb = int(memory_mb)
         self.bigcodebench_time_limit_s = float(bigcodebench_time_limit_s)
         self.bigcodebench_memory_mb = int(bigcodebench_memory_mb)
         self.allow_subprocess = bool(allow_subprocess)
         self.bigcodebench_allow_subprocess = bool(bigcodebench_allow_subprocess)
         self.python = python
-        #: False when no OS isolation exists here and the user opted in to run anyway;
-        #: every verdict then says ``unisolated`` in its detail.
-        self.isolated = require_isolation(bool(confirm_run_unsafe_code))
+        #: The sandbox engine every sample is graded in (bubblewrap unless the user
+        #: opted in to a weaker one); each verdict records it as ``detail["sandbox"]``.
+        self.engine = require_engine(bool(confirm_run_unsafe_code))
+        self.isolated = self.engine == BUBBLEWRAP
 
     # -- public -------------------------------------------------------------------------
 
@@ -303,19 +340,19 @@ class CodeGrader:
             if allow_subprocess is None
             else allow_subprocess,
             python=self.python,
-            isolate=True,
+            engine=self.engine,
             report_limit=_REPORT_LIMIT,
         )
 
     def _base(self, result: SandboxResult) -> dict[str, Any]:
-        base: dict[str, Any] = {"isolation": result.isolation}
+        base: dict[str, Any] = {"sandbox": result.engine, "isolation": result.isolation}
         if "unisolated" in result.isolation:
             base["unisolated"] = True
         return base
 
     def _grade_lcb(self, code: str, tests: list[dict[str, Any]], fn: str | None) -> Verdict:
         total = len(tests)
-        backstop = min(self.time_limit_s * total + 10.0, self.max_total_s)
+        backstop = min((self.time_limit_s + 1.0) * total + 5.0, self.max_total_s)
         job = {
             "kind": "lcb",
             "solution": code,
@@ -404,13 +441,15 @@ class CodeGrader:
                     detail={**fail, "outcome": "runtime_error"},
                 )
             expected: Any = json.loads(test["output"])
-            ok = values_match(got, expected)
+            ok = values_match(got, expected, self.float_tolerance)
         else:
             got = frame.get("stdout")
             if not isinstance(got, str):
                 got = ""
             expected = test["output"]
-            ok = frame.get("stdout_truncated") is not True and outputs_match(got, expected)
+            ok = frame.get("stdout_truncated") is not True and outputs_match(
+                got, expected, self.float_tolerance
+            )
         if ok:
             return None
         return Verdict(

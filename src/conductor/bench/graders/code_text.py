@@ -1,8 +1,9 @@
 """The text side of the code grader, pure functions that run nothing: the code in a
 model's reply (:func:`extract_code`, rules in :mod:`conductor.bench.graders.code`),
-whether outputs match (:func:`outputs_match`, :func:`values_match`), the test methods
-of BigCodeBench test source (:func:`bcb_test_names`), and program output fit to quote
-in a record, keys redacted (``_clip``).
+whether outputs match as LiveCodeBench's checker decides (:func:`outputs_match`,
+:func:`values_match`), the test methods of BigCodeBench test source
+(:func:`bcb_test_names`), and program output fit to quote in a record, keys redacted
+(``_clip``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import ast
 import math
 import os
 import re
+from decimal import Decimal
 from typing import Any
 
 _SHOW = 200  # characters of expected / got shown in a reason
@@ -41,62 +43,106 @@ def extract_code(response: str | None) -> str | None:
 
 
 # --- comparison helpers: the parent compares what the sandbox returned (never inside it) ---
+#
+# By default both follow LiveCodeBench's own checker (lcb_runner/evaluation/testing_util.py,
+# ``grade_stdio`` and ``grade_call_based``) verdict for verdict; ``float_tolerance`` is
+# this project's deliberate extension for answers the problem accepts within an error
+# bound, off unless a benchmark's ``grader_options`` turn it on.
+
+_INTEGER = re.compile(r"[+-]?\d[\d_]*")  # a token Decimal reads as an integer
 
 
-def _as_float(token: str) -> float | None:
+def _lines(text: str) -> list[str]:
+    # The whole text is stripped first (so leading and trailing blank lines vanish), then
+    # split at "\n" only; blank lines inside stay and must match.
+    return [line.strip() for line in text.strip().split("\n")]
+
+
+def _decimals(line: str) -> list[Decimal] | None:
     try:
-        value = float(token)
-    except ValueError:
+        return [Decimal(token) for token in line.split()]
+    except (ArithmeticError, ValueError):
         return None
-    return value if math.isfinite(value) else None
 
 
-def outputs_match(got: str, expected: str) -> bool:
-    """Whether a program's stdout matches the expected output, whitespace-tolerantly.
+def _close(got: Decimal, expected: Decimal, token: str, tolerance: float) -> bool:
+    """Whether ``got`` is within ``tolerance`` (absolute, or relative to ``expected``) of
+    an expected value that is not written as an integer; integers stay exact, so an
+    off-by-one on a large count is never forgiven."""
+    if _INTEGER.fullmatch(token) or not (got.is_finite() and expected.is_finite()):
+        return False
+    try:
+        bound = Decimal(repr(tolerance)) * max(Decimal(1), abs(expected))
+        return abs(got - expected) <= bound
+    except ArithmeticError:
+        return False
 
-    Lines are stripped, trailing blank lines dropped; unequal lines are compared token by
-    token, and two tokens that both parse as numbers match within 1e-6 (abs or rel).
+
+def _line_matches(got: str, expected: str, tolerance: float | None) -> bool:
+    if got == expected:
+        return True
+    a, b = _decimals(got), _decimals(expected)
+    if a is None or b is None or len(a) != len(b):
+        return False
+    try:
+        if a == b:
+            return True
+    except ArithmeticError:  # a signalling NaN refuses to compare: the official run errs
+        return False
+    if tolerance is None:
+        return False
+    tokens = expected.split()
+    try:
+        return all(
+            x == y or _close(x, y, t, tolerance) for x, y, t in zip(a, b, tokens, strict=True)
+        )
+    except ArithmeticError:
+        return False
+
+
+def outputs_match(got: str, expected: str, float_tolerance: float | None = None) -> bool:
+    """Whether a program's stdout matches the expected output, as LiveCodeBench decides.
+
+    Both texts are stripped and split into lines at ``"\n"``, each line stripped; the
+    line counts must agree.  Two lines match when they are equal, or when both are
+    whitespace-separated numbers (as :class:`decimal.Decimal` reads them) with equal
+    values one by one: ``1.50`` matches ``1.5`` and ``1e3`` matches ``1000``, while
+    ``15200000001`` never matches ``15200000000`` nor ``1.52e+10``, and a line mixing
+    words and numbers must be equal as text.  With ``float_tolerance``, a number whose
+    expected form is not an integer also matches within that absolute or relative error.
     """
-
-    def lines(text: str) -> list[str]:
-        out = [line.strip() for line in text.replace("\r\n", "\n").split("\n")]
-        while out and not out[-1]:
-            out.pop()
-        return out
-
-    a, b = lines(got), lines(expected)
+    a, b = _lines(got), _lines(expected)
     if len(a) != len(b):
         return False
-    for la, lb in zip(a, b, strict=True):
-        if la == lb:
-            continue
-        ta, tb = la.split(), lb.split()
-        if len(ta) != len(tb):
-            return False
-        for x, y in zip(ta, tb, strict=True):
-            if x == y:
-                continue
-            fx, fy = _as_float(x), _as_float(y)
-            if fx is None or fy is None or not math.isclose(fx, fy, rel_tol=1e-6, abs_tol=1e-6):
-                return False
-    return True
+    return all(_line_matches(x, y, float_tolerance) for x, y in zip(a, b, strict=True))
 
 
-def values_match(got: Any, expected: Any) -> bool:
-    """JSON-style equality of a function's result and the expected value (floats 1e-6)."""
-    if isinstance(got, bool) or isinstance(expected, bool):
-        return got is expected or (type(got) is type(expected) and got == expected)
-    if isinstance(got, (int, float)) and isinstance(expected, (int, float)):
-        if isinstance(got, int) and isinstance(expected, int):
-            return got == expected
-        return math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-6)
-    if isinstance(got, (list, tuple)) and isinstance(expected, (list, tuple)):
-        if len(got) != len(expected):
+def values_match(got: Any, expected: Any, float_tolerance: float | None = None) -> bool:
+    """Whether a function's result (JSON data) equals the expected JSON value, as
+    LiveCodeBench decides: Python's ``==``, so ``2.0`` matches ``2`` and ``true`` matches
+    ``1``, and floats match only when equal.  With ``float_tolerance``, an expected float
+    also matches a number within that absolute or relative error."""
+    try:
+        if got == expected:
+            return True
+    except RecursionError:
+        return False
+    if float_tolerance is None:
+        return False
+    if isinstance(expected, float) and isinstance(got, (int, float)):
+        try:
+            return math.isclose(got, expected, rel_tol=float_tolerance, abs_tol=float_tolerance)
+        except OverflowError:
             return False
-        return all(values_match(x, y) for x, y in zip(got, expected, strict=True))
+    if isinstance(got, list) and isinstance(expected, list):
+        return len(got) == len(expected) and all(
+            values_match(x, y, float_tolerance) for x, y in zip(got, expected, strict=True)
+        )
     if isinstance(got, dict) and isinstance(expected, dict):
-        return got.keys() == expected.keys() and all(values_match(got[k], expected[k]) for k in got)
-    return bool(got == expected)
+        return got.keys() == expected.keys() and all(
+            values_match(got[k], expected[k], float_tolerance) for k in expected
+        )
+    return False
 
 
 def bcb_test_names(source: str) -> tuple[list[str], list[str]]:

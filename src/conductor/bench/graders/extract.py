@@ -11,19 +11,23 @@ text they are given as it is.
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 
 from conductor.text import strip_think
 
 __all__ = [
+    "EXTRACTIONS",
     "MAX_RESPONSE_CHARS",
+    "check_extraction",
     "answer_line",
     "answer_tag",
     "clip_tail",
     "extract_letter",
     "extract_math_answer",
     "last_boxed",
+    "official_letter",
     "strip_think",
 ]
 
@@ -31,6 +35,18 @@ __all__ = [
 MAX_RESPONSE_CHARS = 64_000
 
 _LETTERS = string.ascii_uppercase
+
+#: How the math and choice graders read an answer (``grader_options: {extraction:
+#: ...}``): ``official`` as the reference harness does (math-verify for math, lighteval's
+#: letter rules for choices), ``conductor`` with this project's own extractors.
+EXTRACTIONS = ("official", "conductor")
+
+
+def check_extraction(value: str) -> str:
+    """``value`` if it names one of :data:`EXTRACTIONS`; raises ``ValueError`` else."""
+    if value not in EXTRACTIONS:
+        raise ValueError(f"extraction must be one of {', '.join(EXTRACTIONS)}, not {value!r}")
+    return value
 
 
 def clip_tail(text: str, limit: int = MAX_RESPONSE_CHARS) -> str:
@@ -316,6 +332,64 @@ def extract_letter(text: str, n_choices: int) -> str | None:
     if final.group(2) and not letter.isupper():
         return None
     return letter.upper() if letter.upper() in allowed else None
+
+
+# --- multiple-choice letters as the reference harness reads them -----------------
+
+
+@functools.lru_cache(maxsize=8)
+def _official_letter_patterns(n_choices: int) -> tuple[re.Pattern[str], ...]:
+    """lighteval's English letter-extraction rules for ``n_choices`` options (its
+    ``IndicesExtractionConfig("NativeLetters", try_extract_without_anchor=True)``, which
+    its GPQA-Diamond and MMLU generative metrics use), most trusted first.
+
+    A letter is a capital ``A`` .. or the same in brackets, ``(A)``; lower case never
+    counts.  Each pattern holds one group, ``letter``.
+    """
+    letters = _LETTERS[: min(n_choices, len(_LETTERS))]
+    index = "(?P<letter>" + "|".join(f"{c}|\\({c}\\)" for c in letters) + ")"
+    # What may follow a letter that stands alone: a full stop, a comma, a colon (maybe
+    # after a space), a space, or the end of the text; bold markers around it are kept
+    # out of the way.
+    after = r"(?:\*\*)?(?:\.|,|\s?:| |$)"
+    alone = rf"(?:^| )(?:\*\*)?{index}{after}"
+    return tuple(
+        re.compile(pattern)
+        for pattern in (
+            rf"(?i:final answer is):?\s*{index}\.?\s?I hope",
+            rf"(?i:final answer.{{0,100}}?)\s+is:?\s*{index}",
+            rf"(?i:answer)\s?:.{{0,50}}?{alone}",
+            rf"(?i:answer).{{0,50}}?{alone}",
+            rf"^(?:\*\*)?{index}{after}",
+            rf"\n(?:\*\*)?{index}{after}",
+            alone,
+            # No anchor at all: any capital letter among the options, even inside a word.
+            index,
+        )
+    )
+
+
+def official_letter(text: str, n_choices: int) -> str | None:
+    """The letter the reference harness (lighteval) reads from a reply, or ``None``.
+
+    The rules are tried in order (:func:`_official_letter_patterns`); the first that
+    matches anywhere decides, and among its matches the one ending last (of those, the
+    one starting first) wins.  The last resort is any capital option letter at all, so
+    a reply with no answer but a word such as "After" still yields "A": that is the
+    reference's behaviour, kept so that scores compare; ``extraction: conductor``
+    (:func:`extract_letter`) refuses such replies.  Reasoning blocks are ignored.
+    """
+    if n_choices <= 0:
+        return None
+    body = strip_think(clip_tail(text))
+    for pattern in _official_letter_patterns(n_choices):
+        best: re.Match[str] | None = None
+        for match in pattern.finditer(body):
+            if best is None or match.end() > best.end():
+                best = match
+        if best is not None:
+            return best.group("letter").strip("()")
+    return None
 
 
 # --- math answers ------------------------------------------------------------------

@@ -1,9 +1,19 @@
 """The math grader: is the reply's final answer mathematically equal to the gold?
 
-Equivalence is decided by math-verify (``1/2`` = ``0.5`` = ``\\frac{1}{2}``,
-``2\\sqrt{2}`` = ``\\sqrt{8}``, ``{1,2}`` = ``{2,1}``, ``x=3`` = ``3``,
-``1,000,000`` = ``1000000``, ``30^\\circ`` = ``30``).  Note that math-verify treats a
-percentage loosely: ``10\\%`` matches both ``0.1`` and ``10``.
+By default (``extraction: official``) a reply is graded as the reference harness grades
+MATH-500: math-verify reads the whole reply (its own rules find the answer: a "final
+answer is" phrase, ``\\boxed{}``, an ``answer:`` label, else the last expression) and
+decides equivalence (``1/2`` = ``0.5`` = ``\\frac{1}{2}``, ``2\\sqrt{2}`` = ``\\sqrt{8}``,
+``{1,2}`` = ``{2,1}``, ``x=3`` = ``3``, ``30^\\circ`` = ``30``, ``\\$18.90`` = ``18.9``),
+with the extraction targets and rounding of lighteval's MATH-500 metric.  Note that
+math-verify treats a percentage loosely: ``10\\%`` matches both ``0.1`` and ``10``.
+
+``extraction: conductor`` is this project's own reading, kept as a named option: an
+``<answer>`` tag (which math-verify does not read), the last ``\\boxed{}``, an
+``ANSWER:`` line, and nothing else (prose without one of those is ``no_answer``, where
+math-verify would take the reply's last number); plainly numeric answers are then
+settled in this process without a child (below).  Runs record
+the option in their config, so a score says which reading it used.
 
 math-verify's own time limits use ``signal.alarm``, which works only on a process's main
 thread, and graders run in worker threads.  So every comparison runs in a small pool of
@@ -14,12 +24,12 @@ waits at most ``timeout_s`` for the answer and otherwise kills that child (a new
 started for the next comparison) and returns a ``time_limit`` verdict.
 
 The children are started in the background when a grader is built, so the first
-answer that needs one does not wait for sympy to load.  Most answers never need one:
-answers equal as normalised strings are accepted, and plainly numeric answers (integers,
-decimals, fractions ``a/b`` or ``\\frac{a}{b}``) are compared exactly in this process:
-equal values are correct, and clearly different values (all integers, or more than
-0.1% apart) are incorrect.  Only numbers close but not equal go to math-verify, whose
-rounding decides them.
+answer that needs one does not wait for sympy to load.  With ``extraction: conductor``
+most answers never need one: answers equal as normalised strings are accepted, and
+plainly numeric answers (integers, decimals, fractions ``a/b`` or ``\\frac{a}{b}``) are
+compared exactly in this process: equal values are correct, and clearly different
+values (all integers, or more than 0.1% apart) are incorrect.  Only numbers close but
+not equal go to math-verify, whose rounding decides them.
 
 The child processes (both sides of the pipe) are :mod:`conductor.bench.graders.math_children`.
 """
@@ -33,12 +43,25 @@ import time
 from fractions import Fraction
 from typing import Any
 
-from conductor.bench.graders.extract import MAX_RESPONSE_CHARS, clip_tail, extract_math_answer
+from conductor.bench.graders.extract import (
+    EXTRACTIONS,
+    MAX_RESPONSE_CHARS,
+    check_extraction,
+    clip_tail,
+    extract_math_answer,
+    strip_think,
+)
 from conductor.bench.graders.math_children import _ChildFailed, _ChildPool
 from conductor.bench.types import Sample, Verdict
 from conductor.errors import MissingDependencyError
 
-__all__ = ["DEFAULT_TIMEOUT_S", "MathGrader", "normalise_answer", "plain_number"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "EXTRACTIONS",
+    "MathGrader",
+    "normalise_answer",
+    "plain_number",
+]
 
 #: How long one comparison may take before the child is killed.
 DEFAULT_TIMEOUT_S = 5.0
@@ -133,20 +156,22 @@ atexit.register(_POOL.close)
 class MathGrader:
     """Grades math answers by equivalence (math-verify), with a hard time limit.
 
-    The answer is read with :func:`~conductor.bench.graders.extract.extract_math_answer`
-    (``<answer>`` tag, last ``\\boxed{}``, ``ANSWER:`` line).  The gold is a string (a
-    number or LaTeX, without ``$``), or a list of acceptable answers.  Building one
+    ``extraction`` chooses how the answer is read (:data:`EXTRACTIONS`; see the module
+    docstring).  The gold is a string (a number or LaTeX, without ``$``; an escaped
+    ``\\$`` of an amount is fine), or a list of acceptable answers.  Building one
     starts the comparison processes in the background (``warm=False`` does not).
     """
 
     name = "math"
-    version = "2"
+    # 3: official extraction by default; dollar-valued golds are read as numbers.
+    version = "3"
 
     def __init__(
         self,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_chars: int = MAX_RESPONSE_CHARS,
         warm: bool = True,
+        extraction: str = "official",
     ) -> None:
         if not timeout_s > 0:
             raise ValueError("timeout_s must be positive")
@@ -158,28 +183,51 @@ class MathGrader:
             )
         self.timeout_s = float(timeout_s)
         self.max_chars = max_chars
+        self.extraction = check_extraction(extraction)
         if warm:
             _POOL.warm()
 
     def grade(self, response: str | None, sample: Sample) -> Verdict:
-        """Extract the final answer from ``response`` and compare it with the gold."""
+        """Find the final answer in ``response`` and compare it with the gold."""
         golds = _gold_answers(sample.gold)
         if not golds:
             return Verdict(
                 "grader_error", f"the sample has no usable gold answer ({sample.gold!r})"
             )
-        truncated = bool(response) and len(response or "") > self.max_chars
-        extracted = extract_math_answer(clip_tail(response, self.max_chars)) if response else None
         detail: dict[str, Any] = {"gold": golds[0] if len(golds) == 1 else golds}
-        if truncated:
+        if response and len(response) > self.max_chars:
             detail["truncated"] = True
+        # Reasoning blocks are not the answer (lighteval grades the text after them too).
+        body = strip_think(clip_tail(response, self.max_chars)) if response else ""
+        if self.extraction == "official":
+            return self._grade_reply(golds, body, detail)
+        extracted = extract_math_answer(body) if body else None
         if extracted is None:
             return Verdict(
                 "no_answer",
                 "no answer could be read (no <answer> tag, \\boxed{} or ANSWER: line)",
                 detail=detail,
             )
+        return self._grade_extracted(golds, extracted, detail)
 
+    def _grade_reply(self, golds: list[str], body: str, detail: dict[str, Any]) -> Verdict:
+        """The reference harness's reading: math-verify finds the answer in the reply."""
+        detail["method"] = "math_verify_reply"
+        reply = self._ask({"golds": golds, "reply": body}, detail) if body.strip() else {}
+        if isinstance(reply, Verdict):
+            return reply
+        extracted = reply.get("extracted")
+        if not extracted:
+            return Verdict(
+                "no_answer",
+                "no answer could be read (math-verify found no final answer, \\boxed{}, "
+                "answer label or expression)",
+                detail=detail,
+            )
+        return self._verdict(golds, str(extracted), reply, detail)
+
+    def _grade_extracted(self, golds: list[str], extracted: str, detail: dict[str, Any]) -> Verdict:
+        """This project's reading (``extraction: conductor``): compare the answer found."""
         normal = normalise_answer(extracted)
         for gold in golds:
             if normal and normal == normalise_answer(gold):
@@ -194,30 +242,41 @@ class MathGrader:
             equal, gold = settled
             if equal:
                 return Verdict("correct", f"{extracted!r} equals {gold!r}", extracted, detail)
-            shown = golds[0] if len(golds) == 1 else golds
-            return Verdict(
-                "incorrect",
-                f"{extracted!r} is not equal to the gold answer {shown!r}",
-                extracted,
-                detail,
-            )
+            return self._verdict(golds, extracted, {"equal": False, "parsed": True}, detail)
 
         detail["method"] = "math_verify"
+        reply = self._ask({"golds": golds, "predicted": extracted}, detail, extracted)
+        if isinstance(reply, Verdict):
+            return reply
+        return self._verdict(golds, extracted, reply, detail)
+
+    def _ask(
+        self, request: dict[str, Any], detail: dict[str, Any], extracted: str | None = None
+    ) -> dict[str, Any] | Verdict:
+        """A child's reply to ``request``, or the verdict that it failed or timed out."""
         started = time.monotonic()
         try:
-            reply = _POOL.compare(golds, extracted, self.timeout_s)
+            reply = _POOL.ask(request, self.timeout_s)
         except _ChildFailed as exc:
             return Verdict("grader_error", str(exc), extracted, detail)
         detail["elapsed_s"] = round(time.monotonic() - started, 3)
         if reply is None:
+            what = repr(extracted[:80]) if extracted is not None else "the reply"
             return Verdict(
                 "time_limit",
-                f"comparing {extracted[:80]!r} with the gold took over {self.timeout_s:g} s",
+                f"comparing {what} with the gold took over {self.timeout_s:g} s",
                 extracted,
                 detail,
             )
         if "error" in reply:
             return Verdict("grader_error", str(reply["error"]), extracted, detail)
+        return reply
+
+    @staticmethod
+    def _verdict(
+        golds: list[str], extracted: str, reply: dict[str, Any], detail: dict[str, Any]
+    ) -> Verdict:
+        """``correct`` or ``incorrect`` from a comparison's outcome."""
         if reply.get("equal"):
             return Verdict(
                 "correct", f"{extracted!r} is equivalent to {reply['gold']!r}", extracted, detail
@@ -225,7 +284,7 @@ class MathGrader:
         shown = golds[0] if len(golds) == 1 else golds
         why = (
             "is not equivalent to"
-            if reply.get("parsed")
+            if reply.get("parsed", True)
             else "could not be read as math, nor equals"
         )
         return Verdict(

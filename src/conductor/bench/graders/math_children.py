@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -28,42 +29,96 @@ _START_TIMEOUT_S = 120.0
 # --- the child process side ---------------------------------------------------------
 
 
+# A math delimiter: ``$``, ``\\(`` or ``\\[`` (or a box), but not the escaped dollar ``\\$``
+# of an amount such as ``\\$18.90``, which is text inside the math.
+_DELIMITER = re.compile(r"(?<!\\)\$|\\[(\[]|\\boxed")
+
+#: The extraction targets of the reference harness's MATH-500 metric (lighteval's
+#: ``pass_at_k_math``: plain expressions, then LaTeX, for the reply and the gold alike),
+#: and its rounding of floats before comparing.
+_FLOAT_ROUNDING = 6
+
+
 def _as_latex(value: str) -> str:
     """Wrap a bare answer in ``$...$`` so math-verify reads it as LaTeX."""
     value = value.strip()
-    if any(mark in value for mark in ("$", "\\(", "\\[", "\\boxed")):
+    if _DELIMITER.search(value):
         return value
     return f"${value}$"
 
 
+def _targets() -> list[Any]:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+    return [ExprExtractionConfig(), LatexExtractionConfig()]
+
+
+def _parse(text: str) -> list[Any]:
+    from math_verify import parse
+
+    # Time limits off: they would use signal.alarm; the parent enforces the limit.
+    return list(parse(text, _targets(), parsing_timeout=None))
+
+
+def _equal(gold: list[Any], pred: list[Any]) -> bool:
+    from math_verify import verify
+
+    return bool(verify(gold, pred, float_rounding=_FLOAT_ROUNDING, timeout_seconds=None))
+
+
 def _compare(golds: list[str], predicted: str) -> dict[str, Any]:
-    """Runs in the child: parse both sides with math-verify and compare.
+    """Runs in the child: compare an answer already extracted with the golds.
 
     Returns ``{"equal": bool, ...}``; ``{"error": text}`` when a gold answer cannot
     be read as math (a problem with the data, not the reply; replies identical to such
     a gold were already accepted by the exact-match fast path).
     """
-    from math_verify import parse, verify
-
-    # Time limits off: they would use signal.alarm; the parent enforces the limit.
-    parsed_pred = parse(_as_latex(predicted), parsing_timeout=None)
+    parsed_pred = _parse(_as_latex(predicted))
     if not parsed_pred:
-        parsed_pred = parse(predicted, parsing_timeout=None)
+        parsed_pred = _parse(predicted)
     for gold in golds:
-        parsed_gold = parse(_as_latex(gold), parsing_timeout=None)
+        parsed_gold = _parse(_as_latex(gold))
         # Only the raw string came back: math-verify could not read the gold, and a
         # string comparison would silently fail every equivalent (not identical) reply.
         if all(isinstance(item, str) for item in parsed_gold):
             return {"error": f"the gold answer {gold!r} could not be read as math"}
-        if parsed_pred and verify(parsed_gold, parsed_pred, timeout_seconds=None):
+        if parsed_pred and _equal(parsed_gold, parsed_pred):
             return {"equal": True, "gold": gold}
     return {"equal": False, "parsed": bool(parsed_pred)}
+
+
+def _grade_reply(golds: list[str], reply: str) -> dict[str, Any]:
+    """Runs in the child: the reference harness's verdict on a whole reply.
+
+    math-verify finds the answer in ``reply`` itself (its priorities: "final answer
+    is ...", then ``\\boxed{}``, "answer: ..." and the last expression or LaTeX span),
+    as lighteval's MATH-500 metric has it.  A gold it cannot read is compared as the
+    raw string, as lighteval does.  Returns ``{"equal": bool, "extracted": text or
+    None, "gold": ...}``; ``extracted`` is ``None`` when nothing could be found.
+    """
+    parsed_pred = _parse(reply)
+    texts = [item for item in parsed_pred if isinstance(item, str)]
+    extracted = texts[-1] if texts else (str(parsed_pred[0]) if parsed_pred else None)
+    for gold in golds:
+        parsed_gold = _parse(_as_latex(gold)) or [gold]
+        if parsed_pred and _equal(parsed_gold, parsed_pred):
+            return {"equal": True, "gold": gold, "extracted": extracted}
+    return {"equal": False, "extracted": extracted}
+
+
+def _answer(request: dict[str, Any]) -> dict[str, Any]:
+    """One request: ``{"golds", "reply"}`` (find the answer) or ``{"golds", "predicted"}``."""
+    golds = [str(gold) for gold in request["golds"]]
+    if "reply" in request:
+        return _grade_reply(golds, str(request["reply"]))
+    return _compare(golds, str(request["predicted"]))
 
 
 def _child_main() -> None:
     """The child's loop: one JSON request per stdin line, one JSON reply per line.
 
-    Requests are ``{"golds": [...], "predicted": "..."}``; an empty line or end of
+    Requests are ``{"golds": [...], "predicted": "..."}`` or ``{"golds": [...],
+    "reply": "..."}`` (see :func:`_answer`); an empty line or end of
     input stops the loop.  The protocol uses the original stdout; anything a library
     prints goes to stderr instead.
     """
@@ -87,8 +142,7 @@ def _child_main() -> None:
         if not line.strip():
             return
         try:
-            request = json.loads(line)
-            reply = _compare(list(request["golds"]), str(request["predicted"]))
+            reply = _answer(json.loads(line))
         except Exception as exc:
             reply = {"error": f"math-verify failed: {type(exc).__name__}: {exc}"}
         send(reply)
@@ -167,12 +221,13 @@ class _Child:
             raise _ChildFailed(f"the comparison process died (exit code {code})")
         return reply
 
-    def compare(self, golds: list[str], predicted: str, timeout_s: float) -> dict[str, Any] | None:
-        """Send one comparison; its reply, or ``None`` when it ran out of time."""
+    def ask(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
+        """Send one request (see :func:`_answer`); its reply, or ``None`` when it ran out
+        of time."""
         stdin = self.process.stdin
         assert stdin is not None
         try:
-            stdin.write(json.dumps({"golds": golds, "predicted": predicted}) + "\n")
+            stdin.write(json.dumps(request) + "\n")
             stdin.flush()
         except (OSError, ValueError) as exc:
             raise _ChildFailed(f"the comparison process is gone: {exc}") from exc
@@ -254,15 +309,15 @@ class _ChildPool:
             self._alive = 0
             self._pid = os.getpid()
 
-    def compare(self, golds: list[str], predicted: str, timeout_s: float) -> dict[str, Any] | None:
-        """Run one comparison; ``None`` when it ran out of time.
+    def ask(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
+        """Run one request (see :func:`_answer`); ``None`` when it ran out of time.
 
         Raises :class:`_ChildFailed` when no child could start or the child died.
         """
         with self._slots:
             child = self._take()
             try:
-                reply = child.compare(golds, predicted, timeout_s)
+                reply = child.ask(request, timeout_s)
             except BaseException:
                 self._discard(child)
                 raise

@@ -1,0 +1,555 @@
+"""Attacks on the sandbox's outer engine (how a graded program is launched and confined),
+each returning ``(defended, detail)`` and checking that nothing outside changed.
+
+Every attack runs in-process (as whoever runs the tests) and, where that is root, again
+as an ordinary user (uid 65534) through ``python tests/sandbox_escapes.py [NAME...]``,
+which prints ``{name: [defended, detail]}`` as JSON (see :func:`run_as_nobody`).  They
+run with ``allow_subprocess=True`` and start shells and fresh interpreters: those stand
+for native code that the in-process audit hook never sees, so only the engine stands
+in the way.  Set ``SANDBOX_ESCAPES_ENGINE`` to try them on another engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from conductor.sandbox import SandboxResult, run_sandboxed
+
+Outcome = tuple[bool, str]
+REPO = Path(__file__).resolve().parent.parent
+NOBODY = 65534
+SECRET = "sk-conductor-escape-" + uuid.uuid4().hex
+ENGINE = os.environ.get("SANDBOX_ESCAPES_ENGINE") or None
+
+
+def run(code: str, **kw: Any) -> SandboxResult:
+    """``code`` in the sandbox, run by a fresh interpreter the program starts: it has no
+    audit hook, as native code would not (only the engine stands in the way)."""
+    kw.setdefault("wall_time_s", 20)
+    main = (
+        "import subprocess, sys\n"
+        f"r = subprocess.run([sys.executable, '-c', {textwrap.dedent(code)!r}])\n"
+        "sys.exit(r.returncode)\n"
+    )
+    return run_sandboxed(main, engine=ENGINE, allow_subprocess=True, **kw)
+
+
+@contextmanager
+def host_dir() -> Iterator[Path]:
+    """A directory outside the sandbox that everyone could read (so a failed read is
+    the sandbox's doing, not the permissions')."""
+    top = Path(tempfile.mkdtemp(prefix="conductor-escape-"))
+    top.chmod(0o755)
+    try:
+        yield top
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------- sockets
+
+
+def _unix_path_socket() -> Outcome:
+    with host_dir() as top:
+        path = top / "listener.sock"
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(str(path))
+        path.chmod(0o777)
+        srv.listen(5)
+        srv.settimeout(0.5)
+        code = f"""
+        import socket, subprocess, sys
+        inner = ("import socket; s = socket.socket(socket.AF_UNIX); "
+                 "s.connect({str(path)!r}); s.sendall(b'x')")
+        r = subprocess.run([sys.executable, "-c", inner], capture_output=True, text=True)
+        print(r.returncode, r.stderr.strip().splitlines()[-1:] )
+        """
+        res = run(code)
+        try:
+            conn, _ = srv.accept()
+            conn.close()
+            return False, "connected to the host's unix socket " + res.stdout[:100]
+        except TimeoutError:
+            return True, "no connection: " + res.stdout.strip()[:150]
+        finally:
+            srv.close()
+
+
+def _unix_abstract_socket() -> Outcome:
+    name = "\0conductor-escape-" + uuid.uuid4().hex
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(name)
+    srv.listen(5)
+    srv.settimeout(0.5)
+    inner = (
+        f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({name!r}); s.sendall(b'x')"
+    )
+    code = f"""
+    import subprocess, sys
+    r = subprocess.run([sys.executable, "-c", {inner!r}], capture_output=True, text=True)
+    print(r.returncode, r.stderr.strip().splitlines()[-1:])
+    """
+    res = run(code)
+    try:
+        conn, _ = srv.accept()
+        conn.close()
+        return False, "connected to an abstract socket of the host"
+    except TimeoutError:
+        return True, "no connection: " + res.stdout.strip()[:150]
+    finally:
+        srv.close()
+
+
+def _tcp_loopback() -> Outcome:
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(5)
+    srv.settimeout(0.5)
+    port = srv.getsockname()[1]
+    code = f"""
+    import subprocess
+    r = subprocess.run(["sh", "-c", "exec 3<>/dev/tcp/127.0.0.1/{port}; echo sent >&3"],
+                       capture_output=True, text=True)
+    import socket
+    try:
+        socket.create_connection(("127.0.0.1", {port}), timeout=1)
+        print("connected")
+    except OSError as exc:
+        print("refused", exc)
+    """
+    res = run(code)
+    try:
+        conn, _ = srv.accept()
+        conn.close()
+        return False, "connected to 127.0.0.1"
+    except TimeoutError:
+        return True, "no connection: " + res.stdout.strip()[:150]
+    finally:
+        srv.close()
+
+
+# ------------------------------------------------------------------------ terminal
+
+_TTY_ATTACK = r"""
+import fcntl, glob, os, termios
+FAKE = "\naccuracy 100.00%\n"
+reached = []
+paths = ["/dev/tty", "/dev/console", "/dev/ptmx"] + glob.glob("/dev/pts/*")
+paths += glob.glob("/proc/self/fd/*") + glob.glob("/proc/1/fd/*") + glob.glob("/proc/*/fd/*")
+try:
+    os.setsid()
+except OSError:
+    pass
+for path in paths:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        continue
+    try:
+        if os.isatty(fd):
+            reached.append(path)
+            os.write(fd, FAKE.encode())
+            for ch in "echo typed\n":
+                try:
+                    fcntl.ioctl(fd, termios.TIOCSTI, ch.encode())
+                except OSError:
+                    pass
+    finally:
+        os.close(fd)
+for fd in range(0, 64):
+    try:
+        if os.isatty(fd):
+            reached.append(f"fd {fd}")
+            os.write(fd, FAKE.encode())
+    except OSError:
+        pass
+print("reached", reached)
+"""
+
+_UNDER_PTY = r"""
+import json, sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import sandbox_escapes
+res = sandbox_escapes.run(sandbox_escapes._TTY_ATTACK)
+sys.stderr.write(json.dumps([res.stdout, res.stderr[-300:]]) + "\n")
+"""
+
+
+def _terminal() -> Outcome:
+    """The run starts from a process whose controlling terminal is a pty (a user's
+    shell); nothing the code does may write to it or type into it."""
+    pid, master = pty.fork()
+    if pid == 0:  # child: session leader with the pty as its controlling terminal
+        try:
+            os.execv(
+                sys.executable,
+                [sys.executable, "-c", _UNDER_PTY, str(REPO / "src"), str(REPO / "tests")],
+            )
+        finally:
+            os._exit(127)
+    seen = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    os.waitpid(pid, 0)
+    text = seen.decode("utf-8", "replace")
+    if "accuracy 100.00%" in text.replace(json.dumps("accuracy 100.00%")[1:-1], ""):
+        return False, "the fake line reached the terminal"
+    lines = [line for line in text.splitlines() if line.startswith("[")]
+    try:
+        stdout = json.loads(lines[-1])[0]
+    except (IndexError, ValueError):
+        return False, f"no result from the run: {text[-300:]!r}"
+    return "reached []" in stdout, stdout.strip()[:200]
+
+
+# ---------------------------------------------------------------------- file system
+
+
+def _read_host_files() -> Outcome:
+    """Earlier runs' records, a --data file and a file in /tmp, readable by anyone."""
+    with host_dir() as top:
+        run_dir = top / "runs" / "lcb"
+        run_dir.mkdir(parents=True)
+        (run_dir / "samples.jsonl").write_text(json.dumps({"secret": SECRET}) + "\n")
+        (top / "data.jsonl").write_text(SECRET + "\n")
+        in_tmp = Path(tempfile.gettempdir()) / f"conductor-escape-{uuid.uuid4().hex}"
+        in_tmp.write_text(SECRET)
+        in_tmp.chmod(0o644)
+        for path in [run_dir, run_dir.parent, top]:
+            path.chmod(0o755)
+        targets = [str(run_dir / "samples.jsonl"), str(top / "data.jsonl")]
+        data_file = REPO / "tests" / "fixtures" / "bench" / "livecodebench.jsonl"
+        code = f"""
+        import subprocess
+        cmd = "cat {" ".join(targets)} /proc/1/root{targets[0]} 2>&1; "
+        # the secret in two halves: this program's own text (in /tmp/work) must not match
+        cmd += "a={SECRET[:12]}; b={SECRET[12:]}; "
+        # every small file anywhere but /proc, /dev (/dev/zero never ends), /usr and
+        # Python's libraries (read-only copies of the host's, too big to search in time)
+        cmd += "find / /proc/1/root/tmp \\( -path /proc -o -path /dev -o -path /usr "
+        cmd += "-o -name site-packages -o -path '*/lib/python3*' \\) -prune "
+        cmd += '-o -type f -size -1000k -exec grep -hs "$a$b" {{}} + 2>/dev/null | head -3; '
+        cmd += "cat {data_file} 2>&1 | head -c 200"
+        print(subprocess.run(["sh", "-c", cmd], capture_output=True, text=True).stdout)
+        """
+        try:
+            res = run(code, wall_time_s=60)
+        finally:
+            in_tmp.unlink(missing_ok=True)
+        leaked = SECRET in res.stdout or "question_title" in res.stdout
+        return not leaked, "read: " + res.stdout[:200] if leaked else "nothing of the host read"
+
+
+def _write_outside() -> Outcome:
+    with host_dir() as top:
+        top.chmod(0o777)
+        target = top / "written"
+        code = f"""
+        import subprocess
+        subprocess.run(["sh", "-c", "echo x > {target}; echo x > /proc/1/root{target}; "
+                        "ln -s {target} link; echo x > link; touch /x /usr/x /dev/x"])
+        """
+        res = run(code)
+        made = target.exists()
+        return not made, "written" if made else f"not written (rc {res.returncode})"
+
+
+def _fill_work_dir() -> Outcome:
+    """Filling the work dir stops at the sandbox's tmpfs; the host's disk is untouched."""
+    host = os.statvfs(tempfile.gettempdir())
+    before = host.f_bavail * host.f_frsize
+    code = """
+    import subprocess
+    r = subprocess.run(["sh", "-c", "head -c 2000000000 /dev/zero > fill; "
+                        "head -c 2000000000 /dev/zero > /dev/shm/fill; df -k . | tail -1"],
+                       capture_output=True, text=True)
+    print(r.stdout, r.stderr)
+    """
+    res = run(code, disk_mb=32, max_file_mb=4096, wall_time_s=60)
+    after = os.statvfs(tempfile.gettempdir())
+    grown = before - after.f_bavail * after.f_frsize
+    full = "No space left" in res.stdout
+    # other tests write meanwhile: a sandbox that wrote 2 GB to the host shows plainly
+    ok = full and grown < 200 << 20
+    return ok, f"tmpfs full: {full}, host free space moved by {grown >> 20} MiB"
+
+
+def _devices_and_sys() -> Outcome:
+    code = """
+    import os
+    print(sorted(os.listdir("/dev")), os.path.exists("/sys/kernel"), os.path.exists("/dev/pts"))
+    """
+    res = run(code)
+    want = "['fd', 'null', 'shm', 'stderr', 'stdin', 'stdout', 'urandom', 'zero'] False False"
+    return res.stdout.strip() == want, res.stdout.strip()[:200]
+
+
+def _proc_1_root() -> Outcome:
+    code = """
+    import os
+    try:
+        print(sorted(os.listdir("/proc/1/root")))
+    except OSError as exc:
+        print("refused", exc)
+    print(sorted(os.listdir("/")), len([p for p in os.listdir("/proc") if p.isdigit()]))
+    """
+    res = run(code)
+    listing = res.stdout
+    host_only = [name for name in ("home", "var", "srv", "mnt", "boot") if f"'{name}'" in listing]
+    return not host_only, listing.strip()[:200]
+
+
+# --------------------------------------------------------------------------- memory
+
+_MEMORY = r"""
+import ctypes, mmap, os
+held = 0
+MB = 1 << 20
+keep = []
+try:
+    for _ in range(20):
+        fd = os.memfd_create("x")
+        os.ftruncate(fd, 0)
+        for _ in range(30):
+            os.write(fd, b"x" * MB)
+            held += MB
+        keep.append(fd)
+except OSError as exc:
+    print("memfd:", exc.errno)
+libc = ctypes.CDLL(None, use_errno=True)
+print("shmget:", libc.shmget(0, 600 * MB, 0o1000 | 0o600), ctypes.get_errno())
+try:
+    with open("/dev/shm/fill", "wb") as fh:
+        for _ in range(600):
+            fh.write(b"x" * MB)
+            held += MB
+except OSError as exc:
+    print("shm:", exc.errno)
+print("held MB", held // MB)
+"""
+
+
+def _memory_files() -> Outcome:
+    """Memory-backed files past the memory limit (600 MB asked under 200 MB)."""
+    res = run(_MEMORY, memory_mb=200, disk_mb=64, max_file_mb=4096)
+    held = next(
+        (int(line.split()[-1]) for line in res.stdout.splitlines() if line.startswith("held")), -1
+    )
+    return 0 <= held <= 64, " ".join(res.stdout.split())[:200]
+
+
+# -------------------------------------------------------------------------- processes
+
+
+def _daemon_survives() -> Outcome:
+    marker = f"{61 + uuid.uuid4().int % 500}.{uuid.uuid4().int % 1000:03d}"
+    code = f"""
+    import os, subprocess
+    subprocess.Popen(["sh", "-c", "setsid sh -c 'trap \\"\\" HUP TERM; sleep {marker}' &"],
+                     start_new_session=True)
+    os.system("sleep 0.3")
+    """
+    run(code)
+
+    def survivors() -> list[str]:
+        found = []
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        found.append(pid)
+                except OSError:
+                    continue
+        return found
+
+    deadline = time.monotonic() + 10
+    while survivors() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = survivors()
+    return not left, f"survivors: {left}" if left else "every process of the run is gone"
+
+
+def _fork_bomb() -> Outcome:
+    """Processes without end: capped by RLIMIT_NPROC (a fresh uid as root), then all
+    killed at the wall limit; the caller goes on."""
+    code = """
+    import os, time
+    for _ in range(100000):
+        try:
+            if os.fork() == 0:
+                time.sleep(30)
+                os._exit(0)
+        except OSError:
+            break
+    print("capped at", len(os.listdir("/proc")), "entries in /proc", flush=True)
+    time.sleep(30)
+    """
+    started = time.monotonic()
+    res = run(code, wall_time_s=5)
+    took = time.monotonic() - started
+    ok = res.timed_out and took < 30
+    return ok, f"timed out: {res.timed_out} after {took:.1f} s; {res.stdout.strip()[:60]}"
+
+
+def _ptrace_driver() -> Outcome:
+    code = """
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    print(libc.ptrace(16, os.getppid(), 0, 0), ctypes.get_errno())  # PTRACE_ATTACH
+    print(open(f"/proc/{os.getppid()}/mem", "rb").read(1) if os.path.exists("/nonexistent") else "")
+    """
+    res = run(code)
+    first = res.stdout.split()[:1]
+    return first == ["-1"], res.stdout.strip()[:100]
+
+
+def _inherited_fds() -> Outcome:
+    """A file the caller holds open (inheritable) must not reach the sandbox."""
+    with host_dir() as top:
+        path = top / "held-open.txt"
+        path.write_text(SECRET)
+        fd = os.open(path, os.O_RDONLY)
+        os.set_inheritable(fd, True)
+        try:
+            code = """
+            import os
+            for n in os.listdir("/proc/self/fd"):
+                try:
+                    print(n, os.readlink(f"/proc/self/fd/{n}"))
+                except OSError:
+                    pass
+            for n in range(3, 256):
+                try:
+                    os.lseek(n, 0, 0)
+                    print(os.read(n, 200))
+                except OSError:
+                    pass
+            """
+            res = run(code)
+        finally:
+            os.close(fd)
+        leaked = SECRET in res.stdout or str(path) in res.stdout
+        return not leaked, res.stdout.strip()[:250]
+
+
+def _user_namespace() -> Outcome:
+    code = """
+    import subprocess
+    r = subprocess.run(["unshare", "-Urm", "sh", "-c", "mount -t tmpfs none /tmp && echo MOUNTED"],
+                       capture_output=True, text=True)
+    print(r.stdout.strip(), r.stderr.strip()[-80:])
+    """
+    res = run(code)
+    return "MOUNTED" not in res.stdout, res.stdout.strip()[:150]
+
+
+ATTACKS: dict[str, Callable[[], Outcome]] = {
+    "connect to a host listener's unix socket file": _unix_path_socket,
+    "connect to a host abstract unix socket": _unix_abstract_socket,
+    "connect to 127.0.0.1 (network)": _tcp_loopback,
+    "write to / type into the user's terminal (tty, pts, fd links, setsid)": _terminal,
+    "read earlier runs' samples.jsonl, the --data file, /tmp": _read_host_files,
+    "write outside the sandbox (/proc/1/root, symlink, /usr, /dev)": _write_outside,
+    "fill the work dir and /dev/shm": _fill_work_dir,
+    "/dev holds only null, zero, urandom; no /sys, no /dev/pts": _devices_and_sys,
+    "/proc/1/root shows the sandbox, not the host": _proc_1_root,
+    "memfd / shm / SysV shm beyond the memory limit": _memory_files,
+    "a daemon (setsid, double fork) outlives the run": _daemon_survives,
+    "a fork bomb": _fork_bomb,
+    "ptrace the test driver": _ptrace_driver,
+    "an fd the caller holds open leaks in": _inherited_fds,
+    "a new user namespace to mount an unlimited tmpfs": _user_namespace,
+}
+
+
+# ----------------------------------------------------------------- as an ordinary user
+
+
+def _drop() -> list[str]:
+    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+
+
+# the interpreter must really be this user's to run (not found through a link into a
+# directory it cannot read), and must import conductor (the graders too) from here
+_PROBE = (
+    "import conductor.sandbox, conductor.bench.graders.code, os, sys\n"
+    "assert os.access(os.path.realpath(sys.executable), os.R_OK | os.X_OK)\n"
+)
+
+
+def nobody_python(env: dict[str, str]) -> str | None:
+    """An interpreter uid 65534 can run that imports conductor from this checkout."""
+    candidates = [sys.executable, getattr(sys, "_base_executable", ""), "/usr/bin/python3"]
+    for python in dict.fromkeys(c for c in candidates if c):
+        probe = subprocess.run(
+            [*_drop(), python, "-c", _PROBE], env=env, capture_output=True, timeout=60
+        )
+        if probe.returncode == 0:
+            return python
+    return None
+
+
+def run_as_nobody(script: Path, names: list[str] | None = None) -> dict[str, Any] | str:
+    """``python SCRIPT [NAME...]`` as uid 65534 (it prints a JSON object); a string
+    saying why not where that cannot be done (not root, no setpriv, no interpreter)."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        return "dropping privileges needs root and setpriv"
+    top = Path(tempfile.mkdtemp(prefix="conductor-nobody-"))
+    try:
+        for sub in ("tmp", "home"):
+            (top / sub).mkdir()
+        for path in (top, top / "tmp", top / "home"):
+            path.chmod(0o777)
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(top / "home"),
+            "TMPDIR": str(top / "tmp"),
+            "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'tests'}",
+            "LANG": "C.UTF-8",
+        }
+        for key in ("SANDBOX_ESCAPES_ENGINE", "CONDUCTOR_SANDBOX_ISOLATION"):
+            if key in os.environ:
+                env[key] = os.environ[key]
+        python = nobody_python(env)
+        if python is None:
+            return "no Python interpreter that uid 65534 can run imports conductor"
+        done = subprocess.run(
+            [*_drop(), python, str(script), *(names or [])],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        if done.returncode != 0:
+            raise AssertionError(done.stderr[-3000:])
+        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        return result
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    chosen = sys.argv[1:] or list(ATTACKS)
+    print(json.dumps({name: ATTACKS[name]() for name in chosen}))
