@@ -55,6 +55,42 @@ BCB_TEST = textwrap.dedent(
 )
 
 
+# A BigCodeBench-style test that checks a file with os.path and a value with mocks in
+# scope (many BigCodeBench tests import unittest.mock), and one that checks pandas.
+BCB_FS_TEST = textwrap.dedent(
+    """\
+    import os
+    import unittest
+    from unittest import mock
+
+    class TestCases(unittest.TestCase):
+        def test_file(self):
+            path = task_func("out.txt")
+            self.assertTrue(os.path.exists(path))
+            self.assertTrue(os.path.isfile(path))
+        def test_value(self):
+            self.assertEqual(task_func("x.txt", count=True), [1, 2, 3])
+    """
+)
+BCB_PD_TEST = textwrap.dedent(
+    """\
+    import unittest
+    import numpy as np
+    import pandas as pd
+
+    class TestCases(unittest.TestCase):
+        def test_frame(self):
+            df = task_func(3)
+            self.assertTrue(df.equals(pd.DataFrame({"x": [0, 1, 4]})))
+        def test_column(self):
+            self.assertEqual(task_func(3)["x"].tolist(), [0, 1, 4])
+        def test_array(self):
+            self.assertTrue(np.array_equal(task_func(3)["x"].to_numpy(), np.array([0, 1, 4])))
+    """
+)
+BCB_TESTS = {"bcb": BCB_TEST, "bcbfs": BCB_FS_TEST, "bcbpd": BCB_PD_TEST}
+
+
 def _sample(kind: str) -> Sample:
     if kind == "stdin":
         meta = {
@@ -64,7 +100,7 @@ def _sample(kind: str) -> Sample:
     elif kind == "call":
         meta = {"tests": CALL_TESTS, "fn_name": "twoSum"}
     else:
-        meta = {"test": BCB_TEST, "entry_point": "task_func"}
+        meta = {"test": BCB_TESTS[kind], "entry_point": "task_func"}
     return Sample(id=kind, input={"question": "?"}, gold=None, metadata=meta)
 
 
@@ -75,7 +111,8 @@ def _graded(kind: str, code: str, unisolated: bool = False) -> Outcome:
         options["confirm_run_unsafe_code"] = True
     grader = CodeGrader(**options)
     verdict = grader.grade(f"```python\n{textwrap.dedent(code)}\n```", _sample(kind))
-    return verdict.status != "correct", f"{verdict.status}: {verdict.reason[:120]}"
+    outcome = verdict.detail.get("outcome", "")
+    return verdict.status != "correct", f"{verdict.status} ({outcome}): {verdict.reason[:160]}"
 
 
 # --------------------------------------------------------------------- grading attacks
@@ -323,10 +360,667 @@ GRADING: dict[str, tuple[str, str]] = {
 }
 
 
+BCB_FORGERY: dict[str, tuple[str, str]] = {
+    # --- the per-test tag: walk frames (and tracebacks) for anything that looks like it
+    "bcb: walk frames to the per-test tag and forge a pass with every candidate": (
+        "bcb",
+        """
+        import os, re, sys, json
+        def _candidates():
+            seen, out = set(), set()
+            f = sys._getframe()
+            todo = []
+            while f is not None:
+                todo.append(f)
+                f = f.f_back
+            try:
+                raise KeyError
+            except KeyError as exc:
+                tb = exc.__traceback__
+                while tb is not None:
+                    todo.append(tb.tb_frame)
+                    tb = tb.tb_next
+            for fr in todo:
+                for scope in (fr.f_locals, fr.f_globals):
+                    for v in list(scope.values()):
+                        vals = [v]
+                        if isinstance(v, (tuple, list)):
+                            vals += list(v)
+                        for x in vals:
+                            if isinstance(x, (str, bytes)) and len(x) in (16, 32, 64):
+                                out.add(x.hex() if isinstance(x, bytes) else x)
+            return out
+        def task_func(xs):
+            for nonce in _candidates():
+                for name in ("test_small", "test_empty", "test_type"):
+                    for line in ("V %s pass 00\\n" % nonce,
+                                 "V " + json.dumps({"nonce": nonce, "test": name,
+                                                    "outcome": "pass", "error": ""}) + "\\n"):
+                        for fd in range(3, 64):
+                            try:
+                                os.write(fd, line.encode())
+                            except OSError:
+                                pass
+            os._exit(0)
+        """,
+    ),
+    "bcb: call the driver's pass request from the solution (frames' globals)": (
+        "bcb",
+        """
+        import sys
+        def task_func(xs):
+            f = sys._getframe()
+            while f is not None:
+                for name in ("_ask_pass", "_ask"):
+                    fn = f.f_globals.get(name)
+                    if callable(fn):
+                        try:
+                            fn() if name == "_ask_pass" else fn(b"P")
+                        except BaseException:
+                            pass
+                f = f.f_back
+            import os
+            os._exit(0)
+        """,
+    ),
+    "bcb: a finaliser calls the driver's pass request on a driver frame": (
+        "bcb",
+        """
+        import sys, weakref, gc
+        class Holder:
+            pass
+        def task_func(xs):
+            f = sys._getframe()
+            g = None
+            while f is not None:
+                g = f.f_globals.get("_ask_pass") or g
+                f = f.f_back
+            h = Holder()
+            if g is not None:
+                # weakref callbacks run newest first: the pass request, then the exit
+                weakref.finalize(h, __import__("os")._exit, 0)
+                weakref.finalize(h, g)
+            return -1
+        """,
+    ),
+    "bcb: a signal handler writes the pass request while the driver waits": (
+        "bcb",
+        """
+        import os, signal, sys
+        def task_func(xs):
+            f = sys._getframe()
+            chan = None
+            while f is not None:
+                chan = f.f_globals.get("_CHAN") or chan
+                f = f.f_back
+            def handler(*a):
+                if chan:
+                    try:
+                        os.write(chan[0], b"P")
+                    except OSError:
+                        pass
+            signal.signal(signal.SIGALRM, handler)
+            signal.setitimer(signal.ITIMER_REAL, 0.001, 0.001)
+            return -1
+        """,
+    ),
+    "bcb: edit the test case on the stack (assertEqual replaced on the instance)": (
+        "bcb",
+        """
+        import sys, unittest
+        def task_func(xs):
+            f = sys._getframe()
+            while f is not None:
+                me = f.f_locals.get("self")
+                if isinstance(me, unittest.TestCase):
+                    me.assertEqual = lambda *a, **k: None
+                    me.assertTrue = lambda *a, **k: None
+                f = f.f_back
+            return -1
+        """,
+    ),
+    "bcb: register an equality function on the test case": (
+        "bcb",
+        """
+        import sys, unittest
+        def task_func(xs):
+            f = sys._getframe()
+            while f is not None:
+                me = f.f_locals.get("self")
+                if isinstance(me, unittest.TestCase):
+                    me._type_equality_funcs[int] = lambda *a, **k: None
+                f = f.f_back
+            return -1
+        """,
+    ),
+    "bcb: swap the test class's methods and fixtures for no-ops": (
+        "bcb",
+        """
+        import sys, unittest
+        def task_func(xs):
+            f = sys._getframe()
+            while f is not None:
+                me = f.f_locals.get("self")
+                if isinstance(me, unittest.TestCase):
+                    type(me).assertEqual = lambda *a, **k: None
+                f = f.f_back
+            return -1
+        """,
+    ),
+    "bcb: replace unittest's runner (TestCase.debug / _callTestMethod)": (
+        "bcb",
+        """
+        import unittest
+        unittest.TestCase._callTestMethod = lambda self, method: None
+        unittest.TestCase.debug = lambda self: None
+        def task_func(xs):
+            return -1
+        """,
+    ),
+    "bcb: rebind the driver's own functions (frames' globals)": (
+        "bcb",
+        """
+        import sys
+        g = sys._getframe(0).f_back.f_globals if sys._getframe(0).f_back else {}
+        for name in ("_run_debug", "_untrusted", "_checked", "_asserting"):
+            if name in g:
+                g[name] = lambda *a, **k: (a[0] if name == "_checked" else "")
+        def task_func(xs):
+            return -1
+        """,
+    ),
+    "bcb: empty the judge's rules (frames' globals)": (
+        "bcb",
+        """
+        import sys
+        f = sys._getframe()
+        while f is not None:
+            if "_BCB_RULES" in f.f_globals:
+                f.f_globals["_BCB_RULES"] = ()
+            f = f.f_back
+        class Always:
+            def __eq__(self, other):
+                return True
+        def task_func(xs):
+            return Always()
+        """,
+    ),
+    "bcb: finalisers run by the collector on the judge thread read its frames": (
+        "bcb",
+        """
+        import gc, os, sys, threading, time
+        found = set()
+        class Spy:
+            def __del__(self):
+                f = sys._getframe()
+                while f is not None:
+                    for v in list(f.f_locals.values()):
+                        if isinstance(v, str) and len(v) == 32:
+                            found.add(v)
+                    f = f.f_back
+                if found:
+                    forge()
+                    os._exit(0)
+        def churn():
+            while True:
+                gc.enable()
+                for _ in range(300):
+                    a = Spy()
+                    a.me = a
+        threading.Thread(target=churn, daemon=True).start()
+        def forge():
+            for tag in list(found):
+                for fd in range(3, 64):
+                    try:
+                        os.write(fd, ("V %s pass 00\\n" % tag).encode())
+                    except OSError:
+                        pass
+        def task_func(xs):
+            time.sleep(0.3)
+            forge()
+            return -1
+        """,
+    ),
+    "bcb: take the judge's fds away and catch its traceback (unraisable hook)": (
+        "bcb",
+        """
+        import os, sys
+        seen = []
+        def hook(unraisable):
+            tb = unraisable.exc_traceback
+            while tb is not None:
+                seen.extend(v for v in tb.tb_frame.f_locals.values() if isinstance(v, str))
+                tb = tb.tb_next
+        sys.unraisablehook = hook
+        threading_excepthook = lambda args: hook(args)
+        def task_func(xs):
+            for fd in range(3, 64):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            for tag in seen:
+                for fd in range(3, 64):
+                    try:
+                        os.write(fd, ("V %s pass 00\\n" % tag).encode())
+                    except OSError:
+                        pass
+            return -1
+        """,
+    ),
+    # --- values that answer the check themselves
+    "bcb: return unittest.mock.ANY": (
+        "bcb",
+        """
+        from unittest import mock
+        def task_func(xs):
+            return mock.ANY
+        """,
+    ),
+    "bcb: return unittest.mock.ANY inside a list (test imports mock)": (
+        "bcbfs",
+        """
+        from unittest import mock
+        def task_func(name, count=False):
+            if count:
+                return [mock.ANY, mock.ANY, mock.ANY]
+            with open(name, "w") as fh:
+                fh.write("x")
+            return name
+        """,
+    ),
+    "bcb: return a MagicMock configured to equal anything": (
+        "bcb",
+        """
+        from unittest.mock import MagicMock
+        def task_func(xs):
+            m = MagicMock()
+            m.__eq__.return_value = True
+            m.__bool__.return_value = True
+            return m
+        """,
+    ),
+    "bcb: return a pandas DataFrame holding rigged objects": (
+        "bcbpd",
+        """
+        import pandas as pd
+        class Always:
+            def __eq__(self, other):
+                return True
+            __hash__ = object.__hash__
+        def task_func(n):
+            return pd.DataFrame({"x": [Always() for _ in range(n)]})
+        """,
+    ),
+    "bcb: return a numpy object array holding rigged objects": (
+        "bcb",
+        """
+        import numpy as np
+        class Always:
+            def __eq__(self, other):
+                return True
+            def __bool__(self):
+                return True
+            __hash__ = object.__hash__
+        def task_func(xs):
+            a = np.empty(1, dtype=object)
+            a[0] = Always()
+            return a[0:1].tolist()[0] if False else [Always()][0:1] and (Always(),)[0]
+        """,
+    ),
+    "bcb: a rigged object hidden in a library object's attribute": (
+        "bcbpd",
+        """
+        import pandas as pd
+        class Always(list):
+            def __eq__(self, other):
+                return True
+        def task_func(n):
+            df = pd.DataFrame({"x": list(range(n))})
+            df.attrs["x"] = Always()
+            object.__setattr__(df, "equals", lambda other: True)
+            return df
+        """,
+    ),
+    "bcb: a rigged object put into a list the test passed in": (
+        "bcb",
+        """
+        class Zero(int):
+            def __eq__(self, other):
+                return True
+            __hash__ = int.__hash__
+        def task_func(xs):
+            xs.append(Zero(0))
+            return xs[-1]
+        """,
+    ),
+    "bcb: a class whose __eq__ is a builtin (int.__ne__) on an int subclass": (
+        "bcb",
+        """
+        X = type("X", (int,), {"__eq__": int.__ne__, "__hash__": int.__hash__})
+        def task_func(xs):
+            return X(-12345)
+        """,
+    ),
+    # --- patching what the test checks with
+    "bcb: patch posixpath.exists (os.path.exists) to always say yes": (
+        "bcbfs",
+        """
+        import posixpath, genericpath
+        posixpath.exists = lambda p: True
+        posixpath.isfile = genericpath.isfile = lambda p: True
+        def task_func(name, count=False):
+            return [1, 2, 3] if count else "/nonexistent/" + name
+        """,
+    ),
+    "bcb: a patch of os.path.exists that removes itself after one use": (
+        "bcbfs",
+        """
+        import posixpath, genericpath
+        real_exists, real_isfile = posixpath.exists, posixpath.isfile
+        def task_func(name, count=False):
+            def fake_exists(p):
+                posixpath.exists = real_exists
+                return True
+            def fake_isfile(p):
+                posixpath.isfile = real_isfile
+                return True
+            posixpath.exists, posixpath.isfile = fake_exists, fake_isfile
+            return [1, 2, 3] if count else "/nonexistent/" + name
+        """,
+    ),
+    "bcb: mock.patch('os.path.exists').start() from the solution": (
+        "bcbfs",
+        """
+        from unittest import mock
+        def task_func(name, count=False):
+            mock.patch("os.path.exists", return_value=True).start()
+            mock.patch("os.path.isfile", return_value=True).start()
+            return [1, 2, 3] if count else "/nonexistent/" + name
+        """,
+    ),
+    "bcb: a finaliser starts mock.patch with only library code on the stack": (
+        "bcbfs",
+        """
+        import weakref, operator
+        from unittest import mock
+        class Token:
+            pass
+        def task_func(name, count=False):
+            t = Token()
+            for target in ("os.path.exists", "os.path.isfile"):
+                weakref.finalize(t, mock.patch(target, return_value=True).start)
+            return [1, 2, 3] if count else "/nonexistent/" + name
+        """,
+    ),
+    "bcb: a thread patches os.path.exists after the call returns": (
+        "bcbfs",
+        """
+        import threading, time, posixpath
+        def task_func(name, count=False):
+            def later():
+                time.sleep(0.05)
+                posixpath.exists = posixpath.isfile = lambda p: True
+            threading.Thread(target=later, daemon=True).start()
+            time.sleep(0.2)
+            return [1, 2, 3] if count else "/nonexistent/" + name
+        """,
+    ),
+    "bcb: patch a library method the test judges with (DataFrame.equals, np.array_equal)": (
+        "bcbpd",
+        """
+        import numpy as np
+        import pandas as pd
+        pd.DataFrame.equals = lambda self, other: True
+        np.array_equal = lambda *a, **k: True
+        def task_func(n):
+            return pd.DataFrame({"x": [0.0, 1.0, 4.0][:n]})  # right values, wrong dtype
+        """,
+    ),
+    "bcb: add a shadowing method to a library class (DataFrame.__eq__ via the base)": (
+        "bcbpd",
+        """
+        import pandas as pd
+        import pandas.core.generic as generic
+        generic.NDFrame.equals = lambda self, other: True
+        def task_func(n):
+            return pd.DataFrame({"x": [0.0, 1.0, 4.0][:n]})  # right values, wrong dtype
+        """,
+    ),
+    "bcb: replace a function's code object (np.array_equal)": (
+        "bcbpd",
+        """
+        import numpy as np
+        def yes(*a, **k):
+            return True
+        try:
+            np.array_equal.__code__ = yes.__code__
+        except Exception:
+            pass
+        def task_func(n):
+            import pandas as pd
+            return pd.DataFrame({"x": [0.0, 1.0, 4.0][:n]})  # right values, wrong dtype
+        """,
+    ),
+    "bcb: define isinstance in the module the test shares": (
+        "bcb",
+        """
+        def isinstance(*a):
+            return True
+        def task_func(xs):
+            return -1
+        """,
+    ),
+    "bcb: rebind a name the test module imported (os) while the test runs": (
+        "bcbfs",
+        """
+        import sys, types
+        def task_func(name, count=False):
+            fake = types.SimpleNamespace(path=types.SimpleNamespace(
+                exists=lambda p: True, isfile=lambda p: True))
+            globals()["os"] = fake
+            return [1, 2, 3] if count else "/nonexistent/" + name
+        """,
+    ),
+    "bcb: hand the test another os through sys.modules": (
+        "bcbfs",
+        """
+        import sys, types
+        fake = types.ModuleType("os")
+        fake.__dict__.update(vars(__import__("os")))
+        fake.path = types.SimpleNamespace(exists=lambda p: True, isfile=lambda p: True)
+        sys.modules["os"] = fake
+        def task_func(name, count=False):
+            return [1, 2, 3] if count else "/nonexistent/" + name
+        """,
+    ),
+    "bcb: give the shared module its own __builtins__ (isinstance always true)": (
+        "bcb",
+        """
+        import builtins
+        def task_func(xs):
+            g = globals()
+            g["__builtins__"] = dict(vars(builtins), isinstance=lambda *a: True)
+            return -1
+        """,
+    ),
+    "bcb: add an audit hook of its own": (
+        "bcb",
+        """
+        import sys
+        sys.addaudithook(lambda event, args: None)
+        def task_func(xs):
+            return -1
+        """,
+    ),
+}
+
+GRADING.update(BCB_FORGERY)
+
+# Honest BigCodeBench programs the defences must not refuse (each is "defended" when it
+# is graded correct): libraries imported lazily, the test's own mock.patch in every
+# form, subprocesses, threads, fixtures and helper classes of the test's.
+BCB_HONEST: dict[str, tuple[str, str]] = {
+    "bcb honest: subprocess.run(['echo', ...]) passes": (
+        """
+        import subprocess
+        def task_func(word):
+            return subprocess.run(["echo", word], capture_output=True, text=True).stdout.strip()
+        """,
+        """
+        import unittest
+        class TestCases(unittest.TestCase):
+            def test_echo(self):
+                self.assertEqual(task_func("hello"), "hello")
+        """,
+    ),
+    "bcb honest: pandas, matplotlib (lazy backend) and logging": (
+        """
+        import logging
+        import matplotlib.pyplot as plt
+        import pandas as pd
+        def task_func(n):
+            logging.getLogger(__name__).warning("making %d", n)
+            df = pd.DataFrame({"x": [i * i for i in range(n)]})
+            fig, ax = plt.subplots()
+            ax.plot(df["x"])
+            ax.set_title("Squares")
+            return df, ax
+        """,
+        """
+        import unittest
+        import matplotlib.pyplot as plt
+        import pandas as pd
+        class TestCases(unittest.TestCase):
+            def setUp(self):
+                self.test_dir = "unused"
+                self.maxDiff = None
+            def tearDown(self):
+                plt.close("all")
+            def test_frame(self):
+                df, ax = task_func(3)
+                self.assertTrue(df.equals(pd.DataFrame({"x": [0, 1, 4]})))
+                pd.testing.assert_frame_equal(df, pd.DataFrame({"x": [0, 1, 4]}))
+                self.assertEqual(ax.get_title(), "Squares")
+                self.assertIsInstance(ax, plt.Axes)
+        """,
+    ),
+    "bcb honest: the test's mock.patch as decorator, context and start()": (
+        """
+        import os
+        import requests
+        def task_func(url):
+            r = requests.get(url)
+            if not os.path.exists("/nonexistent/file"):
+                return None
+            return r.json()["value"]
+        """,
+        """
+        import unittest
+        from unittest.mock import MagicMock, patch
+        class TestCases(unittest.TestCase):
+            @patch("os.path.exists", return_value=True)
+            @patch("requests.get")
+            def test_decorated(self, mock_get, mock_exists):
+                mock_get.return_value = MagicMock(json=lambda: {"value": 5})
+                self.assertEqual(task_func("http://x"), 5)
+                mock_get.assert_called_once_with("http://x")
+            def test_with(self):
+                with patch("requests.get"), patch("os.path.exists") as exists:
+                    exists.return_value = False
+                    self.assertIsNone(task_func("http://y"))
+            def test_started(self):
+                patcher = patch("os.path.exists", return_value=True)
+                patcher.start()
+                self.addCleanup(patcher.stop)
+                with patch("requests.get") as get:
+                    get.return_value.json.return_value = {"value": 7}
+                    self.assertEqual(task_func("u"), 7)
+        """,
+    ),
+    "bcb honest: threads, numpy, subTest, assertRaises, setUpClass, helper class": (
+        """
+        import json, threading
+        from concurrent.futures import ThreadPoolExecutor
+        import numpy as np
+        def task_func(n):
+            with ThreadPoolExecutor(2) as ex:
+                squares = list(ex.map(lambda x: x * x, range(n)))
+            t = threading.Thread(target=lambda: None)
+            t.start()
+            t.join()
+            return {"sum": int(np.array(squares).sum()), "json": json.dumps(squares)}
+        """,
+        """
+        import json
+        import unittest
+        import numpy as np
+        class Point:
+            def __init__(self, v):
+                self.v = v
+            def __eq__(self, other):
+                return isinstance(other, Point) and other.v == self.v
+            __hash__ = object.__hash__
+        class TestCases(unittest.TestCase):
+            @classmethod
+            def setUpClass(cls):
+                cls.n = 4
+            def test_all(self):
+                r = task_func(self.n)
+                self.assertEqual(r["sum"], 14)
+                np.testing.assert_array_equal(np.array(json.loads(r["json"])), [0, 1, 4, 9])
+                with self.subTest(i=1):
+                    self.assertAlmostEqual(1.0, 1.0 + 1e-9)
+                with self.assertRaises(TypeError):
+                    task_func("x")
+                self.assertEqual(Point(1), Point(1))
+        """,
+    ),
+}
+
+
+def honest_bcb(name: str) -> Callable[[], Outcome]:
+    """Defended when the honest program ``name`` is graded correct."""
+    code, test = BCB_HONEST[name]
+
+    def run() -> Outcome:
+        missing = _missing_libraries(code, test)
+        if missing:
+            return True, missing
+        sample = Sample(
+            id="h",
+            input={"question": "?"},
+            gold=None,
+            metadata={"test": textwrap.dedent(test), "entry_point": "task_func"},
+        )
+        grader = CodeGrader(bigcodebench_time_limit_s=60)
+        verdict = grader.grade(f"```python\n{textwrap.dedent(code)}\n```", sample)
+        outcome = verdict.detail.get("outcome", "")
+        return verdict.status == "correct", f"{verdict.status} ({outcome}): {verdict.reason[:160]}"
+
+    return run
+
+
+def _missing_libraries(*texts: str) -> str:
+    """``not run: ...`` when a library the program or its test imports is not installed
+    for this interpreter (an attack that dies importing it proves nothing), else ``""``."""
+    import importlib.util
+
+    libs = ("numpy", "pandas", "matplotlib", "requests")
+    text = " ".join(texts)
+    missing = [lib for lib in libs if lib in text and importlib.util.find_spec(lib) is None]
+    return "not run: " + ", ".join(missing) + " missing for this interpreter" if missing else ""
+
+
 def grading_attack(name: str, unisolated: bool = False) -> Callable[[], Outcome]:
     """The attack ``name``; ``unisolated`` lets it run where no OS isolation exists."""
     kind, code = GRADING[name]
-    return lambda: _graded(kind, code, unisolated)
+
+    def run() -> Outcome:
+        missing = _missing_libraries(code, BCB_TESTS.get(kind, ""))
+        return (True, missing) if missing else _graded(kind, code, unisolated)
+
+    return run
 
 
 # ------------------------------------------------------------------------- OS attacks
@@ -532,6 +1226,7 @@ OS_ATTACKS: dict[str, Callable[[], Outcome]] = {
 
 ATTACKS: dict[str, Callable[[], Outcome]] = {
     **{name: grading_attack(name) for name in GRADING},
+    **{name: honest_bcb(name) for name in BCB_HONEST},
     **OS_ATTACKS,
 }
 

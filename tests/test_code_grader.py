@@ -159,4 +159,4 @@ def test_timeouts_are_per_test_not_per_sample() -> None:
 
 def test_grader_protocol_attributes() -> None:
     grader = CodeGrader()
-    assert grader.name == "code" and grader.version == "3"
+    assert grader.name == "code" and grader.version == "4"

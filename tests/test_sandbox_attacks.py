@@ -39,6 +39,8 @@ needs_os = pytest.mark.skipif(
 @pytest.mark.parametrize("name", list(ATTACKS))
 def test_attack_is_stopped(name: str) -> None:
     defended, detail = ATTACKS[name]()
+    if detail.startswith("not run:"):
+        pytest.skip(detail)
     assert defended, f"{name}: {detail}"
 
 
@@ -54,6 +56,8 @@ def as_nobody() -> dict[str, Any]:
 @pytest.mark.parametrize("name", list(ATTACKS))
 def test_attack_is_stopped_for_an_ordinary_user(as_nobody: dict[str, Any], name: str) -> None:
     defended, detail = as_nobody[name]
+    if detail.startswith("not run:"):
+        pytest.skip(detail)
     assert defended, f"{name} (uid {NOBODY}): {detail}"
 
 
@@ -100,6 +104,9 @@ def test_opt_in_only_reaches_the_code_grader() -> None:
         "lcb: return an object whose __eq__ is always true",
         "bcb: patch unittest.TestCase.assert* at import",
         "bcb: forge a pass verdict on every fd",
+        "bcb: walk frames to the per-test tag and forge a pass with every candidate",
+        "bcb: patch posixpath.exists (os.path.exists) to always say yes",
+        "bcb: return unittest.mock.ANY",
     ],
 )
 def test_grading_attacks_fail_even_unisolated(monkeypatch: pytest.MonkeyPatch, name: str) -> None:

@@ -28,9 +28,10 @@ What it does, in order:
      with the JSON arguments and its return value serialised with :func:`json.dumps`) and
      forward the raw output to the parent.  The driver is never given the expected
      outputs; the parent compares;
-   * ``bcb``: for each test method named by the parent, fork a fresh child that imports
-     the solution, restores the pristine test machinery, defines the tests, runs the one
-     method and reports ``PASS``/``FAIL`` with a per-child random nonce on a private fd.
+   * ``bcb``: for each test method named by the parent, fork a fresh child that starts a
+     judge thread, runs the solution and then the test (unittest's ``debug`` protocol);
+     the judge, holding a nonce the parent sent after the fork, checks a snapshot of
+     the loaded modules and writes the verdict on a private fd (see "job: bcb").
 
 3. **Each child** before model code runs: drops privileges (a fresh uid as root; every
    capability, including the bounding set, inside a user namespace), sets
@@ -44,6 +45,7 @@ result frame from a driver).  Only the driver holds that fd.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import json
 import os
@@ -53,7 +55,10 @@ import signal
 import sys
 import time
 import traceback
+import types
 from collections.abc import Callable, Iterator
+from itertools import repeat as _repeat
+from operator import is_ as _is
 from typing import Any
 
 CFG: dict[str, Any] = {}
@@ -279,12 +284,14 @@ def enter_child(work: str) -> None:
 # ----------------------------------------------------------------------------- guard
 
 
-def install_guard(work: str, allow_subprocess: bool, fd: int) -> None:
+def install_guard(work: str, allow_subprocess: bool, fd: int, judge: int = -1) -> None:
     """Register the audit hook that refuses what model code may not do.
 
-    Everything the hook needs is bound as a default argument (so patching ``os`` later
-    changes nothing) and it uses only str/bytes methods otherwise.  Refused operations
-    raise :class:`PermissionError` and are written as ``B`` lines to ``fd``.
+    Everything the hook needs is bound as a default argument (so patching ``os`` or
+    ``builtins`` later changes nothing) and it uses only str/bytes methods otherwise.
+    Refused operations raise :class:`PermissionError` and are written as ``B`` lines to
+    ``fd``.  ``judge`` is the thread id of the BigCodeBench judge thread, the one thread
+    that may read other threads' frames (see :func:`_judge_thread`).
     """
     proc_events = frozenset(
         {
@@ -314,6 +321,10 @@ def install_guard(work: str, allow_subprocess: bool, fd: int) -> None:
             "ctypes.string_at", "ctypes.wstring_at", "ctypes.set_errno", "ctypes.dlopen",
             "gc.get_objects", "gc.get_referrers", "gc.get_referents",
             "sys.settrace", "sys.setprofile", "sys._current_frames",
+            # a hook of the solution's would run inside the judge thread, and monitoring
+            # callbacks (3.12+) are a tracer by another name
+            "sys.addaudithook", "sys.monitoring.register_callback",
+            "sys.monitoring.set_events", "sys.monitoring.use_tool_id",
         }
     )  # fmt: skip
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -345,6 +356,9 @@ def install_guard(work: str, allow_subprocess: bool, fd: int) -> None:
         _pe: type[PermissionError] = PermissionError,
         _oe: type[OSError] = OSError,
         _me: list[Any] = me,
+        _len: Callable[[Any], int] = len,
+        _judge: int = judge,
+        _ident: Callable[[], int] = _thread.get_ident,
     ) -> None:
         def refuse(detail: str) -> None:
             try:  # noqa: SIM105 - nothing may be looked up at call time (no contextlib)
@@ -398,8 +412,8 @@ def install_guard(work: str, allow_subprocess: bool, fd: int) -> None:
             path = args[0]
             if _isinst(path, _int):
                 return
-            mode: Any = args[1] if len(args) > 1 else None
-            flags: Any = args[2] if len(args) > 2 else 0
+            mode: Any = args[1] if _len(args) > 1 else None
+            flags: Any = args[2] if _len(args) > 2 else 0
             writing = False
             if _isinst(mode, _str):
                 writing = ("w" in mode) or ("a" in mode) or ("x" in mode) or ("+" in mode)
@@ -428,14 +442,14 @@ def install_guard(work: str, allow_subprocess: bool, fd: int) -> None:
         spec = _paths.get(event)
         if spec is not None:
             for idx, fd_idx in spec:
-                if idx >= len(args):
+                if idx >= _len(args):
                     continue
                 path = args[idx]
                 if _isinst(path, _int):
                     if event in ("os.chmod", "os.chown", "os.truncate", "os.utime"):
                         continue  # an fd-based call on a file already opened
                     refuse(_str(path))
-                dir_fd = args[fd_idx] if fd_idx is not None and fd_idx < len(args) else None
+                dir_fd = args[fd_idx] if fd_idx is not None and fd_idx < _len(args) else None
                 if not inside(path, dir_fd):
                     refuse(_str(path))
             if event == "os.symlink":
@@ -446,7 +460,7 @@ def install_guard(work: str, allow_subprocess: bool, fd: int) -> None:
                 if not _isinst(target, _str):
                     refuse("symlink target")
                 if not target.startswith("/"):
-                    link = resolve(args[1], args[2] if len(args) > 2 else None) or "/"
+                    link = resolve(args[1], args[2] if _len(args) > 2 else None) or "/"
                     target = link.rsplit("/", 1)[0] + "/" + target
                 if not inside(target):
                     refuse("symlink to " + target)
@@ -460,17 +474,19 @@ def install_guard(work: str, allow_subprocess: bool, fd: int) -> None:
                 refuse("signal to pid " + _str(args[0]))
             return
         if event == "socket.__new__":
-            if len(args) > 1 and args[1] != 1 and args[1] != -1:  # 1 = AF_UNIX
+            if _len(args) > 1 and args[1] != 1 and args[1] != -1:  # 1 = AF_UNIX
                 refuse("socket family " + _str(args[1]))
             return
         if event in ("socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg"):
-            if len(args) > 1 and not _isinst(args[1], (_str, _bytes)):
+            if _len(args) > 1 and not _isinst(args[1], (_str, _bytes)):
                 refuse(_str(args[1]))
+            return
+        if event == "sys._current_frames" and _judge >= 0 and _ident() == _judge:
             return
         if event in _dns or event in _refused:
             refuse(_str(args[0])[:100] if args else "")
         if event == "object.__setattr__":
-            if len(args) > 1 and args[1] in _fattrs:
+            if _len(args) > 1 and args[1] in _fattrs:
                 refuse("set " + _str(args[1]))
             return
 
@@ -720,6 +736,38 @@ def job_lcb() -> None:
 
 
 # ----------------------------------------------------------------------------- job: bcb
+#
+# How a BigCodeBench test is judged (the assertions must run next to the solution, in
+# its process, so every part of that process is within its reach except what is said
+# here):
+#
+# * The verdict is written by a *judge thread* (:func:`_judge_thread`) started in each
+#   test's child before the solution runs.  Only it knows the test's nonce: the parent
+#   makes the nonce after the fork and sends it down a pipe the thread empties before any
+#   model code runs.  No frame, global or object the solution can reach refers to it: a
+#   thread's frames are only visible through ``sys._current_frames`` (refused except to
+#   the judge) and ``gc`` (refused), signal handlers run on the main thread, and the judge
+#   calls no code that the solution could have replaced (its helpers are clones bound to a
+#   private copy of this module's globals and of ``builtins``, made before it runs).
+# * The test runs on the main thread with unittest's ``debug`` protocol (setUp, the
+#   method, tearDown, cleanups; an exception propagates), so there is no result object to
+#   edit: a pass is the control flow reaching :func:`_ask_pass` in :func:`_bcb_child`.
+#   The judge honours that request only after reading the main thread's stack itself:
+#   ``_ask_pass``'s frame directly above *the* child frame registered before the
+#   solution ran, at that call's line.  Code of the solution's, a rebuilt copy of the
+#   driver's function, a signal handler or a finaliser makes a different stack.
+# * Before the solution runs, the driver snapshots every loaded module: each binding to
+#   a function, class or module, each class's methods, each function's code, defaults,
+#   globals and closure, and all of this module's globals.  The judge compares at every
+#   call of the entry point, at every assertion and before the pass; any change that the
+#   test did not make itself (a ``mock.patch`` entered from the test's code is the
+#   test's) makes the verdict ``tampered``.
+# * Values that reach the checks are walked (the entry point's return value and its
+#   arguments after the call, and every assertion's arguments): objects of classes the
+#   solution made that change comparison or truth, library objects with methods the
+#   solution put on the instance, mocks the solution made (``unittest.mock.ANY``
+#   included) and rigged objects inside lists, dicts, numpy and pandas containers are
+#   refused.
 
 # Dunders a class created by the solution may define on an object it returns; anything
 # else (comparisons, truth, length, attribute hooks, ...) could make a test's check pass
@@ -732,12 +780,42 @@ _PLAIN_DUNDERS = frozenset(
     }
 )  # fmt: skip
 _WALK_LIMIT = 10_000
-# Modules whose attributes the solution might replace to change how tests are judged;
-# their dicts are put back as they were before the solution ran.
-_WATCHED = (
-    "builtins", "unittest", "unittest.case", "unittest.result", "unittest.suite", "json",
-    "json.encoder", "traceback", "types",
+# Imported before the snapshot whatever the test imports: what judges (unittest and its
+# mocks) and the standard library a solution would patch to change a check's answer.
+_BCB_PRELOAD = (
+    "unittest", "unittest.mock", "os", "posixpath", "genericpath", "json", "re", "math",
+    "types", "traceback", "contextlib", "weakref", "threading", "dis", "operator",
+    "functools", "collections", "copy", "copyreg", "shutil", "glob", "fnmatch",
 )  # fmt: skip
+# Bindings libraries change while working as designed (hooks and warning display).
+_VOLATILE = frozenset(
+    {
+        ("sys", "excepthook"), ("sys", "displayhook"), ("sys", "unraisablehook"),
+        ("sys", "breakpointhook"), ("warnings", "showwarning"),
+        ("warnings", "formatwarning"), ("warnings", "_showwarnmsg"),
+        ("threading", "excepthook"), ("builtins", "_"),
+    }
+)  # fmt: skip
+# Keys copy/pickle and typing add to classes as caches; any other new key that shadows
+# an inherited attribute changes behaviour.
+_CLASS_CACHES = frozenset({"__slotnames__", "__abstractmethods__", "_abc_impl"})
+_ALIVE: list[Any] = []
+_MISSING = object()
+# (request fd, answer fd) of the main thread's channel to the judge: numbers reserved
+# before the snapshot, so that this binding never changes.
+_CHAN: tuple[int, int] = (-1, -1)
+_BCB_RULES: tuple[Any, ...] = ()
+_FUNCTION_TYPE = types.FunctionType
+_METHOD_TYPE = types.MethodType
+_GENERATOR_TYPE = types.GeneratorType
+
+
+class UntrustedResultError(TypeError):
+    """A value reaching a check holds behaviour the solution defines (:func:`_untrusted`)."""
+
+
+class TamperedError(AssertionError):
+    """The judge found something changed that the tests rely on."""
 
 
 def _all_classes() -> set[int]:
@@ -758,235 +836,687 @@ def _all_classes() -> set[int]:
     return set(seen)
 
 
-_ALIVE: list[Any] = []
+def _add_codes(codes: dict[int, Any], code: Any) -> None:
+    """``code`` and every code object nested in it (functions, lambdas, comprehensions)."""
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        if id(c) in codes:
+            continue
+        codes[id(c)] = c
+        todo.extend(k for k in c.co_consts if type(k) is type(c))
 
 
-def _untrusted(value: Any, known: frozenset[int]) -> str | None:
-    """Why ``value`` (a solution's return value) may not be judged, or None.
+def _fn_state(fn: Any, all_cells: bool) -> tuple[Any, ...]:
+    """What a function's behaviour hangs on (compared by identity)."""
+    cells = []
+    for cell in fn.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if all_cells or callable(value) or isinstance(value, type(sys)):
+            cells.append((cell, value))
+    return (fn.__code__, fn.__defaults__, fn.__kwdefaults__, fn.__globals__, tuple(cells))
 
-    Rejected: instances of classes created after the driver's snapshot (i.e. by the
-    solution) that subclass anything but ``object`` or define behaviour dunders, and
-    classes whose metaclass is new; containers (list, tuple, dict, set) are walked.
+
+def _functions_in(value: Any) -> list[Any]:
+    """The plain functions a module or class binding stands for."""
+    import types
+
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if isinstance(value, property):
+        return [f for f in (value.fget, value.fset, value.fdel) if type(f) is types.FunctionType]
+    return [value] if type(value) is types.FunctionType else []
+
+
+def _snapshot(driver_globals: dict[str, Any]) -> tuple[Any, ...]:
+    """Everything the judge compares, as tuples (the solution can read them, not edit).
+
+    Returns (dicts, functions, trusted code ids, class ids of the snapshot); ``dicts``
+    rows are (label, mapping, expected items, all keys then, shadowable names or None).
     """
-    todo = [value]
-    seen = 0
-    while todo and seen < _WALK_LIMIT:
-        x = todo.pop()
-        seen += 1
-        t = type(x)
-        if id(t) not in known:
-            if id(type(t)) not in known:
-                return "an object whose metaclass was made by the solution"
-            for c in t.__mro__:
-                if id(c) in known:
-                    if c is not object:
-                        return f"a {c.__name__} subclass made by the solution"
+    import builtins
+    import types
+
+    module_type = types.ModuleType
+    heap = 1 << 9  # Py_TPFLAGS_HEAPTYPE: other types cannot be changed from Python
+    dicts: list[tuple[Any, ...]] = []
+    funcs: list[tuple[Any, ...]] = []
+    codes: dict[int, Any] = {}
+    seen_cls: set[int] = set()
+    seen_fn: set[int] = set()
+    builtin_names = frozenset(vars(builtins))
+
+    def add_fn(fn: Any, label: str) -> None:
+        if id(fn) in seen_fn:
+            return
+        seen_fn.add(id(fn))
+        mine = fn.__globals__ is driver_globals
+        funcs.append((label, fn, _fn_state(fn, mine)))
+        _add_codes(codes, fn.__code__)
+        # what a decorator wraps (contextmanager's generator, functools.wraps) is the
+        # library's code too
+        for cell in fn.__closure__ or ():
+            with contextlib.suppress(ValueError):
+                if type(cell.cell_contents) is types.FunctionType:
+                    add_fn(cell.cell_contents, label)
+        wrapped = fn.__dict__.get("__wrapped__")
+        if type(wrapped) is types.FunctionType:
+            add_fn(wrapped, label)
+
+    classes: list[tuple[str, type]] = []
+    for name, mod in list(sys.modules.items()):
+        if not isinstance(mod, module_type):
+            continue
+        d = vars(mod)
+        mine = d is driver_globals
+        items = tuple(
+            (k, v)
+            for k, v in list(d.items())
+            if type(k) is str
+            and (mine or callable(v) or isinstance(v, module_type))
+            and (name, k) not in _VOLATILE
+        )
+        dicts.append(_row(name, d, items, d, builtin_names, mod))
+        for k, v in items:
+            if isinstance(v, type) and id(v) not in seen_cls and v.__flags__ & heap:
+                seen_cls.add(id(v))
+                classes.append((f"{name}.{k}", v))
+            for fn in _functions_in(v):
+                add_fn(fn, f"{name}.{k}")
+    # which module a name imports: replacing sys.modules["os"] would hand the test
+    # another os (the child's own __main__ and __test__ are not modules of the snapshot)
+    mods = tuple(
+        (k, v)
+        for k, v in list(sys.modules.items())
+        if type(k) is str and k not in ("__main__", "__test__")
+    )
+    dicts.append(_row("sys.modules", sys.modules, mods, (), (), None))
+    for label, cls in classes:
+        proxy = vars(cls)
+        items = tuple((k, v) for k, v in list(proxy.items()) if type(k) is str)
+        inherited = frozenset(k for base in cls.__mro__[1:] for k in vars(base))
+        dicts.append(_row(label, proxy, items, proxy, inherited, cls))
+        for k, v in items:
+            for fn in _functions_in(v):
+                add_fn(fn, f"{label}.{k}")
+    return tuple(dicts), tuple(funcs), frozenset(codes), tuple(codes.values())
+
+
+def _row(
+    label: str, d: Any, items: tuple[Any, ...], keys: Any, shadowable: Any, owner: Any
+) -> tuple[Any, ...]:
+    """One mapping of the snapshot: its expected names and values as two tuples, so
+    that the judge compares them with C loops (a check of every loaded module takes
+    milliseconds, not a quarter of a second)."""
+    names = tuple(k for k, _ in items)
+    values = tuple(v for _, v in items)
+    return (label, d, names, values, frozenset(keys), frozenset(shadowable), owner)
+
+
+def _drift(
+    dicts: tuple[Any, ...], funcs: tuple[Any, ...], exempt: dict[Any, list[Any]], full: bool
+) -> str:
+    """The first change to the snapshot, or ``""``.  Runs in the judge thread: it only
+    compares identities and exact types, so no object of the solution's is called (the
+    keys are checked to be exact str before any lookup, and no other thread runs while
+    the judge works).  Functions' code, defaults and globals are compared only when
+    ``full`` (the guard refuses assigning them anyway); closure cells always."""
+    for label, d, names, values, keys, shadowable, _owner in dicts:
+        if set(map(type, d)) - {str}:
+            return f"{label} has a key that is not a str"
+        if not all(map(_is, map(d.get, names, _repeat(_MISSING)), values)):
+            for k, v in zip(names, values, strict=True):
+                got = d.get(k, _MISSING)
+                if got is v:
                     continue
-                extra = [k for k in vars(c) if k.startswith("__") and k not in _PLAIN_DUNDERS]
-                if extra:
-                    return "an object of a class made by the solution that defines {}".format(
-                        ", ".join(sorted(extra)[:3])
-                    )
-        if t is list or t is tuple or t is set or t is frozenset:
-            todo.extend(x)
-        elif t is dict:
-            todo.extend(x.keys())
-            todo.extend(x.values())
+                allowed = exempt.get((id(d), k))
+                if allowed and allowed[-1] is got:
+                    continue
+                return f"{label}.{k} was {'removed' if got is _MISSING else 'replaced'}"
+        if shadowable and not keys.issuperset(d):
+            for k in [k for k in d if k not in keys]:
+                if k in shadowable and k not in _CLASS_CACHES:
+                    return f"{label}.{k} was added (it shadows another definition)"
+    for label, fn, state in funcs:
+        if full:
+            now = _fn_state(fn, True)
+            if any(a is not b for a, b in zip(now[:4], state[:4], strict=True)):
+                return f"the code, defaults or globals of {label} were replaced"
+        for cell, value in state[4]:
+            try:
+                same = cell.cell_contents is value
+            except ValueError:
+                same = False
+            if not same:
+                return f"a closure cell of {label} was replaced"
+    return ""
+
+
+def _call_lines(code: Any, name: str) -> frozenset[int]:
+    """Lines of ``code`` that load the global ``name`` (the call sites of the judge's
+    requests), read from its bytecode."""
+    import dis
+
+    lines: set[int] = set()
+    line = None
+    for ins in dis.get_instructions(code):
+        positions = getattr(ins, "positions", None)
+        if positions is not None and positions.lineno is not None:
+            line = positions.lineno
+        elif isinstance(getattr(ins, "starts_line", None), int):
+            line = ins.starts_line
+        if ins.opname == "LOAD_GLOBAL" and ins.argval == name and line is not None:
+            lines.add(line)
+    return frozenset(lines)
+
+
+def _ask(kind: bytes) -> None:
+    """Send a request to the judge thread and wait for its answer (main thread)."""
+    req, ans = _CHAN
+    os.write(req, kind)
+    if os.read(ans, 1) == b"1":
+        raise TamperedError("the grader's snapshot changed (see the verdict)")
+
+
+def _ask_begin() -> None:
+    _ask(b"B")
+
+
+def _ask_ns() -> None:
+    _ask(b"N")
+
+
+def _ask_patch() -> None:
+    _ask(b"X")
+
+
+def _ask_pass() -> None:
+    _ask(b"P")
+
+
+def _ask_check() -> None:
+    _ask(b"C")
+
+
+def _private(fns: tuple[str, ...]) -> dict[str, Any]:
+    """Clones of this module's functions bound to a private copy of its globals and of
+    ``builtins``: what the judge thread calls cannot be rebound by anyone."""
+    import builtins
+    import types
+
+    mine = globals()
+    priv = dict(mine)
+    priv["__builtins__"] = dict(vars(builtins))
+    for key, value in mine.items():
+        if type(value) is types.FunctionType and value.__globals__ is mine:
+            clone = types.FunctionType(
+                value.__code__, priv, value.__name__, value.__defaults__, value.__closure__
+            )
+            clone.__kwdefaults__ = value.__kwdefaults__
+            priv[key] = clone
+    return {k: priv[k] for k in fns}
+
+
+def _judge_thread(*args: Any) -> None:
+    """The judge thread's entry: it runs :func:`_judge` as a private clone (see
+    :func:`_private`), made here, in the thread, before the solution exists."""
+    # a bare try: contextlib.suppress would run contextlib's code (and its builtins) on
+    # this thread after the solution
+    try:  # noqa: SIM105
+        _private(("_judge",))["_judge"](*args)
+    except BaseException:  # noqa: BLE001, S110 - never raise on this thread (see _judge)
+        pass
+
+
+def _get(d: Any, key: str) -> Any:
+    """``d[key]`` (or ``_MISSING``) without hashing or comparing keys of other types."""
+    for k, v in list(d.items()):
+        if type(k) is str and k == key:
+            return v
+    return _MISSING
+
+
+def _case_drift(row: tuple[Any, ...], test_codes: frozenset[int]) -> str:
+    """What the solution changed on the running test case, or ``""`` (judge thread)."""
+    case, cls, name, shadowed = row
+    if type(case) is not cls:
+        return "the test case's class was replaced"
+    for k, v in list(object.__getattribute__(case, "__dict__").items()):
+        if type(k) is not str:
+            return "the test case has a key that is not a str"
+        if k in shadowed:
+            return f"the test case's {k} was replaced on the instance"
+        if k == "_testMethodName" and (type(v) is not str or v != name):
+            return "the test case's method name was changed"
+        if k == "_type_equality_funcs":
+            if type(v) is not dict:
+                return "the test case's equality functions were replaced"
+            for f in list(v.values()):
+                if type(f) is str:
+                    continue
+                if type(f) is _METHOD_TYPE:
+                    f = f.__func__
+                if type(f) is not _FUNCTION_TYPE or id(f.__code__) not in test_codes:
+                    return "an equality function the test did not add was registered"
+    return ""
+
+
+def _get_keys(d: Any) -> list[str]:
+    return [k for k in list(d) if type(k) is str]
+
+
+def _shadowing(ns: Any, reads: frozenset[str], rules: tuple[Any, ...]) -> str:
+    """A builtin the test reads that the solution's module defines with its own code
+    (``def isinstance(*a): return True`` would answer the test's checks), or ``""``."""
+    known, codes = rules[0], rules[1]
+    for k, v in list(ns.items()):
+        if type(k) is not str or k not in reads:
+            continue
+        if type(v) is _FUNCTION_TYPE and id(v.__code__) not in codes:
+            return f"the solution defines {k}, which the test reads as a builtin"
+        if isinstance(v, type) and id(v) not in known:
+            return f"the solution defines {k}, which the test reads as a builtin"
+        if type(v) is not _FUNCTION_TYPE and not isinstance(v, type) and not callable(v):
+            return f"the solution binds {k}, which the test reads as a builtin"
+    return ""
+
+
+def _patch_owner(dicts: tuple[Any, ...], target: Any) -> Any:
+    """The snapshot mapping of module or class ``target`` (a mock.patch's target)."""
+    for row in dicts:
+        if row[6] is target:
+            return row[1]
     return None
 
 
-def _preimport(names: list[str]) -> None:
-    import importlib
+def _trusted_stack(frame: Any, child: Any, allowed: frozenset[int], first: frozenset[int]) -> bool:
+    """Whether every frame from ``frame`` down to the child frame is code of unittest,
+    its mocks, contextlib or the test, and the first one outside mock and contextlib is
+    the test's or unittest's (not a finaliser's or the solution's)."""
+    seen_first = False
+    f = frame
+    while f is not None and f is not child:
+        code_id = id(f.f_code)
+        if code_id not in allowed:
+            return False
+        if not seen_first and code_id in first:
+            seen_first = True
+        f = f.f_back
+    return f is child and seen_first
 
-    for name in names:
-        # a missing optional library fails the test later, not here
-        with contextlib.suppress(BaseException):
-            importlib.import_module(name)
+
+def _judge(
+    nonce_fd: int,
+    verdict_fd: int,
+    req_fd: int,
+    ans_fd: int,
+    main: int,
+    ready_fd: int,
+    info: tuple[Any, ...],
+) -> None:
+    """Answer the main thread's requests and write the verdict (see the notes at the top
+    of this section).  Runs as a private clone: every global it reads is its own."""
+    dicts, funcs, test_name, child_code, ask_codes, patch_info, test_codes, rules = info
+    enter_code, patch_cls, stack_allowed, stack_first = patch_info
+    read, write, close, frames = os.read, os.write, os.close, sys._current_frames
+    ask_code = ask_codes[b"*"]
+    pass_lines = _call_lines(child_code, "_ask_pass")
+    ns_lines = _call_lines(child_code, "_ask_ns")
+    begin_lines = _call_lines(child_code, "_ask_begin")
+    nonce = read(nonce_fd, 64).hex()
+    close(nonce_fd)
+    write(ready_fd, b"1")
+    close(ready_fd)
+    exempt: dict[Any, list[Any]] = {}
+    extra: tuple[Any, ...] = ((), ())
+    case_row: tuple[Any, ...] = ()
+    child: Any = None
+    tampered = ""
+    passed = False
+
+    def verdict(outcome: str, text: str) -> None:
+        detail = text.encode("utf-8", "replace").hex()
+        write(verdict_fd, ("V " + nonce + " " + outcome + " " + detail + "\n").encode())
+
+    # No code of the solution's may ever run on this thread (it could read these frames):
+    # it never raises out (an unraisable-exception hook would get the traceback), drops
+    # no last reference to anything, and while it works the collector (whose finalisers
+    # run on the allocating thread) is off and no other thread is switched in; between
+    # requests it waits in read(), where no Python code runs.
+    import gc
+
+    gc_off, gc_on, gc_enabled = gc.disable, gc.enable, gc.isenabled
+    get_switch, set_switch = sys.getswitchinterval, sys.setswitchinterval
+    while True:
+        try:
+            kind = read(req_fd, 1)
+        except BaseException:  # noqa: BLE001 - the fd was taken away: stop quietly
+            return
+        collecting = gc_enabled()
+        gc_off()
+        switch = get_switch()
+        set_switch(1e6)
+        gc_off()  # a thread switched in before the line above may have turned it on
+        if not kind:
+            set_switch(switch)
+            return
+        why = ""
+        try:
+            # the main thread waits in _ask, called by the _ask_* function of this kind,
+            # called by the frame that asks
+            top = frames().get(main)
+            asker = top.f_back if top is not None and top.f_code is ask_code else None
+            ok = asker is not None and asker.f_code is ask_codes.get(kind)
+            frame = asker.f_back if ok and asker is not None else None
+            if kind == b"B":
+                if child is not None or frame is None or frame.f_code is not child_code:
+                    why = "a forged begin request"
+                elif frame.f_lineno in begin_lines:
+                    child = frame
+            elif kind == b"N":
+                if child is None or frame is not child or frame.f_lineno not in ns_lines:
+                    why = "a forged test-namespace request"
+                else:
+                    loc = frame.f_locals
+                    ns, cls, case = loc["ns"], loc["cls"], loc["case"]
+                    keep = tuple((k, _get(ns, k)) for k in loc["test_stores"])
+                    proxy = type.__dict__["__dict__"].__get__(cls)
+                    items = tuple((k, v) for k, v in list(proxy.items()) if type(k) is str)
+                    wrapped = tuple(
+                        (f"the test module's {k}", v, _fn_state(v, True))
+                        for k, v in keep
+                        if type(v) is type(_get)
+                    )
+                    mro = type.__dict__["__mro__"].__get__(cls)
+                    inherited = frozenset(
+                        k
+                        for base in mro[1:]
+                        for k in list(type.__dict__["__dict__"].__get__(base))
+                        if type(k) is str
+                    )
+                    reads = loc["test_reads"]
+                    rows = (
+                        _row("the test module", ns, keep, _get_keys(ns), reads, None),
+                        _row("TestCases", proxy, items, proxy, inherited, cls),
+                    )
+                    why = _shadowing(ns, reads, rules)
+                    extra = (rows, wrapped)
+                    shadowed = frozenset(
+                        k
+                        for base in mro
+                        for k, v in list(type.__dict__["__dict__"].__get__(base).items())
+                        if type(k) is str and callable(v)
+                    ) | {"failureException"}
+                    case_row = (case, cls, test_name, shadowed)
+            elif kind == b"X":
+                # A mock.patch was entered: the test's own when only unittest, its mocks
+                # and the test's code are on the real child's stack.
+                if frame is not None and frame.f_code is enter_code and child is not None:
+                    patcher = frame.f_locals.get("self")
+                    if type(patcher) is patch_cls and _trusted_stack(
+                        frame.f_back, child, stack_allowed, stack_first
+                    ):
+                        own = object.__getattribute__(patcher, "__dict__")
+                        target, attr = _get(own, "target"), _get(own, "attribute")
+                        mapping = _patch_owner(dicts, target)
+                        if type(attr) is str and mapping is not None:
+                            exempt.setdefault((id(mapping), attr), []).append(_get(mapping, attr))
+            elif kind == b"P":
+                if child is None or frame is not child or frame.f_lineno not in pass_lines:
+                    why = "a forged pass request"
+                elif passed:
+                    why = "a second pass request"
+                else:
+                    passed = True
+            if not why and not tampered:
+                why = (
+                    _drift(dicts, funcs, exempt, kind == b"P")
+                    or _drift(extra[0], extra[1], {}, kind == b"P")
+                    or (_case_drift(case_row, test_codes) if case_row else "")
+                )
+        except BaseException as exc:  # noqa: BLE001 - the judge must answer whatever failed
+            why = why or "the judge could not check: " + type(exc).__name__
+        say = ""
+        if why and not tampered:
+            tampered = say = why
+        answer = b"1" if tampered else b"0"
+        # the switch interval back before anything that blocks (a write lets other
+        # threads run, which must not keep the interpreter for good); what follows
+        # makes only strings, which the collector does not track
+        set_switch(switch)
+        if collecting:
+            gc_on()
+        try:
+            if say:
+                verdict("tampered", say)
+            if kind == b"P" and passed and not tampered:
+                verdict("pass", "")
+            write(ans_fd, answer)
+        except BaseException:  # noqa: BLE001 - the fd was taken away: stop quietly
+            return
 
 
-def job_bcb() -> None:
-    """Run each named test method of a BigCodeBench task in a fresh child."""
-    import builtins
-    import types
-    import unittest
+# --------------------------------------------------------------- bcb: the main thread
 
-    work = CFG["workdir"]
-    job = CFG["job"]
-    sol_code = _compile_solution(job)
-    if sol_code is None:
-        return
-    test_code = compile(job["test"], "test_code.py", "exec")
-    _preimport(list(job["imports"]))
-    known = frozenset(_all_classes())
-    # Pristine state captured before any model code: module dicts the tests rely on and
-    # the TestCase / TestResult classes.
-    watched = {n: sys.modules[n] for n in [*_WATCHED, *job["imports"]] if n in sys.modules}
-    pristine_mods = {n: dict(vars(m)) for n, m in watched.items()}
-    test_case_cls = unittest.TestCase
-    test_result_cls = unittest.TestResult
-    suite_cls = unittest.TestSuite
-    entry = str(job["entry_point"])
-    deadline = time.monotonic() + float(job["time_limit"])
-    frame({"event": "ready"})
 
-    def restore(
-        _modules: dict[str, Any] = sys.modules,
-        _vars: Callable[[Any], dict[str, Any]] = vars,
-        _list: type[list[Any]] = list,
-        _setattr: Callable[[Any, str, Any], None] = setattr,
-        _delattr: Callable[[Any, str], None] = delattr,
-    ) -> None:
-        """Put back every watched module attribute and TestCase/TestResult attribute."""
-        for name, mod in watched.items():
-            _modules[name] = mod
-            d = _vars(mod)
-            snap = pristine_mods[name]
-            for k in _list(d):
-                if k not in snap:
-                    del d[k]
-            for k, v in snap.items():
-                if d.get(k, _MISSING) is not v:
-                    d[k] = v
-        for cls, snap in pristine_classes.items():
-            for k in _list(_vars(cls)):
-                if k not in snap:
-                    _delattr(cls, k)
-            for k, v in snap.items():
-                if _vars(cls).get(k, _MISSING) is not v:
-                    _setattr(cls, k, v)
+def _mro(t: type) -> tuple[type, ...]:
+    # read through type's own descriptor: a metaclass of the solution's is never asked
+    return tuple(type.__dict__["__mro__"].__get__(t))
 
-    # Every assertion first undoes whatever the solution patched since the last one
-    # (its code also runs inside the test, when the test calls it).
-    for attr in dir(unittest.TestCase):
-        method = getattr(unittest.TestCase, attr)
-        if attr.startswith(("assert", "fail")) and isinstance(method, types.FunctionType):
-            setattr(unittest.TestCase, attr, _restoring(method, restore))
-    pristine_classes = {
-        c: dict(vars(c))
-        for c in (
-            unittest.TestCase,
-            unittest.TestResult,
-            unittest.TestSuite,
-            unittest.BaseTestSuite,
+
+def _class_dict(t: type) -> Any:
+    return type.__dict__["__dict__"].__get__(t)
+
+
+# What :func:`_untrusted` accepts, as a tuple (the solution can read it, not edit it):
+# (class ids of the snapshot, trusted code ids, unittest.mock class ids, type of
+# unittest.mock.ANY, whether the test itself uses ANY).
+_Rules = tuple[Any, ...]
+
+
+def _class_problem(t: type, rules: _Rules, strict: bool) -> str:
+    """Why an object of class ``t`` may not be judged, or ``""``."""
+    known, codes, _mocks, any_type, any_ok, lib_roots = rules
+    mro = _mro(t)
+    if t is any_type:
+        return "" if any_ok and not strict else "unittest.mock.ANY"
+    if id(t) in known or _made_by(t, codes) or _library_class(t, lib_roots):
+        return ""
+    if id(type(t)) not in known:
+        return "an object whose metaclass was made by the solution"
+    for c in mro:
+        if id(c) in known:
+            if c is not object:
+                return f"a {c.__name__} subclass made by the solution"
+            continue
+        for k, v in list(_class_dict(c).items()):
+            trusted = type(v) is _FUNCTION_TYPE and id(v.__code__) in codes
+            if type(k) is str and k.startswith("__") and k not in _PLAIN_DUNDERS and not trusted:
+                return f"an object of a class made by the solution that defines {k}"
+    return ""
+
+
+def _made_by(t: type, codes: frozenset[int]) -> bool:
+    """Whether every function of ``t`` (made after the snapshot) is trusted code (the
+    test's own helper classes)."""
+    fns = [v for v in _class_dict(t).values() if type(v) is _FUNCTION_TYPE]
+    return bool(fns) and all(id(f.__code__) in codes for f in fns)
+
+
+def _library_class(t: type, roots: tuple[str, ...]) -> bool:
+    """A class a library defined after the snapshot (a module it imports lazily): its
+    module is a file under the interpreter's library directories and every function
+    of it, and of its bases made after the snapshot, was compiled from that file."""
+    for c in _mro(t):
+        if c is object:
+            continue
+        module = sys.modules.get(str(_class_dict(c).get("__module__")))
+        path = getattr(module, "__file__", None) if module is not None else None
+        if not isinstance(path, str) or not path.startswith(roots):
+            return False
+        for v in list(_class_dict(c).values()):
+            if type(v) is _FUNCTION_TYPE and v.__code__.co_filename != path:
+                return False
+        if c is t:
+            return True
+    return False
+
+
+def _is_mock(t: type, rules: _Rules) -> bool:
+    return any(id(c) in rules[2] for c in _mro(t))
+
+
+def _untrusted(value: Any, rules: _Rules, strict: bool, allowed: frozenset[int]) -> str:
+    """Why ``value`` may not reach a test's checks, or ``""``.
+
+    Walked: list, tuple, set, dict and deque contents (subclasses too, through the base
+    type's own methods), numpy object arrays, pandas objects' values, index and
+    columns, and instance ``__dict__`` values; at most ``_WALK_LIMIT`` objects.
+    Refused: see :func:`_class_problem`, and library objects with a function of the
+    solution's set on the instance.  ``strict`` (the entry point's results) also
+    refuses mocks; objects whose ids are in ``allowed`` (what the test passed in) pass.
+    """
+    todo = [value]
+    seen: set[int] = set()
+    while todo and len(seen) < _WALK_LIMIT:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        t = type(x)
+        if t in (int, float, str, bytes, bool, complex, type(None)):
+            continue
+        if _is_mock(t, rules) and t is not rules[3]:
+            # a mock the test made and passed in may come back; one the solution made
+            # answers whatever it is asked (and is never walked: its children are mocks)
+            if strict and id(x) not in allowed:
+                return "a mock object"
+            continue
+        why = "" if id(x) in allowed else _class_problem(t, rules, strict)
+        if why:
+            return why
+        mro = _mro(t)
+        if dict in mro:
+            todo.extend(dict.keys(x))
+            todo.extend(dict.values(x))
+        elif list in mro or tuple in mro or set in mro or frozenset in mro:
+            base = next(b for b in (list, tuple, set, frozenset) if b in mro)
+            todo.extend(base.__iter__(x))
+        elif t.__module__ == "collections" and t.__name__ == "deque":
+            todo.extend(x)
+        elif t.__module__ == "numpy" and t.__name__ == "ndarray":
+            if x.dtype.kind == "O":
+                todo.extend(x.ravel().tolist())
+        elif str(t.__module__).startswith("pandas."):
+            for part in ("index", "columns"):
+                with contextlib.suppress(Exception):
+                    todo.append(object.__getattribute__(x, part))
+            with contextlib.suppress(Exception):
+                arr = x.to_numpy()
+                if arr.dtype.kind == "O":
+                    todo.extend(arr.ravel().tolist())
+        if t is _FUNCTION_TYPE or isinstance(x, type):
+            continue
+        try:
+            own = object.__getattribute__(x, "__dict__")
+        except (AttributeError, TypeError):
+            continue
+        if type(own) is not dict:
+            continue
+        for k, v in list(own.items()):
+            if type(v) in (_FUNCTION_TYPE, _METHOD_TYPE):
+                fn = v.__func__ if type(v) is _METHOD_TYPE else v
+                shadows = type(k) is str and any(k in _class_dict(c) for c in mro)
+                if shadows and id(fn.__code__) not in rules[1]:
+                    return f"a {t.__name__} whose {k} the solution replaced on the instance"
+            else:
+                todo.append(v)
+    return ""
+
+
+def _reachable(values: Any) -> frozenset[int]:
+    """ids of what the test passed to the entry point (a mock it made may come back)."""
+    seen: set[int] = set()
+    todo = [values]
+    while todo and len(seen) < _WALK_LIMIT:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if type(x) in (list, tuple, set, frozenset):
+            todo.extend(x)
+        elif type(x) is dict:
+            todo.extend(x.keys())
+            todo.extend(x.values())
+    return frozenset(seen)
+
+
+def _checked(fn: Callable[..., Any], rules: _Rules) -> Callable[..., Any]:
+    """The entry point as the tests call it: each call is followed by a judge check and
+    a walk of its result and of its arguments (which it may have filled)."""
+
+    def task(*args: Any, **kwargs: Any) -> Any:
+        allowed = _reachable((args, kwargs))
+        value = fn(*args, **kwargs)
+        _ask_check()
+        why = _untrusted(value, rules, True, allowed) or _untrusted(
+            (args, kwargs), rules, True, allowed
         )
-    }
+        if why:
+            raise UntrustedResultError("the solution returned " + why)
+        if type(value) is _GENERATOR_TYPE:
+            return _checked_items(value, rules)
+        return value
 
-    for name in job["tests"]:
-        nonce = secrets.token_hex(16)
-        verdict_fd, out_fd = _memfd("verdict"), _memfd("out")
-
-        def body(
-            name: str = name,
-            nonce: str = nonce,
-            fd: int = verdict_fd,
-            out_fd: int = out_fd,
-            # bound now, before any model code: what runs after the solution must not
-            # look anything up that the solution could have replaced
-            _write: Callable[[int, bytes], int] = os.write,
-            _dumps: Callable[..., str] = json.dumps,
-            _fmt: Callable[[], str] = traceback.format_exc,
-            _sum: Callable[[str], str] = _summary,
-            _isinstance: Callable[[Any, Any], bool] = isinstance,
-            _issubclass: Callable[[Any, Any], bool] = issubclass,
-            _callable: Callable[[Any], bool] = callable,
-            _exec: Callable[..., None] = exec,
-            _str: type[str] = str,
-            _restore: Callable[[], None] = restore,
-            _wrap: Callable[..., Any] = _checked,
-            _known: frozenset[int] = known,
-            _builtins: Any = builtins,
-        ) -> int:
-            os.dup2(out_fd, 1)
-            os.dup2(out_fd, 2)
-            sys.path.insert(0, work)
-            install_guard(work, CFG["allow_subprocess"], fd)
-            module = types.ModuleType("__test_module__")
-            module.__file__ = os.path.join(work, "solution.py")
-            ns = module.__dict__
-            # the driver's own module must not be reachable as __main__
-            sys.modules["__main__"] = sys.modules["__test_module__"] = module
-            outcome, err = "error", ""
-            try:
-                _exec(sol_code, ns)
-            except BaseException:
-                err = _fmt()
-            _restore()
-            ns["__builtins__"] = _builtins
-            if not err:
-                fn = ns.get(entry)
-                if _callable(fn):
-                    ns[entry] = _wrap(fn, _known, _restore)
-                try:
-                    _exec(test_code, ns)
-                    cls: Any = ns.get("TestCases")
-                    if not (_isinstance(cls, type) and _issubclass(cls, test_case_cls)):
-                        raise TypeError("TestCases is not a unittest.TestCase")
-                    _restore()
-                    result = test_result_cls()
-                    case = cls(name)
-                    # a one-test suite, so that setUpClass / setUpModule run as usual
-                    suite_cls.run(suite_cls([case]), result)
-                    _restore()
-                    bad = result.failures or result.errors
-                    if bad:
-                        outcome = "failure" if result.failures else "error"
-                        err = bad[0][1]
-                    elif result.skipped or result.expectedFailures or result.testsRun != 1:
-                        outcome, err = "error", "the test was skipped or did not run"
-                    else:
-                        outcome = "pass"
-                except BaseException:
-                    outcome, err = "error", _fmt()
-            tail = _sum(_str(err))
-            line = _dumps({"nonce": nonce, "test": name, "outcome": outcome, "error": tail})
-            _write(fd, ("V " + line + "\n").encode("utf-8", "replace"))
-            return 0
-
-        pid = _fork_child(body)
-        status, timed_out = _wait(pid, deadline - time.monotonic())
-        res, _ = _read_fd(verdict_fd, 1 << 20)
-        out, _ = _read_fd(out_fd, 1 << 14)
-        os.close(verdict_fd)
-        os.close(out_fd)
-        outcome, error, blocked = "no_report", "", []
-        reports = 0
-        for text in res.decode("utf-8", "replace").splitlines():
-            if text.startswith("B "):
-                blocked.append(text[2:][:300])
-                continue
-            if not text.startswith("V "):
-                continue
-            try:
-                obj = json.loads(text[2:])
-            except ValueError:
-                continue
-            if not isinstance(obj, dict) or obj.get("nonce") != nonce or obj.get("test") != name:
-                continue
-            reports += 1
-            outcome, error = str(obj.get("outcome")), str(obj.get("error", ""))[-600:]
-        if reports > 1:
-            outcome, error = "error", "more than one verdict was reported"
-        if timed_out:
-            outcome = "time_limit"
-        elif status is None or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
-            if outcome == "pass":
-                outcome = "error"
-            error = error or f"the test process ended with {json.dumps(_status_json(status))}"
-        frame(
-            {
-                "event": "test",
-                "test": name,
-                "outcome": outcome,
-                "error": error,
-                "blocked": blocked[:20],
-                "output_tail": out.decode("utf-8", "replace")[-300:],
-            }
-        )
-        if outcome != "pass":
-            break
+    task.__name__ = getattr(fn, "__name__", "task_func")
+    task.__doc__ = getattr(fn, "__doc__", None)
+    return task
 
 
-_MISSING = object()
+def _checked_items(gen: Any, rules: _Rules) -> Any:
+    """A generator the entry point returned, each item walked as a result is."""
+    for item in gen:
+        _ask_check()
+        why = _untrusted(item, rules, True, frozenset())
+        if why:
+            raise UntrustedResultError("the solution yielded " + why)
+        yield item
+
+
+def _asserting(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A TestCase assertion that first has the judge check the snapshot and walks what
+    it compares (once per assertion: nested calls from unittest itself are not
+    re-checked)."""
+
+    def assertion(*args: Any, **kwargs: Any) -> Any:
+        caller = sys._getframe(1).f_code.co_filename
+        rules = _BCB_RULES
+        if rules and not caller.endswith(("unittest/case.py", "unittest\\case.py")):
+            _ask_check()
+            why = _untrusted((args[1:], kwargs), rules, False, frozenset())
+            if why:
+                raise UntrustedResultError("a checked value is " + why)
+        return method(*args, **kwargs)
+
+    assertion.__name__ = method.__name__
+    assertion.__qualname__ = getattr(method, "__qualname__", method.__name__)
+    return assertion
+
+
+def _patch_enter(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``unittest.mock._patch.__enter__`` that tells the judge a patch is in place (the
+    judge decides from the stack whether the test or the solution entered it)."""
+
+    def enter(self: Any) -> Any:
+        result = original(self)
+        with contextlib.suppress(OSError):
+            _ask_patch()
+        return result
+
+    return enter
 
 
 def _summary(trace: str) -> str:
@@ -1007,33 +1537,320 @@ def _summary(trace: str) -> str:
     return (message + (f" ({ours[-1]})" if ours else ""))[-600:]
 
 
-class UntrustedResultError(TypeError):
-    """A solution returned an object whose behaviour it defines (see :func:`_untrusted`)."""
+def _preimport(names: list[str]) -> None:
+    import importlib
+
+    for name in names:
+        # a missing optional library fails the test later, not here
+        try:
+            importlib.import_module(name)
+        except BaseException as exc:  # noqa: BLE001 - any library may fail its import
+            report("N", f"could not import {name}: {type(exc).__name__}: {exc}"[:300])
 
 
-def _restoring(method: Callable[..., Any], restore: Callable[[], None]) -> Callable[..., Any]:
-    def assertion(*args: Any, **kwargs: Any) -> Any:
-        restore()
-        return method(*args, **kwargs)
+def _library_roots() -> tuple[str, ...]:
+    """Directories the interpreter loads libraries from (read-only in the sandbox; the
+    work directory, where the solution may write, is never one of them)."""
+    work = CFG["workdir"].rstrip("/") + "/"
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path}
+    out = []
+    for root in roots:
+        if root and os.path.isabs(root) and not (root.rstrip("/") + "/").startswith(work):
+            out.append(root.rstrip("/") + "/")
+    return tuple(sorted(out))
 
-    assertion.__name__ = method.__name__
-    return assertion
+
+def _source_imports(source: str) -> list[str]:
+    """Absolute module names the source imports (read, never run)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return names
 
 
-def _checked(
-    fn: Callable[..., Any], known: frozenset[int], restore: Callable[[], None]
-) -> Callable[..., Any]:
-    def task(*args: Any, _check: Callable[..., str | None] = _untrusted, **kwargs: Any) -> Any:
-        value = fn(*args, **kwargs)
-        restore()
-        why = _check(value, known)
-        if why is not None:
-            raise UntrustedResultError("the solution returned " + why)
-        return value
+def _test_stores(code: Any) -> tuple[str, ...]:
+    """Names the test module's own code binds (imports, classes, functions, constants)."""
+    import dis
 
-    task.__name__ = getattr(fn, "__name__", "task_func")
-    task.__doc__ = getattr(fn, "__doc__", None)
-    return task
+    return tuple(
+        sorted(
+            {
+                str(ins.argval)
+                for ins in dis.get_instructions(code)
+                if ins.opname in ("STORE_NAME", "STORE_GLOBAL")
+            }
+        )
+    )
+
+
+def _bcb_child(
+    name: str,
+    job: dict[str, Any],
+    sol_code: Any,
+    test_code: Any,
+    test_stores: tuple[str, ...],
+    test_reads: frozenset[str],
+    fds: tuple[int, int, int],
+    info: tuple[Any, ...],
+    rules: _Rules,
+) -> int:
+    """One test, in its own child: start the judge, run the solution, then the test."""
+    import builtins
+    import types
+    import unittest
+
+    nonce_fd, verdict_fd, out_fd = fds
+    os.dup2(out_fd, 1)
+    os.dup2(out_fd, 2)
+    os.close(out_fd)
+    req_r, req_w = os.pipe()
+    ans_r, ans_w = os.pipe()
+    os.dup2(req_w, _CHAN[0])
+    os.dup2(ans_r, _CHAN[1])
+    os.close(req_w)
+    os.close(ans_r)
+    ready_r, ready_w = os.pipe()
+    me = _thread.get_ident()
+    judge = _thread.start_new_thread(
+        _judge_thread, (nonce_fd, verdict_fd, req_r, ans_w, me, ready_w, info)
+    )
+    if os.read(ready_r, 1) != b"1":
+        return 1
+    os.close(ready_r)
+    work = CFG["workdir"]
+    sys.path.insert(0, work)
+    install_guard(work, CFG["allow_subprocess"], verdict_fd, judge)
+    _ask_begin()
+    module = types.ModuleType("__test__")
+    ns = module.__dict__
+    # as the official harness: the module starts with sys, os and environ bound
+    ns.update({"__builtins__": builtins, "__file__": os.path.join(work, "solution.py"),
+               "sys": sys, "os": os, "environ": os.environ})  # fmt: skip
+    # the driver's own module must not be reachable as __main__
+    sys.modules["__main__"] = sys.modules["__test__"] = module
+    cls: Any = None
+    case: Any = None
+    try:
+        exec(sol_code, ns)
+        # what the test's names resolve to as builtins is the interpreter's, whatever the
+        # solution bound (the judge holds it there from the test's start on)
+        ns["__builtins__"] = builtins
+        fn = ns.get(str(job["entry_point"]))
+        if callable(fn):
+            ns[str(job["entry_point"])] = _checked(fn, rules)
+        exec(test_code, ns)
+        cls = ns.get("TestCases")
+        if not (isinstance(cls, type) and issubclass(cls, unittest.TestCase)):
+            raise TypeError("TestCases is not a unittest.TestCase")
+        case = cls(name)
+        _ask_ns()
+        _run_debug(ns, cls, case)
+    except BaseException:
+        import traceback as tb
+
+        text = _summary(tb.format_exc())
+        kind = "failure" if isinstance(sys.exc_info()[1], AssertionError) else "error"
+        if isinstance(sys.exc_info()[1], TamperedError):
+            kind = "error"
+        with contextlib.suppress(BaseException):
+            os.write(
+                verdict_fd, ("E " + json.dumps({"outcome": kind, "error": text}) + "\n").encode()
+            )
+        return 0
+    _ask_pass()
+    return 0
+
+
+def _run_debug(ns: dict[str, Any], cls: Any, case: Any) -> None:
+    """Module and class fixtures around ``case.debug()`` (setUp, the method, tearDown,
+    cleanups): any exception propagates, so a test passes only by finishing."""
+    setup, teardown = ns.get("setUpModule"), ns.get("tearDownModule")
+    if callable(setup):
+        setup()
+    cls.setUpClass()
+    try:
+        case.debug()
+    finally:
+        cls.tearDownClass()
+        cls.doClassCleanups()
+    if callable(teardown):
+        teardown()
+
+
+def job_bcb() -> None:
+    """Run each named test method of a BigCodeBench task in a fresh child."""
+    import types
+    import unittest
+    import unittest.mock
+
+    global _CHAN, _BCB_RULES
+    job = CFG["job"]
+    sol_code = _compile_solution(job)
+    if sol_code is None:
+        return
+    test_code = compile(job["test"], "test_code.py", "exec")
+    entry = str(job["entry_point"])
+    test_stores = tuple(sorted({*_test_stores(test_code), entry, "__builtins__"}))
+    # the solution's imports too: a library imported before the snapshot is known code,
+    # and one imported inside the guard may be refused what its import does (sockets)
+    _preimport([*_BCB_PRELOAD, *job["imports"], *_source_imports(job["solution"])])
+    # as the official harness: UTC, and exit()/quit() are not there
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    # two fd numbers the children put the judge channel on, bound before the snapshot
+    _CHAN = (os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_RDONLY))
+    for attr in dir(unittest.TestCase):
+        method = getattr(unittest.TestCase, attr)
+        if attr.startswith(("assert", "fail")) and isinstance(method, types.FunctionType):
+            setattr(unittest.TestCase, attr, _asserting(method))
+    patch_cls: Any = getattr(unittest.mock, "_patch")  # noqa: B009 - private, untyped
+    patch_cls.__enter__ = _patch_enter(patch_cls.__enter__)
+    known = frozenset(_all_classes())
+    _dicts, funcs, code_ids, codes_alive = _snapshot(globals())
+    _ALIVE.append(codes_alive)
+    test_code_ids: dict[int, Any] = {}
+    _add_codes(test_code_ids, test_code)
+    _ALIVE.append(list(test_code_ids.values()))
+    by_module: dict[str, set[int]] = {}
+    for _label, fn, _state in funcs:
+        holder: dict[int, Any] = {}
+        _add_codes(holder, fn.__code__)
+        by_module.setdefault(str(fn.__globals__.get("__name__")), set()).update(holder)
+    mock_ids = by_module.get("unittest.mock", set()) | by_module.get("contextlib", set())
+    unittest_ids = set().union(*(v for k, v in by_module.items() if k.startswith("unittest.")))
+    # the fixtures' runner is the one driver function between the child and unittest
+    stack_allowed = frozenset(
+        mock_ids | unittest_ids | set(test_code_ids) | {id(_run_debug.__code__)}
+    )
+    stack_first = frozenset(
+        (unittest_ids - by_module.get("unittest.mock", set())) | set(test_code_ids)
+    )
+    mock_classes = frozenset(
+        id(v)
+        for v in vars(unittest.mock).values()
+        if isinstance(v, type) and v.__module__ == "unittest.mock"
+    )
+    rules = (
+        known,
+        frozenset(code_ids | set(test_code_ids)),
+        mock_classes,
+        type(unittest.mock.ANY),
+        "ANY" in job["test"],
+        _library_roots(),
+    )
+    # the assertions read the rules from this global; the final snapshot holds it
+    _BCB_RULES = rules
+    dicts, funcs, _codes, codes_alive = _snapshot(globals())
+    _ALIVE.append(codes_alive)
+    ask_codes = {
+        b"B": _ask_begin.__code__, b"N": _ask_ns.__code__, b"X": _ask_patch.__code__,
+        b"P": _ask_pass.__code__, b"C": _ask_check.__code__, b"*": _ask.__code__,
+    }  # fmt: skip
+    enter_code = patch_cls.__enter__.__code__
+    import builtins
+
+    names: set[str] = set()
+    for code in test_code_ids.values():
+        names.update(code.co_names)
+    callables = {k for k, v in vars(builtins).items() if callable(v) and not k.startswith("__")}
+    test_reads = frozenset((names & callables) - set(test_stores))
+    deadline = time.monotonic() + float(job["time_limit"])
+    frame({"event": "ready"})
+
+    for name in job["tests"]:
+        nonce_r, nonce_w = os.pipe()
+        verdict_fd, out_fd = _memfd("verdict"), _memfd("out")
+        info = (
+            dicts, funcs, name, _bcb_child.__code__, ask_codes,
+            (enter_code, patch_cls, stack_allowed, stack_first), frozenset(test_code_ids),
+            rules,
+        )  # fmt: skip
+
+        def body(
+            name: str = name, fds: tuple[int, int, int] = (nonce_r, verdict_fd, out_fd),
+            info: tuple[Any, ...] = info, writer: int = nonce_w,
+        ) -> int:  # fmt: skip
+            os.close(writer)
+            return _bcb_child(
+                name, job, sol_code, test_code, test_stores, test_reads, fds, info, rules
+            )
+
+        pid = _fork_child(body)
+        os.close(nonce_r)
+        # made after the fork: the child's copy of this process never held it
+        nonce = secrets.token_bytes(16)
+        os.write(nonce_w, nonce)
+        os.close(nonce_w)
+        status, timed_out = _wait(pid, deadline - time.monotonic())
+        res, _ = _read_fd(verdict_fd, 1 << 20)
+        out, _ = _read_fd(out_fd, 1 << 14)
+        os.close(verdict_fd)
+        os.close(out_fd)
+        outcome, error, blocked = _bcb_outcome(res.decode("utf-8", "replace"), nonce.hex())
+        if timed_out:
+            outcome = "time_limit"
+        elif status is None or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+            if outcome == "pass":
+                outcome = "error"
+            error = error or f"the test process ended with {json.dumps(_status_json(status))}"
+        frame(
+            {
+                "event": "test",
+                "test": name,
+                "outcome": outcome,
+                "error": error,
+                "blocked": blocked[:20],
+                "output_tail": out.decode("utf-8", "replace")[-3000:],
+            }
+        )
+        if outcome != "pass":
+            break
+
+
+def _bcb_outcome(text: str, nonce: str) -> tuple[str, str, list[str]]:
+    """(outcome, error, refused operations) from one test's verdict file.
+
+    Only the judge's ``V`` lines carry the nonce; ``E`` lines (the main thread's account
+    of a failure) and anything else are the process's word and can only fail a test.
+    """
+    passes, tampered, blocked = 0, "", []
+    outcome, error = "no_report", ""
+    for line in text.splitlines():
+        if line.startswith("B "):
+            blocked.append(line[2:][:300])
+        elif line.startswith("V "):
+            parts = line.split(" ")
+            if len(parts) != 4 or parts[1] != nonce:
+                continue
+            try:
+                detail = bytes.fromhex(parts[3]).decode("utf-8", "replace")
+            except ValueError:
+                continue
+            if parts[2] == "pass":
+                passes += 1
+            elif parts[2] == "tampered" and not tampered:
+                tampered = detail or "tampered"
+        elif line.startswith("E ") and outcome == "no_report":
+            with contextlib.suppress(ValueError):
+                obj = json.loads(line[2:])
+                if isinstance(obj, dict) and obj.get("outcome") in ("failure", "error"):
+                    outcome, error = str(obj["outcome"]), str(obj.get("error", ""))[-600:]
+    if tampered:
+        return "tampered", tampered[:600], blocked
+    if passes == 1 and outcome == "no_report":
+        return "pass", "", blocked
+    if passes > 1:
+        return "error", "more than one verdict was reported", blocked
+    return outcome, error, blocked
 
 
 # ----------------------------------------------------------------------------- main

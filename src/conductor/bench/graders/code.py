@@ -53,9 +53,9 @@ tuples inside it equal lists here (only the outermost is converted there).
 expects the solution in the same module; ``metadata["entry_point"]``, usually
 ``task_func``): the test methods are read from the source with :mod:`ast` here
 (:func:`bcb_test_names`); each runs in a fresh process that executes the solution and
-then the tests as one module; correct when every one of those methods reported a pass
-(fail-fast).  The whole run has ``bigcodebench_time_limit_s`` and
-``bigcodebench_memory_mb``.
+then the tests as one module; correct when the judge saw every one of those methods
+pass (fail-fast).  The whole run has ``bigcodebench_time_limit_s`` (240 s, as the
+official harness) and ``bigcodebench_memory_mb``.
 
 Code extraction (:func:`extract_code`): ``<think>`` blocks are dropped; the **last**
 fenced block tagged ``python``/``py``/``python3`` wins; else the last untagged fenced
@@ -64,9 +64,10 @@ starting with ``def``, ``class``, ``import``, ``from ... import`` or ``print(``)
 otherwise there is no answer.  A final fence left unclosed (a truncated reply) counts.
 
 Verdicts: ``correct`` (detail ``{"passed": n, "total": n}``); ``incorrect`` with
-``detail["outcome"]`` one of ``wrong_answer``, ``runtime_error``, ``compile_error`` and a
-reason naming the failing test (expected vs got, truncated; a private test's expected
-output, after ``num_public_tests``, is never quoted); ``time_limit``;
+``detail["outcome"]`` one of ``wrong_answer``, ``runtime_error``, ``compile_error``,
+``tampered`` (BigCodeBench: the solution changed what the tests judge with; see below)
+and a reason naming the failing test (expected vs got, truncated; a private test's
+expected output, after ``num_public_tests``, is never quoted); ``time_limit``;
 ``no_answer``; ``grader_error`` (bad sample, sandbox failure).  A solution that tried an
 operation the sandbox forbids (writing outside its directory, network, processes) is
 never correct: it is graded ``runtime_error`` with the refused operations in
@@ -92,25 +93,53 @@ tests/test_sandbox_attacks.py):
   markers, exiting early, killing the driver or reading test files only changes what
   *its own* output is.
 * BigCodeBench: the assertions must run next to the solution, so the defences are in
-  that process: the parent decides which test methods must pass (from the source) and
-  each must report a pass individually, tagged with a per-test random nonce, on a
-  memory file the driver reads; exiting early (``os._exit``, ``sys.exit``), printing
-  fake runner output, skipping a test (``SkipTest``) or forging a verdict without the
-  nonce fails.  The test code is compiled and defined *after* the solution ran, and
-  before it (and after each call of the entry point and before each assertion) the
-  attributes of ``builtins``, ``unittest``, ``json``, ``traceback``, ``types`` and
-  every module the test imports, and of ``TestCase`` / ``TestResult``, are put back
-  as they were before the solution ran; the entry point's return value may not be an
-  object of a class the solution made that subclasses a real type or defines
-  behaviour dunders (``__eq__``, ``__bool__``, ...).
+  its process (:mod:`conductor.bench.sandbox_inside`, section "job: bcb"):
 
-**Not defended** (BigCodeBench only; LiveCodeBench has no such in-process state): a
-solution that walks the interpreter's frames (``sys._getframe``) or closures up to the
-test runner can find the nonce and forge a pass; one can patch classes other than
-``TestCase`` / ``TestResult`` (e.g. ``pandas.DataFrame.equals``), work from a thread
-it started, return a generator or a library container holding rigged objects, or read
-the test's expected values from the test module's own code.  These need deliberate
-introspection of the grader; the OS layer still holds whatever the solution does.
+  - **the verdict is the judge's**: each test's child starts a judge thread before the
+    solution runs; only it holds the test's nonce (made by the driver after the fork and
+    read by the judge before any model code), so no frame, global or object the
+    solution can walk to holds it.  The test runs with unittest's ``debug`` protocol
+    (no result object to edit); a pass is the child's own frame reaching its pass call,
+    which the judge reads off the main thread's stack itself (a call from the
+    solution's code, a rebuilt copy of the driver's function, a finaliser or a signal
+    handler makes a different stack and is recorded as a forged request);
+  - **tampering is detected, not undone**: before the solution runs, every loaded
+    module's bindings to functions, classes and modules, every class's attributes,
+    every function's code, defaults, globals and closure, and the driver's own globals
+    are snapshotted; the test module's names and ``TestCases`` once the test is defined;
+    the judge compares at every call of the entry point, every assertion and before the
+    pass.  A change the test did not make itself (``mock.patch`` entered from the
+    test's code or its decorators counts as the test's; one entered from the solution,
+    a thread or a finaliser does not), a method set on the running test case, a
+    builtin the test reads shadowed by the solution's own function, or a new key that
+    shadows an inherited attribute makes the verdict ``incorrect`` with
+    ``detail["outcome"] == "tampered"`` and ``detail["tampered"]`` saying what changed;
+  - **values are walked**: the entry point's return value (and the arguments it was
+    given, which it may fill), what it yields, and every assertion's arguments may not
+    hold objects of classes the solution made that define comparison, truth or other
+    behaviour (through lists, tuples, sets, dicts, deques, numpy object arrays, pandas
+    values, index and columns, and instance attributes), library objects with a method
+    the solution set on the instance, or mocks the solution made
+    (``unittest.mock.ANY`` included unless the test itself uses it); such a test is a
+    ``runtime_error``;
+  - the parent decides which test methods must pass (from the source); exiting early,
+    printing runner output, skipping, forging verdict lines, adding an audit hook or
+    killing the judge fails.
+
+  Official rules: the module starts with ``sys``, ``os`` and ``environ`` bound, ``TZ``
+  is UTC, a task's tests have 240 s (``bigcodebench_time_limit_s``) and may start
+  processes (``bigcodebench_allow_subprocess``, on by default), as in the official
+  harness.  Stricter than it: a skipped test or an expected failure is not a pass.
+
+**Not defended** (BigCodeBench only; LiveCodeBench has no such in-process state):
+reading the expected values from the test's own code (it is in the solution's module)
+and returning them; rewriting the call records of the test's own mocks
+(``call_count``, ``call_args``); a patch that a thread or finaliser makes and undoes
+between two of the judge's checks (it is caught while still in place at a check);
+objects reached only past the walk's limit (10,000 objects); code the solution compiles
+under a library file's name, which passes for the library's; native memory access
+(numpy's ``__array_interface__`` onto the interpreter's memory, a C extension).  The
+OS layer still holds whatever the solution does.
 
 The text side, pure functions with no sandbox (finding the code, comparing outputs,
 BigCodeBench's test names, quoting output), is :mod:`conductor.bench.graders.code_text`.
@@ -188,14 +217,18 @@ class CodeGrader:
     cap), ``float_tolerance`` (LCB numbers that are not integers match within this
     absolute or relative error; default None: exact, as the official checker), ``memory_mb``,
     ``bigcodebench_time_limit_s`` / ``bigcodebench_memory_mb`` (BigCodeBench runs
-    import heavy libraries), ``allow_subprocess`` (let solutions start processes),
+    import heavy libraries; 240 s for a task's tests, the official limit),
+    ``allow_subprocess`` (let solutions start processes), ``bigcodebench_allow_subprocess``
+    (the same for BigCodeBench only; on by default, as in the official harness),
     ``python`` (interpreter to run solutions; default: this one),
     ``confirm_run_unsafe_code`` (run even where no OS isolation is possible; without it
     the grader refuses to be built there, with a :class:`~conductor.errors.UsageError`).
     """
 
     name = "code"
-    version = "3"
+    # 4: BigCodeBench is judged by a judge thread with a snapshot ("tampered"), under
+    # the official time limit and with subprocesses allowed
+    version = "4"
 
     def __init__(
         self,
@@ -204,9 +237,10 @@ class CodeGrader:
         max_total_s: float = 300.0,
         float_tolerance: float | None = None,
         memory_mb: int = 1024,
-        bigcodebench_time_limit_s: float = 120.0,
+        bigcodebench_time_limit_s: float = 240.0,
         bigcodebench_memory_mb: int = 4096,
         allow_subprocess: bool = False,
+        bigcodebench_allow_subprocess: bool = True,
         python: str | None = None,
         confirm_run_unsafe_code: bool = False,
     ) -> None:
@@ -219,6 +253,7 @@ class CodeGrader:
         self.bigcodebench_time_limit_s = float(bigcodebench_time_limit_s)
         self.bigcodebench_memory_mb = int(bigcodebench_memory_mb)
         self.allow_subprocess = bool(allow_subprocess)
+        self.bigcodebench_allow_subprocess = bool(bigcodebench_allow_subprocess)
         self.python = python
         #: The sandbox engine every sample is graded in (bubblewrap unless the user
         #: opted in to a weaker one); each verdict records it as ``detail["sandbox"]``.
@@ -299,13 +334,23 @@ class CodeGrader:
             return str(inner["func_name"])
         return None
 
-    def _run(self, job: dict[str, Any], *, cpu_s: float, wall_s: float, mem: int) -> SandboxResult:
+    def _run(
+        self,
+        job: dict[str, Any],
+        *,
+        cpu_s: float,
+        wall_s: float,
+        mem: int,
+        allow_subprocess: bool | None = None,
+    ) -> SandboxResult:
         return run_job(
             job,
             cpu_time_s=cpu_s,
             wall_time_s=wall_s,
             memory_mb=mem,
-            allow_subprocess=self.allow_subprocess,
+            allow_subprocess=self.allow_subprocess
+            if allow_subprocess is None
+            else allow_subprocess,
             python=self.python,
             engine=self.engine,
             report_limit=_REPORT_LIMIT,
@@ -446,7 +491,14 @@ class CodeGrader:
             "entry_point": str(meta.get("entry_point") or "task_func"),
             "time_limit": limit,
         }
-        result = self._run(job, cpu_s=limit, wall_s=backstop, mem=self.bigcodebench_memory_mb)
+        # the official harness lets solutions start processes (the OS layer holds them)
+        result = self._run(
+            job,
+            cpu_s=limit,
+            wall_s=backstop,
+            mem=self.bigcodebench_memory_mb,
+            allow_subprocess=self.allow_subprocess or self.bigcodebench_allow_subprocess,
+        )
         frames = result.frames
         base = {**self._base(result), "total": len(names), "passed": 0}
         compile_err = next((f for f in frames if f.get("event") == "compile_error"), None)
@@ -478,6 +530,15 @@ class CodeGrader:
             if outcome == "time_limit":
                 return Verdict(
                     "time_limit", f"tests exceeded {limit:g}s", extracted=code, detail=fail
+                )
+            if outcome == "tampered":
+                # the judge saw the solution change what the tests rely on: no verdict
+                # on the answer can be given, and the record says why
+                return Verdict(
+                    "incorrect",
+                    f"test {name}: tampered: {err}",
+                    extracted=code,
+                    detail={**fail, "outcome": "tampered", "tampered": err},
                 )
             kind = "wrong_answer" if outcome == "failure" else "runtime_error"
             label = "failed" if kind == "wrong_answer" else "error"
