@@ -62,6 +62,8 @@ WORKDIR = "/tmp/work"
 #: The driver's scratch directory (its capture files, unlinked at once).
 SCRATCH = "/tmp/.driver"
 DRIVER = "/.sandbox/driver.py"
+#: The driver as bytecode, where the sandbox's interpreter is the caller's own.
+DRIVER_BYTECODE = "/.sandbox/driver.pyc"
 _SHM = "/tmp/.shm"
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime")
 _ETC_DIRS = ("/etc/alternatives",)
@@ -107,9 +109,13 @@ def plan_bwrap(
     disk_mb: int,
     fresh_uid: int | None,
     inner_uid: int,
+    driver_is_bytecode: bool = False,
 ) -> BwrapPlan:
     """The ``bwrap`` command running ``driver_source`` on ``config`` (which it reads from
     a pipe named by its one argument) with ``files`` in :data:`WORKDIR`.
+
+    ``driver_is_bytecode``: ``driver_source`` is a ``.pyc`` for ``python`` (see
+    :func:`conductor.sandbox._run.driver_bytecode`), run as such.
 
     ``fresh_uid`` (root only) is the uid the run takes inside; otherwise the run keeps
     the caller's uid (``inner_uid``) in a user namespace.
@@ -177,9 +183,10 @@ def plan_bwrap(
         a += ["--symlink", target, f"/dev/{link}"]
     a += ["--remount-ro", "/dev", "--proc", "/proc"]
 
+    driver = DRIVER_BYTECODE if driver_is_bytecode else DRIVER
     fd = _memfd("driver", driver_source)
     plan.fds.append(fd)
-    a += ["--dir", "/.sandbox", "--perms", "0444", "--ro-bind-data", str(fd), DRIVER]
+    a += ["--dir", "/.sandbox", "--perms", "0444", "--ro-bind-data", str(fd), driver]
     for rel, text in files.items():
         dest = os.path.normpath(os.path.join(WORKDIR, rel))
         if not dest.startswith(WORKDIR + "/"):
@@ -215,5 +222,5 @@ def plan_bwrap(
         a += [setpriv, f"--reuid={fresh_uid}", f"--regid={fresh_uid}", "--clear-groups"]
         a += ["--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--pdeathsig=keep"]
         a += ["--"]
-    a += [python, "-I", DRIVER, f"/proc/self/fd/{config_fd}"]
+    a += [python, "-I", driver, f"/proc/self/fd/{config_fd}"]
     return plan
