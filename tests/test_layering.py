@@ -27,7 +27,7 @@ ABOVE += ("conductor.render",)
 #: Modules outside ``conductor.llm`` that it may import, and why: the exception
 #: hierarchy, the text helpers, and what a call is aimed at (``targets``: Worker, Price,
 #: the client kinds).
-LEAVES = {"conductor.errors", "conductor.text", "conductor.targets"}
+LEAVES = {"conductor.errors", "conductor.text", "conductor.targets", "conductor.private"}
 
 
 def module_name(path: Path) -> str:
@@ -180,7 +180,7 @@ def test_no_client_imports_the_factory() -> None:
 #: floors below it.  ``conductor`` itself (the lazy public API) and ``conductor.testing``
 #: stand outside the floors.
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
-    ("words and errors", ("errors", "text", "events")),
+    ("words and errors", ("errors", "text", "events", "private")),
     ("configuration", ("targets", "configfile", "shipped", "redact", "pool")),
     ("model calls", ("llm",)),
     ("the Conductor", ("conductors", "checkpoint_meta")),
