@@ -42,8 +42,8 @@ def answering(request: FakeRequest) -> str | Reply:
     """Workers answer right when their subtask says "right", else wrong."""
     task = request.last_user_message.rsplit("\n", 1)[-1]
     if "slow" in task:
-        return Reply(f"<answer>{GOLD}</answer>", latency_s=0.3)
-    return f"<answer>{GOLD}</answer>" if "right" in task else "<answer>7</answer>"
+        return Reply(f"\\boxed{{{GOLD}}}", latency_s=0.3)
+    return f"\\boxed{{{GOLD}}}" if "right" in task else "\\boxed{7}"
 
 
 @pytest.fixture
@@ -131,7 +131,7 @@ def test_reward_levels_and_conversational_completions(
     assert (wrong.parsed, wrong.correct, wrong.workers) == (True, False, ["w1"])
     assert (right.correct, right.steps, right.calls, right.workers) == (True, 2, 2, ["w0", "w2"])
     assert chat.workers == ["w3"] and chat.record is not None
-    assert chat.record.final_answer == f"<answer>{GOLD}</answer>"
+    assert chat.record.final_answer == f"\\boxed{{{GOLD}}}"
 
 
 def test_format_bonus_cost_penalties_and_failed_runs(
@@ -309,7 +309,7 @@ def test_rows_with_a_given_first_round_score_the_revision_alone(
     assert row["worker_ids"] == [w["id"] for w in record.pool["workers"]]
     text = row["prompt"][0]["content"]
     assert "model_id = [1]" in text and "First try, get it wrong" in text
-    assert "<answer>7</answer>" in text
+    assert "\\boxed{7}" in text
     assert row["round1_reward"] == 0.5
     assert row["prompt"] == revision_messages(
         record, subpool_from_ids(pool, row["worker_ids"]).pool.workers, conductor

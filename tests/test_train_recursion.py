@@ -47,7 +47,7 @@ KEEP = lists([], [], [])
 
 def answering(request: FakeRequest) -> str:
     task = request.last_user_message.rsplit("\n", 1)[-1]
-    return f"<answer>{GOLD}</answer>" if "right" in task else "<answer>7</answer>"
+    return f"\\boxed{{{GOLD}}}" if "right" in task else "\\boxed{7}"
 
 
 @pytest.fixture
@@ -173,7 +173,7 @@ def test_round1_reward_follows_its_own_revision(
         workers = subpool_workers(pool, first)
         assert batch.prompts[k] == revision_messages(first, workers, conductor)
     kept = batch.results[5].record
-    assert kept is not None and kept.final_answer == f"<answer>{GOLD}</answer>"
+    assert kept is not None and kept.final_answer == f"\\boxed{{{GOLD}}}"
 
 
 def subpool_workers(pool: Pool, record: Any) -> list[Any]:

@@ -364,13 +364,14 @@ def summarize_run(run_dir: Path) -> RunSummary:
 
 
 def _grader_options(bench: dict[str, Any]) -> dict[str, Any]:
-    """The options the grader ran with: the benchmark's ``grader_options`` and how it
-    read answers (``grader_extraction``, recorded even where the file left the default,
-    since the default changed from the project's reading to the reference harness's)."""
+    """The options the grader ran with where they depart from the official checker: the
+    benchmark's ``grader_options`` and how it read answers (``grader_extraction``, which
+    a run records even where the file left the default) unless that is ``official``."""
     options = bench.get("grader_options")
     found = dict(options) if isinstance(options, dict) else {}
     extraction = bench.get("grader_extraction")
-    if extraction and "extraction" not in found:
+    # The reference harness's reading is the default, shown only where a run departs.
+    if extraction and extraction != "official" and "extraction" not in found:
         found["extraction"] = extraction
     return found
 
