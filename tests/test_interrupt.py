@@ -47,14 +47,24 @@ def hang_pool(tmp_path: Path, server: FakeLLMServer) -> Path:
 
 
 def start_cli(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    """``python -m conductor ARGS`` in a child process, its output piped."""
+    """``python -m conductor ARGS`` in a child process, its output piped.
+
+    SIGINT is set back to its default in the child: a suite started in the background
+    by a shell without job control inherits SIGINT ignored, and Python then installs
+    no Ctrl-C handler (right for ``nohup conductor ... &``, not what these tests ask).
+    """
     return subprocess.Popen(
         [sys.executable, "-m", "conductor", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "COLUMNS": "200", **env},
+        preexec_fn=_default_sigint,  # noqa: PLW1509 - only a signal disposition
     )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
