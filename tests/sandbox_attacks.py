@@ -24,9 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conductor.bench.graders.code import CodeGrader
-from conductor.bench.sandbox import run_sandboxed
-from conductor.bench.types import Sample
+from conductor.grading.code import CodeGrader
+from conductor.grading.types import Sample
+from conductor.sandbox import run_sandboxed
 
 Outcome = tuple[bool, str]
 

@@ -494,7 +494,7 @@ def _drop() -> list[str]:
 # the interpreter must really be this user's to run (not found through a link into a
 # directory it cannot read), and must import conductor (the graders too) from here
 _PROBE = (
-    "import conductor.sandbox, conductor.bench.graders.code, os, sys\n"
+    "import conductor.sandbox, conductor.grading.code, os, sys\n"
     "assert os.access(os.path.realpath(sys.executable), os.R_OK | os.X_OK)\n"
 )
 

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from conductor.bench.graders import get_grader
-from conductor.bench.graders.extract import official_letter
-from conductor.bench.types import Sample
+from conductor.grading import get_grader
+from conductor.grading.extract import official_letter
+from conductor.grading.types import Sample
 
 _SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "graders" / "answer_agreement.py"
 

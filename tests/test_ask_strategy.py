@@ -128,10 +128,10 @@ async def test_a_baseline_hands_over_its_record_as_soon_as_it_exists(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
     # What an interrupted `ask --strategy` keeps (--out): the record, filled in so far.
-    from conductor.bench.strategies import parse_strategy, short_answer_key
     from conductor.llm.caller import CallerSet
     from conductor.pool import load_pool
     from conductor.record import RunRecord
+    from conductor.strategies import parse_strategy, short_answer_key
 
     fake_server.script("w0", ["ANSWER: 4"])
     pool = load_pool(two_worker_pool(tmp_path, fake_server))

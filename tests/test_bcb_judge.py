@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from conductor.bench.sandbox_isolation import ISOLATION_ENV, os_isolation_available
+from conductor.sandbox import ISOLATION_ENV, NONE, default_engine
 from conductor.testing import FakeLLMServer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,7 +33,7 @@ NOBODY = 65534
 CANARY = Path(tempfile.gettempdir()) / f"conductor-bcb-canary-{uuid.uuid4().hex}"
 
 needs_os = pytest.mark.skipif(
-    not os_isolation_available(), reason="no namespaces here (unshare / user namespaces)"
+    default_engine() == NONE, reason="no namespaces here (unshare / user namespaces)"
 )
 
 # Every forging solution also tries to leave a file outside its sandbox, from a shell
@@ -226,7 +226,7 @@ def _inside() -> Any:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "sandbox_inside_for_tests", REPO / "src" / "conductor" / "bench" / "sandbox_inside.py"
+        "sandbox_inside_for_tests", REPO / "src" / "conductor" / "sandbox" / "inside.py"
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -253,8 +253,8 @@ def test_verdict_file_trusts_only_the_judges_nonce() -> None:
 
 
 def test_bigcodebench_hard_runs_with_the_official_rules() -> None:
-    from conductor.bench.graders.code import CodeGrader
     from conductor.bench.spec import load_benchmark
+    from conductor.grading.code import CodeGrader
 
     spec = load_benchmark("bigcodebench-hard")
     assert spec.grader_options["bigcodebench_allow_subprocess"] is True

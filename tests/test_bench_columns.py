@@ -12,16 +12,17 @@ from typing import Any
 
 import pytest
 
-from conductor.bench.columns import data_columns, data_columns_table
-from conductor.bench.data import iter_samples
-from conductor.bench.sources import DataFileError
 from conductor.bench.spec import (
     builtin_benchmarks_dir,
+    data_columns_table,
     list_benchmarks,
     load_benchmark,
     load_benchmark_text,
     training_spec,
 )
+from conductor.datasets.columns import data_columns
+from conductor.datasets.samples import iter_samples
+from conductor.datasets.sources import DataFileError
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -12,10 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from conductor.bench.data import count_samples, dataset_provenance, iter_samples, render_prompt
-from conductor.bench.loaders import decode_lcb_tests
-from conductor.bench.sources import DatasetError
 from conductor.bench.spec import load_benchmark, load_benchmark_text
+from conductor.datasets.loaders import decode_lcb_tests
+from conductor.datasets.samples import (
+    count_samples,
+    dataset_provenance,
+    iter_samples,
+    render_prompt,
+)
+from conductor.datasets.sources import DatasetError
 from conductor.errors import UsageError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bench"
@@ -430,7 +435,7 @@ def test_a_lone_surrogate_in_a_question_is_refused(tmp_path: Path) -> None:
 def test_a_huge_line_is_refused_without_being_read_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from conductor.bench import data as data_mod
+    from conductor.datasets import samples as data_mod
 
     monkeypatch.setattr(data_mod, "MAX_ROW_BYTES", 100_000)
     path = tmp_path / "d.jsonl"
@@ -451,7 +456,7 @@ def test_a_huge_line_is_refused_without_being_read_whole(
 def test_livecodebench_rows_have_no_line_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from conductor.bench import data as data_mod
+    from conductor.datasets import samples as data_mod
 
     # Their test cases make LiveCodeBench rows large; only the question is limited.
     monkeypatch.setattr(data_mod, "MAX_ROW_BYTES", 100)
@@ -465,7 +470,7 @@ def test_missing_data_file_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_a_huge_csv_cell_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from conductor.bench import data as data_mod
+    from conductor.datasets import samples as data_mod
 
     monkeypatch.setattr(data_mod, "MAX_ROW_BYTES", 1000)
     path = tmp_path / "d.csv"

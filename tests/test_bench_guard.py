@@ -21,18 +21,18 @@ from test_bench_run import bench_pool, cli, make_math_file, number_in, read_samp
 
 from conductor.bench import runner
 from conductor.bench.faults import BenchStopped
-from conductor.bench.graders import get_grader
 from conductor.bench.runconfig import BenchOptions
 from conductor.bench.runner import run_benchmark
 from conductor.bench.spec import load_benchmark
-from conductor.bench.strategies import ConductorStrategy, parse_strategy
-from conductor.bench.types import Sample, Verdict
 from conductor.conductors.spec import resolve_conductor
 from conductor.execute import RunSettings
+from conductor.grading import get_grader
+from conductor.grading.types import Sample, Verdict
 from conductor.llm.caller import CallerSet
 from conductor.pool import load_pool
 from conductor.record import RunRecord
 from conductor.redact import pool_to_public_dict
+from conductor.strategies import ConductorStrategy, parse_strategy
 from conductor.testing import FakeLLMServer, Fault
 
 MATH = load_benchmark("math500")

@@ -14,7 +14,6 @@ import pytest
 from rich.console import Console, RenderableType
 
 from conductor.bench.paper import PAPER_FIGURES, paper_reference
-from conductor.bench.summary import best_single, read_summary, summarize_run, write_summary
 from conductor.errors import RecordError, UsageError
 from conductor.record import (
     CallRecord,
@@ -25,6 +24,7 @@ from conductor.record import (
     record_to_dict,
 )
 from conductor.render.report import report_renderables, summary_table, topology_table, usage_table
+from conductor.runs.summary import best_single, read_summary, summarize_run, write_summary
 
 WORKERS = ["gemini", "claude", "gpt"]
 POOL = {"name": "trio", "workers": [{"id": w, "model": f"x/{w}"} for w in WORKERS]}

@@ -14,10 +14,10 @@ import pytest
 from datasets.exceptions import DatasetNotFoundError
 from huggingface_hub.errors import RevisionNotFoundError
 
-from conductor.bench import sources
-from conductor.bench.data import iter_samples
-from conductor.bench.sources import DatasetError
 from conductor.bench.spec import load_benchmark
+from conductor.datasets import sources
+from conductor.datasets.samples import iter_samples
+from conductor.datasets.sources import DatasetError
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 # The GitHub repository's commit that was once pinned for GPQA: not a Hub revision.

@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
 
-from conductor.bench.graders import get_grader
 from conductor.bench.runconfig import BenchOptions
 from conductor.bench.runner import run_benchmark
 from conductor.bench.spec import load_benchmark
-from conductor.bench.strategies import answer_key_for, parse_strategy
 from conductor.execute import RunSettings
+from conductor.grading import get_grader
 from conductor.llm.caller import CallerSet
 from conductor.pool import load_pool
 from conductor.redact import pool_to_public_dict
+from conductor.strategies import answer_key_for, parse_strategy
 from conductor.testing import FakeLLMServer, Fault
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bench"
@@ -250,8 +250,8 @@ async def test_retry_errors_reruns_failed_samples_without_duplicates(
     spec = load_benchmark("math500")
     data = make_math_file(tmp_path / "m.jsonl", 6)
     grader = get_grader("math")
-    from conductor.bench.strategies import ConductorStrategy
     from conductor.conductors.spec import resolve_conductor
+    from conductor.strategies import ConductorStrategy
 
     def strategy() -> ConductorStrategy:
         return ConductorStrategy(pool, resolve_conductor(pool), RunSettings(), CallerSet(None))

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from conductor.bench.schema import lcb_release_files, template_placeholders
+from conductor.bench.schema import template_placeholders
 from conductor.bench.spec import (
     builtin_benchmarks_dir,
-    is_pinned,
     list_benchmarks,
     load_benchmark,
     load_benchmark_text,
 )
+from conductor.benchmark import is_pinned, lcb_release_files
 from conductor.errors import BenchmarkFileError, UsageError
 
 SHIPPED = [

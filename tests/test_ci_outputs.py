@@ -23,11 +23,11 @@ from poolkit import pool_dict, run_cli, worker, write_pool
 from test_bench_report import POOL, SINGLE_G, record, round_of, write_run
 from test_output import boxed_number
 
-from conductor.bench.summary import summarize_run
 from conductor.cli._ci import parse_fail_under
 from conductor.errors import UsageError
 from conductor.render.junit import junit_xml
 from conductor.render.markdown import markdown_cell, markdown_summary
+from conductor.runs.summary import summarize_run
 from conductor.testing import FakeLLMServer
 
 #: Sample ids no one should have to see raw: XML's specials, a CDATA end, control

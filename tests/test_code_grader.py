@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from conductor.bench.graders.code import CodeGrader
-from conductor.bench.graders.code_text import extract_code, outputs_match, values_match
-from conductor.bench.lcb_tests import decode_lcb_tests
-from conductor.bench.types import Sample
+from conductor.grading.code import CodeGrader
+from conductor.grading.code_text import extract_code, outputs_match, values_match
+from conductor.grading.lcb_tests import decode_lcb_tests
+from conductor.grading.types import Sample
 
 CASES = json.loads((Path(__file__).parent / "cases" / "grade_code.json").read_text())
 ESCAPE = Path("/tmp/conductor_grader_escape.txt")

@@ -19,7 +19,6 @@ import pytest
 import yaml
 from poolkit import pool_dict, run_cli, worker, write_pool
 
-from conductor.bench.types import Sample
 from conductor.checkpoint_meta import (
     META_FILE,
     TRAINING_QUESTIONS_FILE,
@@ -28,6 +27,7 @@ from conductor.checkpoint_meta import (
     write_training_questions,
 )
 from conductor.errors import TrainConfigError, UsageError
+from conductor.grading.types import Sample
 from conductor.testing import FakeLLMServer
 from conductor.train.config import load_train_config
 from conductor.train.contamination import (
@@ -398,10 +398,10 @@ def test_training_questions_round_trip_and_refusals(tmp_path: Path) -> None:
 
 
 async def test_exclude_trained_without_known_questions_is_refused(tmp_path: Path) -> None:
-    from conductor.bench.graders import get_grader
     from conductor.bench.runconfig import BenchOptions
     from conductor.bench.runner import run_benchmark
     from conductor.bench.spec import load_benchmark
+    from conductor.grading import get_grader
 
     spec = load_benchmark(_arith(tmp_path, [_q(1)]))
     options = BenchOptions(out_dir=tmp_path / "run", exclude_trained=True)
@@ -644,7 +644,7 @@ def test_an_evaluation_split_not_on_this_machine_stops_the_guard(tmp_path: Path)
     # How to make it available: the dataset at its pinned revision and the command that
     # fetches it, a local copy under holdout:, or the named opt-out.
     assert f"revision {'0' * 40}" in message
-    assert "from conductor.bench.data import iter_samples" in message
+    assert "from conductor.datasets.samples import iter_samples" in message
     assert f"load_benchmark('{tmp_path / 'hubmath.yaml'}')" in message
     assert "{benchmark: " in message and "file: PATH}" in message
     assert "accept_unchecked_holdout: true" in message
@@ -821,8 +821,8 @@ def test_holdout_ngram_reports_reworded_copies_with_their_pairs(tmp_path: Path) 
 def test_report_marks_a_checkpoint_trained_with_unchecked_holdout(tmp_path: Path) -> None:
     """``bench`` copies the checkpoint's unchecked sets into the run's ``trained_on``;
     the report's trained-on figure says so beside the count."""
-    from conductor.bench.summary import summarize_run
     from conductor.render.comparison import TRAINED_ON
+    from conductor.runs.summary import summarize_run
 
     config = {
         "benchmark": {"name": "arith", "grader": "math", "grader_version": 1},

@@ -328,15 +328,15 @@ async def test_bench_records_and_reports_truncated_calls(tmp_path: Path) -> None
     """Through a bench: a truncated reply is the sample's answer, marked on its call in
     the record and counted by the report; a bad body retried then answered loses no
     sample; neither the truncated nor the bad reply is in the cache."""
-    from conductor.bench.graders import get_grader
     from conductor.bench.runconfig import BenchOptions
     from conductor.bench.runner import run_benchmark
     from conductor.bench.spec import load_benchmark
-    from conductor.bench.strategies import answer_key_for, parse_strategy
-    from conductor.bench.summary import summarize_run
+    from conductor.grading import get_grader
     from conductor.llm.caller import CallerSet
     from conductor.pool import Pool
     from conductor.redact import pool_to_public_dict
+    from conductor.runs.summary import summarize_run
+    from conductor.strategies import answer_key_for, parse_strategy
 
     data = tmp_path / "math.jsonl"
     with data.open("w") as fh:
@@ -406,14 +406,14 @@ async def test_bench_records_and_reports_truncated_calls(tmp_path: Path) -> None
 async def test_bench_sample_cache_never_replays_a_truncated_answer(tmp_path: Path) -> None:
     """An identical rerun replays whole samples from the cache, except the one whose
     answer came from a cut-off reply: that one asks the model again."""
-    from conductor.bench.graders import get_grader
     from conductor.bench.runconfig import BenchOptions
     from conductor.bench.runner import run_benchmark
     from conductor.bench.spec import load_benchmark
-    from conductor.bench.strategies import answer_key_for, parse_strategy
+    from conductor.grading import get_grader
     from conductor.llm.caller import CallerSet
     from conductor.pool import Pool
     from conductor.redact import pool_to_public_dict
+    from conductor.strategies import answer_key_for, parse_strategy
 
     data = tmp_path / "math.jsonl"
     with data.open("w") as fh:

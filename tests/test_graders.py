@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 
-from conductor.bench import graders as graders_pkg
-from conductor.bench.graders import GRADER_NAMES, Grader, get_grader, math_children
-from conductor.bench.graders import math as math_mod
-from conductor.bench.graders.choice import ChoiceGrader, format_choices, shuffle_choices
-from conductor.bench.graders.extract import (
+from conductor import grading as graders_pkg
+from conductor.errors import UsageError
+from conductor.grading import GRADER_NAMES, Grader, get_grader, math_children
+from conductor.grading import math as math_mod
+from conductor.grading.choice import ChoiceGrader, format_choices, shuffle_choices
+from conductor.grading.extract import (
     MAX_RESPONSE_CHARS,
     answer_line,
     answer_tag,
@@ -29,9 +30,8 @@ from conductor.bench.graders.extract import (
     extract_math_answer,
     last_boxed,
 )
-from conductor.bench.graders.math import MathGrader, normalise_answer
-from conductor.bench.types import Sample, Verdict
-from conductor.errors import UsageError
+from conductor.grading.math import MathGrader, normalise_answer
+from conductor.grading.types import Sample, Verdict
 
 CASES_DIR = Path(__file__).parent / "cases"
 CHOICE_CASES: list[dict[str, Any]] = json.loads(

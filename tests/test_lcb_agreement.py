@@ -18,8 +18,8 @@ import pytest
 from poolkit import lists, pool_dict, worker, write_pool
 from test_bench_run import cli, read_samples
 
-from conductor.bench.graders.code import CodeGrader
 from conductor.conductors.spec import Conductor
+from conductor.grading.code import CodeGrader
 from conductor.pool import load_pool
 from conductor.targets import Worker
 from conductor.testing import FakeLLMServer, FakeRequest

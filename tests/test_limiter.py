@@ -19,7 +19,6 @@ import pytest
 from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, write_pool
 from poolkit import worker as pool_worker
 
-from conductor.bench.summary import summarize_run
 from conductor.errors import RateLimitError
 from conductor.llm.caller import CallerSet, ModelCaller
 from conductor.llm.failures import error_for_status
@@ -32,6 +31,7 @@ from conductor.llm.limiter import (
 )
 from conductor.llm.types import ModelRequest
 from conductor.render.report import rate_limit_table
+from conductor.runs.summary import summarize_run
 from conductor.targets import Worker
 from conductor.testing import FakeLLMServer, Fault, Reply
 from conductor.testing.fake_server import FakeRequest
@@ -519,16 +519,16 @@ def test_bench_warns_once_and_records_the_limit_history(
 
 
 def test_no_shipped_pool_warns_at_the_default_concurrency() -> None:
-    from conductor.bench.strategies import (
+    from conductor.conductors.spec import resolve_conductor
+    from conductor.execute import RunSettings
+    from conductor.pool import load_pool
+    from conductor.shipped import shipped
+    from conductor.strategies import (
         ConductorStrategy,
         concurrency_warning,
         default_concurrency,
         parse_strategy,
     )
-    from conductor.conductors.spec import resolve_conductor
-    from conductor.execute import RunSettings
-    from conductor.pool import load_pool
-    from conductor.shipped import shipped
 
     checked = []
     for path in shipped("pool"):
@@ -555,10 +555,10 @@ def test_no_shipped_pool_warns_at_the_default_concurrency() -> None:
 
 
 def test_the_warning_names_the_users_file_or_a_copy_of_the_shipped_one(tmp_path: Path) -> None:
-    from conductor.bench.strategies import ConductorStrategy, concurrency_warning
     from conductor.conductors.spec import resolve_conductor
     from conductor.execute import RunSettings
     from conductor.pool import load_pool, resolve_pool_path
+    from conductor.strategies import ConductorStrategy, concurrency_warning
 
     def warning(pool_path: Path, concurrency: int) -> str | None:
         pool = load_pool(pool_path)

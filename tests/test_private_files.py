@@ -26,22 +26,22 @@ from typing import Any
 import pytest
 from poolkit import pool_dict, worker, write_pool
 
-from conductor.bench.data import iter_samples, recorded_metadata, reload_sample
-from conductor.bench.graders import get_grader
-from conductor.bench.loaders import hidden_tests_sha256
 from conductor.bench.runconfig import BenchOptions
 from conductor.bench.runner import run_benchmark
-from conductor.bench.sources import DatasetError
 from conductor.bench.spec import load_benchmark
-from conductor.bench.strategies import parse_strategy
-from conductor.bench.types import Sample
+from conductor.datasets.loaders import hidden_tests_sha256
+from conductor.datasets.samples import iter_samples, recorded_metadata, reload_sample
+from conductor.datasets.sources import DatasetError
 from conductor.errors import CacheError
+from conductor.grading import get_grader
+from conductor.grading.types import Sample
 from conductor.llm.cache import DB_FILE, ResponseCache
 from conductor.llm.caller import CallerSet
 from conductor.llm.types import RawCompletion, Usage
 from conductor.pool import load_pool
 from conductor.private import make_private_dir, open_private, tighten, write_private
 from conductor.redact import pool_to_public_dict
+from conductor.strategies import parse_strategy
 from conductor.testing import FakeLLMServer
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -442,7 +442,7 @@ def test_a_read_only_cache_is_a_write_fault_not_damage(tmp_path: Path) -> None:
     ids=["public-test-fails", "private-test-fails"],
 )
 def test_a_verdict_never_quotes_a_hidden_expected_output(printed: str, quoted: str) -> None:
-    from conductor.bench.graders.code import CodeGrader
+    from conductor.grading.code import CodeGrader
 
     sample = Sample(
         id="lcb/1",

@@ -10,15 +10,9 @@ from pathlib import Path
 import pytest
 from test_bench_report import record, round_of, write_run
 
-from conductor.bench.rundir import (
-    SAMPLES,
-    SampleLines,
-    iter_records,
-    latest_lines,
-    run_dirs,
-)
 from conductor.bench.runner import completed_keys
-from conductor.bench.summary import summarize_run
+from conductor.runs.rundir import SAMPLES, SampleLines, iter_records, latest_lines, run_dirs
+from conductor.runs.summary import summarize_run
 
 
 @pytest.fixture

@@ -16,14 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from conductor.bench.sandbox import run_sandboxed
-from conductor.bench.sandbox_isolation import isolation_mode, os_isolation_available
+from conductor.sandbox import NONE, default_engine, ns_mode, run_sandboxed
 
 needs_os = pytest.mark.skipif(
-    not os_isolation_available(), reason="namespaces unavailable (unshare, user namespaces)"
+    default_engine() == NONE, reason="namespaces unavailable (unshare, user namespaces)"
 )
 needs_root_ns = pytest.mark.skipif(
-    isolation_mode() != "root", reason="the uid drop is used when running as root"
+    ns_mode() != "root", reason="the uid drop is used when running as root"
 )
 
 

@@ -20,18 +20,17 @@ import pytest
 from sandbox_attacks import ATTACKS, grading_attack
 from sandbox_escapes import NOBODY, run_as_nobody
 
-from conductor.bench.graders import get_grader
-from conductor.bench.graders.code import CodeGrader, with_unsafe_opt_in
-from conductor.bench.graders.code_text import _clip
-from conductor.bench.sandbox_isolation import ISOLATION_ENV, os_isolation_available
-from conductor.bench.types import Sample
 from conductor.errors import UsageError
-from conductor.sandbox import NONE, weaker_refusal
+from conductor.grading import get_grader
+from conductor.grading.code import CodeGrader, with_unsafe_opt_in
+from conductor.grading.code_text import _clip
+from conductor.grading.types import Sample
+from conductor.sandbox import ISOLATION_ENV, NONE, default_engine, weaker_refusal
 
 REPO = Path(__file__).resolve().parent.parent
 
 needs_os = pytest.mark.skipif(
-    not os_isolation_available(), reason="no namespaces here (unshare / user namespaces)"
+    default_engine() == NONE, reason="no namespaces here (unshare / user namespaces)"
 )
 
 

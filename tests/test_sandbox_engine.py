@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from sandbox_escapes import ATTACKS, run_as_nobody
 
-from conductor.bench.graders.code import CodeGrader
-from conductor.bench.types import Sample
 from conductor.errors import UsageError
+from conductor.grading.code import CodeGrader
+from conductor.grading.types import Sample
 from conductor.sandbox import (
     BUBBLEWRAP,
     BUBBLEWRAP_MISSING,
@@ -114,8 +114,8 @@ def test_control_byte_flood_keeps_the_grader_small() -> None:
     files read whole; through the bounded pipes it stays under 250 MB."""
     script = (
         "import sys\n"
-        "from conductor.bench.graders.code import CodeGrader\n"
-        "from conductor.bench.types import Sample\n"
+        "from conductor.grading.code import CodeGrader\n"
+        "from conductor.grading.types import Sample\n"
         "tests = [{'input': f'{i}\\n', 'output': 'x\\n', 'testtype': 'stdin'} for i in range(10)]\n"
         "s = Sample(id='s', input={'question': '?'}, gold=None, metadata={'tests': tests})\n"
         "code = 'import sys\\nsys.stdout.write(chr(0) * 4_000_000)\\n'\n"

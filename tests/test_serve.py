@@ -16,8 +16,8 @@ import pytest
 from poolkit import CONDUCTOR_MODEL, lists, worker
 from servekit import make_pool, make_pool_file, served
 
-from conductor.bench.rundir import iter_records
 from conductor.pool import load_pool
+from conductor.runs.rundir import iter_records
 from conductor.testing import FakeLLMServer, FakeRequest, Fault, Reply
 
 pytest.importorskip("fastapi")

@@ -21,15 +21,15 @@ from poolkit import (
     write_pool,
 )
 
-from conductor.bench.data import iter_samples
-from conductor.bench.graders import get_grader
 from conductor.bench.spec import load_benchmark_text, resolve_benchmark_path
-from conductor.bench.strategies import answer_key_for
-from conductor.bench.types import Sample
 from conductor.conductors.spec import resolve_conductor
+from conductor.datasets.samples import iter_samples
 from conductor.errors import PoolError
 from conductor.execute import Orchestrator, RunSettings
+from conductor.grading import get_grader
+from conductor.grading.types import Sample
 from conductor.pool import load_pool, load_pool_text, resolve_pool_path
+from conductor.strategies import answer_key_for
 from conductor.targets import WorkerContext
 from conductor.testing import FakeLLMServer
 

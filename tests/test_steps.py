@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
 
-from conductor.bench.strategies import REFLECT_INSTRUCTION, answer_key_for, parse_strategy
 from conductor.conductors.spec import resolve_conductor
 from conductor.context import SharedStep, build_worker_messages
 from conductor.events import Event
@@ -20,6 +19,7 @@ from conductor.llm.types import Message
 from conductor.pool import Pool, load_pool
 from conductor.record import CallRecord, RoundRecord, RunRecord, StepRecord, record_to_dict
 from conductor.steps import INTERRUPTED, Budget, StepPlan, StepRunner, run_to_record
+from conductor.strategies import REFLECT_INSTRUCTION, answer_key_for, parse_strategy
 from conductor.testing import FakeLLMServer, Fault
 
 QUESTION = "What is 1 + 2?"

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from conductor.bench.data import balanced_indices, iter_samples, render_prompt, sample_subset
 from conductor.bench.spec import load_benchmark, load_benchmark_text, training_spec
-from conductor.bench.types import BenchmarkSpec
+from conductor.benchmark import BenchmarkSpec
+from conductor.datasets.samples import balanced_indices, iter_samples, render_prompt, sample_subset
 from conductor.errors import BenchmarkFileError, TrainConfigError, UsageError
 from conductor.train.config import load_train_config, load_train_config_text
 from conductor.train.dataset import mix_spec

@@ -212,9 +212,9 @@ def test_help_loads_neither_jinja2_nor_matplotlib() -> None:
 def test_a_fresh_summary_json_is_read_and_a_stale_one_is_not(tmp_path: Path) -> None:
     import os
 
-    from conductor.bench.rundir import SAMPLES, SUMMARY, record_line
-    from conductor.bench.summary import write_summary
     from conductor.record import record_to_dict
+    from conductor.runs.rundir import SAMPLES, SUMMARY, record_line
+    from conductor.runs.summary import write_summary
 
     run = write_bench(tmp_path / "run", conductor_records(VERDICTS_A))
     write_summary(run)

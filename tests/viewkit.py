@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conductor.bench.rundir import CONFIG, SAMPLES, record_line
 from conductor.record import (
     CallRecord,
     RoundRecord,
@@ -19,6 +18,7 @@ from conductor.record import (
     record_to_dict,
     write_record,
 )
+from conductor.runs.rundir import CONFIG, SAMPLES, record_line
 
 WORKERS = ("gpt-small", "claude-mid", "gemini-big")
 

@@ -92,8 +92,8 @@ def truth(case: dict[str, Any]) -> bool:
 
 def project(case: dict[str, Any], extraction: str) -> bool:
     """Whether the project's grader, with ``extraction``, counts the case correct."""
-    from conductor.bench.graders import get_grader
-    from conductor.bench.types import Sample
+    from conductor.grading import get_grader
+    from conductor.grading.types import Sample
 
     inputs: dict[str, Any] = {}
     if case["grader"] == "choice":

@@ -21,8 +21,8 @@ import textwrap
 import time
 from typing import Any
 
-from conductor.bench.graders.code import CodeGrader
-from conductor.bench.types import Sample
+from conductor.grading.code import CodeGrader
+from conductor.grading.types import Sample
 
 UNITTEST = "import unittest\n"
 

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conductor.bench.graders.code import CodeGrader
-from conductor.bench.types import Sample, Verdict
+from conductor.grading.code import CodeGrader
+from conductor.grading.types import Sample, Verdict
 
 CORPUS = Path(__file__).resolve().parents[2] / "tests" / "cases" / "lcb_agreement.json"
 OFFICIAL_TIMEOUT = 6  # seconds per test: LiveCodeBench's --timeout default

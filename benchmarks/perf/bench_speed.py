@@ -59,15 +59,15 @@ def make_data(path: Path, n: int) -> None:
 async def run(
     base: str, data: Path, out: Path, concurrency: int, cache_dir: Path | None, client: str
 ) -> float:
-    from conductor.bench.graders import get_grader
     from conductor.bench.runner import BenchOptions, run_benchmark
     from conductor.bench.spec import load_benchmark
-    from conductor.bench.strategies import ConductorStrategy
     from conductor.conductors.spec import resolve_conductor
     from conductor.execute import RunSettings
+    from conductor.grading import get_grader
     from conductor.llm.cache import ResponseCache
     from conductor.llm.caller import CallerSet
     from conductor.pool import load_pool_text
+    from conductor.strategies import ConductorStrategy
 
     pool = load_pool_text(
         "workers:\n"

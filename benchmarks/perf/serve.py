@@ -156,11 +156,11 @@ def body(i: int) -> dict[str, Any]:
 
 
 async def in_process_p50(base: str, client: str, n: int) -> float:
-    from conductor.bench.strategies import ConductorStrategy
     from conductor.conductors.spec import resolve_conductor
     from conductor.execute import RunSettings
     from conductor.llm.caller import CallerSet
     from conductor.pool import load_pool_text
+    from conductor.strategies import ConductorStrategy
 
     pool = load_pool_text(pool_text(base, client))
     strategy = ConductorStrategy(pool, resolve_conductor(pool), RunSettings(), CallerSet(None))
@@ -177,11 +177,11 @@ async def in_process_p50(base: str, client: str, n: int) -> float:
 async def in_process_burst(base: str, client: str, n: int) -> float:
     """``n`` questions at once through one in-process `ConductorStrategy`: the same
     orchestration without the server, as a reference for [2]."""
-    from conductor.bench.strategies import ConductorStrategy
     from conductor.conductors.spec import resolve_conductor
     from conductor.execute import RunSettings
     from conductor.llm.caller import CallerSet
     from conductor.pool import load_pool_text
+    from conductor.strategies import ConductorStrategy
 
     pool = load_pool_text(pool_text(base, client))
     strategy = ConductorStrategy(pool, resolve_conductor(pool), RunSettings(), CallerSet(None))

@@ -30,7 +30,6 @@ from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from conductor.bench.rundir import CONFIG, SAMPLES, record_line  # noqa: E402
 from conductor.record import (  # noqa: E402
     CallRecord,
     RoundRecord,
@@ -39,6 +38,7 @@ from conductor.record import (  # noqa: E402
     Totals,
     record_to_dict,
 )
+from conductor.runs.rundir import CONFIG, SAMPLES, record_line  # noqa: E402
 
 WORKERS = ["gpt-4o-mini", "claude-3-5-haiku", "gemini-2.0-flash", "qwen-2.5-72b"]
 SYSTEM = "You are one worker of a team. " * 40  # long, and the same in every step
@@ -197,7 +197,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from conductor.bench.summary import write_summary
+    from conductor.runs.summary import write_summary
     from conductor.view.data import load_runs
     from conductor.view.page import write_view
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from ..errors import UsageError
 from ..private import make_private_dir, open_private, write_private
 from ..record import now_iso
+from ..runs.rundir import CONFIG, SAMPLES, SampleLines, sample_key
 from .runconfig import _check_same_run
-from .rundir import CONFIG, SAMPLES, SampleLines, sample_key
 
 
 def merge_runs(run_dirs: list[Path], out_dir: Path) -> int:

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from ..benchmark import BenchmarkSpec
+from ..datasets.samples import dataset_provenance
 from ..errors import UsageError
+from ..grading import Grader
 from ..record import now_iso
-from .data import dataset_provenance
-from .graders import Grader
-from .rundir import CONFIG
-from .strategies import Strategy
-from .types import BenchmarkSpec
+from ..runs.rundir import CONFIG
+from ..strategies import Strategy
 
 if TYPE_CHECKING:
     from ..train.contamination import TrainedQuestions

@@ -44,12 +44,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..benchmark import BenchmarkSpec
+from ..datasets.samples import count_samples, iter_samples, recorded_metadata, render_prompt
 from ..errors import AuthenticationError, CacheError, UsageError
+from ..grading import Grader
+from ..grading.types import Sample, Verdict
 from ..llm.cache import ResponseCache
 from ..private import open_private, own_dir, write_private
 from ..record import RunRecord, now_iso, record_to_dict
+from ..runs.lock import _absent, _absent_files, _holds_records, _lock_run_dir, _undo_empty_run
+from ..runs.rundir import (
+    CONFIG,
+    LOCK,
+    RUN_FILES,
+    SAMPLES,
+    SampleLines,
+    clear_run,
+    repair_tail,
+    sample_key,
+)
+from ..runs.rundir import open_samples as _open_samples
+from ..runs.rundir import record_line as _record_line
+from ..runs.rundir import write_line as _write_line
+from ..strategies import Strategy
 from ..text import plural
-from .data import count_samples, iter_samples, recorded_metadata, render_prompt
 from .faults import (
     BenchStopped,
     _auth_failure,
@@ -60,31 +78,8 @@ from .faults import (
     _reason,
     _scrub,
 )
-from .graders import Grader
 from .runconfig import BenchOptions, _check_same_run, _config, read_run_config, run_difference
-from .rundir import (
-    CONFIG,
-    LOCK,
-    RUN_FILES,
-    SAMPLES,
-    SampleLines,
-    clear_run,
-    repair_tail,
-    sample_key,
-)
-from .rundir import open_samples as _open_samples
-from .rundir import record_line as _record_line
-from .rundir import write_line as _write_line
-from .runlock import (
-    _absent,
-    _absent_files,
-    _holds_records,
-    _lock_run_dir,
-    _undo_empty_run,
-)
 from .samplecache import _cache_get, _cache_set, _replayed_line, _run_key, _sample_key
-from .strategies import Strategy
-from .types import BenchmarkSpec, Sample, Verdict
 
 __all__ = [
     "BenchProgress",

@@ -14,9 +14,9 @@ import logging
 from typing import Any
 
 from ..errors import CacheError
+from ..grading.types import Sample
 from ..llm.cache import ResponseCache
 from ..record import new_run_id, now_iso
-from .types import Sample
 
 log = logging.getLogger(__name__)
 

@@ -38,113 +38,20 @@ from typing import Any
 
 import yaml
 
+from ..benchmark import (
+    DEFAULT_LOADER,
+    INCORRECT_RE,
+    LOADER_FIELDS,
+    LOADER_FILTERS,
+    LOADER_INPUTS,
+    LOADERS,
+    lcb_release_files,
+)
 from ..configfile import ConfigReader, did_you_mean, node_line, show_value
 from ..errors import BenchmarkFileError
-from .types import BenchmarkSpec
 
-__all__ = [
-    "ANSWER_FORMATS",
-    "BALANCE_FIELDS",
-    "DATA_FORMATS",
-    "DEFAULT_LOADER",
-    "GRADERS",
-    "INCORRECT_RE",
-    "LCB_RELEASE_FILES",
-    "LOADERS",
-    "LOADER_FIELDS",
-    "LOADER_FILTERS",
-    "LOADER_INPUTS",
-    "LoaderSections",
-    "lcb_release_files",
-    "loader_of",
-    "template_placeholders",
-]
+__all__ = ["LoaderSections", "template_placeholders"]
 
-ANSWER_FORMATS: tuple[str, ...] = ("letter", "math", "code", "short")
-GRADERS: tuple[str, ...] = ("choice", "math", "code", "short")
-LOADERS: tuple[str, ...] = ("choice", "math", "livecodebench", "bigcodebench")
-
-#: The ``fields`` keys each loader reads, with the column each defaults to (None: unset).
-LOADER_FIELDS: dict[str, dict[str, str | None]] = {
-    "choice": {
-        "question": "question",
-        "id": None,
-        "subject": None,
-        "choices": None,
-        "answer": None,
-        "correct": None,
-        # incorrect_1 .. incorrect_N are accepted too (see INCORRECT_RE).
-    },
-    "math": {
-        "question": "problem",
-        "answer": "answer",
-        "id": None,
-        "subject": None,
-        "level": None,
-        "metadata": None,
-        # A worked solution whose last \\boxed{} is the answer (MATH's train split has
-        # no answer column); used when ``answer`` is unset.
-        "solution": None,
-    },
-    "livecodebench": {
-        "release": "release_v6",
-        "question": "question_content",
-        "title": "question_title",
-        "id": "question_id",
-        "starter_code": "starter_code",
-        "date": "contest_date",
-        "public_tests": "public_test_cases",
-        "private_tests": "private_test_cases",
-        "metadata": "metadata",
-        "difficulty": "difficulty",
-        "platform": "platform",
-        "contest_id": "contest_id",
-    },
-    "bigcodebench": {
-        "question": "complete_prompt",
-        "id": "task_id",
-        "test": "test",
-        "entry_point": "entry_point",
-        "code_prompt": "code_prompt",
-        "libs": "libs",
-    },
-}
-
-#: The sample-input keys a prompt template may name, per loader.
-LOADER_INPUTS: dict[str, tuple[str, ...]] = {
-    "choice": ("question", "choices", "choices_text"),
-    "math": ("question",),
-    "livecodebench": ("question", "title", "starter_code", "starter_code_block"),
-    "bigcodebench": ("question", "code_prompt"),
-}
-
-#: The filters each loader understands.
-LOADER_FILTERS: dict[str, tuple[str, ...]] = {
-    "choice": ("subjects",),
-    "math": ("subjects", "levels", "max_answer_chars"),
-    "livecodebench": ("contest_date_from", "contest_date_to", "difficulties", "platforms"),
-    "bigcodebench": (),
-}
-
-#: LiveCodeBench publishes one JSONL file per release; ``release_vN`` is all of the
-#: files up to N (that is how the dataset's own ``version_tag`` works), ``vN`` only N's.
-LCB_RELEASE_FILES: tuple[str, ...] = (
-    "test.jsonl",
-    "test2.jsonl",
-    "test3.jsonl",
-    "test4.jsonl",
-    "test5.jsonl",
-    "test6.jsonl",
-)
-
-#: The fields a training sample may be balanced over (their values form the groups).
-BALANCE_FIELDS: tuple[str, ...] = ("subject", "level", "difficulty", "platform")
-#: The data files a ``file:`` / ``url:`` source or ``--data FILE`` may name.
-DATA_FORMATS: tuple[str, ...] = (".jsonl", ".json", ".csv", ".parquet")
-#: The loader of a benchmark that names none, by grader (code graders must name one).
-DEFAULT_LOADER = {"choice": "choice", "math": "math", "short": "math"}
-#: The per-option columns of a multiple-choice benchmark besides ``correct``.
-INCORRECT_RE = re.compile(r"incorrect_[1-9][0-9]?\Z")
 _DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
 
 
@@ -385,19 +292,3 @@ def template_placeholders(template: str) -> list[str]:
         if name is not None and name not in seen:
             seen.append(name)
     return seen
-
-
-def loader_of(spec: BenchmarkSpec) -> str:
-    """The loader that reads ``spec``'s data (``choice``, ``math``, ...)."""
-    return spec.fields.get("loader") or DEFAULT_LOADER.get(spec.grader, "math")
-
-
-def lcb_release_files(release: str) -> tuple[str, ...] | None:
-    """The LiveCodeBench JSONL files making up ``release``; None if it is unknown."""
-    if release == "release_latest":
-        return LCB_RELEASE_FILES
-    match = re.fullmatch(r"(release_)?v([1-9])", release)
-    if match is None or int(match.group(2)) > len(LCB_RELEASE_FILES):
-        return None
-    n = int(match.group(2))
-    return LCB_RELEASE_FILES[:n] if match.group(1) else (LCB_RELEASE_FILES[n - 1],)

@@ -23,19 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..benchmark import BenchmarkSpec
 from ..errors import UsageError
 from ..execute import RunSettings
 from ..pool import Pool
+from ..runs.summary import write_summary
+from ..strategies import DEFAULT_CONCURRENCY
 from .faults import BenchStopped
 from .runconfig import BenchOptions
 from .runner import BenchProgress
-from .strategies import DEFAULT_CONCURRENCY
-from .summary import write_summary
-from .types import BenchmarkSpec
 
 if TYPE_CHECKING:
     from ..conductors.spec import Conductor
-    from .strategies import Strategy
+    from ..strategies import Strategy
 
 __all__ = [
     "BenchArgs",
@@ -88,7 +88,7 @@ class BenchRequest:
     ``unsafe_code`` lets the code graders use a sandbox weaker than bubblewrap;
     ``exclude_trained`` skips the questions the Conductor's checkpoint was trained on;
     ``concurrency`` ``None`` is as many samples as the pool's models serve at once (at
-    most :data:`~conductor.bench.strategies.DEFAULT_CONCURRENCY`); ``overwrite``
+    most :data:`~conductor.strategies.DEFAULT_CONCURRENCY`); ``overwrite``
     deletes the run already in ``run_dir`` before this one starts.
     """
 
@@ -225,8 +225,8 @@ class BenchSession:
     refused before anything runs), the rest when :meth:`run` is called."""
 
     def __init__(self, request: BenchRequest) -> None:
-        from .graders import get_grader
-        from .graders.code import with_unsafe_opt_in
+        from ..grading import get_grader
+        from ..grading.code import with_unsafe_opt_in
 
         self.request = request
         spec = request.spec
@@ -284,15 +284,15 @@ class BenchSession:
         from ..llm.caller import CallerSet
         from ..llm.keys import require_keys
         from ..redact import pool_to_public_dict
-        from .runner import run_benchmark
-        from .strategies import (
+        from ..runs.summary import record_rate_limits
+        from ..strategies import (
             ConductorStrategy,
             answer_key_for,
             concurrency_warning,
             default_concurrency,
             parse_strategy,
         )
-        from .summary import record_rate_limits
+        from .runner import run_benchmark
 
         r = self.request
         options = self._options
@@ -377,8 +377,8 @@ def _stored_invocation(run_dir: Path) -> dict[str, Any]:
 
     A ``singles`` run keeps one directory per worker below ``run_dir``; the first one
     speaks for all."""
+    from ..runs.rundir import run_dirs
     from .runconfig import read_run_config, stored_invocation
-    from .rundir import run_dirs
 
     dirs = run_dirs(run_dir)
     if dirs and dirs[0] != run_dir:

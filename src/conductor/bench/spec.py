@@ -38,7 +38,7 @@ end (``filters.contest_date_to``) before the evaluation window starts.
 
 The loaders, the ``fields`` keys each reads and the placeholders its prompts may use
 are in :mod:`conductor.bench.schema`; the columns a data file needs for a benchmark in
-:mod:`conductor.bench.columns` (``python -m conductor.bench.spec --readme-table``
+:mod:`conductor.datasets.columns` (``python -m conductor.bench.spec --readme-table``
 prints the README's table of them).
 
 Every mistake raises :class:`BenchmarkFileError` (a
@@ -56,11 +56,7 @@ from typing import Any
 
 import yaml
 
-from ..configfile import compose_yaml, read_config_file, show_value
-from ..errors import BenchmarkFileError
-from ..shipped import resolve_shipped, shipped_dir, shipped_names
-from .columns import DataColumns, data_columns, data_columns_table
-from .schema import (
+from ..benchmark import (
     ANSWER_FORMATS,
     BALANCE_FIELDS,
     DATA_FORMATS,
@@ -70,12 +66,16 @@ from .schema import (
     LOADER_FILTERS,
     LOADER_INPUTS,
     LOADERS,
-    LoaderSections,
+    BenchmarkSpec,
+    DataSource,
     lcb_release_files,
     loader_of,
-    template_placeholders,
 )
-from .types import BenchmarkSpec, DataSource
+from ..configfile import compose_yaml, read_config_file, show_value
+from ..datasets.columns import DataColumns, data_columns
+from ..errors import BenchmarkFileError
+from ..shipped import resolve_shipped, shipped_dir, shipped_names
+from .schema import LoaderSections, template_placeholders
 
 # The vocabulary (.schema) and the data columns (.columns) are importable from here too.
 __all__ = [
@@ -93,7 +93,6 @@ __all__ = [
     "builtin_benchmarks_dir",
     "data_columns",
     "data_columns_table",
-    "is_pinned",
     "lcb_release_files",
     "list_benchmarks",
     "load_benchmark",
@@ -378,13 +377,6 @@ def training_spec(spec: BenchmarkSpec) -> BenchmarkSpec | None:
     )
 
 
-def is_pinned(source: DataSource) -> bool:
-    """Whether an hf source names a full commit SHA (always true for url / file)."""
-    if source.kind != "hf":
-        return True
-    return bool(source.revision and _SHA_RE.match(source.revision))
-
-
 def load_benchmark_text(
     text: str, *, source: str = "<string>", path: Path | None = None
 ) -> BenchmarkSpec:
@@ -441,3 +433,32 @@ def _main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     _main()
+
+
+def _md_code(text: str) -> str:
+    return "`" + text.replace("|", "\\|") + "`"
+
+
+def data_columns_table(folder: Path | None = None) -> str:
+    """The README's ``--data`` table, one row per benchmark file in ``folder`` (default:
+    the shipped ones), with the formats a data file may have.  ``python -m
+    conductor.bench.spec --readme-table`` prints it."""
+
+    folder = shipped_dir("benchmark") if folder is None else folder
+    formats = ", ".join(f"`{f}`" for f in DATA_FORMATS)
+    lines = [
+        f"Formats: {formats} (a `.json` file holds a list of rows;",
+        "in a `.csv` file a list column holds JSON text).",
+        "",
+        "| Benchmark | Required columns | Optional columns |",
+        "| --- | --- | --- |",
+    ]
+    for path in sorted(folder.glob("*.yaml")):
+        spec = load_benchmark(path)
+        columns = data_columns(spec)
+        optional = ", ".join(map(_md_code, columns.optional)) or "-"
+        # The file's stem: what `conductor bench NAME` takes.
+        lines.append(
+            f"| `{path.stem}` | {', '.join(map(_md_code, columns.required))} | {optional} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -22,7 +22,7 @@ from ..text import printable
 from ._common import EXIT_BELOW, EXIT_FAILED, print_path, stderr, stdout
 
 if TYPE_CHECKING:
-    from ..bench.summary import RunSummary
+    from ..runs.summary import RunSummary
 
 __all__ = ["CiOutputs", "FailUnderOption", "JunitOption", "MarkdownOption", "parse_fail_under"]
 
@@ -131,7 +131,7 @@ class CiOutputs:
     def finish(self, summaries: list[RunSummary], *, failed: bool) -> None:
         """Write the files, say which runs fall short, and exit with the code due:
         1 when the runs failed, else 3 when one falls short."""
-        from ..bench.summary import falls_short
+        from ..runs.summary import falls_short
 
         if self.junit is not None:
             from ..render.junit import junit_xml

@@ -96,13 +96,13 @@ def ask(
     ] = False,
 ) -> None:
     """Answer one question with an orchestrated workflow and show how it was made."""
-    from ..bench.strategies import parse_strategy, short_answer_key
     from ..conductors.spec import resolve_conductor
     from ..execute import RunSettings
     from ..llm.caller import CallerSet
     from ..llm.keys import require_keys
     from ..record import check_record_path, write_record
     from ..render import answer_panel, step_table, to_json, topology
+    from ..strategies import parse_strategy, short_answer_key
     from ..text import check_question
 
     text = _question_text(question, question_file)
@@ -185,9 +185,9 @@ async def _ask_async(
     on_record: Callable[[RunRecord], None] | None = None,
 ) -> RunRecord:
     """One question, by the Conductor ``plan`` or the baseline it names."""
-    from ..bench.strategies import parse_strategy, short_answer_key
     from ..execute import ask as run_ask
     from ..llm.caller import CallerSet
+    from ..strategies import parse_strategy, short_answer_key
 
     with cache_unless(no_cache) as cache:
         if not isinstance(plan, str):

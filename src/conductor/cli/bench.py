@@ -20,7 +20,7 @@ from ._common import interrupted, print_path, stderr, stdout
 if TYPE_CHECKING:
     from ..bench.runner import BenchProgress
     from ..bench.session import BenchRequest
-    from ..bench.summary import RunSummary
+    from ..runs.summary import RunSummary
 
 __all__ = ["bench", "report"]
 
@@ -293,8 +293,8 @@ def _bench_merge(dirs: list[Path], out: Path | None, ci: CiOutputs) -> None:
 
 def _print_report(run_dirs: list[Path]) -> list[RunSummary]:
     """Print the report of ``run_dirs``; return their summaries (read once)."""
-    from ..bench.summary import summarize_run
     from ..render.report import report_views
+    from ..runs.summary import summarize_run
 
     summaries = [summarize_run(d) for d in run_dirs]
     console = stdout()
@@ -329,7 +329,7 @@ def report(
     Exit codes: 0 shown, 2 bad usage or a run directory that cannot be read, 3 an
     accuracy below --fail-under.
     """
-    from ..bench.rundir import run_dirs
+    from ..runs.rundir import run_dirs
 
     ci = CiOutputs.of(fail_under, junit, markdown)
     if plot is not None:

@@ -54,9 +54,9 @@ def trace(
     from rich.rule import Rule
     from rich.text import Text
 
-    from ..bench.rundir import SAMPLES, find_sample, iter_records, sample_dirs
     from ..record import read_record
     from ..render import SampleListing, to_json, to_mermaid, trace_renderable
+    from ..runs.rundir import SAMPLES, find_sample, iter_records, sample_dirs
 
     if run.name == SAMPLES and run.is_file():
         run = run.parent  # the file of a run directory: read as the directory
@@ -120,7 +120,7 @@ def trace(
 def _check_verdict(verdict: str) -> None:
     import difflib
 
-    from ..bench.summary import STATUSES
+    from ..runs.summary import STATUSES
 
     known = (*STATUSES, "ungraded")  # ungraded: ask and serve records
     if verdict not in known:

@@ -11,7 +11,7 @@ Never one table per run: the point of the report is to read the runs against eac
 other.  Which layout is shown is :class:`~conductor.render.fitted.Fitted`'s choice:
 the first that keeps every id and every word whole at the width it is given.
 
-The scores themselves are computed in :mod:`conductor.bench.summary`.
+The scores themselves are computed in :mod:`conductor.runs.summary`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..bench.paper import PaperFigure, paper_reference
-from ..bench.summary import RunSummary
+from ..runs.summary import RunSummary
 from ..text import plural, printable
 from .fitted import Fitted
 from .format import format_usd, percent
@@ -254,7 +254,7 @@ class RunEntry:
 
 def run_entries(summaries: list[RunSummary], oracle: RunSummary | None) -> list[RunEntry]:
     """The runs of one comparison, with ``oracle`` (see
-    :func:`~conductor.bench.summary.best_single`) as an "oracle-best" entry last."""
+    :func:`~conductor.runs.summary.best_single`) as an "oracle-best" entry last."""
 
     def entry(s: RunSummary, where: str | None = None, is_oracle: bool = False) -> RunEntry:
         names = (printable(s.benchmark), printable(s.strategy), printable(s.pool_name))
@@ -342,7 +342,7 @@ def summary_table(
 ) -> Table:
     """Runs side by side, one column each, metrics as rows, the paper's figures last.
 
-    ``oracle`` (see :func:`~conductor.bench.summary.best_single`) adds an "oracle-best
+    ``oracle`` (see :func:`~conductor.runs.summary.best_single`) adds an "oracle-best
     single worker" column holding that run's numbers and the paper's
     best-single-worker figures.
     """

@@ -26,9 +26,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
-from ..bench.rundir import SAMPLES, SampleLines, latest_lines, numbered_records
-from ..bench.summary import RunSummary
 from ..record import RunRecord
+from ..runs.rundir import SAMPLES, SampleLines, latest_lines, numbered_records
+from ..runs.summary import RunSummary
 from ..text import printable
 from ..view.stats import wilson_interval
 

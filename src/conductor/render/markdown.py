@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 
 from ..bench.paper import paper_reference
-from ..bench.summary import RunSummary, best_single, falls_short
+from ..runs.summary import RunSummary, best_single, falls_short
 from ..text import printable
 from ..view.stats import wilson_interval
 from .comparison import METRICS, RunEntry, paper_text, run_entries

@@ -2,7 +2,7 @@
 :mod:`conductor.render.comparison`), then the worker usage, topologies and rate limits
 of each run, each usage view in a wide layout and a stacked one for narrow terminals.
 
-The scores themselves are computed in :mod:`conductor.bench.summary`.
+The scores themselves are computed in :mod:`conductor.runs.summary`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..bench.summary import RunSummary, best_single, ratio, summarize_run
+from ..runs.summary import RunSummary, best_single, ratio, summarize_run
 from ..text import printable
 from .comparison import comparison_view, summary_table
 from .fitted import Fitted

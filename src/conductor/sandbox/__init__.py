@@ -1,7 +1,7 @@
 """Run untrusted Python code (model-written solutions) in a throw-away sandbox.
 
 :func:`run_sandboxed` runs one Python program; :func:`run_job` runs one of the test
-drivers of :mod:`conductor.bench.sandbox_inside` (the code grader's).  Either returns a
+drivers of :mod:`conductor.sandbox.inside` (the code grader's).  Either returns a
 :class:`SandboxResult`, whose ``engine`` names what confined the run:
 
 * ``bubblewrap`` (the default; see :mod:`conductor.sandbox._bwrap` for what a run

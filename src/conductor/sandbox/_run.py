@@ -1,5 +1,5 @@
 """One sandboxed run, whatever the engine: the job and its files go in, the driver of
-:mod:`conductor.bench.sandbox_inside` runs it, and its report comes back as a
+:mod:`conductor.sandbox.inside` runs it, and its report comes back as a
 :class:`SandboxResult`."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ DEFAULT_OUTPUT_LIMIT = 1_000_000
 #: Default size of the bubblewrap sandbox's tmpfs (work dir, /tmp, /dev/shm), in MiB.
 DEFAULT_DISK_MB = 256
 
-_DRIVER = Path(__file__).resolve().parent.parent / "bench" / "sandbox_inside.py"
+_DRIVER = Path(__file__).resolve().parent / "inside.py"
 
 
 def driver_bytecode(interpreter: str) -> bytes | None:
@@ -169,7 +169,7 @@ def _launch_or_fail(argv: Sequence[str], **kw: Any) -> Launched:
 
 
 class _Report:
-    """The driver's report lines, parsed as they arrive (see sandbox_inside's doc)."""
+    """The driver's report lines, parsed as they arrive (see inside.py's doc)."""
 
     def __init__(self) -> None:
         self.blocked: list[str] = []
@@ -218,7 +218,7 @@ def run_job(
     engine: str | None = None,
     disk_mb: int = DEFAULT_DISK_MB,
 ) -> SandboxResult:
-    """Run one driver job of :mod:`conductor.bench.sandbox_inside` in a fresh sandbox.
+    """Run one driver job of :mod:`conductor.sandbox.inside` in a fresh sandbox.
 
     ``job["kind"]`` is ``program``, ``lcb`` or ``bcb`` (the job's own fields are listed
     there).  The job reaches the driver on a pipe-like memory file it closes once read;
@@ -294,7 +294,7 @@ def run_job(
                 nproc = user_tasks(os.getuid()) + int(max_processes)
             else:
                 nproc = None  # root ignores it anyway
-            shutil.copyfile(_DRIVER, control / "sandbox_inside.py")
+            shutil.copyfile(_DRIVER, control / "inside.py")
             work, tmp, cwd = str(workdir), str(workdir / "tmp"), str(workdir)
             cfg.update(
                 workdir=work,
@@ -341,7 +341,7 @@ def run_job(
             argv = [
                 interpreter,
                 "-I",
-                cfg["control"] + "/sandbox_inside.py",
+                cfg["control"] + "/inside.py",
                 f"/proc/self/fd/{config_fd}",
             ]
             layers = ["tempdir", *_BASE_LAYERS]

@@ -29,11 +29,11 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive
 
-from ..bench.strategies import Strategy
 from ..conductors.spec import resolve_conductor
 from ..errors import ConductorError, UsageError
 from ..llm.cache import ResponseCache
 from ..record import RunRecord, new_run_id
+from ..strategies import Strategy
 from ..text import check_question
 from ._conversation import question_text
 from ._models import model_list

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..bench.strategies import (
+from ..conductors.spec import Conductor
+from ..errors import UsageError
+from ..execute import RunSettings
+from ..llm.caller import CallerSet
+from ..pool import Pool
+from ..strategies import (
     ConductorStrategy,
     FixedStrategy,
     Strategy,
     parse_strategy,
     short_answer_key,
 )
-from ..conductors.spec import Conductor
-from ..errors import UsageError
-from ..execute import RunSettings
-from ..llm.caller import CallerSet
-from ..pool import Pool
 from ._protocol import ApiError
 
 __all__ = ["CONDUCTOR_MODEL", "Catalog", "model_list"]

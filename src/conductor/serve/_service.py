@@ -18,8 +18,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from ..bench.rundir import SAMPLES, open_samples, record_line, repair_tail, write_line
-from ..bench.strategies import ConductorStrategy, Strategy
 from ..conductors.spec import Conductor
 from ..events import Event
 from ..execute import RunSettings
@@ -27,6 +25,8 @@ from ..llm.cache import ResponseCache
 from ..llm.caller import CallerSet
 from ..private import own_dir
 from ..record import RunRecord, record_to_dict
+from ..runs.rundir import SAMPLES, open_samples, record_line, repair_tail, write_line
+from ..strategies import ConductorStrategy, Strategy
 from ..text import plural
 from ._models import Catalog
 from ._protocol import ApiError, event_payload

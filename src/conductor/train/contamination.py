@@ -79,8 +79,9 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 
 if TYPE_CHECKING:
-    from ..bench.types import BenchmarkSpec, Sample
+    from ..benchmark import BenchmarkSpec
     from ..conductors.spec import Conductor
+    from ..grading.types import Sample
     from .settings import NgramSettings, TrainConfig
 
 __all__ = [
@@ -731,7 +732,7 @@ def _training_questions(config: TrainConfig) -> Iterator[tuple[QuestionKey, _Exa
     """Every training question: the questions of the very rows the trainer builds
     (:func:`~conductor.train.dataset.build_rows`, same seed), so that the guard and the
     checkpoint's record see exactly what is trained on, however the mix is sampled."""
-    from ..bench.types import Sample
+    from ..grading.types import Sample
     from .dataset import build_rows
     from .pools import load_train_pool, training_conductor
 
@@ -765,11 +766,11 @@ def _fetch_hint(ref: str, spec: BenchmarkSpec) -> str:
         else str(source.url)
     )
     command = (
-        'python -c "from conductor.bench.data import iter_samples; '
+        'python -c "from conductor.datasets.samples import iter_samples; '
         "from conductor.bench.spec import load_benchmark; "
         f'next(iter_samples(load_benchmark({ref!r})))"'
     )
-    from ..bench.columns import data_columns
+    from ..datasets.columns import data_columns
 
     columns = data_columns(spec).describe()
     return (
@@ -813,8 +814,8 @@ class _NotCached(Exception):
 
 
 def _benchmark_items(spec: BenchmarkSpec, data_file: str | None, seed: int) -> Iterator[_Item]:
-    from ..bench.data import iter_samples
-    from ..bench.sources import DatasetError, _url_cache_path
+    from ..datasets.samples import iter_samples
+    from ..datasets.sources import DatasetError, _url_cache_path
 
     source = spec.source
     url = source.url if data_file is None and source.kind == "url" else None
@@ -837,8 +838,8 @@ def _benchmark_items(spec: BenchmarkSpec, data_file: str | None, seed: int) -> I
 def _plain_items(path: Path) -> Iterator[_Item]:
     """Questions of a plain data file: a question column (see
     :data:`PLAIN_QUESTION_COLUMNS`) and, optionally, a ``choices`` list or mapping."""
-    from ..bench.data import MAX_ROW_BYTES
-    from ..bench.sources import DataFileError, _file_rows
+    from ..datasets.samples import MAX_ROW_BYTES
+    from ..datasets.sources import DataFileError, _file_rows
 
     for where, row in _file_rows(path, MAX_ROW_BYTES):
         column = next((c for c in PLAIN_QUESTION_COLUMNS if isinstance(row.get(c), str)), None)
@@ -962,7 +963,7 @@ def check_training_data(config: TrainConfig) -> GuardResult:
     the checkpoint records it).  Returns the training keys and what was compared.
     Reads data only; loads no model.
     """
-    from ..bench.sources import DatasetError
+    from ..datasets.sources import DatasetError
 
     by_full: dict[str, _Example] = {}
     by_text: dict[str, str] = {}

@@ -14,14 +14,15 @@ import logging
 import random
 from typing import Any
 
-from ..bench.data import render_prompt, sample_subset
-from ..bench.graders import Grader, get_grader
-from ..bench.graders.code import with_unsafe_opt_in
 from ..bench.spec import load_benchmark, training_spec
-from ..bench.types import BenchmarkSpec, Sample
+from ..benchmark import BenchmarkSpec
 from ..conductors.prompt import build_conductor_messages
 from ..conductors.spec import Conductor
+from ..datasets.samples import render_prompt, sample_subset
 from ..errors import UsageError
+from ..grading import Grader, get_grader
+from ..grading.code import with_unsafe_opt_in
+from ..grading.types import Sample
 from ..pool import Pool
 from ..record import RunRecord, record_to_dict
 from .pools import SubPool, sample_subpool, subpool_from_ids
@@ -53,7 +54,7 @@ def mix_spec(mix: DataMix) -> BenchmarkSpec:
 
     ``split="train"`` reads the benchmark's ``train_source`` (its fields, filters and
     balance fields).  ``mix.file``, when set, is read instead (it is passed to
-    :func:`~conductor.bench.data.sample_subset` as ``data_file``) in the benchmark's own
+    :func:`~conductor.datasets.samples.sample_subset` as ``data_file``) in the benchmark's own
     (evaluation) schema, whatever the split.  A benchmark without a train_source cannot be
     used with ``split: train`` and no file: that would train on its evaluation questions
     (:class:`UsageError`; the config loader refuses it earlier, naming the line).

@@ -34,11 +34,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..bench.graders import Grader, get_grader
-from ..bench.types import Sample
 from ..conductors.spec import Conductor
 from ..errors import UsageError
 from ..execute import Orchestrator, RunSettings
+from ..grading import Grader, get_grader
+from ..grading.types import Sample
 from ..llm.caller import CallerSet
 from ..pool import Pool
 from ..record import RoundRecord, RunRecord, record_from_dict, record_to_dict

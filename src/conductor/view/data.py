@@ -4,13 +4,13 @@ A RUN is one of:
 
 - an ``ask`` record (``run.json``): one run of one question;
 - a bench run directory (``config.json`` + ``samples.jsonl``), or a ``singles`` run,
-  whose ``single-WORKER`` directories are one run each (:func:`conductor.bench.rundir.run_dirs`);
+  whose ``single-WORKER`` directories are one run each (:func:`conductor.runs.rundir.run_dirs`);
 - a ``serve`` records directory (a ``samples.jsonl`` without ``config.json``), one run
   per served model (``conductor``, ``single:W``, ``moa``, ...: the strategy each record
   names), since one server answers for all of them in one records file.
 
-A bench run's overview numbers come from :mod:`conductor.bench.summary` (its
-``summary.json`` when fresh, else :func:`~conductor.bench.summary.summarize_run`), the
+A bench run's overview numbers come from :mod:`conductor.runs.summary` (its
+``summary.json`` when fresh, else :func:`~conductor.runs.summary.summarize_run`), the
 one place scores are computed; this module adds the intervals (``view.stats``) and
 the per-sample rows the page lists.  Records without a bench directory (``ask`` and
 ``serve``) carry no ``config.json`` to summarise: their few numbers (cost, tokens,
@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..bench.rundir import CONFIG, SAMPLES, SUMMARY, iter_records, run_dirs
 from ..errors import RecordError, UsageError
 from ..record import RunRecord, read_record
+from ..runs.rundir import CONFIG, SAMPLES, SUMMARY, iter_records, run_dirs
 from ..shapes import topology_kind
 
 if TYPE_CHECKING:
-    from ..bench.summary import RunSummary
+    from ..runs.summary import RunSummary
 
 __all__ = [
     "MAX_TEXT",
@@ -339,7 +339,7 @@ def _accuracy_interval(samples: Sequence[ViewSample]) -> tuple[float | None, flo
 def _summary(run_dir: Path) -> RunSummary:
     """The run's scores: its ``summary.json`` when written after its last record (a
     finished run leaves one), else summarised from the records."""
-    from ..bench.summary import read_summary, summarize_run
+    from ..runs.summary import read_summary, summarize_run
 
     saved, samples = run_dir / SUMMARY, run_dir / SAMPLES
     try:

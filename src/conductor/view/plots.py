@@ -33,7 +33,7 @@ from .stats import mean_interval, pareto_front, wilson_interval
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from ..bench.summary import RunSummary
+    from ..runs.summary import RunSummary
 
 __all__ = [
     "PLOT_SUFFIXES",
@@ -93,7 +93,7 @@ def run_point(
 
 def oracle_index(points: Sequence[RunPoint]) -> int | None:
     """The best single-worker run (the most accurate; ties: the cheaper, then the first),
-    as :func:`conductor.bench.summary.best_single` picks it; ``None`` unless at least
+    as :func:`conductor.runs.summary.best_single` picks it; ``None`` unless at least
     two single-worker runs are given (one alone is no choice)."""
     singles = [i for i, p in enumerate(points) if p.is_single]
     if len(singles) < 2:
@@ -126,7 +126,7 @@ def _labels(summaries: Sequence[RunSummary], dirs: Sequence[Path]) -> list[str]:
 def _record_costs(run_dir: Path) -> list[float]:
     """Each counted record's cost (a record of unknown cost counts as 0, as in the
     summary's cost per question)."""
-    from ..bench.rundir import SAMPLES, SampleLines, latest_lines
+    from ..runs.rundir import SAMPLES, SampleLines, latest_lines
 
     lines = SampleLines(run_dir / SAMPLES)
     keep = latest_lines(lines)
@@ -143,8 +143,8 @@ def bench_run_points(runs: Sequence[Path]) -> tuple[list[RunPoint], list[tuple[P
     """The points of bench run directories (a ``singles`` run stands for its
     ``single-*`` directories), and the runs left off with why (no graded record, or
     no call of known price)."""
-    from ..bench.rundir import run_dirs
-    from ..bench.summary import summarize_run
+    from ..runs.rundir import run_dirs
+    from ..runs.summary import summarize_run
 
     dirs = [d for r in runs for d in (run_dirs(Path(r)) or [Path(r)])]
     summaries = [summarize_run(d) for d in dirs]

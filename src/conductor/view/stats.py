@@ -11,7 +11,7 @@ import math
 import random
 from collections.abc import Sequence
 
-from ..bench.summary import percentile as summary_percentile
+from ..runs.summary import percentile as summary_percentile
 
 __all__ = [
     "mcnemar_exact",

@@ -25,11 +25,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..benchmark import DATA_FORMATS, BenchmarkSpec, DataSource, lcb_release_files
 from ..errors import ConductorError, MissingDependencyError, UsageError
 from ..private import open_private, own_dir
 from .columns import data_columns
-from .schema import DATA_FORMATS, lcb_release_files
-from .types import BenchmarkSpec, DataSource
 
 # One dataset row: column name -> value.
 _Row = dict[str, Any]

@@ -2,20 +2,17 @@
 
 :func:`data_columns` is the one statement of what each loader reads: the loaders check
 rows against it, the missing-data error names it, and the README's table is made from
-it (:func:`data_columns_table`, printed by ``python -m conductor.bench.spec
+it (:func:`conductor.bench.spec.data_columns_table`, printed by ``python -m conductor.bench.spec
 --readme-table``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-from ..shipped import shipped_dir
-from .schema import DATA_FORMATS, INCORRECT_RE, loader_of
-from .types import BenchmarkSpec
+from ..benchmark import INCORRECT_RE, BenchmarkSpec, loader_of
 
-__all__ = ["DataColumns", "data_columns", "data_columns_table"]
+__all__ = ["DataColumns", "data_columns"]
 
 
 @dataclass(frozen=True)
@@ -89,33 +86,3 @@ def data_columns(spec: BenchmarkSpec) -> DataColumns:
         required=tuple(required),
         optional=tuple(c for c in dict.fromkeys(optional) if c not in required),
     )
-
-
-def _md_code(text: str) -> str:
-    return "`" + text.replace("|", "\\|") + "`"
-
-
-def data_columns_table(folder: Path | None = None) -> str:
-    """The README's ``--data`` table, one row per benchmark file in ``folder`` (default:
-    the shipped ones), with the formats a data file may have.  ``python -m
-    conductor.bench.spec --readme-table`` prints it."""
-    from .spec import load_benchmark  # the reader of benchmark files imports this module
-
-    folder = shipped_dir("benchmark") if folder is None else folder
-    formats = ", ".join(f"`{f}`" for f in DATA_FORMATS)
-    lines = [
-        f"Formats: {formats} (a `.json` file holds a list of rows;",
-        "in a `.csv` file a list column holds JSON text).",
-        "",
-        "| Benchmark | Required columns | Optional columns |",
-        "| --- | --- | --- |",
-    ]
-    for path in sorted(folder.glob("*.yaml")):
-        spec = load_benchmark(path)
-        columns = data_columns(spec)
-        optional = ", ".join(map(_md_code, columns.optional)) or "-"
-        # The file's stem: what `conductor bench NAME` takes.
-        lines.append(
-            f"| `{path.stem}` | {', '.join(map(_md_code, columns.required))} | {optional} |"
-        )
-    return "\n".join(lines) + "\n"

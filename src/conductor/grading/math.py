@@ -31,7 +31,7 @@ compared exactly in this process: equal values are correct, and clearly differen
 values (all integers, or more than 0.1% apart) are incorrect.  Only numbers close but
 not equal go to math-verify, whose rounding decides them.
 
-The child processes (both sides of the pipe) are :mod:`conductor.bench.graders.math_children`.
+The child processes (both sides of the pipe) are :mod:`conductor.grading.math_children`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ import time
 from fractions import Fraction
 from typing import Any
 
-from conductor.bench.graders.extract import (
+from conductor.errors import MissingDependencyError
+from conductor.grading.extract import (
     EXTRACTIONS,
     MAX_RESPONSE_CHARS,
     check_extraction,
@@ -51,9 +52,8 @@ from conductor.bench.graders.extract import (
     extract_math_answer,
     strip_think,
 )
-from conductor.bench.graders.math_children import _ChildFailed, _ChildPool
-from conductor.bench.types import Sample, Verdict
-from conductor.errors import MissingDependencyError
+from conductor.grading.math_children import _ChildFailed, _ChildPool
+from conductor.grading.types import Sample, Verdict
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

@@ -26,8 +26,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from conductor.bench.graders.extract import MAX_RESPONSE_CHARS, clip_tail, extract_math_answer
-from conductor.bench.types import Sample, Verdict
+from conductor.grading.extract import MAX_RESPONSE_CHARS, clip_tail, extract_math_answer
+from conductor.grading.types import Sample, Verdict
 from conductor.text import strip_think
 
 __all__ = ["ShortAnswerGrader", "final_answer", "normalise_short"]

@@ -1,5 +1,5 @@
 """The text side of the code grader, pure functions that run nothing: the code in a
-model's reply (:func:`extract_code`, rules in :mod:`conductor.bench.graders.code`),
+model's reply (:func:`extract_code`, rules in :mod:`conductor.grading.code`),
 whether outputs match as LiveCodeBench's checker decides (:func:`outputs_match`,
 :func:`values_match`), the test methods of BigCodeBench test source
 (:func:`bcb_test_names`), and program output fit to quote in a record, keys redacted

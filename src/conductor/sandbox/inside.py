@@ -1,7 +1,7 @@
 """The part of the sandbox that runs *inside* it (standard library only).
 
 :mod:`conductor.sandbox` puts a read-only copy of this file in the sandbox and runs it as
-``python -I sandbox_inside.py /proc/self/fd/N`` (the job on an inherited memory file,
+``python -I inside.py /proc/self/fd/N`` (the job on an inherited memory file,
 closed once read) as the first process of the sandbox (or as a plain subprocess where
 there is none).  It is a real module so that linters and
 type checkers see it; nothing in the parent imports it.
@@ -22,7 +22,7 @@ What it does, in order:
 2. **The job**, as the *driver* (this process, trusted code that never runs model code):
 
    * ``program``: run ``main.py`` as ``__main__`` in one child (used by
-     :func:`~conductor.bench.sandbox.run_sandboxed`);
+     :func:`~conductor.sandbox.run_sandboxed`);
    * ``lcb``: for each test, fork a fresh child that runs the solution on that test's input
      (stdin tests: the input on fd 0, stdout captured; functional tests: the function called
      with the JSON arguments and its return value serialised with :func:`json.dumps`) and
@@ -1862,7 +1862,7 @@ def _iter_jobs() -> Iterator[Callable[[], None]]:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point inside the sandbox: ``sandbox_inside.py CONFIG``."""
+    """Entry point inside the sandbox: ``inside.py CONFIG``."""
     global REPORT_FD
     with open(argv[1], encoding="utf-8") as fh:
         CFG.update(json.load(fh))

@@ -28,8 +28,8 @@ Sample ids are ``NAME/ID`` with the dataset's id column, else ``NAME/`` plus the
 16 hex digits of the question's SHA-256 (a repeated id gets ``-2``, ``-3``, ...).
 
 Here: the public API and the row pipeline (source, unwrapping, checks, filters).  Where
-rows come from is :mod:`conductor.bench.sources`; how a row becomes a Sample, one maker
-per loader, is :mod:`conductor.bench.loaders`.
+rows come from is :mod:`conductor.datasets.sources`; how a row becomes a Sample, one maker
+per loader, is :mod:`conductor.datasets.loaders`.
 """
 
 from __future__ import annotations
@@ -42,11 +42,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..benchmark import BenchmarkSpec, DataSource, is_pinned, lcb_release_files, loader_of
 from ..errors import UsageError
+from ..grading.types import Sample
 from ..text import check_question
 from .columns import data_columns
 from .loaders import _MAKERS, _as_text, _get, _math_gold, _text, hidden_tests_sha256, split_hidden
-from .schema import lcb_release_files, loader_of
 from .sources import (
     DataFileError,
     DatasetError,
@@ -58,8 +59,6 @@ from .sources import (
     _Row,
     _url_cache_path,
 )
-from .spec import is_pinned
-from .types import BenchmarkSpec, DataSource, Sample
 
 __all__ = [
     "MAX_ROW_BYTES",
@@ -276,7 +275,7 @@ def recorded_metadata(
     spec: BenchmarkSpec, sample: Sample, data_file: str | Path | None = None
 ) -> dict[str, Any]:
     """What a run record keeps of ``sample.metadata``: all of it but the hidden tests
-    (:func:`~conductor.bench.loaders.split_hidden`), which are replaced by
+    (:func:`~conductor.datasets.loaders.split_hidden`), which are replaced by
     ``hidden_tests``: their count, SHA-256 and where they are read again from (the
     dataset id, revision, config and split, or the file; and the sample id)."""
     kept, hidden = split_hidden(loader_of(spec), sample.metadata)
@@ -442,7 +441,7 @@ def _row_filter(spec: BenchmarkSpec) -> Any:
         checks.append(lambda row: str(_get(spec, row, col)) in levels)
     if loader_of(spec) == "math" and "answer" not in fields:
         # A worked solution without a boxed answer cannot be graded: leave the row out.
-        from .graders.extract import last_boxed
+        from ..grading.extract import last_boxed
 
         col = fields["solution"]
         checks.append(lambda row: last_boxed(_text(_get(spec, row, col))) is not None)

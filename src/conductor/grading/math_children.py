@@ -3,7 +3,7 @@
 The child (:func:`_child_main`, started as a fresh interpreter) reads one JSON request
 per line, compares with math-verify's time limits off and answers one JSON line; the
 parent keeps a few children warm (:class:`_ChildPool`), enforces each comparison's time
-limit and kills a child that overruns.  See :mod:`conductor.bench.graders.math` for why.
+limit and kills a child that overruns.  See :mod:`conductor.grading.math` for why.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def _child_main() -> None:
 
 # Runs the child without re-running the caller's main script (which multiprocessing's
 # spawn would do, breaking scripts without an ``if __name__ == "__main__"`` guard).
-_CHILD_CODE = "from conductor.bench.graders.math_children import _child_main; _child_main()"
+_CHILD_CODE = "from conductor.grading.math_children import _child_main; _child_main()"
 
 
 class _ChildFailed(Exception):

@@ -6,7 +6,7 @@ Two kinds of sample are understood, told apart by ``sample.metadata``:
 ``metadata["public_test_cases"]`` / ``metadata["private_test_cases"]``): a list of
 ``{"input": str, "output": str, "testtype": "stdin" | "functional"}``.  The list may be
 given as a list, a JSON string, or LCB's encoded private-test string (see
-:func:`conductor.bench.lcb_tests.decode_lcb_tests`, which refuses to build objects
+:func:`conductor.grading.lcb_tests.decode_lcb_tests`, which refuses to build objects
 from a pickle).  Call-based problems name their function in
 ``metadata["fn_name"]`` (or ``"func_name"``, or inside the LCB ``metadata`` JSON string
 ``{"func_name": ...}``).
@@ -93,7 +93,7 @@ tests/test_sandbox_attacks.py):
   markers, exiting early, killing the driver or reading test files only changes what
   *its own* output is.
 * BigCodeBench: the assertions must run next to the solution, so the defences are in
-  its process (:mod:`conductor.bench.sandbox_inside`, section "job: bcb"):
+  its process (:mod:`conductor.sandbox.inside`, section "job: bcb"):
 
   - **the verdict is the judge's**: each test's child starts a judge thread before the
     solution runs; only it holds the test's nonce (made by the driver after the fork and
@@ -142,7 +142,7 @@ under a library file's name, which passes for the library's; native memory acces
 OS layer still holds whatever the solution does.
 
 The text side, pure functions with no sandbox (finding the code, comparing outputs,
-BigCodeBench's test names, quoting output), is :mod:`conductor.bench.graders.code_text`.
+BigCodeBench's test names, quoting output), is :mod:`conductor.grading.code_text`.
 """
 
 from __future__ import annotations
@@ -151,15 +151,15 @@ import json
 import signal
 from typing import Any
 
-from conductor.bench.graders.code_text import (
+from conductor.grading.code_text import (
     _clip,
     bcb_test_names,
     extract_code,
     outputs_match,
     values_match,
 )
-from conductor.bench.lcb_tests import decode_lcb_tests
-from conductor.bench.types import Sample, Verdict
+from conductor.grading.lcb_tests import decode_lcb_tests
+from conductor.grading.types import Sample, Verdict
 from conductor.sandbox import BUBBLEWRAP, SandboxResult, require_engine, run_job
 
 __all__ = [

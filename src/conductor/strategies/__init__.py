@@ -349,12 +349,12 @@ def answer_key_for(grader: str) -> AnswerKey:
     multiple choice, a normalised final answer for math, the code text for code (exact
     matches only, so code votes rarely agree; a test-based vote is future work)."""
     if grader == "choice":
-        from .graders.extract import extract_letter
+        from ..grading.extract import extract_letter
 
         return lambda text: extract_letter(text, 26)
     if grader == "math":
-        from .graders.extract import extract_math_answer
-        from .graders.math import normalise_answer
+        from ..grading.extract import extract_math_answer
+        from ..grading.math import normalise_answer
 
         def math_key(text: str) -> str | None:
             found = extract_math_answer(text)
@@ -362,14 +362,14 @@ def answer_key_for(grader: str) -> AnswerKey:
 
         return math_key
     if grader == "short":
-        from .graders.short import final_answer, normalise_short
+        from ..grading.short import final_answer, normalise_short
 
         def short_key(text: str) -> str | None:
             found = final_answer(text)
             return normalise_short(found) if found else None
 
         return short_key
-    from .graders.code_text import extract_code
+    from ..grading.code_text import extract_code
 
     def code_key(text: str) -> str | None:
         code = extract_code(text)

@@ -1,4 +1,4 @@
-"""Graders: turn a model's final answer into a :class:`~conductor.bench.types.Verdict`.
+"""Graders: turn a model's final answer into a :class:`~conductor.grading.types.Verdict`.
 
 A grader is looked up by the name a benchmark file gives (``grader: math``) with
 :func:`get_grader`.  Grader modules are imported only when asked for, so this package
@@ -15,8 +15,8 @@ import importlib
 import inspect
 from typing import Any, Protocol, runtime_checkable
 
-from conductor.bench.types import Sample, Verdict
 from conductor.errors import MissingDependencyError, UsageError
+from conductor.grading.types import Sample, Verdict
 
 __all__ = ["GRADER_NAMES", "Grader", "get_grader"]
 

@@ -1,4 +1,4 @@
-"""How a dataset row becomes a :class:`~conductor.bench.types.Sample`: reading a column
+"""How a dataset row becomes a :class:`~conductor.grading.types.Sample`: reading a column
 (paths such as ``messages[role=user].content``), sample ids, and one maker per loader
 (``choice``, ``math``, ``livecodebench``, ``bigcodebench``) in :data:`_MAKERS`.
 """
@@ -12,10 +12,11 @@ import json
 import re
 from typing import Any
 
-from . import lcb_tests
+from ..benchmark import BenchmarkSpec
+from ..grading import lcb_tests
+from ..grading.types import Sample
 from .columns import data_columns
 from .sources import DataFileError, DatasetError, _Row
-from .types import BenchmarkSpec, Sample
 
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -111,7 +112,7 @@ def _maybe_json_list(value: Any) -> Any:
 
 
 def _choice_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int]) -> Sample:
-    from .graders import choice as choice_grader
+    from ..grading import choice as choice_grader
 
     fields = spec.fields
     question = _text(_get(spec, row, fields["question"]))
@@ -194,7 +195,7 @@ def _math_gold(spec: BenchmarkSpec, row: _Row) -> str:
     fields = spec.fields
     if "answer" in fields:
         return _text(_get(spec, row, fields["answer"])).strip()
-    from .graders.extract import last_boxed
+    from ..grading.extract import last_boxed
 
     solution = _text(_get(spec, row, fields["solution"]))
     boxed = last_boxed(solution)
@@ -208,7 +209,7 @@ def _math_gold(spec: BenchmarkSpec, row: _Row) -> str:
 
 def decode_lcb_tests(value: Any) -> list[dict[str, Any]]:
     """LiveCodeBench test cases from a column value, decoded safely (see
-    :mod:`conductor.bench.lcb_tests`): ``[{"input", "output", "testtype"}, ...]``, the
+    :mod:`conductor.grading.lcb_tests`): ``[{"input", "output", "testtype"}, ...]``, the
     test type ``stdin`` where the row gives none.  Raises :class:`DatasetError` when the
     value is unreadable.
     """

@@ -5,9 +5,9 @@ deterministic per seed and sample id) and stores the correct letter *after* shuf
 as the sample's gold; this grader only reads the reply's letter and compares.
 
 How the letter is read is the option ``extraction`` (:data:`EXTRACTIONS`): by default
-``official``, lighteval's rules (:func:`~conductor.bench.graders.extract.official_letter`),
+``official``, lighteval's rules (:func:`~conductor.grading.extract.official_letter`),
 so a GPQA or MMLU score means what the reference harness's does; ``conductor`` is this
-project's stricter reader (:func:`~conductor.bench.graders.extract.extract_letter`),
+project's stricter reader (:func:`~conductor.grading.extract.extract_letter`),
 which never takes the "A" of "After" or of "A car" for an answer and reads
 ``\\boxed{\\text{B}}`` and ``<answer>B</answer>``.
 """
@@ -18,7 +18,7 @@ import random
 import string
 from collections.abc import Sequence
 
-from conductor.bench.graders.extract import (
+from conductor.grading.extract import (
     EXTRACTIONS,
     MAX_RESPONSE_CHARS,
     check_extraction,
@@ -26,7 +26,7 @@ from conductor.bench.graders.extract import (
     extract_letter,
     official_letter,
 )
-from conductor.bench.types import Sample, Verdict
+from conductor.grading.types import Sample, Verdict
 
 __all__ = ["EXTRACTIONS", "ChoiceGrader", "format_choices", "shuffle_choices"]
 

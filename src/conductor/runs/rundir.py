@@ -5,7 +5,7 @@
     DIR/config.json        what was run (the runner writes it; resume, merge, report read it)
     DIR/samples.jsonl      one run record per finished (sample, epoch), appended as each
                            ends: a process killed mid-write leaves a torn last line
-    DIR/summary.json       the scores (:mod:`conductor.bench.summary`)
+    DIR/summary.json       the scores (:mod:`conductor.runs.summary`)
     DIR/rate_limits.json   each invocation's adaptive rate-limit history per provider key
     DIR/.lock              held by the one process writing the directory
 
