@@ -19,6 +19,7 @@ import pytest
 import yaml
 from poolkit import pool_dict, run_cli, worker, write_pool
 
+from conductor.bench.trained import TrainedQuestions, trained_questions_of
 from conductor.checkpoint_meta import (
     META_FILE,
     TRAINING_QUESTIONS_FILE,
@@ -26,21 +27,21 @@ from conductor.checkpoint_meta import (
     read_training_questions,
     write_training_questions,
 )
+from conductor.datasets.questions import (
+    NORMALISATION,
+    NORMALISATION_V1,
+    normalise_question,
+    question_key,
+    sample_key,
+)
 from conductor.errors import TrainConfigError, UsageError
 from conductor.grading.types import Sample
 from conductor.testing import FakeLLMServer
 from conductor.train.config import load_train_config
 from conductor.train.contamination import (
-    NORMALISATION,
-    NORMALISATION_V1,
     ContaminationError,
     HoldoutUnavailableError,
-    TrainedQuestions,
     check_training_data,
-    normalise_question,
-    question_key,
-    sample_key,
-    trained_questions_of,
 )
 from conductor.train.settings import HoldoutSet, NgramSettings
 

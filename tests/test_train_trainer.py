@@ -327,7 +327,7 @@ def test_cli_train_overrides_steps_and_output(tmp_path: Path, fake_server: FakeL
     assert not (tmp_path / "run").exists()  # the config's own output_dir was overridden
     # The checkpoint records which questions it was trained on, for bench to count.
     from conductor.checkpoint_meta import read_training_questions
-    from conductor.train.contamination import NORMALISATION, question_key
+    from conductor.datasets.questions import NORMALISATION, question_key
 
     trained = {question_key(q).full for _, q, _ in QUESTIONS}
     assert read_training_questions(out / "checkpoint") == (NORMALISATION, trained)

@@ -403,7 +403,7 @@ def write_training_questions(
     "count": N, "sha256": [...]}``, hashes sorted, and ``"guard": {...}`` when given)
     into checkpoint ``directory`` and names it under ``training_questions`` in its
     ``conductor.json``, which must exist.  ``normalisation`` names how the questions
-    were normalised before hashing (:data:`conductor.train.contamination.NORMALISATION`);
+    were normalised before hashing (:data:`conductor.datasets.questions.NORMALISATION`);
     ``guard`` is what the held-out check compared
     (:meth:`conductor.train.contamination.GuardResult.record`).
     """

@@ -24,7 +24,7 @@ from ..runs.rundir import CONFIG
 from ..strategies import Strategy
 
 if TYPE_CHECKING:
-    from ..train.contamination import TrainedQuestions
+    from .trained import TrainedQuestions
 
 
 #: 2 added ``invocation`` (what rebuilds the run for ``--resume DIR`` alone) and the

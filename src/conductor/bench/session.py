@@ -366,7 +366,7 @@ def _with_trained_questions(
 ) -> BenchOptions:
     """``options`` with the questions ``conductor``'s checkpoint was trained on (counted
     by the run, or skipped with ``exclude``)."""
-    from ..train.contamination import trained_questions_of
+    from .trained import trained_questions_of
 
     trained = trained_questions_of(conductor)
     return dataclasses.replace(options, trained_on=trained, exclude_trained=exclude)

@@ -302,7 +302,7 @@ def _record_training_questions(checkpoint: Path, guard: GuardResult) -> None:
     """Keep the training questions' hashes in the checkpoint, for ``bench`` to count,
     with what the held-out guard compared them with."""
     from ..checkpoint_meta import write_training_questions
-    from .contamination import NORMALISATION
+    from ..datasets.questions import NORMALISATION
 
     write_training_questions(
         checkpoint, guard.training_hashes, normalisation=NORMALISATION, guard=guard.record()

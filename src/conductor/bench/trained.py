@@ -1,0 +1,79 @@
+"""What a trained Conductor was trained on, as ``conductor bench`` reads it: the
+training-question keys a checkpoint records (:class:`TrainedQuestions`), which bench
+counts or, with ``--exclude-trained``, skips.  The keys are made by
+:mod:`conductor.datasets.questions`; the checkpoint writes them when ``conductor
+train`` runs its guard (:mod:`conductor.train.contamination`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..datasets.questions import NORMALISATION, SAMPLE_KEYS
+from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from ..conductors.spec import Conductor
+    from ..grading.types import Sample
+
+__all__ = ["TrainedQuestions", "trained_questions_of"]
+
+log = logging.getLogger("conductor")
+
+
+@dataclass(frozen=True)
+class TrainedQuestions:
+    """The training-question keys a checkpoint records, where they were read, how they
+    were made, and the held-out sets training could not compare them with."""
+
+    source: str
+    hashes: frozenset[str]
+    normalisation: str = NORMALISATION
+    unchecked: tuple[str, ...] = ()
+
+    def contains(self, sample: Sample) -> bool:
+        """Whether ``sample`` is one of the questions the checkpoint was trained on."""
+        return SAMPLE_KEYS[self.normalisation](sample) in self.hashes
+
+
+def trained_questions_of(conductor: Conductor) -> TrainedQuestions | None:
+    """The training questions recorded by ``conductor``'s checkpoint, if it is a
+    checkpoint that records them (``conductor.json`` ``training_questions``).
+
+    A record made with ``conductor-question-v1`` is compared with v1 keys.  Raises
+    :class:`~conductor.errors.UsageError` when the record was made with a
+    normalisation this version does not know (the hashes would not be comparable).
+    Warns when the checkpoint was trained without comparing its questions with some
+    held-out set (``accept_unchecked_holdout``).
+    """
+    from ..checkpoint_meta import read_training_guard, read_training_questions
+
+    if conductor.backend != "checkpoint":
+        return None
+    directory = Path(conductor.target.model)
+    found = read_training_questions(directory)
+    if found is None:
+        return None
+    normalisation, hashes = found
+    if normalisation not in SAMPLE_KEYS:
+        raise UsageError(
+            f"{directory}: its training questions were hashed with {normalisation!r}, "
+            f"which this conductor does not know (it knows {', '.join(map(repr, SAMPLE_KEYS))}); "
+            "upgrade conductor to compare them"
+        )
+    guard = read_training_guard(directory) or {}
+    listed = guard.get("unchecked")
+    unchecked = tuple(str(u) for u in listed) if isinstance(listed, list) else ()
+    if unchecked:
+        log.warning(
+            "%s was trained without comparing its training questions with %s "
+            "(accept_unchecked_holdout: true); scores on those may include trained questions",
+            directory,
+            "; ".join(unchecked),
+        )
+    return TrainedQuestions(
+        source=str(directory), hashes=hashes, normalisation=normalisation, unchecked=unchecked
+    )
