@@ -398,7 +398,7 @@ def test_plain_numbers_are_graded_without_a_child(monkeypatch: pytest.MonkeyPatc
 
 
 def test_building_the_grader_starts_children_before_any_answer() -> None:
-    pool = math_mod._ChildPool(2)
+    pool = math_children.ChildPool(2)
     monkey_pool = math_mod._POOL
     math_mod._POOL = pool
     try:
@@ -422,7 +422,7 @@ def test_building_the_grader_starts_children_before_any_answer() -> None:
 
 def test_a_child_that_cannot_start_is_a_grader_error(monkeypatch: pytest.MonkeyPatch) -> None:
     # E.g. an interpreter under a private home directory, graded as another user.
-    monkeypatch.setattr(math_mod, "_POOL", math_mod._ChildPool(2))
+    monkeypatch.setattr(math_mod, "_POOL", math_children.ChildPool(2))
     monkeypatch.setattr(math_children.sys, "executable", "/nonexistent/python3")
     grader = MathGrader(extraction="conductor")  # warming fails quietly in the background
     verdict = grader.grade(r"\boxed{\sqrt{8}}", _sample(r"2\sqrt{2}"))

@@ -23,7 +23,7 @@ from sandbox_escapes import NOBODY, run_as_nobody
 from conductor.errors import UsageError
 from conductor.grading import get_grader
 from conductor.grading.code import CodeGrader, with_unsafe_opt_in
-from conductor.grading.code_text import _clip
+from conductor.grading.code_text import quote_output
 from conductor.grading.types import Sample
 from conductor.sandbox import ISOLATION_ENV, NONE, default_engine, weaker_refusal
 
@@ -134,11 +134,12 @@ def test_quoted_output_is_scrubbed_and_clipped(monkeypatch: pytest.MonkeyPatch) 
     assert "[redacted]" in verdict.reason
     assert "\x1b" not in verdict.reason
     assert len(verdict.reason) < 600
-    assert _clip("a\x00b") == "a\\x00b"
+    assert quote_output("a\x00b") == "a\\x00b"
     monkeypatch.setenv("SOME_ID", "abcdef0123456789xyz")
     monkeypatch.setenv("SOME_LOCALE", "en_US.UTF-8")
     assert (
-        _clip("id abcdef0123456789xyz, locale en_US.UTF-8") == "id [redacted], locale en_US.UTF-8"
+        quote_output("id abcdef0123456789xyz, locale en_US.UTF-8")
+        == "id [redacted], locale en_US.UTF-8"
     )
 
 

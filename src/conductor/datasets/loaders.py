@@ -1,6 +1,9 @@
 """How a dataset row becomes a :class:`~conductor.grading.types.Sample`: reading a column
 (paths such as ``messages[role=user].content``), sample ids, and one maker per loader
-(``choice``, ``math``, ``livecodebench``, ``bigcodebench``) in :data:`_MAKERS`.
+(``choice``, ``math``, ``livecodebench``, ``bigcodebench``) in :data:`MAKERS`.
+
+The row pipeline of :mod:`conductor.datasets.samples` reads columns here too
+(:func:`column_value`, :func:`cell_text`, :func:`math_gold`) to check and filter rows.
 """
 
 from __future__ import annotations
@@ -10,13 +13,29 @@ import contextlib
 import hashlib
 import json
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 from ..benchmark import BenchmarkSpec
 from ..grading import lcb_tests
 from ..grading.types import Sample
 from .columns import data_columns
-from .sources import DataFileError, DatasetError, _Row
+from .sources import DataFileError, DatasetError, Row
+
+__all__ = [
+    "MAKERS",
+    "SampleMaker",
+    "cell_text",
+    "column_value",
+    "decode_lcb_tests",
+    "hidden_tests_sha256",
+    "math_gold",
+    "split_hidden",
+]
+
+#: Makes a loader's Sample of a row: ``(spec, row, seed, seen)``, ``seen`` counting the
+#: sample ids made so far (a repeated id gets ``-2``, ``-3``, ...).
+SampleMaker: TypeAlias = Callable[[BenchmarkSpec, Row, int, dict[str, int]], Sample]
 
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -27,7 +46,7 @@ _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _PATH_STEP = re.compile(r"\.?([^.\[\]]+)|\[(-?\d+)\]|\[([^=\]]+)=([^\]]*)\]")
 
 
-def _path_value(row: _Row, column: str) -> tuple[bool, Any]:
+def _path_value(row: Row, column: str) -> tuple[bool, Any]:
     """(found, value) of a nested column such as ``reward_model.ground_truth`` or
     ``prompt[role=user].content`` (the first list item whose ``role`` is ``user``)."""
     value: Any = row
@@ -56,7 +75,10 @@ def _path_value(row: _Row, column: str) -> tuple[bool, Any]:
     return True, value
 
 
-def _get(spec: BenchmarkSpec, row: _Row, column: str, *, required: bool = True) -> Any:
+def column_value(spec: BenchmarkSpec, row: Row, column: str, *, required: bool = True) -> Any:
+    """The value of ``column`` in ``row``: a column name, else a path such as
+    ``messages[role=user].content``.  A missing column is None when not ``required``,
+    else a :class:`DataFileError` naming the columns the row has and those ``spec`` reads."""
     if column in row:
         return row[column]
     if "." in column or "[" in column:
@@ -76,9 +98,9 @@ def _question_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def _sample_id(spec: BenchmarkSpec, row: _Row, question: str, seen: dict[str, int]) -> str:
+def _sample_id(spec: BenchmarkSpec, row: Row, question: str, seen: dict[str, int]) -> str:
     col = spec.fields.get("id")
-    raw = _get(spec, row, col, required=False) if col else None
+    raw = column_value(spec, row, col, required=False) if col else None
     local = str(raw).strip() if raw is not None and str(raw).strip() else _question_hash(question)
     sid = f"{spec.name}/{local}"
     # A repeated id (duplicated questions, say) keeps runs resumable by its position.
@@ -87,18 +109,9 @@ def _sample_id(spec: BenchmarkSpec, row: _Row, question: str, seen: dict[str, in
     return sid if count == 1 else f"{sid}-{count}"
 
 
-def _text(value: Any) -> str:
+def cell_text(value: Any) -> str:
+    """A cell as text: ``""`` for a missing (None) value, else ``str(value)``."""
     return "" if value is None else str(value)
-
-
-def _as_text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (list, dict)):
-        return json.dumps(value, ensure_ascii=False)
-    return str(value)
 
 
 def _maybe_json_list(value: Any) -> Any:
@@ -111,26 +124,26 @@ def _maybe_json_list(value: Any) -> Any:
     return value
 
 
-def _choice_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int]) -> Sample:
+def _choice_sample(spec: BenchmarkSpec, row: Row, seed: int, seen: dict[str, int]) -> Sample:
     from ..grading import choice as choice_grader
 
     fields = spec.fields
-    question = _text(_get(spec, row, fields["question"]))
+    question = cell_text(column_value(spec, row, fields["question"]))
     if "choices" in fields:
-        options = _maybe_json_list(_get(spec, row, fields["choices"]))
+        options = _maybe_json_list(column_value(spec, row, fields["choices"]))
         if not isinstance(options, (list, tuple)) or len(options) < 2:
             raise DatasetError(
                 f"benchmark {spec.name}: column {fields['choices']!r} must hold a list of "
                 f"at least two options, got {options!r:.80}"
             )
-        options = [_text(o) for o in options]
-        correct = _answer_index(spec, _get(spec, row, fields["answer"]), len(options))
+        options = [cell_text(o) for o in options]
+        correct = _answer_index(spec, column_value(spec, row, fields["answer"]), len(options))
     else:
         wrong_keys = sorted(
             (k for k in fields if k.startswith("incorrect_")), key=lambda k: int(k[10:])
         )
-        options = [_text(_get(spec, row, fields["correct"]))]
-        options += [_text(_get(spec, row, fields[k])) for k in wrong_keys]
+        options = [cell_text(column_value(spec, row, fields["correct"]))]
+        options += [cell_text(column_value(spec, row, fields[k])) for k in wrong_keys]
         correct = 0
     sid = _sample_id(spec, row, question, seen)
     shuffled, gold, permutation = choice_grader.shuffle_choices(options, correct, seed, sid)
@@ -140,7 +153,7 @@ def _choice_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, in
         "seed": seed,
     }
     if fields.get("subject"):
-        metadata["subject"] = _get(spec, row, fields["subject"], required=False)
+        metadata["subject"] = column_value(spec, row, fields["subject"], required=False)
     return Sample(
         id=sid,
         input={
@@ -172,32 +185,32 @@ def _answer_index(spec: BenchmarkSpec, value: Any, n: int) -> int:
     return index
 
 
-def _math_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int]) -> Sample:
+def _math_sample(spec: BenchmarkSpec, row: Row, seed: int, seen: dict[str, int]) -> Sample:
     fields = spec.fields
-    question = _text(_get(spec, row, fields["question"]))
+    question = cell_text(column_value(spec, row, fields["question"]))
     metadata: dict[str, Any] = {}
     for key in ("subject", "level"):
         if fields.get(key):
-            metadata[key] = _get(spec, row, fields[key], required=False)
+            metadata[key] = column_value(spec, row, fields[key], required=False)
     for col in (c.strip() for c in fields.get("metadata", "").split(",")):
         if col:
-            metadata[col] = _get(spec, row, col, required=False)
+            metadata[col] = column_value(spec, row, col, required=False)
     return Sample(
         id=_sample_id(spec, row, question, seen),
         input={"question": question},
-        gold=_math_gold(spec, row),
+        gold=math_gold(spec, row),
         metadata=metadata,
     )
 
 
-def _math_gold(spec: BenchmarkSpec, row: _Row) -> str:
+def math_gold(spec: BenchmarkSpec, row: Row) -> str:
     """The answer column's text, else the last ``\\boxed{}`` of the solution column."""
     fields = spec.fields
     if "answer" in fields:
-        return _text(_get(spec, row, fields["answer"])).strip()
+        return cell_text(column_value(spec, row, fields["answer"])).strip()
     from ..grading.extract import last_boxed
 
-    solution = _text(_get(spec, row, fields["solution"]))
+    solution = cell_text(column_value(spec, row, fields["solution"]))
     boxed = last_boxed(solution)
     if boxed is None:
         raise DataFileError(
@@ -223,12 +236,12 @@ def decode_lcb_tests(value: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _lcb_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int]) -> Sample:
+def _lcb_sample(spec: BenchmarkSpec, row: Row, seed: int, seen: dict[str, int]) -> Sample:
     fields = spec.fields
-    question = _text(_get(spec, row, fields["question"]))
-    starter = _text(_get(spec, row, fields["starter_code"], required=False))
-    title = _text(_get(spec, row, fields["title"], required=False))
-    raw_meta = _get(spec, row, fields["metadata"], required=False)
+    question = cell_text(column_value(spec, row, fields["question"]))
+    starter = cell_text(column_value(spec, row, fields["starter_code"], required=False))
+    title = cell_text(column_value(spec, row, fields["title"], required=False))
+    raw_meta = column_value(spec, row, fields["metadata"], required=False)
     meta: Any = raw_meta
     if isinstance(raw_meta, str):
         try:
@@ -236,8 +249,8 @@ def _lcb_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int])
         except json.JSONDecodeError:
             meta = {}
     fn_name = meta.get("func_name") if isinstance(meta, dict) else None
-    public = decode_lcb_tests(_get(spec, row, fields["public_tests"], required=False))
-    private = decode_lcb_tests(_get(spec, row, fields["private_tests"], required=False))
+    public = decode_lcb_tests(column_value(spec, row, fields["public_tests"], required=False))
+    private = decode_lcb_tests(column_value(spec, row, fields["private_tests"], required=False))
     if starter.strip():
         block = (
             "Complete the following starter code (keep the given signature):\n"
@@ -252,7 +265,7 @@ def _lcb_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int])
     }
     for key in ("date", "difficulty", "platform", "contest_id"):
         if fields.get(key):
-            metadata[key] = _get(spec, row, fields[key], required=False)
+            metadata[key] = column_value(spec, row, fields[key], required=False)
     return Sample(
         id=_sample_id(spec, row, question, seen),
         input={
@@ -266,10 +279,12 @@ def _lcb_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int])
     )
 
 
-def _bcb_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int]) -> Sample:
+def _bcb_sample(spec: BenchmarkSpec, row: Row, seed: int, seen: dict[str, int]) -> Sample:
     fields = spec.fields
-    question = _text(_get(spec, row, fields["question"]))
-    libs: Any = _get(spec, row, fields["libs"], required=False) if fields.get("libs") else None
+    question = cell_text(column_value(spec, row, fields["question"]))
+    libs: Any = (
+        column_value(spec, row, fields["libs"], required=False) if fields.get("libs") else None
+    )
     if isinstance(libs, str):
         # The column holds a Python list literal such as "['math', 're']".
         with contextlib.suppress(ValueError, SyntaxError):
@@ -278,18 +293,21 @@ def _bcb_sample(spec: BenchmarkSpec, row: _Row, seed: int, seen: dict[str, int])
         id=_sample_id(spec, row, question, seen),
         input={
             "question": question,
-            "code_prompt": _text(_get(spec, row, fields["code_prompt"], required=False)),
+            "code_prompt": cell_text(
+                column_value(spec, row, fields["code_prompt"], required=False)
+            ),
         },
         gold=None,
         metadata={
-            "test": _text(_get(spec, row, fields["test"])),
-            "entry_point": _text(_get(spec, row, fields["entry_point"])),
+            "test": cell_text(column_value(spec, row, fields["test"])),
+            "entry_point": cell_text(column_value(spec, row, fields["entry_point"])),
             "libs": libs,
         },
     )
 
 
-_MAKERS = {
+#: The Sample maker of each loader, by the loader's name.
+MAKERS: dict[str, SampleMaker] = {
     "choice": _choice_sample,
     "math": _math_sample,
     "livecodebench": _lcb_sample,

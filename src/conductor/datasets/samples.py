@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import random
 import string
 from collections.abc import Iterator
@@ -47,18 +48,8 @@ from ..errors import UsageError
 from ..grading.types import Sample
 from ..text import check_question
 from .columns import data_columns
-from .loaders import _MAKERS, _as_text, _get, _math_gold, _text, hidden_tests_sha256, split_hidden
-from .sources import (
-    DataFileError,
-    DatasetError,
-    _download,
-    _file_rows,
-    _hf_rows,
-    _lcb_hub_rows,
-    _LocatedRow,
-    _Row,
-    _url_cache_path,
-)
+from .loaders import MAKERS, cell_text, column_value, hidden_tests_sha256, math_gold, split_hidden
+from .sources import DataFileError, DatasetError, LocatedRow, Row, source_rows, url_cache_path
 
 __all__ = [
     "MAX_ROW_BYTES",
@@ -96,7 +87,7 @@ def iter_samples(
     samples (after filters).
     """
     loader = loader_of(spec)
-    make = _MAKERS[loader]
+    make = MAKERS[loader]
     seen: dict[str, int] = {}
     for n, (where, row) in enumerate(_filtered_rows(spec, data_file)):
         if limit is not None and n >= limit:
@@ -150,10 +141,10 @@ def sample_subset(
     columns = [spec.fields[k] for k in keys_of if k in spec.fields]
     groups: list[tuple[str, ...]] = []
     for _where, row in _filtered_rows(spec, data_file):
-        groups.append(tuple(_text(_get(spec, row, c, required=False)) for c in columns))
+        groups.append(tuple(cell_text(column_value(spec, row, c, required=False)) for c in columns))
     chosen = set(balanced_indices(groups, limit, seed))
     loader = loader_of(spec)
-    make = _MAKERS[loader]
+    make = MAKERS[loader]
     seen: dict[str, int] = {}
     out: list[Sample] = []
     for n, (where, row) in enumerate(_filtered_rows(spec, data_file)):
@@ -205,7 +196,7 @@ def render_prompt(spec: BenchmarkSpec, sample: Sample) -> str:
     Only the template is parsed: the values are inserted as they are, so ``$``, ``{}``
     or ``${x}`` inside a question stay literal text.
     """
-    values = {key: _as_text(value) for key, value in sample.input.items()}
+    values = {key: _prompt_text(value) for key, value in sample.input.items()}
     try:
         return string.Template(spec.prompt).substitute(values)
     except KeyError as exc:
@@ -215,6 +206,17 @@ def render_prompt(spec: BenchmarkSpec, sample: Sample) -> str:
         ) from None
     except ValueError as exc:
         raise UsageError(f"benchmark {spec.name}: bad prompt template: {exc}") from None
+
+
+def _prompt_text(value: Any) -> str:
+    """A sample input as the prompt shows it: lists and mappings as JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
 
 
 def dataset_provenance(spec: BenchmarkSpec, data_file: str | Path | None = None) -> dict[str, Any]:
@@ -252,7 +254,7 @@ def dataset_provenance(spec: BenchmarkSpec, data_file: str | Path | None = None)
         out["file"] = str(path.resolve())
         out["file_sha256"] = sha256_file(path) if path.is_file() else None
     elif source.kind == "url" and source.url is not None:
-        cached = _url_cache_path(source.url)
+        cached = url_cache_path(source.url)
         if cached.is_file():
             out["file"] = str(cached)
             out["file_sha256"] = sha256_file(cached)
@@ -364,7 +366,7 @@ def _located(where: str) -> Iterator[None]:
         raise DatasetError(f"{where}: {exc}") from None
 
 
-def _filtered_rows(spec: BenchmarkSpec, data_file: str | Path | None) -> Iterator[_LocatedRow]:
+def _filtered_rows(spec: BenchmarkSpec, data_file: str | Path | None) -> Iterator[LocatedRow]:
     keep = _row_filter(spec)
     required = _required_columns(spec)
     for where, row in _rows(spec, _effective_source(spec, data_file)):
@@ -380,11 +382,11 @@ def _required_columns(spec: BenchmarkSpec) -> list[str]:
     return list(data_columns(spec).required)
 
 
-def _check_row(spec: BenchmarkSpec, row: _Row, required: list[str]) -> None:
+def _check_row(spec: BenchmarkSpec, row: Row, required: list[str]) -> None:
     """Refuse a row without a required column, or whose question cannot be sent."""
     for column in required:
-        _get(spec, row, column)
-    question = _get(spec, row, required[0])
+        column_value(spec, row, column)
+    question = column_value(spec, row, required[0])
     if isinstance(question, str):
         try:
             check_question(question)
@@ -392,14 +394,14 @@ def _check_row(spec: BenchmarkSpec, row: _Row, required: list[str]) -> None:
             raise DataFileError(str(exc)) from None
 
 
-def _rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_LocatedRow]:
+def _rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[LocatedRow]:
     rows = _source_rows(spec, source)
     if source.row is None:
         return rows
     return _unwrapped(rows, source.row)
 
 
-def _unwrapped(rows: Iterator[_LocatedRow], column: str) -> Iterator[_LocatedRow]:
+def _unwrapped(rows: Iterator[LocatedRow], column: str) -> Iterator[LocatedRow]:
     # e.g. cais/mmlu's auxiliary_train config holds each row under a "train" column.
     for where, row in rows:
         inner = row.get(column)
@@ -411,17 +413,10 @@ def _unwrapped(rows: Iterator[_LocatedRow], column: str) -> Iterator[_LocatedRow
         yield where, inner
 
 
-def _source_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_LocatedRow]:
+def _source_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[LocatedRow]:
+    # Read here, at call time: a test may lower the limit.
     max_line = None if loader_of(spec) == "livecodebench" else MAX_ROW_BYTES
-    if source.kind == "file":
-        assert source.path is not None
-        return _file_rows(Path(source.path), max_line)
-    if source.kind == "url":
-        assert source.url is not None
-        return _file_rows(_download(spec, source.url), max_line)
-    if loader_of(spec) == "livecodebench":
-        return _lcb_hub_rows(spec, source)
-    return _hf_rows(spec, source)
+    return source_rows(spec, source, max_line)
 
 
 # --------------------------------------------------------------------------- filters
@@ -434,35 +429,35 @@ def _row_filter(spec: BenchmarkSpec) -> Any:
     if "subjects" in f:
         wanted = {str(s) for s in f["subjects"]}
         col = fields["subject"]
-        checks.append(lambda row: str(_get(spec, row, col)) in wanted)
+        checks.append(lambda row: str(column_value(spec, row, col)) in wanted)
     if "levels" in f:
         levels = {str(v) for v in f["levels"]}
         col = fields["level"]
-        checks.append(lambda row: str(_get(spec, row, col)) in levels)
+        checks.append(lambda row: str(column_value(spec, row, col)) in levels)
     if loader_of(spec) == "math" and "answer" not in fields:
         # A worked solution without a boxed answer cannot be graded: leave the row out.
         from ..grading.extract import last_boxed
 
         col = fields["solution"]
-        checks.append(lambda row: last_boxed(_text(_get(spec, row, col))) is not None)
+        checks.append(lambda row: last_boxed(cell_text(column_value(spec, row, col))) is not None)
     if "max_answer_chars" in f:
         most = int(f["max_answer_chars"])
-        checks.append(lambda row: len(_math_gold(spec, row)) <= most)
+        checks.append(lambda row: len(math_gold(spec, row)) <= most)
     lo, hi = f.get("contest_date_from"), f.get("contest_date_to")
     if lo or hi:
         col = fields["date"]
 
-        def in_window(row: _Row) -> bool:
-            day = str(_get(spec, row, col))[:10]
+        def in_window(row: Row) -> bool:
+            day = str(column_value(spec, row, col))[:10]
             return (not lo or day >= lo) and (not hi or day <= hi)
 
         checks.append(in_window)
     if "difficulties" in f:
         difficulties = {str(v).lower() for v in f["difficulties"]}
         col = fields["difficulty"]
-        checks.append(lambda row: str(_get(spec, row, col)).lower() in difficulties)
+        checks.append(lambda row: str(column_value(spec, row, col)).lower() in difficulties)
     if "platforms" in f:
         platforms = {str(v).lower() for v in f["platforms"]}
         col = fields["platform"]
-        checks.append(lambda row: str(_get(spec, row, col)).lower() in platforms)
+        checks.append(lambda row: str(column_value(spec, row, col)).lower() in platforms)
     return lambda row: all(check(row) for check in checks)

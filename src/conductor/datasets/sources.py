@@ -3,8 +3,10 @@ the Hugging Face Hub (a pinned dataset, or LiveCodeBench's release files), and U
 downloaded once into the cache folder; the errors a data source raises; and the hint
 every "cannot load" message ends with (:func:`local_copy_hint`).
 
-Each source yields located rows: ``(where, row)``, ``where`` being ``FILE:LINE`` or
-``DATASET (split) row N`` for error messages.
+Each source yields located rows (:data:`LocatedRow`): ``(where, row)``, ``where`` being
+``FILE:LINE`` or ``DATASET (split) row N`` for error messages.  :func:`source_rows` reads
+a :class:`~conductor.benchmark.DataSource` of any kind, :func:`file_rows` a local file,
+and :func:`url_cache_path` says where a URL's download is kept.
 """
 
 from __future__ import annotations
@@ -23,17 +25,29 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
-from ..benchmark import DATA_FORMATS, BenchmarkSpec, DataSource, lcb_release_files
+from ..benchmark import DATA_FORMATS, BenchmarkSpec, DataSource, lcb_release_files, loader_of
 from ..errors import ConductorError, MissingDependencyError, UsageError
 from ..private import open_private, own_dir
 from .columns import data_columns
 
-# One dataset row: column name -> value.
-_Row = dict[str, Any]
-# A row and where it is ("FILE:LINE", "DATASET (split) row N"), for error messages.
-_LocatedRow = tuple[str, _Row]
+__all__ = [
+    "HUB_PROBE_TIMEOUT_S",
+    "DataFileError",
+    "DatasetError",
+    "LocatedRow",
+    "Row",
+    "file_rows",
+    "local_copy_hint",
+    "source_rows",
+    "url_cache_path",
+]
+
+#: One dataset row: column name -> value.
+Row: TypeAlias = dict[str, Any]
+#: A row and where it is (``FILE:LINE``, ``DATASET (split) row N``), for error messages.
+LocatedRow: TypeAlias = tuple[str, Row]
 
 
 class DatasetError(ConductorError):
@@ -54,7 +68,27 @@ def local_copy_hint(spec: BenchmarkSpec) -> str:
     )
 
 
-def _file_rows(path: Path, max_line: int | None) -> Iterator[_LocatedRow]:
+def source_rows(
+    spec: BenchmarkSpec, source: DataSource, max_line: int | None
+) -> Iterator[LocatedRow]:
+    """The rows of ``source`` (a file, a URL downloaded once, LiveCodeBench's release
+    files or a Hugging Face dataset) for benchmark ``spec``, one at a time; a line of a
+    JSONL file longer than ``max_line`` bytes (None: no limit) is refused."""
+    if source.kind == "file":
+        assert source.path is not None
+        return file_rows(Path(source.path), max_line)
+    if source.kind == "url":
+        assert source.url is not None
+        return file_rows(_download(spec, source.url), max_line)
+    if loader_of(spec) == "livecodebench":
+        return _lcb_hub_rows(spec, source)
+    return _hf_rows(spec, source)
+
+
+def file_rows(path: Path, max_line: int | None) -> Iterator[LocatedRow]:
+    """The rows of a local ``.jsonl``, ``.json``, ``.csv`` or ``.parquet`` file, by its
+    suffix; JSONL, CSV and Parquet are streamed.  A JSONL line (or CSV cell) longer than
+    ``max_line`` bytes (None: no limit) is refused without being read whole."""
     if not path.is_file():
         raise UsageError(f"{path}: no such data file")
     suffix = path.suffix.lower()
@@ -76,7 +110,7 @@ def _not_utf8(where: str, exc: UnicodeDecodeError) -> DataFileError:
     )
 
 
-def _jsonl_rows(path: Path, max_line: int | None = None) -> Iterator[_LocatedRow]:
+def _jsonl_rows(path: Path, max_line: int | None = None) -> Iterator[LocatedRow]:
     # Bytes, line by line, with a cap: a huge line is refused after reading at most
     # ``max_line`` bytes of it instead of being held (and copied) whole.
     with open(path, "rb") as fh:
@@ -110,7 +144,7 @@ def _jsonl_rows(path: Path, max_line: int | None = None) -> Iterator[_LocatedRow
             yield f"{path}:{lineno}", row
 
 
-def _json_rows(path: Path) -> Iterator[_LocatedRow]:
+def _json_rows(path: Path) -> Iterator[LocatedRow]:
     # A JSON array has to be parsed whole; use JSONL for large sets.
     try:
         with open(path, encoding="utf-8") as fh:
@@ -131,7 +165,7 @@ def _json_rows(path: Path) -> Iterator[_LocatedRow]:
         yield f"{path}: item {i}", row
 
 
-def _csv_rows(path: Path, max_field: int | None = None) -> Iterator[_LocatedRow]:
+def _csv_rows(path: Path, max_field: int | None = None) -> Iterator[LocatedRow]:
     # Some benchmark cells are long (whole problem statements with code), but a cell
     # over the row limit is refused as soon as the reader sees it is too long.
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1, max_field or sys.maxsize))
@@ -149,7 +183,7 @@ def _csv_rows(path: Path, max_field: int | None = None) -> Iterator[_LocatedRow]
             yield f"{path}:{reader.line_num}", row
 
 
-def _parquet_rows(path: Path) -> Iterator[_LocatedRow]:
+def _parquet_rows(path: Path) -> Iterator[LocatedRow]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -276,7 +310,7 @@ def _revision_error(spec: BenchmarkSpec, source: DataSource) -> DatasetError:
     )
 
 
-def _hf_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_LocatedRow]:
+def _hf_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[LocatedRow]:
     try:
         import datasets
     except ImportError:
@@ -308,7 +342,7 @@ def _hf_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_LocatedRow]:
         yield f"{source.id} ({source.split}) row {n}", dict(row)
 
 
-def _lcb_hub_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_LocatedRow]:
+def _lcb_hub_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[LocatedRow]:
     # code_generation_lite is a script dataset, which datasets 4 no longer runs, so its
     # release files are fetched directly and read as JSONL.
     try:
@@ -341,7 +375,9 @@ def _lcb_hub_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[_LocatedR
         yield from _jsonl_rows(Path(local))
 
 
-def _url_cache_path(url: str) -> Path:
+def url_cache_path(url: str) -> Path:
+    """Where the download of ``url`` is kept: ``$CONDUCTOR_DATA_DIR``, else the user
+    cache folder's ``conductor/data``, as a digest of the URL and its file name."""
     base = os.environ.get("CONDUCTOR_DATA_DIR")
     if base:
         folder = Path(base)
@@ -355,7 +391,7 @@ def _url_cache_path(url: str) -> Path:
 
 
 def _download(spec: BenchmarkSpec, url: str) -> Path:
-    target = _url_cache_path(url)
+    target = url_cache_path(url)
     # Downloaded data holds the hidden tests: private, an older version's copies too.
     own_dir(target.parent, "the downloaded data", (f"{'[0-9a-f]' * 16}-*",))
     if target.is_file():

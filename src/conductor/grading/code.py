@@ -74,7 +74,7 @@ never correct: it is graded ``runtime_error`` with the refused operations in
 ``detail["blocked"]``.
 
 Quoted program output (expected / got, error tails) is clipped, control characters are
-escaped and values of the parent's environment (keys) are redacted (:func:`_clip`).
+escaped and values of the parent's environment (keys) are redacted (:func:`quote_output`).
 Code runs in the bubblewrap sandbox (:mod:`conductor.sandbox`); where bubblewrap cannot
 run, or ``CONDUCTOR_SANDBOX_ISOLATION`` asks for a weaker engine, the grader refuses to
 be built unless ``confirm_run_unsafe_code`` is given.  Every verdict names the engine
@@ -152,10 +152,10 @@ import signal
 from typing import Any
 
 from conductor.grading.code_text import (
-    _clip,
     bcb_test_names,
     extract_code,
     outputs_match,
+    quote_output,
     values_match,
 )
 from conductor.grading.lcb_tests import decode_lcb_tests
@@ -189,10 +189,10 @@ _PRELUDE = (
 def _forbidden(test: object, blocked: list[str], fail: dict[str, Any], code: str) -> Verdict:
     """A test that tried an operation the sandbox refuses is a runtime error, whatever it
     printed: such code is never graded correct."""
-    fail["blocked"] = [_clip(b, 300) for b in blocked]
+    fail["blocked"] = [quote_output(b, 300) for b in blocked]
     return Verdict(
         "incorrect",
-        f"test {test}: forbidden operation: {_clip(blocked[0])}",
+        f"test {test}: forbidden operation: {quote_output(blocked[0])}",
         extracted=code,
         detail={**fail, "outcome": "runtime_error"},
     )
@@ -382,7 +382,7 @@ class CodeGrader:
         if compile_err is not None:
             return Verdict(
                 "incorrect",
-                f"compile error: {_clip(compile_err.get('error'))}",
+                f"compile error: {quote_output(compile_err.get('error'))}",
                 extracted=code,
                 detail={**base, "passed": 0, "outcome": "compile_error"},
             )
@@ -430,7 +430,7 @@ class CodeGrader:
             last = tail.strip().splitlines()[-1:] if tail.strip() else []
             return Verdict(
                 "incorrect",
-                f"test {i}: runtime error: {_clip(last[0], 300) if last else why}",
+                f"test {i}: runtime error: {quote_output(last[0], 300) if last else why}",
                 extracted=code,
                 detail={**fail, "outcome": "runtime_error"},
             )
@@ -464,10 +464,10 @@ class CodeGrader:
             )
         if ok:
             return None
-        wanted = "a hidden output" if test.get("hidden") else repr(_clip(expected))
+        wanted = "a hidden output" if test.get("hidden") else repr(quote_output(expected))
         return Verdict(
             "incorrect",
-            f"test {i}: wrong answer: expected {wanted}, got {_clip(got)!r}",
+            f"test {i}: wrong answer: expected {wanted}, got {quote_output(got)!r}",
             extracted=code,
             detail={**fail, "outcome": "wrong_answer"},
         )
@@ -505,7 +505,7 @@ class CodeGrader:
         if compile_err is not None:
             return Verdict(
                 "incorrect",
-                f"compile error: {_clip(compile_err.get('error'))}",
+                f"compile error: {quote_output(compile_err.get('error'))}",
                 extracted=code,
                 detail={**base, "outcome": "compile_error"},
             )
@@ -524,7 +524,9 @@ class CodeGrader:
                 continue
             fail = {**base, "failed_test": name}
             blocked = [str(b) for b in frame.get("blocked") or [] if isinstance(b, str)]
-            err = _clip(frame.get("error") if isinstance(frame.get("error"), str) else "", 300)
+            err = quote_output(
+                frame.get("error") if isinstance(frame.get("error"), str) else "", 300
+            )
             if blocked:
                 return _forbidden(name, blocked, fail, code)
             if outcome == "time_limit":
@@ -568,7 +570,9 @@ class CodeGrader:
             return Verdict(
                 "grader_error",
                 "the test driver failed to start: "
-                + _clip(why or result.stderr.strip()[-300:] or f"status {result.returncode}", 300),
+                + quote_output(
+                    why or result.stderr.strip()[-300:] or f"status {result.returncode}", 300
+                ),
                 extracted=code,
                 detail=base,
             )
@@ -582,7 +586,7 @@ class CodeGrader:
         return Verdict(
             "grader_error",
             f"test {at}: the test driver ended without a result "
-            f"(status {result.returncode}): {_clip(result.stderr.strip()[-300:], 300)}",
+            f"(status {result.returncode}): {quote_output(result.stderr.strip()[-300:], 300)}",
             extracted=code,
             detail={**base, "failed_test": at},
         )

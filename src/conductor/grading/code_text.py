@@ -3,7 +3,7 @@ model's reply (:func:`extract_code`, rules in :mod:`conductor.grading.code`),
 whether outputs match as LiveCodeBench's checker decides (:func:`outputs_match`,
 :func:`values_match`), the test methods of BigCodeBench test source
 (:func:`bcb_test_names`), and program output fit to quote in a record, keys redacted
-(``_clip``).
+(:func:`quote_output`).
 """
 
 from __future__ import annotations
@@ -199,9 +199,10 @@ def _secrets() -> list[str]:
     return sorted(values, key=len, reverse=True)
 
 
-def _clip(text: Any, limit: int = _SHOW) -> str:
-    """``text`` fit to quote in a record: secrets redacted, control characters escaped,
-    clipped to ``limit`` characters."""
+def quote_output(text: Any, limit: int = _SHOW) -> str:
+    """``text`` (program output, an expected value; not a string: its ``repr``) fit to
+    quote in a record: values of the environment that may be keys redacted, control
+    characters escaped, clipped to ``limit`` characters."""
     s = text if isinstance(text, str) else repr(text)
     s = s[: limit * 4]
     for secret in _secrets():

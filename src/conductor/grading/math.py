@@ -52,7 +52,7 @@ from conductor.grading.extract import (
     extract_math_answer,
     strip_think,
 )
-from conductor.grading.math_children import _ChildFailed, _ChildPool
+from conductor.grading.math_children import ChildFailed, ChildPool
 from conductor.grading.types import Sample, Verdict
 
 __all__ = [
@@ -149,7 +149,7 @@ def _numeric_verdict(golds: list[str], predicted: str) -> tuple[bool, str] | Non
     return False, golds[0]
 
 
-_POOL = _ChildPool(_MAX_WORKERS)
+_POOL = ChildPool(_MAX_WORKERS)
 atexit.register(_POOL.close)
 
 
@@ -257,7 +257,7 @@ class MathGrader:
         started = time.monotonic()
         try:
             reply = _POOL.ask(request, self.timeout_s)
-        except _ChildFailed as exc:
+        except ChildFailed as exc:
             return Verdict("grader_error", str(exc), extracted, detail)
         detail["elapsed_s"] = round(time.monotonic() - started, 3)
         if reply is None:

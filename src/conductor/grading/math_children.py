@@ -1,8 +1,8 @@
 """math-verify out of process: both sides of the pipe to a comparison child.
 
-The child (:func:`_child_main`, started as a fresh interpreter) reads one JSON request
+The child (:func:`child_main`, started as a fresh interpreter) reads one JSON request
 per line, compares with math-verify's time limits off and answers one JSON line; the
-parent keeps a few children warm (:class:`_ChildPool`), enforces each comparison's time
+parent keeps a few children warm (:class:`ChildPool`), enforces each comparison's time
 limit and kills a child that overruns.  See :mod:`conductor.grading.math` for why.
 """
 
@@ -19,6 +19,8 @@ import sys
 import threading
 from pathlib import Path
 from typing import Any
+
+__all__ = ["ChildFailed", "ChildPool", "child_main"]
 
 log = logging.getLogger("conductor")
 
@@ -114,8 +116,9 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
     return _compare(golds, str(request["predicted"]))
 
 
-def _child_main() -> None:
-    """The child's loop: one JSON request per stdin line, one JSON reply per line.
+def child_main() -> None:
+    """The child's loop: one JSON request per stdin line, one JSON reply per line.  What
+    the parent's child process runs (public: a fresh interpreter imports it by name).
 
     Requests are ``{"golds": [...], "predicted": "..."}`` or ``{"golds": [...],
     "reply": "..."}`` (see :func:`_answer`); an empty line or end of
@@ -152,10 +155,10 @@ def _child_main() -> None:
 
 # Runs the child without re-running the caller's main script (which multiprocessing's
 # spawn would do, breaking scripts without an ``if __name__ == "__main__"`` guard).
-_CHILD_CODE = "from conductor.grading.math_children import _child_main; _child_main()"
+_CHILD_CODE = "from conductor.grading.math_children import child_main; child_main()"
 
 
-class _ChildFailed(Exception):
+class ChildFailed(Exception):
     """A child process could not start or died during a comparison."""
 
 
@@ -180,7 +183,7 @@ class _Child:
                 encoding="utf-8",
             )
         except OSError as exc:  # the interpreter cannot be run (permissions, resources)
-            raise _ChildFailed(
+            raise ChildFailed(
                 f"cannot start the comparison process ({sys.executable}): {exc.strerror or exc}"
             ) from None
         self._replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
@@ -192,10 +195,10 @@ class _Child:
         reply = self._receive(_START_TIMEOUT_S)
         if reply is None:
             self.kill()
-            raise _ChildFailed(f"the comparison process did not start in {_START_TIMEOUT_S:g} s")
+            raise ChildFailed(f"the comparison process did not start in {_START_TIMEOUT_S:g} s")
         if "error" in reply:
             self.kill()
-            raise _ChildFailed(str(reply["error"]))
+            raise ChildFailed(str(reply["error"]))
 
     def _read(self) -> None:
         stdout = self.process.stdout
@@ -218,7 +221,7 @@ class _Child:
             return None
         if reply is None:
             code = self.process.poll()
-            raise _ChildFailed(f"the comparison process died (exit code {code})")
+            raise ChildFailed(f"the comparison process died (exit code {code})")
         return reply
 
     def ask(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
@@ -230,7 +233,7 @@ class _Child:
             stdin.write(json.dumps(request) + "\n")
             stdin.flush()
         except (OSError, ValueError) as exc:
-            raise _ChildFailed(f"the comparison process is gone: {exc}") from exc
+            raise ChildFailed(f"the comparison process is gone: {exc}") from exc
         return self._receive(timeout_s)
 
     def kill(self) -> None:
@@ -258,7 +261,7 @@ class _Child:
         self.kill()
 
 
-class _ChildPool:
+class ChildPool:
     """Up to ``max_workers`` warm children, each used by one comparison at a time."""
 
     def __init__(self, max_workers: int) -> None:
@@ -312,7 +315,7 @@ class _ChildPool:
     def ask(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
         """Run one request (see :func:`_answer`); ``None`` when it ran out of time.
 
-        Raises :class:`_ChildFailed` when no child could start or the child died.
+        Raises :class:`ChildFailed` when no child could start or the child died.
         """
         with self._slots:
             child = self._take()

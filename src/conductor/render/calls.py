@@ -1,5 +1,9 @@
 """The summary of a run: one row per model call with totals (:func:`step_table`), and the
 answer panel (:func:`answer_panel`).
+
+How each call went is said here once (:func:`conductor_tries`, :func:`step_status`,
+:func:`totals_line`); the detailed traces of :mod:`conductor.render.trace` say it the
+same way.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from ..record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals
 from ..shapes import is_empty_workflow, round_plan
 from ..text import plural
 from .fitted import Fitted
-from .format import _fmt_tokens, _one_line, _round_label, _shown, format_usd
-from .plan import _sees_short
+from .format import format_tokens, format_usd, one_line, round_label, shown
+from .plan import sees_short
 
 
 def _conductor_statuses(rnd: RoundRecord) -> list[str]:
@@ -45,8 +49,10 @@ def _conductor_statuses(rnd: RoundRecord) -> list[str]:
     return out
 
 
-def _conductor_tries(rnd: RoundRecord) -> list[tuple[int, CallRecord, str, str | None]]:
-    """``(try number, call, status, parse error or None)`` for each Conductor call."""
+def conductor_tries(rnd: RoundRecord) -> list[tuple[int, CallRecord, str, str | None]]:
+    """``(try number, call, status, parse error or None)`` for each Conductor call of
+    ``rnd``, numbered from 1; the status is ``parsed``, ``parse error`` or
+    ``failed (kind)``, and the parse error is paired with the try it came from."""
     errors = iter(rnd.parse_errors)
     out = []
     statuses = _conductor_statuses(rnd)
@@ -59,12 +65,13 @@ def _conductor_tries(rnd: RoundRecord) -> list[tuple[int, CallRecord, str, str |
 def _call_cells(c: CallRecord) -> list[str]:
     return [
         f"{c.latency_s:.2f}",
-        f"{_fmt_tokens(c.input_tokens)}/{_fmt_tokens(c.output_tokens)}",
+        f"{format_tokens(c.input_tokens)}/{format_tokens(c.output_tokens)}",
         format_usd(c.cost_usd),
     ]
 
 
-def _step_status(s: StepRecord) -> Text:
+def step_status(s: StepRecord) -> Text:
+    """How step ``s`` went, styled: ``ok``, ``skipped`` or ``failed (kind)``."""
     if s.status == "failed":
         return Text(f"failed ({s.call.error_kind or 'error'})", style="red")
     if s.status == "skipped":
@@ -72,10 +79,11 @@ def _step_status(s: StepRecord) -> Text:
     return Text("ok", style="green")
 
 
-def _totals_line(t: Totals) -> str:
+def totals_line(t: Totals) -> str:
+    """The one line of a run's totals: calls (cached, failed), tokens, cost and wall time."""
     calls = f"{plural(t.calls, 'call')} ({t.cached_calls} cached"
     calls += f", {t.failed_calls} failed)" if t.failed_calls else ")"
-    tokens = f"tokens {_fmt_tokens(t.input_tokens)} in / {_fmt_tokens(t.output_tokens)} out"
+    tokens = f"tokens {format_tokens(t.input_tokens)} in / {format_tokens(t.output_tokens)} out"
     if t.cost_usd is None:
         cost = "cost ? (unknown price)"
     elif t.unknown_cost_calls:
@@ -110,15 +118,15 @@ def _marked_cached(status: Text, call: CallRecord) -> Text:
 def _call_rows(record: RunRecord) -> list[_CallRow]:
     rows: list[_CallRow] = []
     for pos, rnd in enumerate(record.rounds, 1):
-        for k, c, st, _ in _conductor_tries(rnd):
+        for k, c, st, _ in conductor_tries(rnd):
             style = "green" if st == "parsed" else ("yellow" if st == "parse error" else "red")
             who = Text("conductor", style="magenta")
             status = _marked_cached(Text(st, style=style), c)
             rows.append(_CallRow(pos, f"try {k}", who, "-", c, status))
         plan = {p.index: p for p in round_plan(rnd)}
         for s in rnd.steps:
-            sees = _sees_short(plan[s.index])
-            status = _marked_cached(_step_status(s), s.call)
+            sees = sees_short(plan[s.index])
+            status = _marked_cached(step_status(s), s.call)
             rows.append(_CallRow(pos, str(s.index), Text(s.worker_id), sees, s.call, status))
         if is_empty_workflow(rnd):
             rows.append(_CallRow(pos, "-", Text(), "", None, Text("kept previous answer")))
@@ -150,7 +158,7 @@ def _calls_wide(rows: list[_CallRow], rounds: bool) -> Table:
             if current:
                 table.add_section()
             current = r.round
-            table.add_row("", Text(_round_label(r.round), style="bold"))
+            table.add_row("", Text(round_label(r.round), style="bold"))
         cells = _call_cells(r.call) if r.call is not None else ["", "", ""]
         table.add_row(r.label, r.who, Text(r.sees), *cells, r.status)
     return table
@@ -166,7 +174,7 @@ def _calls_stacked(rows: list[_CallRow], rounds: bool) -> Table:
     for r in rows:
         if rounds and r.round != current:
             current = r.round
-            table.add_row("", Text(_round_label(r.round), style="bold"))
+            table.add_row("", Text(round_label(r.round), style="bold"))
         body = Text.assemble(r.who, "\n", r.status)
         details = []
         if r.sees and r.sees != "-":
@@ -187,7 +195,7 @@ def step_table(record: RunRecord) -> RenderableType:
 
     Where the table would cut a worker id, a number or a status, the calls are stacked
     instead, one per pair of lines (see :class:`Fitted`)."""
-    record = _shown(record)
+    record = shown(record)
     rows = _call_rows(record)
     rounds = len(record.rounds) > 1
     keep = [r.who.plain for r in rows]
@@ -197,7 +205,7 @@ def step_table(record: RunRecord) -> RenderableType:
     keep += [word for r in rows for word in r.status.plain.split()]
     calls = Fitted([_calls_wide(rows, rounds), _calls_stacked(rows, rounds)], keep)
     # The totals are free text: a line of their own that wraps at spaces.
-    return Group(calls, Text(_totals_line(record.totals)))
+    return Group(calls, Text(totals_line(record.totals)))
 
 
 # --------------------------------------------------------------------------- answer
@@ -209,7 +217,7 @@ def _failed_steps(record: RunRecord) -> list[str]:
         for s in rnd.steps:
             if s.status == "failed":
                 why = s.call.error_kind or "error"
-                msg = f": {_one_line(s.call.error, 120)}" if s.call.error else ""
+                msg = f": {one_line(s.call.error, 120)}" if s.call.error else ""
                 out.append(f"round {pos} step {s.index} ({s.worker_id}) failed, {why}{msg}")
     return out
 
@@ -217,7 +225,7 @@ def _failed_steps(record: RunRecord) -> list[str]:
 def answer_panel(record: RunRecord) -> Panel:
     """The final answer; the error in red when the run failed; for a partial run, the
     answer followed by what failed."""
-    record = _shown(record)
+    record = shown(record)
     if record.status == "failed":
         body = Text(record.error or "the run failed", style="red")
         if record.final_answer:

@@ -7,7 +7,7 @@ import re
 
 from ..record import RunRecord, record_to_dict
 from ..shapes import round_plan, topology_kind
-from .format import EXCERPT, _one_line, _shown
+from .format import EXCERPT, one_line, shown
 
 _MERMAID_ENTITIES = {
     "#": "#35;",
@@ -26,13 +26,13 @@ _MERMAID_RE = re.compile("|".join(re.escape(c) for c in _MERMAID_ENTITIES))
 
 def _mermaid_text(text: str, limit: int = EXCERPT) -> str:
     """Text safe inside a quoted Mermaid label (one line, entity-escaped)."""
-    flat = _one_line(text, limit)
+    flat = one_line(text, limit)
     return _MERMAID_RE.sub(lambda m: _MERMAID_ENTITIES[m.group(0)], flat)
 
 
 def to_mermaid(record: RunRecord) -> str:
     """A Mermaid ``flowchart TD`` of the run: rounds as subgraphs, steps as nodes."""
-    record = _shown(record)
+    record = shown(record)
     lines = ["flowchart TD", f'  Q["Question: {_mermaid_text(record.question)}"]']
     prev_last: str | None = None  # the node holding the previous round's answer
     for pos, rnd in enumerate(record.rounds, 1):

@@ -1,7 +1,11 @@
 """Formatting shared by every view: printable copies of records, clipping and numbers.
 
-:func:`_shown` is the one gate between what models, providers and files wrote and the
-terminal; every public view calls it on the record (or event) it is given.
+:func:`shown` is the one gate between what models, providers and files wrote and the
+terminal; every public view calls it on the record (or event) it is given.  The text
+shaping here (:func:`one_line`, :func:`clip`, :func:`clip_middle`) and the words for
+numbers (:func:`format_usd`, :func:`format_tokens`, :func:`percent`,
+:func:`round_label`) are shared by the views of :mod:`conductor.render` and by
+:mod:`conductor.view.graph`, so that every view says them the same way.
 """
 
 from __future__ import annotations
@@ -13,6 +17,19 @@ from typing import TypeVar
 from ..record import CallRecord
 from ..text import printable
 
+__all__ = [
+    "EXCERPT",
+    "TREE_CLIP",
+    "clip",
+    "clip_middle",
+    "format_tokens",
+    "format_usd",
+    "one_line",
+    "percent",
+    "round_label",
+    "shown",
+]
+
 #: How much of a long text the tree view keeps.
 TREE_CLIP = 300
 #: Short excerpts of subtasks in the topology and Mermaid views.
@@ -22,7 +39,7 @@ EXCERPT = 60
 _T = TypeVar("_T")
 
 
-def _shown(value: _T) -> _T:
+def shown(value: _T) -> _T:
     """A copy of ``value`` (a record, or part of one) whose every string is
     :func:`~conductor.text.printable`: answers, subtasks, worker names and errors come
     from models, providers and files, and must not drive the terminal.  Raw provider
@@ -32,18 +49,18 @@ def _shown(value: _T) -> _T:
     if isinstance(value, CallRecord):
         value = dataclasses.replace(value, raw=None)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {f.name: _shown(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        changes = {f.name: shown(getattr(value, f.name)) for f in dataclasses.fields(value)}
         return dataclasses.replace(value, **changes)
     if isinstance(value, list):
-        return [_shown(v) for v in value]  # type: ignore[return-value]
+        return [shown(v) for v in value]  # type: ignore[return-value]
     if isinstance(value, tuple):
-        return tuple(_shown(v) for v in value)  # type: ignore[return-value]
+        return tuple(shown(v) for v in value)  # type: ignore[return-value]
     if isinstance(value, dict):
-        return {_shown(k): _shown(v) for k, v in value.items()}  # type: ignore[return-value]
+        return {shown(k): shown(v) for k, v in value.items()}  # type: ignore[return-value]
     return value
 
 
-def _one_line(text: str | None, limit: int = EXCERPT) -> str:
+def one_line(text: str | None, limit: int = EXCERPT) -> str:
     """``text`` squeezed onto one line and cut to ``limit`` characters."""
     flat = " ".join((text or "").split())
     if len(flat) <= limit:
@@ -51,7 +68,7 @@ def _one_line(text: str | None, limit: int = EXCERPT) -> str:
     return flat[: max(limit - 1, 1)].rstrip() + "…"
 
 
-def _clip(text: str | None, limit: int = TREE_CLIP) -> str:
+def clip(text: str | None, limit: int = TREE_CLIP) -> str:
     """``text`` cut to ``limit`` characters, saying how much was left out."""
     text = (text or "").strip()
     if len(text) <= limit:
@@ -59,7 +76,7 @@ def _clip(text: str | None, limit: int = TREE_CLIP) -> str:
     return f"{text[:limit].rstrip()} … [+{len(text) - limit} chars]"
 
 
-def _clip_middle(text: str | None, head: int = 200, tail: int = 400) -> str:
+def clip_middle(text: str | None, head: int = 200, tail: int = 400) -> str:
     """Keep both ends of ``text``: a Conductor reply reasons first and ends with the lists."""
     text = (text or "").strip()
     if len(text) <= head + tail + 40:
@@ -101,9 +118,11 @@ def percent(share: float | None, digits: int = 1) -> str:
     return "-" if share is None else f"{100 * share:.{digits}f}%"
 
 
-def _fmt_tokens(n: int) -> str:
+def format_tokens(n: int) -> str:
+    """A token count with thousands separators (``12,345``)."""
     return f"{n:,}"
 
 
-def _round_label(pos: int) -> str:
+def round_label(pos: int) -> str:
+    """The heading of a round by its 1-based position in ``record.rounds`` (``Round 2``)."""
     return f"Round {pos}"

@@ -13,11 +13,11 @@ from rich.tree import Tree
 from ..record import RunRecord
 from ..shapes import PlanStep, plan_waves, round_plan, sees_all, topology_kind
 from ..text import plural
-from .format import _one_line, _round_label, _shown
+from .format import one_line, round_label, shown
 
 
-def _sees_short(p: PlanStep) -> str:
-    """``"all earlier"``, ``"0, 2"`` or ``"nothing"``."""
+def sees_short(p: PlanStep) -> str:
+    """Which earlier steps ``p`` sees: ``"all earlier"``, ``"0, 2"`` or ``"nothing"``."""
     if not p.visible:
         return "nothing"
     if sees_all(p):
@@ -25,8 +25,10 @@ def _sees_short(p: PlanStep) -> str:
     return ", ".join(str(j) for j in p.visible)
 
 
-def _sees(p: PlanStep, later_round: bool = False) -> str:
-    text = f"sees: {_sees_short(p)}"
+def sees_label(p: PlanStep, later_round: bool = False) -> str:
+    """``sees: 0, 2`` for step ``p``; in a ``later_round`` a step given ``all`` also says
+    that it sees the earlier rounds' history (``sees: all earlier (+ earlier rounds)``)."""
+    text = f"sees: {sees_short(p)}"
     # Workers given "all" in a recursive round also see the earlier rounds' history.
     if later_round and "all" in p.access:
         text += " (+ earlier rounds)"
@@ -55,18 +57,18 @@ def _step_label(p: PlanStep, later_round: bool) -> Text:
     label.append(f"step {p.index}", style="bold")
     label.append(f"  {p.worker_id}", style="cyan")
     label.append(f" (Model {p.worker_index})", style="dim")
-    label.append(f"  {_sees(p, later_round)}")
+    label.append(f"  {sees_label(p, later_round)}")
     if p.status == "failed":
         label.append(f"  failed ({p.error_kind or 'error'})", style="red")
     elif p.status == "skipped":
         label.append("  skipped", style="yellow")
-    label.append(f'\n"{_one_line(p.subtask)}"', style="dim")
+    label.append(f'\n"{one_line(p.subtask)}"', style="dim")
     return label
 
 
 def topology(record: RunRecord) -> Tree:
     """Per round, the workflow as a topology tree with parallel waves marked."""
-    record = _shown(record)
+    record = shown(record)
     tree = Tree(Text(f"Run {record.run_id} · {record.status}", style="bold"))
     if not record.rounds:
         tree.add(Text("no rounds ran", style="yellow"))
@@ -75,19 +77,19 @@ def topology(record: RunRecord) -> Tree:
         plan = round_plan(rnd, record.pool)
         if not plan:
             if kind == "kept previous answer":
-                tree.add(Text(f"{_round_label(pos)}: kept previous answer", style="green"))
+                tree.add(Text(f"{round_label(pos)}: kept previous answer", style="green"))
             else:
                 tries = plural(len(rnd.conductor_calls), "try", "tries")
                 tree.add(
                     Text(
-                        f"{_round_label(pos)}: no workflow "
+                        f"{round_label(pos)}: no workflow "
                         f"(the Conductor gave no usable plan in {tries})",
                         style="red",
                     )
                 )
             continue
         count = plural(len(plan), "step", "steps")
-        node = tree.add(Text(f"{_round_label(pos)}: {kind} ({count})", style="bold"))
+        node = tree.add(Text(f"{round_label(pos)}: {kind} ({count})", style="bold"))
         if len(plan) > 1:
             node.add(Text(f"flow: {_flow_summary(plan)}", style="italic"))
         by_index = {p.index: p for p in plan}

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..events import Event
-from .format import _one_line, _shown
+from .format import one_line, shown
 
 
 @dataclass
@@ -49,7 +49,7 @@ class ProgressView:
 
     def __call__(self, event: Event) -> None:
         """Take in one event."""
-        event = _shown(event)
+        event = shown(event)
         r = event.round
         self._see_round(r)
         kind = event.kind
@@ -65,7 +65,7 @@ class ProgressView:
         elif kind == "conductor_finished":
             self._conductor_running[r] = False
             word = "failed" if event.failed else "done"
-            detail = _one_line(event.detail, 70)
+            detail = one_line(event.detail, 70)
             self._conductor[r] = word + (f" ({detail})" if detail else "")
         elif kind in ("step_started", "step_finished") and event.step is not None:
             key = (r, event.step)
@@ -80,7 +80,7 @@ class ProgressView:
                 row.latency_s = event.latency_s
                 row.cached = event.cached
                 # A failed step's detail is the whole error message: one short line here.
-                row.detail = _one_line(event.detail, 70) or None
+                row.detail = one_line(event.detail, 70) or None
         elif kind == "run_finished":
             self._finished = "failed" if event.failed else "done"
             if event.detail:

@@ -1,5 +1,9 @@
 """Benchmark samples: the sample heading and grade panel of one record, and the listing of
 a bench run's samples (:class:`SampleListing`).
+
+The pieces of one sample's view (:func:`is_bench_sample`, :func:`sample_heading`,
+:func:`grade_lines`, :func:`verdict_style`) are shared with the traces of
+:mod:`conductor.render.trace`.
 """
 
 from __future__ import annotations
@@ -20,20 +24,23 @@ from rich.text import Text
 
 from ..record import RunRecord
 from ..text import plural, printable
-from .format import _clip, _fmt_tokens, _shown, format_usd
+from .format import clip, format_tokens, format_usd, shown
 
 
-def _is_bench_sample(record: RunRecord) -> bool:
+def is_bench_sample(record: RunRecord) -> bool:
     """Whether ``record`` is a benchmark sample (``conductor ask`` records have no id)."""
     return record.sample_id is not None or record.grade is not None
 
 
-def _verdict_style(verdict: str) -> str:
+def verdict_style(verdict: str) -> str:
+    """The rich style a verdict is shown in (green for ``correct``, red for
+    ``incorrect``, ...); magenta for a verdict this view does not know."""
     styles = {"correct": "green", "incorrect": "red", "no_answer": "yellow", "ungraded": "dim"}
     return styles.get(verdict, "magenta")
 
 
-def _sample_heading(record: RunRecord) -> Text:
+def sample_heading(record: RunRecord) -> Text:
+    """``sample <id> · epoch <n>``: the line that heads a bench sample's views."""
     # On a line of its own, not in a panel's title: a title too wide is cut short, and
     # the id is what a reader copies into ``--sample``.
     heading = Text("sample ", style="bold", no_wrap=True, overflow="ignore")
@@ -47,24 +54,27 @@ def _gold_text(gold: Any) -> str:
     if gold is None:
         return "(none recorded)"
     if isinstance(gold, str):
-        return _clip(gold)
-    return _clip(json.dumps(gold, ensure_ascii=False, default=str))
+        return clip(gold)
+    return clip(json.dumps(gold, ensure_ascii=False, default=str))
 
 
-def _grade_lines(record: RunRecord) -> list[Text]:
+def grade_lines(record: RunRecord) -> list[Text]:
+    """The lines of a bench sample's grade: its gold answer, the answer the grader
+    extracted, and the verdict with its reason (shared by :func:`grade_panel` and the
+    tree trace)."""
     lines = [Text(f"gold: {_gold_text(record.gold)}")]
     grade = record.grade
     if grade is None:
         lines.append(Text("extracted: (not graded: the run failed)"))
-        lines.append(Text(f"verdict: {record.verdict}", style=_verdict_style(record.verdict)))
+        lines.append(Text(f"verdict: {record.verdict}", style=verdict_style(record.verdict)))
         return lines
     extracted = grade.get("extracted")
-    lines.append(Text(f"extracted: {_clip(str(extracted)) if extracted is not None else '(none)'}"))
+    lines.append(Text(f"extracted: {clip(str(extracted)) if extracted is not None else '(none)'}"))
     verdict = Text("verdict: ")
-    verdict.append(record.verdict, style=_verdict_style(record.verdict) + " bold")
+    verdict.append(record.verdict, style=verdict_style(record.verdict) + " bold")
     reason = grade.get("reason")
     if reason:
-        verdict.append(f" — {_clip(str(reason))}")
+        verdict.append(f" — {clip(str(reason))}")
     lines.append(verdict)
     return lines
 
@@ -72,11 +82,11 @@ def _grade_lines(record: RunRecord) -> list[Text]:
 def grade_panel(record: RunRecord) -> Panel | None:
     """A bench sample's gold answer, the answer the grader extracted and its verdict with
     the reason; ``None`` for a record that is not a bench sample."""
-    record = _shown(record)
-    if not _is_bench_sample(record) or record.verdict == "ungraded":
+    record = shown(record)
+    if not is_bench_sample(record) or record.verdict == "ungraded":
         return None  # a served run has an id but nothing to grade against
-    style = _verdict_style(record.verdict)
-    body = Text("\n").join(_grade_lines(record))
+    style = verdict_style(record.verdict)
+    body = Text("\n").join(grade_lines(record))
     return Panel(body, title=f"Grade: {record.verdict}", title_align="left", border_style=style)
 
 
@@ -169,7 +179,7 @@ class SampleListing:
             sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))
         ):
             line.append(": " if i == 0 else " · ")
-            line.append(f"{count} {verdict}", style=_verdict_style(verdict))
+            line.append(f"{count} {verdict}", style=verdict_style(verdict))
         known = [r.cost_usd for r in self.rows if r.cost_usd is not None]
         partial = len(known) < len(self.rows) or any(r.cost_partial for r in self.rows)
         if partial and not any(known):
@@ -195,10 +205,10 @@ class SampleListing:
         cells: list[RenderableType] = [Text(r.sample_id, style="cyan")]
         if self.epochs > 1:
             cells.append(str(r.epoch if r.epoch is not None else "-"))
-        cells += [Text(r.verdict, style=_verdict_style(r.verdict)), str(r.steps)]
+        cells += [Text(r.verdict, style=verdict_style(r.verdict)), str(r.steps)]
         cells.append(_row_cost(r))
         if full:
-            cells.append(f"{_fmt_tokens(r.input_tokens)}/{_fmt_tokens(r.output_tokens)}")
+            cells.append(f"{format_tokens(r.input_tokens)}/{format_tokens(r.output_tokens)}")
             cells.append(f"{r.wall_s:.1f}")
         return cells
 
@@ -234,7 +244,7 @@ class SampleListing:
             detail = Text("  ")
             if self.epochs > 1 and r.epoch is not None:
                 detail.append(f"epoch {r.epoch} · ")
-            detail.append(r.verdict, style=_verdict_style(r.verdict))
+            detail.append(r.verdict, style=verdict_style(r.verdict))
             detail.append(f" · {plural(r.steps, 'step')} · cost {_row_cost(r)}")
             lines.append(detail)
         return Group(*lines)

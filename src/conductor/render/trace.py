@@ -16,10 +16,10 @@ from rich.tree import Tree
 from ..record import CallRecord, RoundRecord, RunRecord
 from ..shapes import is_empty_workflow, round_plan, topology_kind
 from ..text import plural
-from .calls import _conductor_tries, _step_status, _totals_line, answer_panel
-from .format import _clip, _clip_middle, _one_line, _round_label, _shown, format_usd
-from .plan import _sees
-from .samples import _grade_lines, _is_bench_sample, _sample_heading, _verdict_style, grade_panel
+from .calls import answer_panel, conductor_tries, step_status, totals_line
+from .format import clip, clip_middle, format_usd, one_line, round_label, shown
+from .plan import sees_label
+from .samples import grade_lines, grade_panel, is_bench_sample, sample_heading, verdict_style
 
 
 def _conductor_table(rnd: RoundRecord) -> Table:
@@ -29,13 +29,13 @@ def _conductor_table(rnd: RoundRecord) -> Table:
     table.add_column("output / parse error", ratio=1, overflow="fold")
     table.add_column("tokens", justify="right", no_wrap=True)
     table.add_column("s", justify="right", no_wrap=True)
-    tries = _conductor_tries(rnd)
+    tries = conductor_tries(rnd)
     for k, c, st, err in tries:
-        body = Text(_clip_middle(c.reply))  # the prefill, if any, and the continuation
+        body = Text(clip_middle(c.reply))  # the prefill, if any, and the continuation
         if err:
             body.append(f"\nparse error: {err}", style="yellow")
         elif c.error:
-            body.append(f"\nerror: {_clip(c.error)}", style="red")
+            body.append(f"\nerror: {clip(c.error)}", style="red")
         status = Text(st + (" (cached)" if c.cached else ""))
         table.add_row(
             str(k),
@@ -62,36 +62,36 @@ def _steps_detail_table(rnd: RoundRecord, later: bool) -> Table:
     for s in rnd.steps:
         if s.status == "failed":
             out = Text(
-                f"failed ({s.call.error_kind or 'error'}): {_clip(s.call.error)}", style="red"
+                f"failed ({s.call.error_kind or 'error'}): {clip(s.call.error)}", style="red"
             )
         elif s.status == "skipped":
             out = Text("skipped", style="yellow")
         else:
-            out = Text(_clip(s.call.response if s.call.response is not None else s.answer))
+            out = Text(clip(s.call.response if s.call.response is not None else s.answer))
         if s.call.cached:
             out.append("\n(cached)", style="dim")
         table.add_row(
             str(s.index),
             Text(f"{s.worker_id}\n(Model {s.worker_index})"),
-            Text(_sees(plan[s.index], later).removeprefix("sees: ")),
-            Text(_clip(s.subtask)),
+            Text(sees_label(plan[s.index], later).removeprefix("sees: ")),
+            Text(clip(s.subtask)),
             out,
         )
     return table
 
 
 def _trace_table(record: RunRecord) -> Group:
-    parts: list[RenderableType] = [_sample_heading(record)] if _is_bench_sample(record) else []
+    parts: list[RenderableType] = [sample_heading(record)] if is_bench_sample(record) else []
     parts += [
         Panel(
-            Text(_clip(record.question, 1000)),
+            Text(clip(record.question, 1000)),
             title="Question",
             title_align="left",
             subtitle=f"run {record.run_id} · {record.status}",
         )
     ]
     for pos, rnd in enumerate(record.rounds, 1):
-        parts.append(Rule(f"{_round_label(pos)}: {topology_kind(rnd)}"))
+        parts.append(Rule(f"{round_label(pos)}: {topology_kind(rnd)}"))
         if rnd.conductor_calls or rnd.parse_errors:
             parts.append(_conductor_table(rnd))
         if rnd.steps:
@@ -104,18 +104,18 @@ def _trace_table(record: RunRecord) -> Group:
     grade = grade_panel(record)
     if grade is not None:
         parts.append(grade)
-    parts.append(Text(_totals_line(record.totals)))
+    parts.append(Text(totals_line(record.totals)))
     return Group(*parts)
 
 
 def _add_call(node: Tree, call: CallRecord) -> None:
     sent = node.add(Text(f"messages sent ({len(call.messages)})", style="dim"))
     for m in call.messages:
-        sent.add(Text(f"{m.get('role', '?')}: {_clip(m.get('content', ''))}"))
+        sent.add(Text(f"{m.get('role', '?')}: {clip(m.get('content', ''))}"))
     if call.error:
-        node.add(Text(f"error ({call.error_kind or 'error'}): {_clip(call.error)}", "red"))
+        node.add(Text(f"error ({call.error_kind or 'error'}): {clip(call.error)}", "red"))
     if call.response is not None:
-        node.add(Text(f"response: {_clip(call.response)}"))
+        node.add(Text(f"response: {clip(call.response)}"))
     queued = f" (after {call.queue_s:.2f} s queued)" if call.queue_s >= 0.005 else ""
     meta = (
         f"{call.latency_s:.2f} s{queued} · {call.input_tokens}/{call.output_tokens} tokens · "
@@ -125,18 +125,18 @@ def _add_call(node: Tree, call: CallRecord) -> None:
 
 
 def _trace_tree(record: RunRecord) -> Tree:
-    title = Text(f"Question: {_clip(record.question)}", style="bold")
-    if _is_bench_sample(record):
-        title = Text("\n").join([_sample_heading(record), title])
+    title = Text(f"Question: {clip(record.question)}", style="bold")
+    if is_bench_sample(record):
+        title = Text("\n").join([sample_heading(record), title])
     tree = Tree(title)
     for pos, rnd in enumerate(record.rounds, 1):
-        rnode = tree.add(Text(f"{_round_label(pos)}: {topology_kind(rnd)}", style="bold"))
+        rnode = tree.add(Text(f"{round_label(pos)}: {topology_kind(rnd)}", style="bold"))
         tries = plural(len(rnd.conductor_calls), "try", "tries")
         cnode = rnode.add(Text(f"Conductor ({tries})", style="magenta"))
-        for k, c, st, err in _conductor_tries(rnd):
+        for k, c, st, err in conductor_tries(rnd):
             label = f"try {k}: {st}"
             if err:
-                label += f": {_one_line(err, 120)}"
+                label += f": {one_line(err, 120)}"
             tnode = cnode.add(Text(label))
             _add_call(tnode, c)
         if is_empty_workflow(rnd):
@@ -146,24 +146,24 @@ def _trace_tree(record: RunRecord) -> Tree:
             snode = rnode.add(Text("Steps", style="bold"))
             for s in rnd.steps:
                 p = plan[s.index]
-                status = "" if s.status == "ok" else f" · {_step_status(s).plain}"
-                label = f"step {s.index} · {s.worker_id} · {_sees(p, pos > 1)}{status}"
+                status = "" if s.status == "ok" else f" · {step_status(s).plain}"
+                label = f"step {s.index} · {s.worker_id} · {sees_label(p, pos > 1)}{status}"
                 stnode = snode.add(Text(label, style="red" if s.status == "failed" else ""))
-                stnode.add(Text(f"subtask: {_clip(s.subtask)}", style="italic"))
+                stnode.add(Text(f"subtask: {clip(s.subtask)}", style="italic"))
                 _add_call(stnode, s.call)
-    tree.add(Text(f"Final answer: {_clip(record.final_answer)}", style="green bold"))
+    tree.add(Text(f"Final answer: {clip(record.final_answer)}", style="green bold"))
     if record.error:
-        tree.add(Text(f"Error: {_clip(record.error)}", style="red"))
-    if _is_bench_sample(record):
-        gnode = tree.add(Text(f"Grade: {record.verdict}", style=_verdict_style(record.verdict)))
-        for line in _grade_lines(record):
+        tree.add(Text(f"Error: {clip(record.error)}", style="red"))
+    if is_bench_sample(record):
+        gnode = tree.add(Text(f"Grade: {record.verdict}", style=verdict_style(record.verdict)))
+        for line in grade_lines(record):
             gnode.add(line)
     return tree
 
 
 def trace_renderable(record: RunRecord, fmt: Literal["table", "tree"]) -> RenderableType:
     """A detailed trace: ``"table"`` (tables per round) or ``"tree"`` (nested calls)."""
-    record = _shown(record)
+    record = shown(record)
     if fmt == "table":
         return _trace_table(record)
     if fmt == "tree":

@@ -7,12 +7,14 @@ from typing import Any
 
 from aiohttp import web
 
-from .fake_base import _ServerBase
+from .fake_base import ServerBase
 from .fake_script import FakeRequest, Fault
-from .fake_wire import _FINISH, _pieces
+from .fake_wire import finish_word, stream_pieces
+
+__all__ = ["AnthropicRoutes"]
 
 
-class _AnthropicRoutes(_ServerBase):
+class AnthropicRoutes(ServerBase):
     """The fake server's Anthropic messages (streaming included) routes."""
 
     async def _handle_anthropic(self, request: web.Request) -> web.StreamResponse:
@@ -36,7 +38,7 @@ class _AnthropicRoutes(_ServerBase):
                 "role": "assistant",
                 "model": fake.model,
                 "content": [{"type": "text", "text": result.text}],
-                "stop_reason": _FINISH["anthropic"][result.finish_reason or "stop"],
+                "stop_reason": finish_word("anthropic", result.finish_reason),
                 "stop_sequence": None,
                 "usage": {"input_tokens": prompt, "output_tokens": completion},
             }
@@ -52,7 +54,7 @@ class _AnthropicRoutes(_ServerBase):
         ident: str,
         finish_reason: str | None = None,
     ) -> web.StreamResponse:
-        stop = _FINISH["anthropic"][finish_reason or "stop"]
+        stop = finish_word("anthropic", finish_reason)
 
         def event(name: str, data: dict[str, Any]) -> bytes:
             data = {"type": name, **data}
@@ -77,7 +79,7 @@ class _AnthropicRoutes(_ServerBase):
         ]
         events += [
             event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": p}})
-            for p in _pieces(text)
+            for p in stream_pieces(text)
         ]
         events += [
             event("content_block_stop", {"index": 0}),

@@ -18,21 +18,13 @@ from typing import Any
 
 from aiohttp import web
 
-from .fake_script import FakeRequest, Fault, Protocol, Reply, _echo, _Script
-from .fake_wire import (
-    _ANTHROPIC_ERRORS,
-    _GEMINI_ERRORS,
-    _OPENAI_ERRORS,
-    _bearer,
-    _broken_reply,
-    _normalise_anthropic,
-    _normalise_gemini,
-    _normalise_openai,
-    _words,
-)
+from .fake_script import FakeRequest, Fault, Protocol, Reply, Script, echo
+from .fake_wire import bearer_token, broken_reply, error_payload, request_messages, word_count
+
+__all__ = ["ServerBase"]
 
 
-class _ServerBase:
+class ServerBase:
     """The state of a fake server and the request path every protocol shares: intake
     (parse, log, authenticate), the scripted answer and its latency, usage counts,
     error bodies, faults and server-sent events."""
@@ -41,8 +33,8 @@ class _ServerBase:
         self.expected_api_key = expected_api_key
         self.latency_s = latency_s
         self._lock = threading.Lock()
-        self._scripts: dict[str, _Script] = {}
-        self._default = _Script(_echo)
+        self._scripts: dict[str, Script] = {}
+        self._default = Script(echo)
         self._log: list[FakeRequest] = []
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -66,14 +58,12 @@ class _ServerBase:
         if model is None:
             model = str(body.get("model") or "")
         if protocol == "openai":
-            api_key = _bearer(headers)
-            messages = _normalise_openai(body)
+            api_key = bearer_token(headers)
         elif protocol == "anthropic":
-            api_key = headers.get("x-api-key") or _bearer(headers)
-            messages = _normalise_anthropic(body)
+            api_key = headers.get("x-api-key") or bearer_token(headers)
         else:
             api_key = headers.get("x-goog-api-key") or request.query.get("key")
-            messages = _normalise_gemini(body)
+        messages = request_messages(protocol, body)
         fake = FakeRequest(
             protocol=protocol,
             path=request.path,
@@ -115,29 +105,18 @@ class _ServerBase:
         prompt = (
             reply.input_tokens
             if reply.input_tokens is not None
-            else sum(_words(m["content"]) for m in fake.messages)
+            else sum(word_count(m["content"]) for m in fake.messages)
         )
-        completion = reply.output_tokens if reply.output_tokens is not None else _words(reply.text)
+        completion = (
+            reply.output_tokens if reply.output_tokens is not None else word_count(reply.text)
+        )
         return prompt, completion
 
     def _error(
         self, protocol: Protocol, status: int, message: str, headers: dict[str, str]
     ) -> web.Response:
         """An error response in `protocol`'s own body format."""
-        payload: dict[str, Any]
-        if protocol == "openai":
-            etype, code = _OPENAI_ERRORS.get(
-                status, ("server_error" if status >= 500 else "invalid_request_error", None)
-            )
-            payload = {"error": {"message": message, "type": etype, "param": None, "code": code}}
-        elif protocol == "anthropic":
-            etype = _ANTHROPIC_ERRORS.get(
-                status, "api_error" if status >= 500 else "invalid_request_error"
-            )
-            payload = {"type": "error", "error": {"type": etype, "message": message}}
-        else:
-            gstatus = _GEMINI_ERRORS.get(status, "INTERNAL" if status >= 500 else "UNKNOWN")
-            payload = {"error": {"code": status, "message": message, "status": gstatus}}
+        payload = error_payload(protocol, status, message)
         return web.json_response(payload, status=status, headers=headers)
 
     async def _fault(
@@ -167,7 +146,7 @@ class _ServerBase:
                 headers={"Content-Type": fault.content_type, **fault.headers},
             )
         if fault.shape is not None:
-            body = _broken_reply(protocol, fault.shape, fake, self._new_id("broken-"))
+            body = broken_reply(protocol, fault.shape, fake, self._new_id("broken-"))
             return web.json_response(body, status=fault.status, headers=fault.headers)
         return self._error(protocol, fault.status, fault.message, fault.headers)
 

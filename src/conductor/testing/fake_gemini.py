@@ -7,12 +7,14 @@ from typing import Any
 
 from aiohttp import web
 
-from .fake_base import _ServerBase
+from .fake_base import ServerBase
 from .fake_script import Fault
-from .fake_wire import _FINISH, _pieces
+from .fake_wire import finish_word, stream_pieces
+
+__all__ = ["GeminiRoutes"]
 
 
-class _GeminiRoutes(_ServerBase):
+class GeminiRoutes(ServerBase):
     """The fake server's Gemini ``generateContent`` and ``streamGenerateContent`` routes."""
 
     async def _handle_gemini(self, request: web.Request) -> web.StreamResponse:
@@ -29,7 +31,7 @@ class _GeminiRoutes(_ServerBase):
             return await self._fault(request, "gemini", result, fake)
         prompt, completion = self._usage(fake, result)
         response_id = self._new_id("")
-        finish = result.finish_reason or "stop"
+        finish = finish_word("gemini", result.finish_reason)
 
         def payload(text: str, final: bool) -> dict[str, Any]:
             candidate: dict[str, Any] = {
@@ -38,7 +40,7 @@ class _GeminiRoutes(_ServerBase):
             }
             data: dict[str, Any] = {"candidates": [candidate]}
             if final:
-                candidate["finishReason"] = _FINISH["gemini"][finish]
+                candidate["finishReason"] = finish
             data["usageMetadata"] = {
                 "promptTokenCount": prompt,
                 "candidatesTokenCount": completion if final else 0,
@@ -50,7 +52,7 @@ class _GeminiRoutes(_ServerBase):
 
         if method == "generateContent":
             return web.json_response(payload(result.text, True))
-        pieces = _pieces(result.text) or [""]
+        pieces = stream_pieces(result.text) or [""]
         if request.query.get("alt") == "sse":
             events = [
                 b"data: " + json.dumps(payload(p, i == len(pieces) - 1)).encode() + b"\r\n\r\n"

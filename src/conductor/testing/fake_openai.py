@@ -8,12 +8,14 @@ from typing import Any
 
 from aiohttp import web
 
-from .fake_base import _ServerBase
+from .fake_base import ServerBase
 from .fake_script import FakeRequest, Fault
-from .fake_wire import _FINISH, _pieces
+from .fake_wire import finish_word, stream_pieces
+
+__all__ = ["OpenAIRoutes"]
 
 
-class _OpenAIRoutes(_ServerBase):
+class OpenAIRoutes(ServerBase):
     """The fake server's OpenAI chat completions (streaming included) and the model list routes."""
 
     async def _handle_openai(self, request: web.Request) -> web.StreamResponse:
@@ -46,7 +48,7 @@ class _OpenAIRoutes(_ServerBase):
                         "index": 0,
                         "message": {"role": "assistant", "content": result.text, "refusal": None},
                         "logprobs": None,
-                        "finish_reason": _FINISH["openai"][result.finish_reason or "stop"],
+                        "finish_reason": finish_word("openai", result.finish_reason),
                     }
                 ],
                 "usage": usage,
@@ -84,8 +86,8 @@ class _OpenAIRoutes(_ServerBase):
             return [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
 
         events = [chunk(choice({"role": "assistant", "content": ""}))]
-        events += [chunk(choice({"content": piece})) for piece in _pieces(text)]
-        events.append(chunk(choice({}, _FINISH["openai"][finish_reason or "stop"])))
+        events += [chunk(choice({"content": piece})) for piece in stream_pieces(text)]
+        events.append(chunk(choice({}, finish_word("openai", finish_reason))))
         if include_usage:
             events.append(chunk([], usage=usage))
         events.append(b"data: [DONE]\n\n")

@@ -1,6 +1,7 @@
 """The scripting vocabulary of the fake LLM server: what a model answers (:class:`Reply`,
 :class:`Fault` and the broken shapes of :data:`SHAPES`), a request as the server received
-it (:class:`FakeRequest`), and responders with their position in a script.
+it (:class:`FakeRequest`), and responders (:class:`Script`, with their position in a
+script; :func:`echo`, the default).
 """
 
 from __future__ import annotations
@@ -8,6 +9,19 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
+
+__all__ = [
+    "SHAPES",
+    "FakeRequest",
+    "Fault",
+    "Protocol",
+    "Reply",
+    "Responder",
+    "ResponderResult",
+    "Script",
+    "Shape",
+    "echo",
+]
 
 Protocol = Literal["openai", "anthropic", "gemini"]
 
@@ -133,13 +147,14 @@ Responder: TypeAlias = (
 """A script: one item, a list (consumed in order, the last repeats) or a callable."""
 
 
-def _echo(request: FakeRequest) -> str:
+def echo(request: FakeRequest) -> str:
     """The built-in default: echo the start of the last user message."""
     return f"Echo: {request.last_user_message[:80]}"
 
 
-class _Script:
-    """A responder with its position, so lists are consumed in order."""
+class Script:
+    """A responder with its position, so lists are consumed in order: what the server
+    keeps per scripted model (and for the default)."""
 
     def __init__(self, responder: Responder) -> None:
         self.func: Callable[[FakeRequest], Any] | None = None

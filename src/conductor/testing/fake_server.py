@@ -35,9 +35,9 @@ import threading
 
 from aiohttp import web
 
-from .fake_anthropic import _AnthropicRoutes
-from .fake_gemini import _GeminiRoutes
-from .fake_openai import _OpenAIRoutes
+from .fake_anthropic import AnthropicRoutes
+from .fake_gemini import GeminiRoutes
+from .fake_openai import OpenAIRoutes
 from .fake_script import (
     SHAPES,
     FakeRequest,
@@ -45,9 +45,9 @@ from .fake_script import (
     Reply,
     Responder,
     ResponderResult,
+    Script,
     Shape,
-    _echo,
-    _Script,
+    echo,
 )
 
 __all__ = [
@@ -62,7 +62,7 @@ __all__ = [
 ]
 
 
-class FakeLLMServer(_OpenAIRoutes, _AnthropicRoutes, _GeminiRoutes):
+class FakeLLMServer(OpenAIRoutes, AnthropicRoutes, GeminiRoutes):
     """A fake OpenAI / Anthropic / Gemini server on 127.0.0.1, scripted per model name.
 
     Start it with `start()` or as a context manager. If `expected_api_key` is set, any request
@@ -180,13 +180,13 @@ class FakeLLMServer(_OpenAIRoutes, _AnthropicRoutes, _GeminiRoutes):
         A list is consumed in order, one item per request, and its last item repeats once it
         is exhausted. A callable gets the `FakeRequest` and returns (or awaits to) one item.
         """
-        compiled = _Script(responder)
+        compiled = Script(responder)
         with self._lock:
             self._scripts[model] = compiled
 
     def set_default(self, responder: Responder | None) -> None:
         """Script every model without its own script; None restores the built-in echo."""
-        compiled = _Script(_echo if responder is None else responder)
+        compiled = Script(echo if responder is None else responder)
         with self._lock:
             self._default = compiled
 
@@ -206,7 +206,7 @@ class FakeLLMServer(_OpenAIRoutes, _AnthropicRoutes, _GeminiRoutes):
         with self._lock:
             self._log.clear()
             self._scripts.clear()
-            self._default = _Script(_echo)
+            self._default = Script(echo)
 
 
 async def _cancel_pending() -> None:

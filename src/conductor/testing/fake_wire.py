@@ -1,6 +1,10 @@
 """Each provider's wire format as the fake server speaks it: request messages normalised
-to ``[{role, content}]``, API keys, error vocabularies by HTTP status, finish reasons,
-word-sized stream pieces, and reply bodies of a broken shape.
+to ``[{role, content}]`` (:func:`request_messages`), bearer API keys
+(:func:`bearer_token`), error bodies in each provider's vocabulary
+(:func:`error_payload`), finish reasons (:func:`finish_word`), word-sized stream pieces
+(:func:`stream_pieces`), token counts (:func:`word_count`) and reply bodies of a broken
+shape (:func:`broken_reply`).  The request path of ``fake_base`` and the routes of
+``fake_openai``, ``fake_anthropic`` and ``fake_gemini`` speak through these.
 """
 
 from __future__ import annotations
@@ -10,6 +14,16 @@ import time
 from typing import Any
 
 from .fake_script import FakeRequest, Protocol, Shape
+
+__all__ = [
+    "bearer_token",
+    "broken_reply",
+    "error_payload",
+    "finish_word",
+    "request_messages",
+    "stream_pieces",
+    "word_count",
+]
 
 # Error vocabularies of the three providers, by HTTP status.
 _OPENAI_ERRORS: dict[int, tuple[str, str | None]] = {
@@ -51,15 +65,40 @@ _FINISH: dict[Protocol, dict[str, str]] = {
     "gemini": {"stop": "STOP", "length": "MAX_TOKENS"},
 }
 
+
+def finish_word(protocol: Protocol, finish_reason: str | None) -> str:
+    """A :class:`~conductor.testing.Reply`'s `finish_reason` (``"stop"``, ``"length"``
+    or None for a normal stop) in `protocol`'s own words."""
+    return _FINISH[protocol][finish_reason or "stop"]
+
+
+def error_payload(protocol: Protocol, status: int, message: str) -> dict[str, Any]:
+    """The JSON body `protocol` answers an error of HTTP `status` with, in its own
+    vocabulary (a status it has no word for gets the generic one of its class)."""
+    if protocol == "openai":
+        etype, code = _OPENAI_ERRORS.get(
+            status, ("server_error" if status >= 500 else "invalid_request_error", None)
+        )
+        return {"error": {"message": message, "type": etype, "param": None, "code": code}}
+    if protocol == "anthropic":
+        etype = _ANTHROPIC_ERRORS.get(
+            status, "api_error" if status >= 500 else "invalid_request_error"
+        )
+        return {"type": "error", "error": {"type": etype, "message": message}}
+    gstatus = _GEMINI_ERRORS.get(status, "INTERNAL" if status >= 500 else "UNKNOWN")
+    return {"error": {"code": status, "message": message, "status": gstatus}}
+
+
 _PIECES = re.compile(r"\s*\S+\s*|\s+")
 
 
-def _pieces(text: str) -> list[str]:
+def stream_pieces(text: str) -> list[str]:
     """Split `text` into word-sized stream chunks that join back to it exactly."""
     return _PIECES.findall(text) or ([text] if text else [])
 
 
-def _words(text: str) -> int:
+def word_count(text: str) -> int:
+    """The whitespace word count of `text`: the fake server's token count."""
     return len(text.split())
 
 
@@ -128,16 +167,26 @@ def _normalise_gemini(body: dict[str, Any]) -> list[dict[str, str]]:
     return out
 
 
-def _bearer(headers: dict[str, str]) -> str | None:
+def request_messages(protocol: Protocol, body: dict[str, Any]) -> list[dict[str, str]]:
+    """The messages of a `protocol` request `body` as ``[{role, content}]`` (see
+    :class:`~conductor.testing.FakeRequest`)."""
+    if protocol == "openai":
+        return _normalise_openai(body)
+    if protocol == "anthropic":
+        return _normalise_anthropic(body)
+    return _normalise_gemini(body)
+
+
+def bearer_token(headers: dict[str, str]) -> str | None:
+    """The API key of an ``Authorization: Bearer`` header (`headers` with lower-case
+    names), or None without one."""
     auth = headers.get("authorization", "")
     if auth.lower().startswith("bearer "):
         return auth[7:].strip()
     return None
 
 
-def _broken_reply(
-    protocol: Protocol, shape: Shape, fake: FakeRequest, ident: str
-) -> dict[str, Any]:
+def broken_reply(protocol: Protocol, shape: Shape, fake: FakeRequest, ident: str) -> dict[str, Any]:
     """A reply body of `protocol` whose answer is broken as `shape` says (see `SHAPES`)."""
     text = "" if shape == "empty_text" else "unused"
     broken = "a reply that is a string, not an object"

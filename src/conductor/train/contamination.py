@@ -268,11 +268,11 @@ class _NotCached(Exception):
 
 def _benchmark_items(spec: BenchmarkSpec, data_file: str | None, seed: int) -> Iterator[_Item]:
     from ..datasets.samples import iter_samples
-    from ..datasets.sources import DatasetError, _url_cache_path
+    from ..datasets.sources import DatasetError, url_cache_path
 
     source = spec.source
     url = source.url if data_file is None and source.kind == "url" else None
-    if url is not None and not _url_cache_path(url).is_file():
+    if url is not None and not url_cache_path(url).is_file():
         raise _NotCached()
     hub = data_file is None and source.kind == "hf"
     started = False
@@ -292,9 +292,9 @@ def _plain_items(path: Path) -> Iterator[_Item]:
     """Questions of a plain data file: a question column (see
     :data:`PLAIN_QUESTION_COLUMNS`) and, optionally, a ``choices`` list or mapping."""
     from ..datasets.samples import MAX_ROW_BYTES
-    from ..datasets.sources import DataFileError, _file_rows
+    from ..datasets.sources import DataFileError, file_rows
 
-    for where, row in _file_rows(path, MAX_ROW_BYTES):
+    for where, row in file_rows(path, MAX_ROW_BYTES):
         column = next((c for c in PLAIN_QUESTION_COLUMNS if isinstance(row.get(c), str)), None)
         if column is None:
             raise DataFileError(

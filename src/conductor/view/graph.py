@@ -20,7 +20,7 @@ import re
 from html import escape
 
 from ..record import RunRecord
-from ..render.format import _one_line
+from ..render.format import one_line
 from ..shapes import PlanStep, plan_depths, round_plan, topology_kind
 from ..text import plural, printable
 
@@ -62,7 +62,7 @@ def _node(pos: int, p: PlanStep, x: float, y: float) -> str:
     fill, stroke = _COLOURS.get(p.status, _COLOURS["ok"])
     classes = "step" if p.status == "ok" else f"step {p.status}"
     dash = " stroke-dasharray='5 3'" if p.status in ("skipped", "planned") else ""
-    head = f"{p.index} · {_one_line(p.worker_id, WORKER_CHARS)}"
+    head = f"{p.index} · {one_line(p.worker_id, WORKER_CHARS)}"
     if p.status == "failed":
         head += f" ✗ {p.error_kind or 'failed'}"
     elif p.status == "skipped":
@@ -76,9 +76,9 @@ def _node(pos: int, p: PlanStep, x: float, y: float) -> str:
         f"<rect x='{x:g}' y='{y:g}' width='{NODE_W}' height='{NODE_H}' rx='6' "
         f"fill='{fill}' stroke='{stroke}' stroke-width='1.5'{dash}/>"
         f"<text x='{x + 8:g}' y='{y + 19:g}' font-size='12' font-weight='bold' "
-        f"fill='#222222'>{_text(_one_line(head, WORKER_CHARS + 24))}</text>"
+        f"fill='#222222'>{_text(one_line(head, WORKER_CHARS + 24))}</text>"
         f"<text x='{x + 8:g}' y='{y + 38:g}' font-size='11' fill='#555555'>"
-        f"{_text(_one_line(p.subtask, SUBTASK_CHARS))}</text>"
+        f"{_text(one_line(p.subtask, SUBTASK_CHARS))}</text>"
         "</g>"
     )
 
@@ -181,7 +181,7 @@ def workflow_svg(record: RunRecord, *, width: int | None = None) -> str:
         why = "no rounds ran" + (f": {record.error}" if record.error else "")
         body.append(
             f"<text x='{PAD}' y='{top + 17:g}' font-size='13' fill='#c0392b'>"
-            f"{_text(_one_line(why, 120))}</text>"
+            f"{_text(one_line(why, 120))}</text>"
         )
         top += ROUND_HEAD + ROUND_GAP
     natural_h = top - ROUND_GAP + PAD
