@@ -416,25 +416,6 @@ def load_benchmark(name_or_path: str | Path) -> BenchmarkSpec:
     return load_benchmark_text(text, source=str(path), path=path.resolve())
 
 
-def _main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m conductor.bench.spec", description="Benchmark file tools."
-    )
-    parser.add_argument(
-        "--readme-table",
-        action="store_true",
-        help="print the README's table of the columns --data needs per benchmark",
-    )
-    args = parser.parse_args(argv)
-    if not args.readme_table:
-        parser.error("nothing to do; pass --readme-table")
-    print(data_columns_table(), end="")
-
-
-if __name__ == "__main__":
-    _main()
-
-
 def _md_code(text: str) -> str:
     return "`" + text.replace("|", "\\|") + "`"
 
@@ -462,3 +443,22 @@ def data_columns_table(folder: Path | None = None) -> str:
             f"| `{path.stem}` | {', '.join(map(_md_code, columns.required))} | {optional} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m conductor.bench.spec", description="Benchmark file tools."
+    )
+    parser.add_argument(
+        "--readme-table",
+        action="store_true",
+        help="print the README's table of the columns --data needs per benchmark",
+    )
+    args = parser.parse_args(argv)
+    if not args.readme_table:
+        parser.error("nothing to do; pass --readme-table")
+    print(data_columns_table(), end="")
+
+
+if __name__ == "__main__":
+    _main()
