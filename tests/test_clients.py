@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
+from typing import ClassVar
 
 import pytest
 
@@ -19,8 +21,9 @@ from conductor.errors import (
 )
 from conductor.llm.base import ModelClient
 from conductor.llm.caller import ModelCaller
+from conductor.llm.capabilities import ClientCapabilities
 from conductor.llm.factory import make_client
-from conductor.llm.types import ModelRequest
+from conductor.llm.types import ModelRequest, RawCompletion, Usage
 from conductor.targets import Worker
 from conductor.testing import FakeLLMServer, Fault, Reply
 
@@ -280,3 +283,126 @@ def test_make_client_builds_the_registered_class(fake_server: FakeLLMServer) -> 
     assert type(make_client(Worker(id="b", model="m", client="http", api_base=base))) is (
         HttpClient
     )
+
+
+# --------------------------------------------------------------------------- capabilities
+
+
+def test_every_registered_client_class_declares_its_capabilities() -> None:
+    from conductor.llm.capabilities import ClientCapabilities
+    from conductor.llm.factory import CLIENTS, capabilities, client_class
+
+    for kind in CLIENTS:
+        cls = client_class(kind)
+        assert isinstance(cls, type)
+        declared = cls.__dict__.get("capabilities")  # on the class itself, not inherited
+        assert isinstance(declared, ClientCapabilities), kind
+        assert capabilities(kind) is declared
+    # What the layers around the clients used to read off the kind names.
+    assert {k for k in CLIENTS if capabilities(k).in_process} == {"local", "checkpoint"}
+    assert [k for k in CLIENTS if capabilities(k).routes_by_model] == ["litellm"]
+    assert capabilities("checkpoint").prefill == "chat_template"
+    assert capabilities("nope") == ClientCapabilities()  # no client: no capabilities
+
+
+def test_reading_capabilities_imports_no_sdk() -> None:
+    """The registry imports a client's module to read its class's capabilities: that
+    module must import no SDK (each imports its own on first send)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from conductor.llm.factory import CLIENTS, capabilities\n"
+        "for kind in CLIENTS: capabilities(kind)\n"
+        "heavy = ('litellm', 'openai', 'anthropic', 'google.genai', 'aiohttp', 'torch',\n"
+        "         'transformers', 'vllm', 'llama_cpp', 'cyllama')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
+
+
+class _FakeKindClient:
+    """A client of a kind no release has, registered by the test alone."""
+
+    capabilities: ClassVar[ClientCapabilities] = ClientCapabilities(
+        key_envs=("CONDUCTOR_TEST_FAKE_KIND_KEY",),
+        quota="fakeco",
+        prefill="api_base",
+        no_prefill="the fake API cannot continue an assistant message",
+        price_prefix="fakeco/",
+    )
+
+    def __init__(self, target: Worker) -> None:
+        self.target = target
+
+    async def prepare(self) -> None:
+        return None
+
+    async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
+        return RawCompletion(text="fake reply", usage=Usage(3, 2), raw={})
+
+    async def aclose(self) -> None:
+        return None
+
+
+class _FakeInProcessClient(_FakeKindClient):
+    capabilities: ClassVar[ClientCapabilities] = ClientCapabilities(in_process=True)
+
+
+@pytest.fixture
+def fake_kinds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two new kinds, each registered with one line, as a new client would be."""
+    import sys
+    import types
+
+    from conductor.llm import factory
+
+    module = types.ModuleType("conductor_test_fake_kind")
+    module.FakeKindClient = _FakeKindClient  # type: ignore[attr-defined]
+    module.FakeInProcessClient = _FakeInProcessClient  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(factory.CLIENTS, "fakeco", (module.__name__, "FakeKindClient"))  # type: ignore[arg-type]
+    monkeypatch.setitem(factory.CLIENTS, "fakelocal", (module.__name__, "FakeInProcessClient"))  # type: ignore[arg-type]
+    monkeypatch.delenv("CONDUCTOR_TEST_FAKE_KIND_KEY", raising=False)
+
+
+@pytest.mark.usefixtures("fake_kinds")
+async def test_a_new_client_kind_needs_only_its_class_and_a_registry_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from conductor.llm import cost
+    from conductor.llm.cost import failed_call_cost, price_for
+    from conductor.llm.keys import key_env_names, needed_key
+    from conductor.llm.limiter import provider_key, sample_capacity
+    from conductor.llm.prefill import continuation, prefill_message, unsupported_reason
+    from conductor.targets import Price
+
+    remote = Worker(id="r", model="m1", client="fakeco")  # type: ignore[arg-type]
+    local = Worker(id="l", model="m2", client="fakelocal")  # type: ignore[arg-type]
+    assert type(make_client(remote)) is _FakeKindClient
+    # Keys: its own variable, needed unless a server is named; none in-process.
+    assert needed_key(remote) == ("CONDUCTOR_TEST_FAKE_KIND_KEY",)
+    assert key_env_names(remote) == ("CONDUCTOR_TEST_FAKE_KIND_KEY",)
+    assert needed_key(local) == ()
+    # Quota: its provider's, or none in-process (and one loaded copy per model).
+    assert provider_key(remote) == "fakeco · default key"
+    assert provider_key(local) is None
+    assert sample_capacity([(local, 1), (replace(local, id="l2"), 1)]).samples == 1
+    # Prefill: continued by a named server only, else left out for its reason.
+    assert continuation(remote) is None and prefill_message(remote, "Go:") is None
+    assert unsupported_reason(remote) == "the fake API cannot continue an assistant message"
+    served = replace(remote, api_base="http://127.0.0.1:9/v1")
+    assert continuation(served) == "vllm"
+    # Price: the table under its prefix; free in-process.
+    monkeypatch.setattr(cost, "_table", {"fakeco/m1": {"input_cost_per_token": 1e-6}})
+    assert price_for(remote) == Price(1.0, 0.0)
+    assert price_for(local) == Price(0.0, 0.0) and failed_call_cost(local) == 0.0
+    # And a call goes through the caller like any other kind's.
+    caller = ModelCaller(local)
+    done = await caller.complete(ModelRequest(messages=({"role": "user", "content": "hi"},)))
+    assert (done.text, done.cost_usd) == ("fake reply", 0.0)
+    await caller.aclose()

@@ -167,13 +167,27 @@ def test_the_model_call_layer_imports_only_its_leaves() -> None:
 
 
 def test_no_client_imports_the_factory() -> None:
-    """The clients take what they share from the modules below them."""
-    importers = sorted(
-        name
-        for name, targets in llm_imports().items()
-        if any(target == "conductor.llm.factory" for target, _ in targets)
-    )
-    assert importers == ["conductor.llm.caller"]
+    """The clients take what they share from the modules below them: nothing a client
+    imports, directly or not, imports the factory.  The modules that ask the registry
+    about a kind's capabilities (keys, prefill, cost, limits, the caller) sit above."""
+    imports = llm_imports()
+    graph = {name: {t for t, _ in targets} for name, targets in imports.items()}
+    below: set[str] = set()
+    todo = list(registry_edges()["conductor.llm.factory"])
+    while todo:
+        name = todo.pop()
+        if name not in below:
+            below.add(name)
+            todo.extend(t for t in graph.get(name, ()) if t.startswith("conductor.llm."))
+    assert sorted(m for m in below if "conductor.llm.factory" in graph.get(m, ())) == []
+    importers = sorted(m for m, targets in graph.items() if "conductor.llm.factory" in targets)
+    assert importers == [
+        "conductor.llm.caller",
+        "conductor.llm.cost",
+        "conductor.llm.keys",
+        "conductor.llm.limiter",
+        "conductor.llm.prefill",
+    ]
 
 
 #: ARCHITECTURE.md's floors, bottom up: a module imports only from its own floor and the

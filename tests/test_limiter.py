@@ -21,12 +21,10 @@ from poolkit import worker as pool_worker
 
 from conductor.errors import RateLimitError
 from conductor.llm.caller import CallerSet, ModelCaller
-from conductor.llm.failures import error_for_status
+from conductor.llm.failures import error_for_status, parse_duration_s, reset_wait_s
 from conductor.llm.limiter import (
     AdaptiveLimiter,
-    parse_duration_s,
     provider_key,
-    reset_wait_s,
     sample_capacity,
 )
 from conductor.llm.types import ModelRequest

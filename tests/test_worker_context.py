@@ -14,7 +14,8 @@ from poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
 from conductor.conductors.spec import resolve_conductor
 from conductor.errors import PoolError
 from conductor.execute import Orchestrator, RunSettings
-from conductor.llm.prefill import CONTINUE_FIELDS, continuation, prefill_message
+from conductor.llm.prefill import continuation, prefill_message
+from conductor.llm.prefill_rules import CONTINUE_FIELDS
 from conductor.pool import Pool, load_pool, load_pool_text
 from conductor.record import RunRecord
 from conductor.targets import Worker, WorkerContext

@@ -30,7 +30,7 @@ from .errors import CONDUCTOR_TARGET, ModelCallError, UsageError, WorkflowParseE
 from .events import Event, EventSink, null_sink
 from .llm.cache import ResponseCache
 from .llm.caller import CallerSet
-from .llm.prefill import join_prefill
+from .llm.prefill_rules import join_prefill
 from .llm.types import Message, ModelRequest
 from .pool import Pool
 from .record import CallRecord, RoundRecord, RunRecord, now_iso

@@ -73,6 +73,11 @@ class Pool:
 # Field names, in the order the error messages list them.
 # Sampling settings that live in Worker.params rather than in their own fields.
 _SAMPLING_KEYS = ("temperature", "max_tokens", "top_p")
+# The keys of a ``client: local`` worker's model file, and the model it runs when it names
+# none, are the pool file's schema, kept here: the loader sits a floor below the model
+# calls (conductor.llm) and reads no client class, and a worker is checked as the file
+# is read, with the line it came from.  What a kind does with its calls is its client
+# class's ``capabilities`` (conductor.llm.capabilities).
 _LOCAL_ONLY_KEYS = ("model_path", "n_ctx", "n_threads", "n_gpu_layers")
 _TOP_KEYS = ("name", "description", "defaults", "context", "workers", "conductor")
 _DEFAULT_KEYS = (*_SAMPLING_KEYS, "timeout_s", "max_retries", "max_concurrency", "total_timeout_s")

@@ -30,7 +30,7 @@ from .errors import ModelCallError
 from .events import Event, EventSink, null_sink
 from .llm.caller import CallerSet
 from .llm.cost import failed_call_cost
-from .llm.prefill import join_prefill
+from .llm.prefill_rules import join_prefill
 from .llm.types import Completion, Message, ModelRequest
 from .record import CallRecord, RoundRecord, RunRecord, StepRecord, Totals, now_iso
 from .targets import Worker

@@ -29,7 +29,10 @@ __all__ = [
     "WorkerContext",
 ]
 
-#: How a target is called; each kind has one client class in :mod:`conductor.llm`.
+#: How a target is called; each kind has one client class in :mod:`conductor.llm`
+#: (registered in ``conductor.llm.factory.CLIENTS``, which also says what the kind can
+#: do: the class's ``capabilities``).  The names live here, below the model-call layer,
+#: because the pool loader checks a ``client:`` against them.
 ClientKind = Literal["litellm", "openai", "http", "anthropic", "google", "local", "checkpoint"]
 CLIENT_KINDS: tuple[ClientKind, ...] = get_args(ClientKind)
 #: Kinds only the Conductor's backend makes: ``checkpoint`` (a trained model loaded

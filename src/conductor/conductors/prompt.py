@@ -41,7 +41,8 @@ import yaml
 
 from ..configfile import ConfigReader, compose_yaml, node_line, read_config_file
 from ..errors import TemplateFileError, UsageError
-from ..llm.prefill import continuation, ends_with_prefill, prefill_message, prefill_of
+from ..llm.prefill import continuation, prefill_message
+from ..llm.prefill_rules import ends_with_prefill, prefill_of
 from ..llm.types import Message
 from ..shipped import resolve_shipped, shipped_names
 from ..targets import Worker

@@ -84,14 +84,14 @@ class Conductor:
     def check_prefill(self) -> None:
         """Refuse a template whose replies begin with a prefill when this Conductor's
         model cannot continue a reply (:class:`UsageError` naming the template)."""
-        from ..llm.prefill import continuation, unsupported_reason
+        from ..llm.prefill import continuation, continues_in_template, unsupported_reason
         from .prompt import load_conductor_template
 
         chat = load_conductor_template(self.template).chat
         if chat is None or not chat.has_prefill:
             return
         # An in-process checkpoint continues it through its tokenizer's chat template.
-        if self.target.client != "checkpoint" and continuation(self.target) is None:
+        if not continues_in_template(self.target) and continuation(self.target) is None:
             why = unsupported_reason(self.target)
             raise UsageError(
                 f"template {self.template!r} begins the Conductor's reply with a prefill, "

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ModelCallError
+from .apikey import resolve_api_key
+from .capabilities import ClientCapabilities
 from .failures import classify_sdk_error
-from .keys import DEFAULT_KEY_ENVS, resolve_api_key
 from .replies import anthropic_reply, body_of
 from .sdk import keyword_names, strip_prefix, with_backstop
 from .types import ModelRequest, RawCompletion
@@ -51,6 +52,10 @@ _DROPPED = frozenset({"reasoning_effort", "presence_penalty", "frequency_penalty
 class AnthropicClient:
     """One attempt at a message through ``anthropic.AsyncAnthropic``."""
 
+    capabilities: ClassVar[ClientCapabilities] = ClientCapabilities(
+        key_envs=("ANTHROPIC_API_KEY",), prefill="native"
+    )
+
     def __init__(self, target: Worker) -> None:
         self.target = target
         self._model = strip_prefix(target.model, _PREFIXES)
@@ -59,7 +64,7 @@ class AnthropicClient:
         self._accepted: frozenset[str] = ANTHROPIC_KWARGS
 
     def _sdk(self) -> Any:
-        key = resolve_api_key(self.target, DEFAULT_KEY_ENVS["anthropic"])
+        key = resolve_api_key(self.target, self.capabilities.key_envs)
         if self._client is None or key != self._key:
             import anthropic
 

@@ -22,7 +22,7 @@ from ..errors import (
 )
 from .cache import cache_key
 from .cost import cost_usd, price_for
-from .factory import make_client
+from .factory import capabilities_of, make_client
 from .failures import mask_error
 from .keys import known_secrets
 from .limiter import AdaptiveLimiter, CallGate, ProviderLimits, provider_key
@@ -38,9 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["REFUSED_AFTER_ANSWER_RETRIES", "CallerSet", "ModelCaller", "server_key"]
 
 _UNSET: Any = object()
-# Clients that run the model in this process with a seed fixed by the request: a retry
-# would reproduce the same reply.
-_IN_PROCESS = frozenset({"local", "checkpoint"})
 
 
 class ModelCaller:
@@ -190,9 +187,10 @@ class ModelCaller:
             raise mask_error(exc, secrets) from None
         self._answered.add(self._server)
         try:
-            return check_reply(
-                raw, self.target.id, secrets, deterministic=self.target.client in _IN_PROCESS
-            )
+            # An in-process model's seed is fixed by the request: a retry would
+            # reproduce the same reply.
+            deterministic = capabilities_of(self.target).in_process
+            return check_reply(raw, self.target.id, secrets, deterministic=deterministic)
         except ModelCallError as exc:
             raise mask_error(exc, secrets) from None
 

@@ -33,9 +33,10 @@ import asyncio
 import logging
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import BadRequestError, MissingDependencyError, RequestTimeoutError
+from .capabilities import ClientCapabilities
 
 # The registry's functions are re-exported: this module is where users look for them.
 from .checkpoint_load import (
@@ -128,6 +129,12 @@ class CheckpointClient:
     ``model`` is a checkpoint directory or ``hf:ORG/NAME[@REVISION]``.  Nothing is
     imported or loaded until the first :meth:`send`.
     """
+
+    # The grammar constrains the vLLM engine only (transformers ignores it, see the
+    # module docstring); response_format is ignored.
+    capabilities: ClassVar[ClientCapabilities] = ClientCapabilities(
+        in_process=True, prefill="chat_template", grammar="decoder"
+    )
 
     def __init__(self, target: Worker) -> None:
         for name in ("torch", "transformers"):

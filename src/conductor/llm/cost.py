@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import target_name
 from ..targets import Price
+from .factory import capabilities_of
 
 if TYPE_CHECKING:
     from ..targets import Worker
@@ -29,8 +30,6 @@ _table: dict[str, Any] | None = None
 _lock = threading.Lock()
 _warned: set[str] = set()
 _FREE = Price(0.0, 0.0)
-#: Clients that run the model in this process (llama.cpp, a transformers checkpoint).
-_IN_PROCESS: frozenset[str] = frozenset({"local", "checkpoint"})
 
 
 def price_table() -> dict[str, Any]:
@@ -73,7 +72,9 @@ def price_for(target: Worker) -> Price | None:
 
     Order: the pool's ``price`` override; ``Price(0, 0)`` for in-process models (local,
     checkpoint); litellm's table by the exact model string; then without the provider
-    prefix (``openai/gpt-4o`` -> ``gpt-4o``).
+    prefix (``openai/gpt-4o`` -> ``gpt-4o``), or, for a model without one, with the
+    prefix the table files its client's models under (``gemini/``, its capabilities'
+    ``price_prefix``).
     """
     fixed = _fixed_price(target)
     if fixed is not None:
@@ -83,8 +84,8 @@ def price_for(target: Worker) -> Price | None:
     candidates = [model]
     if "/" in model:
         candidates.append(model.split("/", 1)[1])
-    elif target.client == "google":
-        candidates.append(f"gemini/{model}")
+    elif (prefix := capabilities_of(target).price_prefix) is not None:
+        candidates.append(f"{prefix}{model}")
     for name in candidates:
         price = _entry_price(table.get(name))
         if price is not None:
@@ -105,7 +106,7 @@ def _fixed_price(target: Worker) -> Price | None:
     runs in this process."""
     if target.price is not None:
         return target.price
-    if target.client in _IN_PROCESS:
+    if capabilities_of(target).in_process:
         return _FREE
     return None
 

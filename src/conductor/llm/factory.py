@@ -1,9 +1,16 @@
-"""Pick the client class for a worker: one registry from client kind to client class.
+"""Pick the client class for a worker, and say what its kind can do: one registry from
+client kind to client class.
 
-No SDK is imported here: a client's module is imported when a worker of its kind first
-needs one, and each client imports its own SDK lazily, on first send.  The helpers the
-clients share live below them (:mod:`conductor.llm.keys`, :mod:`conductor.llm.sdk`,
-:mod:`conductor.llm.failures`), so no client imports this module.
+A kind's capabilities (:class:`~conductor.llm.capabilities.ClientCapabilities`) are
+declared by its client class as ``capabilities`` and read here
+(:func:`capabilities_of`), so that a new kind is one class and one line in
+:data:`CLIENTS`.  No SDK is imported here: a client's module is imported when a worker
+of its kind first needs one, or its capabilities are first asked for (the client
+modules import no SDK at module level: each imports its own on first send).  The
+helpers the clients share live below them (:mod:`conductor.llm.apikey`,
+:mod:`conductor.llm.prefill_rules`, :mod:`conductor.llm.sdk`,
+:mod:`conductor.llm.failures`), so no client imports this module; the modules that ask
+about kinds (keys, prefill, cost, limits, the caller) import it from above.
 """
 
 from __future__ import annotations
@@ -14,12 +21,13 @@ from typing import TYPE_CHECKING, cast
 
 from ..errors import UsageError, target_name
 from ..targets import POOL_CLIENT_KINDS, ClientKind
+from .capabilities import NO_CAPABILITIES, ClientCapabilities
 
 if TYPE_CHECKING:
     from ..targets import Worker
     from .base import ModelClient
 
-__all__ = ["CLIENTS", "client_class", "make_client"]
+__all__ = ["CLIENTS", "capabilities", "capabilities_of", "client_class", "make_client"]
 
 #: Each client kind (a worker's ``client`` setting) and the class that serves it, as
 #: (module in this package, class name): imported only when first asked for.
@@ -44,6 +52,24 @@ def client_class(kind: str) -> Callable[[Worker], ModelClient] | None:
     module_name, class_name = entry
     module = importlib.import_module(module_name, __package__)
     return cast("Callable[[Worker], ModelClient]", getattr(module, class_name))
+
+
+def capabilities(kind: str) -> ClientCapabilities:
+    """What clients of ``kind`` can do, as their class declares it (its module imported
+    now, no SDK with it); :data:`~conductor.llm.capabilities.NO_CAPABILITIES` for a kind
+    no client serves (making one is what says it is unknown)."""
+    cls = client_class(kind)
+    if cls is None:
+        return NO_CAPABILITIES
+    declared = getattr(cls, "capabilities", None)
+    if not isinstance(declared, ClientCapabilities):
+        raise TypeError(f"client class {cls!r} declares no ClientCapabilities as `capabilities`")
+    return declared
+
+
+def capabilities_of(target: Worker) -> ClientCapabilities:
+    """What ``target``'s client kind can do (a worker naming none is litellm's)."""
+    return capabilities(target.client or "litellm")
 
 
 def make_client(target: Worker) -> ModelClient:

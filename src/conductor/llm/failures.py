@@ -6,7 +6,8 @@ status, the provider's message and the response headers become the right
 :func:`make_error`); a connection that could not be made becomes one naming the host
 and what to do (:func:`network_error`); an SDK's own exception is classified by
 :func:`classify_sdk_error`.  Secrets are masked on the way (:func:`scrub`,
-:func:`mask_error`).
+:func:`mask_error`).  How long a rate limit asks to wait is read from the response's
+headers (:func:`parse_retry_after`, :func:`reset_wait_s`).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import re
 import socket
 import time
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
@@ -34,7 +37,6 @@ from ..errors import (
     ServerError,
     host_port,
 )
-from .limiter import reset_wait_s
 from .replies import bad_response
 
 __all__ = [
@@ -45,7 +47,9 @@ __all__ = [
     "mask_error",
     "message_from_body",
     "network_error",
+    "parse_duration_s",
     "parse_retry_after",
+    "reset_wait_s",
     "scrub",
     "timeout_error",
     "unreadable_body_error",
@@ -82,6 +86,86 @@ def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
     if when is None:
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration_s(text: str) -> float | None:
+    """Seconds in a Go-style duration as OpenAI sends it (``1s``, ``6m0s``, ``20ms``,
+    ``1h2m3.5s``); a bare number is seconds.  ``None`` if it is neither."""
+    text = text.strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    pos, total = 0, 0.0
+    for m in _DURATION_PART.finditer(text):
+        if m.start() != pos:
+            return None
+        total += float(m.group(1)) * _UNIT_S[m.group(2)]
+        pos = m.end()
+    return total if pos == len(text) and pos > 0 else None
+
+
+def _seconds_until(text: str, now: float) -> float | None:
+    """Seconds from ``now`` (epoch) to an RFC 3339 time (Anthropic's reset headers)."""
+    value = text.strip()
+    if value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"  # fromisoformat takes "Z" only from 3.11
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, when.timestamp() - now)
+
+
+# (remaining header, reset header, whether the reset is a duration or a time)
+_RESET_HEADERS: tuple[tuple[str, str, bool], ...] = (
+    ("x-ratelimit-remaining-requests", "x-ratelimit-reset-requests", True),
+    ("x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens", True),
+    *(
+        (f"anthropic-ratelimit-{what}-remaining", f"anthropic-ratelimit-{what}-reset", False)
+        for what in ("requests", "tokens", "input-tokens", "output-tokens")
+    ),
+)
+
+
+def reset_wait_s(headers: Mapping[str, str] | None, *, now: float | None = None) -> float | None:
+    """Seconds until the exhausted limit resets, from the providers' reset headers.
+
+    Reads OpenAI's ``x-ratelimit-reset-{requests,tokens}`` (durations such as ``6m0s``)
+    and Anthropic's ``anthropic-ratelimit-*-reset`` (RFC 3339 times).  A limit whose
+    ``remaining`` header says calls are left is not what refused the call and is
+    skipped; of the rest, the latest reset is what must pass.  ``None`` when no header
+    applies.  (``Retry-After`` is read by :func:`parse_retry_after`;
+    it wins when present.)
+    """
+    if not headers:
+        return None
+    if isinstance(headers, dict):
+        # A plain dict is case-sensitive, unlike httpx's and aiohttp's header types.
+        headers = {str(k).lower(): str(v) for k, v in headers.items()}
+    clock = time.time() if now is None else now
+    waits: list[float] = []
+    for remaining_name, reset_name, is_duration in _RESET_HEADERS:
+        reset = headers.get(reset_name)
+        if reset is None:
+            continue
+        remaining = headers.get(remaining_name)
+        if remaining is not None:
+            try:
+                if float(remaining) > 0:
+                    continue
+            except ValueError:
+                pass
+        wait = parse_duration_s(reset) if is_duration else _seconds_until(reset, clock)
+        if wait is not None:
+            waits.append(wait)
+    return max(waits) if waits else None
 
 
 def message_from_body(body: Any) -> str | None:

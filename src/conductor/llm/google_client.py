@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ModelCallError
+from .apikey import resolve_api_key
+from .capabilities import ClientCapabilities
 from .failures import (
     connection_error,
     error_for_status,
@@ -22,7 +24,6 @@ from .failures import (
     timeout_error,
     unreadable_body_error,
 )
-from .keys import DEFAULT_KEY_ENVS, resolve_api_key
 from .replies import body_of, gemini_reply
 from .sdk import strip_prefix, with_backstop
 from .types import ModelRequest, RawCompletion
@@ -56,6 +57,14 @@ _DEFAULT_BASE = "https://generativelanguage.googleapis.com"
 class GoogleClient:
     """One attempt at ``generate_content`` through ``google.genai.Client(...).aio``."""
 
+    # response_format asks for a JSON reply (response_mime_type), nothing finer.
+    capabilities: ClassVar[ClientCapabilities] = ClientCapabilities(
+        key_envs=("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+        no_prefill="the Gemini API cannot continue an assistant message",
+        response_format=True,
+        price_prefix="gemini/",
+    )
+
     def __init__(self, target: Worker) -> None:
         self.target = target
         self._model = strip_prefix(target.model, _PREFIXES)
@@ -65,7 +74,7 @@ class GoogleClient:
         self._client_timeout_ms = max(1, int(target.timeout_s * 1000))
 
     def _sdk(self) -> Any:
-        key = resolve_api_key(self.target, DEFAULT_KEY_ENVS["google"])
+        key = resolve_api_key(self.target, self.capabilities.key_envs)
         if self._client is None or key != self._key:
             from google import genai
             from google.genai import types

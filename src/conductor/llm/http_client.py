@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from .apikey import resolve_api_key
+from .capabilities import ClientCapabilities
 from .failures import (
     connection_error,
     error_for_status,
@@ -23,8 +25,7 @@ from .failures import (
     scrub,
     timeout_error,
 )
-from .keys import DEFAULT_KEY_ENVS, resolve_api_key
-from .prefill import continue_fields
+from .prefill_rules import continue_fields
 from .replies import bad_response, openai_reply
 from .sdk import strip_prefix, with_backstop
 from .types import Message, ModelRequest, RawCompletion
@@ -44,6 +45,16 @@ _CONNECT_GRACE_S = 0.25
 class HttpClient:
     """One attempt at ``POST {api_base}/chat/completions`` over a shared aiohttp session."""
 
+    # The OpenAI protocol: OpenAI's key and quota when no api_base names a server.
+    capabilities: ClassVar[ClientCapabilities] = ClientCapabilities(
+        key_envs=("OPENAI_API_KEY",),
+        quota="openai",
+        prefill="api_base",
+        no_prefill="OpenAI's own API cannot continue an assistant message (an api_base server can)",
+        grammar="guided",
+        response_format=True,
+    )
+
     def __init__(self, target: Worker) -> None:
         self.target = target
         self._model = strip_prefix(target.model, ("openai/", "hosted_vllm/"))
@@ -54,7 +65,7 @@ class HttpClient:
     def _open(self) -> aiohttp.ClientSession:
         import aiohttp
 
-        self._key = resolve_api_key(self.target, DEFAULT_KEY_ENVS["http"])
+        self._key = resolve_api_key(self.target, self.capabilities.key_envs)
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
         self._session = aiohttp.ClientSession(
             connector=connector,
@@ -76,7 +87,7 @@ class HttpClient:
             "model": self._model,
             "messages": messages,
             # A final assistant message is a prefill for a vLLM-style server to continue.
-            **continue_fields(self.target, request.messages),
+            **continue_fields(self.capabilities.prefill, self.target, request.messages),
             **request.params,
         }
         body.pop("extra_headers", None)

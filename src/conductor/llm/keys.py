@@ -1,8 +1,11 @@
-"""Where a worker's API key comes from, which values to mask, and which keys a run
-lacks before it starts: the rules every client shares.
+"""Which keys a run lacks before it starts, and which values to mask: the checks made
+on every target, by the rules its client kind declares (its capabilities' ``key_envs``,
+``in_process`` and ``routes_by_model``).
 
-A key is read from its variable when a client is made or a call is checked, and never
-stored anywhere else.
+How a client reads its key when it is made is :mod:`conductor.llm.apikey`, below the
+clients; these checks ask the registry about each kind, so they sit above them.  A key
+is read from its variable when a client is made or a call is checked, and never stored
+anywhere else.
 """
 
 from __future__ import annotations
@@ -11,83 +14,44 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..errors import AuthenticationError, MissingKeysError
+from ..errors import MissingKeysError
 from ..text import joined, targets_named
-from .failures import make_error
+from .apikey import PLACEHOLDER_KEY, PROVIDER_KEY_ENVS
+from .factory import capabilities_of
 from .sdk import import_litellm
 
 if TYPE_CHECKING:
     from ..targets import Worker
 
 __all__ = [
-    "DEFAULT_KEY_ENVS",
-    "PLACEHOLDER_KEY",
     "key_env_names",
     "known_secrets",
     "missing_keys",
     "needed_key",
     "require_keys",
-    "resolve_api_key",
 ]
-
-#: Sent to local OpenAI-compatible servers (vLLM, Ollama) that want a key but check none.
-PLACEHOLDER_KEY = "not-needed"
-
-#: The variables each client kind (or litellm provider prefix) reads a key from when
-#: the worker names none.
-DEFAULT_KEY_ENVS: dict[str, tuple[str, ...]] = {
-    "openai": ("OPENAI_API_KEY",),
-    "http": ("OPENAI_API_KEY",),
-    "anthropic": ("ANTHROPIC_API_KEY",),
-    "google": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
-    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
-    "vertex_ai": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
-    "hosted_vllm": ("HOSTED_VLLM_API_KEY",),
-}
 
 #: Shorter values are not masked: they are not keys, and masking them would mangle text.
 _MIN_SECRET_CHARS = 8
-
-
-def resolve_api_key(target: Worker, default_envs: tuple[str, ...]) -> str:
-    """The API key for ``target``, read from the environment now.
-
-    ``target.api_key_env`` names the variable; without it the provider's usual
-    variables are tried in order.  With no key but an ``api_base`` (a local server)
-    a placeholder is returned; with neither, :class:`AuthenticationError` says which
-    variable to set.
-    """
-    names = (target.api_key_env,) if target.api_key_env else default_envs
-    for name in names:
-        value = os.environ.get(name)
-        if value:
-            return value
-    if target.api_base:
-        return PLACEHOLDER_KEY
-    wanted = " or ".join(names)
-    raise make_error(
-        AuthenticationError,
-        target=target.id,
-        provider_message=f"no API key: set the environment variable {wanted}",
-    )
 
 
 def needed_key(target: Worker) -> tuple[str, ...]:
     """The variables of which one must be set before ``target`` can be called, or ()
     when its key is set or it needs none (an in-process model, or a local server named
     by ``api_base``, which gets the placeholder key).  The same rules as the clients'
-    own look-up (:func:`resolve_api_key`, and litellm's for a litellm worker that names
-    no variable), applied before any call."""
-    kind = target.client or "litellm"
-    if kind in ("local", "checkpoint"):
+    own look-up (:func:`~conductor.llm.apikey.resolve_api_key`, and litellm's for a
+    worker whose model picks its provider and names no variable), applied before any
+    call."""
+    caps = capabilities_of(target)
+    if caps.in_process:
         return ()
     if target.api_key_env:
         names: tuple[str, ...] = (target.api_key_env,)
-    elif kind == "litellm":
+    elif caps.routes_by_model:
         # litellm finds its own key; a local server gets the placeholder.
         names = () if target.api_base else _litellm_key_names(target.model)
     else:
-        names = DEFAULT_KEY_ENVS.get(kind, ())
+        names = caps.key_envs
     if not names or target.api_base or any(os.environ.get(name) for name in names):
         return ()
     return names
@@ -141,14 +105,15 @@ def require_keys(targets: Iterable[Worker]) -> None:
 
 def key_env_names(target: Worker) -> tuple[str, ...]:
     """Every variable ``target``'s key may come from: its ``api_key_env``, the defaults
-    of its client kind, and for litellm those of the model's provider prefix (litellm
-    reads ``{PROVIDER}_API_KEY`` itself when the worker names no variable)."""
+    of its client kind, and where the model picks the provider (litellm) those of the
+    model's provider prefix (litellm reads ``{PROVIDER}_API_KEY`` itself when the worker
+    names no variable)."""
     names: list[str] = [target.api_key_env] if target.api_key_env else []
-    kind = target.client or "litellm"
-    names.extend(DEFAULT_KEY_ENVS.get(kind, ()))
-    if kind == "litellm":
+    caps = capabilities_of(target)
+    names.extend(caps.key_envs)
+    if caps.routes_by_model:
         provider = target.model.split("/", 1)[0] if "/" in target.model else "openai"
-        names.extend(DEFAULT_KEY_ENVS.get(provider, ()))
+        names.extend(PROVIDER_KEY_ENVS.get(provider, ()))
         names.append(f"{provider.upper()}_API_KEY")
     return tuple(dict.fromkeys(names))
 

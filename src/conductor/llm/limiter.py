@@ -6,10 +6,11 @@ against.  Its identity (see :func:`provider_key`) is:
 - with an ``api_base``: that endpoint plus the name of the key variable
   (``api_key_env``), whatever the client kind, because one server behind one key is
   one quota however it is reached;
-- without one: the provider (``openai`` for the ``openai`` and ``http`` clients, which
-  both default to OpenAI's API and ``OPENAI_API_KEY``; ``anthropic``; ``google``;
-  ``litellm/<prefix>`` for litellm models, by their provider prefix) plus the key
-  variable's name.
+- without one: the provider, as the client class declares it (its capabilities'
+  ``quota`` and ``routes_by_model``: ``openai`` for the ``openai`` and ``http``
+  clients, which both default to OpenAI's API and ``OPENAI_API_KEY``; ``anthropic``;
+  ``google``; ``litellm/<prefix>`` for litellm models, by their provider prefix) plus
+  the key variable's name.
 
 Only variable *names* enter the identity, never a key's value, so the identity can be
 logged and written to a run's summary.  In-process clients (``local``,
@@ -22,9 +23,9 @@ start) and never exceeds that sum.  A rate-limit error cuts the limit by a facto
 that were all sent under the old limit counts as one signal); every ``limit``
 successes since the last change add one slot (additive increase).  When the 429 says
 how long to wait (``Retry-After``, ``retry-after-ms``, or the providers' reset headers,
-read by :func:`reset_wait_s`), the key is paused until then: new attempts queue instead
-of hammering the provider.  Each target's own ``max_concurrency`` stays a hard cap on
-its own attempts (:class:`CallGate`).
+read by :func:`conductor.llm.failures.reset_wait_s`), the key is paused until then: new
+attempts queue instead of hammering the provider.  Each target's own
+``max_concurrency`` stays a hard cap on its own attempts (:class:`CallGate`).
 
 Slots are held per *attempt*, not per call: a call that failed and sleeps before its
 retry holds no slot, so the capacity it would idle goes to other calls, and its retry
@@ -36,15 +37,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import RateLimitError
+from .factory import capabilities_of
 
 if TYPE_CHECKING:
     from ..targets import Worker
@@ -56,16 +56,11 @@ __all__ = [
     "ProviderLimits",
     "SampleCapacity",
     "SampleShare",
-    "parse_duration_s",
     "provider_key",
-    "reset_wait_s",
     "sample_capacity",
 ]
 
 T = TypeVar("T")
-
-#: Clients that run in this process: no provider quota to share.
-_IN_PROCESS = frozenset({"local", "checkpoint"})
 
 #: How many limit changes each key keeps (the newest); older ones are counted only.
 HISTORY_SIZE = 200
@@ -80,101 +75,18 @@ def provider_key(target: Worker) -> str | None:
     ``None`` for in-process clients.  See the module docstring for the rules.
     """
     kind = target.client or "litellm"
-    if kind in _IN_PROCESS:
+    caps = capabilities_of(target)
+    if caps.in_process:  # no provider quota to share
         return None
     key_var = f"${target.api_key_env}" if target.api_key_env else "default key"
     if target.api_base:
         return f"{target.api_base.rstrip('/')} · {key_var}"
-    if kind == "litellm":
+    if caps.routes_by_model:
         prefix, sep, _ = target.model.partition("/")
-        provider = f"litellm/{prefix}" if sep else "litellm"
-    elif kind == "http":
-        provider = "openai"
+        provider = f"{kind}/{prefix}" if sep else kind
     else:
-        provider = kind
+        provider = caps.quota or kind
     return f"{provider} · {key_var}"
-
-
-# --------------------------------------------------------------------------- headers
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
-_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
-def parse_duration_s(text: str) -> float | None:
-    """Seconds in a Go-style duration as OpenAI sends it (``1s``, ``6m0s``, ``20ms``,
-    ``1h2m3.5s``); a bare number is seconds.  ``None`` if it is neither."""
-    text = text.strip()
-    try:
-        return max(0.0, float(text))
-    except ValueError:
-        pass
-    pos, total = 0, 0.0
-    for m in _DURATION_PART.finditer(text):
-        if m.start() != pos:
-            return None
-        total += float(m.group(1)) * _UNIT_S[m.group(2)]
-        pos = m.end()
-    return total if pos == len(text) and pos > 0 else None
-
-
-def _seconds_until(text: str, now: float) -> float | None:
-    """Seconds from ``now`` (epoch) to an RFC 3339 time (Anthropic's reset headers)."""
-    value = text.strip()
-    if value.endswith(("Z", "z")):
-        value = value[:-1] + "+00:00"  # fromisoformat takes "Z" only from 3.11
-    try:
-        when = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, when.timestamp() - now)
-
-
-# (remaining header, reset header, whether the reset is a duration or a time)
-_RESET_HEADERS: tuple[tuple[str, str, bool], ...] = (
-    ("x-ratelimit-remaining-requests", "x-ratelimit-reset-requests", True),
-    ("x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens", True),
-    *(
-        (f"anthropic-ratelimit-{what}-remaining", f"anthropic-ratelimit-{what}-reset", False)
-        for what in ("requests", "tokens", "input-tokens", "output-tokens")
-    ),
-)
-
-
-def reset_wait_s(headers: Mapping[str, str] | None, *, now: float | None = None) -> float | None:
-    """Seconds until the exhausted limit resets, from the providers' reset headers.
-
-    Reads OpenAI's ``x-ratelimit-reset-{requests,tokens}`` (durations such as ``6m0s``)
-    and Anthropic's ``anthropic-ratelimit-*-reset`` (RFC 3339 times).  A limit whose
-    ``remaining`` header says calls are left is not what refused the call and is
-    skipped; of the rest, the latest reset is what must pass.  ``None`` when no header
-    applies.  (``Retry-After`` is read by :func:`conductor.llm.retry.parse_retry_after`;
-    it wins when present.)
-    """
-    if not headers:
-        return None
-    if isinstance(headers, dict):
-        # A plain dict is case-sensitive, unlike httpx's and aiohttp's header types.
-        headers = {str(k).lower(): str(v) for k, v in headers.items()}
-    clock = time.time() if now is None else now
-    waits: list[float] = []
-    for remaining_name, reset_name, is_duration in _RESET_HEADERS:
-        reset = headers.get(reset_name)
-        if reset is None:
-            continue
-        remaining = headers.get(remaining_name)
-        if remaining is not None:
-            try:
-                if float(remaining) > 0:
-                    continue
-            except ValueError:
-                pass
-        wait = parse_duration_s(reset) if is_duration else _seconds_until(reset, clock)
-        if wait is not None:
-            waits.append(wait)
-    return max(waits) if waits else None
 
 
 # --------------------------------------------------------------------------- limiter
@@ -489,9 +401,8 @@ class SampleCapacity:
 def _served_by(target: Worker) -> tuple[str, ...]:
     """Which model answers ``target``'s calls: in-process targets naming one model file
     share one loaded copy (one call at a time); any other target is its own."""
-    kind = target.client or "litellm"
-    if kind in _IN_PROCESS:
-        return (kind, target.model_path or target.model)
+    if capabilities_of(target).in_process:
+        return (target.client or "litellm", target.model_path or target.model)
     return ("target", target.id)
 
 

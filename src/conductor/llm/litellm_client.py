@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ModelCallError
+from .apikey import PLACEHOLDER_KEY, PROVIDER_KEY_ENVS, resolve_api_key
+from .capabilities import ClientCapabilities
 from .failures import (
     connection_error,
     error_for_status,
@@ -21,8 +23,7 @@ from .failures import (
     scrub,
     timeout_error,
 )
-from .keys import DEFAULT_KEY_ENVS, PLACEHOLDER_KEY, resolve_api_key
-from .prefill import continue_fields
+from .prefill_rules import OPENAI_COMPATIBLE_PREFIXES, continue_fields
 from .replies import bad_response, body_of, openai_reply
 from .sdk import import_litellm, with_backstop
 from .types import ModelRequest, RawCompletion
@@ -35,22 +36,29 @@ __all__ = ["LiteLLMClient", "provider_message_of"]
 # The variables litellm reads for each provider prefix; used only to decide whether a
 # placeholder key is needed for a local server.
 _PROVIDER_ENVS: dict[str, tuple[str, ...]] = {
-    p: DEFAULT_KEY_ENVS[p] for p in ("openai", "anthropic", "gemini", "hosted_vllm")
+    p: PROVIDER_KEY_ENVS[p] for p in ("openai", "anthropic", "gemini", "hosted_vllm")
 }
-# Providers that speak the OpenAI protocol and accept vLLM's guided decoding fields.
-_OPENAI_COMPATIBLE = ("openai/", "hosted_vllm/")
 _PREFIX_RE = re.compile(r"^(?:litellm\.\w+:\s*)?(?:\w+Error:\s*)?(?:\w+Exception\s*-\s*)?")
 
 
 class LiteLLMClient:
     """One attempt at a chat completion through ``litellm.acompletion``."""
 
+    # The model's provider prefix picks the provider: its key (litellm finds it),
+    # its quota, whether it continues a prefill and takes vLLM's guided grammar.
+    capabilities: ClassVar[ClientCapabilities] = ClientCapabilities(
+        routes_by_model=True,
+        prefill="model_prefix",
+        grammar="guided_model_prefix",
+        response_format=True,
+    )
+
     def __init__(self, target: Worker) -> None:
         self.target = target
         self._system: list[dict[str, str]] = (
             [{"role": "system", "content": target.system_prompt}] if target.system_prompt else []
         )
-        self._openai_compatible = target.model.startswith(_OPENAI_COMPATIBLE)
+        self._openai_compatible = target.model.startswith(OPENAI_COMPATIBLE_PREFIXES)
         self._key: str | None = None
 
     def _api_key(self) -> str | None:
@@ -84,7 +92,7 @@ class LiteLLMClient:
             kwargs["extra_body"] = extra
         # A final assistant message is a prefill for a vLLM-style server to continue
         # (Anthropic continues one by itself).
-        continuing = continue_fields(self.target, request.messages)
+        continuing = continue_fields(self.capabilities.prefill, self.target, request.messages)
         if continuing:
             kwargs["extra_body"] = {**continuing, **(kwargs.get("extra_body") or {})}
         return kwargs

@@ -19,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import BadRequestError, ModelCallError, RequestTimeoutError
+from .capabilities import ClientCapabilities
 from .local_model import (
     HostFailure,
     ModelHost,
@@ -75,6 +76,13 @@ class LocalClient:
     :class:`~conductor.errors.MissingDependencyError`); the model itself is loaded on
     the first :meth:`send`.
     """
+
+    # response_format is ignored (the grammar is how a local reply is constrained).
+    capabilities: ClassVar[ClientCapabilities] = ClientCapabilities(
+        in_process=True,
+        no_prefill="llama.cpp's chat handler builds the prompt itself, so there is none to extend",
+        grammar="decoder",
+    )
 
     def __init__(self, target: Worker | ConductorConfig) -> None:
         require_local_runtime()

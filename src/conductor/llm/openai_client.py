@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ModelCallError
+from .apikey import resolve_api_key
+from .capabilities import ClientCapabilities
 from .failures import classify_sdk_error
-from .keys import DEFAULT_KEY_ENVS, resolve_api_key
-from .prefill import continue_fields
+from .prefill_rules import continue_fields
 from .replies import body_of, openai_reply
 from .sdk import keyword_names, strip_prefix, with_backstop
 from .types import ModelRequest, RawCompletion
@@ -58,6 +59,14 @@ _PREFIXES = ("openai/", "hosted_vllm/")
 class OpenAIClient:
     """One attempt at a chat completion through ``openai.AsyncOpenAI``."""
 
+    capabilities: ClassVar[ClientCapabilities] = ClientCapabilities(
+        key_envs=("OPENAI_API_KEY",),
+        prefill="api_base",
+        no_prefill="OpenAI's own API cannot continue an assistant message (an api_base server can)",
+        grammar="guided_api_base",
+        response_format=True,
+    )
+
     def __init__(self, target: Worker) -> None:
         self.target = target
         self._model = strip_prefix(target.model, _PREFIXES)
@@ -72,7 +81,7 @@ class OpenAIClient:
         self._accepted: frozenset[str] = OPENAI_KWARGS
 
     def _sdk(self) -> Any:
-        key = resolve_api_key(self.target, DEFAULT_KEY_ENVS["openai"])
+        key = resolve_api_key(self.target, self.capabilities.key_envs)
         if self._client is None or key != self._key:
             import openai
 
@@ -95,7 +104,9 @@ class OpenAIClient:
             "messages": self._system + list(request.messages),
         }
         # A final assistant message is a prefill for a vLLM-style server to continue.
-        extra: dict[str, Any] = continue_fields(self.target, request.messages)
+        extra: dict[str, Any] = continue_fields(
+            self.capabilities.prefill, self.target, request.messages
+        )
         accepted = self._accepted
         for name, value in request.params.items():
             if name == "extra_headers":
