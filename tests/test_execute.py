@@ -420,3 +420,31 @@ async def test_continued_run_repeating_a_step_re_samples(
     assert len(fake_server.requests_for("w1")) == 2
     assert _shape(second) == [(0, [("w1", "first try")]), (1, [("w1", "second try")])]
     assert not second.rounds[1].steps[0].call.cached
+
+
+async def test_a_grammar_the_conductor_client_cannot_send_is_said_once(
+    tmp_path: Path,
+    fake_server: FakeLLMServer,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``constrained: true`` with a client that drops grammars (its capabilities say
+    ``grammar: none``) warns once per run; one that sends it does not warn."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    fake_server.script(CONDUCTOR_MODEL, lambda r: lists([0], ["Answer."], [[]]))
+    fake_server.script("w0", lambda r: "<answer>Paris</answer>")
+    warned = "cannot send a grammar"
+    for client, base, expected in [
+        ("anthropic", fake_server.anthropic_base, 1),
+        ("openai", fake_server.openai_base, 0),
+    ]:
+        caplog.clear()
+        pool = make_pool(tmp_path, fake_server, n=1, client=client, api_base=base, constrained=True)
+        orch = Orchestrator(pool, resolve_conductor(pool))
+        try:
+            for _ in range(2):
+                record = await orch.run(QUESTION, RunSettings())
+                assert record.status == "ok", record.error
+        finally:
+            await orch.aclose()
+        assert sum(warned in r.getMessage() for r in caplog.records) == expected, client

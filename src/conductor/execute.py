@@ -119,6 +119,16 @@ class Orchestrator:
         key = (len(self.pool.workers), max_steps, allow_empty)
         if key not in self._grammar_cache:
             from .grammar import workflow_grammar
+            from .llm.factory import capabilities_of
+
+            if not self._grammar_cache and capabilities_of(self.conductor.target).grammar == "none":
+                # Said once per run: the pool asked for constrained decoding and would
+                # otherwise believe it has it.
+                log.warning(
+                    "the Conductor's client (%s) cannot send a grammar, so `constrained: true` "
+                    "does not constrain its replies; the workflow parser still checks them",
+                    self.conductor.target.client or "litellm",
+                )
 
             cond = self.conductor
             self._grammar_cache[key] = workflow_grammar(

@@ -63,8 +63,7 @@ class ClientCapabilities:
     ``no_prefill``: why it cannot be, for the warning (``None``: the reason the
     ``model_prefix`` rule gives, naming the prefixes that can).
 
-    ``grammar`` (:data:`GrammarSupport`) and ``response_format`` (whether a request's
-    ``response_format`` reaches the provider in some form) say what structured output
+    ``grammar`` (:data:`GrammarSupport`) says what structured output
     the client honours; the client's own ``send`` is what does it.
 
     ``price_prefix``: the prefix litellm's price table files this client's models under
@@ -78,7 +77,6 @@ class ClientCapabilities:
     prefill: PrefillRule = "none"
     no_prefill: str | None = None
     grammar: GrammarSupport = "none"
-    response_format: bool = False
     price_prefix: str | None = None
 
 

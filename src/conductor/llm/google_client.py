@@ -61,7 +61,6 @@ class GoogleClient:
     capabilities: ClassVar[ClientCapabilities] = ClientCapabilities(
         key_envs=("GEMINI_API_KEY", "GOOGLE_API_KEY"),
         no_prefill="the Gemini API cannot continue an assistant message",
-        response_format=True,
         price_prefix="gemini/",
     )
 

@@ -52,7 +52,6 @@ class HttpClient:
         prefill="api_base",
         no_prefill="OpenAI's own API cannot continue an assistant message (an api_base server can)",
         grammar="guided",
-        response_format=True,
     )
 
     def __init__(self, target: Worker) -> None:

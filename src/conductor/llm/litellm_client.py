@@ -50,7 +50,6 @@ class LiteLLMClient:
         routes_by_model=True,
         prefill="model_prefix",
         grammar="guided_model_prefix",
-        response_format=True,
     )
 
     def __init__(self, target: Worker) -> None:

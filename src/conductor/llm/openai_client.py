@@ -64,7 +64,6 @@ class OpenAIClient:
         prefill="api_base",
         no_prefill="OpenAI's own API cannot continue an assistant message (an api_base server can)",
         grammar="guided_api_base",
-        response_format=True,
     )
 
     def __init__(self, target: Worker) -> None:
