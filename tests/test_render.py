@@ -232,6 +232,25 @@ def test_topology_kind_from_workflow_when_steps_missing() -> None:
     assert topology_kind(rnd) == "parallel attempts + judge"
 
 
+def test_a_damaged_recorded_workflow_is_shown_as_far_as_it_goes() -> None:
+    from conductor.shapes import is_empty_workflow, round_plan
+
+    rnd = RoundRecord(
+        index=0,
+        workflow={"model_id": [0, "x", 1], "subtasks": ["a"], "access_list": [[], ["all"]]},
+    )
+    plan = round_plan(rnd, {"workers": [{"id": "alpha"}, {"id": "beta"}]})
+    assert [(p.worker_index, p.worker_id, p.subtask) for p in plan] == [
+        (0, "alpha", "a"), (-1, "Model -1", ""), (1, "beta", ""),
+    ]  # fmt: skip
+    assert [p.visible for p in plan] == [(), (0,), ()]
+    assert [p.access for p in plan] == [[], ["all"], []]
+    assert not is_empty_workflow(rnd)
+    assert is_empty_workflow(RoundRecord(index=1, workflow={"model_id": []}))
+    assert not is_empty_workflow(RoundRecord(index=1))
+    assert round_plan(RoundRecord(index=1)) == []
+
+
 def test_topology_tree_shows_waves_and_sees() -> None:
     out = flat(render(topology(judge_record())))
     assert "Round 1: parallel attempts + judge (4 steps)" in out

@@ -292,6 +292,61 @@ def test_a_client_that_leaves_cancels_its_run(
     assert fake_server.requests_for("w1") == []
 
 
+def test_a_baseline_whose_client_leaves_keeps_its_record(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    # moa:w1: w0 (slow) and w1 answer at once, then w1 aggregates; the client leaves
+    # while w0 is still answering, so the aggregator is never asked.
+    body = {"model": "moa:w1", "messages": [{"role": "user", "content": "q"}]}
+    with _slow_server(tmp_path, fake_server) as url:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/chat/completions", json=body, timeout=httpx.Timeout(10, read=1))
+        samples = tmp_path / "records" / "samples.jsonl"
+        deadline = time.monotonic() + 10
+        while not samples.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(3.5)  # past w0's reply: a run still going would now ask the aggregator
+    record = json.loads(samples.read_text())
+    assert record["status"] == "failed" and record["metadata"]["strategy"] == "moa:w1"
+    assert "interrupted" in json.dumps(record["rounds"][0]["steps"][0]["call"])
+    asked = [r.last_user_message for r in fake_server.requests_for("w1")]
+    assert len(asked) <= 1 and not any("Several models answered" in a for a in asked)
+
+
+def test_a_streamed_baseline_shows_its_plan_before_its_steps(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    fake_server.script("w0", ["Paris", "Final: Paris"])
+    fake_server.script("w1", ["Lyon"])
+    settings = ServeSettings(pool=load_pool(_pool(tmp_path, fake_server)), use_cache=False)
+    body = {
+        "model": "moa",
+        "messages": [{"role": "user", "content": "Capital of France?"}],
+        "stream": True,
+        "conductor": {"progress": True},
+    }
+    with (
+        serve_in_thread(settings) as url,
+        httpx.stream("POST", f"{url}/chat/completions", json=body, timeout=30) as res,
+    ):
+        assert res.status_code == 200
+        data = [line[6:] for line in res.iter_lines() if line.startswith("data: ")]
+    events = [
+        c["conductor"]["event"]
+        for c in map(json.loads, data[:-1])
+        if "event" in c.get("conductor", {})
+    ]
+    kinds = [e["kind"] for e in events]
+    assert kinds.index("workflow") < kinds.index("step_started")
+    (workflow,) = [e for e in events if e["kind"] == "workflow"]
+    assert workflow["round"] == 0 and workflow["choice"] == 0
+    given = "(the task as given)"
+    assert [(s["worker"], s["access"]) for s in workflow["steps"]] == [
+        ("w0", []), ("w1", []), ("w0", [0, 1]),
+    ]  # fmt: skip
+    assert [s["subtask"] for s in workflow["steps"]][:2] == [given, given]
+
+
 def test_a_full_queue_answers_429_with_retry_after(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:

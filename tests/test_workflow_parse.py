@@ -12,6 +12,7 @@ import pytest
 from conductor.errors import WorkflowParseError
 from conductor.workflow import (
     ALL,
+    RECORD_FIELDS,
     Step,
     Workflow,
     format_workflow,
@@ -165,6 +166,56 @@ def test_dict_form_rejects(data: dict[str, Any], reason: str) -> None:
     n_workers = 2 if data.get("model_id") == [5] else None
     with pytest.raises(WorkflowParseError, match=reason):
         workflow_from_dict(data, n_workers=n_workers)
+
+
+def test_the_lenient_reading_of_a_written_workflow_is_the_strict_one() -> None:
+    rng = random.Random(4321)
+    for _ in range(200):
+        w = _random_workflow(rng, rng.randint(1, 6))
+        recorded = json.loads(json.dumps(workflow_to_dict(w)))
+        assert workflow_from_dict(recorded, lenient=True) == workflow_from_dict(recorded) == w
+    assert [key for key, _ in RECORD_FIELDS] == list(workflow_to_dict(w))
+
+
+@pytest.mark.parametrize(
+    ("data", "steps"),
+    [
+        (None, ()),
+        ({}, ()),
+        ("model_id", ()),
+        ({"model_id": 5, "subtasks": ["a"], "access_list": [[]]}, ()),
+        # An old record's lists of different lengths: what is there, "" and () for the rest.
+        ({"model_id": [1, 0], "subtasks": ["a"]}, (Step(1, "a"), Step(0, ""))),
+        (
+            {
+                "model_id": [0, "x", 2],
+                "subtasks": ["a", 7, "c"],
+                "access_list": [[], ["all", 3], [0, -1, "q", 1, 9]],
+            },
+            (Step(0, "a"), Step(-1, "7", ALL), Step(2, "c", (0, 1, 9))),
+        ),
+        ({"model_id": [0], "subtasks": "abc", "access_list": "all"}, (Step(0, ""),)),
+    ],
+)
+def test_a_damaged_workflow_is_read_leniently_as_far_as_it_goes(
+    data: Any, steps: tuple[Step, ...]
+) -> None:
+    read = workflow_from_dict(data, lenient=True)
+    assert read.steps == steps
+    # A step refers to earlier steps only, whatever the record says.
+    assert [s.visible(i) for i, s in enumerate(read.steps)] == [
+        tuple(range(i)) if s.access == ALL else tuple(j for j in s.access if j < i)
+        for i, s in enumerate(steps)
+    ]
+    if data is not None:
+        with pytest.raises(WorkflowParseError):
+            workflow_from_dict(data)
+
+
+def test_recorded_access() -> None:
+    assert Step(0, "a", ALL).recorded_access() == ["all"]
+    assert Step(0, "a", (2, 0)).recorded_access() == [2, 0]
+    assert Step(0, "a").recorded_access() == []
 
 
 def test_zero_workers() -> None:

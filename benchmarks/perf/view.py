@@ -39,6 +39,7 @@ from conductor.record import (  # noqa: E402
     record_to_dict,
 )
 from conductor.runs.rundir import CONFIG, SAMPLES, record_line  # noqa: E402
+from conductor.workflow import Step, Workflow, workflow_to_dict  # noqa: E402
 
 WORKERS = ["gpt-4o-mini", "claude-3-5-haiku", "gemini-2.0-flash", "qwen-2.5-72b"]
 SYSTEM = "You are one worker of a team. " * 40  # long, and the same in every step
@@ -100,19 +101,18 @@ def _record(
                 answer=call.response,
             )
         )
-    reply = json.dumps(
-        {
-            "model_id": [w for w, _ in plan],
-            "subtasks": [s.subtask for s in steps],
-            "access_list": [sees for _, sees in plan],
-        }
+    workflow = workflow_to_dict(
+        Workflow(
+            tuple(Step(w, s.subtask, tuple(sees)) for (w, sees), s in zip(plan, steps, strict=True))
+        )
     )
+    reply = json.dumps(workflow)
     rnd = RoundRecord(
         index=1,
         conductor_calls=[
             CallRecord(messages=[{"role": "user", "content": question}], response=reply)
         ],
-        workflow=json.loads(reply),
+        workflow=workflow,
         steps=steps,
         final_answer=str(i),
     )

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from .errors import RecordError, UsageError
 from .llm.types import Message
 from .private import write_private
+from .workflow import RECORD_FIELDS
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -345,7 +346,7 @@ def _build_round(r: Any, where: str) -> RoundRecord:
 
 def _check_workflow(wf: dict[str, Any], where: str) -> None:
     """A recorded workflow: three lists (worker numbers, subtasks, access lists)."""
-    for key, item in (("model_id", int), ("subtasks", str), ("access_list", list[int | str])):
+    for key, item in RECORD_FIELDS:
         if key in wf:
             _check(wf[key], list[item], f"{where}.{key}")  # type: ignore[valid-type]
 

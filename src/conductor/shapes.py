@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .record import RoundRecord
+from .workflow import workflow_from_dict
 
 __all__ = [
     "PlanStep",
@@ -61,21 +62,22 @@ def round_plan(rnd: RoundRecord, pool: dict[str, Any] | None = None) -> list[Pla
             )
             for s in rnd.steps
         ]
-    wf = rnd.workflow or {}
-    ids = wf.get("model_id") or []
-    subtasks = wf.get("subtasks") or []
-    access = wf.get("access_list") or []
-    out: list[PlanStep] = []
-    for i, mid in enumerate(ids):
-        acc = list(access[i]) if i < len(access) and isinstance(access[i], list) else []
-        if "all" in acc:
-            vis: tuple[int, ...] = tuple(range(i))
-        else:
-            vis = tuple(j for j in acc if isinstance(j, int) and 0 <= j < i)
-        wid = int(mid) if isinstance(mid, int) else -1
-        sub = str(subtasks[i]) if i < len(subtasks) else ""
-        out.append(PlanStep(i, wid, _pool_worker_id(pool, wid), sub, acc, vis, "planned", None))
-    return out
+    if rnd.workflow is None:
+        return []
+    planned = workflow_from_dict(rnd.workflow, lenient=True)
+    return [
+        PlanStep(
+            i,
+            step.worker,
+            _pool_worker_id(pool, step.worker),
+            step.subtask,
+            step.recorded_access(),
+            step.visible(i),
+            "planned",
+            None,
+        )
+        for i, step in enumerate(planned.steps)
+    ]
 
 
 def plan_depths(plan: list[PlanStep]) -> dict[int, int]:
@@ -101,8 +103,7 @@ def sees_all(p: PlanStep) -> bool:
 
 
 def is_empty_workflow(rnd: RoundRecord) -> bool:
-    wf = rnd.workflow
-    return wf is not None and not (wf.get("model_id") or [])
+    return rnd.workflow is not None and workflow_from_dict(rnd.workflow, lenient=True).is_empty
 
 
 def topology_kind(round: RoundRecord) -> str:

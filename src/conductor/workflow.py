@@ -9,10 +9,10 @@ A reply from the Conductor ends with three Python lists of equal length::
 :func:`parse_workflow` turns such a reply into a :class:`Workflow` or raises
 :class:`~conductor.errors.WorkflowParseError` with a short reason the Conductor can be
 told when it is asked again.  :func:`format_workflow` writes the canonical form back,
-and :func:`workflow_to_dict` / :func:`workflow_from_dict` give the JSON form used in run
-records.
+and :func:`workflow_to_dict` / :func:`workflow_from_dict` are the one writer and reader
+of the JSON form a run record keeps of each round's plan (``RoundRecord.workflow``).
 
-It is kept whole (a little over 500 lines) because it is the one owner of one format:
+It is kept whole (under 600 lines) because it is the one owner of one format:
 the lenient list reader, the parser's rules and the canonical writer must agree on what
 the three lists look like, and splitting them would put that agreement in two places.
 """
@@ -33,6 +33,7 @@ __all__ = [
     "ALL",
     "MAX_NESTING",
     "MAX_REPLY_CHARS",
+    "RECORD_FIELDS",
     "Access",
     "Step",
     "Workflow",
@@ -71,6 +72,11 @@ class Step:
             return tuple(range(index))
         assert not isinstance(self.access, str)
         return tuple(i for i in self.access if i < index)
+
+    def recorded_access(self) -> list[int | str]:
+        """The access as a record (and the canonical text form) writes it: ``["all"]``,
+        or the indices of the earlier steps seen."""
+        return [ALL] if self.access == ALL else list(self.access)
 
 
 @dataclass(frozen=True)
@@ -480,10 +486,6 @@ def _quote(text: str) -> str:
     return _TAG_START.sub(r"\\u003c", json.dumps(text, ensure_ascii=False))
 
 
-def _access_value(access: Access) -> list[Any]:
-    return [ALL] if access == ALL else list(access)
-
-
 def format_workflow(workflow: Workflow) -> str:
     """The canonical three-line form of ``workflow``, which :func:`parse_workflow` reads
     back to an equal workflow::
@@ -494,8 +496,17 @@ def format_workflow(workflow: Workflow) -> str:
     """
     ids = ", ".join(str(s.worker) for s in workflow.steps)
     subtasks = ", ".join(_quote(s.subtask) for s in workflow.steps)
-    access = ", ".join(json.dumps(_access_value(s.access)) for s in workflow.steps)
+    access = ", ".join(json.dumps(s.recorded_access()) for s in workflow.steps)
     return f"model_id = [{ids}]\nsubtasks = [{subtasks}]\naccess_list = [{access}]"
+
+
+#: The recorded form's three lists, each with the type of its entries: what a record
+#: reader checks of a round's ``workflow`` before anything reads it.
+RECORD_FIELDS: tuple[tuple[str, Any], ...] = (
+    (_MODEL, int),
+    (_SUBTASKS, str),
+    (_ACCESS, list[int | str]),
+)
 
 
 def workflow_to_dict(workflow: Workflow) -> dict[str, list[Any]]:
@@ -504,15 +515,26 @@ def workflow_to_dict(workflow: Workflow) -> dict[str, list[Any]]:
     return {
         _MODEL: [s.worker for s in workflow.steps],
         _SUBTASKS: [s.subtask for s in workflow.steps],
-        _ACCESS: [_access_value(s.access) for s in workflow.steps],
+        _ACCESS: [s.recorded_access() for s in workflow.steps],
     }
 
 
-def workflow_from_dict(data: Mapping[str, Any], *, n_workers: int | None = None) -> Workflow:
+def workflow_from_dict(
+    data: Mapping[str, Any], *, n_workers: int | None = None, lenient: bool = False
+) -> Workflow:
     """Inverse of :func:`workflow_to_dict`.  The same checks as :func:`parse_workflow`
     apply, except that the step count is not capped, an empty workflow is allowed, and
     worker ids are range-checked only when ``n_workers`` is given.  Raises
-    :class:`WorkflowParseError` for a malformed dict."""
+    :class:`WorkflowParseError` for a malformed dict.
+
+    ``lenient`` reads what a view shows of an old or damaged record instead, and never
+    raises: one step per ``model_id`` entry (none when it is missing or no list), a
+    worker that is no integer as ``-1``, a missing subtask as ``""``, and of an access
+    entry ``["all"]`` where it holds ``"all"``, else its indices of earlier steps (other
+    items dropped).  Such a workflow is for display only: it may break the rules the
+    strict reading checks."""
+    if lenient:
+        return _lenient(data)
     if not isinstance(data, Mapping):
         raise WorkflowParseError("a workflow must be a mapping")
     missing = [k for k in _KINDS if k not in data]
@@ -526,3 +548,21 @@ def workflow_from_dict(data: Mapping[str, Any], *, n_workers: int | None = None)
         max_steps=None,
         allow_empty=True,
     )
+
+
+def _lenient(data: Any) -> Workflow:
+    def listed(key: str) -> list[Any]:
+        value = data.get(key) if isinstance(data, Mapping) else None
+        return list(value) if isinstance(value, list) else []
+
+    ids, subtasks, access = listed(_MODEL), listed(_SUBTASKS), listed(_ACCESS)
+    steps: list[Step] = []
+    for i, raw in enumerate(ids):
+        entry = access[i] if i < len(access) and isinstance(access[i], list) else []
+        seen: Access = (
+            ALL if ALL in entry else tuple(j for j in entry if isinstance(j, int) and j >= 0)
+        )
+        worker = int(raw) if isinstance(raw, int) else -1
+        subtask = str(subtasks[i]) if i < len(subtasks) else ""
+        steps.append(Step(worker, subtask, seen))
+    return Workflow(tuple(steps))

@@ -304,24 +304,21 @@ class BenchSession:
                 cond = resolve_conductor(r.pool, r.conductor, max_steps=r.settings.max_steps)
                 options = _with_trained_questions(options, cond, r.exclude_trained)
                 strat = ConductorStrategy(r.pool, cond, r.settings, callers)
-                needed = [*r.pool.workers, strat.orchestrator.conductor.target]
             else:
                 if r.conductor is not None:
                     raise UsageError("--conductor applies to --strategy conductor only")
                 if r.exclude_trained:
                     raise UsageError("--exclude-trained applies to --strategy conductor only")
-                fixed = parse_strategy(
+                strat = parse_strategy(
                     r.strategy,
                     r.pool,
                     callers,
                     vote_key=answer_key_for(r.spec.grader),
                     settings=r.settings,
                 )
-                strat = fixed
-                needed = [r.pool.workers[step.worker] for step in fixed.plan]
             # Every missing key at once, before the first sample (and before the run
             # directory holds anything).
-            require_keys(needed)
+            require_keys(strat.targets)
             if r.concurrency is None:
                 options = dataclasses.replace(options, concurrency=default_concurrency(strat))
             else:

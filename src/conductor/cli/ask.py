@@ -27,8 +27,10 @@ if TYPE_CHECKING:
     from ..conductors.spec import Conductor
     from ..events import EventSink
     from ..execute import RunSettings
+    from ..llm.caller import CallerSet
     from ..pool import Pool
     from ..record import RunRecord
+    from ..strategies import Strategy
 
 __all__ = ["ask"]
 
@@ -102,7 +104,6 @@ def ask(
     from ..llm.keys import require_keys
     from ..record import check_record_path, write_record
     from ..render import answer_panel, step_table, to_json, topology
-    from ..strategies import parse_strategy, short_answer_key
     from ..text import check_question
 
     text = _question_text(question, question_file)
@@ -116,15 +117,11 @@ def ask(
     plan: Conductor | str
     if strategy is None or strategy.strip() == "conductor":
         plan = resolve_conductor(pool_obj, conductor, max_steps=max_steps, template=template)
-        require_keys([*pool_obj.workers, plan.target])  # every missing key at once, up front
     else:
         plan = strategy
         _check_baseline_options(strategy, conductor, template, max_steps, rounds)
-        # The spelling checked, and the keys of the workers it calls, before any call.
-        checked = parse_strategy(
-            strategy, pool_obj, CallerSet(None), vote_key=short_answer_key, settings=settings
-        )
-        require_keys([pool_obj.workers[step.worker] for step in checked.plan])
+    # A baseline's spelling checked, and every missing key at once, before any call.
+    require_keys(_strategy(plan, pool_obj, settings, CallerSet(None)).targets)
     started: list[RunRecord] = []
     try:
         record = _run_with_progress(
@@ -185,22 +182,25 @@ async def _ask_async(
     on_record: Callable[[RunRecord], None] | None = None,
 ) -> RunRecord:
     """One question, by the Conductor ``plan`` or the baseline it names."""
-    from ..execute import ask as run_ask
     from ..llm.caller import CallerSet
-    from ..strategies import parse_strategy, short_answer_key
 
     with cache_unless(no_cache) as cache:
-        if not isinstance(plan, str):
-            return await run_ask(
-                question, pool, plan, settings, cache=cache, events=events, on_record=on_record
-            )
-        baseline = parse_strategy(
-            plan, pool, CallerSet(cache), vote_key=short_answer_key, settings=settings
-        )
+        chosen = _strategy(plan, pool, settings, CallerSet(cache))
         try:
-            return await baseline.run(question, sample_index=0, events=events, on_record=on_record)
+            return await chosen.run(question, sample_index=0, events=events, on_record=on_record)
         finally:
-            await baseline.aclose()
+            await chosen.aclose()
+
+
+def _strategy(
+    plan: Conductor | str, pool: Pool, settings: RunSettings, callers: CallerSet
+) -> Strategy:
+    """The Conductor ``plan``, or the baseline it names (votes read short answers)."""
+    from ..strategies import ConductorStrategy, parse_strategy, short_answer_key
+
+    if isinstance(plan, str):
+        return parse_strategy(plan, pool, callers, vote_key=short_answer_key, settings=settings)
+    return ConductorStrategy(pool, plan, settings, callers)
 
 
 def _keep_interrupted(record: RunRecord | None, out: Path | None, no_cache: bool) -> str:

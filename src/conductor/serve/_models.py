@@ -19,7 +19,6 @@ from ..llm.caller import CallerSet
 from ..pool import Pool
 from ..strategies import (
     ConductorStrategy,
-    FixedStrategy,
     Strategy,
     parse_strategy,
     short_answer_key,
@@ -63,8 +62,8 @@ class Catalog:
         self.pool = pool
         self.callers = callers
         self.settings = settings
-        self.conductor = ConductorStrategy(pool, conductor, settings, callers)
-        self._fixed: dict[str, FixedStrategy] = {}
+        self.conductor: Strategy = ConductorStrategy(pool, conductor, settings, callers)
+        self._fixed: dict[str, Strategy] = {}
 
     def resolve(self, model: str) -> Strategy:
         """The strategy for ``model``, or :class:`ApiError` 400 ``model_not_found``."""

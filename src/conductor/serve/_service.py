@@ -14,7 +14,6 @@ import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -26,8 +25,9 @@ from ..llm.caller import CallerSet
 from ..private import own_dir
 from ..record import RunRecord, record_to_dict
 from ..runs.rundir import SAMPLES, open_samples, record_line, repair_tail, write_line
-from ..strategies import ConductorStrategy, Strategy
+from ..strategies import Strategy
 from ..text import plural
+from ..workflow import workflow_from_dict
 from ._models import Catalog
 from ._protocol import ApiError, event_payload
 from ._settings import ServeSettings
@@ -187,17 +187,15 @@ class Service:
         """One run, recorded under ``run_id`` (its record's run id and sample id).  A
         cancelled run's record, as far as it went, is written too where it exists."""
         started: list[RunRecord] = []
-        sink = self._sink(strategy, index, started, on_event) if on_event else None
+        sink = self._sink(index, started, on_event) if on_event else None
         try:
-            if isinstance(strategy, ConductorStrategy):
-                settings = replace(strategy.settings, sample_index=index)
-                record = await strategy.orchestrator.run(
-                    question, settings, events=sink, sample_id=run_id, on_record=started.append
-                )
-            else:
-                record = await strategy.run(
-                    question, sample_index=index, sample_id=run_id, events=sink
-                )
+            record = await strategy.run(
+                question,
+                sample_index=index,
+                sample_id=run_id,
+                events=sink,
+                on_record=started.append,
+            )
         except asyncio.CancelledError:
             if started:
                 self._keep(started[0], run_id, strategy)
@@ -221,11 +219,7 @@ class Service:
             log.error("run %s: its record could not be written (%s)", run_id, exc)
 
     def _sink(
-        self,
-        strategy: Strategy,
-        index: int,
-        started: list[RunRecord],
-        on_event: EventCallback,
+        self, index: int, started: list[RunRecord], on_event: EventCallback
     ) -> Callable[[Event], None]:
         """An event sink that hands ``on_event`` each event as JSON, preceded, when a
         round's first step starts, by a ``workflow`` event with the round's plan."""
@@ -234,32 +228,28 @@ class Service:
         def sink(event: Event) -> None:
             if event.kind == "step_started" and event.round not in shown:
                 shown.add(event.round)
-                plan = self._plan(strategy, started, event.round)
+                plan = self._plan(started, event.round)
                 if plan is not None:
                     on_event({"kind": "workflow", "choice": index, "round": event.round, **plan})
             on_event(event_payload(event, index))
 
         return sink
 
-    def _plan(
-        self, strategy: Strategy, started: list[RunRecord], round_index: int
-    ) -> dict[str, Any] | None:
-        if started:
-            rounds = started[0].rounds
-            workflow = rounds[round_index].workflow if round_index < len(rounds) else None
-        else:
-            workflow = strategy.describe().get("workflow")
+    def _plan(self, started: list[RunRecord], round_index: int) -> dict[str, Any] | None:
+        # The strategy hands over its record before the first step starts, and each
+        # round's workflow is in it before that round's steps start.
+        rounds = started[0].rounds if started else []
+        workflow = rounds[round_index].workflow if round_index < len(rounds) else None
         if not workflow:
             return None
         workers = self.settings.pool.workers
         return {
             "steps": [
-                {"worker": workers[m].id, "subtask": subtask, "access": access}
-                for m, subtask, access in zip(
-                    workflow["model_id"],
-                    workflow["subtasks"],
-                    workflow["access_list"],
-                    strict=False,
-                )
+                {
+                    "worker": workers[step.worker].id,
+                    "subtask": step.subtask,
+                    "access": step.recorded_access(),
+                }
+                for step in workflow_from_dict(workflow, lenient=True).steps
             ]
         }
