@@ -19,7 +19,7 @@ import pytest
 import yaml
 from poolkit import pool_dict, run_cli, worker, write_pool
 
-from conductor.checkpoint_meta import (
+from conductor.conductors.checkpoint import (
     META_FILE,
     TRAINING_QUESTIONS_FILE,
     read_training_guard,

@@ -33,9 +33,8 @@ from ..execute import Orchestrator, RunSettings
 from ..llm.caller import CallerSet
 from ..llm.limiter import SampleCapacity, SampleShare, sample_capacity
 from ..llm.types import Message
-from ..pool import Pool
+from ..pool import Pool, pool_to_public_dict
 from ..record import RoundRecord, RunRecord
-from ..redact import pool_to_public_dict
 from ..shipped import is_shipped
 from ..steps import Budget, Compose, StepPlan, StepRunner, run_to_record
 from ..targets import Worker
