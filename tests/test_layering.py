@@ -13,7 +13,8 @@
 The graph is read from the source with ``ast`` (every import counts: at module level,
 inside functions and under ``TYPE_CHECKING``), plus the client registry's entries, which
 :mod:`conductor.llm.factory` imports by name.  The documented exceptions are the one
-table :data:`EXCEPTIONS`; every check but the private-name one honours it.
+table :data:`EXCEPTIONS`, which the circle and floor checks honour (a private name has
+no exception: make it public or move it).
 """
 
 from __future__ import annotations
