@@ -29,9 +29,8 @@ from conductor.execute import RunSettings
 from conductor.grading import get_grader
 from conductor.grading.types import Sample, Verdict
 from conductor.llm.caller import CallerSet
-from conductor.pool import load_pool
+from conductor.pool import load_pool, pool_to_public_dict
 from conductor.record import RunRecord
-from conductor.redact import pool_to_public_dict
 from conductor.strategies import ConductorStrategy, parse_strategy
 from conductor.testing import FakeLLMServer, Fault
 

@@ -23,11 +23,17 @@ from conductor.record import (
     Totals,
     record_to_dict,
 )
-from conductor.render.report import report_renderables, summary_table, topology_table, usage_table
+from conductor.render.report import report_views, summary_table, topology_table, usage_table
 from conductor.runs.summary import best_single, read_summary, summarize_run, write_summary
 
 WORKERS = ["gemini", "claude", "gpt"]
 POOL = {"name": "trio", "workers": [{"id": w, "model": f"x/{w}"} for w in WORKERS]}
+
+
+def report_renderables(run_dirs: list[Path]) -> list[RenderableType]:
+    """What ``conductor report`` shows of ``run_dirs``: the CLI summarises, the renderer
+    lays out."""
+    return report_views([summarize_run(d) for d in run_dirs])
 
 
 def render(obj: RenderableType, width: int = 160) -> str:

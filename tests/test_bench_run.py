@@ -22,8 +22,7 @@ from conductor.bench.spec import load_benchmark
 from conductor.execute import RunSettings
 from conductor.grading import get_grader
 from conductor.llm.caller import CallerSet
-from conductor.pool import load_pool
-from conductor.redact import pool_to_public_dict
+from conductor.pool import load_pool, pool_to_public_dict
 from conductor.strategies import answer_key_for, parse_strategy
 from conductor.testing import FakeLLMServer, Fault
 

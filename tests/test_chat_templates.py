@@ -15,7 +15,7 @@ import pytest
 from poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
 from rich.console import Console
 
-from conductor.checkpoint_meta import (
+from conductor.conductors.checkpoint import (
     META_FILE,
     CheckpointMeta,
     read_checkpoint_meta,

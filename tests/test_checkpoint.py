@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conductor.checkpoint_meta import (
+from conductor.conductors.checkpoint import (
     META_FILE,
     CheckpointMeta,
     check_pool_against_meta,

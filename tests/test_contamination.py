@@ -20,7 +20,7 @@ import yaml
 from poolkit import pool_dict, run_cli, worker, write_pool
 
 from conductor.bench.trained import TrainedQuestions, trained_questions_of
-from conductor.checkpoint_meta import (
+from conductor.conductors.checkpoint import (
     META_FILE,
     TRAINING_QUESTIONS_FILE,
     read_training_guard,

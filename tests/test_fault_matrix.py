@@ -333,8 +333,7 @@ async def test_bench_records_and_reports_truncated_calls(tmp_path: Path) -> None
     from conductor.bench.spec import load_benchmark
     from conductor.grading import get_grader
     from conductor.llm.caller import CallerSet
-    from conductor.pool import Pool
-    from conductor.redact import pool_to_public_dict
+    from conductor.pool import Pool, pool_to_public_dict
     from conductor.runs.summary import summarize_run
     from conductor.strategies import answer_key_for, parse_strategy
 
@@ -411,8 +410,7 @@ async def test_bench_sample_cache_never_replays_a_truncated_answer(tmp_path: Pat
     from conductor.bench.spec import load_benchmark
     from conductor.grading import get_grader
     from conductor.llm.caller import CallerSet
-    from conductor.pool import Pool
-    from conductor.redact import pool_to_public_dict
+    from conductor.pool import Pool, pool_to_public_dict
     from conductor.strategies import answer_key_for, parse_strategy
 
     data = tmp_path / "math.jsonl"

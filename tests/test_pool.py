@@ -13,9 +13,9 @@ from conductor.pool import (
     list_builtin_pools,
     load_pool,
     load_pool_text,
+    pool_to_public_dict,
     resolve_pool_path,
 )
-from conductor.redact import pool_to_public_dict
 from conductor.targets import ConductorConfig, Price, Worker
 
 CASES = json.loads((Path(__file__).parent / "cases" / "bad_pools.json").read_text("utf-8"))

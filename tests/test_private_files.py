@@ -38,9 +38,8 @@ from conductor.grading.types import Sample
 from conductor.llm.cache import DB_FILE, ResponseCache
 from conductor.llm.caller import CallerSet
 from conductor.llm.types import RawCompletion, Usage
-from conductor.pool import load_pool
+from conductor.pool import load_pool, pool_to_public_dict
 from conductor.private import make_private_dir, open_private, tighten, write_private
-from conductor.redact import pool_to_public_dict
 from conductor.strategies import parse_strategy
 from conductor.testing import FakeLLMServer
 

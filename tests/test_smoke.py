@@ -198,7 +198,7 @@ async def test_a_brief_worker_gets_the_task_the_answers_it_sees_and_one_line(
 
 
 def test_the_full_form_stays_out_of_public_records() -> None:
-    from conductor.redact import pool_to_public_dict
+    from conductor.pool import pool_to_public_dict
 
     full = pool_to_public_dict(load_pool_text("workers:\n  - {id: a, model: x}\n"))
     assert "message" not in full["context"]

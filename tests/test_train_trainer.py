@@ -139,7 +139,7 @@ def _weights(directory: Path) -> dict[str, Any]:
 
 
 def test_grpo_steps_train_log_and_save(tmp_path: Path, fake_server: FakeLLMServer) -> None:
-    from conductor.checkpoint_meta import read_checkpoint_meta
+    from conductor.conductors.checkpoint import read_checkpoint_meta
     from conductor.conductors.spec import resolve_conductor
     from conductor.pool import load_pool
     from conductor.train.config import load_train_config
@@ -326,7 +326,7 @@ def test_cli_train_overrides_steps_and_output(tmp_path: Path, fake_server: FakeL
     assert (out / "checkpoint" / "conductor.json").is_file()
     assert not (tmp_path / "run").exists()  # the config's own output_dir was overridden
     # The checkpoint records which questions it was trained on, for bench to count.
-    from conductor.checkpoint_meta import read_training_questions
+    from conductor.conductors.checkpoint import read_training_questions
     from conductor.datasets.questions import NORMALISATION, question_key
 
     trained = {question_key(q).full for _, q, _ in QUESTIONS}
@@ -344,7 +344,7 @@ def test_recursion_step_samples_revisions_from_the_policy_in_the_same_step(
 
     import conductor.train.recursion as rec
     import conductor.train.trainer as tr
-    from conductor.checkpoint_meta import read_checkpoint_meta
+    from conductor.conductors.checkpoint import read_checkpoint_meta
     from conductor.train.config import load_train_config
     from conductor.train.metrics import read_metrics
 
@@ -438,7 +438,7 @@ def test_a_prefill_template_trains_on_prompts_left_open(
     the policy samples from ends inside the assistant turn, and the checkpoint keeps the
     template (prefill included) as it was trained."""
     import conductor.train.trainer as trainer_module
-    from conductor.checkpoint_meta import read_checkpoint_meta
+    from conductor.conductors.checkpoint import read_checkpoint_meta
     from conductor.train.config import load_train_config
 
     file = _setup(tmp_path, fake_server, steps=1)

@@ -19,10 +19,10 @@ from viewkit import WORKERS, chain, fan, make_record, write_ask, write_bench, wr
 
 from conductor.errors import UsageError
 from conductor.record import RunRecord
+from conductor.runs.stats import mcnemar_exact, wilson_interval
 from conductor.testing import FakeLLMServer
 from conductor.view.data import compare_runs, load_runs
 from conductor.view.page import page_data, write_view
-from conductor.view.stats import mcnemar_exact, wilson_interval
 
 pytest.importorskip("jinja2")
 

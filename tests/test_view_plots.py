@@ -13,6 +13,7 @@ import pytest
 from test_bench_report import record, round_of, single_dir, write_run
 
 from conductor.errors import MissingDependencyError, UsageError
+from conductor.runs.stats import pareto_front, wilson_interval
 from conductor.view.plots import (
     RunPoint,
     _figure,
@@ -24,7 +25,6 @@ from conductor.view.plots import (
     short_label,
     spread,
 )
-from conductor.view.stats import pareto_front, wilson_interval
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from conductor.view.stats import (
+from conductor.runs.stats import (
     mcnemar_exact,
     mean_interval,
     paired_bootstrap_diff,

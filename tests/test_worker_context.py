@@ -323,7 +323,7 @@ def test_pool_context_errors(text: str, line: int, words: str) -> None:
 
 
 def test_public_pool_records_the_context() -> None:
-    from conductor.redact import pool_to_public_dict
+    from conductor.pool import pool_to_public_dict
 
     pool = load_pool_text(
         "context: {reasoning: keep}\nworkers:\n  - {id: a, model: x, context: {prefill: 'Go:'}}\n"

@@ -1,6 +1,6 @@
 """Speed and memory of `conductor bench`, printed as numbers.
 
-Run:  python benchmarks/perf/bench_speed.py [--quick]
+Run:  python benchmarks/perf/bench_speed.py [--quick | --smoke]
 
 1. 500 samples at 200 ms per call with concurrency 64, Conductor + one step per sample
    (critical path 2 x 200 ms): wall time against ceil(500 / 64) x 400 ms
@@ -23,12 +23,13 @@ import resource
 import sys
 import tempfile
 import time
+from multiprocessing.synchronize import Event
 from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
-def serve(port_queue: multiprocessing.Queue, latency_s: float, stop: multiprocessing.Event) -> None:  # type: ignore[type-arg]
+def serve(port_queue: multiprocessing.Queue, latency_s: float, stop: Event) -> None:  # type: ignore[type-arg]
     """The fake provider in a child process: a plan for the Conductor, answers echo."""
     import re
 
@@ -59,7 +60,8 @@ def make_data(path: Path, n: int) -> None:
 async def run(
     base: str, data: Path, out: Path, concurrency: int, cache_dir: Path | None, client: str
 ) -> float:
-    from conductor.bench.runner import BenchOptions, run_benchmark
+    from conductor.bench.runconfig import BenchOptions
+    from conductor.bench.runner import run_benchmark
     from conductor.bench.spec import load_benchmark
     from conductor.conductors.spec import resolve_conductor
     from conductor.execute import RunSettings
@@ -103,9 +105,12 @@ def with_server(latency_s: float, fn):  # type: ignore[no-untyped-def]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
+    parser.add_argument("--quick", action="store_true", help="smaller runs")
+    parser.add_argument("--smoke", action="store_true", help="tiny runs (seconds, for CI)")
     args = parser.parse_args()
-    n_fast, n_big, conc = (128, 1000, 64) if args.quick else (500, 10_000, 64)
+    n_fast, n_big, conc = (
+        (16, 100, 16) if args.smoke else (128, 1000, 64) if args.quick else (500, 10_000, 64)
+    )
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)

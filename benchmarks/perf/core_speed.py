@@ -1,6 +1,6 @@
 """Speed of the core engine against a local fake server, printed as numbers.
 
-Run:  python benchmarks/perf/core_speed.py [--quick]
+Run:  python benchmarks/perf/core_speed.py [--quick | --smoke]
 
 1. Per-call overhead: the project's call path (ModelCaller, no cache) against a bare SDK
    call to the same server, for the `openai` and `litellm` clients (target: <= 1.10x).
@@ -31,12 +31,13 @@ from conductor.conductors.spec import resolve_conductor  # noqa: E402
 from conductor.execute import Orchestrator, RunSettings  # noqa: E402
 from conductor.llm.cache import ResponseCache  # noqa: E402
 from conductor.llm.caller import ModelCaller  # noqa: E402
-from conductor.llm.types import ModelRequest  # noqa: E402
+from conductor.llm.types import Message, ModelRequest  # noqa: E402
 from conductor.pool import Pool, load_pool_text  # noqa: E402
 from conductor.targets import Worker  # noqa: E402
 from conductor.testing import FakeLLMServer, Reply  # noqa: E402
 
-MESSAGES = ({"role": "user", "content": "Say something short about the number 7."},)
+QUESTION = "Say something short about the number 7."
+MESSAGES: tuple[Message, ...] = ({"role": "user", "content": QUESTION},)
 
 
 def workflow_reply(model_id: list[int], access: list[str]) -> str:
@@ -52,7 +53,10 @@ async def per_call_overhead(server: FakeLLMServer, client: str, n: int, rounds: 
 
         async def bare() -> None:
             await bare_client.chat.completions.create(
-                model="w", messages=list(MESSAGES), temperature=0.2, max_tokens=64
+                model="w",
+                messages=[{"role": "user", "content": QUESTION}],
+                temperature=0.2,
+                max_tokens=64,
             )
 
         target = Worker(id="w", model="w", client="openai", api_base=server.openai_base)
@@ -165,24 +169,29 @@ def help_time(repeats: int) -> None:
     print(f"[4] conductor --help: median {statistics.median(walls):.3f} s  (target < 0.5 s)")
 
 
-async def main_async(quick: bool) -> None:
+async def main_async(size: str) -> None:
+    """``size``: ``full``, ``quick`` (fewer repeats) or ``smoke`` (once each, tiny)."""
+    calls, rounds, repeats, questions, helps = {
+        "full": (200, 5, 10, 200, 7),
+        "quick": (50, 3, 3, 20, 3),
+        "smoke": (5, 1, 1, 3, 1),
+    }[size]
     with FakeLLMServer() as server:
         server.set_default([Reply("a short reply of a few words", output_tokens=8)])
         for client in ("openai", "litellm"):
-            await per_call_overhead(
-                server, client, n=50 if quick else 200, rounds=3 if quick else 5
-            )
-        await critical_path(server, repeats=3 if quick else 10)
-        await cached_rerun(server, n_questions=20 if quick else 200)
-    help_time(3 if quick else 7)
+            await per_call_overhead(server, client, n=calls, rounds=rounds)
+        await critical_path(server, repeats=repeats)
+        await cached_rerun(server, n_questions=questions)
+    help_time(helps)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    parser.add_argument("--smoke", action="store_true", help="once each, tiny (seconds, for CI)")
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
-    asyncio.run(main_async(args.quick))
+    asyncio.run(main_async("smoke" if args.smoke else "quick" if args.quick else "full"))
 
 
 if __name__ == "__main__":

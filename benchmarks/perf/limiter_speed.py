@@ -1,6 +1,8 @@
 """A fixed concurrency limit against the adaptive one, on a server that rate-limits.
 
-Run:  python benchmarks/perf/limiter_speed.py [--calls N] [--capacity K] [--cap C]
+Run:  python benchmarks/perf/limiter_speed.py [--calls N] [--capacity K] [--cap C] [--smoke]
+
+``--smoke`` (CI): 20 calls, capacity 2, cap 4 (seconds).
 
 The fake server serves K requests at once (50 ms each) and answers 429 above that
 (a refusal takes 10 ms), with or without a ``Retry-After`` header.  N calls are made
@@ -105,7 +107,10 @@ async def main() -> None:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--capacity", type=int, default=4)
     parser.add_argument("--cap", type=int, default=32)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes (seconds, for CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.calls, args.capacity, args.cap = 20, 2, 4
     ideal = args.calls / args.capacity * 0.05
     print(
         f"{args.calls} calls, server capacity {args.capacity}, worker max_concurrency "

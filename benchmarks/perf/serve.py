@@ -1,6 +1,6 @@
 """Speed and memory of `conductor serve`, printed as numbers.
 
-Run:  python benchmarks/perf/serve.py [--requests N] [--client http|openai]
+Run:  python benchmarks/perf/serve.py [--requests N] [--client http|openai] [--smoke]
 
 The fake provider runs in a child process and `conductor serve` is the real CLI in
 another (`--no-cache`), so that neither one's work or memory counts against the other.
@@ -34,6 +34,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ def fake_provider(
     port_queue: multiprocessing.Queue,  # type: ignore[type-arg]
     worker_latency_s: float,
     plan: str,
-    stop: multiprocessing.Event,  # type: ignore[type-arg]
+    stop: Event,
 ) -> None:
     """The fake provider in a child process: the Conductor answers ``plan`` at once,
     the workers after ``worker_latency_s``."""
@@ -238,7 +239,12 @@ def main() -> None:
     parser.add_argument(
         "--limits", type=int, nargs="+", default=[200, 64], help="--max-concurrency values for [2]"
     )
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes (seconds, for CI): 50 and 10 requests"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.requests, args.latency_requests, args.limits = 50, 10, [200]
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, worker client {args.client}")
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
@@ -261,7 +267,7 @@ def main() -> None:
             f"added {(remote - local) * 1e3:.2f} ms  (target <= 5 ms)"
         )
 
-        def concurrent(base: str) -> list[tuple[int, float]]:
+        def concurrent(base: str) -> list[tuple[int, float, float, float]]:
             pool = tmp / "pool2.yaml"
             pool.write_text(pool_text(base, args.client))
             provider = PROVIDER_PID[0]
@@ -307,7 +313,7 @@ def main() -> None:
                 f"{total:.2f} s"
             )
 
-        def memory(base: str) -> tuple[float, float, float]:
+        def memory(base: str) -> tuple[float, float, float, float]:
             pool = tmp / "pool3.yaml"
             pool.write_text(pool_text(base, args.client))
             server = Server(pool, "--max-concurrency", "64", "--max-queue", "256")

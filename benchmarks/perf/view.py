@@ -1,6 +1,8 @@
 """Speed and size of `conductor view` on a large run, printed as numbers.
 
-Run:  python benchmarks/perf/view.py [--samples N] [--keep DIR]
+Run:  python benchmarks/perf/view.py [--samples N] [--keep DIR] [--smoke]
+
+``--smoke`` (CI): 50 samples (seconds; Chromium's part runs only where it is installed).
 
 1. A synthetic bench directory of N samples (default 10,000; records written through
    `conductor.record`, with one- to four-step workflows of three shapes, a system prompt
@@ -23,7 +25,6 @@ import random
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -195,7 +196,10 @@ def main() -> None:
     parser.add_argument(
         "--singles", action="store_true", help="add a singles run on the same questions"
     )
+    parser.add_argument("--smoke", action="store_true", help="50 samples (seconds, for CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.samples = 50
 
     from conductor.runs.summary import write_summary
     from conductor.view.data import load_runs
@@ -249,7 +253,9 @@ def main() -> None:
         f"filtered deep link: ready at {_attr(dom, 'data-ready')} ms, "
         f"{_attr(dom, 'data-count')} matches"
     )
-    wall, dom = open_in_chromium(browser, page, "sample=9999", "--virtual-time-budget=30000")
+    wall, dom = open_in_chromium(
+        browser, page, f"sample={args.samples - 1}", "--virtual-time-budget=30000"
+    )
     print(
         f"a sample opened on load (details unpacked): shown at {_attr(dom, 'data-shown')} ms "
         f"(virtual time), graph nodes {len(re.findall(r'<g class=.step', dom))}"
@@ -259,4 +265,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -26,6 +26,11 @@ Run (about 20-30 minutes on two CPU cores)::
 
     python benchmarks/train/routing_proof.py [--steps 40] [--out runs/routing-proof]
 
+``--smoke`` (what CI runs, seconds): the workers, the pool, the training and held-out
+rows and TRL's GRPO config are built, and the run stops before any model is loaded
+(loading the policy alone takes a minute on two cores); nothing is written outside a
+temporary directory.
+
 It prints the reward curve (step, mean reward, parse rate, share of parsed workflows
 whose last step uses the reliable worker) and a before/after comparison on the held-out
 items, and writes both to ``benchmarks/train/routing_proof_results.json``.
@@ -110,8 +115,11 @@ def write_pool(server: Any, directory: Path) -> Path:
         }
         for w in WORKERS
     ]
-    data = {"name": "routing-proof", "defaults": {"temperature": 0.2, "max_tokens": 64}}
-    data["workers"] = workers
+    data: dict[str, Any] = {
+        "name": "routing-proof",
+        "defaults": {"temperature": 0.2, "max_tokens": 64},
+        "workers": workers,
+    }
     path = directory / "pool.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -146,6 +154,7 @@ def make_config(pool_file: Path, base_model: str, out: Path, args: argparse.Name
 
 def _target(rng: random.Random) -> str:
     """A format-only warm-start reply: the worker(s) drawn uniformly at random."""
+    access: list[list[str]]
     if rng.random() < 0.75:
         ids, subtasks, access = [rng.randrange(3)], [rng.choice(SUBTASKS)], [[]]
     else:
@@ -163,7 +172,7 @@ def warm_start(config: Any, rows: list[dict[str, Any]], out: Path, seed: int) ->
     """Supervised format warm start (uniformly random workers); saves to out/warm."""
     import torch
 
-    from conductor.train.trainer import load_policy
+    from conductor.train.policy import load_policy
 
     model, tok = load_policy("gguf:smollm2")
     rng = random.Random(seed)
@@ -205,6 +214,39 @@ def warm_start(config: Any, rows: list[dict[str, Any]], out: Path, seed: int) ->
     return {"examples": len(examples), "losses": losses, "seconds": round(time.monotonic() - t0)}
 
 
+def sample_replies(model: Any, tokenizer: Any, chats: list[Any], max_new_tokens: int) -> list[str]:
+    """One reply per chat from ``model``, sampled at temperature 1 as the rollouts are."""
+    import torch
+
+    texts = [
+        tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in chats
+    ]
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"  # decoder-only batches must end where generation starts
+    try:
+        replies: list[str] = []
+        for start in range(0, len(texts), 8):
+            batch = tokenizer(
+                texts[start : start + 8],
+                return_tensors="pt",
+                padding=True,
+                add_special_tokens=False,
+            ).to(model.device)
+            with torch.no_grad():
+                out = model.generate(
+                    **batch,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=True,
+                    temperature=1.0,
+                    pad_token_id=tokenizer.pad_token_id,
+                )
+            width = batch["input_ids"].shape[1]
+            replies += tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+        return replies
+    finally:
+        tokenizer.padding_side = side
+
+
 def evaluate(
     model_dir: str, config: Any, rows: list[dict[str, Any]], samples: int, seed: int
 ) -> dict[str, Any]:
@@ -212,15 +254,15 @@ def evaluate(
     grade them with the training reward; the mean reward, parse rate and routing."""
     import torch
 
+    from conductor.train.policy import load_policy
     from conductor.train.pools import load_train_pool, training_conductor
     from conductor.train.reward import WorkflowReward
-    from conductor.train.trainer import _generate, load_policy
 
     model, tok = load_policy(model_dir)
     model.eval()
     torch.manual_seed(seed)
     expanded = [row for row in rows for _ in range(samples)]
-    texts = _generate(
+    texts = sample_replies(
         model, tok, [r["prompt"] for r in expanded], config.grpo.max_completion_tokens
     )
     pool = load_train_pool(config)
@@ -232,9 +274,10 @@ def evaluate(
     finally:
         reward.close()
     parsed = [r for r in results if r.parsed]
+    scored = [r for r in rewards if r is not None]  # None: TRL's "no score", never ours
     return {
         "completions": len(results),
-        "mean_reward": round(sum(rewards) / len(rewards), 4),
+        "mean_reward": round(sum(scored) / max(1, len(scored)), 4),
         "parse_rate": round(len(parsed) / len(results), 4),
         "correct_rate": round(sum(1 for r in results if r.correct) / len(results), 4),
         "reliable_last_share": round(
@@ -256,7 +299,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/routing-proof"))
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--smoke", action="store_true", help="build the data and the GRPO config, then stop"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        smoke(args)
+        return
 
     import torch
 
@@ -318,7 +367,7 @@ def main() -> None:
             args.results.write_text(json.dumps(report, indent=2) + "\n")
 
         grpo_config = make_config(pool_file, warm, out, args)
-        checkpoint = train(grpo_config, live=False, on_metrics=on_metrics)
+        checkpoint = train(grpo_config, on_metrics=on_metrics)
         report["checkpoint"] = str(checkpoint)
         report["after"] = evaluate(str(checkpoint), config, held_rows, args.eval_samples, args.seed)
         print("after GRPO:", json.dumps(report["after"]), flush=True)
@@ -340,6 +389,31 @@ def main() -> None:
         server.stop()
         args.results.write_text(json.dumps(report, indent=2) + "\n")
     print(f"results written to {args.results}", file=sys.stderr)
+
+
+def smoke(args: argparse.Namespace) -> None:
+    """The run up to its first model load: workers, pool, rows and TRL's config."""
+    import tempfile
+
+    from conductor.train.dataset import build_rows
+    from conductor.train.pools import load_train_pool, training_conductor
+    from conductor.train.trainer import build_grpo_config
+
+    server = start_workers()
+    try:
+        with tempfile.TemporaryDirectory(prefix="routing-proof-smoke-") as tmp:
+            out = Path(tmp)
+            config = make_config(write_pool(server, out), "gguf:smollm2", out, args)
+            pool = load_train_pool(config)
+            conductor = training_conductor(config, pool)
+            rows = build_rows(config, pool, conductor, rng_seed=args.seed)
+            build_grpo_config(config, output_dir=out / "grpo")
+    finally:
+        server.stop()
+    print(
+        f"smoke: {len(rows)} training rows, pool {[w.id for w in pool.workers]}, "
+        "GRPO config built; stopped before loading the policy"
+    )
 
 
 if __name__ == "__main__":

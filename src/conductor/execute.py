@@ -32,9 +32,8 @@ from .llm.cache import ResponseCache
 from .llm.caller import CallerSet
 from .llm.prefill_rules import join_prefill
 from .llm.types import Message, ModelRequest
-from .pool import Pool
+from .pool import Pool, pool_to_public_dict
 from .record import CallRecord, RoundRecord, RunRecord, now_iso
-from .redact import pool_to_public_dict
 from .steps import (
     Budget,
     StepPlan,

@@ -4,7 +4,8 @@
 and Conductor settings are the call targets of :mod:`conductor.targets`.  The order of
 ``Pool.workers`` is the order the Conductor sees ("Model 0", "Model 1", ...).  The file
 is read with the line-aware reader of :mod:`conductor.configfile`; shipped pools are
-found by :mod:`conductor.shipped`.
+found by :mod:`conductor.shipped`.  What a run record, the cache or a log keeps of a pool
+is :func:`pool_to_public_dict`, redacted by :mod:`conductor.redact`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import yaml
 
 from .configfile import ConfigReader, compose_yaml, node_line, read_config_file, show_value
 from .errors import PoolError
+from .redact import public_fields
 from .shipped import resolve_shipped, shipped, shipped_dir
 from .targets import (
     CONDUCTOR_BACKENDS,
@@ -43,6 +45,7 @@ __all__ = [
     "load_pool",
     "load_pool_text",
     "open_pool",
+    "pool_to_public_dict",
     "resolve_pool_path",
 ]
 
@@ -66,6 +69,23 @@ class Pool:
             if w.id == worker_id:
                 return w
         raise KeyError(worker_id)
+
+
+def pool_to_public_dict(pool: Pool) -> dict[str, Any]:
+    """A JSON-ready description of ``pool`` for run records, with no secrets.
+
+    ``api_key_env`` is kept (it is a variable name); credentials and key-like query
+    parameters in URLs, and params under secret-sounding keys, become ``***``.
+    """
+    return {
+        "name": pool.name,
+        "description": pool.description,
+        "path": str(pool.path) if pool.path is not None else None,
+        "defaults": dict(pool.defaults),
+        "context": public_fields(pool.context),
+        "workers": [public_fields(w) for w in pool.workers],
+        "conductor": public_fields(pool.conductor) if pool.conductor is not None else None,
+    }
 
 
 # --------------------------------------------------------------------------- loading

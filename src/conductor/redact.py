@@ -1,8 +1,9 @@
 """Secrets: telling a key from a variable name, and keeping keys out of what is written.
 
 A key is read from its environment variable only when a call is made; what a run
-record, the cache or a log keeps of a pool is :func:`pool_to_public_dict`, in which
-credentials in URLs and params under secret-sounding keys are ``***``.
+record, the cache or a log keeps of a pool (:func:`conductor.pool.pool_to_public_dict`)
+is its targets' :func:`public_fields`, in which credentials in URLs and params under
+secret-sounding keys are ``***``.
 """
 
 from __future__ import annotations
@@ -10,18 +11,14 @@ from __future__ import annotations
 import re
 import urllib.parse
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .targets import Price, WorkerContext
-
-if TYPE_CHECKING:
-    from .pool import Pool
 
 __all__ = [
     "ENV_NAME_RE",
     "REDACTED",
     "looks_like_key",
-    "pool_to_public_dict",
     "public_fields",
     "redact_params",
     "redact_url",
@@ -123,20 +120,3 @@ def public_fields(obj: Any) -> dict[str, Any]:
             value = list(value)  # as JSON reads it back
         out[f.name] = value
     return out
-
-
-def pool_to_public_dict(pool: Pool) -> dict[str, Any]:
-    """A JSON-ready description of ``pool`` for run records, with no secrets.
-
-    ``api_key_env`` is kept (it is a variable name); credentials and key-like query
-    parameters in URLs, and params under secret-sounding keys, become ``***``.
-    """
-    return {
-        "name": pool.name,
-        "description": pool.description,
-        "path": str(pool.path) if pool.path is not None else None,
-        "defaults": dict(pool.defaults),
-        "context": public_fields(pool.context),
-        "workers": [public_fields(w) for w in pool.workers],
-        "conductor": public_fields(pool.conductor) if pool.conductor is not None else None,
-    }

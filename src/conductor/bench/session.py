@@ -283,7 +283,7 @@ class BenchSession:
         from ..llm.cache import ResponseCache
         from ..llm.caller import CallerSet
         from ..llm.keys import require_keys
-        from ..redact import pool_to_public_dict
+        from ..pool import pool_to_public_dict
         from ..runs.summary import record_rate_limits
         from ..strategies import (
             ConductorStrategy,

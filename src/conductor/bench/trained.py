@@ -49,7 +49,7 @@ def trained_questions_of(conductor: Conductor) -> TrainedQuestions | None:
     Warns when the checkpoint was trained without comparing its questions with some
     held-out set (``accept_unchecked_holdout``).
     """
-    from ..checkpoint_meta import read_training_guard, read_training_questions
+    from ..conductors.checkpoint import read_training_guard, read_training_questions
 
     if conductor.backend != "checkpoint":
         return None

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..pool import Pool
+from ..pool import Pool, pool_to_public_dict
 from ..targets import ConductorConfig, Worker
 
 __all__ = ["SAMPLING_KEYS", "Conductor", "parse_conductor_spec", "resolve_conductor"]
@@ -53,7 +53,6 @@ class Conductor:
         """
         import hashlib
 
-        from ..redact import pool_to_public_dict
         from .prompt import load_conductor_template
 
         target = pool_to_public_dict(Pool(name="conductor", workers=(self.target,)))
@@ -219,8 +218,8 @@ def _apply_checkpoint_meta(
     """Honour a checkpoint's ``conductor.json``: the template it was trained with, its
     step limit and sampling settings (where the pool sets none), and a warning for each
     way the user's pool differs from its pool order."""
-    from ..checkpoint_meta import check_pool_against_meta, read_checkpoint_meta, template_ref
     from ..llm.checkpoint_load import resolve_checkpoint_dir
+    from .checkpoint import check_pool_against_meta, read_checkpoint_meta, template_ref
 
     assert cfg.model is not None
     directory = resolve_checkpoint_dir(cfg.model)

@@ -28,9 +28,9 @@ from xml.sax.saxutils import escape, quoteattr
 
 from ..record import RunRecord
 from ..runs.rundir import SAMPLES, SampleLines, latest_lines, numbered_records
+from ..runs.stats import wilson_interval
 from ..runs.summary import RunSummary
 from ..text import printable
-from ..view.stats import wilson_interval
 
 __all__ = ["junit_xml"]
 

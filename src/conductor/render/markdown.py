@@ -18,9 +18,9 @@ import re
 from collections.abc import Iterable
 
 from ..bench.paper import paper_reference
+from ..runs.stats import wilson_interval
 from ..runs.summary import RunSummary, best_single, falls_short
 from ..text import printable
-from ..view.stats import wilson_interval
 from .comparison import METRICS, RunEntry, paper_text, run_entries
 
 __all__ = ["markdown_cell", "markdown_summary"]

@@ -2,19 +2,19 @@
 :mod:`conductor.render.comparison`), then the worker usage, topologies and rate limits
 of each run, each usage view in a wide layout and a stacked one for narrow terminals.
 
-The scores themselves are computed in :mod:`conductor.runs.summary`.
+The scores themselves are computed in :mod:`conductor.runs.summary`; the caller (the
+CLI) summarises the runs and hands the summaries here, so that this module only lays
+out what it is given.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..runs.summary import RunSummary, best_single, ratio, summarize_run
+from ..runs.summary import RunSummary, best_single, ratio
 from ..text import printable
 from .comparison import comparison_view, summary_table
 from .fitted import Fitted
@@ -22,7 +22,6 @@ from .format import percent
 
 __all__ = [
     "rate_limit_table",
-    "report_renderables",
     "report_views",
     "summary_table",
     "topology_table",
@@ -128,15 +127,11 @@ def rate_limit_table(summary: RunSummary) -> Table | None:
     return table
 
 
-def report_renderables(run_dirs: list[Path]) -> list[RenderableType]:
-    """What ``conductor report DIR [DIR...]`` shows (see :func:`report_views`)."""
-    return report_views([summarize_run(Path(d)) for d in run_dirs])
-
-
 def report_views(summaries: list[RunSummary]) -> list[RenderableType]:
-    """The report of runs already summarised: the comparison (with an oracle-best run
-    per benchmark that has several ``single:*`` runs), then the usage and topology
-    tables of each Conductor run and the rate limits met."""
+    """What ``conductor report DIR [DIR...]`` shows of the runs ``summaries`` describe:
+    the comparison (with an oracle-best run per benchmark that has several ``single:*``
+    runs), then the usage and topology tables of each Conductor run and the rate limits
+    met."""
     by_bench: dict[str, list[RunSummary]] = {}
     for s in summaries:
         by_bench.setdefault(s.benchmark, []).append(s)

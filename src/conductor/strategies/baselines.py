@@ -30,9 +30,8 @@ from ..events import Event, EventSink, null_sink
 from ..execute import RunSettings
 from ..llm.caller import CallerSet
 from ..llm.types import Message
-from ..pool import Pool
+from ..pool import Pool, pool_to_public_dict
 from ..record import RoundRecord, RunRecord
-from ..redact import pool_to_public_dict
 from ..steps import Budget, Compose, StepPlan, StepRunner, run_to_record
 from ..targets import Worker
 from ..workflow import Step, Workflow, workflow_to_dict

@@ -17,7 +17,7 @@ question identity used everywhere that matters:
   the shorter one's n-grams, as in the GPT-3 / lm-eval decontamination) is reported
   and stops the run as an overlap does: reworded copies that no normalisation catches.
 * the trained checkpoint keeps the hashes of its training questions and what the check
-  compared (:func:`conductor.checkpoint_meta.write_training_questions`), and ``conductor
+  compared (:func:`conductor.conductors.checkpoint.write_training_questions`), and ``conductor
   bench`` counts, or with ``--exclude-trained`` skips, the samples the Conductor was
   trained on (:func:`trained_questions_of`, :class:`TrainedQuestions`).
 

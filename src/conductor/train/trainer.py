@@ -268,7 +268,7 @@ def _quiet_trainer(trainer: Any) -> None:
 def _save_checkpoint(
     trainer: Any, tokenizer: Any, config: TrainConfig, pool: Pool, directory: Path
 ) -> None:
-    from ..checkpoint_meta import CheckpointMeta, stored_template, write_checkpoint_meta
+    from ..conductors.checkpoint import CheckpointMeta, stored_template, write_checkpoint_meta
 
     trainer.save_model(str(directory))
     if not trainer.is_world_process_zero():
@@ -301,7 +301,7 @@ def _save_checkpoint(
 def _record_training_questions(checkpoint: Path, guard: GuardResult) -> None:
     """Keep the training questions' hashes in the checkpoint, for ``bench`` to count,
     with what the held-out guard compared them with."""
-    from ..checkpoint_meta import write_training_questions
+    from ..conductors.checkpoint import write_training_questions
     from ..datasets.questions import NORMALISATION
 
     write_training_questions(

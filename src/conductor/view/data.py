@@ -11,7 +11,7 @@ A RUN is one of:
 
 A bench run's overview numbers come from :mod:`conductor.runs.summary` (its
 ``summary.json`` when fresh, else :func:`~conductor.runs.summary.summarize_run`), the
-one place scores are computed; this module adds the intervals (``view.stats``) and
+one place scores are computed; this module adds the intervals (``runs.stats``) and
 the per-sample rows the page lists.  Records without a bench directory (``ask`` and
 ``serve``) carry no ``config.json`` to summarise: their few numbers (cost, tokens,
 calls, latency) are added up here from the records' own totals.
@@ -318,7 +318,7 @@ class _Boilerplate:
 
 
 def _interval_of_costs(samples: Sequence[ViewSample]) -> tuple[float | None, float | None]:
-    from .stats import mean_interval
+    from ..runs.stats import mean_interval
 
     costs = [s.cost for s in samples if s.cost is not None]
     if not costs:
@@ -328,7 +328,7 @@ def _interval_of_costs(samples: Sequence[ViewSample]) -> tuple[float | None, flo
 
 
 def _accuracy_interval(samples: Sequence[ViewSample]) -> tuple[float | None, float | None]:
-    from .stats import wilson_interval
+    from ..runs.stats import wilson_interval
 
     graded = [s for s in samples if s.verdict != "ungraded"]
     if not graded:
@@ -419,7 +419,7 @@ def _conductor_name(record: RunRecord | None) -> str:
 def _records_run(records: list[RunRecord], kind: str, path: Path) -> ViewRun:
     """A run of records without a bench directory (``ask``, or one served model's
     records of a ``serve`` directory)."""
-    from .stats import percentile
+    from ..runs.stats import percentile
 
     samples = [sample_of(r, i) for i, r in enumerate(records)]
     graded = [s for s in samples if s.verdict != "ungraded"]
@@ -534,7 +534,7 @@ def load_runs(paths: Sequence[Path]) -> list[ViewRun]:
 
 def compare_runs(runs: Sequence[ViewRun], a: int, b: int) -> Comparison | None:
     """Runs ``a`` and ``b`` on the graded questions both hold (None: no shared one)."""
-    from .stats import mcnemar_exact, paired_bootstrap_diff
+    from ..runs.stats import mcnemar_exact, paired_bootstrap_diff
 
     right_b = {s.key: s.correct for s in runs[b].samples if s.verdict != "ungraded"}
     pairs = [

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingDependencyError, UsageError, install_hint
+from ..runs.stats import mean_interval, pareto_front, wilson_interval
 from ..text import printable
-from .stats import mean_interval, pareto_front, wilson_interval
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -1,4 +1,5 @@
-"""The statistics of the view and the static charts, in pure Python.
+"""The statistics of bench runs' scores, in pure Python: the intervals and tests of
+``conductor view``, its static charts and the reports (JUnit, Markdown).
 
 Proportions and differences are fractions in [0, 1] (not percentages).  Every
 resampling function takes a ``seed`` and draws from its own :class:`random.Random`, so
@@ -11,7 +12,7 @@ import math
 import random
 from collections.abc import Sequence
 
-from ..runs.summary import percentile as summary_percentile
+from .summary import percentile as summary_percentile
 
 __all__ = [
     "mcnemar_exact",

@@ -58,9 +58,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .errors import UsageError
-from .private import make_private_dir, write_private
-from .text import plural
+from ..errors import UsageError
+from ..private import make_private_dir, write_private
+from ..text import plural
 
 __all__ = [
     "META_FILE",
@@ -251,7 +251,7 @@ def read_checkpoint_meta(path: Path) -> CheckpointMeta | None:
 
 def _check_inline_chat(file: Path, data: dict[str, Any]) -> None:
     """Check an inline chat-form ``template`` the way a template file is checked."""
-    from .conductors.prompt import chat_template_from_dict
+    from .prompt import chat_template_from_dict
 
     def fail(field_name: str, message: str, offset: int | None) -> NoReturn:
         where = f"template.{field_name}" if field_name else "template"
@@ -287,7 +287,7 @@ def stored_template(directory: Path, name_or_path: str) -> dict[str, Any]:
     return the :class:`CheckpointMeta` fields that name it: a chat template inline
     (``template_chat``), a text template as :data:`TEXT_TEMPLATE_FILE` written beside the
     model (``template``)."""
-    from .conductors.prompt import load_conductor_template
+    from .prompt import load_conductor_template
 
     loaded = load_conductor_template(name_or_path)
     if loaded.chat is not None:
@@ -369,7 +369,7 @@ def template_ref(checkpoint_dir: Path, meta: CheckpointMeta | None) -> str | Non
 def _cached_template(text: str, suffix: str) -> str:
     """The path of a file holding ``text`` under conductor's cache directory (named by
     its hash, written once)."""
-    from .llm.cache import default_cache_dir
+    from ..llm.cache import default_cache_dir
 
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
     folder = default_cache_dir().parent / "templates"
