@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -445,3 +446,42 @@ def test_no_client_imports_the_factory() -> None:
         "conductor.llm.limiter",
         "conductor.llm.prefill",
     ]
+
+
+ARCHITECTURE = PACKAGE.parent.parent / "ARCHITECTURE.md"
+
+
+def architecture_floors() -> list[tuple[str, tuple[str, ...]]]:
+    """The floors table of ARCHITECTURE.md: (floor, its units as ``conductor.NAME``
+    names) per row, bottom up."""
+    rows = []
+    for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or cells[0] in ("floor", "") or set(cells[0]) <= {"-"}:
+            continue
+        units = tuple(
+            u.removesuffix(".py").removesuffix("/") for u in re.findall(r"`([^`]+)`", cells[1])
+        )
+        rows.append((cells[0], units))
+    return rows
+
+
+def test_architecture_md_draws_the_floors_this_test_checks() -> None:
+    assert architecture_floors() == FLOORS
+
+
+def test_every_module_architecture_md_names_exists() -> None:
+    """A path in ARCHITECTURE.md (``llm/caller.py``, ``runs/``) names a real module or
+    package, so the document cannot keep a module that moved."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    named = set(re.findall(r"`([a-z_]+(?:/[a-z_]+)*(?:\.py|/))`", text))
+    files = {p.name for p in PACKAGE.rglob("*.py")}
+    root = PACKAGE.parent.parent
+
+    def exists(p: str) -> bool:
+        if "/" in p.rstrip("/"):
+            return (PACKAGE / p).exists() or (root / p).exists()
+        return (PACKAGE / p).is_dir() if p.endswith("/") else p in files
+
+    missing = sorted(p for p in named if not exists(p))
+    assert len(named) > 60 and missing == []
