@@ -50,9 +50,9 @@ def test_a_singles_plan_has_one_request_per_worker_in_its_own_directory(
     assert first.settings == RunSettings(max_calls=5, rounds=1)
     # What --resume reads back: the pool file by absolute path, the strategy as given.
     assert first.invocation is not None
-    assert first.invocation["strategy"] == "singles"
-    assert first.invocation["pool"] == str(pool.resolve())
-    assert first.invocation["shard"] == "1/2"
+    assert first.invocation.strategy == "singles"
+    assert first.invocation.pool == str(pool.resolve())
+    assert first.invocation.shard == "1/2"
     assert fake_server.requests == []  # planning sends nothing
 
 

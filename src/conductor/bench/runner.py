@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..benchmark import BenchmarkSpec
 from ..datasets.samples import count_samples, iter_samples, recorded_metadata, render_prompt
@@ -52,7 +52,8 @@ from ..grading.types import Sample, Verdict
 from ..llm.cache import ResponseCache
 from ..private import open_private, own_dir, write_private
 from ..record import RunRecord, now_iso, record_to_dict
-from ..runs.lock import _absent, _absent_files, _holds_records, _lock_run_dir, _undo_empty_run
+from ..runs.config import BenchConfig, read_run_config
+from ..runs.lock import absent_dirs, absent_files, holds_records, lock_run_dir, undo_empty_run
 from ..runs.rundir import (
     CONFIG,
     LOCK,
@@ -60,26 +61,26 @@ from ..runs.rundir import (
     SAMPLES,
     SampleLines,
     clear_run,
+    open_samples,
+    record_line,
     repair_tail,
     sample_key,
+    write_line,
 )
-from ..runs.rundir import open_samples as _open_samples
-from ..runs.rundir import record_line as _record_line
-from ..runs.rundir import write_line as _write_line
 from ..strategies import Strategy
 from ..text import plural
+from . import samplecache
 from .faults import (
     BenchStopped,
-    _auth_failure,
-    _auth_stop,
-    _cache_stop,
-    _io_stop,
-    _pool_secrets,
-    _reason,
-    _scrub,
+    auth_failure,
+    auth_stop,
+    cache_stop,
+    io_stop,
+    pool_secrets,
+    reason,
+    scrub,
 )
-from .runconfig import BenchOptions, _check_same_run, _config, read_run_config, run_difference
-from .samplecache import _cache_get, _cache_set, _replayed_line, _run_key, _sample_key
+from .runconfig import BenchOptions, build_config, check_same_run, run_difference
 
 __all__ = [
     "BenchProgress",
@@ -141,7 +142,7 @@ def _recorded_pairs(out_dir: Path) -> int:
 
 
 def _total_pairs(
-    spec: BenchmarkSpec, options: BenchOptions, epochs: int, config: dict[str, Any]
+    spec: BenchmarkSpec, options: BenchOptions, epochs: int, config: BenchConfig
 ) -> int:
     """How many (sample, epoch) pairs this shard of the run has in all."""
     # Rows are counted, not decoded, so the count costs little.
@@ -149,7 +150,8 @@ def _total_pairs(
     shard_i, shard_n = options.shard or (0, 1)
     total = len(range(shard_i, n, shard_n)) * epochs
     if options.exclude_trained:
-        total -= (config["trained_on"]["samples"] or 0) * epochs
+        trained = config.trained_on.samples if config.trained_on is not None else None
+        total -= (trained or 0) * epochs
     return total
 
 
@@ -274,274 +276,368 @@ async def run_benchmark(
             "it was trained on (conductor train writes them); this Conductor records none"
         )
     trained = _trained_count(spec, options)
-    config = _config(spec, strategy, grader, pool_dict, options, epochs, trained)
+    config = build_config(spec, strategy, grader, pool_dict, options, epochs, trained)
     if options.overwrite:
         _check_overwritable(out)
-    created = _absent(out)
+    created = absent_dirs(out)
     try:
         own_dir(out, "the run directory", (*RUN_FILES, LOCK))
     except OSError as exc:
         raise UsageError(f"{out}: cannot create the run directory ({exc.strerror})") from None
-    new_files = _absent_files(out)
+    new_files = absent_files(out)
     # Only a holder of the lock may undo anything: a busy directory is another run's.
-    lock = _lock_run_dir(out)
+    lock = lock_run_dir(out)
     try:
-        return await _run_locked(
+        loop = SampleLoop(
             spec, strategy, grader, pool_dict, options, config, epochs, cache, on_progress
         )
+        return await loop.run()
     except BenchStopped:
         raise  # its message says how to resume from this directory: it stays
     except Exception:
-        _undo_empty_run(out, created, new_files)
+        undo_empty_run(out, created, new_files)
         raise
     finally:
         lock.close()
 
 
-@dataclass
-class _Stop:
-    """The first fault that ends the run; set once, read by the dispatcher."""
-
-    error: BenchStopped | None = None
+#: What a finished sample leaves to write: its line, its status and its cost.
+_Result = tuple[str, str, float]
 
 
-async def _run_locked(
-    spec: BenchmarkSpec,
-    strategy: Strategy,
-    grader: Grader,
-    pool_dict: dict[str, Any],
-    options: BenchOptions,
-    config: dict[str, Any],
-    epochs: int,
-    cache: ResponseCache | None,
-    on_progress: Callable[[BenchProgress], None] | None,
-) -> BenchProgress:
-    out = options.out_dir
-    config_path = out / CONFIG
-    if options.overwrite:
-        _clear_for_overwrite(out)
-    total = _total_pairs(spec, options, epochs, config)
-    if config_path.exists() and _holds_records(out):
-        old = read_run_config(out)
-        if not options.resume:
-            raise _occupied(out, run_difference(old, config), _recorded_pairs(out), total)
-        _check_same_run(old, config, out)
-    else:
+class _Slot:
+    """A sample's hold on one of the ``concurrency`` slots, given back once."""
+
+    def __init__(self, slots: asyncio.Semaphore) -> None:
+        self._slots: asyncio.Semaphore | None = slots
+
+    def release(self) -> None:
+        slots, self._slots = self._slots, None
+        if slots is not None:
+            slots.release()
+
+
+class SampleLoop:
+    """One pass of the runner over a locked run directory, in named steps.
+
+    :meth:`run` claims the directory (:meth:`claim`: overwrite, refuse another run or
+    write ``config.json``), plans the work (what is already recorded), then dispatches
+    one task per (sample, epoch) (:meth:`dispatch`); each task (:meth:`sample`) replays
+    the sample from the cache or runs it (:meth:`ask`), grades it (:meth:`grade`) and
+    writes its line (:meth:`write`).  A fault every later sample would share
+    (:meth:`halt`) stops new work; :meth:`collect` reads every task's outcome;
+    :meth:`finish` closes what the pass opened.
+    """
+
+    def __init__(
+        self,
+        spec: BenchmarkSpec,
+        strategy: Strategy,
+        grader: Grader,
+        pool_dict: dict[str, Any],
+        options: BenchOptions,
+        config: BenchConfig,
+        epochs: int,
+        cache: ResponseCache | None,
+        on_progress: Callable[[BenchProgress], None] | None,
+    ) -> None:
+        self.spec, self.strategy, self.grader = spec, strategy, grader
+        self.pool_dict, self.options, self.config = pool_dict, options, config
+        self.epochs, self.cache = epochs, cache
+        self.out = options.out_dir
+        self.samples_path = self.out / SAMPLES
+        self.progress = BenchProgress()
+        self.notify: Callable[[BenchProgress], None] = on_progress or (lambda _p: None)
+        self.secrets = pool_secrets(pool_dict)
+        self.run_key = samplecache.run_key(config)
+        concurrency = max(1, options.concurrency)
+        graders = max(1, options.grader_concurrency)
+        self.slots = asyncio.Semaphore(concurrency)
+        # A sample being graded holds no slot; this bounds how many are in flight in all,
+        # so requests slow down only when every grader thread is busy and one more waits.
+        self.pending = asyncio.Semaphore(concurrency + graders)
+        self.graders = graders
+        #: The first fault that ends the run; set once, read by the dispatcher.
+        self.stopped: BenchStopped | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+        # Tasks created but not yet started.  A task cancelled before its first step
+        # never runs its body, so it cannot hand back the slot and the in-flight place
+        # the dispatcher took for it: :meth:`collect` does, or the dispatcher would wait
+        # forever.
+        self.unstarted: set[asyncio.Task[None]] = set()
+
+    # -- the pass ------------------------------------------------------------------
+
+    async def run(self) -> BenchProgress:
+        """Claim the directory, run what remains, and return this invocation's totals."""
+        total = self.claim()
+        done = completed_keys(self.out, drop_errors=self.options.retry_errors)
+        self.progress.skipped = len(done)
+        grade_pool = ThreadPoolExecutor(
+            max_workers=self.graders, thread_name_prefix="conductor-grade"
+        )
+        fh = open_samples(self.samples_path)
         try:
-            write_private(
-                config_path, json.dumps(config, indent=2, ensure_ascii=False) + "\n", atomic=False
-            )
+            self.progress.total = total
+            self.notify(self.progress)
+            await self.dispatch(done, grade_pool, fh)
+        except Exception:
+            # The data failed part-way: the samples in flight finish and are kept.
+            while self.tasks:
+                await asyncio.wait(list(self.tasks))
+            raise
+        except BaseException:
+            for task in list(self.tasks):
+                task.cancel()
+            await asyncio.gather(*list(self.tasks), return_exceptions=True)
+            raise
+        finally:
+            await self.finish(grade_pool, fh)
+        if self.stopped is not None:
+            raise self.stopped
+        return self.progress
+
+    def claim(self) -> int:
+        """Make the directory this run's: clear it for ``--overwrite``, refuse another
+        run's records (or, resuming, a run that differs), else write ``config.json``.
+        Returns how many (sample, epoch) pairs the run has in all."""
+        out, options, config = self.out, self.options, self.config
+        config_path = out / CONFIG
+        if options.overwrite:
+            _clear_for_overwrite(out)
+        total = _total_pairs(self.spec, options, self.epochs, config)
+        if config_path.exists() and holds_records(out):
+            old = read_run_config(out)
+            if not options.resume:
+                raise _occupied(out, run_difference(old, config), _recorded_pairs(out), total)
+            check_same_run(old, config, out)
+            return total
+        try:
+            write_private(config_path, config.to_json(), atomic=False)
         except OSError as exc:
             with suppress(OSError):
                 config_path.unlink()
-            raise _io_stop(exc, config_path, out, 0) from None
-    done = completed_keys(out, drop_errors=options.retry_errors)
+            raise io_stop(exc, config_path, out, 0) from None
+        return total
 
-    progress = BenchProgress(skipped=len(done))
-    notify = on_progress or (lambda _p: None)
-    slots = asyncio.Semaphore(max(1, options.concurrency))
-    graders = max(1, options.grader_concurrency)
-    # A sample being graded holds no slot; this bounds how many are in flight in all,
-    # so requests slow down only when every grader thread is busy and one more waits.
-    pending = asyncio.Semaphore(max(1, options.concurrency) + graders)
-    grade_pool = ThreadPoolExecutor(max_workers=graders, thread_name_prefix="conductor-grade")
-    loop = asyncio.get_running_loop()
-    samples_path = out / SAMPLES
-    fh = _open_samples(samples_path)
-    stop = _Stop()
-    secrets = _pool_secrets(pool_dict)
-    tasks: set[asyncio.Task[None]] = set()
-    run_key = _run_key(config)
+    async def dispatch(
+        self, done: set[tuple[str, int]], grade_pool: ThreadPoolExecutor, fh: IO[bytes]
+    ) -> None:
+        """Start one task per (sample, epoch) still to run, as slots free up, until the
+        work ends or a fault stops it; then wait for those in flight."""
+        work = _work(self.spec, self.options, self.epochs, done)
+        for sample, epoch in work:
+            await self.pending.acquire()
+            await self.slots.acquire()
+            if self.stopped is not None:
+                self.slots.release()
+                self.pending.release()
+                break
+            task = asyncio.create_task(self.sample(sample, epoch, grade_pool, fh))
+            self.tasks.add(task)
+            self.unstarted.add(task)
+            task.add_done_callback(self.collect)
+        while self.tasks:
+            await asyncio.wait(list(self.tasks))
 
-    def halt(error: BenchStopped, *, cancel: bool) -> None:
+    async def finish(self, grade_pool: ThreadPoolExecutor, fh: IO[bytes]) -> None:
+        """Close what the pass opened: the samples file, the grader threads (those still
+        grading are abandoned) and the strategy's callers."""
+        with suppress(OSError):
+            fh.close()
+        grade_pool.shutdown(wait=False, cancel_futures=True)
+        await self.strategy.aclose()
+
+    # -- stopping ------------------------------------------------------------------
+
+    def halt(self, error: BenchStopped, *, cancel: bool) -> None:
         """Start no more samples; with ``cancel`` also abandon those in flight."""
-        if stop.error is None:
-            stop.error = error
+        if self.stopped is None:
+            self.stopped = error
         if cancel:
-            for task in list(tasks):
+            for task in list(self.tasks):
                 if task is not asyncio.current_task():
                     task.cancel()
 
-    def sample_metadata(sample: Sample) -> dict[str, Any]:
-        """What every record of this run says beside its prompt: the benchmark, the
-        strategy and the sample's own question.  ``record.question`` is the prompt, the
-        benchmark's template filled in; a reader (``conductor view``'s sample list) wants
-        the question without the template's instructions around it."""
-        meta: dict[str, Any] = {"benchmark": spec.name, "strategy": strategy.name}
-        question = sample.input.get("question")
-        if isinstance(question, str):
-            meta["question"] = question
-        return meta
+    def collect(self, task: asyncio.Task[None]) -> None:
+        """A task's end: give back what a task cancelled before it started holds, and
+        stop the run on an exception no sample step caught (none goes unnoticed)."""
+        self.tasks.discard(task)
+        if task in self.unstarted:
+            self.unstarted.discard(task)
+            self.slots.release()
+            self.pending.release()
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            out = self.out
+            self.halt(
+                BenchStopped(
+                    f"stopped by an unexpected error ({reason(exc, self.secrets)}); the "
+                    f"records written are kept in {out}; continue with "
+                    f"`conductor bench --resume {out}`"
+                ),
+                cancel=True,
+            )
 
-    def failed_line(question: str, sample: Sample, epoch: int, exc: BaseException) -> str:
-        record = RunRecord(
-            question=question,
-            pool=pool_dict,
-            conductor={"backend": "strategy", "strategy": strategy.name},
-            settings={"sample_index": epoch, "strategy": strategy.name},
-            sample_id=sample.id,
-            epoch=epoch,
-            status="failed",
-            error=f"the run raised {_reason(exc, secrets)}",
-            finished_at=now_iso(),
-            gold=sample.gold,
-            metadata=sample_metadata(sample),
+    def _auth_halt(self, message: str) -> None:
+        self.halt(
+            auth_stop(scrub(message, self.secrets), self.out, self.progress.done), cancel=False
         )
-        return _record_line(record_to_dict(record))
 
-    async def graded_line(
-        record: RunRecord, sample: Sample, key: str | None
-    ) -> tuple[str, str, float]:
+    def _cache_halt(self, exc: CacheError) -> None:
+        self.halt(cache_stop(exc, self.out, self.progress.done), cancel=True)
+
+    # -- one sample ----------------------------------------------------------------
+
+    async def sample(
+        self, sample: Sample, epoch: int, grade_pool: ThreadPoolExecutor, fh: IO[bytes]
+    ) -> None:
+        """Run, grade and write one (sample, epoch); its faults are its record, or stop
+        the run (refused credentials, a broken cache, a directory that takes no write)."""
+        me = asyncio.current_task()
+        if me is not None:
+            self.unstarted.discard(me)
+        slot = _Slot(self.slots)
+        try:
+            result = await self._result(sample, epoch, slot, grade_pool)
+            if result is not None:
+                self.write(fh, result)
+        finally:
+            slot.release()
+            self.pending.release()
+
+    async def _result(
+        self, sample: Sample, epoch: int, slot: _Slot, grade_pool: ThreadPoolExecutor
+    ) -> _Result | None:
+        """The line to write for (``sample``, ``epoch``), or ``None`` when the run was
+        halted instead (nothing is written: the sample runs again on resume)."""
+        question, key = "", None
+        try:
+            question = render_prompt(self.spec, sample)
+            if self.cache is not None:
+                key = samplecache.sample_key(self.run_key, sample, question, epoch)
+            replayed = self.replay(key)
+            if replayed is not None:
+                slot.release()
+                return replayed
+            record = await self.ask(question, epoch, sample)
+        except AuthenticationError as exc:
+            self._auth_halt(exc.describe())
+            return None
+        except CacheError as exc:
+            self._cache_halt(exc)
+            return None
+        except Exception as exc:  # noqa: BLE001 - any fault of one sample is its record
+            slot.release()
+            return self.failed_line(question, sample, epoch, exc), "run_failed", 0.0
+        # The model calls are over: the next sample may start while this one is graded.
+        slot.release()
+        refused = auth_failure(record)
+        if refused is not None:
+            # Not written: the sample runs again on resume, once the key works.
+            self._auth_halt(refused)
+            return None
+        try:
+            return await self.grade(record, sample, key, grade_pool)
+        except CacheError as exc:
+            self._cache_halt(exc)
+            return None
+        except Exception as exc:  # noqa: BLE001 - e.g. a record that cannot be encoded
+            return self.failed_line(question, sample, epoch, exc), "run_failed", 0.0
+
+    def replay(self, key: str | None) -> _Result | None:
+        """The sample's record kept in the cache under ``key``, as this run's line."""
+        kept = samplecache.cache_get(self.cache, key)
+        if isinstance(kept, dict) and isinstance(kept.get("line"), str):
+            return samplecache.replayed_line(kept), str(kept["status"]), float(kept["cost"])
+        return None
+
+    async def ask(self, question: str, epoch: int, sample: Sample) -> RunRecord:
+        """Run the strategy on the sample's prompt."""
+        return await self.strategy.run(
+            question, sample_index=epoch, sample_id=sample.id, epoch=epoch
+        )
+
+    async def grade(
+        self,
+        record: RunRecord,
+        sample: Sample,
+        key: str | None,
+        grade_pool: ThreadPoolExecutor,
+    ) -> _Result:
+        """Grade ``record`` on the grader threads, and keep it in the cache under ``key``
+        unless it failed or an answer it was built on was cut off."""
         record.gold = sample.gold
         # Without the hidden tests: the next program graded on this machine could read them.
         record.metadata.update(
-            sample_metadata(sample), sample=recorded_metadata(spec, sample, options.data_file)
+            self.metadata(sample),
+            sample=recorded_metadata(self.spec, sample, self.options.data_file),
         )
         if record.status != "failed":
+            loop = asyncio.get_running_loop()
             try:
                 verdict = await loop.run_in_executor(
-                    grade_pool, grader.grade, record.final_answer, sample
+                    grade_pool, self.grader.grade, record.final_answer, sample
                 )
             except Exception as exc:  # noqa: BLE001 - a grader fault is this sample's verdict
-                verdict = Verdict("grader_error", f"the grader raised {_reason(exc, secrets)}")
+                verdict = Verdict("grader_error", f"the grader raised {reason(exc, self.secrets)}")
             record.grade = verdict.to_dict()
         data = record_to_dict(record)
-        line = _record_line(data)
+        line = record_line(data)
         status = str((record.grade or {}).get("status", "run_failed"))
         cost = record.totals.cost_usd or 0.0
         # An answer built on a cut-off reply is not kept either: a rerun should ask again,
         # as the call cache does for the truncated call itself.
         truncated = any(call.truncated for call in record.all_calls())
         if key is not None and not truncated and not _is_error(data):
-            _cache_set(
-                cache, key, {"line": line, "run_id": record.run_id, "status": status, "cost": cost}
-            )
+            kept = {"line": line, "run_id": record.run_id, "status": status, "cost": cost}
+            samplecache.cache_set(self.cache, key, kept)
         return line, status, cost
 
-    # Tasks created but not yet started.  A task cancelled before its first step never
-    # runs its body, so its ``finally`` cannot hand back the slot and the in-flight place
-    # the dispatcher took for it: ``collect`` does, or the dispatcher would wait forever.
-    unstarted: set[asyncio.Task[None]] = set()
-
-    async def one(sample: Sample, epoch: int) -> None:
-        me = asyncio.current_task()
-        if me is not None:
-            unstarted.discard(me)
-        holding = True
-
-        def free_slot() -> None:
-            nonlocal holding
-            if holding:
-                holding = False
-                slots.release()
-
+    def write(self, fh: IO[bytes], result: _Result) -> None:
+        """Append the sample's line and count it; a directory that takes no write
+        stops the run."""
+        line, status, cost = result
         try:
-            question, key = "", None
-            record: RunRecord | None = None
-            result: tuple[str, str, float] | None = None
-            try:
-                question = render_prompt(spec, sample)
-                key = _sample_key(run_key, sample, question, epoch) if cache is not None else None
-                kept = _cache_get(cache, key)
-                if isinstance(kept, dict) and isinstance(kept.get("line"), str):
-                    result = (_replayed_line(kept), str(kept["status"]), float(kept["cost"]))
-                else:
-                    record = await strategy.run(
-                        question, sample_index=epoch, sample_id=sample.id, epoch=epoch
-                    )
-            except AuthenticationError as exc:
-                halt(_auth_stop(_scrub(exc.describe(), secrets), out, progress.done), cancel=False)
-                return
-            except CacheError as exc:
-                halt(_cache_stop(exc, out, progress.done), cancel=True)
-                return
-            except Exception as exc:  # noqa: BLE001 - any fault of one sample is its record
-                result = (failed_line(question, sample, epoch, exc), "run_failed", 0.0)
-            # The model calls are over: the next sample may start while this one is graded.
-            free_slot()
-            if result is None:
-                assert record is not None
-                auth = _auth_failure(record)
-                if auth is not None:
-                    # Not written: the sample runs again on resume, once the key works.
-                    halt(
-                        _auth_stop(_scrub(auth, secrets), out, progress.done),
-                        cancel=False,
-                    )
-                    return
-                try:
-                    result = await graded_line(record, sample, key)
-                except CacheError as exc:
-                    halt(_cache_stop(exc, out, progress.done), cancel=True)
-                    return
-                except Exception as exc:  # noqa: BLE001 - e.g. a record that cannot be encoded
-                    result = (failed_line(question, sample, epoch, exc), "run_failed", 0.0)
-            line, status, cost = result
-            try:
-                _write_line(fh, line)
-            except OSError as exc:
-                halt(_io_stop(exc, samples_path, out, progress.done), cancel=True)
-                return
-            progress.done += 1
-            progress.verdicts[status] = progress.verdicts.get(status, 0) + 1
-            progress.correct += int(status == "correct")
-            progress.errors += int(status in ("run_failed", "grader_error"))
-            progress.cost_usd += cost
-            notify(progress)
-        finally:
-            free_slot()
-            pending.release()
-
-    def collect(task: asyncio.Task[None]) -> None:
-        # Every task's outcome is read here, so no exception can go unnoticed.
-        tasks.discard(task)
-        if task in unstarted:
-            unstarted.discard(task)
-            slots.release()
-            pending.release()
-        if task.cancelled():
+            write_line(fh, line)
+        except OSError as exc:
+            self.halt(io_stop(exc, self.samples_path, self.out, self.progress.done), cancel=True)
             return
-        exc = task.exception()
-        if exc is not None:
-            halt(
-                BenchStopped(
-                    f"stopped by an unexpected error ({_reason(exc, secrets)}); the records "
-                    f"written are kept in {out}; continue with `conductor bench --resume {out}`"
-                ),
-                cancel=True,
-            )
+        progress = self.progress
+        progress.done += 1
+        progress.verdicts[status] = progress.verdicts.get(status, 0) + 1
+        progress.correct += int(status == "correct")
+        progress.errors += int(status in ("run_failed", "grader_error"))
+        progress.cost_usd += cost
+        self.notify(progress)
 
-    try:
-        progress.total = total
-        notify(progress)
-        for sample, epoch in _work(spec, options, epochs, done):
-            await pending.acquire()
-            await slots.acquire()
-            if stop.error is not None:
-                slots.release()
-                pending.release()
-                break
-            task = asyncio.create_task(one(sample, epoch))
-            tasks.add(task)
-            unstarted.add(task)
-            task.add_done_callback(collect)
-        while tasks:
-            await asyncio.wait(list(tasks))
-    except Exception:
-        # The data failed part-way: the samples in flight finish and are kept.
-        while tasks:
-            await asyncio.wait(list(tasks))
-        raise
-    except BaseException:
-        for task in list(tasks):
-            task.cancel()
-        await asyncio.gather(*list(tasks), return_exceptions=True)
-        raise
-    finally:
-        with suppress(OSError):
-            fh.close()
-        grade_pool.shutdown(wait=False, cancel_futures=True)
-        await strategy.aclose()
-    if stop.error is not None:
-        raise stop.error
-    return progress
+    def metadata(self, sample: Sample) -> dict[str, Any]:
+        """What every record of this run says beside its prompt: the benchmark, the
+        strategy and the sample's own question.  ``record.question`` is the prompt, the
+        benchmark's template filled in; a reader (``conductor view``'s sample list) wants
+        the question without the template's instructions around it."""
+        meta: dict[str, Any] = {"benchmark": self.spec.name, "strategy": self.strategy.name}
+        question = sample.input.get("question")
+        if isinstance(question, str):
+            meta["question"] = question
+        return meta
+
+    def failed_line(self, question: str, sample: Sample, epoch: int, exc: BaseException) -> str:
+        """The record of a sample whose run (or its record) raised ``exc``."""
+        name = self.strategy.name
+        record = RunRecord(
+            question=question,
+            pool=self.pool_dict,
+            conductor={"backend": "strategy", "strategy": name},
+            settings={"sample_index": epoch, "strategy": name},
+            sample_id=sample.id,
+            epoch=epoch,
+            status="failed",
+            error=f"the run raised {reason(exc, self.secrets)}",
+            finished_at=now_iso(),
+            gold=sample.gold,
+            metadata=self.metadata(sample),
+        )
+        return record_line(record_to_dict(record))

@@ -18,7 +18,7 @@ import dataclasses
 import hashlib
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +27,7 @@ from ..benchmark import BenchmarkSpec
 from ..errors import UsageError
 from ..execute import RunSettings
 from ..pool import Pool
+from ..runs.config import Invocation, read_run_config
 from ..runs.summary import write_summary
 from ..strategies import DEFAULT_CONCURRENCY
 from .faults import BenchStopped
@@ -107,7 +108,7 @@ class BenchRequest:
     shard: tuple[int, int] | None = None
     settings: RunSettings = field(default_factory=RunSettings)
     no_cache: bool = False
-    invocation: Mapping[str, Any] | None = None
+    invocation: Invocation | None = None
     unsafe_code: bool = False
     exclude_trained: bool = False
     overwrite: bool = False
@@ -135,52 +136,21 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
             raise UsageError("give either --out or --resume, not both")
         out = args.resume
     # What was not given again is taken from the run being resumed.
-    stored = _stored_invocation(args.resume) if args.resume is not None else {}
-    benchmark = args.benchmark if args.benchmark is not None else stored.get("benchmark")
+    stored = _stored_invocation(args.resume) if args.resume is not None else Invocation()
+    benchmark = args.benchmark if args.benchmark is not None else stored.benchmark
     if benchmark is None:
         raise UsageError("name a benchmark, or give --resume DIR to continue a run")
-    pool = args.pool if args.pool is not None else stored.get("pool")
-    conductor = args.conductor if args.conductor is not None else stored.get("conductor")
-    strategy: str = args.strategy or stored.get("strategy") or "conductor"
-    data = args.data if args.data is not None else _opt_path(stored.get("data"))
-    limit = args.limit if args.limit is not None else stored.get("limit")
-    epochs = args.epochs if args.epochs is not None else stored.get("epochs")
-    seed = args.seed if args.seed is not None else stored.get("seed", 0)
-    # Kept as given: not given, it follows the pool's models when the run resumes too.
-    concurrency = args.concurrency or stored.get("concurrency")
-    shard = args.shard if args.shard is not None else stored.get("shard")
-    max_steps = args.max_steps if args.max_steps is not None else stored.get("max_steps")
-    rounds = args.rounds or stored.get("rounds") or 1
-    budget_usd = args.budget_usd if args.budget_usd is not None else stored.get("budget_usd")
-    max_calls = args.max_calls if args.max_calls is not None else stored.get("max_calls")
-    exclude_trained = args.exclude_trained or bool(stored.get("exclude_trained"))
-
+    data = args.data if args.data is not None else _opt_path(stored.data)
+    invocation = _resolve(args, stored, data)
     spec = load_benchmark(benchmark)
     if spec.training_only and data is None:
         raise UsageError(
             f"benchmark {spec.name} is for training only (it has no evaluation source); "
             "pass --data FILE to evaluate on other questions in its schema"
         )
-    pool_obj = open_pool(pool)
-    shard_t = _parse_shard(shard)
-    invocation = {
-        # Files by absolute path, shipped names as names (they move with the package).
-        "benchmark": _as_given(benchmark),
-        "pool": _as_given(pool),
-        "conductor": conductor,
-        "strategy": strategy,
-        "data": str(data.resolve()) if data is not None else None,
-        "limit": limit,
-        "epochs": epochs,
-        "seed": seed,
-        "shard": shard,
-        "max_steps": max_steps,
-        "rounds": rounds,
-        "budget_usd": budget_usd,
-        "max_calls": max_calls,
-        "concurrency": concurrency,
-        "exclude_trained": exclude_trained,
-    }
+    pool_obj = open_pool(args.pool if args.pool is not None else stored.pool)
+    shard_t = _parse_shard(invocation.shard)
+    strategy = invocation.strategy or "conductor"
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         label = strategy.replace(":", "-")
@@ -192,7 +162,10 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
 
         require_keys(pool_obj.workers)  # every worker's key, before the first single runs
     settings = RunSettings(
-        max_steps=max_steps, rounds=rounds, budget_usd=budget_usd, max_calls=max_calls
+        max_steps=invocation.max_steps,
+        rounds=invocation.rounds or 1,
+        budget_usd=invocation.budget_usd,
+        max_calls=invocation.max_calls,
     )
     return [
         BenchRequest(
@@ -200,12 +173,12 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
             pool=pool_obj,
             strategy=strat,
             run_dir=out / f"single-{strat.split(':', 1)[1]}" if singles else out,
-            conductor=conductor,
+            conductor=invocation.conductor,
             data=data,
-            limit=limit,
-            epochs=epochs,
-            seed=seed,
-            concurrency=concurrency,
+            limit=invocation.limit,
+            epochs=invocation.epochs,
+            seed=invocation.seed,
+            concurrency=invocation.concurrency,
             resume=args.resume is not None,
             retry_errors=args.retry_errors,
             shard=shard_t,
@@ -213,7 +186,7 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
             no_cache=args.no_cache,
             invocation=invocation,
             unsafe_code=args.unsafe_code,
-            exclude_trained=exclude_trained,
+            exclude_trained=invocation.exclude_trained,
             overwrite=args.overwrite,
         )
         for strat in strategies
@@ -372,17 +345,46 @@ def _with_trained_questions(
     return dataclasses.replace(options, trained_on=trained, exclude_trained=exclude)
 
 
-def _stored_invocation(run_dir: Path) -> dict[str, Any]:
+def _resolve(args: BenchArgs, stored: Invocation, data: Path | None) -> Invocation:
+    """The invocation of the run ``args`` asks for: each option as given, else as the run
+    being resumed (``stored``) was started.  Files by absolute path, shipped names as
+    names (they move with the package); ``data`` is the data file so chosen."""
+
+    def given(name: str) -> Any:
+        value = getattr(args, name)
+        return value if value is not None else getattr(stored, name)
+
+    return Invocation(
+        benchmark=_as_given(given("benchmark")),
+        pool=_as_given(given("pool")),
+        conductor=given("conductor"),
+        strategy=args.strategy or stored.strategy or "conductor",
+        data=str(data.resolve()) if data is not None else None,
+        limit=given("limit"),
+        epochs=given("epochs"),
+        seed=given("seed"),
+        shard=given("shard"),
+        max_steps=given("max_steps"),
+        rounds=args.rounds or stored.rounds or 1,
+        budget_usd=given("budget_usd"),
+        max_calls=given("max_calls"),
+        # Kept as given: not given, it follows the pool's models when the run resumes too.
+        concurrency=args.concurrency or stored.concurrency,
+        exclude_trained=args.exclude_trained or stored.exclude_trained,
+    )
+
+
+def _stored_invocation(run_dir: Path) -> Invocation:
     """The options a bench run in ``run_dir`` was started with (for ``--resume DIR``).
 
     A ``singles`` run keeps one directory per worker below ``run_dir``; the first one
     speaks for all."""
     from ..runs.rundir import run_dirs
-    from .runconfig import read_run_config, stored_invocation
+    from .runconfig import stored_invocation
 
     dirs = run_dirs(run_dir)
     if dirs and dirs[0] != run_dir:
-        return {**stored_invocation(read_run_config(dirs[0])), "strategy": "singles"}
+        return dataclasses.replace(stored_invocation(read_run_config(dirs[0])), strategy="singles")
     return stored_invocation(read_run_config(run_dir))
 
 
