@@ -20,56 +20,53 @@ difference from ``config.json`` in what decides a sample is refused, naming it. 
 on ``.lock`` keeps a second process out of the directory (the OS drops it when the
 holder dies, so a killed run leaves nothing stale).  A run that fails before its first
 record removes what it created, and a directory without records is taken over by the
-next run (see ``runlock``).  Sharding takes every N-th sample
-of the dataset order; ``merge_runs`` joins the shards of one run.
+next run (see :mod:`conductor.runs.lock`).  Sharding takes every N-th sample of the
+dataset order; ``merge_runs`` joins the shards of one run.
 
 Given the questions a Conductor checkpoint was trained on (``BenchOptions.trained_on``),
 ``config.json`` records how many of the run's samples are among them (``trained_on``),
 and ``exclude_trained`` leaves those samples out of the run altogether.
 
-The parts live beside it: what a run is, its ``config.json`` and whether a resume or a
-merge continues it (``runconfig``); holding the directory and undoing an empty run
-(``runlock``); why a run stops and how a fault is told, secrets masked (``faults``);
-replaying graded samples from the cache (``samplecache``); joining shards (``merge``).
+Here, :func:`run_benchmark` locks the directory and :class:`SampleLoop` runs one pass
+over it, one named step at a time.  The parts live beside it: what a run is, the
+:class:`~conductor.runs.config.BenchConfig` it writes and whether a resume or a merge
+continues it (``runconfig``; the file's format and reader are
+:mod:`conductor.runs.config`'s); taking the directory and the work left in it
+(``claim``); holding it and undoing an empty run (:mod:`conductor.runs.lock`); why a run
+stops and how a fault is told, secrets masked (``faults``); replaying graded samples
+from the cache (``samplecache``); joining shards (``merge``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Any
 
 from ..benchmark import BenchmarkSpec
-from ..datasets.samples import count_samples, iter_samples, recorded_metadata, render_prompt
+from ..datasets.samples import recorded_metadata, render_prompt
 from ..errors import AuthenticationError, CacheError, UsageError
 from ..grading import Grader
 from ..grading.types import Sample, Verdict
 from ..llm.cache import ResponseCache
-from ..private import open_private, own_dir, write_private
+from ..private import own_dir
 from ..record import RunRecord, now_iso, record_to_dict
-from ..runs.config import BenchConfig, read_run_config
-from ..runs.lock import absent_dirs, absent_files, holds_records, lock_run_dir, undo_empty_run
-from ..runs.rundir import (
-    CONFIG,
-    LOCK,
-    RUN_FILES,
-    SAMPLES,
-    SampleLines,
-    clear_run,
-    open_samples,
-    record_line,
-    repair_tail,
-    sample_key,
-    write_line,
-)
+from ..runs.config import BenchConfig
+from ..runs.lock import absent_dirs, absent_files, lock_run_dir, undo_empty_run
+from ..runs.rundir import LOCK, RUN_FILES, SAMPLES, open_samples, record_line, write_line
 from ..strategies import Strategy
-from ..text import plural
 from . import samplecache
+from .claim import (
+    check_overwritable,
+    claim_run_dir,
+    completed_keys,
+    is_error_record,
+    remaining_work,
+    trained_count,
+)
 from .faults import (
     BenchStopped,
     auth_failure,
@@ -80,11 +77,11 @@ from .faults import (
     reason,
     scrub,
 )
-from .runconfig import BenchOptions, build_config, check_same_run, run_difference
+from .runconfig import BenchOptions, build_config
 
 __all__ = [
     "BenchProgress",
-    "completed_keys",
+    "SampleLoop",
     "run_benchmark",
 ]
 
@@ -110,134 +107,6 @@ class BenchProgress:
         """Whether every (sample, epoch) had its record before this invocation began
         (a resume of a complete run)."""
         return self.total > 0 and self.done == 0 and self.skipped >= self.total
-
-
-# -- the samples file ----------------------------------------------------------------
-
-
-def _is_error(data: dict[str, Any]) -> bool:
-    grade = data.get("grade") or {}
-    return data.get("status") == "failed" or grade.get("status") == "grader_error"
-
-
-def completed_keys(out_dir: Path, *, drop_errors: bool = False) -> set[tuple[str, int]]:
-    """The (sample, epoch) pairs recorded in ``out_dir``; with ``drop_errors`` the records
-    of failed runs are first removed from the file (atomically) so they can run again."""
-    path = out_dir / SAMPLES
-    repair_tail(path)
-    lines = SampleLines(path)
-    if drop_errors and path.exists():
-        tmp = path.with_suffix(".jsonl.tmp")
-        with open_private(tmp, "w", encoding="utf-8") as out:
-            for _number, data in lines:
-                if not _is_error(data):
-                    out.write(json.dumps(data, ensure_ascii=False) + "\n")
-        tmp.replace(path)
-    return {sample_key(data) for _number, data in lines}
-
-
-def _recorded_pairs(out_dir: Path) -> int:
-    """How many (sample, epoch) pairs ``out_dir`` holds a record of (read only)."""
-    return len({sample_key(data) for _number, data in SampleLines(out_dir / SAMPLES)})
-
-
-def _total_pairs(
-    spec: BenchmarkSpec, options: BenchOptions, epochs: int, config: BenchConfig
-) -> int:
-    """How many (sample, epoch) pairs this shard of the run has in all."""
-    # Rows are counted, not decoded, so the count costs little.
-    n = count_samples(spec, data_file=options.data_file, limit=options.limit)
-    shard_i, shard_n = options.shard or (0, 1)
-    total = len(range(shard_i, n, shard_n)) * epochs
-    if options.exclude_trained:
-        trained = config.trained_on.samples if config.trained_on is not None else None
-        total -= (trained or 0) * epochs
-    return total
-
-
-def _occupied(out: Path, difference: str | None, recorded: int, total: int) -> UsageError:
-    """Why a run without ``--resume`` does not start in ``out``, which holds records,
-    and what the user can do instead."""
-    if difference is not None:
-        return UsageError(
-            f"{out} already holds another run ({difference}); choose another --out, or "
-            "pass --overwrite to replace it"
-        )
-    if recorded >= total:
-        return UsageError(
-            f"{out} already holds this run, and it is complete ({plural(total, 'sample')} "
-            f"recorded): see it with `conductor report {out}`, or pass --overwrite to run "
-            "it again from nothing"
-        )
-    return UsageError(
-        f"{out} already holds this run, {recorded} of {plural(total, 'sample')} recorded: "
-        f"pass --resume {out} to continue it, or --overwrite to start it again from nothing"
-    )
-
-
-def _check_overwritable(out: Path) -> None:
-    """Refuse ``--overwrite`` of ``out`` unless what it would delete is a bench run's:
-    the files bench writes, where ``config.json`` says a bench run wrote them (a
-    directory of something else that happens to hold a ``samples.jsonl``, such as
-    ``serve --records``, is refused with nothing deleted, and before it is locked)."""
-    if not any((out / name).exists() for name in RUN_FILES):
-        return
-    try:
-        read_run_config(out)
-    except UsageError:
-        raise UsageError(
-            f"--overwrite: {out} does not look like a bench run directory (it has no "
-            f"readable {CONFIG} of a bench run), so nothing was deleted; choose another --out"
-        ) from None
-
-
-def _clear_for_overwrite(out: Path) -> None:
-    """Delete the run in ``out`` for ``--overwrite`` (checked by
-    :func:`_check_overwritable`; the caller holds the directory's lock)."""
-    _check_overwritable(out)  # again, under the lock: another process may have written
-    try:
-        clear_run(out)
-    except OSError as exc:
-        raise UsageError(
-            f"--overwrite: cannot delete the run in {out} ({exc.strerror or exc}); delete "
-            "it yourself or choose another --out"
-        ) from None
-
-
-# -- running --------------------------------------------------------------------------
-
-
-def _shard_samples(spec: BenchmarkSpec, options: BenchOptions) -> Iterator[Sample]:
-    """This shard's samples (every one, run or excluded), streamed in dataset order."""
-    shard_i, shard_n = options.shard or (0, 1)
-    samples = iter_samples(
-        spec, data_file=options.data_file, seed=options.seed, limit=options.limit
-    )
-    for position, sample in enumerate(samples):
-        if position % shard_n == shard_i:
-            yield sample
-
-
-def _trained_count(spec: BenchmarkSpec, options: BenchOptions) -> int | None:
-    """How many of this shard's samples the Conductor was trained on (one pass over the
-    data), or None when its training questions are not known."""
-    trained = options.trained_on
-    if trained is None:
-        return None
-    return sum(1 for sample in _shard_samples(spec, options) if trained.contains(sample))
-
-
-def _work(
-    spec: BenchmarkSpec, options: BenchOptions, epochs: int, done: set[tuple[str, int]]
-) -> Iterator[tuple[Sample, int]]:
-    """(sample, epoch) pairs still to run, streamed in dataset order."""
-    trained = options.trained_on if options.exclude_trained else None
-    for sample in _shard_samples(spec, options):
-        if trained is not None and trained.contains(sample):
-            continue
-        for epoch in range(epochs):
-            if (sample.id, epoch) not in done:
-                yield sample, epoch
 
 
 async def run_benchmark(
@@ -275,10 +144,10 @@ async def run_benchmark(
             "--exclude-trained needs a Conductor checkpoint that records the questions "
             "it was trained on (conductor train writes them); this Conductor records none"
         )
-    trained = _trained_count(spec, options)
+    trained = trained_count(spec, options)
     config = build_config(spec, strategy, grader, pool_dict, options, epochs, trained)
     if options.overwrite:
-        _check_overwritable(out)
+        check_overwritable(out)
     created = absent_dirs(out)
     try:
         own_dir(out, "the run directory", (*RUN_FILES, LOCK))
@@ -288,10 +157,11 @@ async def run_benchmark(
     # Only a holder of the lock may undo anything: a busy directory is another run's.
     lock = lock_run_dir(out)
     try:
-        loop = SampleLoop(
-            spec, strategy, grader, pool_dict, options, config, epochs, cache, on_progress
-        )
-        return await loop.run()
+        total = claim_run_dir(spec, options, config, epochs)
+        done = completed_keys(out, drop_errors=options.retry_errors)
+        work = remaining_work(spec, options, epochs, done)
+        loop = SampleLoop(spec, strategy, grader, pool_dict, options, config, cache, on_progress)
+        return await loop.run(work, total=total, skipped=len(done))
     except BenchStopped:
         raise  # its message says how to resume from this directory: it stays
     except Exception:
@@ -318,11 +188,11 @@ class _Slot:
 
 
 class SampleLoop:
-    """One pass of the runner over a locked run directory, in named steps.
+    """One pass of the runner over a run directory already claimed (locked, its
+    ``config.json`` written or checked; :mod:`conductor.bench.claim`), in named steps.
 
-    :meth:`run` claims the directory (:meth:`claim`: overwrite, refuse another run or
-    write ``config.json``), plans the work (what is already recorded), then dispatches
-    one task per (sample, epoch) (:meth:`dispatch`); each task (:meth:`sample`) replays
+    :meth:`run` dispatches one task per (sample, epoch) of the work left
+    (:meth:`dispatch`); each task (:meth:`sample`) replays
     the sample from the cache or runs it (:meth:`ask`), grades it (:meth:`grade`) and
     writes its line (:meth:`write`).  A fault every later sample would share
     (:meth:`halt`) stops new work; :meth:`collect` reads every task's outcome;
@@ -337,13 +207,12 @@ class SampleLoop:
         pool_dict: dict[str, Any],
         options: BenchOptions,
         config: BenchConfig,
-        epochs: int,
         cache: ResponseCache | None,
         on_progress: Callable[[BenchProgress], None] | None,
     ) -> None:
         self.spec, self.strategy, self.grader = spec, strategy, grader
         self.pool_dict, self.options, self.config = pool_dict, options, config
-        self.epochs, self.cache = epochs, cache
+        self.cache = cache
         self.out = options.out_dir
         self.samples_path = self.out / SAMPLES
         self.progress = BenchProgress()
@@ -368,11 +237,12 @@ class SampleLoop:
 
     # -- the pass ------------------------------------------------------------------
 
-    async def run(self) -> BenchProgress:
-        """Claim the directory, run what remains, and return this invocation's totals."""
-        total = self.claim()
-        done = completed_keys(self.out, drop_errors=self.options.retry_errors)
-        self.progress.skipped = len(done)
+    async def run(
+        self, work: Iterator[tuple[Sample, int]], *, total: int, skipped: int
+    ) -> BenchProgress:
+        """Run the (sample, epoch) pairs of ``work`` (``skipped`` were recorded before,
+        ``total`` is the run's in all) and return this invocation's totals."""
+        self.progress.skipped = skipped
         grade_pool = ThreadPoolExecutor(
             max_workers=self.graders, thread_name_prefix="conductor-grade"
         )
@@ -380,7 +250,7 @@ class SampleLoop:
         try:
             self.progress.total = total
             self.notify(self.progress)
-            await self.dispatch(done, grade_pool, fh)
+            await self.dispatch(work, grade_pool, fh)
         except Exception:
             # The data failed part-way: the samples in flight finish and are kept.
             while self.tasks:
@@ -397,35 +267,11 @@ class SampleLoop:
             raise self.stopped
         return self.progress
 
-    def claim(self) -> int:
-        """Make the directory this run's: clear it for ``--overwrite``, refuse another
-        run's records (or, resuming, a run that differs), else write ``config.json``.
-        Returns how many (sample, epoch) pairs the run has in all."""
-        out, options, config = self.out, self.options, self.config
-        config_path = out / CONFIG
-        if options.overwrite:
-            _clear_for_overwrite(out)
-        total = _total_pairs(self.spec, options, self.epochs, config)
-        if config_path.exists() and holds_records(out):
-            old = read_run_config(out)
-            if not options.resume:
-                raise _occupied(out, run_difference(old, config), _recorded_pairs(out), total)
-            check_same_run(old, config, out)
-            return total
-        try:
-            write_private(config_path, config.to_json(), atomic=False)
-        except OSError as exc:
-            with suppress(OSError):
-                config_path.unlink()
-            raise io_stop(exc, config_path, out, 0) from None
-        return total
-
     async def dispatch(
-        self, done: set[tuple[str, int]], grade_pool: ThreadPoolExecutor, fh: IO[bytes]
+        self, work: Iterator[tuple[Sample, int]], grade_pool: ThreadPoolExecutor, fh: IO[bytes]
     ) -> None:
-        """Start one task per (sample, epoch) still to run, as slots free up, until the
+        """Start one task per (sample, epoch) of ``work``, as slots free up, until the
         work ends or a fault stops it; then wait for those in flight."""
-        work = _work(self.spec, self.options, self.epochs, done)
         for sample, epoch in work:
             await self.pending.acquire()
             await self.slots.acquire()
@@ -591,7 +437,7 @@ class SampleLoop:
         # An answer built on a cut-off reply is not kept either: a rerun should ask again,
         # as the call cache does for the truncated call itself.
         truncated = any(call.truncated for call in record.all_calls())
-        if key is not None and not truncated and not _is_error(data):
+        if key is not None and not truncated and not is_error_record(data):
             kept = {"line": line, "run_id": record.run_id, "status": status, "cost": cost}
             samplecache.cache_set(self.cache, key, kept)
         return line, status, cost
