@@ -2,7 +2,8 @@
 showing the scores.
 
 :func:`plan_bench` turns the options as given (:class:`BenchArgs`; what was not given
-again is taken from the run being resumed) into one :class:`BenchRequest` per run
+again is taken from the :class:`~conductor.runs.config.Invocation` of the run being
+resumed; the result is the new run's invocation) into one :class:`BenchRequest` per run
 directory (a ``singles`` run has one per worker).  :class:`BenchSession` runs one
 request: it opens the call cache, builds the callers and the strategy, checks every
 key it will need, runs :func:`~conductor.bench.runner.run_benchmark`, keeps the
@@ -84,33 +85,28 @@ class BenchArgs:
 class BenchRequest:
     """One strategy on one benchmark, written to ``run_dir``.
 
-    ``conductor`` is the Conductor SPEC (``--strategy conductor`` only); ``settings``
-    are the per-question limits; ``invocation`` is what ``--resume`` reads back;
-    ``unsafe_code`` lets the code graders use a sandbox weaker than bubblewrap;
-    ``exclude_trained`` skips the questions the Conductor's checkpoint was trained on;
-    ``concurrency`` ``None`` is as many samples as the pool's models serve at once (at
-    most :data:`~conductor.strategies.DEFAULT_CONCURRENCY`); ``overwrite``
-    deletes the run already in ``run_dir`` before this one starts.
+    ``invocation`` is the run's options as ``config.json`` keeps them (what ``--resume``
+    reads back): the Conductor SPEC (``--strategy conductor`` only), limits, seed,
+    ``concurrency`` (``None`` is as many samples as the pool's models serve at once, at
+    most :data:`~conductor.strategies.DEFAULT_CONCURRENCY`), ``exclude_trained`` (skip
+    the questions the Conductor's checkpoint was trained on).  ``data`` is the data file
+    as given; ``shard`` and ``settings`` (the per-question limits) are the invocation's,
+    parsed; ``unsafe_code`` lets the code graders use a sandbox weaker than bubblewrap;
+    ``overwrite`` deletes the run already in ``run_dir`` before this one starts.
     """
 
     spec: BenchmarkSpec
     pool: Pool
     strategy: str
     run_dir: Path
-    conductor: str | None = None
+    invocation: Invocation = field(default_factory=Invocation)
     data: Path | None = None
-    limit: int | None = None
-    epochs: int | None = None
-    seed: int = 0
-    concurrency: int | None = None
     resume: bool = False
     retry_errors: bool = False
     shard: tuple[int, int] | None = None
     settings: RunSettings = field(default_factory=RunSettings)
     no_cache: bool = False
-    invocation: Invocation | None = None
     unsafe_code: bool = False
-    exclude_trained: bool = False
     overwrite: bool = False
 
 
@@ -173,20 +169,14 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
             pool=pool_obj,
             strategy=strat,
             run_dir=out / f"single-{strat.split(':', 1)[1]}" if singles else out,
-            conductor=invocation.conductor,
+            invocation=invocation,
             data=data,
-            limit=invocation.limit,
-            epochs=invocation.epochs,
-            seed=invocation.seed,
-            concurrency=invocation.concurrency,
             resume=args.resume is not None,
             retry_errors=args.retry_errors,
             shard=shard_t,
             settings=settings,
             no_cache=args.no_cache,
-            invocation=invocation,
             unsafe_code=args.unsafe_code,
-            exclude_trained=invocation.exclude_trained,
             overwrite=args.overwrite,
         )
         for strat in strategies
@@ -210,10 +200,10 @@ class BenchSession:
         self._options = BenchOptions(
             out_dir=request.run_dir,
             data_file=request.data,
-            limit=request.limit,
-            epochs=request.epochs,
-            seed=request.seed,
-            concurrency=request.concurrency or DEFAULT_CONCURRENCY,
+            limit=request.invocation.limit,
+            epochs=request.invocation.epochs,
+            seed=request.invocation.seed,
+            concurrency=request.invocation.concurrency or DEFAULT_CONCURRENCY,
             resume=request.resume,
             retry_errors=request.retry_errors,
             shard=request.shard,
@@ -268,20 +258,21 @@ class BenchSession:
         from .runner import run_benchmark
 
         r = self.request
+        given = r.invocation
         options = self._options
         opened = contextlib.nullcontext() if r.no_cache else ResponseCache()
         with opened as cache:
             callers = CallerSet(cache)
             strat: Strategy
             if r.strategy == "conductor":
-                cond = resolve_conductor(r.pool, r.conductor, max_steps=r.settings.max_steps)
-                options = _with_trained_questions(options, cond, r.exclude_trained)
+                cond = resolve_conductor(r.pool, given.conductor, max_steps=r.settings.max_steps)
+                options = _with_trained_questions(options, cond, given.exclude_trained)
                 strat = ConductorStrategy(r.pool, cond, r.settings, callers)
                 needed = [*r.pool.workers, strat.orchestrator.conductor.target]
             else:
-                if r.conductor is not None:
+                if given.conductor is not None:
                     raise UsageError("--conductor applies to --strategy conductor only")
-                if r.exclude_trained:
+                if given.exclude_trained:
                     raise UsageError("--exclude-trained applies to --strategy conductor only")
                 fixed = parse_strategy(
                     r.strategy,
@@ -295,10 +286,10 @@ class BenchSession:
             # Every missing key at once, before the first sample (and before the run
             # directory holds anything).
             require_keys(needed)
-            if r.concurrency is None:
+            if given.concurrency is None:
                 options = dataclasses.replace(options, concurrency=default_concurrency(strat))
             else:
-                warning = concurrency_warning(strat, r.concurrency)
+                warning = concurrency_warning(strat, given.concurrency)
                 if warning and on_warning is not None:
                     on_warning(warning)
             try:
