@@ -211,7 +211,7 @@ class SampleLoop:
         on_progress: Callable[[BenchProgress], None] | None,
     ) -> None:
         self.spec, self.strategy, self.grader = spec, strategy, grader
-        self.pool_dict, self.options, self.config = pool_dict, options, config
+        self.pool_dict, self.options = pool_dict, options
         self.cache = cache
         self.out = options.out_dir
         self.samples_path = self.out / SAMPLES
