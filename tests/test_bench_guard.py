@@ -194,8 +194,8 @@ def test_a_full_disk_stops_dispatching_and_the_run_resumes(
     fake_server.latency_s = 0.02
     data = make_math_file(tmp_path / "m.jsonl", 50)
     out = tmp_path / "run"
-    opened = runner._open_samples
-    monkeypatch.setattr(runner, "_open_samples", lambda p: _FullDisk(opened(p), after=10))
+    opened = runner.open_samples
+    monkeypatch.setattr(runner, "open_samples", lambda p: _FullDisk(opened(p), after=10))
     strat, pool = single(tmp_path, fake_server)
     opts = BenchOptions(out_dir=out, data_file=data, concurrency=4, grader_concurrency=1)
     with pytest.raises(BenchStopped) as info:
@@ -204,7 +204,7 @@ def test_a_full_disk_stops_dispatching_and_the_run_resumes(
     # The 10 written, and those in flight when the write failed (4 slots, 1 grader).
     assert len(fake_server.requests) <= 10 + 4 + 1
     assert len(keys(out)) == 10
-    monkeypatch.setattr(runner, "_open_samples", opened)
+    monkeypatch.setattr(runner, "open_samples", opened)
     strat, pool = single(tmp_path, fake_server)
     resumed = BenchOptions(out_dir=out, data_file=data, concurrency=4, resume=True)
     asyncio.run(run_benchmark(MATH, strat, get_grader("math"), pool, resumed))
@@ -223,8 +223,8 @@ def test_a_full_disk_exits_1_with_how_to_resume(
     script_math(fake_server)
     data = make_math_file(tmp_path / "m.jsonl", 6)
     out = tmp_path / "run"
-    opened = runner._open_samples
-    monkeypatch.setattr(runner, "_open_samples", lambda p: _FullDisk(opened(p), after=2))
+    opened = runner.open_samples
+    monkeypatch.setattr(runner, "open_samples", lambda p: _FullDisk(opened(p), after=2))
     monkeypatch.setenv("CONDUCTOR_CACHE_DIR", str(tmp_path / "c"))
     args = ["bench", "math500", "--pool", str(bench_pool(tmp_path, fake_server)),
             "--data", str(data), "--out", str(out), "--strategy", "single:w0",

@@ -540,3 +540,20 @@ def test_terminal_escapes_in_replies_are_shown_not_obeyed(
     res = conductor("ask", "q2", "--pool", str(pool), "--no-cache", env=env)
     assert res.returncode == 1
     assert "\x1b" not in res.stdout + res.stderr and "\\x1b" in res.stderr
+
+
+@pytest.mark.parametrize("command", ["bench", "report"])
+def test_every_option_of_bench_and_report_has_help(command: str) -> None:
+    import typer
+
+    from conductor.cli.app import app
+
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    cmd = group.commands[command]
+    missing = [
+        param.name
+        for param in cmd.params
+        if not (getattr(param, "help", None) or "").strip() and param.name != "help"
+    ]
+    assert missing == [], f"`conductor {command}` options without help text: {missing}"

@@ -45,14 +45,14 @@ def test_a_singles_plan_has_one_request_per_worker_in_its_own_directory(
     first = requests[0]
     assert isinstance(first, BenchRequest)
     assert first.spec.name == "math500" and [w.id for w in first.pool.workers] == ["w0", "w1"]
-    assert first.limit == 3 and first.seed == 0 and first.concurrency is None  # follows the pool
+    given = first.invocation
+    assert given.limit == 3 and given.seed == 0 and given.concurrency is None  # follows the pool
     assert first.shard == (1, 2) and first.resume is False
     assert first.settings == RunSettings(max_calls=5, rounds=1)
     # What --resume reads back: the pool file by absolute path, the strategy as given.
-    assert first.invocation is not None
-    assert first.invocation["strategy"] == "singles"
-    assert first.invocation["pool"] == str(pool.resolve())
-    assert first.invocation["shard"] == "1/2"
+    assert first.invocation.strategy == "singles"
+    assert first.invocation.pool == str(pool.resolve())
+    assert first.invocation.shard == "1/2"
     assert fake_server.requests == []  # planning sends nothing
 
 

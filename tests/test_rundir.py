@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_bench_report import record, round_of, write_run
 
-from conductor.bench.runner import completed_keys
+from conductor.bench.claim import completed_keys
 from conductor.runs.rundir import SAMPLES, SampleLines, iter_records, latest_lines, run_dirs
 from conductor.runs.summary import summarize_run
 

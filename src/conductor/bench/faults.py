@@ -16,6 +16,18 @@ from ..errors import AuthenticationError, CacheError, ConductorError
 from ..record import RunRecord
 from ..text import plural
 
+__all__ = [
+    "MAX_REASON_CHARS",
+    "BenchStopped",
+    "auth_failure",
+    "auth_stop",
+    "cache_stop",
+    "io_stop",
+    "pool_secrets",
+    "reason",
+    "scrub",
+]
+
 #: The longest reason kept from an unexpected exception.
 MAX_REASON_CHARS = 500
 
@@ -25,26 +37,28 @@ class BenchStopped(ConductorError):
     records already written are kept and the message says how to resume."""
 
 
-def _reason(exc: BaseException, secrets: list[str]) -> str:
+def reason(exc: BaseException, secrets: list[str]) -> str:
     """An exception as one clipped line (its type and message), with secrets masked."""
-    return _scrub(f"{type(exc).__name__}: {exc}", secrets)
+    return scrub(f"{type(exc).__name__}: {exc}", secrets)
 
 
-def _scrub(text: str, secrets: list[str]) -> str:
+def scrub(text: str, secrets: list[str]) -> str:
+    """``text`` on one line, each of ``secrets`` masked, clipped to
+    :data:`MAX_REASON_CHARS`."""
     text = text.replace("\n", " ")
     for secret in secrets:
         text = text.replace(secret, "***")
     return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 3] + "..."
 
 
-def _pool_secrets(pool_dict: Mapping[str, Any]) -> list[str]:
+def pool_secrets(pool_dict: Mapping[str, Any]) -> list[str]:
     """The values of the key variables the pool names, to mask in reasons."""
     entries = [*(pool_dict.get("workers") or []), pool_dict.get("conductor") or {}]
     names = {e.get("api_key_env") for e in entries if isinstance(e, Mapping)}
     return [v for n in names if isinstance(n, str) and len(v := os.environ.get(n, "")) >= 4]
 
 
-def _auth_failure(record: RunRecord) -> str | None:
+def auth_failure(record: RunRecord) -> str | None:
     """The first call of ``record`` refused for its credentials or permissions."""
     for call in record.all_calls():
         cls = getattr(errors, call.error_kind or "", None)
@@ -53,7 +67,9 @@ def _auth_failure(record: RunRecord) -> str | None:
     return None
 
 
-def _io_stop(exc: OSError, path: Path, out: Path, written: int) -> BenchStopped:
+def io_stop(exc: OSError, path: Path, out: Path, written: int) -> BenchStopped:
+    """The stop for ``path`` in the run ``out`` that cannot be written (a full disk), after
+    ``written`` records."""
     what = errno.errorcode.get(exc.errno or 0, "I/O error")
     return BenchStopped(
         f"cannot write {path} ({exc.strerror or exc}, {what}): stopped before starting "
@@ -62,7 +78,8 @@ def _io_stop(exc: OSError, path: Path, out: Path, written: int) -> BenchStopped:
     )
 
 
-def _cache_stop(exc: CacheError, out: Path, written: int) -> BenchStopped:
+def cache_stop(exc: CacheError, out: Path, written: int) -> BenchStopped:
+    """The stop for a sample cache that cannot be used, after ``written`` records."""
     return BenchStopped(
         f"stopped: {exc}; no more samples were started and the {plural(written, 'record')} "
         f"written this time are kept; once the cache is fixed, continue with "
@@ -70,7 +87,9 @@ def _cache_stop(exc: CacheError, out: Path, written: int) -> BenchStopped:
     )
 
 
-def _auth_stop(message: str, out: Path, written: int) -> BenchStopped:
+def auth_stop(message: str, out: Path, written: int) -> BenchStopped:
+    """The stop for credentials a provider refused (``message``, secrets already
+    masked), after ``written`` records."""
     return BenchStopped(
         f"stopped: {message}; no more samples were started and the "
         f"{plural(written, 'record')} written this time are kept, so fix the key or its "

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from ..errors import UsageError
 from ..private import make_private_dir, open_private, write_private
 from ..record import now_iso
+from ..runs.config import BenchConfig, read_run_config
 from ..runs.rundir import CONFIG, SAMPLES, SampleLines, sample_key
-from .runconfig import _check_same_run
+from .runconfig import check_same_run
+
+__all__ = ["merge_runs", "merged_config"]
 
 
 def merge_runs(run_dirs: list[Path], out_dir: Path) -> int:
@@ -20,15 +24,10 @@ def merge_runs(run_dirs: list[Path], out_dir: Path) -> int:
     """
     if not run_dirs:
         raise UsageError("bench merge needs at least one run directory")
-    configs = []
-    for d in run_dirs:
-        path = d / CONFIG
-        if not path.is_file():
-            raise UsageError(f"{d}: no {CONFIG}; not a bench run directory")
-        configs.append(json.loads(path.read_text()))
+    configs = [read_run_config(d) for d in run_dirs]
     first = configs[0]
     for d, cfg in zip(run_dirs[1:], configs[1:], strict=True):
-        _check_same_run(first, cfg, d, shards=True)
+        check_same_run(first, cfg, d, shards=True)
     make_private_dir(out_dir)
     if (out_dir / SAMPLES).exists():
         raise UsageError(f"{out_dir} already holds samples; merge into an empty directory")
@@ -44,10 +43,22 @@ def merge_runs(run_dirs: list[Path], out_dir: Path) -> int:
                 if last.get(sample_key(data)) == (di, li):
                     out.write(json.dumps(data, ensure_ascii=False) + "\n")
                     written += 1
-    merged = {**first, "shard": None, "merged_from": [str(d) for d in run_dirs]}
-    counts = [(cfg.get("trained_on") or {}).get("samples") for cfg in configs]
-    if all(isinstance(c, int) for c in counts):
-        merged["trained_on"] = {**first["trained_on"], "samples": sum(counts)}
-    merged["created_at"] = now_iso()
-    write_private(out_dir / CONFIG, json.dumps(merged, indent=2, ensure_ascii=False) + "\n")
+    write_private(out_dir / CONFIG, merged_config(configs, run_dirs).to_json())
     return written
+
+
+def merged_config(configs: list[BenchConfig], run_dirs: list[Path]) -> BenchConfig:
+    """The config of the run that joins the shards ``run_dirs`` (whose configs are
+    ``configs``, already found to be of one run): the first shard's, for no shard, with
+    the trained-on samples of every shard counted (when each counted them)."""
+    first = configs[0]
+    merged = dataclasses.replace(
+        first, shard=None, merged_from=tuple(str(d) for d in run_dirs), created_at=now_iso()
+    )
+    counts = [cfg.trained_on.samples if cfg.trained_on else None for cfg in configs]
+    ints = [c for c in counts if isinstance(c, int)]
+    if first.trained_on is not None and len(ints) == len(counts):
+        merged = dataclasses.replace(
+            merged, trained_on=dataclasses.replace(first.trained_on, samples=sum(ints))
+        )
+    return merged

@@ -20,70 +20,68 @@ difference from ``config.json`` in what decides a sample is refused, naming it. 
 on ``.lock`` keeps a second process out of the directory (the OS drops it when the
 holder dies, so a killed run leaves nothing stale).  A run that fails before its first
 record removes what it created, and a directory without records is taken over by the
-next run (see ``runlock``).  Sharding takes every N-th sample
-of the dataset order; ``merge_runs`` joins the shards of one run.
+next run (see :mod:`conductor.runs.lock`).  Sharding takes every N-th sample of the
+dataset order; ``merge_runs`` joins the shards of one run.
 
 Given the questions a Conductor checkpoint was trained on (``BenchOptions.trained_on``),
 ``config.json`` records how many of the run's samples are among them (``trained_on``),
 and ``exclude_trained`` leaves those samples out of the run altogether.
 
-The parts live beside it: what a run is, its ``config.json`` and whether a resume or a
-merge continues it (``runconfig``); holding the directory and undoing an empty run
-(``runlock``); why a run stops and how a fault is told, secrets masked (``faults``);
-replaying graded samples from the cache (``samplecache``); joining shards (``merge``).
+Here, :func:`run_benchmark` locks the directory and :class:`SampleLoop` runs one pass
+over it, one named step at a time.  The parts live beside it: what a run is, the
+:class:`~conductor.runs.config.BenchConfig` it writes and whether a resume or a merge
+continues it (``runconfig``; the file's format and reader are
+:mod:`conductor.runs.config`'s); taking the directory and the work left in it
+(``claim``); holding it and undoing an empty run (:mod:`conductor.runs.lock`); why a run
+stops and how a fault is told, secrets masked (``faults``); replaying graded samples
+from the cache (``samplecache``); joining shards (``merge``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..benchmark import BenchmarkSpec
-from ..datasets.samples import count_samples, iter_samples, recorded_metadata, render_prompt
+from ..datasets.samples import recorded_metadata, render_prompt
 from ..errors import AuthenticationError, CacheError, UsageError
 from ..grading import Grader
 from ..grading.types import Sample, Verdict
 from ..llm.cache import ResponseCache
-from ..private import open_private, own_dir, write_private
+from ..private import own_dir
 from ..record import RunRecord, now_iso, record_to_dict
-from ..runs.lock import _absent, _absent_files, _holds_records, _lock_run_dir, _undo_empty_run
-from ..runs.rundir import (
-    CONFIG,
-    LOCK,
-    RUN_FILES,
-    SAMPLES,
-    SampleLines,
-    clear_run,
-    repair_tail,
-    sample_key,
-)
-from ..runs.rundir import open_samples as _open_samples
-from ..runs.rundir import record_line as _record_line
-from ..runs.rundir import write_line as _write_line
+from ..runs.config import BenchConfig
+from ..runs.lock import absent_dirs, absent_files, lock_run_dir, undo_empty_run
+from ..runs.rundir import LOCK, RUN_FILES, SAMPLES, open_samples, record_line, write_line
 from ..strategies import Strategy
-from ..text import plural
+from . import samplecache
+from .claim import (
+    check_overwritable,
+    claim_run_dir,
+    completed_keys,
+    is_error_record,
+    remaining_work,
+    trained_count,
+)
 from .faults import (
     BenchStopped,
-    _auth_failure,
-    _auth_stop,
-    _cache_stop,
-    _io_stop,
-    _pool_secrets,
-    _reason,
-    _scrub,
+    auth_failure,
+    auth_stop,
+    cache_stop,
+    io_stop,
+    pool_secrets,
+    reason,
+    scrub,
 )
-from .runconfig import BenchOptions, _check_same_run, _config, read_run_config, run_difference
-from .samplecache import _cache_get, _cache_set, _replayed_line, _run_key, _sample_key
+from .runconfig import BenchOptions, build_config
 
 __all__ = [
     "BenchProgress",
-    "completed_keys",
+    "SampleLoop",
     "run_benchmark",
 ]
 
@@ -109,133 +107,6 @@ class BenchProgress:
         """Whether every (sample, epoch) had its record before this invocation began
         (a resume of a complete run)."""
         return self.total > 0 and self.done == 0 and self.skipped >= self.total
-
-
-# -- the samples file ----------------------------------------------------------------
-
-
-def _is_error(data: dict[str, Any]) -> bool:
-    grade = data.get("grade") or {}
-    return data.get("status") == "failed" or grade.get("status") == "grader_error"
-
-
-def completed_keys(out_dir: Path, *, drop_errors: bool = False) -> set[tuple[str, int]]:
-    """The (sample, epoch) pairs recorded in ``out_dir``; with ``drop_errors`` the records
-    of failed runs are first removed from the file (atomically) so they can run again."""
-    path = out_dir / SAMPLES
-    repair_tail(path)
-    lines = SampleLines(path)
-    if drop_errors and path.exists():
-        tmp = path.with_suffix(".jsonl.tmp")
-        with open_private(tmp, "w", encoding="utf-8") as out:
-            for _number, data in lines:
-                if not _is_error(data):
-                    out.write(json.dumps(data, ensure_ascii=False) + "\n")
-        tmp.replace(path)
-    return {sample_key(data) for _number, data in lines}
-
-
-def _recorded_pairs(out_dir: Path) -> int:
-    """How many (sample, epoch) pairs ``out_dir`` holds a record of (read only)."""
-    return len({sample_key(data) for _number, data in SampleLines(out_dir / SAMPLES)})
-
-
-def _total_pairs(
-    spec: BenchmarkSpec, options: BenchOptions, epochs: int, config: dict[str, Any]
-) -> int:
-    """How many (sample, epoch) pairs this shard of the run has in all."""
-    # Rows are counted, not decoded, so the count costs little.
-    n = count_samples(spec, data_file=options.data_file, limit=options.limit)
-    shard_i, shard_n = options.shard or (0, 1)
-    total = len(range(shard_i, n, shard_n)) * epochs
-    if options.exclude_trained:
-        total -= (config["trained_on"]["samples"] or 0) * epochs
-    return total
-
-
-def _occupied(out: Path, difference: str | None, recorded: int, total: int) -> UsageError:
-    """Why a run without ``--resume`` does not start in ``out``, which holds records,
-    and what the user can do instead."""
-    if difference is not None:
-        return UsageError(
-            f"{out} already holds another run ({difference}); choose another --out, or "
-            "pass --overwrite to replace it"
-        )
-    if recorded >= total:
-        return UsageError(
-            f"{out} already holds this run, and it is complete ({plural(total, 'sample')} "
-            f"recorded): see it with `conductor report {out}`, or pass --overwrite to run "
-            "it again from nothing"
-        )
-    return UsageError(
-        f"{out} already holds this run, {recorded} of {plural(total, 'sample')} recorded: "
-        f"pass --resume {out} to continue it, or --overwrite to start it again from nothing"
-    )
-
-
-def _check_overwritable(out: Path) -> None:
-    """Refuse ``--overwrite`` of ``out`` unless what it would delete is a bench run's:
-    the files bench writes, where ``config.json`` says a bench run wrote them (a
-    directory of something else that happens to hold a ``samples.jsonl``, such as
-    ``serve --records``, is refused with nothing deleted, and before it is locked)."""
-    if not any((out / name).exists() for name in RUN_FILES):
-        return
-    try:
-        read_run_config(out)
-    except UsageError:
-        raise UsageError(
-            f"--overwrite: {out} does not look like a bench run directory (it has no "
-            f"readable {CONFIG} of a bench run), so nothing was deleted; choose another --out"
-        ) from None
-
-
-def _clear_for_overwrite(out: Path) -> None:
-    """Delete the run in ``out`` for ``--overwrite`` (checked by
-    :func:`_check_overwritable`; the caller holds the directory's lock)."""
-    _check_overwritable(out)  # again, under the lock: another process may have written
-    try:
-        clear_run(out)
-    except OSError as exc:
-        raise UsageError(
-            f"--overwrite: cannot delete the run in {out} ({exc.strerror or exc}); delete "
-            "it yourself or choose another --out"
-        ) from None
-
-
-# -- running --------------------------------------------------------------------------
-
-
-def _shard_samples(spec: BenchmarkSpec, options: BenchOptions) -> Iterator[Sample]:
-    """This shard's samples (every one, run or excluded), streamed in dataset order."""
-    shard_i, shard_n = options.shard or (0, 1)
-    samples = iter_samples(
-        spec, data_file=options.data_file, seed=options.seed, limit=options.limit
-    )
-    for position, sample in enumerate(samples):
-        if position % shard_n == shard_i:
-            yield sample
-
-
-def _trained_count(spec: BenchmarkSpec, options: BenchOptions) -> int | None:
-    """How many of this shard's samples the Conductor was trained on (one pass over the
-    data), or None when its training questions are not known."""
-    trained = options.trained_on
-    if trained is None:
-        return None
-    return sum(1 for sample in _shard_samples(spec, options) if trained.contains(sample))
-
-
-def _work(
-    spec: BenchmarkSpec, options: BenchOptions, epochs: int, done: set[tuple[str, int]]
-) -> Iterator[tuple[Sample, int]]:
-    """(sample, epoch) pairs still to run, streamed in dataset order."""
-    trained = options.trained_on if options.exclude_trained else None
-    for sample in _shard_samples(spec, options):
-        if trained is not None and trained.contains(sample):
-            continue
-        for epoch in range(epochs):
-            if (sample.id, epoch) not in done:
-                yield sample, epoch
 
 
 async def run_benchmark(
@@ -273,275 +144,346 @@ async def run_benchmark(
             "--exclude-trained needs a Conductor checkpoint that records the questions "
             "it was trained on (conductor train writes them); this Conductor records none"
         )
-    trained = _trained_count(spec, options)
-    config = _config(spec, strategy, grader, pool_dict, options, epochs, trained)
+    trained = trained_count(spec, options)
+    config = build_config(spec, strategy, grader, pool_dict, options, epochs, trained)
     if options.overwrite:
-        _check_overwritable(out)
-    created = _absent(out)
+        check_overwritable(out)
+    created = absent_dirs(out)
     try:
         own_dir(out, "the run directory", (*RUN_FILES, LOCK))
     except OSError as exc:
         raise UsageError(f"{out}: cannot create the run directory ({exc.strerror})") from None
-    new_files = _absent_files(out)
+    new_files = absent_files(out)
     # Only a holder of the lock may undo anything: a busy directory is another run's.
-    lock = _lock_run_dir(out)
+    lock = lock_run_dir(out)
     try:
-        return await _run_locked(
-            spec, strategy, grader, pool_dict, options, config, epochs, cache, on_progress
-        )
+        total = claim_run_dir(spec, options, config, epochs)
+        done = completed_keys(out, drop_errors=options.retry_errors)
+        work = remaining_work(spec, options, epochs, done)
+        loop = SampleLoop(spec, strategy, grader, pool_dict, options, config, cache, on_progress)
+        return await loop.run(work, total=total, skipped=len(done))
     except BenchStopped:
         raise  # its message says how to resume from this directory: it stays
     except Exception:
-        _undo_empty_run(out, created, new_files)
+        undo_empty_run(out, created, new_files)
         raise
     finally:
         lock.close()
 
 
-@dataclass
-class _Stop:
-    """The first fault that ends the run; set once, read by the dispatcher."""
-
-    error: BenchStopped | None = None
+#: What a finished sample leaves to write: its line, its status and its cost.
+_Result = tuple[str, str, float]
 
 
-async def _run_locked(
-    spec: BenchmarkSpec,
-    strategy: Strategy,
-    grader: Grader,
-    pool_dict: dict[str, Any],
-    options: BenchOptions,
-    config: dict[str, Any],
-    epochs: int,
-    cache: ResponseCache | None,
-    on_progress: Callable[[BenchProgress], None] | None,
-) -> BenchProgress:
-    out = options.out_dir
-    config_path = out / CONFIG
-    if options.overwrite:
-        _clear_for_overwrite(out)
-    total = _total_pairs(spec, options, epochs, config)
-    if config_path.exists() and _holds_records(out):
-        old = read_run_config(out)
-        if not options.resume:
-            raise _occupied(out, run_difference(old, config), _recorded_pairs(out), total)
-        _check_same_run(old, config, out)
-    else:
+class _Slot:
+    """A sample's hold on one of the ``concurrency`` slots, given back once."""
+
+    def __init__(self, slots: asyncio.Semaphore) -> None:
+        self._slots: asyncio.Semaphore | None = slots
+
+    def release(self) -> None:
+        slots, self._slots = self._slots, None
+        if slots is not None:
+            slots.release()
+
+
+class SampleLoop:
+    """One pass of the runner over a run directory already claimed (locked, its
+    ``config.json`` written or checked; :mod:`conductor.bench.claim`), in named steps.
+
+    :meth:`run` dispatches one task per (sample, epoch) of the work left
+    (:meth:`dispatch`); each task (:meth:`sample`) replays
+    the sample from the cache or runs it (:meth:`ask`), grades it (:meth:`grade`) and
+    writes its line (:meth:`write`).  A fault every later sample would share
+    (:meth:`halt`) stops new work; :meth:`collect` reads every task's outcome;
+    :meth:`finish` closes what the pass opened.
+    """
+
+    def __init__(
+        self,
+        spec: BenchmarkSpec,
+        strategy: Strategy,
+        grader: Grader,
+        pool_dict: dict[str, Any],
+        options: BenchOptions,
+        config: BenchConfig,
+        cache: ResponseCache | None,
+        on_progress: Callable[[BenchProgress], None] | None,
+    ) -> None:
+        self.spec, self.strategy, self.grader = spec, strategy, grader
+        self.pool_dict, self.options = pool_dict, options
+        self.cache = cache
+        self.out = options.out_dir
+        self.samples_path = self.out / SAMPLES
+        self.progress = BenchProgress()
+        self.notify: Callable[[BenchProgress], None] = on_progress or (lambda _p: None)
+        self.secrets = pool_secrets(pool_dict)
+        self.run_key = samplecache.run_key(config)
+        concurrency = max(1, options.concurrency)
+        graders = max(1, options.grader_concurrency)
+        self.slots = asyncio.Semaphore(concurrency)
+        # A sample being graded holds no slot; this bounds how many are in flight in all,
+        # so requests slow down only when every grader thread is busy and one more waits.
+        self.pending = asyncio.Semaphore(concurrency + graders)
+        self.graders = graders
+        #: The first fault that ends the run; set once, read by the dispatcher.
+        self.stopped: BenchStopped | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+        # Tasks created but not yet started.  A task cancelled before its first step
+        # never runs its body, so it cannot hand back the slot and the in-flight place
+        # the dispatcher took for it: :meth:`collect` does, or the dispatcher would wait
+        # forever.
+        self.unstarted: set[asyncio.Task[None]] = set()
+
+    # -- the pass ------------------------------------------------------------------
+
+    async def run(
+        self, work: Iterator[tuple[Sample, int]], *, total: int, skipped: int
+    ) -> BenchProgress:
+        """Run the (sample, epoch) pairs of ``work`` (``skipped`` were recorded before,
+        ``total`` is the run's in all) and return this invocation's totals."""
+        self.progress.skipped = skipped
+        grade_pool = ThreadPoolExecutor(
+            max_workers=self.graders, thread_name_prefix="conductor-grade"
+        )
+        fh = open_samples(self.samples_path)
         try:
-            write_private(
-                config_path, json.dumps(config, indent=2, ensure_ascii=False) + "\n", atomic=False
-            )
-        except OSError as exc:
-            with suppress(OSError):
-                config_path.unlink()
-            raise _io_stop(exc, config_path, out, 0) from None
-    done = completed_keys(out, drop_errors=options.retry_errors)
+            self.progress.total = total
+            self.notify(self.progress)
+            await self.dispatch(work, grade_pool, fh)
+        except Exception:
+            # The data failed part-way: the samples in flight finish and are kept.
+            while self.tasks:
+                await asyncio.wait(list(self.tasks))
+            raise
+        except BaseException:
+            for task in list(self.tasks):
+                task.cancel()
+            await asyncio.gather(*list(self.tasks), return_exceptions=True)
+            raise
+        finally:
+            await self.finish(grade_pool, fh)
+        if self.stopped is not None:
+            raise self.stopped
+        return self.progress
 
-    progress = BenchProgress(skipped=len(done))
-    notify = on_progress or (lambda _p: None)
-    slots = asyncio.Semaphore(max(1, options.concurrency))
-    graders = max(1, options.grader_concurrency)
-    # A sample being graded holds no slot; this bounds how many are in flight in all,
-    # so requests slow down only when every grader thread is busy and one more waits.
-    pending = asyncio.Semaphore(max(1, options.concurrency) + graders)
-    grade_pool = ThreadPoolExecutor(max_workers=graders, thread_name_prefix="conductor-grade")
-    loop = asyncio.get_running_loop()
-    samples_path = out / SAMPLES
-    fh = _open_samples(samples_path)
-    stop = _Stop()
-    secrets = _pool_secrets(pool_dict)
-    tasks: set[asyncio.Task[None]] = set()
-    run_key = _run_key(config)
+    async def dispatch(
+        self, work: Iterator[tuple[Sample, int]], grade_pool: ThreadPoolExecutor, fh: IO[bytes]
+    ) -> None:
+        """Start one task per (sample, epoch) of ``work``, as slots free up, until the
+        work ends or a fault stops it; then wait for those in flight."""
+        for sample, epoch in work:
+            await self.pending.acquire()
+            await self.slots.acquire()
+            if self.stopped is not None:
+                self.slots.release()
+                self.pending.release()
+                break
+            task = asyncio.create_task(self.sample(sample, epoch, grade_pool, fh))
+            self.tasks.add(task)
+            self.unstarted.add(task)
+            task.add_done_callback(self.collect)
+        while self.tasks:
+            await asyncio.wait(list(self.tasks))
 
-    def halt(error: BenchStopped, *, cancel: bool) -> None:
+    async def finish(self, grade_pool: ThreadPoolExecutor, fh: IO[bytes]) -> None:
+        """Close what the pass opened: the samples file, the grader threads (those still
+        grading are abandoned) and the strategy's callers."""
+        with suppress(OSError):
+            fh.close()
+        grade_pool.shutdown(wait=False, cancel_futures=True)
+        await self.strategy.aclose()
+
+    # -- stopping ------------------------------------------------------------------
+
+    def halt(self, error: BenchStopped, *, cancel: bool) -> None:
         """Start no more samples; with ``cancel`` also abandon those in flight."""
-        if stop.error is None:
-            stop.error = error
+        if self.stopped is None:
+            self.stopped = error
         if cancel:
-            for task in list(tasks):
+            for task in list(self.tasks):
                 if task is not asyncio.current_task():
                     task.cancel()
 
-    def sample_metadata(sample: Sample) -> dict[str, Any]:
-        """What every record of this run says beside its prompt: the benchmark, the
-        strategy and the sample's own question.  ``record.question`` is the prompt, the
-        benchmark's template filled in; a reader (``conductor view``'s sample list) wants
-        the question without the template's instructions around it."""
-        meta: dict[str, Any] = {"benchmark": spec.name, "strategy": strategy.name}
-        question = sample.input.get("question")
-        if isinstance(question, str):
-            meta["question"] = question
-        return meta
+    def collect(self, task: asyncio.Task[None]) -> None:
+        """A task's end: give back what a task cancelled before it started holds, and
+        stop the run on an exception no sample step caught (none goes unnoticed)."""
+        self.tasks.discard(task)
+        if task in self.unstarted:
+            self.unstarted.discard(task)
+            self.slots.release()
+            self.pending.release()
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            out = self.out
+            self.halt(
+                BenchStopped(
+                    f"stopped by an unexpected error ({reason(exc, self.secrets)}); the "
+                    f"records written are kept in {out}; continue with "
+                    f"`conductor bench --resume {out}`"
+                ),
+                cancel=True,
+            )
 
-    def failed_line(question: str, sample: Sample, epoch: int, exc: BaseException) -> str:
-        record = RunRecord(
-            question=question,
-            pool=pool_dict,
-            conductor={"backend": "strategy", "strategy": strategy.name},
-            settings={"sample_index": epoch, "strategy": strategy.name},
-            sample_id=sample.id,
-            epoch=epoch,
-            status="failed",
-            error=f"the run raised {_reason(exc, secrets)}",
-            finished_at=now_iso(),
-            gold=sample.gold,
-            metadata=sample_metadata(sample),
+    def _auth_halt(self, message: str) -> None:
+        self.halt(
+            auth_stop(scrub(message, self.secrets), self.out, self.progress.done), cancel=False
         )
-        return _record_line(record_to_dict(record))
 
-    async def graded_line(
-        record: RunRecord, sample: Sample, key: str | None
-    ) -> tuple[str, str, float]:
+    def _cache_halt(self, exc: CacheError) -> None:
+        self.halt(cache_stop(exc, self.out, self.progress.done), cancel=True)
+
+    # -- one sample ----------------------------------------------------------------
+
+    async def sample(
+        self, sample: Sample, epoch: int, grade_pool: ThreadPoolExecutor, fh: IO[bytes]
+    ) -> None:
+        """Run, grade and write one (sample, epoch); its faults are its record, or stop
+        the run (refused credentials, a broken cache, a directory that takes no write)."""
+        me = asyncio.current_task()
+        if me is not None:
+            self.unstarted.discard(me)
+        slot = _Slot(self.slots)
+        try:
+            result = await self._result(sample, epoch, slot, grade_pool)
+            if result is not None:
+                self.write(fh, result)
+        finally:
+            slot.release()
+            self.pending.release()
+
+    async def _result(
+        self, sample: Sample, epoch: int, slot: _Slot, grade_pool: ThreadPoolExecutor
+    ) -> _Result | None:
+        """The line to write for (``sample``, ``epoch``), or ``None`` when the run was
+        halted instead (nothing is written: the sample runs again on resume)."""
+        question, key = "", None
+        try:
+            question = render_prompt(self.spec, sample)
+            if self.cache is not None:
+                key = samplecache.sample_key(self.run_key, sample, question, epoch)
+            replayed = self.replay(key)
+            if replayed is not None:
+                slot.release()
+                return replayed
+            record = await self.ask(question, epoch, sample)
+        except AuthenticationError as exc:
+            self._auth_halt(exc.describe())
+            return None
+        except CacheError as exc:
+            self._cache_halt(exc)
+            return None
+        except Exception as exc:  # noqa: BLE001 - any fault of one sample is its record
+            slot.release()
+            return self.failed_line(question, sample, epoch, exc), "run_failed", 0.0
+        # The model calls are over: the next sample may start while this one is graded.
+        slot.release()
+        refused = auth_failure(record)
+        if refused is not None:
+            # Not written: the sample runs again on resume, once the key works.
+            self._auth_halt(refused)
+            return None
+        try:
+            return await self.grade(record, sample, key, grade_pool)
+        except CacheError as exc:
+            self._cache_halt(exc)
+            return None
+        except Exception as exc:  # noqa: BLE001 - e.g. a record that cannot be encoded
+            return self.failed_line(question, sample, epoch, exc), "run_failed", 0.0
+
+    def replay(self, key: str | None) -> _Result | None:
+        """The sample's record kept in the cache under ``key``, as this run's line."""
+        kept = samplecache.cache_get(self.cache, key)
+        if isinstance(kept, dict) and isinstance(kept.get("line"), str):
+            return samplecache.replayed_line(kept), str(kept["status"]), float(kept["cost"])
+        return None
+
+    async def ask(self, question: str, epoch: int, sample: Sample) -> RunRecord:
+        """Run the strategy on the sample's prompt."""
+        return await self.strategy.run(
+            question, sample_index=epoch, sample_id=sample.id, epoch=epoch
+        )
+
+    async def grade(
+        self,
+        record: RunRecord,
+        sample: Sample,
+        key: str | None,
+        grade_pool: ThreadPoolExecutor,
+    ) -> _Result:
+        """Grade ``record`` on the grader threads, and keep it in the cache under ``key``
+        unless it failed or an answer it was built on was cut off."""
         record.gold = sample.gold
         # Without the hidden tests: the next program graded on this machine could read them.
         record.metadata.update(
-            sample_metadata(sample), sample=recorded_metadata(spec, sample, options.data_file)
+            self.metadata(sample),
+            sample=recorded_metadata(self.spec, sample, self.options.data_file),
         )
         if record.status != "failed":
+            loop = asyncio.get_running_loop()
             try:
                 verdict = await loop.run_in_executor(
-                    grade_pool, grader.grade, record.final_answer, sample
+                    grade_pool, self.grader.grade, record.final_answer, sample
                 )
             except Exception as exc:  # noqa: BLE001 - a grader fault is this sample's verdict
-                verdict = Verdict("grader_error", f"the grader raised {_reason(exc, secrets)}")
+                verdict = Verdict("grader_error", f"the grader raised {reason(exc, self.secrets)}")
             record.grade = verdict.to_dict()
         data = record_to_dict(record)
-        line = _record_line(data)
+        line = record_line(data)
         status = str((record.grade or {}).get("status", "run_failed"))
         cost = record.totals.cost_usd or 0.0
         # An answer built on a cut-off reply is not kept either: a rerun should ask again,
         # as the call cache does for the truncated call itself.
         truncated = any(call.truncated for call in record.all_calls())
-        if key is not None and not truncated and not _is_error(data):
-            _cache_set(
-                cache, key, {"line": line, "run_id": record.run_id, "status": status, "cost": cost}
-            )
+        if key is not None and not truncated and not is_error_record(data):
+            kept = {"line": line, "run_id": record.run_id, "status": status, "cost": cost}
+            samplecache.cache_set(self.cache, key, kept)
         return line, status, cost
 
-    # Tasks created but not yet started.  A task cancelled before its first step never
-    # runs its body, so its ``finally`` cannot hand back the slot and the in-flight place
-    # the dispatcher took for it: ``collect`` does, or the dispatcher would wait forever.
-    unstarted: set[asyncio.Task[None]] = set()
-
-    async def one(sample: Sample, epoch: int) -> None:
-        me = asyncio.current_task()
-        if me is not None:
-            unstarted.discard(me)
-        holding = True
-
-        def free_slot() -> None:
-            nonlocal holding
-            if holding:
-                holding = False
-                slots.release()
-
+    def write(self, fh: IO[bytes], result: _Result) -> None:
+        """Append the sample's line and count it; a directory that takes no write
+        stops the run."""
+        line, status, cost = result
         try:
-            question, key = "", None
-            record: RunRecord | None = None
-            result: tuple[str, str, float] | None = None
-            try:
-                question = render_prompt(spec, sample)
-                key = _sample_key(run_key, sample, question, epoch) if cache is not None else None
-                kept = _cache_get(cache, key)
-                if isinstance(kept, dict) and isinstance(kept.get("line"), str):
-                    result = (_replayed_line(kept), str(kept["status"]), float(kept["cost"]))
-                else:
-                    record = await strategy.run(
-                        question, sample_index=epoch, sample_id=sample.id, epoch=epoch
-                    )
-            except AuthenticationError as exc:
-                halt(_auth_stop(_scrub(exc.describe(), secrets), out, progress.done), cancel=False)
-                return
-            except CacheError as exc:
-                halt(_cache_stop(exc, out, progress.done), cancel=True)
-                return
-            except Exception as exc:  # noqa: BLE001 - any fault of one sample is its record
-                result = (failed_line(question, sample, epoch, exc), "run_failed", 0.0)
-            # The model calls are over: the next sample may start while this one is graded.
-            free_slot()
-            if result is None:
-                assert record is not None
-                auth = _auth_failure(record)
-                if auth is not None:
-                    # Not written: the sample runs again on resume, once the key works.
-                    halt(
-                        _auth_stop(_scrub(auth, secrets), out, progress.done),
-                        cancel=False,
-                    )
-                    return
-                try:
-                    result = await graded_line(record, sample, key)
-                except CacheError as exc:
-                    halt(_cache_stop(exc, out, progress.done), cancel=True)
-                    return
-                except Exception as exc:  # noqa: BLE001 - e.g. a record that cannot be encoded
-                    result = (failed_line(question, sample, epoch, exc), "run_failed", 0.0)
-            line, status, cost = result
-            try:
-                _write_line(fh, line)
-            except OSError as exc:
-                halt(_io_stop(exc, samples_path, out, progress.done), cancel=True)
-                return
-            progress.done += 1
-            progress.verdicts[status] = progress.verdicts.get(status, 0) + 1
-            progress.correct += int(status == "correct")
-            progress.errors += int(status in ("run_failed", "grader_error"))
-            progress.cost_usd += cost
-            notify(progress)
-        finally:
-            free_slot()
-            pending.release()
-
-    def collect(task: asyncio.Task[None]) -> None:
-        # Every task's outcome is read here, so no exception can go unnoticed.
-        tasks.discard(task)
-        if task in unstarted:
-            unstarted.discard(task)
-            slots.release()
-            pending.release()
-        if task.cancelled():
+            write_line(fh, line)
+        except OSError as exc:
+            self.halt(io_stop(exc, self.samples_path, self.out, self.progress.done), cancel=True)
             return
-        exc = task.exception()
-        if exc is not None:
-            halt(
-                BenchStopped(
-                    f"stopped by an unexpected error ({_reason(exc, secrets)}); the records "
-                    f"written are kept in {out}; continue with `conductor bench --resume {out}`"
-                ),
-                cancel=True,
-            )
+        progress = self.progress
+        progress.done += 1
+        progress.verdicts[status] = progress.verdicts.get(status, 0) + 1
+        progress.correct += int(status == "correct")
+        progress.errors += int(status in ("run_failed", "grader_error"))
+        progress.cost_usd += cost
+        self.notify(progress)
 
-    try:
-        progress.total = total
-        notify(progress)
-        for sample, epoch in _work(spec, options, epochs, done):
-            await pending.acquire()
-            await slots.acquire()
-            if stop.error is not None:
-                slots.release()
-                pending.release()
-                break
-            task = asyncio.create_task(one(sample, epoch))
-            tasks.add(task)
-            unstarted.add(task)
-            task.add_done_callback(collect)
-        while tasks:
-            await asyncio.wait(list(tasks))
-    except Exception:
-        # The data failed part-way: the samples in flight finish and are kept.
-        while tasks:
-            await asyncio.wait(list(tasks))
-        raise
-    except BaseException:
-        for task in list(tasks):
-            task.cancel()
-        await asyncio.gather(*list(tasks), return_exceptions=True)
-        raise
-    finally:
-        with suppress(OSError):
-            fh.close()
-        grade_pool.shutdown(wait=False, cancel_futures=True)
-        await strategy.aclose()
-    if stop.error is not None:
-        raise stop.error
-    return progress
+    def metadata(self, sample: Sample) -> dict[str, Any]:
+        """What every record of this run says beside its prompt: the benchmark, the
+        strategy and the sample's own question.  ``record.question`` is the prompt, the
+        benchmark's template filled in; a reader (``conductor view``'s sample list) wants
+        the question without the template's instructions around it."""
+        meta: dict[str, Any] = {"benchmark": self.spec.name, "strategy": self.strategy.name}
+        question = sample.input.get("question")
+        if isinstance(question, str):
+            meta["question"] = question
+        return meta
+
+    def failed_line(self, question: str, sample: Sample, epoch: int, exc: BaseException) -> str:
+        """The record of a sample whose run (or its record) raised ``exc``."""
+        name = self.strategy.name
+        record = RunRecord(
+            question=question,
+            pool=self.pool_dict,
+            conductor={"backend": "strategy", "strategy": name},
+            settings={"sample_index": epoch, "strategy": name},
+            sample_id=sample.id,
+            epoch=epoch,
+            status="failed",
+            error=f"the run raised {reason(exc, self.secrets)}",
+            finished_at=now_iso(),
+            gold=sample.gold,
+            metadata=self.metadata(sample),
+        )
+        return record_line(record_to_dict(record))

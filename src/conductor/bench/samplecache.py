@@ -11,17 +11,23 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import CacheError
 from ..grading.types import Sample
 from ..llm.cache import ResponseCache
 from ..record import new_run_id, now_iso
+from ..runs.config import BenchConfig
+
+__all__ = ["cache_get", "cache_set", "replayed_line", "run_key", "sample_key"]
 
 log = logging.getLogger(__name__)
 
 
-def _cache_get(cache: ResponseCache | None, key: str | None) -> Any:
+def cache_get(cache: ResponseCache | None, key: str | None) -> Any:
+    """The value kept under ``key``, or ``None`` (no cache, no key, a miss, or an entry
+    that cannot be decoded); a fault of the cache itself raises ``CacheError``."""
     if cache is None or key is None:
         return None
     try:
@@ -33,7 +39,9 @@ def _cache_get(cache: ResponseCache | None, key: str | None) -> Any:
         return None
 
 
-def _cache_set(cache: ResponseCache | None, key: str, value: dict[str, Any]) -> None:
+def cache_set(cache: ResponseCache | None, key: str, value: dict[str, Any]) -> None:
+    """Keep ``value`` under ``key`` (nothing without a cache); a value that cannot be
+    kept is left out with a warning, a fault of the cache itself raises ``CacheError``."""
     if cache is None:
         return
     try:
@@ -44,28 +52,37 @@ def _cache_set(cache: ResponseCache | None, key: str, value: dict[str, Any]) -> 
         log.warning("the sample cache could not be written (%s)", exc)
 
 
-def _run_key(config: dict[str, Any]) -> str:
-    bench = config["benchmark"]
+def run_key(config: BenchConfig) -> str:
+    """What every sample of the run ``config`` shares in its cache key: the version,
+    benchmark, grader, prompt template, strategy, pool and seed."""
+    bench = config.benchmark
     identity = {
         "v": 1,
-        "conductor_version": config["conductor_version"],
-        "benchmark": [bench["name"], bench["grader"], bench["grader_version"]],
-        "grader_options": bench.get("grader_options"),
-        "template_sha256": bench["provenance"].get("template_sha256"),
-        "strategy": config["strategy_detail"],
-        "pool": config["pool"],
-        "seed": config["seed"],
+        "conductor_version": config.conductor_version,
+        "benchmark": [bench.name, bench.grader, bench.grader_version],
+        "grader_options": _plain(bench.grader_options),
+        "template_sha256": bench.provenance.get("template_sha256"),
+        "strategy": _plain(config.strategy_detail),
+        "pool": _plain(config.pool),
+        "seed": config.seed,
     }
     blob = json.dumps(identity, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _sample_key(run_key: str, sample: Sample, question: str, epoch: int) -> str:
-    blob = json.dumps([run_key, sample.id, epoch, question, sample.gold], default=str)
+def _plain(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    # A plain dict, as the key has always been built from (json.dumps takes no Mapping).
+    return dict(value) if value is not None else None
+
+
+def sample_key(run: str, sample: Sample, question: str, epoch: int) -> str:
+    """The cache key of one (sample, epoch) of the run whose :func:`run_key` is ``run``,
+    asked as ``question``."""
+    blob = json.dumps([run, sample.id, epoch, question, sample.gold], default=str)
     return "sample:" + hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _replayed_line(kept: dict[str, Any]) -> str:
+def replayed_line(kept: dict[str, Any]) -> str:
     """A kept sample's line for this run: a new run id and a ``replayed_from`` note.
 
     The rest is the original record as it was written (its latencies, costs and cached

@@ -2,7 +2,8 @@
 showing the scores.
 
 :func:`plan_bench` turns the options as given (:class:`BenchArgs`; what was not given
-again is taken from the run being resumed) into one :class:`BenchRequest` per run
+again is taken from the :class:`~conductor.runs.config.Invocation` of the run being
+resumed; the result is the new run's invocation) into one :class:`BenchRequest` per run
 directory (a ``singles`` run has one per worker).  :class:`BenchSession` runs one
 request: it opens the call cache, builds the callers and the strategy, checks every
 key it will need, runs :func:`~conductor.bench.runner.run_benchmark`, keeps the
@@ -18,7 +19,7 @@ import dataclasses
 import hashlib
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from ..benchmark import BenchmarkSpec
 from ..errors import UsageError
 from ..execute import RunSettings
 from ..pool import Pool
+from ..runs.config import Invocation, read_run_config
 from ..runs.summary import write_summary
 from ..strategies import DEFAULT_CONCURRENCY
 from .faults import BenchStopped
@@ -83,33 +85,28 @@ class BenchArgs:
 class BenchRequest:
     """One strategy on one benchmark, written to ``run_dir``.
 
-    ``conductor`` is the Conductor SPEC (``--strategy conductor`` only); ``settings``
-    are the per-question limits; ``invocation`` is what ``--resume`` reads back;
-    ``unsafe_code`` lets the code graders use a sandbox weaker than bubblewrap;
-    ``exclude_trained`` skips the questions the Conductor's checkpoint was trained on;
-    ``concurrency`` ``None`` is as many samples as the pool's models serve at once (at
-    most :data:`~conductor.strategies.DEFAULT_CONCURRENCY`); ``overwrite``
-    deletes the run already in ``run_dir`` before this one starts.
+    ``invocation`` is the run's options as ``config.json`` keeps them (what ``--resume``
+    reads back): the Conductor SPEC (``--strategy conductor`` only), limits, seed,
+    ``concurrency`` (``None`` is as many samples as the pool's models serve at once, at
+    most :data:`~conductor.strategies.DEFAULT_CONCURRENCY`), ``exclude_trained`` (skip
+    the questions the Conductor's checkpoint was trained on).  ``data`` is the data file
+    as given; ``shard`` and ``settings`` (the per-question limits) are the invocation's,
+    parsed; ``unsafe_code`` lets the code graders use a sandbox weaker than bubblewrap;
+    ``overwrite`` deletes the run already in ``run_dir`` before this one starts.
     """
 
     spec: BenchmarkSpec
     pool: Pool
     strategy: str
     run_dir: Path
-    conductor: str | None = None
+    invocation: Invocation = field(default_factory=Invocation)
     data: Path | None = None
-    limit: int | None = None
-    epochs: int | None = None
-    seed: int = 0
-    concurrency: int | None = None
     resume: bool = False
     retry_errors: bool = False
     shard: tuple[int, int] | None = None
     settings: RunSettings = field(default_factory=RunSettings)
     no_cache: bool = False
-    invocation: Mapping[str, Any] | None = None
     unsafe_code: bool = False
-    exclude_trained: bool = False
     overwrite: bool = False
 
 
@@ -135,52 +132,21 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
             raise UsageError("give either --out or --resume, not both")
         out = args.resume
     # What was not given again is taken from the run being resumed.
-    stored = _stored_invocation(args.resume) if args.resume is not None else {}
-    benchmark = args.benchmark if args.benchmark is not None else stored.get("benchmark")
+    stored = _stored_invocation(args.resume) if args.resume is not None else Invocation()
+    benchmark = args.benchmark if args.benchmark is not None else stored.benchmark
     if benchmark is None:
         raise UsageError("name a benchmark, or give --resume DIR to continue a run")
-    pool = args.pool if args.pool is not None else stored.get("pool")
-    conductor = args.conductor if args.conductor is not None else stored.get("conductor")
-    strategy: str = args.strategy or stored.get("strategy") or "conductor"
-    data = args.data if args.data is not None else _opt_path(stored.get("data"))
-    limit = args.limit if args.limit is not None else stored.get("limit")
-    epochs = args.epochs if args.epochs is not None else stored.get("epochs")
-    seed = args.seed if args.seed is not None else stored.get("seed", 0)
-    # Kept as given: not given, it follows the pool's models when the run resumes too.
-    concurrency = args.concurrency or stored.get("concurrency")
-    shard = args.shard if args.shard is not None else stored.get("shard")
-    max_steps = args.max_steps if args.max_steps is not None else stored.get("max_steps")
-    rounds = args.rounds or stored.get("rounds") or 1
-    budget_usd = args.budget_usd if args.budget_usd is not None else stored.get("budget_usd")
-    max_calls = args.max_calls if args.max_calls is not None else stored.get("max_calls")
-    exclude_trained = args.exclude_trained or bool(stored.get("exclude_trained"))
-
+    data = args.data if args.data is not None else _opt_path(stored.data)
+    invocation = _resolve(args, stored, data)
     spec = load_benchmark(benchmark)
     if spec.training_only and data is None:
         raise UsageError(
             f"benchmark {spec.name} is for training only (it has no evaluation source); "
             "pass --data FILE to evaluate on other questions in its schema"
         )
-    pool_obj = open_pool(pool)
-    shard_t = _parse_shard(shard)
-    invocation = {
-        # Files by absolute path, shipped names as names (they move with the package).
-        "benchmark": _as_given(benchmark),
-        "pool": _as_given(pool),
-        "conductor": conductor,
-        "strategy": strategy,
-        "data": str(data.resolve()) if data is not None else None,
-        "limit": limit,
-        "epochs": epochs,
-        "seed": seed,
-        "shard": shard,
-        "max_steps": max_steps,
-        "rounds": rounds,
-        "budget_usd": budget_usd,
-        "max_calls": max_calls,
-        "concurrency": concurrency,
-        "exclude_trained": exclude_trained,
-    }
+    pool_obj = open_pool(args.pool if args.pool is not None else stored.pool)
+    shard_t = _parse_shard(invocation.shard)
+    strategy = invocation.strategy or "conductor"
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         label = strategy.replace(":", "-")
@@ -192,7 +158,10 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
 
         require_keys(pool_obj.workers)  # every worker's key, before the first single runs
     settings = RunSettings(
-        max_steps=max_steps, rounds=rounds, budget_usd=budget_usd, max_calls=max_calls
+        max_steps=invocation.max_steps,
+        rounds=invocation.rounds or 1,
+        budget_usd=invocation.budget_usd,
+        max_calls=invocation.max_calls,
     )
     return [
         BenchRequest(
@@ -200,20 +169,14 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
             pool=pool_obj,
             strategy=strat,
             run_dir=out / f"single-{strat.split(':', 1)[1]}" if singles else out,
-            conductor=conductor,
+            invocation=invocation,
             data=data,
-            limit=limit,
-            epochs=epochs,
-            seed=seed,
-            concurrency=concurrency,
             resume=args.resume is not None,
             retry_errors=args.retry_errors,
             shard=shard_t,
             settings=settings,
             no_cache=args.no_cache,
-            invocation=invocation,
             unsafe_code=args.unsafe_code,
-            exclude_trained=exclude_trained,
             overwrite=args.overwrite,
         )
         for strat in strategies
@@ -237,10 +200,10 @@ class BenchSession:
         self._options = BenchOptions(
             out_dir=request.run_dir,
             data_file=request.data,
-            limit=request.limit,
-            epochs=request.epochs,
-            seed=request.seed,
-            concurrency=request.concurrency or DEFAULT_CONCURRENCY,
+            limit=request.invocation.limit,
+            epochs=request.invocation.epochs,
+            seed=request.invocation.seed,
+            concurrency=request.invocation.concurrency or DEFAULT_CONCURRENCY,
             resume=request.resume,
             retry_errors=request.retry_errors,
             shard=request.shard,
@@ -295,19 +258,20 @@ class BenchSession:
         from .runner import run_benchmark
 
         r = self.request
+        given = r.invocation
         options = self._options
         opened = contextlib.nullcontext() if r.no_cache else ResponseCache()
         with opened as cache:
             callers = CallerSet(cache)
             strat: Strategy
             if r.strategy == "conductor":
-                cond = resolve_conductor(r.pool, r.conductor, max_steps=r.settings.max_steps)
-                options = _with_trained_questions(options, cond, r.exclude_trained)
+                cond = resolve_conductor(r.pool, given.conductor, max_steps=r.settings.max_steps)
+                options = _with_trained_questions(options, cond, given.exclude_trained)
                 strat = ConductorStrategy(r.pool, cond, r.settings, callers)
             else:
-                if r.conductor is not None:
+                if given.conductor is not None:
                     raise UsageError("--conductor applies to --strategy conductor only")
-                if r.exclude_trained:
+                if given.exclude_trained:
                     raise UsageError("--exclude-trained applies to --strategy conductor only")
                 strat = parse_strategy(
                     r.strategy,
@@ -319,10 +283,10 @@ class BenchSession:
             # Every missing key at once, before the first sample (and before the run
             # directory holds anything).
             require_keys(strat.targets)
-            if r.concurrency is None:
+            if given.concurrency is None:
                 options = dataclasses.replace(options, concurrency=default_concurrency(strat))
             else:
-                warning = concurrency_warning(strat, r.concurrency)
+                warning = concurrency_warning(strat, given.concurrency)
                 if warning and on_warning is not None:
                     on_warning(warning)
             try:
@@ -369,17 +333,46 @@ def _with_trained_questions(
     return dataclasses.replace(options, trained_on=trained, exclude_trained=exclude)
 
 
-def _stored_invocation(run_dir: Path) -> dict[str, Any]:
+def _resolve(args: BenchArgs, stored: Invocation, data: Path | None) -> Invocation:
+    """The invocation of the run ``args`` asks for: each option as given, else as the run
+    being resumed (``stored``) was started.  Files by absolute path, shipped names as
+    names (they move with the package); ``data`` is the data file so chosen."""
+
+    def given(name: str) -> Any:
+        value = getattr(args, name)
+        return value if value is not None else getattr(stored, name)
+
+    return Invocation(
+        benchmark=_as_given(given("benchmark")),
+        pool=_as_given(given("pool")),
+        conductor=given("conductor"),
+        strategy=args.strategy or stored.strategy or "conductor",
+        data=str(data.resolve()) if data is not None else None,
+        limit=given("limit"),
+        epochs=given("epochs"),
+        seed=given("seed"),
+        shard=given("shard"),
+        max_steps=given("max_steps"),
+        rounds=args.rounds or stored.rounds or 1,
+        budget_usd=given("budget_usd"),
+        max_calls=given("max_calls"),
+        # Kept as given: not given, it follows the pool's models when the run resumes too.
+        concurrency=args.concurrency or stored.concurrency,
+        exclude_trained=args.exclude_trained or stored.exclude_trained,
+    )
+
+
+def _stored_invocation(run_dir: Path) -> Invocation:
     """The options a bench run in ``run_dir`` was started with (for ``--resume DIR``).
 
     A ``singles`` run keeps one directory per worker below ``run_dir``; the first one
     speaks for all."""
     from ..runs.rundir import run_dirs
-    from .runconfig import read_run_config, stored_invocation
+    from .runconfig import stored_invocation
 
     dirs = run_dirs(run_dir)
     if dirs and dirs[0] != run_dir:
-        return {**stored_invocation(read_run_config(dirs[0])), "strategy": "singles"}
+        return dataclasses.replace(stored_invocation(read_run_config(dirs[0])), strategy="singles")
     return stored_invocation(read_run_config(run_dir))
 
 

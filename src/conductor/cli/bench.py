@@ -97,10 +97,31 @@ def bench(
     shard: Annotated[
         str | None, typer.Option("--shard", help="Run shard I of N (I/N, from 0).")
     ] = None,
-    max_steps: Annotated[int | None, typer.Option("--max-steps", min=1)] = None,
-    rounds: Annotated[int | None, typer.Option("--rounds", min=1)] = None,
-    budget_usd: Annotated[float | None, typer.Option("--budget-usd", min=0.0)] = None,
-    max_calls: Annotated[int | None, typer.Option("--max-calls", min=1)] = None,
+    max_steps: Annotated[
+        int | None,
+        typer.Option("--max-steps", min=1, help="Most steps per workflow, per question."),
+    ] = None,
+    rounds: Annotated[
+        int | None,
+        typer.Option(
+            "--rounds",
+            min=1,
+            help="Most Conductor rounds per question (default 1); above 1 the Conductor "
+            "may revise.",
+        ),
+    ] = None,
+    budget_usd: Annotated[
+        float | None,
+        typer.Option(
+            "--budget-usd", min=0.0, help="Per question: stop starting calls past this spend."
+        ),
+    ] = None,
+    max_calls: Annotated[
+        int | None,
+        typer.Option(
+            "--max-calls", min=1, help="Most model calls per question, the Conductor's included."
+        ),
+    ] = None,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Do not use the call cache.")
     ] = False,

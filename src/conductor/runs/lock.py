@@ -15,6 +15,15 @@ from ..errors import UsageError
 from ..private import open_private
 from .rundir import CONFIG, LOCK, SAMPLES
 
+__all__ = [
+    "RunDirBusyError",
+    "absent_dirs",
+    "absent_files",
+    "holds_records",
+    "lock_run_dir",
+    "undo_empty_run",
+]
+
 if sys.platform != "win32":
     import fcntl
 
@@ -32,7 +41,7 @@ class RunDirBusyError(UsageError):
 # A directory with a record in samples.jsonl is never removed nor taken over.
 
 
-def _absent(out: Path) -> list[Path]:
+def absent_dirs(out: Path) -> list[Path]:
     """``out`` and those of its parents that do not exist yet, deepest first."""
     missing: list[Path] = []
     path = out.absolute()
@@ -42,21 +51,21 @@ def _absent(out: Path) -> list[Path]:
     return missing
 
 
-def _absent_files(out: Path) -> list[Path]:
+def absent_files(out: Path) -> list[Path]:
     """The run files this invocation would create in ``out`` (those not there yet)."""
     return [out / name for name in (CONFIG, SAMPLES, LOCK) if not (out / name).exists()]
 
 
-def _holds_records(out: Path) -> bool:
+def holds_records(out: Path) -> bool:
     """Whether ``out`` has anything in ``samples.jsonl`` (even a torn first line)."""
     path = out / SAMPLES
     return path.is_file() and path.stat().st_size > 0
 
 
-def _undo_empty_run(out: Path, created_dirs: list[Path], new_files: list[Path]) -> None:
+def undo_empty_run(out: Path, created_dirs: list[Path], new_files: list[Path]) -> None:
     """Remove the files and directories this invocation created, if no record was
     written; anything else in the directory keeps it (and the directory) in place."""
-    if _holds_records(out):
+    if holds_records(out):
         return
     for path in new_files:
         with suppress(OSError):
@@ -68,7 +77,7 @@ def _undo_empty_run(out: Path, created_dirs: list[Path], new_files: list[Path]) 
             return  # not empty (or not ours to remove): neither are its parents
 
 
-def _lock_run_dir(out: Path) -> IO[str]:
+def lock_run_dir(out: Path) -> IO[str]:
     """Hold ``out/.lock`` for this process; the OS releases it when the process ends,
     however it ends, so a killed run never leaves a stale lock."""
     path = out / LOCK

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from ..errors import RecordError, UsageError
 from ..private import write_private
 from ..record import RunRecord, now_iso
 from ..shapes import topology_kind
+from .config import BenchmarkInfo, read_run_config
 from .rundir import (
     CONFIG,
     RATE_LIMITS,
@@ -143,16 +145,6 @@ def _check_dir(run_dir: Path) -> tuple[Path, Path]:
     return config, samples
 
 
-def _read_config(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: a bench config must be a JSON object")
-    return data
-
-
 # --------------------------------------------------------------------------- statistics
 
 
@@ -261,9 +253,8 @@ class _Acc:
         self.queues.append(float(t.queue_s))
 
 
-def _worker_order(config: dict[str, Any], usage: dict[str, dict[int, int]]) -> list[str]:
+def _worker_order(pool: Mapping[str, Any], usage: dict[str, dict[int, int]]) -> list[str]:
     """Pool order first (the order the Conductor sees), then any other worker seen."""
-    pool = config.get("pool") or {}
     ids = [str(w.get("id")) for w in pool.get("workers") or [] if isinstance(w, dict)]
     return [i for i in ids if i in usage] + sorted(set(usage) - set(ids))
 
@@ -280,8 +271,8 @@ def summarize_run(run_dir: Path) -> RunSummary:
     (naming the file and line) for a line that is JSON but not a run record.
     """
     run_dir = Path(run_dir)
-    config_path, samples_path = _check_dir(run_dir)
-    config = _read_config(config_path)
+    _config_path, samples_path = _check_dir(run_dir)
+    config = read_run_config(run_dir)
     lines = SampleLines(samples_path)
     keep = latest_lines(lines)
     skipped = lines.skipped
@@ -289,10 +280,10 @@ def summarize_run(run_dir: Path) -> RunSummary:
     for number, rec in numbered_records(lines, keep):
         acc.add(rec, number)
 
-    bench = config.get("benchmark") or {}
-    pool = config.get("pool") or {}
-    benchmark = str(bench.get("name") or run_dir.name)
-    strategy = str(config.get("strategy") or "conductor")
+    bench = config.benchmark
+    pool = config.pool or {}
+    benchmark = bench.name or run_dir.name
+    strategy = config.strategy or "conductor"
     pool_name = str(pool.get("name") or "?")
     n = acc.n
 
@@ -302,19 +293,19 @@ def summarize_run(run_dir: Path) -> RunSummary:
     epoch_values = list(epoch_acc.values())
     walls = sorted(acc.walls)
     queues = sorted(acc.queues)
-    shard = config.get("shard")
     no_conductor = acc.tries == 0
+    trained = config.trained_on
 
     return RunSummary(
         run_dir=str(run_dir),
         benchmark=benchmark,
-        paper_key=bench.get("paper_key"),
+        paper_key=bench.paper_key,
         strategy=strategy,
         pool_name=pool_name,
         label=_label(benchmark, strategy, pool_name),
         n_samples=len(acc.per_sample),
         n_records=n,
-        epochs=int(config.get("epochs") or len(acc.per_epoch)),
+        epochs=config.epochs or len(acc.per_epoch),
         accuracy=ratio(100.0 * acc.score, n),
         stderr=100.0 * sd / math.sqrt(len(sample_means)) if sd is not None else None,
         epoch_accuracy=epoch_acc,
@@ -345,40 +336,39 @@ def summarize_run(run_dir: Path) -> RunSummary:
         cached_share=ratio(acc.cached, acc.calls),
         truncated_calls=acc.truncated,
         worker_usage={w: dict(sorted(p.items())) for w, p in acc.usage.items()},
-        worker_order=_worker_order(config, acc.usage),
+        worker_order=_worker_order(pool, acc.usage),
         topology_counts=dict(sorted(acc.topologies.items(), key=lambda kv: (-kv[1], kv[0]))),
         skipped_lines=skipped,
-        seed=config.get("seed"),
-        limit=config.get("limit"),
-        shard=list(shard) if isinstance(shard, list | tuple) else None,
-        created_at=config.get("created_at"),
-        conductor_version=config.get("conductor_version"),
+        seed=config.seed,
+        limit=config.limit,
+        shard=list(config.shard) if config.shard is not None else None,
+        created_at=config.created_at,
+        conductor_version=config.conductor_version,
         rate_limits=_read_rate_limits(run_dir / RATE_LIMITS),
-        trained_on_samples=(config.get("trained_on") or {}).get("samples"),
-        trained_excluded=bool(config.get("exclude_trained")),
-        trained_unchecked=bool((config.get("trained_on") or {}).get("unchecked_holdout")),
+        trained_on_samples=trained.samples if trained is not None else None,
+        trained_excluded=bool(config.exclude_trained),
+        trained_unchecked=bool(trained is not None and trained.unchecked_holdout),
         grader=_grader_name(bench),
         grader_options=_grader_options(bench),
         sandbox_engines=dict(sorted(acc.engines.items())),
     )
 
 
-def _grader_options(bench: dict[str, Any]) -> dict[str, Any]:
+def _grader_options(bench: BenchmarkInfo) -> dict[str, Any]:
     """The options the grader ran with where they depart from the official checker: the
     benchmark's ``grader_options`` and how it read answers (``grader_extraction``, which
     a run records even where the file left the default) unless that is ``official``."""
-    options = bench.get("grader_options")
-    found = dict(options) if isinstance(options, dict) else {}
-    extraction = bench.get("grader_extraction")
+    found = dict(bench.grader_options or {})
+    extraction = bench.grader_extraction
     # The reference harness's reading is the default, shown only where a run departs.
     if extraction and extraction != "official" and "extraction" not in found:
         found["extraction"] = extraction
     return found
 
 
-def _grader_name(bench: dict[str, Any]) -> str | None:
+def _grader_name(bench: BenchmarkInfo) -> str | None:
     """``code v3``: the grader and its version as the run's config names them."""
-    name, version = bench.get("grader"), bench.get("grader_version")
+    name, version = bench.grader, bench.grader_version
     if not name:
         return None
     return f"{name} v{version}" if version is not None else str(name)
