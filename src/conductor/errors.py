@@ -12,6 +12,17 @@ sibling class per kind of file, each a :class:`UsageError`::
     ├── BenchmarkFileError   benchmark files (benchmarks/*.yaml)
     ├── TrainConfigError     training configs (configs/train/*.yaml)
     └── TemplateFileError    Conductor prompt templates (a chat template's YAML)
+
+Errors of one room are declared in the module that raises them, under these::
+
+    ConductorError
+    ├── DatasetError             a benchmark's rows cannot be read (datasets/sources.py)
+    │   └── DataFileError        ... from a local file; also a UsageError
+    └── UsageError
+        ├── RunConfigError       a run directory's config.json (runs/config.py)
+        ├── RunDirBusyError      another process holds the run directory (runs/lock.py)
+        └── ContaminationError   training questions overlap held-out ones
+            └── HoldoutUnavailableError   ... or cannot be compared (train/contamination.py)
 """
 
 from __future__ import annotations
