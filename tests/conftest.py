@@ -21,7 +21,7 @@ from conductor.testing import FakeLLMServer  # noqa: E402
 
 # Tests that run native code (the real model, torch) run in child processes, so that a
 # crash there fails one test and the run goes on to its summary (tests/isolation.py).
-pytest_plugins = ["isolation"]
+pytest_plugins = ["kit.isolation"]
 
 
 @pytest.fixture

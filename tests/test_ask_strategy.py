@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, pool_dict, run_cli, worker, write_pool
+from kit.poolkit import CONDUCTOR_MODEL, pool_dict, run_cli, worker, write_pool
 
 from conductor.testing import FakeLLMServer
 

@@ -132,7 +132,7 @@ def _answer(request: Any) -> str:
 
 
 def _pool(tmp_path: Path, server: FakeLLMServer) -> Path:
-    from poolkit import pool_dict, worker, write_pool
+    from kit.poolkit import pool_dict, worker, write_pool
 
     pool = write_pool(tmp_path / "pool.yaml", pool_dict(server, [worker(server, "w0")]))
     pool.chmod(0o644)

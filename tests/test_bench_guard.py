@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
-from test_bench_run import bench_pool, cli, make_math_file, number_in, read_samples, script_math
+from kit.benchkit import bench_pool, cli, make_math_file, number_in, read_samples, script_math
+from kit.poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
 
 from conductor.bench import runner
 from conductor.bench.faults import BenchStopped

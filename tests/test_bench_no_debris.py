@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
+from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
 
 from conductor.testing import FakeLLMServer
 

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from poolkit import pool_dict, run_cli, worker, write_pool
-from test_output import boxed_number, make_math
+from kit.benchkit import boxed_number, make_math
+from kit.poolkit import pool_dict, run_cli, worker, write_pool
 
 from conductor.bench.runner import BenchProgress
 from conductor.render.bench_progress import ProgressLines, format_duration

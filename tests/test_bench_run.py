@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
+from kit.benchkit import bench_pool, cli, make_math_file, number_in, read_samples, script_math
+from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
 
 from conductor.bench.runconfig import BenchOptions
 from conductor.bench.runner import run_benchmark
@@ -28,47 +29,6 @@ from conductor.strategies import answer_key_for, parse_strategy
 from conductor.testing import FakeLLMServer, Fault
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bench"
-
-
-def make_math_file(path: Path, n: int) -> Path:
-    """``n`` synthetic MATH-style items whose answer is the item's number."""
-    with path.open("w") as fh:
-        for i in range(n):
-            item = {
-                "problem": f"What is {i} + 0?",
-                "answer": str(i),
-                "subject": "Algebra",
-                "level": 1,
-                "unique_id": f"test/synthetic/{i}.json",
-            }
-            fh.write(json.dumps(item) + "\n")
-    return path
-
-
-def number_in(request: Any) -> int:
-    m = re.search(r"What is (\d+) \+ 0\?", request.messages[-1]["content"])
-    assert m, request.messages[-1]["content"][:200]
-    return int(m.group(1))
-
-
-def script_math(server: FakeLLMServer) -> None:
-    """w0 is right on every item, w1 only on even ones; the Conductor routes to w0."""
-    server.script(CONDUCTOR_MODEL, [lists([0], ["Solve the problem."], [[]])])
-    server.script("w0", lambda r: f"Easy. \\boxed{{{number_in(r)}}}")
-    server.script("w1", lambda r: f"\\boxed{{{number_in(r) if number_in(r) % 2 == 0 else -1}}}")
-
-
-def bench_pool(tmp_path: Path, server: FakeLLMServer, n: int = 2) -> Path:
-    workers = [worker(server, f"w{i}") for i in range(n)]
-    return write_pool(tmp_path / "pool.yaml", pool_dict(server, workers))
-
-
-def read_samples(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
-
-
-def cli(*args: str, cache: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return run_cli(*args, env={"CONDUCTOR_CACHE_DIR": str(cache)}, timeout=timeout, columns=120)
 
 
 def test_bench_conductor_end_to_end(tmp_path: Path, fake_server: FakeLLMServer) -> None:

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import pool_dict, run_cli, worker, write_pool
-from test_bench_report import POOL, SINGLE_G, record, round_of, write_run
-from test_output import boxed_number
+from kit.benchkit import boxed_number
+from kit.poolkit import pool_dict, run_cli, worker, write_pool
+from kit.records import SINGLE_G, TRIO_POOL, record, round_of, write_run
 
 from conductor.cli._ci import parse_fail_under
 from conductor.errors import UsageError
@@ -235,7 +235,7 @@ def test_junit_structure(tmp_path: Path) -> None:
 
 def test_junit_survives_every_hostile_id(tmp_path: Path) -> None:
     recs = [record(sid, 0, "incorrect", [round_of(0, SINGLE_G)], wall=1.0) for sid in HOSTILE_IDS]
-    pool = {**POOL, "name": "pool <&> \x00"}
+    pool = {**TRIO_POOL, "name": "pool <&> \x00"}
     run = write_run(tmp_path / "h", "single:x\x1b]0;t\x07", recs, pool=pool)
     text = junit_of(run)
     text.encode("utf-8")  # no lone surrogate left
@@ -348,7 +348,7 @@ def test_markdown_is_a_table_markdown_it_reads(tmp_path: Path) -> None:
 
 def test_markdown_cells_hold_hostile_names_as_text(tmp_path: Path) -> None:
     hostile = "x|y\nz <img src=q> *em* [l](http://e) ![i](j) `c` $m$ ~~s~~ &amp; \\| \x1b[1m"
-    pool = {**POOL, "name": hostile}
+    pool = {**TRIO_POOL, "name": hostile}
     run = verdict_run(tmp_path, pool=pool, strategy="single:a|b")
     (table,) = md_tables(markdown_summary([summarize_run(run)]))
     name = table[1][0]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from poolkit import pool_dict, run_cli, worker, write_pool
+from kit.poolkit import pool_dict, run_cli, worker, write_pool
 
 from conductor.checkpoint_meta import (
     META_FILE,
@@ -419,7 +419,7 @@ def _checkpoint(directory: Path, questions: list[str]) -> Path:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     pytest.importorskip("tokenizers")
-    from tinymodels import overfit, tiny_llama, tiny_tokenizer
+    from kit.tinymodels import overfit, tiny_llama, tiny_tokenizer
 
     tok = tiny_tokenizer([WORKFLOW, *questions, "0 1 2 3 4 5 6 7 8 9 [ ] \" ' , = + ?"])
     model = tiny_llama(tok, seed=1)

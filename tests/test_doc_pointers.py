@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from poolkit import run_cli
+from kit.poolkit import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 #: `"Section" in the README`, `"Section" in docs/training.md`.

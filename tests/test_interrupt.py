@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import (
+from kit.poolkit import (
     CONDUCTOR_MODEL,
     embedded_model_or_skip,
     lists,

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import lists, pool_dict, worker, write_pool
-from test_bench_run import cli, read_samples
+from kit.benchkit import cli, read_samples
+from kit.poolkit import lists, pool_dict, worker, write_pool
 
 from conductor.conductors.spec import Conductor
 from conductor.grading.code import CodeGrader

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, write_pool
-from poolkit import worker as pool_worker
+from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, write_pool
+from kit.poolkit import worker as pool_worker
 
 from conductor.errors import RateLimitError
 from conductor.llm.caller import CallerSet, ModelCaller

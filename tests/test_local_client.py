@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import embedded_model_or_skip
+from kit.poolkit import embedded_model_or_skip
 
 from conductor.errors import (
     BadRequestError,

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from poolkit import have_local_model
+from kit.poolkit import have_local_model
 
 
 @pytest.mark.slow

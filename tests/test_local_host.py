@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import embedded_model_or_skip
+from kit.poolkit import embedded_model_or_skip
 
 from conductor.errors import LocalModelCrashedError
 from conductor.llm import local_model
@@ -257,7 +257,7 @@ def test_serve_on_the_local_pool_survives_a_crash_of_its_model(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import httpx
-    from servekit import served
+    from kit.servekit import served
 
     from conductor.pool import load_pool
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, run_cli, write_pool
+from kit.poolkit import CONDUCTOR_MODEL, lists, run_cli, write_pool
 
 from conductor.errors import (
     ConnectionFailedError,

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import (
+from kit.benchkit import boxed_number, make_math
+from kit.poolkit import (
     CONDUCTOR_MODEL,
     embedded_model_or_skip,
     lists,
@@ -179,7 +180,7 @@ def test_failed_local_call_costs_zero(tmp_path: Path, fake_server: FakeLLMServer
 def _two_round_record() -> Any:
     """A run of two rounds whose calls end every way a call can: parsed, a parse error,
     ok (once from the cache), failed, skipped, and a round that kept the answer."""
-    from test_render import call, make_record, make_round, step
+    from kit.records import call, make_record, make_round, step
 
     from conductor.record import RoundRecord
 
@@ -271,21 +272,6 @@ def test_pools_show_and_list_keep_names_whole(columns: int | None) -> None:
 
 
 # --------------------------------------------------------------------------- bench, report
-
-
-def make_math(path: Path, n: int) -> Path:
-    rows = [
-        {"problem": f"What is {i} + 0?", "answer": str(i), "unique_id": f"synthetic/{i}.json"}
-        for i in range(n)
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def boxed_number(request: object) -> str:
-    text = request.messages[-1]["content"]  # type: ignore[attr-defined]
-    m = re.search(r"What is (\d+) \+ 0\?", text)
-    return f"\\boxed{{{m.group(1) if m else -1}}}"
 
 
 def test_bench_and_report_keep_ids_and_run_directories_whole(

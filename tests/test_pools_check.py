@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from poolkit import CONDUCTOR_MODEL, pool_dict, run_cli, worker, write_pool
+from kit.poolkit import CONDUCTOR_MODEL, pool_dict, run_cli, worker, write_pool
 
 from conductor.testing import FakeLLMServer, Reply
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import pool_dict, worker, write_pool
+from kit.poolkit import pool_dict, worker, write_pool
 
 from conductor.bench.runconfig import BenchOptions
 from conductor.bench.runner import run_benchmark

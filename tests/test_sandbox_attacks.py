@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandbox_attacks import ATTACKS, grading_attack
-from sandbox_escapes import NOBODY, run_as_nobody
+from kit.sandbox_attacks import ATTACKS, grading_attack
+from kit.sandbox_escapes import NOBODY, run_as_nobody
 
 from conductor.errors import UsageError
 from conductor.grading import get_grader
@@ -46,7 +46,7 @@ def test_attack_is_stopped(name: str) -> None:
 @pytest.fixture(scope="module")
 def as_nobody() -> dict[str, Any]:
     """All attacks run once by an ordinary user (uid 65534); name -> [defended, detail]."""
-    got = run_as_nobody(REPO / "tests" / "sandbox_attacks.py")
+    got = run_as_nobody(REPO / "tests" / "kit" / "sandbox_attacks.py")
     if isinstance(got, str):
         pytest.skip(got)
     return got
@@ -146,7 +146,7 @@ def test_quoted_output_is_scrubbed_and_clipped(monkeypatch: pytest.MonkeyPatch) 
 
 
 def _bench_cli(tmp_path: Path, server: Any, *extra: str) -> subprocess.CompletedProcess[str]:
-    from poolkit import pool_dict, worker, write_pool
+    from kit.poolkit import pool_dict, worker, write_pool
 
     pool = write_pool(tmp_path / "pool.yaml", pool_dict(server, [worker(server, "w0")]))
     data = REPO / "tests" / "fixtures" / "bench" / "livecodebench.jsonl"
@@ -198,7 +198,7 @@ def test_train_config_opt_in_key() -> None:
 def test_train_rows_carry_the_opt_in_to_the_reward_grader(
     tmp_path: Path, fake_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from poolkit import pool_dict, worker, write_pool
+    from kit.poolkit import pool_dict, worker, write_pool
 
     from conductor.conductors.spec import Conductor
     from conductor.pool import load_pool

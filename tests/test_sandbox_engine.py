@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandbox_escapes import ATTACKS, run_as_nobody
+from kit.sandbox_escapes import ATTACKS, run_as_nobody
 
 from conductor.errors import UsageError
 from conductor.grading.code import CodeGrader
@@ -45,7 +45,7 @@ def test_attack_fails(name: str) -> None:
 
 @pytest.fixture(scope="module")
 def as_nobody() -> dict[str, Any]:
-    got = run_as_nobody(REPO / "tests" / "sandbox_escapes.py")
+    got = run_as_nobody(REPO / "tests" / "kit" / "sandbox_escapes.py")
     if isinstance(got, str):
         pytest.skip(got)
     return got
@@ -158,7 +158,7 @@ def test_bench_cli_grades_an_attack_in_bubblewrap(tmp_path: Path, fake_server: A
     """Through ``conductor bench livecodebench --data``: a solution that reads the --data
     file for the expected output gets nothing, is graded incorrect in bubblewrap, and
     ``conductor report`` names the engine."""
-    from poolkit import pool_dict, worker, write_pool
+    from kit.poolkit import pool_dict, worker, write_pool
 
     pool = write_pool(tmp_path / "pool.yaml", pool_dict(fake_server, [worker(fake_server, "w0")]))
     data = REPO / "tests" / "fixtures" / "bench" / "livecodebench.jsonl"

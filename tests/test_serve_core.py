@@ -27,7 +27,7 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool  # noqa: E402
+from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool  # noqa: E402
 
 from conductor.pool import load_pool  # noqa: E402
 from conductor.serve import ServeSettings, serve_in_thread  # noqa: E402

@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, run_cli, write_pool
-from servekit import ServeProcess, make_pool, make_pool_file, served, wait_for
+from kit.poolkit import CONDUCTOR_MODEL, lists, run_cli, write_pool
+from kit.servekit import ServeProcess, make_pool, make_pool_file, served, wait_for
 
 from conductor.pool import load_pool
 from conductor.testing import FakeLLMServer, Reply

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import lists, pool_dict, worker, write_pool
+from kit.poolkit import lists, pool_dict, worker, write_pool
 
 from conductor.conductors.spec import Conductor
 from conductor.errors import TrainConfigError, UsageError

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
-from poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
-from tinymodels import overfit, tiny_llama, tiny_tokenizer
+from kit.poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
+from kit.tinymodels import overfit, tiny_llama, tiny_tokenizer
 
 from conductor.testing import FakeLLMServer
 

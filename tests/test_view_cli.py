@@ -10,8 +10,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from poolkit import run_cli
-from test_bench_report import ALL, JUDGE, record, round_of, single_dir, write_run
+from kit.poolkit import run_cli
+from kit.records import ALL, JUDGE, record, round_of, single_dir, write_run
 
 from conductor.record import RunRecord, write_record
 from conductor.view.plots import bench_run_points
@@ -142,8 +142,8 @@ def test_help_does_not_load_the_drawing_libraries() -> None:
 def test_pictures_of_a_real_bench_run(tmp_path: Path) -> None:
     """A real ``conductor bench`` (fake models, priced): the SVG follows the recorded
     access lists, and the chart holds the Conductor run and each single worker."""
-    from poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
-    from test_bench_run import make_math_file, number_in
+    from kit.benchkit import make_math_file, number_in
+    from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
 
     from conductor.testing import FakeLLMServer
 

@@ -30,7 +30,7 @@ from typing import Any
 from conductor.sandbox import SandboxResult, run_sandboxed
 
 Outcome = tuple[bool, str]
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 SECRET = "sk-conductor-escape-" + uuid.uuid4().hex
 ENGINE = os.environ.get("SANDBOX_ESCAPES_ENGINE") or None
@@ -197,7 +197,7 @@ def _terminal() -> Outcome:
         try:
             os.execv(
                 sys.executable,
-                [sys.executable, "-c", _UNDER_PTY, str(REPO / "src"), str(REPO / "tests")],
+                [sys.executable, "-c", _UNDER_PTY, str(REPO / "src"), str(REPO / "tests" / "kit")],
             )
         finally:
             os._exit(127)
