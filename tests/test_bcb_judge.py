@@ -187,6 +187,7 @@ def _prepare(tmp_path: Path) -> None:
         path.chmod(0o777)
 
 
+@pytest.mark.process
 @needs_os
 def test_cli_refuses_every_forged_pass(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     _prepare(tmp_path)
@@ -194,6 +195,7 @@ def test_cli_refuses_every_forged_pass(tmp_path: Path, fake_server: FakeLLMServe
     _check(done, records)
 
 
+@pytest.mark.process
 @needs_os
 def test_cli_refuses_every_forged_pass_for_an_ordinary_user(
     tmp_path_factory: pytest.TempPathFactory, fake_server: FakeLLMServer

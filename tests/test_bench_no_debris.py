@@ -17,6 +17,9 @@ from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, writ
 
 from conductor.testing import FakeLLMServer
 
+# Every test here starts a child process.
+pytestmark = pytest.mark.process
+
 
 def _pool(tmp_path: Path, server: FakeLLMServer) -> Path:
     server.script(CONDUCTOR_MODEL, [lists([0], ["Solve the problem."], [[]])])

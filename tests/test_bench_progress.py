@@ -126,6 +126,7 @@ def bench_args(tmp_path: Path, server: FakeLLMServer) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.process
 def test_piped_bench_prints_progress_lines_while_it_runs(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -168,6 +169,7 @@ def test_piped_bench_prints_progress_lines_while_it_runs(
     assert "warning" not in err
 
 
+@pytest.mark.process
 def test_terminal_bench_is_unchanged(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     """With stdout a terminal there are no progress lines (the bar is on stderr)."""
     pytest.importorskip("pty")

@@ -422,6 +422,7 @@ def test_hostile_names_are_shown_not_obeyed(tmp_path: Path) -> None:
         assert "[bold]p\\x1b[31m" in out and "\\x07w" in out, out
 
 
+@pytest.mark.process
 def test_piped_report_of_six_runs_is_one_table(tmp_path: Path) -> None:
     """What the user of issue 18 saw: `conductor report` of six runs, piped, no COLUMNS."""
     from kit.poolkit import run_cli

@@ -31,6 +31,7 @@ from conductor.testing import FakeLLMServer, Fault
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bench"
 
 
+@pytest.mark.process
 def test_bench_conductor_end_to_end(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     script_math(fake_server)
     data = make_math_file(tmp_path / "math.jsonl", 6)
@@ -103,6 +104,7 @@ async def test_vote_takes_the_majority(tmp_path: Path, fake_server: FakeLLMServe
     assert record.metadata["votes"] == {"7": 1, "3": 2}
 
 
+@pytest.mark.process  # the math grader's comparison children
 async def test_a_baseline_bench_honours_the_call_budget(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -120,6 +122,7 @@ async def test_a_baseline_bench_honours_the_call_budget(
     options = BenchOptions(out_dir=tmp_path / "run", data_file=data)
     await run_benchmark(spec, strat, get_grader(spec.grader), pool_to_public_dict(pool), options)
     records = read_samples(tmp_path / "run")
+    assert len(records) == 3  # the loop below checks each of them
     assert len(fake_server.requests_for("w0")) == 6  # two calls for each of 3 samples
     for r in records:
         assert r["totals"]["calls"] == 2 and r["status"] == "partial"
@@ -129,6 +132,7 @@ async def test_a_baseline_bench_honours_the_call_budget(
     assert config["strategy_detail"]["settings"] == {"budget_usd": None, "max_calls": 2}
 
 
+@pytest.mark.process
 def test_the_cli_passes_budgets_to_baselines(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     script_math(fake_server)
     data = make_math_file(tmp_path / "math.jsonl", 2)
@@ -141,6 +145,7 @@ def test_the_cli_passes_budgets_to_baselines(tmp_path: Path, fake_server: FakeLL
     assert [r["totals"]["calls"] for r in read_samples(out)] == [2, 2]
 
 
+@pytest.mark.process
 def test_bad_strategy_and_shard_exit_2(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     pool = bench_pool(tmp_path, fake_server)
     data = make_math_file(tmp_path / "m.jsonl", 2)
@@ -151,6 +156,7 @@ def test_bad_strategy_and_shard_exit_2(tmp_path: Path, fake_server: FakeLLMServe
         assert "Traceback" not in res.stderr
 
 
+@pytest.mark.process
 def test_killed_run_resumes_with_every_sample_once(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -185,6 +191,7 @@ def test_killed_run_resumes_with_every_sample_once(
     assert all(r["grade"]["status"] == "correct" for r in read_samples(out))
 
 
+@pytest.mark.process
 def test_resume_refuses_a_different_run(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     script_math(fake_server)
     pool = bench_pool(tmp_path, fake_server)
@@ -232,6 +239,7 @@ async def test_retry_errors_reruns_failed_samples_without_duplicates(
     assert all(r["grade"]["status"] == "correct" for r in records)
 
 
+@pytest.mark.process
 def test_shards_merge_to_the_unsharded_run(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     script_math(fake_server)
     pool = bench_pool(tmp_path, fake_server)

@@ -82,6 +82,7 @@ def test_fail_under_refuses_what_is_not_a_clear_percentage(text: str, why: str) 
         parse_fail_under(text)
 
 
+@pytest.mark.process
 def test_report_fail_under_exits_3_after_the_summary(tmp_path: Path) -> None:
     run = verdict_run(tmp_path)  # 2 of 6 right: 33.33%
     res = run_cli("report", str(run), "--fail-under", "40")
@@ -105,6 +106,7 @@ def test_report_fail_under_exits_3_after_the_summary(tmp_path: Path) -> None:
     assert "Bench runs" not in res.stdout  # refused before anything is shown
 
 
+@pytest.mark.process
 def test_a_run_with_no_records_falls_short(tmp_path: Path) -> None:
     empty = write_run(tmp_path / "empty", "conductor", [])
     res = run_cli("report", str(empty), "--fail-under", "0")
@@ -135,6 +137,7 @@ def boxed_half(request: object) -> str:
     return right if n < 2 else f"\\boxed{{{n + 1}}}"
 
 
+@pytest.mark.process
 def test_bench_fail_under_junit_and_markdown(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script("solver", boxed_half)
     junit, md = tmp_path / "ci" / "junit.xml", tmp_path / "ci" / "summary.md"
@@ -155,6 +158,7 @@ def test_bench_fail_under_junit_and_markdown(tmp_path: Path, fake_server: FakeLL
     assert props["fail_under_percent"] == "50" and props["accuracy_percent"] == "50.0000"
 
 
+@pytest.mark.process
 def test_bench_that_fails_outright_exits_1_not_3(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -166,6 +170,7 @@ def test_bench_that_fails_outright_exits_1_not_3(
     assert "below --fail-under 50%" in res.stderr
 
 
+@pytest.mark.process
 def test_bad_output_paths_are_refused_before_the_run(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:

@@ -20,6 +20,9 @@ from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, writ
 from conductor import __version__
 from conductor.testing import FakeLLMServer, Fault
 
+# Every test here starts a child process.
+pytestmark = pytest.mark.process
+
 SECRET = "sk-test-SECRET-0123456789abcdef"
 
 

@@ -339,6 +339,7 @@ def _cli(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedPro
     return run_cli(*args, cwd=cwd, timeout=timeout)
 
 
+@pytest.mark.process
 def test_cli_train_stops_before_loading_the_model(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -450,6 +451,7 @@ def _records(run: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.process
 def test_bench_counts_and_excludes_what_the_checkpoint_was_trained_on(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -717,6 +719,7 @@ def test_accept_unchecked_holdout_warns_and_the_checkpoint_records_it(
     assert f"{ckpt} was trained without comparing" in line and label in line
 
 
+@pytest.mark.process
 def test_cli_train_stops_on_an_unavailable_split_unless_accepted(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:

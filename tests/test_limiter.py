@@ -459,6 +459,7 @@ def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
     return run_cli(*args, env={"CONDUCTOR_CACHE_DIR": str(cache)})
 
 
+@pytest.mark.process
 def test_bench_warns_once_and_records_the_limit_history(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -585,6 +586,7 @@ def test_the_warning_names_the_users_file_or_a_copy_of_the_shipped_one(tmp_path:
     assert warning(mine, 10) is None
 
 
+@pytest.mark.process
 def test_bench_follows_the_pool_without_concurrency_and_warns_only_when_given(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:

@@ -456,6 +456,7 @@ def test_progress_view_sequence() -> None:
 # --------------------------------------------------------------------------- import cost
 
 
+@pytest.mark.process
 def test_render_imports_nothing_heavy() -> None:
     code = (
         "import sys, conductor.render; "

@@ -34,6 +34,7 @@ needs_os = pytest.mark.skipif(
 )
 
 
+@pytest.mark.process
 @needs_os
 @pytest.mark.parametrize("name", list(ATTACKS))
 def test_attack_is_stopped(name: str) -> None:
@@ -52,6 +53,7 @@ def as_nobody() -> dict[str, Any]:
     return got
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("name", list(ATTACKS))
 def test_attack_is_stopped_for_an_ordinary_user(as_nobody: dict[str, Any], name: str) -> None:
     defended, detail = as_nobody[name]
@@ -73,6 +75,7 @@ def test_code_grader_refuses_without_isolation(monkeypatch: pytest.MonkeyPatch) 
         get_grader("code", {})
 
 
+@pytest.mark.process
 def test_opt_in_runs_and_records_unisolated(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ISOLATION_ENV, "off")
     grader = get_grader("code", with_unsafe_opt_in("code", {}, True))
@@ -95,6 +98,7 @@ def test_opt_in_only_reaches_the_code_grader() -> None:
     assert with_unsafe_opt_in("code", {}, True) == {"confirm_run_unsafe_code": True}
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "name",
     [
@@ -118,6 +122,7 @@ def test_grading_attacks_fail_even_unisolated(monkeypatch: pytest.MonkeyPatch, n
 # ------------------------------------------------------------------- quoted output
 
 
+@pytest.mark.process
 def test_quoted_output_is_scrubbed_and_clipped(monkeypatch: pytest.MonkeyPatch) -> None:
     secret = "sk-quoted-secret-0123456789"
     monkeypatch.setenv("CONDUCTOR_FAKE_KEY", secret)
@@ -164,6 +169,7 @@ def _bench_cli(tmp_path: Path, server: Any, *extra: str) -> subprocess.Completed
     )  # fmt: skip
 
 
+@pytest.mark.process
 def test_bench_refuses_code_without_isolation(tmp_path: Path, fake_server: Any) -> None:
     res = _bench_cli(tmp_path, fake_server)
     assert res.returncode == 2, res.stderr
@@ -172,6 +178,7 @@ def test_bench_refuses_code_without_isolation(tmp_path: Path, fake_server: Any) 
     assert not fake_server.requests  # refused before any paid call
 
 
+@pytest.mark.process
 def test_bench_opt_in_records_unisolated(tmp_path: Path, fake_server: Any) -> None:
     fake_server.script("w0", "```python\nprint(sum(map(int, open(0).read().split()[1:])))\n```")
     res = _bench_cli(tmp_path, fake_server, "--confirm-run-unsafe-code")

@@ -36,6 +36,7 @@ needs_bwrap = pytest.mark.skipif(
 )
 
 
+@pytest.mark.process
 @needs_bwrap
 @pytest.mark.parametrize("name", list(ATTACKS))
 def test_attack_fails(name: str) -> None:
@@ -51,6 +52,7 @@ def as_nobody() -> dict[str, Any]:
     return got
 
 
+@pytest.mark.process
 @needs_bwrap
 @pytest.mark.parametrize("name", list(ATTACKS))
 def test_attack_fails_for_an_ordinary_user(as_nobody: dict[str, Any], name: str) -> None:
@@ -58,6 +60,7 @@ def test_attack_fails_for_an_ordinary_user(as_nobody: dict[str, Any], name: str)
     assert defended, f"{name} (uid 65534): {detail}"
 
 
+@pytest.mark.process
 @needs_bwrap
 def test_a_plain_program_runs_and_names_its_engine() -> None:
     res = run_sandboxed(
@@ -98,6 +101,7 @@ def _lcb_sample(n: int = 1) -> Sample:
     return Sample(id="s", input={"question": "?"}, gold=None, metadata={"tests": tests})
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("engine", ["namespaces", "off"])
 def test_verdict_records_the_opted_in_engine(monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
     monkeypatch.setenv(ISOLATION_ENV, engine)
@@ -107,6 +111,7 @@ def test_verdict_records_the_opted_in_engine(monkeypatch: pytest.MonkeyPatch, en
     assert verdict.detail["sandbox"] == grader.engine != BUBBLEWRAP
 
 
+@pytest.mark.process
 @needs_bwrap
 def test_control_byte_flood_keeps_the_grader_small() -> None:
     """4 MB of control bytes per test on stdout, 10 tests: the grading process stayed
@@ -153,6 +158,7 @@ for path in {paths!r}:
 ```"""
 
 
+@pytest.mark.process
 @needs_bwrap
 def test_bench_cli_grades_an_attack_in_bubblewrap(tmp_path: Path, fake_server: Any) -> None:
     """Through ``conductor bench livecodebench --data``: a solution that reads the --data
@@ -183,6 +189,7 @@ def test_bench_cli_grades_an_attack_in_bubblewrap(tmp_path: Path, fake_server: A
     assert "sandbox" in shown.stdout and BUBBLEWRAP in shown.stdout, shown.stdout
 
 
+@pytest.mark.process
 @needs_bwrap
 def test_the_driver_runs_as_bytecode_for_this_interpreter_and_as_source_for_another() -> None:
     # Compiling the 1,900-line driver on every start cost 43 ms a sample; the bytecode

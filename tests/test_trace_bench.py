@@ -22,6 +22,9 @@ from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, writ
 
 from conductor.testing import FakeLLMServer, Fault
 
+# Every test here starts a child process.
+pytestmark = pytest.mark.process
+
 N_ITEMS = 12
 EPOCHS = 2
 

@@ -190,6 +190,7 @@ def test_page_data_embeds_every_comparison_and_the_chart(runs_on_disk: tuple[Pat
     assert [r["single"] for r in main["runs"]] == [False, True, True]
 
 
+@pytest.mark.process
 def test_the_command_writes_the_page_and_prints_its_path(
     runs_on_disk: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -206,6 +207,7 @@ def test_the_command_writes_the_page_and_prints_its_path(
     assert res.returncode == 2 and "nothing-here" in res.stderr
 
 
+@pytest.mark.process
 def test_help_loads_neither_jinja2_nor_matplotlib() -> None:
     code = (
         "import sys\n"
@@ -241,6 +243,7 @@ def test_a_fresh_summary_json_is_read_and_a_stale_one_is_not(tmp_path: Path) -> 
     assert fresh.overview.samples == len(VERDICTS_A) + 1 and fresh.overview.latency_p95 != 123.0
 
 
+@pytest.mark.process
 def test_open_hands_the_page_to_the_browser(
     runs_on_disk: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -325,6 +328,7 @@ def test_rounds_are_numbered_from_1_and_steps_from_0(tmp_path: Path) -> None:
     assert [[st[0], st[1]] for st in details["items"][0][3]] == [[1, 0], [1, 1], [2, 0]]
 
 
+@pytest.mark.process
 def test_a_serve_records_directory_is_one_run_per_served_model(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:

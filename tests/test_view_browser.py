@@ -25,6 +25,9 @@ from conductor.record import RunRecord
 from conductor.view.data import load_runs
 from conductor.view.page import write_view
 
+# Every test here starts a child process.
+pytestmark = pytest.mark.process
+
 pytest.importorskip("jinja2")
 
 

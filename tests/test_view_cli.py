@@ -16,6 +16,9 @@ from kit.records import ALL, JUDGE, record, round_of, single_dir, write_run
 from conductor.record import RunRecord, write_record
 from conductor.view.plots import bench_run_points
 
+# Every test here starts a child process.
+pytestmark = pytest.mark.process
+
 SVG = "{http://www.w3.org/2000/svg}"
 
 

@@ -120,9 +120,13 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
 def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, pytest.TestReport, Any]:
     # The refusal may have been caught (code that falls back when a process cannot
     # start): the test fails all the same.
+    # A test that failed otherwise (its code turned the refusal into an error) says why
+    # beside its failure.
     report = yield
     tried = _attempts.pop(item.nodeid, None)
     if tried and report.passed:
         report.outcome = "failed"
         report.longrepr = f"started a child process ({'; '.join(tried)}): {HINT}"
+    elif tried and report.failed:
+        report.sections.append(("child processes refused", "\n".join([*tried, HINT])))
     return report
