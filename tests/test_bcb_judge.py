@@ -6,7 +6,7 @@ runs eight tasks in the real schema on the fake provider: two answered honestly 
 through ``subprocess.run(["echo", ...])``), six with a forging solution each.  Only the
 honest two may be correct, each forgery must be refused with the expected outcome, and
 none may have written outside its sandbox.  The in-process attacks (every class and
-its variants) are tests/sandbox_attacks.py, run by tests/test_sandbox_attacks.py.
+its variants) are tests/kit/sandbox_attacks.py, run by tests/test_sandbox_attacks.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Every attack in tests/sandbox_attacks.py is stopped, as root and as an ordinary user.
+"""Every attack in tests/kit/sandbox_attacks.py is stopped, as root and as an ordinary user.
 
 As root the attacks run twice: in this process (bubblewrap, a fresh uid) and in a
-``python tests/sandbox_attacks.py`` child that ``setpriv`` drops to uid 65534 (unprivileged
+``python tests/kit/sandbox_attacks.py`` child that ``setpriv`` drops to uid 65534 (unprivileged
 user namespaces).  Run as an ordinary user, the in-process run is the unprivileged one.
 Also: the refusal where no OS isolation exists, the opt-in that records ``unisolated``,
 and the scrubbing of quoted output.

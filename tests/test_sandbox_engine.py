@@ -1,5 +1,5 @@
 """The bubblewrap engine of :mod:`conductor.sandbox`: every attack of
-tests/sandbox_escapes.py fails, as root and as an ordinary user (uid 65534); the
+tests/kit/sandbox_escapes.py fails, as root and as an ordinary user (uid 65534); the
 engine choice and its refusal; the engine recorded in verdicts and shown by
 ``conductor report``; output floods that keep the grader small."""
 

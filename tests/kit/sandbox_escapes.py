@@ -2,7 +2,7 @@
 each returning ``(defended, detail)`` and checking that nothing outside changed.
 
 Every attack runs in-process (as whoever runs the tests) and, where that is root, again
-as an ordinary user (uid 65534) through ``python tests/sandbox_escapes.py [NAME...]``,
+as an ordinary user (uid 65534) through ``python tests/kit/sandbox_escapes.py [NAME...]``,
 which prints ``{name: [defended, detail]}`` as JSON (see :func:`run_as_nobody`).  They
 run with ``allow_subprocess=True`` and start shells and fresh interpreters: those stand
 for native code that the in-process audit hook never sees, so only the engine stands
