@@ -20,8 +20,10 @@ os.environ["CONDUCTOR_CACHE_DIR"] = _SESSION_CACHE.name
 from conductor.testing import FakeLLMServer  # noqa: E402
 
 # Tests that run native code (the real model, torch) run in child processes, so that a
-# crash there fails one test and the run goes on to its summary (tests/isolation.py).
-pytest_plugins = ["isolation"]
+# crash there fails one test and the run goes on to its summary (tests/kit/isolation.py);
+# a test that starts a child process and is not marked ``process`` fails
+# (tests/kit/processes.py), so that the fast subset stays fast.
+pytest_plugins = ["kit.isolation", "kit.processes"]
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, pool_dict, run_cli, worker, write_pool
+from kit.poolkit import CONDUCTOR_MODEL, pool_dict, run_cli, worker, write_pool
 
 from conductor.testing import FakeLLMServer
 
@@ -30,6 +30,7 @@ def ask(
     return run_cli("ask", *args, env={"CONDUCTOR_CACHE_DIR": str(tmp_path / "c"), **(env or {})})
 
 
+@pytest.mark.process
 def test_a_vote_is_recorded_and_shown_like_a_conductor_run(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -55,6 +56,7 @@ def test_a_vote_is_recorded_and_shown_like_a_conductor_run(
     assert record["status"] == "ok"
 
 
+@pytest.mark.process
 def test_moa_aggregates_every_workers_answer(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script("w0", ["Paris", "Final: Paris"])
     fake_server.script("w1", ["Lyon"])
@@ -74,6 +76,7 @@ def test_moa_aggregates_every_workers_answer(tmp_path: Path, fake_server: FakeLL
     assert record["final_answer"] == "Final: Paris"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("spelling", ["single:nobody", "vote:x:w0", "vote:3", "majority"])
 def test_a_bad_strategy_is_refused_as_bench_refuses_it(
     tmp_path: Path, fake_server: FakeLLMServer, spelling: str
@@ -89,6 +92,7 @@ def test_a_bad_strategy_is_refused_as_bench_refuses_it(
     assert fake_server.requests == []
 
 
+@pytest.mark.process
 def test_options_of_the_conductor_and_singles_are_refused(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -107,6 +111,7 @@ def test_options_of_the_conductor_and_singles_are_refused(
     assert fake_server.requests == []
 
 
+@pytest.mark.process
 def test_only_the_keys_of_the_workers_it_calls_are_needed(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:

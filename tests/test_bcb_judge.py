@@ -6,7 +6,7 @@ runs eight tasks in the real schema on the fake provider: two answered honestly 
 through ``subprocess.run(["echo", ...])``), six with a forging solution each.  Only the
 honest two may be correct, each forgery must be refused with the expected outcome, and
 none may have written outside its sandbox.  The in-process attacks (every class and
-its variants) are tests/sandbox_attacks.py, run by tests/test_sandbox_attacks.py.
+its variants) are tests/kit/sandbox_attacks.py, run by tests/test_sandbox_attacks.py.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def _answer(request: Any) -> str:
 
 
 def _pool(tmp_path: Path, server: FakeLLMServer) -> Path:
-    from poolkit import pool_dict, worker, write_pool
+    from kit.poolkit import pool_dict, worker, write_pool
 
     pool = write_pool(tmp_path / "pool.yaml", pool_dict(server, [worker(server, "w0")]))
     pool.chmod(0o644)
@@ -187,6 +187,7 @@ def _prepare(tmp_path: Path) -> None:
         path.chmod(0o777)
 
 
+@pytest.mark.process
 @needs_os
 def test_cli_refuses_every_forged_pass(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     _prepare(tmp_path)
@@ -194,6 +195,7 @@ def test_cli_refuses_every_forged_pass(tmp_path: Path, fake_server: FakeLLMServe
     _check(done, records)
 
 
+@pytest.mark.process
 @needs_os
 def test_cli_refuses_every_forged_pass_for_an_ordinary_user(
     tmp_path_factory: pytest.TempPathFactory, fake_server: FakeLLMServer

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
-from test_bench_run import bench_pool, cli, make_math_file, number_in, read_samples, script_math
+from kit.benchkit import bench_pool, cli, make_math_file, number_in, read_samples, script_math
+from kit.poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
 
 from conductor.bench import runner
 from conductor.bench.faults import BenchStopped
@@ -240,6 +240,7 @@ def test_a_full_disk_exits_1_with_how_to_resume(
 # -- a refused key --------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_a_refused_key_stops_the_run_early(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script("w0", lambda r: Fault(401, "Incorrect API key provided: sk-te***"))
     data = make_math_file(tmp_path / "m.jsonl", 50)
@@ -317,6 +318,7 @@ async def test_grading_frees_the_slot_and_runs_in_its_own_pool(
 # -- guarded run directories ----------------------------------------------------------
 
 
+@pytest.mark.process
 def test_a_second_process_on_a_run_directory_is_refused(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -364,6 +366,7 @@ def _started_run(tmp_path: Path, server: FakeLLMServer, *extra: str) -> tuple[Pa
     return out, args
 
 
+@pytest.mark.process
 def test_resume_from_the_directory_alone(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     out, _ = _started_run(tmp_path, fake_server)
     n = len(fake_server.requests)
@@ -376,6 +379,7 @@ def test_resume_from_the_directory_alone(tmp_path: Path, fake_server: FakeLLMSer
     assert config["invocation"]["seed"] == 3 and config["schema_version"] == 2
 
 
+@pytest.mark.process
 def test_resume_from_a_schema_1_directory(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     out, _ = _started_run(tmp_path, fake_server)
     config = json.loads((out / "config.json").read_text())
@@ -392,6 +396,7 @@ def test_resume_from_a_schema_1_directory(tmp_path: Path, fake_server: FakeLLMSe
     assert len(keys(out)) == len(set(keys(out))) == 8
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("change", "named"),
     [
@@ -426,6 +431,7 @@ def test_resume_refuses_changed_settings(
     assert (out / "samples.jsonl").read_text() == before
 
 
+@pytest.mark.process
 def test_resume_accepts_a_moved_pool_with_a_new_time_out(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -440,6 +446,7 @@ def test_resume_accepts_a_moved_pool_with_a_new_time_out(
     assert len(keys(out)) == 8
 
 
+@pytest.mark.process
 def test_resume_a_singles_run_from_its_directory(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -522,6 +529,7 @@ async def test_a_stop_never_strands_the_dispatcher(tmp_path: Path) -> None:
 # -- a directory that already holds a run --------------------------------------------
 
 
+@pytest.mark.process
 def test_a_complete_run_is_named_complete_and_overwrite_starts_it_again(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -556,6 +564,7 @@ def test_a_complete_run_is_named_complete_and_overwrite_starts_it_again(
     assert (out / "summary.json").is_file() and (out / "config.json").is_file()
 
 
+@pytest.mark.process
 def test_a_directory_holding_part_of_a_run_or_another_run_says_which(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -575,6 +584,7 @@ def test_a_directory_holding_part_of_a_run_or_another_run_says_which(
     assert len(keys(out)) == 6
 
 
+@pytest.mark.process
 def test_overwrite_refuses_a_directory_that_is_not_a_run_directory(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:

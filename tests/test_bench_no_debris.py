@@ -13,9 +13,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
+from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
 
 from conductor.testing import FakeLLMServer
+
+# Every test here starts a child process.
+pytestmark = pytest.mark.process
 
 
 def _pool(tmp_path: Path, server: FakeLLMServer) -> Path:

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from poolkit import pool_dict, run_cli, worker, write_pool
-from test_output import boxed_number, make_math
+from kit.benchkit import boxed_number, make_math
+from kit.poolkit import pool_dict, run_cli, worker, write_pool
 
 from conductor.bench.runner import BenchProgress
 from conductor.render.bench_progress import ProgressLines, format_duration
@@ -126,6 +126,7 @@ def bench_args(tmp_path: Path, server: FakeLLMServer) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.process
 def test_piped_bench_prints_progress_lines_while_it_runs(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -168,6 +169,7 @@ def test_piped_bench_prints_progress_lines_while_it_runs(
     assert "warning" not in err
 
 
+@pytest.mark.process
 def test_terminal_bench_is_unchanged(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     """With stdout a terminal there are no progress lines (the bar is on stderr)."""
     pytest.importorskip("pty")

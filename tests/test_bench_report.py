@@ -8,26 +8,30 @@ import math
 import re
 import tracemalloc
 from pathlib import Path
-from typing import Any
 
 import pytest
+from kit.records import (
+    ALL,
+    CHAIN3,
+    JUDGE,
+    SINGLE_G,
+    TRIO_POOL,
+    kept_round,
+    record,
+    round_of,
+    single_dir,
+    write_run,
+)
 from rich.console import Console, RenderableType
 
 from conductor.bench.paper import PAPER_FIGURES, paper_reference
 from conductor.errors import RecordError, UsageError
 from conductor.record import (
-    CallRecord,
-    RoundRecord,
     RunRecord,
-    StepRecord,
-    Totals,
     record_to_dict,
 )
 from conductor.render.report import report_views, summary_table, topology_table, usage_table
 from conductor.runs.summary import best_single, read_summary, summarize_run, write_summary
-
-WORKERS = ["gemini", "claude", "gpt"]
-POOL = {"name": "trio", "workers": [{"id": w, "model": f"x/{w}"} for w in WORKERS]}
 
 
 def report_renderables(run_dirs: list[Path]) -> list[RenderableType]:
@@ -47,157 +51,9 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-# --------------------------------------------------------------------------- builder
-
-
-def call(error: str | None = None, cached: bool = False) -> CallRecord:
-    return CallRecord(
-        messages=[{"role": "user", "content": "q"}],
-        response=None if error else "ok",
-        input_tokens=100,
-        output_tokens=10,
-        cost_usd=0.001,
-        cached=cached,
-        error=error,
-    )
-
-
-def round_of(
-    index: int,
-    plan: list[tuple[int, list[Any]]] | None,
-    tries: int = 1,
-    parse_errors: int = 0,
-    cached: int = 0,
-    conductor_error: bool = False,
-) -> RoundRecord:
-    """``plan``: (worker index, access) per step; ``None``: no workflow was produced."""
-    steps = []
-    for i, (w, access) in enumerate(plan or []):
-        visible = list(range(i)) if "all" in access else []
-        steps.append(
-            StepRecord(
-                index=i,
-                worker_index=w,
-                worker_id=WORKERS[w],
-                model=f"x/{WORKERS[w]}",
-                subtask=f"subtask {i}",
-                access=access,
-                visible_steps=visible,
-                call=call(cached=i < cached),
-                answer="ok",
-            )
-        )
-    workflow = None
-    if plan is not None:
-        workflow = {
-            "model_id": [w for w, _ in plan],
-            "subtasks": [f"subtask {i}" for i in range(len(plan))],
-            "access_list": [a for _, a in plan],
-        }
-    return RoundRecord(
-        index=index,
-        conductor_calls=[call("boom" if conductor_error else None) for _ in range(tries)],
-        parse_errors=[f"bad list {k}" for k in range(parse_errors)],
-        workflow=workflow,
-        steps=steps,
-    )
-
-
-def record(
-    sample: str,
-    epoch: int,
-    status: str | None,
-    rounds: list[RoundRecord],
-    *,
-    wall: float,
-    cost: float | None = 0.01,
-    unknown_calls: int = 0,
-    cached: int = 0,
-) -> RunRecord:
-    n_calls = sum(len(r.conductor_calls) + len(r.steps) for r in rounds)
-    grade = None
-    if status is not None:
-        grade = {
-            "status": status,
-            "score": 1.0 if status == "correct" else 0.0,
-            "reason": status,
-            "extracted": None,
-            "detail": {},
-        }
-    return RunRecord(
-        question=f"question {sample}",
-        pool=POOL,
-        conductor={"backend": "endpoint"},
-        settings={},
-        sample_id=sample,
-        epoch=epoch,
-        rounds=rounds,
-        status="failed" if status is None else "ok",
-        grade=grade,
-        totals=Totals(
-            calls=n_calls,
-            cached_calls=cached,
-            input_tokens=100 * n_calls,
-            output_tokens=10 * n_calls,
-            cost_usd=cost,
-            unknown_cost_calls=unknown_calls,
-            wall_s=wall,
-        ),
-    )
-
-
-def write_run(
-    path: Path,
-    strategy: str,
-    records: list[RunRecord],
-    *,
-    paper_key: str | None = "GPQA-D",
-    epochs: int = 1,
-    tail: str = "",
-    pool: dict[str, Any] | None = None,
-) -> Path:
-    path.mkdir(parents=True)
-    config = {
-        "schema_version": 1,
-        "benchmark": {
-            "name": "gpqa-diamond",
-            "paper_key": paper_key,
-            "grader": "choice",
-            "grader_version": "1",
-            "provenance": {},
-        },
-        "strategy": strategy,
-        "pool": pool or POOL,
-        "conductor": None,
-        "settings": {},
-        "epochs": epochs,
-        "seed": 0,
-        "limit": None,
-        "shard": None,
-        "created_at": "2025-01-01T00:00:00Z",
-        "conductor_version": "0.1.0",
-    }
-    (path / "config.json").write_text(json.dumps(config))
-    with (path / "samples.jsonl").open("w") as fh:
-        for r in records:
-            fh.write(json.dumps(record_to_dict(r)) + "\n")
-        fh.write(tail)
-    return path
-
-
-ALL = ["all"]
-SINGLE_G = [(0, [])]
-JUDGE = [(0, []), (1, []), (2, ALL)]
-CHAIN3 = [(0, []), (1, ALL), (2, ALL)]
-
-
 def conductor_records() -> list[RunRecord]:
     """5 samples x 2 epochs; scores per epoch 40% and 60%; walls 1..10 s."""
-    kept = RoundRecord(
-        index=1,
-        conductor_calls=[call()],
-        workflow={"model_id": [], "subtasks": [], "access_list": []},
-    )
+    kept = kept_round()
     return [
         record("s1", 0, "correct", [round_of(0, SINGLE_G)], wall=1.0, cached=1),
         record(
@@ -238,21 +94,6 @@ def conductor_dir(tmp_path: Path) -> Path:
         epochs=2,
         tail='{"schema_version": 1, "sample_id": "s9", "rou',
     )
-
-
-def single_dir(tmp_path: Path, worker: int, correct: int) -> Path:
-    recs = [
-        record(
-            f"s{i}",
-            0,
-            "correct" if i < correct else "incorrect",
-            [round_of(0, [(worker, [])], tries=0)],
-            wall=1.0,
-            cost=0.001 * (worker + 1),
-        )
-        for i in range(5)
-    ]
-    return write_run(tmp_path / f"single-{WORKERS[worker]}", f"single:{WORKERS[worker]}", recs)
 
 
 # --------------------------------------------------------------------------- summarize
@@ -503,7 +344,7 @@ def comparison_runs(tmp_path: Path, n: int, long: bool) -> list[tuple[Path, str,
     ``i`` answers ``i + 2`` of ``n + 3`` samples right, so that no accuracy equals
     another, nor any standard error (which it would at 1 right, or 0)."""
     strategies = LONG_STRATEGIES if long else ["conductor", *(f"single:w{i}" for i in range(6))]
-    pool = {**POOL, "name": LONG_POOL if long else "trio"}
+    pool = {**TRIO_POOL, "name": LONG_POOL if long else "trio"}
     out = []
     for i in range(n):
         recs = [
@@ -579,7 +420,7 @@ def test_runs_alike_are_told_apart_by_directory(tmp_path: Path) -> None:
 
 
 def test_hostile_names_are_shown_not_obeyed(tmp_path: Path) -> None:
-    pool = {**POOL, "name": "[bold]p\x1b[31m"}
+    pool = {**TRIO_POOL, "name": "[bold]p\x1b[31m"}
     d = write_run(tmp_path / "r", "single:\x1b]0;title\x07w", conductor_records(), pool=pool)
     for width in (40, 200):
         out = render(report_renderables([d])[0], width=width)
@@ -587,9 +428,10 @@ def test_hostile_names_are_shown_not_obeyed(tmp_path: Path) -> None:
         assert "[bold]p\\x1b[31m" in out and "\\x07w" in out, out
 
 
+@pytest.mark.process
 def test_piped_report_of_six_runs_is_one_table(tmp_path: Path) -> None:
     """What the user of issue 18 saw: `conductor report` of six runs, piped, no COLUMNS."""
-    from poolkit import run_cli
+    from kit.poolkit import run_cli
 
     runs = comparison_runs(tmp_path, 6, long=False)
     res = run_cli("report", *(str(d) for d, _, _ in runs), columns=None)

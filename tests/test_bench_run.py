@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
+from kit.benchkit import bench_pool, cli, make_math_file, number_in, read_samples, script_math
+from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
 
 from conductor.bench.runconfig import BenchOptions
 from conductor.bench.runner import run_benchmark
@@ -29,47 +30,7 @@ from conductor.testing import FakeLLMServer, Fault
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bench"
 
 
-def make_math_file(path: Path, n: int) -> Path:
-    """``n`` synthetic MATH-style items whose answer is the item's number."""
-    with path.open("w") as fh:
-        for i in range(n):
-            item = {
-                "problem": f"What is {i} + 0?",
-                "answer": str(i),
-                "subject": "Algebra",
-                "level": 1,
-                "unique_id": f"test/synthetic/{i}.json",
-            }
-            fh.write(json.dumps(item) + "\n")
-    return path
-
-
-def number_in(request: Any) -> int:
-    m = re.search(r"What is (\d+) \+ 0\?", request.messages[-1]["content"])
-    assert m, request.messages[-1]["content"][:200]
-    return int(m.group(1))
-
-
-def script_math(server: FakeLLMServer) -> None:
-    """w0 is right on every item, w1 only on even ones; the Conductor routes to w0."""
-    server.script(CONDUCTOR_MODEL, [lists([0], ["Solve the problem."], [[]])])
-    server.script("w0", lambda r: f"Easy. \\boxed{{{number_in(r)}}}")
-    server.script("w1", lambda r: f"\\boxed{{{number_in(r) if number_in(r) % 2 == 0 else -1}}}")
-
-
-def bench_pool(tmp_path: Path, server: FakeLLMServer, n: int = 2) -> Path:
-    workers = [worker(server, f"w{i}") for i in range(n)]
-    return write_pool(tmp_path / "pool.yaml", pool_dict(server, workers))
-
-
-def read_samples(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
-
-
-def cli(*args: str, cache: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return run_cli(*args, env={"CONDUCTOR_CACHE_DIR": str(cache)}, timeout=timeout, columns=120)
-
-
+@pytest.mark.process
 def test_bench_conductor_end_to_end(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     script_math(fake_server)
     data = make_math_file(tmp_path / "math.jsonl", 6)
@@ -142,6 +103,7 @@ async def test_vote_takes_the_majority(tmp_path: Path, fake_server: FakeLLMServe
     assert record.metadata["votes"] == {"7": 1, "3": 2}
 
 
+@pytest.mark.process  # the math grader's comparison children
 async def test_a_baseline_bench_honours_the_call_budget(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -159,6 +121,7 @@ async def test_a_baseline_bench_honours_the_call_budget(
     options = BenchOptions(out_dir=tmp_path / "run", data_file=data)
     await run_benchmark(spec, strat, get_grader(spec.grader), pool_to_public_dict(pool), options)
     records = read_samples(tmp_path / "run")
+    assert len(records) == 3  # the loop below checks each of them
     assert len(fake_server.requests_for("w0")) == 6  # two calls for each of 3 samples
     for r in records:
         assert r["totals"]["calls"] == 2 and r["status"] == "partial"
@@ -168,6 +131,7 @@ async def test_a_baseline_bench_honours_the_call_budget(
     assert config["strategy_detail"]["settings"] == {"budget_usd": None, "max_calls": 2}
 
 
+@pytest.mark.process
 def test_the_cli_passes_budgets_to_baselines(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     script_math(fake_server)
     data = make_math_file(tmp_path / "math.jsonl", 2)
@@ -180,6 +144,7 @@ def test_the_cli_passes_budgets_to_baselines(tmp_path: Path, fake_server: FakeLL
     assert [r["totals"]["calls"] for r in read_samples(out)] == [2, 2]
 
 
+@pytest.mark.process
 def test_bad_strategy_and_shard_exit_2(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     pool = bench_pool(tmp_path, fake_server)
     data = make_math_file(tmp_path / "m.jsonl", 2)
@@ -190,6 +155,7 @@ def test_bad_strategy_and_shard_exit_2(tmp_path: Path, fake_server: FakeLLMServe
         assert "Traceback" not in res.stderr
 
 
+@pytest.mark.process
 def test_killed_run_resumes_with_every_sample_once(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -224,6 +190,7 @@ def test_killed_run_resumes_with_every_sample_once(
     assert all(r["grade"]["status"] == "correct" for r in read_samples(out))
 
 
+@pytest.mark.process
 def test_resume_refuses_a_different_run(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     script_math(fake_server)
     pool = bench_pool(tmp_path, fake_server)
@@ -271,6 +238,7 @@ async def test_retry_errors_reruns_failed_samples_without_duplicates(
     assert all(r["grade"]["status"] == "correct" for r in records)
 
 
+@pytest.mark.process
 def test_shards_merge_to_the_unsharded_run(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     script_math(fake_server)
     pool = bench_pool(tmp_path, fake_server)

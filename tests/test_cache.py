@@ -68,6 +68,7 @@ def _writer(directory: str, worker: int, n: int) -> None:
     cache.close()
 
 
+@pytest.mark.process
 def test_several_processes_share_one_cache(tmp_path: Path) -> None:
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_writer, args=(str(tmp_path), w, 150)) for w in (0, 1)]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
+from kit.poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
 from rich.console import Console
 
 from conductor.conductors.checkpoint import (
@@ -542,7 +542,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from tinymodels import overfit, tiny_llama, tiny_tokenizer  # noqa: E402
+from kit.tinymodels import overfit, tiny_llama, tiny_tokenizer  # noqa: E402
 
 from conductor.llm import checkpoint_client as cc  # noqa: E402
 
@@ -667,7 +667,7 @@ def test_cli_ask_with_a_chat_template(tmp_path: Path, fake_server: FakeLLMServer
 def test_policy_prompt_leaves_a_prefill_open() -> None:
     """Training prompts with a prefill are rendered to text that ends inside the
     assistant turn (TRL would otherwise close it and open a new one)."""
-    from tinymodels import tiny_tokenizer
+    from kit.tinymodels import tiny_tokenizer
 
     from conductor.train.policy import policy_prompt
 

@@ -33,7 +33,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-from tinymodels import overfit, tiny_llama, tiny_tokenizer  # noqa: E402
+from kit.tinymodels import overfit, tiny_llama, tiny_tokenizer  # noqa: E402
 
 from conductor.llm import checkpoint_client as cc  # noqa: E402
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import pool_dict, run_cli, worker, write_pool
-from test_bench_report import POOL, SINGLE_G, record, round_of, write_run
-from test_output import boxed_number
+from kit.benchkit import boxed_number
+from kit.poolkit import pool_dict, run_cli, worker, write_pool
+from kit.records import SINGLE_G, TRIO_POOL, record, round_of, write_run
 
 from conductor.cli._ci import parse_fail_under
 from conductor.errors import UsageError
@@ -82,6 +82,7 @@ def test_fail_under_refuses_what_is_not_a_clear_percentage(text: str, why: str) 
         parse_fail_under(text)
 
 
+@pytest.mark.process
 def test_report_fail_under_exits_3_after_the_summary(tmp_path: Path) -> None:
     run = verdict_run(tmp_path)  # 2 of 6 right: 33.33%
     res = run_cli("report", str(run), "--fail-under", "40")
@@ -105,6 +106,7 @@ def test_report_fail_under_exits_3_after_the_summary(tmp_path: Path) -> None:
     assert "Bench runs" not in res.stdout  # refused before anything is shown
 
 
+@pytest.mark.process
 def test_a_run_with_no_records_falls_short(tmp_path: Path) -> None:
     empty = write_run(tmp_path / "empty", "conductor", [])
     res = run_cli("report", str(empty), "--fail-under", "0")
@@ -135,6 +137,7 @@ def boxed_half(request: object) -> str:
     return right if n < 2 else f"\\boxed{{{n + 1}}}"
 
 
+@pytest.mark.process
 def test_bench_fail_under_junit_and_markdown(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script("solver", boxed_half)
     junit, md = tmp_path / "ci" / "junit.xml", tmp_path / "ci" / "summary.md"
@@ -155,6 +158,7 @@ def test_bench_fail_under_junit_and_markdown(tmp_path: Path, fake_server: FakeLL
     assert props["fail_under_percent"] == "50" and props["accuracy_percent"] == "50.0000"
 
 
+@pytest.mark.process
 def test_bench_that_fails_outright_exits_1_not_3(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -166,6 +170,7 @@ def test_bench_that_fails_outright_exits_1_not_3(
     assert "below --fail-under 50%" in res.stderr
 
 
+@pytest.mark.process
 def test_bad_output_paths_are_refused_before_the_run(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -235,7 +240,7 @@ def test_junit_structure(tmp_path: Path) -> None:
 
 def test_junit_survives_every_hostile_id(tmp_path: Path) -> None:
     recs = [record(sid, 0, "incorrect", [round_of(0, SINGLE_G)], wall=1.0) for sid in HOSTILE_IDS]
-    pool = {**POOL, "name": "pool <&> \x00"}
+    pool = {**TRIO_POOL, "name": "pool <&> \x00"}
     run = write_run(tmp_path / "h", "single:x\x1b]0;t\x07", recs, pool=pool)
     text = junit_of(run)
     text.encode("utf-8")  # no lone surrogate left
@@ -348,7 +353,7 @@ def test_markdown_is_a_table_markdown_it_reads(tmp_path: Path) -> None:
 
 def test_markdown_cells_hold_hostile_names_as_text(tmp_path: Path) -> None:
     hostile = "x|y\nz <img src=q> *em* [l](http://e) ![i](j) `c` $m$ ~~s~~ &amp; \\| \x1b[1m"
-    pool = {**POOL, "name": hostile}
+    pool = {**TRIO_POOL, "name": hostile}
     run = verdict_run(tmp_path, pool=pool, strategy="single:a|b")
     (table,) = md_tables(markdown_summary([summarize_run(run)]))
     name = table[1][0]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
+from kit.poolkit import CONDUCTOR_MODEL, invoke_cli, lists, pool_dict, run_cli, worker, write_pool
 
 from conductor import __version__
 from conductor.testing import FakeLLMServer, Fault
@@ -25,6 +25,11 @@ SECRET = "sk-test-SECRET-0123456789abcdef"
 
 def conductor(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> Any:
     return run_cli(*args, env=env, timeout=timeout, columns=120)
+
+
+def here(*args: str, env: dict[str, str] | None = None) -> Any:
+    """The same command in this process, for tests that need nothing of a real one."""
+    return invoke_cli(*args, env=env, columns=120)
 
 
 def four_client_pool(tmp_path: Path, server: FakeLLMServer) -> Path:
@@ -38,6 +43,7 @@ def four_client_pool(tmp_path: Path, server: FakeLLMServer) -> Path:
     return write_pool(tmp_path / "pool.yaml", data)
 
 
+@pytest.mark.process
 def test_ask_end_to_end_with_every_client(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.expected_api_key = SECRET
     fake_server.script(
@@ -102,6 +108,7 @@ def test_ask_end_to_end_with_every_client(tmp_path: Path, fake_server: FakeLLMSe
     assert "flowchart" in conductor("trace", str(out), "--format", "mermaid").stdout
 
 
+@pytest.mark.process
 def test_ask_debug_logs_hold_no_secret(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script(CONDUCTOR_MODEL, [lists([1], ["go"], [[]])])
     fake_server.script("via-openai", [Fault(401, "Incorrect API key provided")])
@@ -115,6 +122,7 @@ def test_ask_debug_logs_hold_no_secret(tmp_path: Path, fake_server: FakeLLMServe
     assert SECRET not in (tmp_path / "r.json").read_text()
 
 
+@pytest.mark.process
 def test_auth_failure_exits_1_with_clear_message(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -142,7 +150,7 @@ def test_bad_pool_exits_2_with_file_and_line(
 ) -> None:
     pool = tmp_path / "bad.yaml"
     pool.write_text(yaml_text)
-    res = conductor("ask", "q", "--pool", str(pool))
+    res = here("ask", "q", "--pool", str(pool))
     assert res.returncode == 2, res.stderr
     err = " ".join(res.stderr.split())
     assert str(pool) in err
@@ -153,11 +161,12 @@ def test_bad_pool_exits_2_with_file_and_line(
 
 
 def test_unknown_pool_name_exits_2() -> None:
-    res = conductor("ask", "q", "--pool", "no-such-pool")
+    res = here("ask", "q", "--pool", "no-such-pool")
     assert res.returncode == 2
     assert "no-such-pool" in res.stderr
 
 
+@pytest.mark.process
 def test_help_is_fast_and_does_not_import_litellm() -> None:
     code = (
         "import sys\n"
@@ -172,6 +181,7 @@ def test_help_is_fast_and_does_not_import_litellm() -> None:
     assert "ask" in res.stdout and "trace" in res.stdout
 
 
+@pytest.mark.process
 def test_help_imports_no_command_library() -> None:
     """Each command imports what it runs on when it runs: ``--help`` loads none of it."""
     code = (
@@ -187,6 +197,7 @@ def test_help_imports_no_command_library() -> None:
     assert "LOADED []" in res.stdout, res.stdout + res.stderr
 
 
+@pytest.mark.process
 def test_the_cli_package_runs_as_a_module() -> None:
     """``python -m conductor.cli`` is how ``accelerate launch -m conductor.cli train`` starts."""
     res = subprocess.run(
@@ -202,21 +213,22 @@ def test_the_cli_package_runs_as_a_module() -> None:
 def test_trace_of_a_bad_file_exits_2(tmp_path: Path) -> None:
     bad = tmp_path / "run.json"
     bad.write_text("{not json")
-    res = conductor("trace", str(bad))
+    res = here("trace", str(bad))
     assert res.returncode == 2
     assert f"{bad}:1" in res.stderr
 
 
 def test_pools_list_and_show() -> None:
-    res = conductor("pools", "list")
+    res = here("pools", "list")
     assert res.returncode == 0, res.stderr
     for name in ("frontier", "paper", "open", "local"):
         assert name in res.stdout
-    shown = conductor("pools", "show", "paper")
+    shown = here("pools", "show", "paper")
     assert shown.returncode == 0, shown.stderr
     assert "Model 6" in shown.stdout
 
 
+@pytest.mark.process
 def test_pools_check_reports_latency_and_errors(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script("via-anthropic", [Fault(401, "invalid x-api-key")])
     pool = four_client_pool(tmp_path, fake_server)
@@ -227,6 +239,7 @@ def test_pools_check_reports_latency_and_errors(tmp_path: Path, fake_server: Fak
     assert {r.model for r in fake_server.requests} >= {"via-openai", "via-google", CONDUCTOR_MODEL}
 
 
+@pytest.mark.process
 def test_pools_check_reports_a_conductor_that_cannot_be_set_up(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -239,6 +252,7 @@ def test_pools_check_reports_a_conductor_that_cannot_be_set_up(
     assert [r.model for r in fake_server.requests] == ["w0"]  # the worker is still checked
 
 
+@pytest.mark.process
 def test_cache_stats_and_clear(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script(CONDUCTOR_MODEL, [lists([1], ["go"], [[]])])
     pool = four_client_pool(tmp_path, fake_server)
@@ -277,6 +291,7 @@ def bench_cmd(pool: Path, data: Path, out: Path) -> list[str]:
             "--out", str(out)]  # fmt: skip
 
 
+@pytest.mark.process
 def test_bench_refuses_bad_data_before_any_request(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -305,11 +320,12 @@ def test_bench_refuses_bad_data_before_any_request(
 
 
 def test_ask_refuses_a_question_over_the_limit(tmp_path: Path) -> None:
-    res = conductor("ask", "y" * 200, env={"CONDUCTOR_MAX_QUESTION_CHARS": "100"})
+    res = here("ask", "y" * 200, env={"CONDUCTOR_MAX_QUESTION_CHARS": "100"})
     assert res.returncode == 2
     assert "over the limit of 100" in one_error_line(res)
 
 
+@pytest.mark.process
 def test_unusable_output_and_cache_paths_exit_2(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script(CONDUCTOR_MODEL, lambda request: lists([0], ["Solve it"], [[]]))
     fake_server.set_default(lambda request: "ANSWER: 1000")
@@ -351,6 +367,7 @@ def shared_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.process
 def test_read_only_output_and_cache_directories_exit_2(
     shared_dir: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -479,7 +496,7 @@ def _read_only_runner(shared: Path) -> _ReadOnlyRunner:
 def test_deeply_nested_pool_yaml_exits_2(tmp_path: Path) -> None:
     deep = tmp_path / "deep.yaml"
     deep.write_text("workers: " + "[" * 10_000 + "]" * 10_000 + "\n")
-    res = conductor("pools", "show", str(deep))
+    res = here("pools", "show", str(deep))
     assert res.returncode == 2
     assert f"{deep}: invalid YAML: collections are nested too deeply" in one_error_line(res)
 
@@ -502,7 +519,7 @@ def test_malformed_run_records_exit_2(tmp_path: Path, shape: str, needle: str) -
     path = tmp_path / "run.json"
     path.write_text(shape)
     for fmt in ("table", "tree", "mermaid", "json"):
-        res = conductor("trace", str(path), "--format", fmt)
+        res = here("trace", str(path), "--format", fmt)
         assert res.returncode == 2, res.stderr
         line = one_error_line(res)
         assert line.startswith(f"error: {path}: ") and needle in line
@@ -510,11 +527,12 @@ def test_malformed_run_records_exit_2(tmp_path: Path, shape: str, needle: str) -
 
 def test_malformed_bench_samples_name_their_line(tmp_path: Path) -> None:
     (tmp_path / "samples.jsonl").write_bytes(b'{"schema_version": 1, "rounds": 3}\n')
-    res = conductor("trace", str(tmp_path))
+    res = here("trace", str(tmp_path))
     assert res.returncode == 2
     assert "samples.jsonl:1: record.rounds must be a list" in one_error_line(res)
 
 
+@pytest.mark.process
 def test_terminal_escapes_in_replies_are_shown_not_obeyed(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
+from kit.poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
 from rich.console import Console
 
 from conductor.bench.session import BenchArgs, BenchRequest, plan_bench

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import ClassVar
 
 import pytest
+from kit.poolkit import no_pause_limiter
 
 from conductor.errors import (
     AuthenticationError,
@@ -75,7 +76,7 @@ class Recorder:
 
 
 async def call(worker: Worker, req: ModelRequest, sleep: Recorder | None = None):  # type: ignore[no-untyped-def]
-    caller = ModelCaller(worker, sleep=sleep or Recorder())
+    caller = ModelCaller(worker, sleep=sleep or Recorder(), limiter=no_pause_limiter(worker))
     try:
         return await caller.complete(req)
     finally:

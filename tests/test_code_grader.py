@@ -33,6 +33,7 @@ def build_sample(name: str, meta: dict[str, Any]) -> Sample:
     return Sample(id=name, input={"question": "?"}, gold=None, metadata=meta)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_case(case: dict[str, Any]) -> None:
     ESCAPE.unlink(missing_ok=True)
@@ -146,6 +147,7 @@ def test_values_match_as_livecodebench_does() -> None:
     assert not values_match([1, 2], [2, 1])
 
 
+@pytest.mark.process
 def test_timeouts_are_per_test_not_per_sample() -> None:
     # three tests each taking ~0.4 s pass under a 1 s per-test limit
     sample = build_sample(

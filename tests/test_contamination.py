@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from poolkit import pool_dict, run_cli, worker, write_pool
+from kit.poolkit import pool_dict, run_cli, worker, write_pool
 
 from conductor.bench.trained import TrainedQuestions, trained_questions_of
 from conductor.conductors.checkpoint import (
@@ -340,6 +340,7 @@ def _cli(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedPro
     return run_cli(*args, cwd=cwd, timeout=timeout)
 
 
+@pytest.mark.process
 def test_cli_train_stops_before_loading_the_model(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -420,7 +421,7 @@ def _checkpoint(directory: Path, questions: list[str]) -> Path:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     pytest.importorskip("tokenizers")
-    from tinymodels import overfit, tiny_llama, tiny_tokenizer
+    from kit.tinymodels import overfit, tiny_llama, tiny_tokenizer
 
     tok = tiny_tokenizer([WORKFLOW, *questions, "0 1 2 3 4 5 6 7 8 9 [ ] \" ' , = + ?"])
     model = tiny_llama(tok, seed=1)
@@ -451,6 +452,7 @@ def _records(run: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.process
 def test_bench_counts_and_excludes_what_the_checkpoint_was_trained_on(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -718,6 +720,7 @@ def test_accept_unchecked_holdout_warns_and_the_checkpoint_records_it(
     assert f"{ckpt} was trained without comparing" in line and label in line
 
 
+@pytest.mark.process
 def test_cli_train_stops_on_an_unavailable_split_unless_accepted(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:

@@ -65,6 +65,7 @@ def test_the_warning_names_the_conductor_as_the_conductor(
     )
 
 
+@pytest.mark.process
 def test_table_is_read_without_importing_litellm() -> None:
     code = (
         "import sys, json\n"

@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from poolkit import run_cli
+import pytest
+from kit.poolkit import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 #: `"Section" in the README`, `"Section" in docs/training.md`.
@@ -44,6 +45,7 @@ def test_every_section_a_shipped_file_points_at_exists() -> None:
     assert (Path("pools/paper.yaml"), "Conductor templates", "docs/training.md") in pointers
 
 
+@pytest.mark.process
 def test_train_help_points_where_accelerate_launch_is_explained() -> None:
     res = run_cli("train", "--help", columns=200)
     assert res.returncode == 0, res.stderr

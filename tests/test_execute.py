@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
+from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
 
 from conductor.conductors.spec import resolve_conductor
 from conductor.context import SharedStep, build_worker_messages
@@ -142,12 +142,25 @@ async def test_parallel_equals_sequential(tmp_path: Path, fake_server: FakeLLMSe
     for w in ("w0", "w1", "w2"):
         fake_server.script(w, responder)
     record = await run(make_pool(tmp_path, fake_server))
+    steps = record.rounds[0].steps
+    # All four steps ran (a loop over no steps would check nothing), each seeing what
+    # its access list gives it.
+    assert [(s.index, s.worker_id, s.status) for s in steps] == [
+        (0, "w0", "ok"), (1, "w1", "ok"), (2, "w2", "ok"), (3, "w1", "ok"),
+    ]  # fmt: skip
+    assert [s.visible_steps for s in steps] == [[], [0], [], [0, 1, 2]]
     # Rebuild each step's context by walking the steps one after another.
     answers: list[SharedStep] = []
-    for step in record.rounds[0].steps:
+    for step in steps:
         visible = [answers[j] for j in step.visible_steps]
         assert step.call.messages == build_worker_messages(QUESTION, visible, step.subtask)
+        # The answer is the worker's reply to exactly these messages.
+        assert step.answer == f"{step.worker_id} saw {len(step.call.messages[0]['content'])} chars"
         answers.append(SharedStep(f"0.{step.index}", step.worker_index, step.subtask, step.answer))
+    # What the workers were sent is what the record says they were sent.
+    sent = [(r.model, r.messages) for r in fake_server.requests if r.model != CONDUCTOR_MODEL]
+    assert sorted(map(repr, sent)) == sorted(repr((s.worker_id, s.call.messages)) for s in steps)
+    assert record.final_answer == steps[-1].answer
 
 
 async def test_rerun_is_served_from_cache(tmp_path: Path, fake_server: FakeLLMServer) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kit.poolkit import no_pause_limiter
 
 from conductor.errors import (
     AuthenticationError,
@@ -150,7 +151,7 @@ class Waits:
 
 
 async def complete(worker: Worker, cache: ResponseCache, waits: Waits) -> Completion:
-    caller = ModelCaller(worker, cache=cache, sleep=waits)
+    caller = ModelCaller(worker, cache=cache, sleep=waits, limiter=no_pause_limiter(worker))
     try:
         return await caller.complete(REQUEST)
     finally:
@@ -324,6 +325,7 @@ async def test_litellm_default_key_is_masked_when_echoed(
             store.close()
 
 
+@pytest.mark.process  # the math grader's comparison children
 async def test_bench_records_and_reports_truncated_calls(tmp_path: Path) -> None:
     """Through a bench: a truncated reply is the sample's answer, marked on its call in
     the record and counted by the report; a bad body retried then answered loses no
@@ -402,6 +404,7 @@ async def test_bench_records_and_reports_truncated_calls(tmp_path: Path) -> None
             store.close()
 
 
+@pytest.mark.process  # the math grader's comparison children
 async def test_bench_sample_cache_never_replays_a_truncated_answer(tmp_path: Path) -> None:
     """An identical rerun replays whole samples from the cache, except the one whose
     answer came from a cut-off reply: that one asks the model again."""

@@ -268,6 +268,7 @@ def test_math_time_limit_from_a_worker_thread(math_grader: MathGrader) -> None:
     assert grader.grade(r"\boxed{\sqrt{8}}", _sample(r"2\sqrt2")).status == "correct"
 
 
+@pytest.mark.process
 async def test_math_time_limit_under_asyncio_to_thread() -> None:
     grader = MathGrader(timeout_s=1.0)
     grader.grade(r"\boxed{\sqrt{8}}", _sample(r"2\sqrt2"))  # warm
@@ -277,6 +278,7 @@ async def test_math_time_limit_under_asyncio_to_thread() -> None:
     assert time.monotonic() - started < 1.0 + 2.0
 
 
+@pytest.mark.process
 def test_math_grader_replaces_a_dead_child_and_serves_threads(math_grader: MathGrader) -> None:
     math_grader.grade(r"\boxed{\sqrt{8}}", _sample(r"2\sqrt2"))  # warm
     victim = math_mod._POOL._idle[-1]
@@ -397,6 +399,7 @@ def test_plain_numbers_are_graded_without_a_child(monkeypatch: pytest.MonkeyPatc
         assert verdict.detail["method"] in ("exact", "numeric")
 
 
+@pytest.mark.process
 def test_building_the_grader_starts_children_before_any_answer() -> None:
     pool = math_children.ChildPool(2)
     monkey_pool = math_mod._POOL
@@ -420,6 +423,7 @@ def test_building_the_grader_starts_children_before_any_answer() -> None:
         pool.close()
 
 
+@pytest.mark.process
 def test_a_child_that_cannot_start_is_a_grader_error(monkeypatch: pytest.MonkeyPatch) -> None:
     # E.g. an interpreter under a private home directory, graded as another user.
     monkeypatch.setattr(math_mod, "_POOL", math_children.ChildPool(2))

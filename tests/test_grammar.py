@@ -34,7 +34,7 @@ def _rules(grammar: str) -> dict[str, str]:
 def embedded() -> Any:
     """The embedded model on the default llama.cpp runtime, in this process (a
     :class:`~conductor.llm.local_generate.Generator`)."""
-    from poolkit import embedded_model_or_skip
+    from kit.poolkit import embedded_model_or_skip
 
     from conductor.llm.local_generate import Generator
     from conductor.llm.local_runtime import LoadSettings, choose_runtime, load_runtime

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import (
+from kit.poolkit import (
     CONDUCTOR_MODEL,
     embedded_model_or_skip,
     lists,
@@ -91,6 +91,7 @@ def interrupt(proc: subprocess.Popen[str]) -> tuple[float, str, str]:
 # -- the question -------------------------------------------------------------------
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("blank", ["", "   ", "\n\t "])
 def test_a_blank_question_is_a_usage_error_before_any_pool_loads(
     tmp_path: Path, blank: str
@@ -101,6 +102,7 @@ def test_a_blank_question_is_a_usage_error_before_any_pool_loads(
     assert error_line(res) == "error: the question is empty; give the question to answer"
 
 
+@pytest.mark.process
 def test_ask_without_a_question_says_how_to_give_one() -> None:
     res = run_cli("ask")
     assert res.returncode == 2
@@ -108,6 +110,7 @@ def test_ask_without_a_question_says_how_to_give_one() -> None:
     assert "conductor ask -" in line and "--file PATH" in line
 
 
+@pytest.mark.process
 def test_ask_dash_reads_the_question_from_standard_input(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -130,6 +133,7 @@ def test_ask_dash_reads_the_question_from_standard_input(
     assert any(question in m["content"] for m in sent)
 
 
+@pytest.mark.process
 def test_ask_dash_with_empty_standard_input_is_the_blank_error(tmp_path: Path) -> None:
     res = subprocess.run(
         [sys.executable, "-m", "conductor", "ask", "-", "--pool", str(tmp_path / "no.yaml")],
@@ -142,6 +146,7 @@ def test_ask_dash_with_empty_standard_input_is_the_blank_error(tmp_path: Path) -
     assert error_line(res) == "error: the question is empty; give the question to answer"
 
 
+@pytest.mark.process
 def test_ask_file_reads_the_question(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script(CONDUCTOR_MODEL, [lists([0], ["Solve it"], [[]])])
     fake_server.script("first", ["ANSWER: 4"])
@@ -154,6 +159,7 @@ def test_ask_file_reads_the_question(tmp_path: Path, fake_server: FakeLLMServer)
     assert json.loads(res.stdout)["question"] == "What is 2 + 2?"
 
 
+@pytest.mark.process
 def test_ask_file_refusals_exit_2_naming_the_file(tmp_path: Path) -> None:
     missing = tmp_path / "nope.txt"
     res = run_cli("ask", "--file", str(missing))
@@ -185,6 +191,7 @@ def test_ask_file_refusals_exit_2_naming_the_file(tmp_path: Path) -> None:
     assert "either as an argument or with --file, not both" in error_line(res)
 
 
+@pytest.mark.process
 def test_the_question_limit_holds_for_files_and_standard_input(tmp_path: Path) -> None:
     env = {"CONDUCTOR_MAX_QUESTION_CHARS": "100"}
     at_limit = tmp_path / "100.txt"
@@ -215,6 +222,7 @@ def test_the_question_limit_holds_for_files_and_standard_input(tmp_path: Path) -
 # -- Ctrl-C -------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_ctrl_c_while_the_conductor_hangs_exits_130_and_keeps_the_record(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -242,6 +250,7 @@ def test_ctrl_c_while_the_conductor_hangs_exits_130_and_keeps_the_record(
     assert "interrupted before it finished" in shown.stdout
 
 
+@pytest.mark.process
 def test_ctrl_c_during_a_step_keeps_the_steps_done(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -268,6 +277,7 @@ def test_ctrl_c_during_a_step_keeps_the_steps_done(
     assert record["totals"]["calls"] == 3 and record["totals"]["failed_calls"] == 1
 
 
+@pytest.mark.process
 def test_ctrl_c_without_out_says_nothing_was_recorded_and_what_the_cache_keeps(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -315,6 +325,7 @@ def _embedded_model() -> Path:
     return embedded_model_or_skip()
 
 
+@pytest.mark.process
 def test_stop_all_ends_a_busy_host_at_once_and_fails_its_calls() -> None:
     from conductor.llm.local_model import get_host, stop_all
 
@@ -337,6 +348,7 @@ def test_stop_all_ends_a_busy_host_at_once_and_fails_its_calls() -> None:
         os.kill(pid, 0)
 
 
+@pytest.mark.process
 def test_a_call_cancelled_while_queued_never_generates(caplog: pytest.LogCaptureFixture) -> None:
     import logging
 

@@ -57,12 +57,13 @@ def test_in_the_parent():
 
 
 def _suite(pytester: pytest.Pytester) -> None:
-    shutil.copy(Path(__file__).with_name("isolation.py"), pytester.path / "isolation.py")
+    shutil.copy(Path(__file__).parent / "kit" / "isolation.py", pytester.path / "isolation.py")
     pytester.makeconftest('pytest_plugins = ["isolation"]\n')
     pytester.makeini("[pytest]\nmarkers =\n    slow: real model\n")
     pytester.makepyfile(test_suite=SUITE)
 
 
+@pytest.mark.process
 def test_crashes_fail_alone_and_the_summary_prints(pytester: pytest.Pytester) -> None:
     _suite(pytester)
     result = pytester.runpytest_subprocess("-rA")
@@ -78,14 +79,16 @@ def test_crashes_fail_alone_and_the_summary_prints(pytester: pytest.Pytester) ->
     assert result.ret == 1
 
 
+@pytest.mark.process
 def test_exitfirst_still_stops_at_the_first_failure(pytester: pytest.Pytester) -> None:
     _suite(pytester)
     result = pytester.runpytest_subprocess("-x")
     result.assert_outcomes(passed=1, failed=1)
 
 
+@pytest.mark.process
 def test_the_crash_test_runs_only_when_asked(pytester: pytest.Pytester) -> None:
-    shutil.copy(Path(__file__).with_name("isolation.py"), pytester.path / "isolation.py")
+    shutil.copy(Path(__file__).parent / "kit" / "isolation.py", pytester.path / "isolation.py")
     pytester.makeconftest('pytest_plugins = ["isolation"]\n')
     crash = "import ctypes, pytest\n\n@pytest.mark.crash\ndef test_c():\n    ctypes.string_at(0)\n"
     pytester.makepyfile(test_c=crash)
@@ -95,10 +98,11 @@ def test_the_crash_test_runs_only_when_asked(pytester: pytest.Pytester) -> None:
     assert "SIGSEGV" in asked.stdout.str()
 
 
+@pytest.mark.process
 def test_fixtures_of_the_parent_are_torn_down_around_isolated_tests(
     pytester: pytest.Pytester,
 ) -> None:
-    shutil.copy(Path(__file__).with_name("isolation.py"), pytester.path / "isolation.py")
+    shutil.copy(Path(__file__).parent / "kit" / "isolation.py", pytester.path / "isolation.py")
     pytester.makeconftest('pytest_plugins = ["isolation"]\n')
     first = """
 import pytest

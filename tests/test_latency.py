@@ -117,11 +117,12 @@ def test_a_records_wait_counts_overlapping_waits_once_and_never_while_a_call_wor
     assert Totals(wall_s=5.0, queue_s=3.0).answer_s == pytest.approx(2.0)
 
 
+@pytest.mark.process
 def test_a_bench_on_a_busy_model_reports_its_queue_apart_from_its_latency(
     tmp_path: Path,
 ) -> None:
-    from poolkit import pool_dict, run_cli, worker, write_pool
-    from test_bench_run import make_math_file
+    from kit.benchkit import make_math_file
+    from kit.poolkit import pool_dict, run_cli, worker, write_pool
 
     from conductor.testing import FakeLLMServer
 
@@ -160,8 +161,9 @@ def test_a_bench_on_a_busy_model_reports_its_queue_apart_from_its_latency(
     assert "queued p50 / p95" in report.stdout
 
 
+@pytest.mark.process
 async def test_a_local_model_busy_with_another_call_is_queue_and_its_load_is_neither() -> None:
-    from poolkit import embedded_model_or_skip
+    from kit.poolkit import embedded_model_or_skip
 
     from conductor.llm import local_model
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import lists, pool_dict, worker, write_pool
-from test_bench_run import cli, read_samples
+from kit.benchkit import cli, read_samples
+from kit.poolkit import lists, pool_dict, worker, write_pool
 
 from conductor.conductors.spec import Conductor
 from conductor.grading.code import CodeGrader
@@ -52,6 +52,7 @@ def grader() -> CodeGrader:
     return CodeGrader(time_limit_s=2)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_the_project_agrees_with_the_official_checker(
     case: dict[str, Any], grader: CodeGrader
@@ -161,6 +162,7 @@ def _bench(tmp_path: Path, server: FakeLLMServer, benchmark: str, data: Path, ou
     return {r["sample_id"].rsplit("/", 1)[-1]: r["grade"] for r in read_samples(out)}
 
 
+@pytest.mark.process
 def test_bench_grades_a_wrong_big_integer_wrong(
     tmp_path: Path, fake_server: FakeLLMServer, lcb_data: Path
 ) -> None:
@@ -182,6 +184,7 @@ def test_bench_grades_a_wrong_big_integer_wrong(
     assert "float_tolerance" not in report.stdout and "code v" not in report.stdout
 
 
+@pytest.mark.process
 def test_a_tolerance_is_recorded_and_reported(
     tmp_path: Path, fake_server: FakeLLMServer, lcb_data: Path
 ) -> None:
@@ -203,6 +206,7 @@ def test_a_tolerance_is_recorded_and_reported(
 # ------------------------------------------------------------------------- GRPO reward
 
 
+@pytest.mark.process
 def test_the_reward_grades_code_as_the_bench_does(
     tmp_path: Path, fake_server: FakeLLMServer, lcb_data: Path
 ) -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, write_pool
-from poolkit import worker as pool_worker
+from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, write_pool
+from kit.poolkit import worker as pool_worker
 
 from conductor.errors import RateLimitError
 from conductor.llm.caller import CallerSet, ModelCaller
@@ -457,6 +457,7 @@ def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
     return run_cli(*args, env={"CONDUCTOR_CACHE_DIR": str(cache)})
 
 
+@pytest.mark.process
 def test_bench_warns_once_and_records_the_limit_history(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -583,6 +584,7 @@ def test_the_warning_names_the_users_file_or_a_copy_of_the_shipped_one(tmp_path:
     assert warning(mine, 10) is None
 
 
+@pytest.mark.process
 def test_bench_follows_the_pool_without_concurrency_and_warns_only_when_given(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import embedded_model_or_skip
+from kit.poolkit import embedded_model_or_skip
 
 from conductor.errors import (
     BadRequestError,
@@ -132,6 +132,7 @@ def test_model_path_wins_and_a_conductor_config_resolves(tmp_path: Path) -> None
     assert expected.name == EMBEDDED_MODEL_FILE
 
 
+@pytest.mark.process
 async def test_a_file_llama_cpp_cannot_load_is_a_bad_request_naming_it(tmp_path: Path) -> None:
     embedded_model_or_skip()
     from conductor.llm.local_client import LocalClient
@@ -147,6 +148,7 @@ async def test_a_file_llama_cpp_cannot_load_is_a_bad_request_naming_it(tmp_path:
 # ------------------------------------------------------------------ with the model
 
 
+@pytest.mark.process
 async def test_workers_naming_one_file_share_one_host() -> None:
     path = _need_model()
     from conductor.llm.local_client import LocalClient
@@ -162,6 +164,7 @@ async def test_workers_naming_one_file_share_one_host() -> None:
     assert host_c.n_ctx >= 1024
 
 
+@pytest.mark.process
 async def test_prompt_longer_than_the_context_is_a_bad_request() -> None:
     _need_model()
     from conductor.llm.local_client import LocalClient
@@ -172,6 +175,7 @@ async def test_prompt_longer_than_the_context_is_a_bad_request() -> None:
     assert info.value.target == "tiny" and "n_ctx" in str(info.value)
 
 
+@pytest.mark.process
 async def test_a_broken_grammar_is_a_bad_request_and_the_model_goes_on() -> None:
     _need_model()
     from conductor.llm.local_client import LocalClient
@@ -189,6 +193,7 @@ async def test_a_broken_grammar_is_a_bad_request_and_the_model_goes_on() -> None
     assert reply.text.strip()
 
 
+@pytest.mark.process
 async def test_time_out_raises_a_retryable_error_and_later_calls_still_work() -> None:
     _need_model()
     from conductor.llm.local_client import LocalClient
@@ -203,6 +208,7 @@ async def test_time_out_raises_a_retryable_error_and_later_calls_still_work() ->
     assert reply.text.strip()
 
 
+@pytest.mark.process
 async def test_a_cancelled_call_stops_the_generation_in_the_host(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from poolkit import have_local_model
+from kit.poolkit import have_local_model
 
 
 @pytest.mark.slow
@@ -40,6 +40,7 @@ def test_ask_with_no_pool_runs_the_embedded_model(tmp_path: Path) -> None:
     assert all(s["call"]["cost_usd"] == 0 for s in steps)
 
 
+@pytest.mark.process
 def test_missing_local_extra_is_one_clear_sentence(tmp_path: Path) -> None:
     code = (
         "import importlib.util, sys\n"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import embedded_model_or_skip
+from kit.poolkit import embedded_model_or_skip
 
 from conductor.errors import LocalModelCrashedError
 from conductor.llm import local_model
@@ -131,6 +131,7 @@ def test_host_options_go_over_the_command_line_and_back() -> None:
 # -- the host dies ---------------------------------------------------------------------
 
 
+@pytest.mark.process
 async def test_a_crash_with_extra_buffers_on_is_survived_and_remembered(tmp_path: Path) -> None:
     client = _client()
     host = await client._loaded()
@@ -150,6 +151,7 @@ async def test_a_crash_with_extra_buffers_on_is_survived_and_remembered(tmp_path
     assert again.ready["extra_buffers"] is False
 
 
+@pytest.mark.process
 async def test_a_crash_fails_the_call_in_one_sentence_and_the_next_call_restarts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -163,6 +165,7 @@ async def test_a_crash_fails_the_call_in_one_sentence_and_the_next_call_restarts
     assert reply.text.strip()
 
 
+@pytest.mark.process
 async def test_every_call_waiting_on_a_dead_host_fails_and_none_hangs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -181,6 +184,7 @@ async def test_every_call_waiting_on_a_dead_host_fails_and_none_hangs(
     assert all("out-of-memory" in str(o) for o in outcomes)
 
 
+@pytest.mark.process
 async def test_an_illegal_instruction_says_what_cpu_it_needs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -200,6 +204,7 @@ def _dying_prefix(tmp_path: Path, *, unless: str | None = None) -> str:
     return str(script)
 
 
+@pytest.mark.process
 async def test_a_crash_while_loading_is_tried_again_without_extra_buffers(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -212,6 +217,7 @@ async def test_a_crash_while_loading_is_tried_again_without_extra_buffers(
     assert client._host.ready["extra_buffers"] is False
 
 
+@pytest.mark.process
 async def test_a_host_that_always_dies_fails_at_once_after_a_few_tries(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -223,6 +229,7 @@ async def test_a_host_that_always_dies_fails_at_once_after_a_few_tries(
     assert "about to fall over" in str(info.value)  # its last words, from its stderr
 
 
+@pytest.mark.process
 def test_ask_on_a_crashing_model_exits_1_with_one_sentence(tmp_path: Path) -> None:
     embedded_model_or_skip()
     env = {
@@ -243,6 +250,7 @@ def test_ask_on_a_crashing_model_exits_1_with_one_sentence(tmp_path: Path) -> No
     assert "crashed inside llama.cpp (SIGSEGV)" in " ".join((res.stdout + res.stderr).split())
 
 
+@pytest.mark.process
 async def test_an_illegal_instruction_is_not_blamed_on_the_extra_buffers(tmp_path: Path) -> None:
     client = _client()
     host = await client._loaded()
@@ -253,11 +261,12 @@ async def test_an_illegal_instruction_is_not_blamed_on_the_extra_buffers(tmp_pat
     assert not (tmp_path / "cache" / "local-model-crashes.json").exists()
 
 
+@pytest.mark.process
 def test_serve_on_the_local_pool_survives_a_crash_of_its_model(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import httpx
-    from servekit import served
+    from kit.servekit import served
 
     from conductor.pool import load_pool
 
@@ -291,6 +300,7 @@ def test_serve_on_the_local_pool_survives_a_crash_of_its_model(
         assert again.json()["choices"][0]["message"]["content"].strip()
 
 
+@pytest.mark.process
 async def test_a_host_that_answered_is_restarted_after_each_later_crash(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

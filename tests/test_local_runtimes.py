@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from poolkit import embedded_model_or_skip
+from kit.poolkit import embedded_model_or_skip
 
 from conductor.llm.local_generate import (
     CHATML_TEMPLATE,

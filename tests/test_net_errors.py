@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, run_cli, write_pool
+from kit.poolkit import CONDUCTOR_MODEL, lists, run_cli, write_pool
 
 from conductor.errors import (
     ConnectionFailedError,
@@ -290,6 +290,7 @@ def keyless_pool(tmp_path: Path) -> Path:
     return write_pool(tmp_path / "keyless.yaml", data)
 
 
+@pytest.mark.process
 def test_every_missing_key_is_named_at_once_before_any_request(
     tmp_path: Path, fake_server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -318,6 +319,7 @@ def test_every_missing_key_is_named_at_once_before_any_request(
     assert len(fake_server.requests_for(CONDUCTOR_MODEL)) == 1
 
 
+@pytest.mark.process
 def test_bench_names_every_missing_key_before_the_first_sample(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -380,6 +382,7 @@ def test_a_litellm_worker_without_api_key_env_needs_its_providers_key(
 # -- the Conductor, through the real CLI -------------------------------------------------
 
 
+@pytest.mark.process
 def test_unreachable_conductor_and_workers_through_the_cli(tmp_path: Path) -> None:
     """The run fails (exit 1) naming the Conductor, the kind and the address."""
     port = free_port()

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import (
+from kit.benchkit import boxed_number, make_math
+from kit.poolkit import (
     CONDUCTOR_MODEL,
     embedded_model_or_skip,
     lists,
@@ -100,6 +101,7 @@ def test_fitted_with_whole_words_refuses_a_folded_figure() -> None:
 # --------------------------------------------------------------------------- ask
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("columns", WIDTHS, ids=width_id)
 def test_ask_keeps_ids_and_the_record_path_whole(
     tmp_path: Path, fake_server: FakeLLMServer, columns: int | None
@@ -131,6 +133,7 @@ def test_ask_keeps_ids_and_the_record_path_whole(
     assert "Totals: 3 calls (0 cached)" in " ".join(res.stdout.split())
 
 
+@pytest.mark.process
 def test_one_step_and_one_call_are_singular(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script(CONDUCTOR_MODEL, [lists([1], ["Answer it"], [[]])])
     fake_server.script(LONG_IDS[1], ["ANSWER: 4"])
@@ -142,6 +145,7 @@ def test_one_step_and_one_call_are_singular(tmp_path: Path, fake_server: FakeLLM
     assert "(2 calls of unknown price)" in res.stdout
 
 
+@pytest.mark.process
 def test_failed_local_call_costs_zero(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     """A local (llama.cpp) worker's failed call costs 0; the remote worker of unknown
     price stays "?"."""
@@ -179,7 +183,7 @@ def test_failed_local_call_costs_zero(tmp_path: Path, fake_server: FakeLLMServer
 def _two_round_record() -> Any:
     """A run of two rounds whose calls end every way a call can: parsed, a parse error,
     ok (once from the cache), failed, skipped, and a round that kept the answer."""
-    from test_render import call, make_record, make_round, step
+    from kit.records import call, make_record, make_round, step
 
     from conductor.record import RoundRecord
 
@@ -235,6 +239,7 @@ def test_the_call_table_of_several_rounds_shows_whole_statuses(width: int) -> No
 # --------------------------------------------------------------------------- pools
 
 
+@pytest.mark.process
 def test_unknown_pool_name_gets_a_did_you_mean(tmp_path: Path) -> None:
     res = run_cli("ask", "What is 2 + 2?", "--pool", "frontir")
     assert res.returncode == 2
@@ -254,6 +259,7 @@ def test_unknown_pool_name_gets_a_did_you_mean(tmp_path: Path) -> None:
     assert "shipped pools: frontier" in res.stderr
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("columns", WIDTHS, ids=width_id)
 def test_pools_show_and_list_keep_names_whole(columns: int | None) -> None:
     res = run_cli("pools", "show", "frontier", columns=columns)
@@ -273,21 +279,7 @@ def test_pools_show_and_list_keep_names_whole(columns: int | None) -> None:
 # --------------------------------------------------------------------------- bench, report
 
 
-def make_math(path: Path, n: int) -> Path:
-    rows = [
-        {"problem": f"What is {i} + 0?", "answer": str(i), "unique_id": f"synthetic/{i}.json"}
-        for i in range(n)
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def boxed_number(request: object) -> str:
-    text = request.messages[-1]["content"]  # type: ignore[attr-defined]
-    m = re.search(r"What is (\d+) \+ 0\?", text)
-    return f"\\boxed{{{m.group(1) if m else -1}}}"
-
-
+@pytest.mark.process
 def test_bench_and_report_keep_ids_and_run_directories_whole(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:

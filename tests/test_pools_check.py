@@ -14,9 +14,13 @@ import threading
 import time
 from pathlib import Path
 
-from poolkit import CONDUCTOR_MODEL, pool_dict, run_cli, worker, write_pool
+import pytest
+from kit.poolkit import CONDUCTOR_MODEL, pool_dict, run_cli, worker, write_pool
 
 from conductor.testing import FakeLLMServer, Reply
+
+# Every test here starts a child process.
+pytestmark = pytest.mark.process
 
 
 def slow_pool(tmp_path: Path, server: FakeLLMServer) -> Path:

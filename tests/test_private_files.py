@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import pool_dict, worker, write_pool
+from kit.poolkit import pool_dict, worker, write_pool
 
 from conductor.bench.runconfig import BenchOptions
 from conductor.bench.runner import run_benchmark
@@ -34,7 +34,8 @@ from conductor.datasets.samples import iter_samples, recorded_metadata, reload_s
 from conductor.datasets.sources import DatasetError
 from conductor.errors import CacheError
 from conductor.grading import get_grader
-from conductor.grading.types import Sample
+from conductor.grading.short import ShortAnswerGrader
+from conductor.grading.types import Sample, Verdict
 from conductor.llm.cache import DB_FILE, ResponseCache
 from conductor.llm.caller import CallerSet
 from conductor.llm.types import RawCompletion, Usage
@@ -123,6 +124,7 @@ def _smoke_pool(root: Path, server: FakeLLMServer) -> Path:
     return write_pool(root / "pool.yaml", pool_dict(server, [worker(server, "w0")]))
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("umask", [0o022, 0o000], ids=["umask022", "umask000"])
 @pytest.mark.parametrize("user", ["me", "nobody"])
 def test_a_bench_run_and_its_cache_are_private_to_their_owner(
@@ -236,6 +238,13 @@ def _lcb_file(path: Path) -> Path:
     return path
 
 
+class _NoSandbox(ShortAnswerGrader):
+    """Grades without running the code (and without a gold to compare with)."""
+
+    def grade(self, response: str | None, sample: Sample) -> Verdict:
+        return Verdict("incorrect", "not run here")
+
+
 def test_records_and_the_sample_cache_keep_no_hidden_tests_and_can_be_regraded(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -246,19 +255,23 @@ def test_records_and_the_sample_cache_keep_no_hidden_tests_and_can_be_regraded(
     out = tmp_path / "run"
     with ResponseCache(tmp_path / "calls") as cache:
         strat = parse_strategy("single:w0", pool, CallerSet(cache))
-        # A grader that needs no sandbox: what the record keeps does not depend on it.
+        # A grader that needs no sandbox: what the record keeps does not depend on it.  Its
+        # verdict is no grader_error, which the sample cache would not keep.
         options = BenchOptions(out_dir=out, data_file=data)
         asyncio.run(
             run_benchmark(
-                spec, strat, get_grader("short"), pool_to_public_dict(pool), options, cache=cache
+                spec, strat, _NoSandbox(), pool_to_public_dict(pool), options, cache=cache
             )
         )
     text = (out / "samples.jsonl").read_text()
     assert SECRET not in text and "shown-output" in text
-    for name in os.listdir(tmp_path / "calls"):
-        if name.startswith(DB_FILE):
-            assert SECRET.encode() not in (tmp_path / "calls" / name).read_bytes()
+    # Every file the cache wrote (its database, and large values diskcache keeps in files
+    # of their own), and the sample cache's entry among them: this checks where the
+    # sample was cached, not an empty directory.
+    cached = b"".join(p.read_bytes() for p in (tmp_path / "calls").rglob("*") if p.is_file())
+    assert SECRET.encode() not in cached
     (record,) = [json.loads(line) for line in text.splitlines()]
+    assert record["run_id"].encode() in cached, "the sample cache holds no entry"
     kept = record["metadata"]["sample"]
     (sample,) = iter_samples(spec, data_file=data)
     assert kept["tests"] == sample.metadata["tests"][:1]
@@ -347,6 +360,7 @@ def test_a_full_cache_stops_the_bench_with_one_message_and_exit_1(
     assert len(records) <= 2 and all(r["status"] != "failed" for r in records)
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not IS_ROOT or not shutil.which("mount"), reason="mounts a tmpfs: root only")
 def test_a_cache_on_a_really_full_disk_stops_the_bench(
     fake_server: FakeLLMServer, tmp_path: Path
@@ -435,6 +449,7 @@ def test_a_read_only_cache_is_a_write_fault_not_damage(tmp_path: Path) -> None:
     assert not info.value.corrupt and "--no-cache" in str(info.value)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("printed", "quoted"),
     [("wrong-public", "'shown-output\\n'"), ("shown-output", "a hidden output")],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
+from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
 
 from conductor.conductors.prompt import (
     REASK_REASON_CHARS,

@@ -15,8 +15,8 @@ import random
 from typing import Any
 
 import pytest
+from kit.records import POOL, call, judge_record, make_record, make_round, step
 from rich.console import Console
-from test_render import POOL, call, judge_record, make_record, make_round, step
 
 from conductor.errors import RecordError, UsageError
 from conductor.events import Event

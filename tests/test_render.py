@@ -9,15 +9,13 @@ import subprocess
 import sys
 
 import pytest
+from kit.records import call, judge_record, make_record, make_round, step
 from rich.console import Console, RenderableType
 
 from conductor.events import Event
 from conductor.record import (
-    CallRecord,
     RoundRecord,
     RunRecord,
-    StepRecord,
-    Totals,
     record_from_dict,
 )
 from conductor.render import (
@@ -32,11 +30,6 @@ from conductor.render import (
 )
 from conductor.render.format import format_usd
 
-POOL = {
-    "name": "test",
-    "workers": [{"id": "alpha"}, {"id": "beta"}, {"id": "gamma"}, {"id": "judge-x"}],
-}
-
 
 def render(obj: RenderableType) -> str:
     console = Console(width=100, file=io.StringIO(), force_terminal=False, color_system=None)
@@ -49,118 +42,6 @@ def flat(text: str) -> str:
     """Rendered text with box characters and runs of spaces squeezed, for phrase checks."""
     text = re.sub(r"[│┃┆┊║├└─┌┐┘┬┴┼╭╮╯╰━┏┓┗┛┣┫┳┻╋|]", " ", text)
     return " ".join(text.split())
-
-
-def call(
-    response: str | None = "ok",
-    *,
-    tin: int = 10,
-    tout: int = 5,
-    cost: float | None = 0.001,
-    latency: float = 1.0,
-    cached: bool = False,
-    error: str | None = None,
-    error_kind: str | None = None,
-    prompt: str = "prompt",
-) -> CallRecord:
-    return CallRecord(
-        messages=[{"role": "user", "content": prompt}],
-        response=response,
-        input_tokens=tin,
-        output_tokens=tout,
-        cost_usd=cost,
-        latency_s=latency,
-        cached=cached,
-        attempts=1,
-        error=error,
-        error_kind=error_kind,
-    )
-
-
-def step(
-    index: int,
-    worker: int,
-    subtask: str,
-    access: list,
-    visible: list[int],
-    c: CallRecord | None = None,
-    status: str = "ok",
-) -> StepRecord:
-    c = c or call(f"answer from step {index}")
-    return StepRecord(
-        index=index,
-        worker_index=worker,
-        worker_id=POOL["workers"][worker]["id"],
-        model=f"openai/{POOL['workers'][worker]['id']}",
-        subtask=subtask,
-        access=access,
-        visible_steps=visible,
-        call=c,
-        answer=c.response if status == "ok" else None,
-        status=status,  # type: ignore[arg-type]
-    )
-
-
-def workflow_of(steps: list[StepRecord]) -> dict:
-    return {
-        "model_id": [s.worker_index for s in steps],
-        "subtasks": [s.subtask for s in steps],
-        "access_list": [s.access for s in steps],
-    }
-
-
-def make_round(index: int, steps: list[StepRecord], conductor: list[CallRecord] | None = None):
-    return RoundRecord(
-        index=index,
-        conductor_calls=conductor or [call("model_id = [...]", cost=0.0005)],
-        workflow=workflow_of(steps),
-        steps=steps,
-        final_answer=steps[-1].answer if steps else None,
-    )
-
-
-def totals_of(record: RunRecord) -> Totals:
-    calls = record.all_calls()
-    known = [c.cost_usd for c in calls if c.cost_usd is not None]
-    unknown = sum(1 for c in calls if c.cost_usd is None)
-    return Totals(
-        calls=len(calls),
-        cached_calls=sum(c.cached for c in calls),
-        failed_calls=sum(c.error is not None for c in calls),
-        input_tokens=sum(c.input_tokens for c in calls),
-        output_tokens=sum(c.output_tokens for c in calls),
-        cost_usd=sum(known) if not unknown or known else None,
-        unknown_cost_calls=unknown,
-        wall_s=4.5,
-    )
-
-
-def make_record(rounds: list[RoundRecord], **kw) -> RunRecord:
-    rec = RunRecord(
-        question=kw.pop("question", "What is 2+2?"),
-        pool=POOL,
-        conductor={"backend": "endpoint"},
-        settings={},
-        rounds=rounds,
-        run_id="run123",
-        **kw,
-    )
-    with_steps = [r for r in rounds if r.steps]
-    if rec.final_answer is None and with_steps:
-        rec.final_answer = with_steps[-1].steps[-1].answer
-    rec.totals = totals_of(rec)
-    return rec
-
-
-def judge_record(**kw) -> RunRecord:
-    """Three independent attempts, then a judge that sees them all."""
-    steps = [
-        step(0, 0, "Solve the problem directly", [], [], call("4", cached=True, cost=0.0)),
-        step(1, 1, "Solve it another way", [], []),
-        step(2, 2, "Solve it a third way", [], []),
-        step(3, 3, "Judge the attempts and give the final answer", ["all"], [0, 1, 2]),
-    ]
-    return make_record([make_round(0, steps)], **kw)
 
 
 def single_record() -> RunRecord:
@@ -594,6 +475,7 @@ def test_progress_view_sequence() -> None:
 # --------------------------------------------------------------------------- import cost
 
 
+@pytest.mark.process
 def test_render_imports_nothing_heavy() -> None:
     code = (
         "import sys, conductor.render; "

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_bench_run import bench_pool, make_math_file, script_math
+from kit.benchkit import bench_pool, make_math_file, script_math
 
 from conductor.bench.runconfig import check_same_run, run_difference, stored_invocation
 from conductor.cli import main

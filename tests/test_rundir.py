@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from test_bench_report import record, round_of, write_run
+from kit.records import record, round_of, write_run
 
 from conductor.bench.claim import completed_keys
 from conductor.runs.rundir import SAMPLES, SampleLines, iter_records, latest_lines, run_dirs

@@ -25,6 +25,9 @@ needs_root_ns = pytest.mark.skipif(
     ns_mode() != "root", reason="the uid drop is used when running as root"
 )
 
+# Every test here starts a child process.
+pytestmark = pytest.mark.process
+
 
 @pytest.fixture
 def outside() -> Iterator[Path]:

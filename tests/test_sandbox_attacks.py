@@ -1,7 +1,7 @@
-"""Every attack in tests/sandbox_attacks.py is stopped, as root and as an ordinary user.
+"""Every attack in tests/kit/sandbox_attacks.py is stopped, as root and as an ordinary user.
 
 As root the attacks run twice: in this process (bubblewrap, a fresh uid) and in a
-``python tests/sandbox_attacks.py`` child that ``setpriv`` drops to uid 65534 (unprivileged
+``python tests/kit/sandbox_attacks.py`` child that ``setpriv`` drops to uid 65534 (unprivileged
 user namespaces).  Run as an ordinary user, the in-process run is the unprivileged one.
 Also: the refusal where no OS isolation exists, the opt-in that records ``unisolated``,
 and the scrubbing of quoted output.
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandbox_attacks import ATTACKS, grading_attack
-from sandbox_escapes import NOBODY, run_as_nobody
+from kit.sandbox_attacks import ATTACKS, grading_attack
+from kit.sandbox_escapes import NOBODY, run_as_nobody
 
 from conductor.errors import UsageError
 from conductor.grading import get_grader
@@ -34,6 +34,7 @@ needs_os = pytest.mark.skipif(
 )
 
 
+@pytest.mark.process
 @needs_os
 @pytest.mark.parametrize("name", list(ATTACKS))
 def test_attack_is_stopped(name: str) -> None:
@@ -46,12 +47,13 @@ def test_attack_is_stopped(name: str) -> None:
 @pytest.fixture(scope="module")
 def as_nobody() -> dict[str, Any]:
     """All attacks run once by an ordinary user (uid 65534); name -> [defended, detail]."""
-    got = run_as_nobody(REPO / "tests" / "sandbox_attacks.py")
+    got = run_as_nobody(REPO / "tests" / "kit" / "sandbox_attacks.py")
     if isinstance(got, str):
         pytest.skip(got)
     return got
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("name", list(ATTACKS))
 def test_attack_is_stopped_for_an_ordinary_user(as_nobody: dict[str, Any], name: str) -> None:
     defended, detail = as_nobody[name]
@@ -73,6 +75,7 @@ def test_code_grader_refuses_without_isolation(monkeypatch: pytest.MonkeyPatch) 
         get_grader("code", {})
 
 
+@pytest.mark.process
 def test_opt_in_runs_and_records_unisolated(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ISOLATION_ENV, "off")
     grader = get_grader("code", with_unsafe_opt_in("code", {}, True))
@@ -95,6 +98,7 @@ def test_opt_in_only_reaches_the_code_grader() -> None:
     assert with_unsafe_opt_in("code", {}, True) == {"confirm_run_unsafe_code": True}
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "name",
     [
@@ -118,6 +122,7 @@ def test_grading_attacks_fail_even_unisolated(monkeypatch: pytest.MonkeyPatch, n
 # ------------------------------------------------------------------- quoted output
 
 
+@pytest.mark.process
 def test_quoted_output_is_scrubbed_and_clipped(monkeypatch: pytest.MonkeyPatch) -> None:
     secret = "sk-quoted-secret-0123456789"
     monkeypatch.setenv("CONDUCTOR_FAKE_KEY", secret)
@@ -147,7 +152,7 @@ def test_quoted_output_is_scrubbed_and_clipped(monkeypatch: pytest.MonkeyPatch) 
 
 
 def _bench_cli(tmp_path: Path, server: Any, *extra: str) -> subprocess.CompletedProcess[str]:
-    from poolkit import pool_dict, worker, write_pool
+    from kit.poolkit import pool_dict, worker, write_pool
 
     pool = write_pool(tmp_path / "pool.yaml", pool_dict(server, [worker(server, "w0")]))
     data = REPO / "tests" / "fixtures" / "bench" / "livecodebench.jsonl"
@@ -165,6 +170,7 @@ def _bench_cli(tmp_path: Path, server: Any, *extra: str) -> subprocess.Completed
     )  # fmt: skip
 
 
+@pytest.mark.process
 def test_bench_refuses_code_without_isolation(tmp_path: Path, fake_server: Any) -> None:
     res = _bench_cli(tmp_path, fake_server)
     assert res.returncode == 2, res.stderr
@@ -173,6 +179,7 @@ def test_bench_refuses_code_without_isolation(tmp_path: Path, fake_server: Any) 
     assert not fake_server.requests  # refused before any paid call
 
 
+@pytest.mark.process
 def test_bench_opt_in_records_unisolated(tmp_path: Path, fake_server: Any) -> None:
     fake_server.script("w0", "```python\nprint(sum(map(int, open(0).read().split()[1:])))\n```")
     res = _bench_cli(tmp_path, fake_server, "--confirm-run-unsafe-code")
@@ -199,7 +206,7 @@ def test_train_config_opt_in_key() -> None:
 def test_train_rows_carry_the_opt_in_to_the_reward_grader(
     tmp_path: Path, fake_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from poolkit import pool_dict, worker, write_pool
+    from kit.poolkit import pool_dict, worker, write_pool
 
     from conductor.conductors.spec import Conductor
     from conductor.pool import load_pool

@@ -1,5 +1,5 @@
 """The bubblewrap engine of :mod:`conductor.sandbox`: every attack of
-tests/sandbox_escapes.py fails, as root and as an ordinary user (uid 65534); the
+tests/kit/sandbox_escapes.py fails, as root and as an ordinary user (uid 65534); the
 engine choice and its refusal; the engine recorded in verdicts and shown by
 ``conductor report``; output floods that keep the grader small."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandbox_escapes import ATTACKS, run_as_nobody
+from kit.sandbox_escapes import ATTACKS, run_as_nobody
 
 from conductor.errors import UsageError
 from conductor.grading.code import CodeGrader
@@ -36,6 +36,7 @@ needs_bwrap = pytest.mark.skipif(
 )
 
 
+@pytest.mark.process
 @needs_bwrap
 @pytest.mark.parametrize("name", list(ATTACKS))
 def test_attack_fails(name: str) -> None:
@@ -45,12 +46,13 @@ def test_attack_fails(name: str) -> None:
 
 @pytest.fixture(scope="module")
 def as_nobody() -> dict[str, Any]:
-    got = run_as_nobody(REPO / "tests" / "sandbox_escapes.py")
+    got = run_as_nobody(REPO / "tests" / "kit" / "sandbox_escapes.py")
     if isinstance(got, str):
         pytest.skip(got)
     return got
 
 
+@pytest.mark.process
 @needs_bwrap
 @pytest.mark.parametrize("name", list(ATTACKS))
 def test_attack_fails_for_an_ordinary_user(as_nobody: dict[str, Any], name: str) -> None:
@@ -58,6 +60,7 @@ def test_attack_fails_for_an_ordinary_user(as_nobody: dict[str, Any], name: str)
     assert defended, f"{name} (uid 65534): {detail}"
 
 
+@pytest.mark.process
 @needs_bwrap
 def test_a_plain_program_runs_and_names_its_engine() -> None:
     res = run_sandboxed(
@@ -98,6 +101,7 @@ def _lcb_sample(n: int = 1) -> Sample:
     return Sample(id="s", input={"question": "?"}, gold=None, metadata={"tests": tests})
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("engine", ["namespaces", "off"])
 def test_verdict_records_the_opted_in_engine(monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
     monkeypatch.setenv(ISOLATION_ENV, engine)
@@ -107,6 +111,7 @@ def test_verdict_records_the_opted_in_engine(monkeypatch: pytest.MonkeyPatch, en
     assert verdict.detail["sandbox"] == grader.engine != BUBBLEWRAP
 
 
+@pytest.mark.process
 @needs_bwrap
 def test_control_byte_flood_keeps_the_grader_small() -> None:
     """4 MB of control bytes per test on stdout, 10 tests: the grading process stayed
@@ -153,12 +158,13 @@ for path in {paths!r}:
 ```"""
 
 
+@pytest.mark.process
 @needs_bwrap
 def test_bench_cli_grades_an_attack_in_bubblewrap(tmp_path: Path, fake_server: Any) -> None:
     """Through ``conductor bench livecodebench --data``: a solution that reads the --data
     file for the expected output gets nothing, is graded incorrect in bubblewrap, and
     ``conductor report`` names the engine."""
-    from poolkit import pool_dict, worker, write_pool
+    from kit.poolkit import pool_dict, worker, write_pool
 
     pool = write_pool(tmp_path / "pool.yaml", pool_dict(fake_server, [worker(fake_server, "w0")]))
     data = REPO / "tests" / "fixtures" / "bench" / "livecodebench.jsonl"
@@ -183,6 +189,7 @@ def test_bench_cli_grades_an_attack_in_bubblewrap(tmp_path: Path, fake_server: A
     assert "sandbox" in shown.stdout and BUBBLEWRAP in shown.stdout, shown.stdout
 
 
+@pytest.mark.process
 @needs_bwrap
 def test_the_driver_runs_as_bytecode_for_this_interpreter_and_as_source_for_another() -> None:
     # Compiling the 1,900-line driver on every start cost 43 ms a sample; the bytecode

@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, worker
-from servekit import make_pool, make_pool_file, served
+from kit.poolkit import CONDUCTOR_MODEL, lists, worker
+from kit.servekit import make_pool, make_pool_file, served
 
 from conductor.pool import load_pool
 from conductor.runs.rundir import iter_records

@@ -27,7 +27,7 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool  # noqa: E402
+from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool  # noqa: E402
 
 from conductor.pool import load_pool  # noqa: E402
 from conductor.serve import ServeSettings, serve_in_thread  # noqa: E402
@@ -68,6 +68,7 @@ def _ask(url: str, body: dict[str, Any], **kw: Any) -> httpx.Response:
     return httpx.post(f"{url}/chat/completions", json=body, timeout=30, **kw)
 
 
+@pytest.mark.process
 def test_a_completion_answers_with_usage_records_and_the_workflow(
     served: tuple[str, Path], scripted: FakeLLMServer
 ) -> None:
@@ -201,6 +202,7 @@ def test_the_conversation_is_one_deterministic_question() -> None:
     )
 
 
+@pytest.mark.process
 def test_the_cli_listens_answers_and_exits_0_on_sigterm(
     tmp_path: Path, scripted: FakeLLMServer
 ) -> None:
@@ -238,6 +240,7 @@ def test_the_cli_listens_answers_and_exits_0_on_sigterm(
             proc.wait()
 
 
+@pytest.mark.process
 def test_the_cli_refuses_a_bad_conductor_or_unset_key_before_listening(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:

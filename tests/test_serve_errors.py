@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists
-from servekit import make_pool, served
+from kit.poolkit import CONDUCTOR_MODEL, lists
+from kit.servekit import make_pool, served
 
 from conductor.testing import FakeLLMServer, Fault, Reply
 

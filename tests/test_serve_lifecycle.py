@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, run_cli, write_pool
-from servekit import ServeProcess, make_pool, make_pool_file, served, wait_for
+from kit.poolkit import CONDUCTOR_MODEL, lists, run_cli, write_pool
+from kit.servekit import ServeProcess, make_pool, make_pool_file, served, wait_for
 
 from conductor.pool import load_pool
 from conductor.testing import FakeLLMServer, Reply
@@ -37,6 +37,7 @@ def ask(url: str, question: str = "Capital of France?", **headers: str) -> httpx
     )
 
 
+@pytest.mark.process
 def test_cli_listens_answers_and_records_are_traceable(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -75,6 +76,7 @@ def test_cli_listens_answers_and_records_are_traceable(
     assert run_ids[0] not in shown.stdout
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_stop_signal_finishes_the_request_in_flight(
     tmp_path: Path, fake_server: FakeLLMServer, sig: signal.Signals
@@ -110,6 +112,7 @@ def test_a_stop_signal_finishes_the_request_in_flight(
     assert saved["final_answer"] == "slow Paris"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "case",
     [
@@ -153,6 +156,7 @@ def test_start_up_errors_exit_2_before_listening(
     assert fake_server.requests == []
 
 
+@pytest.mark.process
 def test_cli_api_key_env(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script(CONDUCTOR_MODEL, lists([0], ["Answer."], [[]]))
     fake_server.script("w0", "Paris")
@@ -220,6 +224,7 @@ def test_nested_serve_through_a_second_server(
     assert "What is six times seven?" in "\n".join(m["content"] for m in w0_call.messages)
 
 
+@pytest.mark.process
 def test_nested_serve_through_conductor_ask(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     # The inner server wants a key; the outer pool's worker reads it from its variable.
     script_nested(fake_server)
@@ -240,6 +245,7 @@ def test_nested_serve_through_conductor_ask(tmp_path: Path, fake_server: FakeLLM
     assert [s["worker_id"] for s in record["rounds"][0]["steps"]] == ["inner"]
 
 
+@pytest.mark.process
 def test_help_does_not_import_the_server_stack() -> None:
     # `conductor --help` stays instant: fastapi / uvicorn load only when serve runs.
     code = (
@@ -254,6 +260,7 @@ def test_help_does_not_import_the_server_stack() -> None:
     assert "serve" in res.stdout
 
 
+@pytest.mark.process
 def test_serve_help_lists_the_contract_options() -> None:
     res = run_cli("serve", "--help")
     assert res.returncode == 0, res.stderr
@@ -264,6 +271,7 @@ def test_serve_help_lists_the_contract_options() -> None:
         assert option in res.stdout, option
 
 
+@pytest.mark.process
 def test_without_the_serve_extra_the_command_names_what_to_install(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import (
+from kit.poolkit import (
     CONDUCTOR_MODEL,
     have_local_model,
     lists,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
+from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
 
 from conductor.conductors.spec import resolve_conductor
 from conductor.context import SharedStep, build_worker_messages

@@ -17,10 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
-from test_bench_run import make_math_file, number_in
+from kit.benchkit import make_math_file, number_in
+from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
 
 from conductor.testing import FakeLLMServer, Fault
+
+# Every test here starts a child process.
+pytestmark = pytest.mark.process
 
 N_ITEMS = 12
 EPOCHS = 2

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import lists, pool_dict, worker, write_pool
+from kit.poolkit import lists, pool_dict, worker, write_pool
 
 from conductor.conductors.spec import Conductor
 from conductor.errors import TrainConfigError, UsageError
@@ -113,6 +113,7 @@ def columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
 # --------------------------------------------------------------------------- the reward
 
 
+@pytest.mark.process
 def test_reward_levels_and_conversational_completions(
     pool: Pool, conductor: Conductor, data_file: Path, reward_factory: Any
 ) -> None:
@@ -134,6 +135,7 @@ def test_reward_levels_and_conversational_completions(
     assert chat.record.final_answer == f"\\boxed{{{GOLD}}}"
 
 
+@pytest.mark.process
 def test_format_bonus_cost_penalties_and_failed_runs(
     pool: Pool,
     conductor: Conductor,
@@ -170,6 +172,7 @@ def test_format_bonus_cost_penalties_and_failed_runs(
     assert failed.parsed and failed.correct is None and failed.calls == 1
 
 
+@pytest.mark.process
 def test_rollouts_run_concurrently(
     pool: Pool,
     conductor: Conductor,
@@ -229,6 +232,7 @@ def test_sample_subpool_and_map_back(pool: Pool) -> None:
         sample_subpool(pool, rng, 5, 6)
 
 
+@pytest.mark.process
 def test_randomised_rows_list_only_sampled_workers_and_map_back(
     pool: Pool,
     conductor: Conductor,
@@ -268,6 +272,7 @@ def test_randomised_rows_list_only_sampled_workers_and_map_back(
 # --------------------------------------------------------------------------- recursion
 
 
+@pytest.mark.process
 def test_rows_with_a_given_first_round_score_the_revision_alone(
     pool: Pool,
     conductor: Conductor,
@@ -362,6 +367,7 @@ def test_every_shipped_config_loads() -> None:
     assert tiny.accept_unchecked_holdout and not paper.accept_unchecked_holdout
 
 
+@pytest.mark.process
 def test_tiny_cpu_data_builds_rows() -> None:
     config = load_train_config(REPO / "configs" / "train" / "tiny-cpu.yaml")
     from conductor.train.pools import load_train_pool, training_conductor

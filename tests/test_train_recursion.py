@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poolkit import lists, pool_dict, worker, write_pool
+from kit.poolkit import lists, pool_dict, worker, write_pool
 
 from conductor.conductors.spec import Conductor
 from conductor.llm.types import Message
@@ -141,6 +141,7 @@ def test_pairs_marks_and_mix() -> None:
     assert mixed_reward(0.5, 1.0, 0.0) == 0.5
 
 
+@pytest.mark.process
 def test_round1_reward_follows_its_own_revision(
     group: dict[str, list[Any]], reward: WorkflowReward, pool: Pool, conductor: Conductor
 ) -> None:
@@ -182,6 +183,7 @@ def subpool_workers(pool: Pool, record: Any) -> list[Any]:
     return [by_id[i] for i in ids]
 
 
+@pytest.mark.process
 def test_discount_moves_round1_advantages(
     group: dict[str, list[Any]], reward: WorkflowReward
 ) -> None:
@@ -201,6 +203,7 @@ def test_discount_moves_round1_advantages(
     assert paper[0] > paper[2] and high[0] - high[2] > paper[0] - paper[2]
 
 
+@pytest.mark.process
 def test_nothing_to_revise_leaves_round1_reward_and_no_revision_signal(
     group: dict[str, list[Any]], reward: WorkflowReward
 ) -> None:

@@ -160,6 +160,7 @@ def test_rlpr_reads_the_user_message_and_reference_answer() -> None:
     }
 
 
+@pytest.mark.process
 def test_rlpr_cannot_be_benchmarked_without_data() -> None:
     env = {**os.environ, "COLUMNS": "120"}
     result = subprocess.run(
@@ -274,6 +275,7 @@ def test_split_train_without_a_train_source_is_refused(tmp_path: Path) -> None:
         mix_spec(DataMix(benchmark="aime24"))
 
 
+@pytest.mark.process
 def test_conductor_train_exits_2_before_loading_anything(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(config_text("  - benchmark: gpqa-diamond\n    limit: 5\n", tmp_path))
@@ -378,6 +380,7 @@ def test_grpo_knobs_reach_trl(tmp_path: Path) -> None:
         )
 
 
+@pytest.mark.process
 def test_training_rows_are_a_balanced_sample(tmp_path: Path) -> None:
     from conductor.pool import resolve_pool_path
     from conductor.train.dataset import build_rows

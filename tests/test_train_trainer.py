@@ -1,7 +1,7 @@
 """``conductor train`` end to end on the CPU: GRPO steps, metrics, checkpoint, CLI.
 
 The policy is built in the test (a 2-layer Llama with a byte-level BPE tokenizer, from
-tests/tinymodels.py), first taught by a few supervised steps to write one of two
+tests/kit/tinymodels.py), first taught by a few supervised steps to write one of two
 workflows, so that sampled completions parse and earn different rewards: one routes
 to the worker that knows the answer (reward 1), the other to one that does not (0.5).
 Workers are served by the fake LLM server; nothing is downloaded.
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
-from poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
-from tinymodels import overfit, tiny_llama, tiny_tokenizer
+from kit.poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
+from kit.tinymodels import overfit, tiny_llama, tiny_tokenizer
 
 from conductor.testing import FakeLLMServer
 

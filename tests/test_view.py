@@ -13,9 +13,17 @@ from pathlib import Path
 
 import httpx
 import pytest
-from poolkit import CONDUCTOR_MODEL, lists, run_cli
-from servekit import ServeProcess, make_pool_file
-from viewkit import WORKERS, chain, fan, make_record, write_ask, write_bench, write_serve
+from kit.poolkit import CONDUCTOR_MODEL, lists, run_cli
+from kit.records import (
+    VIEW_WORKERS,
+    chain,
+    fan,
+    planned_record,
+    write_ask,
+    write_bench,
+    write_serve,
+)
+from kit.servekit import ServeProcess, make_pool_file
 
 from conductor.errors import UsageError
 from conductor.record import RunRecord
@@ -33,14 +41,16 @@ VERDICTS_B = ["correct", "correct", "incorrect", "correct", "incorrect", "incorr
 def conductor_records(verdicts: list[str]) -> list[RunRecord]:
     plans = [chain("gpt-small", "claude-mid"), fan("gpt-small", "claude-mid", "gemini-big")]
     return [
-        make_record(f"q{i}", f"Question {i}: what is {i} + 1?", plans[i % 2], verdict=v, cost=0.002)
+        planned_record(
+            f"q{i}", f"Question {i}: what is {i} + 1?", plans[i % 2], verdict=v, cost=0.002
+        )
         for i, v in enumerate(verdicts)
     ]
 
 
 def single_records(worker: str, verdicts: list[str]) -> list[RunRecord]:
     return [
-        make_record(
+        planned_record(
             f"q{i}", f"Question {i}: what is {i} + 1?", chain(worker), verdict=v, cost=0.0005
         )
         for i, v in enumerate(verdicts)
@@ -114,12 +124,12 @@ def test_runs_disagree_and_the_comparison_counts(runs_on_disk: tuple[Path, Path]
 
 def test_serve_records_and_an_ask_record_load(tmp_path: Path) -> None:
     served = [
-        make_record(None, f"served question {i}", chain("gpt-small"), verdict=None, wall_s=i + 1)
+        planned_record(None, f"served question {i}", chain("gpt-small"), verdict=None, wall_s=i + 1)
         for i in range(4)
     ]
     serve_dir = write_serve(tmp_path / "records", served)
     ask = write_ask(
-        tmp_path / "run.json", make_record(None, "asked once", fan(*WORKERS), verdict=None)
+        tmp_path / "run.json", planned_record(None, "asked once", fan(*VIEW_WORKERS), verdict=None)
     )
     s, a = load_runs([serve_dir, ask])
     assert s.kind == "serve" and len(s.samples) == 4 and s.overview.accuracy is None
@@ -152,7 +162,7 @@ def _blocks(html: str) -> dict[str, object]:
 
 def test_the_page_holds_its_data_safely_and_requests_nothing(tmp_path: Path) -> None:
     hostile = 'Is 1 < 2? </script><script>document.title="pwned"</script><!-- x'
-    records = [make_record("x1", hostile, chain("gpt-small")), *conductor_records(VERDICTS_A)]
+    records = [planned_record("x1", hostile, chain("gpt-small")), *conductor_records(VERDICTS_A)]
     runs = load_runs([write_bench(tmp_path / "run", records)])
     html = write_view(runs, tmp_path / "view.html").read_text()
     # The data blocks and the script are the only three script elements; the question
@@ -180,6 +190,7 @@ def test_page_data_embeds_every_comparison_and_the_chart(runs_on_disk: tuple[Pat
     assert [r["single"] for r in main["runs"]] == [False, True, True]
 
 
+@pytest.mark.process
 def test_the_command_writes_the_page_and_prints_its_path(
     runs_on_disk: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -196,6 +207,7 @@ def test_the_command_writes_the_page_and_prints_its_path(
     assert res.returncode == 2 and "nothing-here" in res.stderr
 
 
+@pytest.mark.process
 def test_help_loads_neither_jinja2_nor_matplotlib() -> None:
     code = (
         "import sys\n"
@@ -224,13 +236,14 @@ def test_a_fresh_summary_json_is_read_and_a_stale_one_is_not(tmp_path: Path) -> 
     assert load_runs([run])[0].overview.latency_p95 == 123.0
     # A record appended after the summary was written: the summary is summarised again.
     with (run / SAMPLES).open("a") as fh:
-        fh.write(record_line(record_to_dict(make_record("late", "late?", chain("gpt-small")))))
+        fh.write(record_line(record_to_dict(planned_record("late", "late?", chain("gpt-small")))))
     later = (run / SUMMARY).stat().st_mtime + 5
     os.utime(run / SAMPLES, (later, later))
     (fresh,) = load_runs([run])
     assert fresh.overview.samples == len(VERDICTS_A) + 1 and fresh.overview.latency_p95 != 123.0
 
 
+@pytest.mark.process
 def test_open_hands_the_page_to_the_browser(
     runs_on_disk: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -259,7 +272,7 @@ SMOKE_TEMPLATE = (
 def test_the_question_is_the_question_not_the_prompt_around_it(tmp_path: Path) -> None:
     asked = ["What is 9 + 10?", "Capital of France?", "What is 2 + 2?"]
     records = [
-        make_record(f"q{i}", q, chain("gpt-small"), template=SMOKE_TEMPLATE)
+        planned_record(f"q{i}", q, chain("gpt-small"), template=SMOKE_TEMPLATE)
         for i, q in enumerate(asked)
     ]
     (run,) = load_runs([write_bench(tmp_path / "run", records)])
@@ -277,18 +290,18 @@ def test_records_that_only_hold_the_prompt_lose_the_template_around_it(tmp_path:
     # is the template's; questions that begin alike keep their words.
     asked = ["What is 9 + 10?", "What is the capital\nof France?", "What is 2 + 2?"]
     prompts = [SMOKE_TEMPLATE.replace("{q}", q) for q in asked]
-    records = [make_record(f"q{i}", p, chain("gpt-small")) for i, p in enumerate(prompts)]
+    records = [planned_record(f"q{i}", p, chain("gpt-small")) for i, p in enumerate(prompts)]
     (run,) = load_runs([write_bench(tmp_path / "old", records)])
     assert [s.question for s in run.samples] == [f"Question: {q}" for q in asked]
     assert [s.prompt for s in run.samples] == prompts
     # One prompt alone (or the same prompt over epochs) shows no template: it stays whole.
-    alone = [make_record("q0", prompts[0], chain("gpt-small"), epoch=e) for e in range(2)]
+    alone = [planned_record("q0", prompts[0], chain("gpt-small"), epoch=e) for e in range(2)]
     (one,) = load_runs([write_bench(tmp_path / "alone", alone)])
     assert [s.question for s in one.samples] == [prompts[0]] * 2
     assert [s.prompt for s in one.samples] == ["", ""]
     # Questions a user asked (serve, ask) are never cut, however alike they begin.
     served = [
-        make_record(None, f"Context line.\nQuestion {i}?", chain("gpt-small")) for i in (1, 2)
+        planned_record(None, f"Context line.\nQuestion {i}?", chain("gpt-small")) for i in (1, 2)
     ]
     (s,) = load_runs([write_serve(tmp_path / "served", served)])
     assert [x.question for x in s.samples] == [
@@ -300,7 +313,7 @@ def test_records_that_only_hold_the_prompt_lose_the_template_around_it(tmp_path:
 def test_rounds_are_numbered_from_1_and_steps_from_0(tmp_path: Path) -> None:
     import copy
 
-    record = make_record("q0", "two rounds", chain("gpt-small", "claude-mid"))
+    record = planned_record("q0", "two rounds", chain("gpt-small", "claude-mid"))
     later = copy.deepcopy(record.rounds[0])
     later.index = 1
     later.steps = later.steps[:1]
@@ -315,6 +328,7 @@ def test_rounds_are_numbered_from_1_and_steps_from_0(tmp_path: Path) -> None:
     assert [[st[0], st[1]] for st in details["items"][0][3]] == [[1, 0], [1, 1], [2, 0]]
 
 
+@pytest.mark.process
 def test_a_serve_records_directory_is_one_run_per_served_model(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -367,9 +381,9 @@ def test_serve_records_written_before_they_named_their_model_are_split_too(
     tmp_path: Path,
 ) -> None:
     # A baseline's record names itself in its Conductor field; the rest are the Conductor's.
-    single = make_record(None, "alone?", chain("gpt-small"), verdict=None, with_conductor=False)
+    single = planned_record(None, "alone?", chain("gpt-small"), verdict=None, with_conductor=False)
     single.conductor = {"backend": "strategy", "strategy": "single:gpt-small"}
-    planned = make_record(None, "planned?", fan(*WORKERS), verdict=None)
+    planned = planned_record(None, "planned?", fan(*VIEW_WORKERS), verdict=None)
     runs = load_runs([write_serve(tmp_path / "records", [single, planned])])
     assert [(r.strategy, [s.question for s in r.samples]) for r in runs] == [
         ("conductor", ["planned?"]),

@@ -19,11 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from viewkit import chain, fan, make_record, write_bench
+from kit.records import chain, fan, planned_record, write_bench
 
 from conductor.record import RunRecord
 from conductor.view.data import load_runs
 from conductor.view.page import write_view
+
+# Every test here starts a child process.
+pytestmark = pytest.mark.process
 
 pytest.importorskip("jinja2")
 
@@ -111,7 +114,7 @@ def conductor_run() -> list[RunRecord]:
         )
         verdict = ["correct", "incorrect", "correct", "run_failed"][i % 4]
         records.append(
-            make_record(f"q{i}", f"{QUESTIONS[i % 4]} #{i}", plan, verdict=verdict, cost=0.002)
+            planned_record(f"q{i}", f"{QUESTIONS[i % 4]} #{i}", plan, verdict=verdict, cost=0.002)
         )
     return records
 
@@ -119,7 +122,7 @@ def conductor_run() -> list[RunRecord]:
 def single_run() -> list[RunRecord]:
     verdicts = ["incorrect", "incorrect", "correct", "correct"]
     return [
-        make_record(
+        planned_record(
             f"q{i}",
             f"{QUESTIONS[i % 4]} #{i}",
             chain("gemini-big"),
@@ -278,7 +281,7 @@ def test_a_question_cannot_break_out_of_the_data(tmp_path: Path) -> None:
         'Why? </script><script>document.title="pwned"</script>'
         '<img src=x onerror="document.title=1">'
     )
-    run = write_bench(tmp_path / "run", [make_record("x", hostile, chain("gpt-small"))])
+    run = write_bench(tmp_path / "run", [planned_record("x", hostile, chain("gpt-small"))])
     out = dom(write_view(load_runs([run]), tmp_path / "view.html"), "sample=0")
     assert "<title>conductor view · math500 · conductor · fake</title>" in out
     assert html_lib.escape(hostile, quote=False) in out
@@ -417,7 +420,9 @@ def test_typing_and_choosing_filter_the_list(browser: DevTools) -> None:
 
 
 def test_the_list_draws_only_the_rows_in_view(tmp_path: Path) -> None:
-    records = [make_record(f"n{i:04d}", f"question {i}", chain("gpt-small")) for i in range(2000)]
+    records = [
+        planned_record(f"n{i:04d}", f"question {i}", chain("gpt-small")) for i in range(2000)
+    ]
     page = write_view(load_runs([write_bench(tmp_path / "run", records)]), tmp_path / "v.html")
     tools = DevTools(page.resolve().as_uri())
     try:
@@ -528,7 +533,8 @@ def test_the_list_shows_the_question_and_the_sample_its_prompt(tmp_path: Path) -
     template = "Solve the following problem. Reason step by step.\n\n{q}\n\nEnd with ANSWER."
     asked = ["What is 9 + 10?", "Name a <b>prime</b>."]
     records = [
-        make_record(f"q{i}", q, chain("gpt-small"), template=template) for i, q in enumerate(asked)
+        planned_record(f"q{i}", q, chain("gpt-small"), template=template)
+        for i, q in enumerate(asked)
     ]
     page = write_view(load_runs([write_bench(tmp_path / "run", records)]), tmp_path / "v.html")
     tools = open_page(page, "sample=1")
@@ -562,7 +568,7 @@ def test_the_chart_labels_never_overlap(tmp_path: Path, n: int, same: bool) -> N
     runs = []
     for k in range(n):
         records = [
-            make_record(
+            planned_record(
                 f"q{i}",
                 f"question {i}",
                 chain("gpt-small"),

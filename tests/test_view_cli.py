@@ -10,8 +10,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from poolkit import run_cli
-from test_bench_report import ALL, JUDGE, record, round_of, single_dir, write_run
+from kit.poolkit import invoke_cli, run_cli
+from kit.records import ALL, JUDGE, record, round_of, single_dir, write_run
 
 from conductor.record import RunRecord, write_record
 from conductor.view.plots import bench_run_points
@@ -55,7 +55,7 @@ def bench_runs(tmp_path: Path) -> dict[str, Path]:
 
 
 def test_trace_svg_of_a_sample(bench_runs: dict[str, Path]) -> None:
-    res = run_cli("trace", str(bench_runs["cond"]), "--sample", "s0", "--format", "svg")
+    res = invoke_cli("trace", str(bench_runs["cond"]), "--sample", "s0", "--format", "svg")
     assert res.returncode == 0, res.stderr
     # JUDGE: steps 0 and 1 alone, step 2 sees all earlier.
     assert step_ids(res.stdout) == ["1.0", "1.1", "1.2"]
@@ -67,21 +67,23 @@ def test_trace_svg_of_a_record_file(tmp_path: Path) -> None:
     rec.rounds[0].steps[1].subtask = "<script>alert(1)</script>"
     path = tmp_path / "run.json"
     write_record(rec, path)
-    res = run_cli("trace", str(path), "--format", "SVG")
+    res = invoke_cli("trace", str(path), "--format", "SVG")
     assert res.returncode == 0, res.stderr
     assert step_ids(res.stdout) == ["1.0", "1.1"]
     assert "<script>" not in res.stdout
 
 
 def test_trace_svg_needs_a_sample(bench_runs: dict[str, Path]) -> None:
-    res = run_cli("trace", str(bench_runs["cond"]), "--format", "svg")
+    res = invoke_cli("trace", str(bench_runs["cond"]), "--format", "svg")
     assert "--format svg shows one sample; give --sample ID" in error_line(res)
 
 
 @pytest.mark.parametrize("suffix", [".png", ".svg"])
 def test_report_plot(bench_runs: dict[str, Path], tmp_path: Path, suffix: str) -> None:
     out = tmp_path / f"chart{suffix}"
-    res = run_cli("report", str(bench_runs["cond"]), str(bench_runs["singles"]), "--plot", str(out))
+    res = invoke_cli(
+        "report", str(bench_runs["cond"]), str(bench_runs["singles"]), "--plot", str(out)
+    )
     assert res.returncode == 0, res.stderr
     assert "Bench runs" in res.stdout  # the tables, as without --plot
     assert "single:claude" in res.stdout  # the singles directory stands for its runs
@@ -98,7 +100,7 @@ def test_report_plot_refuses_other_suffixes_before_anything(
     bench_runs: dict[str, Path], tmp_path: Path
 ) -> None:
     out = tmp_path / "chart.jpg"
-    res = run_cli("report", str(bench_runs["cond"]), "--plot", str(out))
+    res = invoke_cli("report", str(bench_runs["cond"]), "--plot", str(out))
     assert "give a file ending in .png or .svg" in error_line(res)
     assert res.stdout == ""
     assert not out.exists()
@@ -113,18 +115,19 @@ def test_report_plot_leaves_off_a_run_without_a_cost(
         [record("s0", 0, "correct", [round_of(0, [(2, [])], tries=0)], wall=1.0, cost=None)],
     )
     out = tmp_path / "chart.png"
-    res = run_cli("report", str(bench_runs["cond"]), str(unpriced), "--plot", str(out))
+    res = invoke_cli("report", str(bench_runs["cond"]), str(unpriced), "--plot", str(out))
     assert res.returncode == 0, res.stderr
     assert f"warning: {unpriced} is not on the chart: no call of it has a known price" in (
         " ".join(res.stderr.split())
     )
     assert "chart of 1 run written to" in res.stdout
-    alone = run_cli("report", str(unpriced), "--plot", str(tmp_path / "none.png"))
+    alone = invoke_cli("report", str(unpriced), "--plot", str(tmp_path / "none.png"))
     assert "none of the runs has an accuracy and a cost to draw" in alone.stderr
     assert alone.returncode == 2
     assert not (tmp_path / "none.png").exists()
 
 
+@pytest.mark.process  # a fresh interpreter, to see what it imports
 def test_help_does_not_load_the_drawing_libraries() -> None:
     code = (
         "import sys\n"
@@ -139,11 +142,12 @@ def test_help_does_not_load_the_drawing_libraries() -> None:
     assert "--plot" in res.stdout and "svg" in res.stdout
 
 
+@pytest.mark.process  # the bench grades with math-verify's children
 def test_pictures_of_a_real_bench_run(tmp_path: Path) -> None:
     """A real ``conductor bench`` (fake models, priced): the SVG follows the recorded
     access lists, and the chart holds the Conductor run and each single worker."""
-    from poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
-    from test_bench_run import make_math_file, number_in
+    from kit.benchkit import make_math_file, number_in
+    from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
 
     from conductor.testing import FakeLLMServer
 

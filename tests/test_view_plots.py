@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from test_bench_report import record, round_of, single_dir, write_run
+from kit.records import record, round_of, single_dir, write_run
 
 from conductor.errors import MissingDependencyError, UsageError
 from conductor.runs.stats import pareto_front, wilson_interval

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -89,6 +91,68 @@ def run_cli(
         env={**child, **(env or {})},
         cwd=cwd,
     )
+
+
+def invoke_cli(
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    columns: int | None = 200,
+) -> subprocess.CompletedProcess[str]:
+    """``conductor ARGS`` in this process (through :func:`conductor.cli.main`, as the
+    console script runs it), with what :func:`run_cli` gives: the exit status, stdout
+    and stderr apart, this process's environment plus ``env`` for the run's length, and
+    ``columns`` (``None``: COLUMNS unset, as when piped).
+
+    For a test that needs nothing of a real process (no signal, no crash's exit
+    status, no environment the test process must not see): it saves the start of a
+    Python process and leaves the test in the fast subset.  What the command set up for
+    itself (the ``conductor`` logger, signal handlers, the working directory) is put
+    back afterwards."""
+    from click.testing import CliRunner
+
+    from conductor.cli import main
+
+    overrides: dict[str, str | None] = {"COLUMNS": None if columns is None else str(columns)}
+    overrides.update(env or {})
+    logger = logging.getLogger("conductor")
+    kept_logger = (logger.handlers[:], logger.level, logger.propagate)
+    kept_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    kept_cwd, kept_argv = os.getcwd(), sys.argv
+    code = 0
+    with CliRunner().isolation(env=overrides) as (out, err, _):
+        sys.argv = ["conductor", *args]
+        try:
+            if cwd is not None:
+                os.chdir(cwd)
+            main(list(args))
+        except SystemExit as exc:
+            if isinstance(exc.code, str):  # as Python does with sys.exit("message")
+                sys.stderr.write(exc.code + "\n")
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        finally:
+            os.chdir(kept_cwd)
+            sys.argv = kept_argv
+            logger.handlers[:] = kept_logger[0]
+            logger.setLevel(kept_logger[1])
+            logger.propagate = kept_logger[2]
+            for number, handler in kept_signals.items():
+                signal.signal(number, handler)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        stdout = out.getvalue().decode("utf-8", errors="replace")
+        stderr = err.getvalue().decode("utf-8", errors="replace")
+    return subprocess.CompletedProcess(["conductor", *args], code, stdout, stderr)
+
+
+def no_pause_limiter(target: Any) -> Any:
+    """The limiter a ``ModelCaller`` of ``target`` makes for itself, less the real pause
+    it takes when a provider answers 429 with a Retry-After: tests that record the
+    retry's own wait (an injected ``sleep``) need not also wait the seconds out."""
+    from conductor.llm.limiter import AdaptiveLimiter, provider_key
+
+    key = provider_key(target)
+    return AdaptiveLimiter(key, target.max_concurrency, max_pause_s=0.0) if key else None
 
 
 def embedded_model_or_skip() -> Path:

@@ -2,7 +2,7 @@
 
 Shared by tests/test_sandbox_attacks.py, which runs them in-process (as whoever runs the
 tests) and, where that is root, again as an ordinary user (uid 65534) through
-``python tests/sandbox_attacks.py``, which prints ``{name: [defended, detail]}`` as JSON.
+``python tests/kit/sandbox_attacks.py``, which prints ``{name: [defended, detail]}`` as JSON.
 
 Grading attacks submit code that solves nothing and must not be graded ``correct``.
 OS attacks run with ``allow_subprocess=True``: the child processes stand for code that

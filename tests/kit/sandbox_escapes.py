@@ -2,7 +2,7 @@
 each returning ``(defended, detail)`` and checking that nothing outside changed.
 
 Every attack runs in-process (as whoever runs the tests) and, where that is root, again
-as an ordinary user (uid 65534) through ``python tests/sandbox_escapes.py [NAME...]``,
+as an ordinary user (uid 65534) through ``python tests/kit/sandbox_escapes.py [NAME...]``,
 which prints ``{name: [defended, detail]}`` as JSON (see :func:`run_as_nobody`).  They
 run with ``allow_subprocess=True`` and start shells and fresh interpreters: those stand
 for native code that the in-process audit hook never sees, so only the engine stands
@@ -30,7 +30,7 @@ from typing import Any
 from conductor.sandbox import SandboxResult, run_sandboxed
 
 Outcome = tuple[bool, str]
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 SECRET = "sk-conductor-escape-" + uuid.uuid4().hex
 ENGINE = os.environ.get("SANDBOX_ESCAPES_ENGINE") or None
@@ -197,7 +197,7 @@ def _terminal() -> Outcome:
         try:
             os.execv(
                 sys.executable,
-                [sys.executable, "-c", _UNDER_PTY, str(REPO / "src"), str(REPO / "tests")],
+                [sys.executable, "-c", _UNDER_PTY, str(REPO / "src"), str(REPO / "tests" / "kit")],
             )
         finally:
             os._exit(127)

@@ -14,10 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from poolkit import pool_dict, worker, write_pool
-
 from conductor.pool import Pool, load_pool
 from conductor.testing import FakeLLMServer
+from kit.poolkit import pool_dict, worker, write_pool
 
 URL_RE = re.compile(r"http://\S+/v1")
 

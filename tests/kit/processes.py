@@ -1,0 +1,132 @@
+"""A pytest plugin: a test that starts a child process must say so with ``process``.
+
+The fast subset, ``python -m pytest -m "not slow and not process"``, is the loop a
+contributor runs after each change; it stays fast only while every test that starts a
+child process (a ``python -m conductor`` run, a sandbox, a local-model host, a
+``conductor serve`` process, a child pytest, a browser) is marked ``process``.  So a
+test not marked ``process`` that starts one fails, in every run, with a sentence saying
+what it started: a mis-marked test shows at once instead of slowing the loop unseen.
+
+Tests marked ``isolated`` (and so ``slow`` and ``crash`` ones) run in a child pytest
+process (:mod:`kit.isolation`) and are marked ``process`` here.  A whole file of process
+tests says so once, with ``pytestmark = pytest.mark.process``.
+
+Every way the standard library starts a process goes through the functions replaced
+here, for the whole session: ``subprocess.Popen`` (and ``subprocess.run``,
+``asyncio.create_subprocess_exec``, ``os.popen``), ``os.fork`` and ``os.forkpty`` (the
+``fork`` start of ``multiprocessing``, ``pty.fork``, ``os.spawn*``), the
+``posix_spawn`` calls, ``os.system`` and ``_posixsubprocess.fork_exec`` (the ``spawn``
+and ``forkserver`` starts of ``multiprocessing``).  Outside a test (collection, the
+child processes of :mod:`kit.isolation`) they work as ever.
+"""
+
+from __future__ import annotations
+
+import _posixsubprocess
+import os
+import platform
+import subprocess
+from collections.abc import Callable, Generator
+from typing import Any
+
+import pytest
+
+MARKER = "process"
+HINT = (
+    "mark this test process (@pytest.mark.process, or pytestmark = pytest.mark.process "
+    "for a file of them), or keep the work in this process; "
+    'the fast subset (-m "not slow and not process") runs no child process'
+)
+
+
+class ProcessNotAllowed(RuntimeError):
+    """A test not marked ``process`` started a child process."""
+
+
+#: The test whose setup, call or teardown runs now; ``None`` between tests.
+_running: pytest.Item | None = None
+#: What each test not marked ``process`` tried to start.
+_attempts: dict[str, list[str]] = {}
+
+
+def _allowed() -> bool:
+    return _running is None or _running.get_closest_marker(MARKER) is not None
+
+
+def _refuse(what: str) -> None:
+    assert _running is not None
+    _attempts.setdefault(_running.nodeid, []).append(what)
+    raise ProcessNotAllowed(f"{_running.nodeid} started a child process ({what}): {HINT}")
+
+
+def _guarded(what: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    def guard(*args: Any, **kwargs: Any) -> Any:
+        if not _allowed():
+            _refuse(what)
+        return original(*args, **kwargs)
+
+    return guard
+
+
+def _guarded_popen(original: Callable[..., Any]) -> Callable[..., Any]:
+    def execute_child(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> Any:
+        if not _allowed():
+            _refuse(f"subprocess.Popen({args!r})")
+        return original(self, args, *rest, **kwargs)
+
+    return execute_child
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The marker itself is declared in pyproject.toml, with ``slow``.
+    # The standard library learns the processor's name from ``uname -p`` the first time
+    # anything asks (the OpenAI client does, for its headers) and keeps it: asked here,
+    # before any test, that one child process belongs to no test.
+    platform.platform()
+    setattr(  # noqa: B010 (the private method every Popen goes through)
+        subprocess.Popen, "_execute_child", _guarded_popen(subprocess.Popen._execute_child)
+    )
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system"):
+        if hasattr(os, name):
+            setattr(os, name, _guarded(f"os.{name}", getattr(os, name)))
+    _posixsubprocess.fork_exec = _guarded(  # type: ignore[attr-defined]
+        "_posixsubprocess.fork_exec", _posixsubprocess.fork_exec
+    )
+
+
+#: Markers of tests that run in a child pytest process (kit.isolation), so start one.
+_IN_A_CHILD = ("isolated", "slow", "crash")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Runs before pytest's own hook deselects by marker (-m), so "not process" sees these.
+    for item in items:
+        if any(item.get_closest_marker(name) is not None for name in _IN_A_CHILD):
+            item.add_marker(MARKER)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    global _running
+    _running = item
+    try:
+        return (yield)
+    finally:
+        _running = None
+        _attempts.pop(item.nodeid, None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, pytest.TestReport, Any]:
+    # The refusal may have been caught (code that falls back when a process cannot
+    # start): the test fails all the same.
+    # A test that failed otherwise (its code turned the refusal into an error) says why
+    # beside its failure.
+    report = yield
+    tried = _attempts.pop(item.nodeid, None)
+    if tried and report.passed:
+        report.outcome = "failed"
+        report.longrepr = f"started a child process ({'; '.join(tried)}): {HINT}"
+    elif tried and report.failed:
+        report.sections.append(("child processes refused", "\n".join([*tried, HINT])))
+    return report
