@@ -292,6 +292,7 @@ def test_iteration_is_lazy_on_a_large_jsonl(tmp_path: Path) -> None:
             pass
 
 
+@pytest.mark.long
 def test_memory_stays_small_over_ten_thousand_samples(tmp_path: Path) -> None:
     path = tmp_path / "big.jsonl"
     _big_file(path, 10_000)  # about 8.5 MB

@@ -219,6 +219,7 @@ def test_foreign_line_names_file_and_line(tmp_path: Path) -> None:
         summarize_run(d)
 
 
+@pytest.mark.long
 def test_large_run_streams_in_small_memory(tmp_path: Path) -> None:
     d = tmp_path / "big"
     base = record_to_dict(

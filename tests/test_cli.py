@@ -493,6 +493,7 @@ def _read_only_runner(shared: Path) -> _ReadOnlyRunner:
     return nobody
 
 
+@pytest.mark.long
 def test_deeply_nested_pool_yaml_exits_2(tmp_path: Path) -> None:
     deep = tmp_path / "deep.yaml"
     deep.write_text("workers: " + "[" * 10_000 + "]" * 10_000 + "\n")

@@ -306,6 +306,7 @@ def test_every_registered_client_class_declares_its_capabilities() -> None:
     assert capabilities("nope") == ClientCapabilities()  # no client: no capabilities
 
 
+@pytest.mark.process
 def test_reading_capabilities_imports_no_sdk() -> None:
     """The registry imports a client's module to read its class's capabilities: that
     module must import no SDK (each imports its own on first send)."""

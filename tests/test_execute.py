@@ -193,6 +193,7 @@ async def test_identical_parallel_attempts_are_separate_samples(
     assert answers == ["first sample", "second sample"]
 
 
+@pytest.mark.long
 async def test_worker_faults_are_retried(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script(CONDUCTOR_MODEL, [lists([0, 1, 2], ["a", "b", "c"], [[], [], []])])
     fake_server.script("w0", [Fault(429, "slow down", headers={"Retry-After": "1"}), "ok0"])

@@ -345,6 +345,7 @@ def test_error_shapes_raw(fake_server: FakeLLMServer) -> None:
     assert status == 404
 
 
+@pytest.mark.long
 def test_latency_per_reply_and_reset(fake_server: FakeLLMServer) -> None:
     # A server-wide latency far above what one local request takes, so that the
     # override is told apart from the default by a wide margin.
@@ -363,6 +364,7 @@ def test_latency_per_reply_and_reset(fake_server: FakeLLMServer) -> None:
     assert resp.choices[0].message.content == "Echo: y"  # script cleared
 
 
+@pytest.mark.long
 async def test_concurrent_requests_are_not_serialised(fake_server: FakeLLMServer) -> None:
     import openai
 

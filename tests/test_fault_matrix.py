@@ -217,7 +217,9 @@ async def test_transient_fault(
     assert len(server.requests_for(model)) == 2
 
 
-@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize(
+    "fault", [pytest.param(f, marks=pytest.mark.long) if f == "hang" else f for f in FAULTS]
+)
 @pytest.mark.parametrize("kind", CLIENTS)
 async def test_persistent_fault(
     kind: str, fault: str, server: FakeLLMServer, cache: ResponseCache

@@ -51,6 +51,7 @@ class SlowToSetUp:
         return None
 
 
+@pytest.mark.long
 async def test_set_up_is_done_once_before_any_call_and_is_no_calls_latency() -> None:
     client = SlowToSetUp(setup_s=1.5)
     caller = ModelCaller(Worker(id="w", model="m"), client)

@@ -171,6 +171,7 @@ def test_rate_limit_error_carries_the_reset_wait() -> None:
 # --------------------------------------------------------------------------- over HTTP
 
 
+@pytest.mark.long
 async def test_concurrency_shrinks_under_429s(fake_server: FakeLLMServer) -> None:
     cap = Capacity(k=3)
     fake_server.script("m", cap)
@@ -241,6 +242,7 @@ async def test_limit_grows_back_after_successes(fake_server: FakeLLMServer) -> N
     ]
 
 
+@pytest.mark.long
 async def test_retry_after_pauses_the_shared_key_only(fake_server: FakeLLMServer) -> None:
     fake_server.script("a", [Fault(429, "wait", headers={"Retry-After": "2"}), "a-ok"])
     a = openai_worker(fake_server, "a", api_key_env="KEY_ONE")
@@ -272,6 +274,7 @@ async def test_retry_after_pauses_the_shared_key_only(fake_server: FakeLLMServer
     assert any(e.reason.startswith("rate limited, paused") for e in shared.events)
 
 
+@pytest.mark.long
 async def test_openai_reset_headers_delay_the_next_call(fake_server: FakeLLMServer) -> None:
     headers = {
         "x-ratelimit-remaining-requests": "0",
@@ -293,6 +296,7 @@ async def test_openai_reset_headers_delay_the_next_call(fake_server: FakeLLMServ
     assert limiter is not None and 0.9 <= limiter.paused_s <= 1.1
 
 
+@pytest.mark.long
 async def test_anthropic_reset_time_delays_the_next_call(fake_server: FakeLLMServer) -> None:
     def respond(_: FakeRequest) -> str | Fault:
         if len(fake_server.requests_for("claude-x")) > 1:

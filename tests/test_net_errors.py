@@ -190,6 +190,7 @@ async def test_refused_on_a_fresh_caller_set_is_retried_once(fake_server: FakeLL
     assert isinstance(err, ConnectionRefusedByHostError) and err.attempts == 2
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("kind", ["http", "openai", "litellm"])
 async def test_no_route_is_named_unreachable_or_a_connect_time_out(kind: str) -> None:
     """The IPv6 discard prefix (RFC 6666): without an IPv6 route the kernel says "no
@@ -224,6 +225,7 @@ def full_listener() -> Iterator[int]:
         srv.close()
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "http", "litellm"])
 async def test_a_connect_that_hangs_is_a_time_out_that_names_the_host(
     kind: str, full_listener: int
@@ -239,6 +241,7 @@ async def test_a_connect_that_hangs_is_a_time_out_that_names_the_host(
     assert err.attempts == 2
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("kind", ["openai", "http", "litellm"])
 async def test_a_server_that_stops_answering_is_a_plain_time_out(
     kind: str, fake_server: FakeLLMServer

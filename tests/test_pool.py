@@ -497,6 +497,7 @@ def test_bad_url_error_hides_credentials() -> None:
     assert "must be an http(s) URL" in str(info.value)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("depth", [500, 10_000])
 def test_deeply_nested_yaml_is_one_error_not_a_recursion(depth: int) -> None:
     from conductor.bench.spec import load_benchmark_text

@@ -199,6 +199,7 @@ def _mutations(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 REPLACEMENTS: list[Any] = [None, "7", 7, -3, 2.5, True, [], [1, "x"], {}, {"k": [None]}, "all"]
 
 
+@pytest.mark.long
 def test_any_value_anywhere_loads_and_renders_or_is_a_record_error() -> None:
     """Each place of a good record replaced by each wrong-typed value: the reader
     refuses it or every view renders it; nothing else escapes."""

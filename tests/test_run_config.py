@@ -154,6 +154,7 @@ def test_a_resume_or_merge_of_another_run_is_refused_by_one_check(tmp_path: Path
     assert run_difference(dataclasses.replace(GOOD, pool=None), moved) is None
 
 
+@pytest.mark.process
 def test_a_run_writes_a_config_that_reads_back_byte_for_byte(
     tmp_path: Path, fake_server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

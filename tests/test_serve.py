@@ -432,6 +432,7 @@ def test_conductor_field_and_headers(tmp_path: Path, fake_server: FakeLLMServer)
     assert [s["sees"] for s in rnd["steps"]] == [[], [0]]
 
 
+@pytest.mark.long
 async def test_a_hundred_concurrent_requests(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     # Each request has its own question; each answer must come back to its own client
     # (catches answers crossed between requests sharing one orchestrator), and none may
@@ -460,6 +461,7 @@ async def test_a_hundred_concurrent_requests(tmp_path: Path, fake_server: FakeLL
     assert len(fake_server.requests_for("w0")) == 100
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("stream", [False, True])
 async def test_disconnect_stops_the_run(
     tmp_path: Path, fake_server: FakeLLMServer, stream: bool
@@ -528,6 +530,7 @@ def test_one_cache_for_all_requests(
     assert runs[0]["run_id"] != runs[1]["run_id"]
 
 
+@pytest.mark.long
 async def test_worker_limits_hold_across_requests(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -554,6 +557,7 @@ async def test_worker_limits_hold_across_requests(
     assert all(b - a >= 0.25 for a, b in zip(arrivals, arrivals[1:], strict=False))
 
 
+@pytest.mark.long
 async def test_a_client_that_leaves_the_queue_never_runs(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:

@@ -275,6 +275,7 @@ def _slow_server(tmp_path: Path, server: FakeLLMServer, **settings: Any) -> Any:
     )
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_client_that_leaves_cancels_its_run(
     tmp_path: Path, fake_server: FakeLLMServer, stream: bool
@@ -295,6 +296,7 @@ def test_a_client_that_leaves_cancels_its_run(
     assert fake_server.requests_for("w1") == []
 
 
+@pytest.mark.long
 def test_a_baseline_whose_client_leaves_keeps_its_record(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -350,6 +352,7 @@ def test_a_streamed_baseline_shows_its_plan_before_its_steps(
     assert [s["subtask"] for s in workflow["steps"]][:2] == [given, given]
 
 
+@pytest.mark.long
 def test_a_full_queue_answers_429_with_retry_after(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -371,6 +374,7 @@ def test_a_full_queue_answers_429_with_retry_after(
     assert first[0].status_code == 200
 
 
+@pytest.mark.long
 def test_a_client_that_leaves_while_queued_never_starts_its_run(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:

@@ -176,6 +176,7 @@ def test_413_over_the_size_limit(tmp_path: Path, answered: FakeLLMServer) -> Non
     assert len(answered.requests_for("w0")) == 1  # only the small request ran
 
 
+@pytest.mark.long
 async def test_429_when_the_queue_is_full(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     # One slot, one place in the queue, three requests while the first is slow: one is
     # refused at once with Retry-After; the other two are answered.
@@ -199,6 +200,7 @@ async def test_429_when_the_queue_is_full(tmp_path: Path, fake_server: FakeLLMSe
     assert len(fake_server.requests_for("w0")) == 2
 
 
+@pytest.mark.long
 async def test_queued_requests_wait_their_turn(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     # max_concurrency=1: two requests never run at once (w0's calls do not overlap).
     fake_server.script(CONDUCTOR_MODEL, lists([0], ["Answer."], [[]]))

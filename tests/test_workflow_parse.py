@@ -223,6 +223,7 @@ def test_zero_workers() -> None:
         parse_workflow("model_id=[0]\nsubtasks=['a']\naccess_list=[[]]", n_workers=0)
 
 
+@pytest.mark.long
 def test_huge_hostile_reply_is_bounded() -> None:
     """Only the tail is searched, so a reply full of unclosed lists cannot stall a run."""
     import time

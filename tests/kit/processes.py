@@ -1,6 +1,6 @@
 """A pytest plugin: a test that starts a child process must say so with ``process``.
 
-The fast subset, ``python -m pytest -m "not slow and not process"``, is the loop a
+The fast subset, ``python -m pytest -m "not slow and not process and not long"``, is the loop a
 contributor runs after each change; it stays fast only while every test that starts a
 child process (a ``python -m conductor`` run, a sandbox, a local-model host, a
 ``conductor serve`` process, a child pytest, a browser) is marked ``process``.  So a
@@ -35,7 +35,7 @@ MARKER = "process"
 HINT = (
     "mark this test process (@pytest.mark.process, or pytestmark = pytest.mark.process "
     "for a file of them), or keep the work in this process; "
-    'the fast subset (-m "not slow and not process") runs no child process'
+    'the fast subset (-m "not slow and not process and not long") runs no child process'
 )
 
 
