@@ -378,14 +378,9 @@ class CodeGrader:
         result = self._run(job, cpu_s=self.time_limit_s, wall_s=backstop, mem=self.memory_mb)
         frames = result.frames
         base = {**self._base(result), "total": total}
-        compile_err = next((f for f in frames if f.get("event") == "compile_error"), None)
-        if compile_err is not None:
-            return Verdict(
-                "incorrect",
-                f"compile error: {quote_output(compile_err.get('error'))}",
-                extracted=code,
-                detail={**base, "passed": 0, "outcome": "compile_error"},
-            )
+        failed = _compile_error(frames, code, {**base, "passed": 0})
+        if failed is not None:
+            return failed
         by_index = {
             f["i"]: f
             for f in frames
@@ -501,14 +496,9 @@ class CodeGrader:
         )
         frames = result.frames
         base = {**self._base(result), "total": len(names), "passed": 0}
-        compile_err = next((f for f in frames if f.get("event") == "compile_error"), None)
-        if compile_err is not None:
-            return Verdict(
-                "incorrect",
-                f"compile error: {quote_output(compile_err.get('error'))}",
-                extracted=code,
-                detail={**base, "outcome": "compile_error"},
-            )
+        failed = _compile_error(frames, code, base)
+        if failed is not None:
+            return failed
         by_name = {
             f["test"]: f
             for f in frames
@@ -590,3 +580,19 @@ class CodeGrader:
             extracted=code,
             detail={**base, "failed_test": at},
         )
+
+
+def _compile_error(
+    frames: list[dict[str, Any]], code: str, detail: dict[str, Any]
+) -> Verdict | None:
+    """The verdict on a program that did not compile (the driver's ``compile_error``
+    frame), or None when it compiled; both code jobs (LiveCodeBench, BigCodeBench) read it."""
+    found = next((f for f in frames if f.get("event") == "compile_error"), None)
+    if found is None:
+        return None
+    return Verdict(
+        "incorrect",
+        f"compile error: {quote_output(found.get('error'))}",
+        extracted=code,
+        detail={**detail, "outcome": "compile_error"},
+    )
