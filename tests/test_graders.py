@@ -75,6 +75,7 @@ def test_choice_case(case: dict[str, Any]) -> None:
     assert extract_letter(case["response"], case["n_choices"]) == case["expect"]
 
 
+@pytest.mark.process  # the math grader compares in child processes
 @pytest.mark.parametrize("case", MATH_CASES, ids=[c["name"] for c in MATH_CASES])
 def test_math_case(case: dict[str, Any], math_grader: MathGrader) -> None:
     verdict = math_grader.grade(case["response"], _sample(case["gold"]))
@@ -233,6 +234,7 @@ def test_format_choices() -> None:
 # --- math grader: limits -------------------------------------------------------------
 
 
+@pytest.mark.process  # the math grader compares in child processes
 def test_math_grader_without_answer_or_gold(math_grader: MathGrader) -> None:
     assert math_grader.grade(None, _sample("1")).status == "no_answer"
     verdict = math_grader.grade(r"\boxed{1}", _sample(""))
@@ -242,6 +244,7 @@ def test_math_grader_without_answer_or_gold(math_grader: MathGrader) -> None:
     assert "could not be read" in verdict.reason
 
 
+@pytest.mark.process  # the math grader compares in child processes
 def test_math_time_limit_from_a_worker_thread(math_grader: MathGrader) -> None:
     grader = MathGrader(timeout_s=1.0)
     # Use a child first (plain numbers never do) so that the child taken next is known.
