@@ -215,7 +215,16 @@ async def test_local_server_without_key_gets_placeholder(
 
 
 async def test_openai_params_split_and_grammar(fake_server: FakeLLMServer) -> None:
-    worker = Worker(id="vllm", model="qwen", client="openai", api_base=fake_server.openai_base)
+    # The grammar's field per server is tests/test_structured_outputs.py's; here, the
+    # one a vLLM 0.10 takes, beside the split of the parameters.
+    fake_server.script("qwen", ["x"])
+    worker = Worker(
+        id="vllm",
+        model="qwen",
+        client="openai",
+        api_base=fake_server.openai_base,
+        structured_outputs="vllm-legacy",
+    )
     req = ModelRequest(
         messages=({"role": "user", "content": "hi"},),
         params={"temperature": 0.5, "max_tokens": 9, "top_k": 20, "chat_template_kwargs": {"a": 1}},

@@ -443,17 +443,23 @@ async def test_a_grammar_the_conductor_client_cannot_send_is_said_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``constrained: true`` with a client that drops grammars (its capabilities say
-    ``grammar: none``) warns once per run; one that sends it does not warn."""
+    ``grammar: none``), or told to send none, warns once per run; one that sends it does
+    not warn."""
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
-    fake_server.script(CONDUCTOR_MODEL, lambda r: lists([0], ["Answer."], [[]]))
+    # A reply the grammar admits (the fake server reads no grammar field: a reply
+    # outside it would be a GrammarIgnoredError, tests/test_structured_outputs.py).
+    fake_server.script(CONDUCTOR_MODEL, lambda r: lists([0], ["Answer."], [[]]).rstrip("\n"))
     fake_server.script("w0", lambda r: "<answer>Paris</answer>")
-    warned = "cannot send a grammar"
-    for client, base, expected in [
-        ("anthropic", fake_server.anthropic_base, 1),
-        ("openai", fake_server.openai_base, 0),
+    warned = "sends no grammar"
+    for client, base, expected, setting in [
+        ("anthropic", fake_server.anthropic_base, 1, {}),
+        ("openai", fake_server.openai_base, 0, {}),
+        ("openai", fake_server.openai_base, 1, {"structured_outputs": "none"}),
     ]:
         caplog.clear()
-        pool = make_pool(tmp_path, fake_server, n=1, client=client, api_base=base, constrained=True)
+        pool = make_pool(
+            tmp_path, fake_server, n=1, client=client, api_base=base, constrained=True, **setting
+        )
         orch = Orchestrator(pool, resolve_conductor(pool))
         try:
             for _ in range(2):

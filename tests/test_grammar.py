@@ -274,3 +274,91 @@ def test_llama_cpp_keeps_the_model_to_the_subtask_choices(embedded: Any) -> None
     workflow = parse_workflow(reply, n_workers=3, max_steps=2)
     assert workflow.steps
     assert {s.subtask for s in workflow.steps} <= set(CHOICES)
+
+
+# ------------------------------------------- the reply check (conductor.llm.gbnf)
+
+
+@pytest.mark.isolated  # llama.cpp in this process
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_reasoning_chars": 60, "max_subtask_chars": 40},
+        {"allow_empty": True, "allow_indices": True, "max_reasoning_chars": 30},
+        {"max_reasoning_chars": 0, "subtask_choices": CHOICES},
+    ],
+)
+def test_the_reply_check_admits_whatever_llama_cpp_decodes_with_the_grammar(
+    embedded: Any, options: dict[str, Any]
+) -> None:
+    """llama.cpp's grammar sampler is the reference: every reply it lets through is a
+    sentence of the grammar to :class:`GbnfMatcher` (or, cut off at the token limit,
+    the beginning of one); the same model without the grammar writes replies the
+    matcher refuses, so the check tells the two apart."""
+    from conductor.llm.gbnf import GbnfMatcher
+    from conductor.llm.local_runtime import SamplerSettings
+
+    text = workflow_grammar(3, 3, **options)
+    matcher = GbnfMatcher(text)
+    refused = 0
+    for index, question in enumerate(QUESTIONS[:6]):
+        messages = [{"role": "user", "content": f"Plan how to answer: {question}"}]
+        settings = SamplerSettings(temperature=1.0, seed=index)
+        constrained = embedded.generate(messages, settings, max_tokens=160, grammar=text)
+        found = matcher.match(constrained.text)
+        assert found.complete or (found.viable and constrained.finish_reason == "length"), (
+            constrained.text
+        )
+        free = embedded.generate(messages, settings, max_tokens=60)
+        refused += not matcher.match(free.text).complete
+    assert refused >= 3
+
+
+@pytest.mark.parametrize(
+    ("grammar", "text", "complete", "viable"),
+    [
+        ('root ::= "a"{2,3} "b"', "aab", True, True),
+        ('root ::= "a"{2,3} "b"', "aaaab", False, False),
+        ('root ::= "a"{2,3} "b"', "aa", False, True),
+        ('root ::= [^"\\\\\\x00-\\x1f]+', 'tab\there"', False, False),
+        ('root ::= [a-c]* ( x | y )?\nx ::= "\\u00e9"\ny ::= .', "abcé", True, True),
+        ('root ::= item ("," item)*  # a list\nitem ::= [0-9]+', "1,22,333", True, True),
+        ('root ::= item ("," item)*\nitem ::= [0-9]+', "1,,2", False, False),
+        ('root ::= "[" [\\]\\[-] "]"', "[-]", True, True),
+        ('root ::= "x"?  "y"*', "", True, True),
+    ],
+)
+def test_the_matcher_reads_gbnf(grammar: str, text: str, complete: bool, viable: bool) -> None:
+    from conductor.llm.gbnf import GbnfMatcher
+
+    found = GbnfMatcher(grammar).match(text)
+    assert (found.complete, found.viable) == (complete, viable)
+
+
+def test_the_matcher_says_where_a_reply_left_the_workflow_grammar() -> None:
+    from conductor.llm.gbnf import GbnfMatcher
+
+    matcher = GbnfMatcher(workflow_grammar(2, 2))
+    reply = 'Plan.\nmodel_id = [0, 1]\nsubtasks = ["Solve.", "Check."]\naccess_list = [[], ["all"]]'
+    assert matcher.match(reply).complete
+    assert matcher.match(reply + "\n").offset == len(reply)
+    assert matcher.match(reply.replace("[0, 1]", "[0, 2]")).offset == reply.index("1]")
+    assert matcher.match("Sure [x]").offset == 5
+
+
+@pytest.mark.parametrize(
+    ("grammar", "error"),
+    [
+        ('root ::= "open', "unterminated string"),
+        ("root ::= other", "not defined"),
+        ('start ::= "x"', "no 'root' rule"),
+        ('root ::= "x"{3,1}', "below its minimum"),
+        ('root ::= root "x" | "y"', "left-recursive"),
+        ('root ::= "\\q"', "unknown escape"),
+    ],
+)
+def test_the_matcher_refuses_what_it_cannot_read(grammar: str, error: str) -> None:
+    from conductor.llm.gbnf import GbnfError, GbnfMatcher
+
+    with pytest.raises(GbnfError, match=error):
+        GbnfMatcher(grammar).match("yx")

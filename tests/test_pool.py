@@ -372,26 +372,16 @@ def test_paper_pool_matches_the_paper() -> None:
     assert moved.conductor is not None and moved.conductor.api_base == "http://c:1/v1"
 
 
-def test_paper_pool_comment_shows_the_authors_worker_context() -> None:
+def test_paper_pool_sends_the_authors_worker_context() -> None:
     from conductor.llm.prefill import prefill_message
-    from conductor.pool import load_pool_text
-    from conductor.targets import WorkerContext
 
-    path = resolve_pool_path("paper")
-    shipped = load_pool(path, environ={})
-    # Shipped as today: no prefill, reasoning stripped.
-    assert all(w.context == WorkerContext() for w in shipped.workers)
-    text = path.read_text()
-    # Uncommenting the two lines under "context:" gives the authors' settings.
-    lines = text.splitlines()
-    start = lines.index("# context:")
-    for i in range(start, start + 3):
-        assert lines[i].startswith("# ")
-        lines[i] = lines[i][2:]
-    enabled = load_pool_text("\n".join(lines), environ={})
-    assert enabled.context.reasoning == "keep"
-    assert enabled.context.prefill == "I'll work through this carefully, one step at a time.\n"
-    continued = [w.id for w in enabled.workers if prefill_message(w, w.context.prefill)]
+    shipped = load_pool(resolve_pool_path("paper"), environ={})
+    # The authors' runner: a step-by-step opener each worker continues, and earlier
+    # answers passed on with their reasoning.
+    assert shipped.context.reasoning == "keep"
+    assert shipped.context.prefill == "I'll work through this one step at a time."
+    assert all(w.context == shipped.context for w in shipped.workers)
+    continued = [w.id for w in shipped.workers if prefill_message(w, w.context.prefill)]
     # As the comment says: all but the Gemini and OpenAI workers continue the prefill.
     assert continued == [
         "claude-sonnet-4",

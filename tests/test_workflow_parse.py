@@ -263,3 +263,15 @@ def test_deep_nesting_within_the_read_window_names_the_list() -> None:
     with pytest.raises(WorkflowParseError) as info:
         parse_workflow(text, n_workers=2)
     assert "`access_list` list nests brackets more than" in info.value.reason
+
+
+def test_subtask_choices_admit_only_the_offered_instructions() -> None:
+    """With a pool's `conductor.subtasks`, the parser checks what the grammar enforces
+    (for replies written without one: training rollouts, clients that cannot send it)."""
+    text = 'model_id = [0, 1]\nsubtasks = ["Solve it.", " Check it. "]\naccess_list = [[], ["all"]]'
+    choices = ("Solve it.", "Check it.")
+    assert len(parse_workflow(text, n_workers=2, subtask_choices=choices).steps) == 2
+    with pytest.raises(WorkflowParseError, match=r"subtasks\[1\] = ' Check it. ' is not one"):
+        parse_workflow(text, n_workers=2, subtask_choices=("Solve it.", "Check."))
+    # Without choices any instruction goes, as before.
+    assert parse_workflow(text, n_workers=2).steps[1].subtask == " Check it. "

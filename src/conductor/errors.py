@@ -41,6 +41,7 @@ __all__ = [
     "ConnectTimeoutError",
     "ConnectionFailedError",
     "ConnectionRefusedByHostError",
+    "GrammarIgnoredError",
     "HostNotFoundError",
     "HostUnreachableError",
     "LocalModelCrashedError",
@@ -425,6 +426,29 @@ class BadRequestError(ModelCallError):
     @property
     def kind(self) -> str:
         return "bad request"
+
+
+class GrammarIgnoredError(ModelCallError):
+    """A server asked to constrain a reply to a grammar answered (HTTP 200) with a reply
+    the grammar does not admit: it ignored the body field the grammar went in, as a
+    server does with a field it does not know.  ``field`` is the field sent (e.g.
+    ``structured_outputs.grammar``), ``server`` the server as identified (e.g.
+    ``vLLM 0.10.1``); the message says which ``structured_outputs`` setting to use.
+    Never retried: the same request to the same server is ignored the same way."""
+
+    def __init__(
+        self, message: str, *, field: str | None = None, server: str | None = None, **kw: Any
+    ) -> None:
+        self.field: str | None = field
+        self.server: str | None = server
+        super().__init__(message, **kw)
+
+    def fields(self) -> dict[str, Any]:
+        return {**super().fields(), "field": self.field, "server": self.server}
+
+    @property
+    def kind(self) -> str:
+        return "grammar ignored"
 
 
 class LocalModelCrashedError(ModelCallError):

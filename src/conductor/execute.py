@@ -119,14 +119,23 @@ class Orchestrator:
         if key not in self._grammar_cache:
             from .grammar import workflow_grammar
             from .llm.factory import capabilities_of
+            from .llm.structured import carries_grammar
 
-            if not self._grammar_cache and capabilities_of(self.conductor.target).grammar == "none":
+            target = self.conductor.target
+            if not self._grammar_cache and not carries_grammar(
+                target, capabilities_of(target).grammar
+            ):
                 # Said once per run: the pool asked for constrained decoding and would
                 # otherwise believe it has it.
                 log.warning(
-                    "the Conductor's client (%s) cannot send a grammar, so `constrained: true` "
-                    "does not constrain its replies; the workflow parser still checks them",
-                    self.conductor.target.client or "litellm",
+                    "the Conductor's client (%s, model %r%s) sends no grammar, so "
+                    "`constrained: true` does not constrain its replies; the workflow "
+                    "parser still checks them",
+                    target.client or "litellm",
+                    target.model,
+                    ", structured_outputs: none"
+                    if target.structured_outputs == "none"
+                    else ("" if target.api_base else ", no api_base"),
                 )
 
             cond = self.conductor
@@ -186,6 +195,7 @@ class Orchestrator:
                     n_workers=len(self.pool.workers),
                     max_steps=max_steps,
                     allow_empty=allow_empty,
+                    subtask_choices=cond.subtasks,
                 )
             except WorkflowParseError as exc:
                 rnd.parse_errors.append(exc.reason)
@@ -230,6 +240,7 @@ class Orchestrator:
                     n_workers=len(self.pool.workers),
                     max_steps=max_steps,
                     allow_empty=allow_empty,
+                    subtask_choices=cond.subtasks,
                 )
             except WorkflowParseError as exc:
                 rnd.parse_errors.append(exc.reason)

@@ -27,6 +27,7 @@ from .targets import (
     MESSAGE_FORMS,
     POOL_CLIENT_KINDS,
     REASONING_MODES,
+    STRUCTURED_OUTPUTS,
     ConductorConfig,
     MessageForm,
     Price,
@@ -105,7 +106,7 @@ _WORKER_KEYS = (
     *("id", "model", "client", "api_base", "api_key_env", "params", "price"),
     *("max_concurrency", "timeout_s", "max_retries", "total_timeout_s"),
     *_SAMPLING_KEYS,
-    *("description", "system_prompt"),
+    *("description", "system_prompt", "structured_outputs"),
     *_LOCAL_ONLY_KEYS,
     "context",
 )
@@ -113,6 +114,9 @@ _CONTEXT_KEYS = tuple(f.name for f in fields(WorkerContext))
 _CONDUCTOR_KEYS = tuple(f.name for f in fields(ConductorConfig))
 _PRICE_KEYS = ("input_per_mtok", "output_per_mtok")
 _LOCAL_DEFAULT_MODEL = "smollm2"
+# The clients that send a grammar to an OpenAI-compatible server, so the only ones a
+# structured_outputs setting means anything to.
+_SERVER_GRAMMAR_CLIENTS = ("litellm", "openai", "http")
 
 
 class _PoolReader(ConfigReader):
@@ -264,6 +268,14 @@ class _PoolReader(ConfigReader):
                 f"{field}.model",
             )
 
+        if "structured_outputs" in get and client not in _SERVER_GRAMMAR_CLIENTS:
+            raise self.error(
+                f"{field}.structured_outputs applies only to a client that sends a grammar "
+                f"to an OpenAI-compatible server ({', '.join(_SERVER_GRAMMAR_CLIENTS)}), but "
+                f"this worker's client is {client}",
+                keys["structured_outputs"][0],
+                f"{field}.structured_outputs",
+            )
         if client != "local":
             for key in _LOCAL_ONLY_KEYS:
                 if key in get:
@@ -315,6 +327,8 @@ class _PoolReader(ConfigReader):
                 kwargs[key] = self.integer(vn, sub, -1)
             elif key == "context":
                 kwargs[key] = self.context(vn, sub, kwargs["context"])
+            elif key == "structured_outputs":
+                kwargs[key] = self.choice(vn, sub, STRUCTURED_OUTPUTS) or "auto"
             else:  # pragma: no cover - _WORKER_KEYS and this chain agree
                 raise AssertionError(key)
 
@@ -397,6 +411,8 @@ class _PoolReader(ConfigReader):
                 value = float(value) if value is not None else None
             elif key == "subtasks":
                 value = self.subtask_choices(vn, sub)
+            elif key == "structured_outputs":
+                value = self.choice(vn, sub, STRUCTURED_OUTPUTS)
             else:  # pragma: no cover
                 raise AssertionError(key)
             if value is not None:
@@ -408,6 +424,14 @@ class _PoolReader(ConfigReader):
                 "Conductor to those instructions (add constrained: true, or remove subtasks)",
                 keys["subtasks"][1],
                 "conductor.subtasks",
+            )
+        if config.structured_outputs is not None and config.backend in ("local", "checkpoint"):
+            raise self.error(
+                f"conductor.structured_outputs says how a grammar is sent to an "
+                f"OpenAI-compatible server; a {config.backend} Conductor constrains its own "
+                "decoder (remove structured_outputs)",
+                keys["structured_outputs"][0],
+                "conductor.structured_outputs",
             )
         if config.backend == "endpoint" and config.api_base is None:
             raise self.error(

@@ -111,7 +111,11 @@ def public_fields(obj: Any) -> dict[str, Any]:
             value = redact_params(value)
         elif isinstance(value, WorkerContext):
             value = public_fields(value)
-        elif (f.name == "message" and value == "full") or (f.name == "subtasks" and not value):
+        elif (
+            (f.name == "message" and value == "full")
+            or (f.name == "subtasks" and not value)
+            or (f.name == "structured_outputs" and value in ("auto", None))
+        ):
             # Defaults of settings added later are left out, so that the records (and
             # the keys bench resume and the sample cache compare) of pools written
             # before them read the same.

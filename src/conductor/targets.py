@@ -19,12 +19,14 @@ __all__ = [
     "MESSAGE_FORMS",
     "POOL_CLIENT_KINDS",
     "REASONING_MODES",
+    "STRUCTURED_OUTPUTS",
     "ClientKind",
     "ConductorBackend",
     "ConductorConfig",
     "MessageForm",
     "Price",
     "ReasoningMode",
+    "StructuredOutputs",
     "Worker",
     "WorkerContext",
 ]
@@ -48,6 +50,13 @@ ReasoningMode = Literal["strip", "keep"]
 REASONING_MODES: tuple[ReasoningMode, ...] = get_args(ReasoningMode)
 MessageForm = Literal["full", "brief"]
 MESSAGE_FORMS: tuple[MessageForm, ...] = get_args(MessageForm)
+#: Which body field carries a grammar to an OpenAI-compatible server (``api_base``):
+#: ``vllm`` (vLLM 0.11 and later: ``structured_outputs: {"grammar": ...}``),
+#: ``vllm-legacy`` (vLLM 0.10 and earlier: ``guided_grammar``), ``sglang`` (``ebnf``),
+#: ``llama.cpp`` (llama-server: ``grammar``), ``none`` (send none), or ``auto`` (the
+#: default: ask the server once which it is; see ``conductor.llm.structured``).
+StructuredOutputs = Literal["auto", "vllm", "vllm-legacy", "sglang", "llama.cpp", "none"]
+STRUCTURED_OUTPUTS: tuple[StructuredOutputs, ...] = get_args(StructuredOutputs)
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,8 @@ class Worker:
     total_timeout_s: float = 900.0
     description: str | None = None
     system_prompt: str | None = None
+    # How a grammar is sent to an api_base server (see StructuredOutputs).
+    structured_outputs: StructuredOutputs = "auto"
     # client: local only (llama.cpp).
     model_path: str | None = None
     n_ctx: int | None = None
@@ -123,7 +134,9 @@ class ConductorConfig:
     ``hf:ORG/NAME`` loaded in-process).  ``template`` is a built-in template name or a
     path to a template file (``.txt``: one user message; ``.yaml``: a conversation with
     an optional reply prefill).  ``constrained`` asks for grammar / guided decoding where
-    the backend supports it.  ``temperature``, ``max_tokens`` and ``top_p`` are the
+    the backend supports it; ``structured_outputs`` says which body field carries the
+    grammar to an OpenAI-compatible server (``None``: a prompted pool worker's own
+    setting, else ``auto``).  ``temperature``, ``max_tokens`` and ``top_p`` are the
     Conductor's sampling settings (``None``: the server's default, or a checkpoint's
     ``conductor.json``); a key of the same name in ``params`` wins.
     """
@@ -139,6 +152,7 @@ class ConductorConfig:
     parse_retries: int = 5
     show_descriptions: bool = False
     constrained: bool = False
+    structured_outputs: StructuredOutputs | None = None
     max_concurrency: int = 64
     max_reasoning_chars: int = 600
     min_subtask_chars: int = 1

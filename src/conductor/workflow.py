@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -404,7 +404,12 @@ def _build(
 
 
 def parse_workflow(
-    text: str, *, n_workers: int, max_steps: int = 5, allow_empty: bool = False
+    text: str,
+    *,
+    n_workers: int,
+    max_steps: int = 5,
+    allow_empty: bool = False,
+    subtask_choices: Sequence[str] = (),
 ) -> Workflow:
     """Read the workflow at the end of a Conductor reply.
 
@@ -423,7 +428,10 @@ def parse_workflow(
     non-empty strings; an access entry is ``[]``, ``"all"`` or any list holding
     ``"all"`` (any case) for every earlier step, or a list of earlier step indices.
     Three empty lists give the empty workflow when ``allow_empty`` (a recursive round
-    accepting the previous answer).
+    accepting the previous answer).  With ``subtask_choices`` (a pool's
+    ``conductor.subtasks``), every subtask must be one of them (surrounding spaces
+    aside): what the grammar enforces while decoding, checked for a reply written
+    without it (a training rollout, a client that cannot send a grammar).
 
     Raises :class:`WorkflowParseError` whose ``reason`` is a short sentence to show the
     Conductor when asking it again.
@@ -446,7 +454,7 @@ def parse_workflow(
     if not complete:
         raise WorkflowParseError(_why_incomplete(found))
     chosen = complete[-1]
-    return _build(
+    workflow = _build(
         chosen[_MODEL].value,
         chosen[_SUBTASKS].value,
         chosen[_ACCESS].value,
@@ -454,6 +462,16 @@ def parse_workflow(
         max_steps=max_steps,
         allow_empty=allow_empty,
     )
+    if subtask_choices:
+        allowed = {choice.strip() for choice in subtask_choices}
+        for i, step in enumerate(workflow.steps):
+            if step.subtask.strip() not in allowed:
+                shown = step.subtask if len(step.subtask) <= 80 else step.subtask[:80] + "..."
+                raise WorkflowParseError(
+                    f"subtasks[{i}] = {shown!r} is not one of the instructions you can "
+                    "give; copy one of them exactly"
+                )
+    return workflow
 
 
 def _why_incomplete(found: list[_Found]) -> str:

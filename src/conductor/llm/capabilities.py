@@ -34,12 +34,13 @@ __all__ = ["NO_CAPABILITIES", "ClientCapabilities", "GrammarSupport", "PrefillRu
 PrefillRule = Literal["native", "api_base", "model_prefix", "chat_template", "none"]
 
 #: What a client does with ``request.grammar`` (GBNF): constrains its own decoder
-#: (``decoder``: llama.cpp, an in-process vLLM), sends it as vLLM's ``guided_grammar``
-#: body field (``guided``: always; ``guided_api_base``: only to a server named by
-#: ``api_base``; ``guided_model_prefix``: only then and for an ``openai/`` or
-#: ``hosted_vllm/`` model), or drops it (``none``: the workflow parser's re-ask loop is
-#: all that keeps the reply to the grammar).
-GrammarSupport = Literal["decoder", "guided", "guided_api_base", "guided_model_prefix", "none"]
+#: (``decoder``: llama.cpp, an in-process vLLM), sends it to a server named by
+#: ``api_base`` in the body field that server reads (``server``; which field is the
+#: target's ``structured_outputs``, see :mod:`conductor.llm.structured`), does so only
+#: for an ``openai/`` or ``hosted_vllm/`` model (``server_model_prefix``: litellm), or
+#: drops it (``none``: the workflow parser's re-ask loop is all that keeps the reply to
+#: the grammar).
+GrammarSupport = Literal["decoder", "server", "server_model_prefix", "none"]
 
 
 @dataclass(frozen=True)

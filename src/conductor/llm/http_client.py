@@ -5,8 +5,9 @@ Conductor behind vLLM): it sends the Chat Completions request as plain JSON and 
 the JSON reply, with none of an SDK's per-call object building.  Measured here it costs
 about a third of the CPU per call of the ``openai`` SDK, which is what lets a benchmark
 keep 64 calls in flight on two cores.  Parameters pass through as they are (servers
-ignore or reject what they do not know); ``request.grammar`` is sent as vLLM's
-``guided_grammar`` and ``response_format`` as is.
+ignore or reject what they do not know); ``request.grammar`` goes to an ``api_base``
+server in the field that server reads (:mod:`conductor.llm.structured`) and
+``response_format`` as is.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .failures import (
 from .prefill_rules import continue_fields
 from .replies import bad_response, openai_reply
 from .sdk import strip_prefix, with_backstop
+from .structured import ServerGrammar
 from .types import Message, ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
@@ -51,7 +53,7 @@ class HttpClient:
         quota="openai",
         prefill="api_base",
         no_prefill="OpenAI's own API cannot continue an assistant message (an api_base server can)",
-        grammar="guided",
+        grammar="server",
     )
 
     def __init__(self, target: Worker) -> None:
@@ -60,6 +62,7 @@ class HttpClient:
         self._url = (target.api_base or _DEFAULT_BASE).rstrip("/") + "/chat/completions"
         self._session: aiohttp.ClientSession | None = None
         self._key: str | None = None
+        self._grammar = ServerGrammar(target, self.capabilities.grammar)
 
     def _open(self) -> aiohttp.ClientSession:
         import aiohttp
@@ -92,8 +95,7 @@ class HttpClient:
         body.pop("extra_headers", None)
         if request.response_format is not None:
             body["response_format"] = request.response_format
-        if request.grammar is not None:
-            body["guided_grammar"] = request.grammar
+        body.update(self._grammar.fields(request))
         return body
 
     async def prepare(self) -> None:
@@ -106,6 +108,7 @@ class HttpClient:
         session = self._session or self._open()
         target = self.target.id
         extra_headers = request.params.get("extra_headers")
+        await self._grammar.resolve(request, api_key=self._key)
         try:
             async with session.post(
                 self._url,
@@ -141,7 +144,9 @@ class HttpClient:
         if data is None:
             text = payload[:200].decode("utf-8", "replace")
             raise bad_response(target, scrub(f"the reply is not JSON: {text!r}", self._key))
-        return openai_reply(data, target)
+        raw = openai_reply(data, target)
+        await self._grammar.check(raw, request, api_key=self._key)
+        return raw
 
     async def aclose(self) -> None:
         """Close the session and its connections."""

@@ -23,9 +23,10 @@ from .failures import (
     scrub,
     timeout_error,
 )
-from .prefill_rules import OPENAI_COMPATIBLE_PREFIXES, continue_fields
+from .prefill_rules import continue_fields
 from .replies import bad_response, body_of, openai_reply
 from .sdk import import_litellm, with_backstop
+from .structured import ServerGrammar
 from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
@@ -45,11 +46,11 @@ class LiteLLMClient:
     """One attempt at a chat completion through ``litellm.acompletion``."""
 
     # The model's provider prefix picks the provider: its key (litellm finds it),
-    # its quota, whether it continues a prefill and takes vLLM's guided grammar.
+    # its quota, whether it continues a prefill and sends a grammar to its server.
     capabilities: ClassVar[ClientCapabilities] = ClientCapabilities(
         routes_by_model=True,
         prefill="model_prefix",
-        grammar="guided_model_prefix",
+        grammar="server_model_prefix",
     )
 
     def __init__(self, target: Worker) -> None:
@@ -57,8 +58,8 @@ class LiteLLMClient:
         self._system: list[dict[str, str]] = (
             [{"role": "system", "content": target.system_prompt}] if target.system_prompt else []
         )
-        self._openai_compatible = target.model.startswith(OPENAI_COMPATIBLE_PREFIXES)
         self._key: str | None = None
+        self._grammar = ServerGrammar(target, self.capabilities.grammar)
 
     def _api_key(self) -> str | None:
         """The key to pass, or None to let litellm find its own."""
@@ -85,10 +86,9 @@ class LiteLLMClient:
             kwargs["api_base"] = self.target.api_base
         if request.response_format is not None:
             kwargs["response_format"] = request.response_format
-        if request.grammar is not None and self._openai_compatible and self.target.api_base:
-            extra = dict(kwargs.get("extra_body") or {})
-            extra["guided_grammar"] = request.grammar
-            kwargs["extra_body"] = extra
+        grammar = self._grammar.fields(request)
+        if grammar:
+            kwargs["extra_body"] = {**(kwargs.get("extra_body") or {}), **grammar}
         # A final assistant message is a prefill for a vLLM-style server to continue
         # (Anthropic continues one by itself).
         continuing = continue_fields(self.capabilities.prefill, self.target, request.messages)
@@ -105,6 +105,7 @@ class LiteLLMClient:
         litellm = import_litellm()
         key = self._api_key()
         self._key = key
+        await self._grammar.resolve(request, api_key=key)
         kwargs = self.build_kwargs(request, timeout_s)
         if key is not None:
             kwargs["api_key"] = key
@@ -115,7 +116,9 @@ class LiteLLMClient:
         except Exception as exc:  # classified below; anything else is re-raised
             raise self._classify(exc, timeout_s) from None
         target = self.target.id
-        return openai_reply(body_of(resp, target), target)
+        raw = openai_reply(body_of(resp, target), target)
+        await self._grammar.check(raw, request, api_key=key)
+        return raw
 
     def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
         litellm = import_litellm()

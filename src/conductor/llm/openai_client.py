@@ -19,6 +19,7 @@ from .failures import classify_sdk_error
 from .prefill_rules import continue_fields
 from .replies import body_of, openai_reply
 from .sdk import keyword_names, strip_prefix, with_backstop
+from .structured import ServerGrammar
 from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class OpenAIClient:
         key_envs=("OPENAI_API_KEY",),
         prefill="api_base",
         no_prefill="OpenAI's own API cannot continue an assistant message (an api_base server can)",
-        grammar="guided_api_base",
+        grammar="server",
     )
 
     def __init__(self, target: Worker) -> None:
@@ -78,6 +79,7 @@ class OpenAIClient:
         self._client: Any = None
         self._key: str | None = None
         self._accepted: frozenset[str] = OPENAI_KWARGS
+        self._grammar = ServerGrammar(target, self.capabilities.grammar)
 
     def _sdk(self) -> Any:
         key = resolve_api_key(self.target, self.capabilities.key_envs)
@@ -120,8 +122,7 @@ class OpenAIClient:
                 extra[name] = value
         if request.response_format is not None:
             kwargs["response_format"] = request.response_format
-        if request.grammar is not None and self.target.api_base:
-            extra["guided_grammar"] = request.grammar
+        extra.update(self._grammar.fields(request))
         if extra:
             kwargs["extra_body"] = extra
         return kwargs
@@ -133,6 +134,7 @@ class OpenAIClient:
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
         """Send ``request`` once; raise a ``ModelCallError`` subclass on failure."""
         client = self._sdk()
+        await self._grammar.resolve(request, api_key=self._key)
         kwargs = self.build_kwargs(request)
         try:
             resp = await with_backstop(
@@ -143,7 +145,9 @@ class OpenAIClient:
         except Exception as exc:  # classified below; anything else is re-raised
             raise self._classify(exc, timeout_s) from None
         target = self.target.id
-        return openai_reply(body_of(resp, target), target)
+        raw = openai_reply(body_of(resp, target), target)
+        await self._grammar.check(raw, request, api_key=self._key)
+        return raw
 
     def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
         import openai

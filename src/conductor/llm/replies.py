@@ -23,6 +23,7 @@ from ..errors import BadResponseError
 from .types import RawCompletion, Usage
 
 __all__ = [
+    "openai_content",
     "anthropic_reply",
     "bad_response",
     "body_of",
@@ -105,6 +106,14 @@ def _openai_content(content: Any, target: str | None) -> str:
     raise bad_response(
         target, f"choices[0].message.content is not text but {type(content).__name__}"
     )
+
+
+def openai_content(body: Mapping[str, Any]) -> str:
+    """The content of a Chat Completions body that :func:`openai_reply` read
+    (``choices[0].message.content``): what the model wrote, without the reasoning a
+    server's reasoning parser returned beside it."""
+    message = body["choices"][0]["message"]
+    return _openai_content(message.get("content"), None)
 
 
 def openai_reply(body: Any, target: str | None) -> RawCompletion:
