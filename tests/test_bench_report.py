@@ -252,35 +252,37 @@ def test_large_run_streams_in_small_memory(tmp_path: Path) -> None:
 
 
 def test_paper_reference_figures() -> None:
-    gpqa = paper_reference("GPQA-D", "conductor")
+    gpqa = paper_reference("GPQA-D", "conductor", paper_set=True)
     assert [(f.table, f.method, f.text) for f in gpqa] == [
         ("Table 1", "Conductor", "87.5"),
         ("Table 8", "Conductor", "81.31"),
         ("Table 8", "recursive Conductor", "82.32"),
     ]
     assert gpqa[1].label == "Table 8 (constrained, out of domain): Conductor"
-    moa = {(f.table, f.metric): f.value for f in paper_reference("MATH500", "moa")}
+    moa = {(f.table, f.metric): f.value for f in paper_reference("MATH500", "moa", paper_set=True)}
     assert moa == {
         ("Table 7", "accuracy"): 83.10,
         ("Table 6", "tokens_per_question"): 11203,
         ("Table 6", "cost_per_question_usd"): 0.0486,
     }
-    cond_lcb = {(f.table, f.metric): f.text for f in paper_reference("LCB", "conductor")}
+    cond_lcb = {
+        (f.table, f.metric): f.text for f in paper_reference("LCB", "conductor", paper_set=True)
+    }
     assert cond_lcb[("Table 6", "tokens_per_question")] == "1,820"
     assert cond_lcb[("Table 6", "cost_per_question_usd")] == "$0.0238"
     assert cond_lcb[("Table 7", "accuracy")] == "64.29"
-    gem = paper_reference("GPQA-D", "single:gemini-2.5-pro")
+    gem = paper_reference("GPQA-D", "single:gemini-2.5-pro", paper_set=True)
     assert [(f.table, f.text) for f in gem] == [("Table 1", "84.8"), ("Table 8", "75.25")]
-    local = paper_reference("MMLU", "single:smollm2")
+    local = paper_reference("MMLU", "single:smollm2", paper_set=True)
     assert [f.text for f in local] == ["91.4", "92.4", "93.5", "91.53"]
-    oracle = paper_reference("BCB", "oracle-best")
+    oracle = paper_reference("BCB", "oracle-best", paper_set=True)
     assert [(f.method, f.text) for f in oracle] == [
         ("Gemini 2.5 Pro", "37.51"),
         ("best single worker (Gemini)", "35.1"),
     ]
-    assert paper_reference("AIME24", "conductor") == []
-    assert paper_reference(None, "conductor") == []
-    assert paper_reference("GPQA-D", "vote:5:gpt") == []
+    assert paper_reference("AIME24", "conductor", paper_set=True) == []
+    assert paper_reference(None, "conductor", paper_set=True) == []
+    assert paper_reference("GPQA-D", "vote:5:gpt", paper_set=True) == []
     # Every text reads back as its value (no slip between the two copies).
     for f in PAPER_FIGURES:
         assert float(f.text.replace(",", "").replace("$", "")) == f.value

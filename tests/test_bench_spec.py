@@ -22,18 +22,26 @@ SHIPPED = [
     "aime25",
     "bigcodebench-hard",
     "gpqa-diamond",
+    "lcb-v6",
     "livecodebench",
     "math500",
+    "math500-paper",
     "mmlu",
+    "mmlu-paper",
     "rlpr",
+    "rlpr-paper",
     "smoke",
 ]
 PAPER_KEYS = {
     "gpqa-diamond": "GPQA-D",
     "math500": "MATH500",
+    "math500-paper": "MATH500",
     "aime25": "AIME25",
     "mmlu": "MMLU",
+    "mmlu-paper": "MMLU",
     "livecodebench": "LCB",
+    "lcb-v6": "LCB",
+    "rlpr-paper": "RLPR",
     "bigcodebench-hard": "BCB",
 }
 

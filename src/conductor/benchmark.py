@@ -26,12 +26,47 @@ __all__ = [
     "LOADER_FIELDS",
     "LOADER_FILTERS",
     "LOADER_INPUTS",
+    "SELECT_SHUFFLES",
     "BenchmarkSpec",
     "DataSource",
+    "Selection",
     "is_pinned",
     "lcb_release_files",
     "loader_of",
 ]
+
+
+#: How a :class:`Selection` orders the rows before cutting them: ``python`` is
+#: ``random.Random(seed).shuffle`` of the row positions, ``numpy`` is
+#: ``numpy.random.default_rng(seed).permutation`` (what ``datasets.Dataset.shuffle(seed=...)``
+#: does).  The paper authors' code uses the one for its splits, the other for MMLU.
+SELECT_SHUFFLES: tuple[str, ...] = ("python", "numpy")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A seeded part of a source's rows (after its filters): the row positions are
+    shuffled (``shuffle``, ``seed``), then cut, in order, into the ``cut`` parts - each
+    ``int(n * size)`` positions for a fraction, ``size`` for a count (an int) - and
+    ``rest``, what is left; the benchmark reads part ``part``.
+
+    The same rule on the same rows always gives the same positions; rows are read in
+    dataset order (the selection is a set, not an order).
+    """
+
+    shuffle: Literal["python", "numpy"]
+    seed: int
+    cut: tuple[tuple[str, float | int], ...]
+    part: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The rule as a run record keeps it."""
+        return {
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "cut": dict(self.cut),
+            "part": self.part,
+        }
 
 
 @dataclass(frozen=True)
@@ -53,6 +88,8 @@ class DataSource:
     fields: dict[str, str] | None = field(default=None, compare=False)
     filters: dict[str, Any] | None = field(default=None, compare=False)
     balance: tuple[str, ...] = ()
+    #: A seeded part of the rows (e.g. the paper authors' held-out fifth), else all.
+    select: Selection | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +111,9 @@ class BenchmarkSpec:
     #: the train_source, and ``conductor bench`` needs ``--data FILE``).
     training_only: bool = False
     paper_key: str | None = None
+    #: Whether these are the questions the paper measured its ``paper_key`` column on
+    #: (for the columns whose set the authors chose: see :mod:`conductor.bench.paper`).
+    paper_set: bool = False
     path: Path | None = None
 
 

@@ -8,6 +8,13 @@ Each number keeps the text the paper prints (``"37.8"`` stays ``"37.8"``, not
 
 Column keys are the benchmarks' ``paper_key`` values: ``MATH500``, ``MMLU``, ``RLPR``,
 ``LCB``, ``AIME25``, ``BCB``, ``GPQA-D`` (and ``avg`` for a table's average column).
+
+The four training columns were measured on sets the authors chose (their held-out
+fifth of MATH-500 and of RLPR-Train, 1,531 of MMLU's test questions, LiveCodeBench's
+test6 file; :data:`AUTHORS_SETS`): their figures stand beside a run only when its
+benchmark says it is that set (``paper_set: true``); beside any other run on those
+columns (the whole of MATH-500, say) the report says where the figures were measured
+instead (:func:`paper_note`).
 """
 
 from __future__ import annotations
@@ -16,10 +23,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 __all__ = [
+    "AUTHORS_SETS",
     "PAPER_FIGURES",
     "TRAIN_KEYS",
     "PaperFigure",
     "PaperMetric",
+    "paper_note",
     "paper_reference",
 ]
 
@@ -28,6 +37,16 @@ PaperMetric = Literal["accuracy", "tokens_per_question", "cost_per_question_usd"
 
 #: The paper's training domains; Table 6's cost figures average over these four.
 TRAIN_KEYS: tuple[str, ...] = ("MATH500", "MMLU", "RLPR", "LCB")
+
+#: The columns measured on a part of a dataset the authors chose, and the shipped
+#: benchmark that selects the same questions.  The out-of-domain columns (AIME25,
+#: BCB, GPQA-D) are whole datasets, comparable with any run on them.
+AUTHORS_SETS: dict[str, str] = {
+    "MATH500": "math500-paper",
+    "MMLU": "mmlu-paper",
+    "RLPR": "rlpr-paper",
+    "LCB": "lcb-v6",
+}
 
 
 @dataclass(frozen=True)
@@ -138,8 +157,10 @@ def _single_methods(worker: str) -> set[str]:
     return {*_SINGLE_TABLE1.values(), _BEST_SINGLE}
 
 
-def paper_reference(paper_key: str | None, strategy: str) -> list[PaperFigure]:
-    """The paper's figures comparable with a run of ``strategy`` on ``paper_key``.
+def paper_reference(paper_key: str | None, strategy: str, *, paper_set: bool) -> list[PaperFigure]:
+    """The paper's figures comparable with a run of ``strategy`` on ``paper_key``;
+    ``paper_set`` says whether the run's benchmark is the set the paper measured that
+    column on (for a column of :data:`AUTHORS_SETS`, none are comparable otherwise).
 
     ``conductor`` gives the Conductor rows (Tables 1, 7, 8 incl. the recursive
     Conductor, and Table 6's cost); ``moa`` the Mixture-of-Agents rows; ``single:W``
@@ -147,8 +168,23 @@ def paper_reference(paper_key: str | None, strategy: str) -> list[PaperFigure]:
     ``oracle-best`` the best-single-worker rows and Table 1's best single model.
     Other strategies, or a benchmark the paper does not report, give ``[]``.
     """
-    if not paper_key:
+    if not paper_key or (paper_key in AUTHORS_SETS and not paper_set):
         return []
+    return _figures(paper_key, strategy)
+
+
+def paper_note(paper_key: str | None, strategy: str, *, paper_set: bool) -> str | None:
+    """Where the paper's figures for a run of ``strategy`` on ``paper_key`` were
+    measured, when that is another set than the run's (None when the figures are
+    comparable, or when the paper has none for that strategy)."""
+    if not paper_key or paper_set or paper_key not in AUTHORS_SETS:
+        return None
+    if not _figures(paper_key, strategy):
+        return None
+    return f"the paper's figures are on another set: benchmark {AUTHORS_SETS[paper_key]}"
+
+
+def _figures(paper_key: str, strategy: str) -> list[PaperFigure]:
     figures = [f for f in PAPER_FIGURES if f.paper_key == paper_key]
     if strategy == "conductor":
         methods = {"Conductor", _RECURSIVE}

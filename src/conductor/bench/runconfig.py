@@ -83,6 +83,7 @@ def build_config(
         benchmark=BenchmarkInfo(
             name=spec.name,
             paper_key=spec.paper_key,
+            paper_set=spec.paper_set,
             grader=grader.name,
             grader_version=grader.version,
             grader_options=spec.grader_options,

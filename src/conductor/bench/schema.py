@@ -14,7 +14,8 @@ their prompts may use:
   ``\\boxed{}``, and rows without one are left out), ``id``, ``metadata``
   (comma-separated columns copied into the sample's metadata).  Placeholders:
   ``question``.  Filters: ``subjects``, ``levels`` (lists; need ``subject`` /
-  ``level`` fields), ``max_answer_chars`` (drop longer answers).
+  ``level`` fields), ``max_answer_chars`` (drop longer answers, counted as the
+  dataset stores them, spaces included).
 * ``livecodebench``: ``release`` (``release_v1`` .. ``release_v6``, ``release_latest``,
   or ``v1`` .. ``v6`` for one release file), and columns ``question``
   (question_content), ``title``, ``id`` (question_id), ``starter_code``, ``date``

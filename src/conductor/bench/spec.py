@@ -6,6 +6,10 @@ and ``grader`` is optional)::
     name: gpqa-diamond              # default: the file's stem; used to prefix sample ids
     description: one line for humans
     paper_key: GPQA-D               # the column name in the paper's result tables
+    paper_set: true                 # these are the questions that column was measured on
+                                    #   (see conductor.bench.paper: for MATH500, MMLU,
+                                    #   RLPR and LCB the report shows the paper's figures
+                                    #   only beside a benchmark saying so)
     source:                         # exactly one of hf / url / file:
       hf: Idavidrein/gpqa           #   a Hugging Face dataset ...
       revision: 90b8e5be...         #   ... at a pinned commit of the Hub repository
@@ -14,6 +18,13 @@ and ``grader`` is optional)::
       # url: https://.../data.jsonl #   or a file on the web (.jsonl/.json/.csv/.parquet)
       # file: data/mine.jsonl       #   or a local file, relative to this YAML file
       # row: train                  #   optional: each row is nested under this column
+      # select:                     #   optional: a seeded part of the rows (after filters)
+      #   shuffle: python           #     python: random.Random(seed).shuffle of positions;
+      #                             #     numpy: default_rng(seed).permutation (datasets'
+      #                             #     Dataset.shuffle)
+      #   seed: 42
+      #   cut: {test: 0.2, valid: 0.2}  # parts cut in order: int(n * f) each, or a count
+      #   part: test                #     the part read: a cut one, or rest (what is left)
     train_source:                   # optional: held-out questions for `conductor train`
       hf: ...                       #   same keys as source, plus:
       fields: {answer: null, solution: solution}   # overrides of `fields` below
@@ -52,7 +63,7 @@ import argparse
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -66,13 +77,16 @@ from ..benchmark import (
     LOADER_FILTERS,
     LOADER_INPUTS,
     LOADERS,
+    SELECT_SHUFFLES,
     BenchmarkSpec,
     DataSource,
+    Selection,
     lcb_release_files,
     loader_of,
 )
 from ..configfile import compose_yaml, read_config_file, show_value
 from ..datasets.columns import DataColumns, data_columns
+from ..datasets.selection import REST
 from ..errors import BenchmarkFileError
 from ..shipped import resolve_shipped, shipped_dir, shipped_names
 from .schema import LoaderSections, template_placeholders
@@ -107,6 +121,7 @@ _TOP_KEYS = (
     "name",
     "description",
     "paper_key",
+    "paper_set",
     "source",
     "train_source",
     "fields",
@@ -117,7 +132,8 @@ _TOP_KEYS = (
     "epochs",
     "filters",
 )
-_SOURCE_KEYS = ("hf", "revision", "config", "split", "url", "file", "row")
+_SOURCE_KEYS = ("hf", "revision", "config", "split", "url", "file", "row", "select")
+_SELECT_KEYS = ("shuffle", "seed", "cut", "part")
 #: A train_source may also re-map fields, filter its own rows and name what to balance.
 _TRAIN_SOURCE_KEYS = (*_SOURCE_KEYS, "fields", "filters", "balance")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
@@ -134,6 +150,7 @@ class _BenchReader(LoaderSections):
         keys = self.mapping(node, field, allowed, "a mapping with hf, url or file")
         get = {k: vn for k, (_kn, vn) in keys.items()}
         row = self.string(get["row"], f"{field}.row") if "row" in get else None
+        select = self._select(get["select"], f"{field}.select") if "select" in get else None
         given = [k for k in ("hf", "url", "file") if k in get]
         if len(given) != 1:
             what = "none" if not given else " and ".join(given)
@@ -163,7 +180,13 @@ class _BenchReader(LoaderSections):
                 )
             revision = self._revision(get["revision"], f"{field}.revision")
             return DataSource(
-                kind="hf", id=dataset_id, revision=revision, config=config, split=split, row=row
+                kind="hf",
+                id=dataset_id,
+                revision=revision,
+                config=config,
+                split=split,
+                row=row,
+                select=select,
             )
         for extra in ("revision",):
             if extra in get:
@@ -180,13 +203,74 @@ class _BenchReader(LoaderSections):
                     f"{field}.url",
                 )
             self._suffix(url.split("?", 1)[0], get["url"], f"{field}.url")
-            return DataSource(kind="url", url=url, config=config, split=split, row=row)
+            return DataSource(
+                kind="url", url=url, config=config, split=split, row=row, select=select
+            )
         raw = self.required_string(get["file"], f"{field}.file").strip()
         self._suffix(raw, get["file"], f"{field}.file")
         path = Path(raw).expanduser()
         if not path.is_absolute() and base is not None:
             path = base / path
-        return DataSource(kind="file", path=str(path), config=config, split=split, row=row)
+        return DataSource(
+            kind="file", path=str(path), config=config, split=split, row=row, select=select
+        )
+
+    def _select(self, node: yaml.Node, field: str) -> Selection:
+        """A source's ``select``: shuffle, seed, the parts to cut and the one to read."""
+        keys = self.mapping(node, field, _SELECT_KEYS, "a mapping with shuffle, seed, cut, part")
+        get = {k: vn for k, (_kn, vn) in keys.items()}
+        for key in _SELECT_KEYS:
+            if key not in get:
+                raise self.error(f"{field} needs {key}", node, f"{field}.{key}")
+        shuffle = self.choice(get["shuffle"], f"{field}.shuffle", SELECT_SHUFFLES)
+        seed = self.integer(get["seed"], f"{field}.seed", 0)
+        if shuffle is None or seed is None:
+            raise self.error(f"{field} needs shuffle and seed", node, field)
+        cut_field = f"{field}.cut"
+        cut_node = get["cut"]
+        if not isinstance(cut_node, yaml.MappingNode) or not cut_node.value:
+            raise self.error(
+                f"{cut_field} must map part names to sizes (a fraction such as 0.2, or a "
+                "count), in the order they are cut",
+                cut_node,
+                cut_field,
+            )
+        cut: list[tuple[str, float | int]] = []
+        total = 0.0
+        for name, _kn, vn in self.items(cut_node, cut_field):
+            sub = f"{cut_field}.{name}"
+            if name == REST or name in dict(cut):
+                raise self.error(f"{sub}: {name!r} cannot name a cut part", _kn, sub)
+            size = self.value(vn, sub)
+            if isinstance(size, bool) or not isinstance(size, (int, float)):
+                raise self.error(
+                    f"{sub} must be a fraction (0 < f <= 1) or a count, got {show_value(size)}",
+                    vn,
+                    sub,
+                )
+            if isinstance(size, float):
+                if not 0.0 < size <= 1.0:
+                    raise self.error(
+                        f"{sub} must be a fraction in (0, 1] or a count, got {size}", vn, sub
+                    )
+                total += size
+            elif size < 1:
+                raise self.error(f"{sub} must be a count of at least 1, got {size}", vn, sub)
+            cut.append((name, size))
+        if total > 1.0 + 1e-9:
+            raise self.error(
+                f"{cut_field}: the fractions add up to more than 1", cut_node, cut_field
+            )
+        part = self.required_string(get["part"], f"{field}.part").strip()
+        names = [name for name, _size in cut] + [REST]
+        if part not in names:
+            raise self.error(
+                f"{field}.part must be one of {', '.join(names)}, got {show_value(part)}",
+                get["part"],
+                f"{field}.part",
+            )
+        kind: Literal["python", "numpy"] = "python" if shuffle == "python" else "numpy"
+        return Selection(shuffle=kind, seed=seed, cut=tuple(cut), part=part)
 
     def _revision(self, node: yaml.Node, field: str) -> str:
         value = self.value(node, field)
@@ -275,6 +359,15 @@ class _BenchReader(LoaderSections):
             self.string(get["description"], "description") if "description" in get else None
         )
         paper_key = self.string(get["paper_key"], "paper_key") if "paper_key" in get else None
+        paper_set = (
+            bool(self.boolean(get["paper_set"], "paper_set")) if "paper_set" in get else False
+        )
+        if paper_set and not paper_key:
+            raise self.error(
+                "paper_set says these are the questions of a paper column: name it with paper_key",
+                get["paper_set"],
+                "paper_set",
+            )
         return BenchmarkSpec(
             name=name,
             source=source,
@@ -289,6 +382,7 @@ class _BenchReader(LoaderSections):
             train_source=train_source,
             training_only="source" not in get,
             paper_key=paper_key,
+            paper_set=paper_set,
             path=path,
         )
 
@@ -434,7 +528,9 @@ def data_columns_table(folder: Path | None = None) -> str:
         "| Benchmark | Required columns | Optional columns |",
         "| --- | --- | --- |",
     ]
-    for path in sorted(folder.glob("*.yaml")):
+    # Sorted by name, as list_benchmarks is ("math500" before "math500-paper"; sorting
+    # the file names would put "-" before ".").
+    for path in sorted(folder.glob("*.yaml"), key=lambda p: p.stem):
         spec = load_benchmark(path)
         columns = data_columns(spec)
         optional = ", ".join(map(_md_code, columns.optional)) or "-"

@@ -49,6 +49,7 @@ from ..grading.types import Sample
 from ..text import check_question
 from .columns import data_columns
 from .loaders import MAKERS, cell_text, column_value, hidden_tests_sha256, math_gold, split_hidden
+from .selection import selected_positions
 from .sources import DataFileError, DatasetError, LocatedRow, Row, source_rows, url_cache_path
 
 __all__ = [
@@ -245,6 +246,7 @@ def dataset_provenance(spec: BenchmarkSpec, data_file: str | Path | None = None)
         "file_sha256": None,
         "template_sha256": hashlib.sha256(spec.prompt.encode("utf-8")).hexdigest(),
         "filters": dict(spec.filters),
+        "select": source.select.to_dict() if source.select is not None else None,
     }
     if loader_of(spec) == "livecodebench" and source.kind == "hf":
         out["release"] = spec.fields.get("release")
@@ -352,7 +354,13 @@ def reload_sample(
 def _effective_source(spec: BenchmarkSpec, data_file: str | Path | None) -> DataSource:
     if data_file is None:
         return spec.source
-    return DataSource(kind="file", path=str(Path(data_file).expanduser()), split="local")
+    # A local copy of the dataset holds all of its rows: the same part is selected.
+    return DataSource(
+        kind="file",
+        path=str(Path(data_file).expanduser()),
+        split="local",
+        select=spec.source.select,
+    )
 
 
 @contextlib.contextmanager
@@ -367,9 +375,24 @@ def _located(where: str) -> Iterator[None]:
 
 
 def _filtered_rows(spec: BenchmarkSpec, data_file: str | Path | None) -> Iterator[LocatedRow]:
+    """The rows that pass the filters, and of them the selected part, in dataset order."""
+    source = _effective_source(spec, data_file)
+    if source.select is None:
+        yield from _kept_rows(spec, source)
+        return
+    # The selection's positions are among the filtered rows (the authors filtered
+    # first), so they are counted in a first pass; only positions are held, no rows.
+    n = sum(1 for _ in _kept_rows(spec, source))
+    chosen = set(selected_positions(source.select, n))
+    for i, located in enumerate(_kept_rows(spec, source)):
+        if i in chosen:
+            yield located
+
+
+def _kept_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[LocatedRow]:
     keep = _row_filter(spec)
     required = _required_columns(spec)
-    for where, row in _rows(spec, _effective_source(spec, data_file)):
+    for where, row in _rows(spec, source):
         with _located(where):
             _check_row(spec, row, required)
             wanted = keep(row)
@@ -442,7 +465,7 @@ def _row_filter(spec: BenchmarkSpec) -> Any:
         checks.append(lambda row: last_boxed(cell_text(column_value(spec, row, col))) is not None)
     if "max_answer_chars" in f:
         most = int(f["max_answer_chars"])
-        checks.append(lambda row: len(math_gold(spec, row)) <= most)
+        checks.append(lambda row: len(_answer_as_given(spec, row)) <= most)
     lo, hi = f.get("contest_date_from"), f.get("contest_date_to")
     if lo or hi:
         col = fields["date"]
@@ -461,3 +484,12 @@ def _row_filter(spec: BenchmarkSpec) -> Any:
         col = fields["platform"]
         checks.append(lambda row: str(column_value(spec, row, col)).lower() in platforms)
     return lambda row: all(check(row) for check in checks)
+
+
+def _answer_as_given(spec: BenchmarkSpec, row: Row) -> str:
+    """The answer the ``max_answer_chars`` filter measures: an answer column's text as
+    the dataset holds it, spaces included (as the RLPR loader of the paper's authors
+    measured it, so that the same rows pass), else the solution's boxed answer."""
+    if "answer" in spec.fields:
+        return cell_text(column_value(spec, row, spec.fields["answer"]))
+    return math_gold(spec, row)

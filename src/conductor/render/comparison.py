@@ -27,7 +27,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..bench.paper import PaperFigure, paper_reference
+from ..bench.paper import PaperFigure, paper_note, paper_reference
 from ..runs.summary import RunSummary
 from ..text import plural, printable
 from .fitted import Fitted
@@ -40,6 +40,7 @@ __all__ = [
     "comparison_view",
     "paper_text",
     "run_entries",
+    "run_paper",
     "summary_table",
 ]
 
@@ -284,10 +285,22 @@ def paper_text(figures: list[PaperFigure]) -> list[tuple[str, str]]:
     return out
 
 
-def _paper_cell(figures: list[PaperFigure]) -> Text:
-    """Each figure as ``value method`` over a dim ``(table, setting)`` line."""
+def run_paper(e: RunEntry) -> tuple[list[PaperFigure], str | None]:
+    """The paper's figures comparable with ``e``'s run, and, where the paper measured
+    them on another set than the run's, a note saying where (no figures then)."""
+    s = e.summary
+    return (
+        paper_reference(s.paper_key, e.paper_strategy, paper_set=s.paper_set),
+        paper_note(s.paper_key, e.paper_strategy, paper_set=s.paper_set),
+    )
+
+
+def _paper_cell(e: RunEntry) -> Text:
+    """Each figure as ``value method`` over a dim ``(table, setting)`` line; or the
+    note saying the paper's figures are on another set."""
+    figures, note = run_paper(e)
     if not figures:
-        return Text("-", style="dim")
+        return Text(note or "-", style="dim")
     cell = Text()
     for i, (what, where) in enumerate(paper_text(figures)):
         if i:
@@ -331,7 +344,7 @@ def _columns_table(entries: list[RunEntry], title: str) -> Table:
         table.add_column(_heading(e))
     for m in _metrics(entries, 3):
         table.add_row(m.name, *(Text(m.cell(e.summary)) for e in entries))
-    papers = [_paper_cell(paper_reference(e.summary.paper_key, e.paper_strategy)) for e in entries]
+    papers = [_paper_cell(e) for e in entries]
     table.add_row("paper", *papers)
     table.caption = _skipped_caption(entries)
     return table

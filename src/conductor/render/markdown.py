@@ -17,11 +17,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from ..bench.paper import paper_reference
 from ..runs.stats import wilson_interval
 from ..runs.summary import RunSummary, best_single, falls_short
 from ..text import printable
-from .comparison import METRICS, RunEntry, paper_text, run_entries
+from .comparison import METRICS, RunEntry, paper_text, run_entries, run_paper
 
 __all__ = ["markdown_cell", "markdown_summary"]
 
@@ -45,8 +44,8 @@ def _interval(s: RunSummary) -> str:
 
 
 def _paper(e: RunEntry) -> str:
-    figures = paper_reference(e.summary.paper_key, e.paper_strategy)
-    return "; ".join(f"{what} ({where})" for what, where in paper_text(figures)) or "-"
+    figures, note = run_paper(e)
+    return "; ".join(f"{what} ({where})" for what, where in paper_text(figures)) or note or "-"
 
 
 def _status(e: RunEntry, fail_under: float) -> str:

@@ -84,6 +84,9 @@ class BenchmarkInfo:
 
     name: str
     paper_key: str | None = None
+    #: The benchmark says its questions are the set the paper's ``paper_key`` column
+    #: was measured on (records from before this was kept read as False).
+    paper_set: bool = False
     grader: str | None = None
     grader_version: str | int | None = None
     grader_options: Mapping[str, Any] | None = None
@@ -98,6 +101,7 @@ class BenchmarkInfo:
         return {
             "name": self.name,
             "paper_key": self.paper_key,
+            "paper_set": self.paper_set,
             "grader": self.grader,
             "grader_version": self.grader_version,
             "grader_options": _plain(self.grader_options),
@@ -303,6 +307,7 @@ class _Reader:
         return BenchmarkInfo(
             name=name,
             paper_key=self.get(bench, "paper_key", str, "benchmark."),
+            paper_set=bool(self.get(bench, "paper_set", bool, "benchmark.")),
             grader=self.get(bench, "grader", str, "benchmark."),
             grader_version=version,
             grader_options=self.get(bench, "grader_options", dict, "benchmark."),

@@ -64,6 +64,9 @@ class RunSummary:
     strategy: str
     pool_name: str
     label: str
+    #: The run's benchmark is the set the paper measured ``paper_key`` on (see
+    #: :func:`conductor.bench.paper.paper_reference`); False in older summaries.
+    paper_set: bool = False
     n_samples: int = 0
     n_records: int = 0
     epochs: int = 0
@@ -300,6 +303,7 @@ def summarize_run(run_dir: Path) -> RunSummary:
         run_dir=str(run_dir),
         benchmark=benchmark,
         paper_key=bench.paper_key,
+        paper_set=bench.paper_set,
         strategy=strategy,
         pool_name=pool_name,
         label=_label(benchmark, strategy, pool_name),
