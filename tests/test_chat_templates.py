@@ -144,6 +144,42 @@ def test_text_templates_are_unchanged(tmp_path: Path) -> None:
     assert chat is not None and chat.system and chat.prefill and chat.revise_prefill
 
 
+def test_the_paper_template_has_the_authors_prompt_shape() -> None:
+    """The shipped `paper` template in the shape of the authors' Conductor prompt
+    (custom_data/dataset.py: system, user, assistant prefill; routing_question_formats.py:
+    the instructions, worked examples, then the question, then the pool as "Model id i";
+    recursion: the answer shown in a further user turn, then a second prefill)."""
+    from conductor.workflow import parse_workflow
+
+    chat = load_conductor_template("paper").chat
+    assert chat is not None and chat.system and chat.prefill and chat.revise_prefill
+    messages = build_conductor_messages(QUESTION, WORKERS, template="paper", max_steps=4)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant"]
+    assert messages[-1]["content"] == chat.prefill
+    user = messages[1]["content"]
+    # The question comes before the pool, and the pool closes the message.
+    assert user.index(QUESTION) < user.index("Model id 0")
+    assert user.endswith("\nModel id 0\nModel id 1") and "- Model" not in user
+    assert "at most 4 steps" in user
+    # No advice the authors do not give about how long a plan should be.
+    for nudge in ("easy question", "one step", "as short as"):
+        assert nudge not in user.lower()
+    # The worked examples are plans that parse, over Models 0-2 only (any pool of three).
+    examples = user.split("EXAMPLE ")[1:]
+    assert len(examples) == 4
+    for example in examples:
+        assert parse_workflow(example.split("Assistant Response:")[1], n_workers=3).steps
+    # Round 2 continues the conversation: the round-1 reply, the answer, a new opener.
+    previous = PreviousRound("model_id = [0]", "The answer is 42.", "PLAN REPLY")
+    again = build_conductor_messages(QUESTION, WORKERS, template="paper", previous=previous)
+    assert [m["role"] for m in again] == ["system", "user", "assistant", "user", "assistant"]
+    assert again[:2] == build_conductor_messages(QUESTION, WORKERS, template="paper")[:2]
+    assert again[2]["content"] == "PLAN REPLY"
+    assert "The answer is 42." in again[3]["content"]
+    assert "three empty lists" in again[3]["content"]
+    assert again[4]["content"] == chat.revise_prefill
+
+
 # ------------------------------------------------------------------ bad files
 
 
@@ -562,15 +598,14 @@ def test_chat_prompt_leaves_the_prefill_open() -> None:
         {"role": "user", "content": "Q"},
         {"role": "assistant", "content": PREFILL},
     ]
-    text, special = cc.chat_prompt(tok, messages)
+    text = cc.chat_prompt(tok, messages)
     assert text == f"<|system|>S<|end|>\n<|user|>Q<|end|>\n<|assistant|>{PREFILL}"
-    assert special is False
     # A conversation ending with the user gets the generation prompt, as before.
-    text, _ = cc.chat_prompt(tok, messages[:2])
+    text = cc.chat_prompt(tok, messages[:2])
     assert text.endswith("<|user|>Q<|end|>\n<|assistant|>")
     # Without a chat template, the plain transcript ends inside the prefill.
-    plain, special = cc.chat_prompt(tiny_tokenizer(CORPUS, chat_template=False), messages)
-    assert plain == f"System: S\nUser: Q\nAssistant: {PREFILL}" and special is True
+    plain = cc.chat_prompt(tiny_tokenizer(CORPUS, chat_template=False), messages)
+    assert plain == f"System: S\nUser: Q\nAssistant: {PREFILL}"
 
 
 def test_checkpoint_conductor_continues_its_prefill(
@@ -584,7 +619,7 @@ def test_checkpoint_conductor_continues_its_prefill(
     tok = tiny_tokenizer(CORPUS)
     model = tiny_llama(tok, seed=3)
     messages = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": PREFILL}]
-    prompt, _ = cc.chat_prompt(tok, messages)
+    prompt = cc.chat_prompt(tok, messages)
     overfit(model, tok, [(prompt, CONTINUATION)], steps=150, stop_below=0.02)
     directory = tmp_path / "ckpt"
     tok.save_pretrained(directory)

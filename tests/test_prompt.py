@@ -65,7 +65,7 @@ def test_bad_templates_are_usage_errors(tmp_path: Path) -> None:
         load_template("compakt")
     message = str(info.value)
     assert '(did you mean "compact"?)' in message
-    assert "shipped templates: chat, choose, compact, default;" in message
+    assert "shipped templates: chat, choose, compact, default, paper;" in message
     bad = tmp_path / "bad.txt"
     bad.write_text("${nonsense}")
     with pytest.raises(UsageError, match="bad placeholder"):
@@ -104,3 +104,18 @@ def test_conductor_spec_shorthand(
 def test_bad_conductor_spec() -> None:
     with pytest.raises(UsageError, match="not understood"):
         parse_conductor_spec("gpt-5")
+
+
+def test_workers_by_id_lists_the_pool_as_the_authors_do(tmp_path: Path) -> None:
+    """${workers_by_id}: one "Model id i" line per worker, no bullet; with descriptions
+    on, ": <description>" after it (the authors' list, dataset_utils.format_models_list)."""
+    path = tmp_path / "theirs.txt"
+    path.write_text("MODELS:\n${workers_by_id}\nQ: ${question}")
+    assert text(template=str(path)) == "MODELS:\nModel id 0\nModel id 1\nQ: What is 2 + 2?"
+    shown = text(template=str(path), show_descriptions=True)
+    assert "MODELS:\nModel id 0: strong at code\nModel id 1: careful writer\nQ:" in shown
+    assert "gpt-5" not in shown and "- Model" not in shown
+    # Both forms may share a template; ${workers} keeps its bullets.
+    both = tmp_path / "both.txt"
+    both.write_text("${workers}|${workers_by_id}|${question}")
+    assert text(template=str(both)).startswith("- Model 0\n- Model 1|Model id 0\nModel id 1|")

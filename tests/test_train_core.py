@@ -22,7 +22,12 @@ from conductor.targets import Worker
 from conductor.testing import FakeLLMServer, FakeRequest, Fault, Reply
 from conductor.train.config import load_train_config, load_train_config_text
 from conductor.train.dataset import build_rows
-from conductor.train.pools import map_back, sample_subpool, subpool_from_ids
+from conductor.train.pools import (
+    map_back,
+    sample_subpool,
+    subpool_from_ids,
+    training_conductor,
+)
 from conductor.train.recursion import first_round, revision_messages
 from conductor.train.reward import WorkflowReward
 from conductor.train.settings import (
@@ -269,6 +274,58 @@ def test_randomised_rows_list_only_sampled_workers_and_map_back(
     ) == [0.0]
 
 
+@pytest.mark.process
+def test_training_honours_the_pools_subtask_choices(
+    tmp_path: Path, fake_server: FakeLLMServer, data_file: Path
+) -> None:
+    """A pool whose Conductor chooses among `conductor.subtasks` (the `choose` template)
+    trains as ask/bench run it: the prompts list the choices, and a rollout that writes
+    another instruction is unparsed, as the grammar would not have let it be written."""
+    import dataclasses
+
+    choices = ["Compute it right", "Compute it; you will get it wrong"]
+    workers = [worker(fake_server, f"w{i}", max_retries=0) for i in range(2)]
+    for i in range(2):
+        fake_server.script(f"w{i}", answering)
+    data = pool_dict(fake_server, workers, template="choose", constrained=True, subtasks=choices)
+    pool = load_pool(write_pool(tmp_path / "choose.yaml", data))
+    config = make_config(pool, data_file, template="choose")
+    conductor = training_conductor(config, pool)
+    assert conductor.subtasks == tuple(choices)
+    # The stand-in Conductor (a section that does not resolve here) keeps them too.
+    assert pool.conductor is not None
+    unresolved = dataclasses.replace(
+        pool, conductor=dataclasses.replace(pool.conductor, backend="checkpoint")
+    )
+    assert training_conductor(config, unresolved).subtasks == tuple(choices)
+
+    rows = build_rows(config, pool, conductor, rng_seed=0)[:1] * 3
+    listed = '- "Compute it right"\n- "Compute it; you will get it wrong"'
+    assert listed in rows[0]["prompt"][0]["content"]
+    reward = WorkflowReward(pool, conductor, RewardSettings())
+    try:
+        scores = reward(
+            prompts=[r["prompt"] for r in rows],
+            completions=[
+                lists([0], ["Compute it right"], [[]]),
+                lists([1], [" Compute it; you will get it wrong "], [[]]),
+                lists([0], ["Compute it right, then say it right"], [[]]),
+            ],
+            **columns(rows),
+        )
+        assert scores == [1.0, 0.5, 0.0]
+        off = reward.last_batch[2]
+        assert not off.parsed and off.record is not None
+        assert "is not one of the instructions" in off.record.rounds[0].parse_errors[0]
+        # The revision round lists the same choices.
+        first = reward.last_batch[0].record
+        assert first is not None
+        revise = revision_messages(first, pool.workers, conductor)
+        assert listed in revise[-1]["content"]
+    finally:
+        reward.close()
+
+
 # --------------------------------------------------------------------------- recursion
 
 
@@ -357,7 +414,8 @@ def test_every_shipped_config_loads() -> None:
     assert {m.benchmark for m in paper.data} == {"math500", "mmlu", "rlpr", "livecodebench"}
     assert sum(m.limit or 0 for m in paper.data) == 960
     rec = configs["recursion"]
-    assert rec.recursion == RecursionSettings(fraction=0.5, discount=0.2)
+    assert rec.recursion == RecursionSettings(fraction=1.0, discount=0.2)
+    assert paper.template == rec.template == "paper"
     assert rec.grpo.steps == 20
     tiny = configs["tiny-cpu"]
     assert tiny.base_model == "gguf:smollm2" and tiny.pool.endswith("local.yaml")
@@ -365,6 +423,9 @@ def test_every_shipped_config_loads() -> None:
     assert mix.file is not None and Path(mix.file).is_file()
     # It runs with no network, where MATH-500's evaluation split is not cached.
     assert tiny.accept_unchecked_holdout and not paper.accept_unchecked_holdout
+    # The raw 135M model writes no workflow: its first run warm-starts the format; the
+    # paper's 7B policy does not need one (the authors gave none).
+    assert tiny.warm_start is not None and paper.warm_start is None and rec.warm_start is None
 
 
 @pytest.mark.process
@@ -423,3 +484,46 @@ def test_config_required_keys_and_missing_files(tmp_path: Path) -> None:
             "base_model: x/y\npool: no-such-pool\ndata: [math500]\noutput_dir: o\n",
             source="c.yaml",
         )
+
+
+# ------------------------------------------------------------------ TRL versions
+
+
+@pytest.mark.parametrize("version", ["1.14.1", "1.14.2", "1.15.0", "1.16.0"])
+def test_supported_trl_versions_pass(version: str, caplog: pytest.LogCaptureFixture) -> None:
+    from conductor.train.grpo import check_trl_version
+
+    with caplog.at_level("WARNING", logger="conductor"):
+        check_trl_version(version, recursion=True)
+        check_trl_version(version, recursion=False)
+    assert caplog.records == []
+
+
+@pytest.mark.parametrize(
+    "version", ["1.0.0", "1.8.0", "1.9.2", "1.10.0", "1.14.0", "1.17.0", "2.0"]
+)
+def test_other_trl_versions_stop_recursion_and_warn_plain_grpo(
+    version: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Recursion wraps GRPOTrainer methods whose shape or meaning differs outside the
+    range (1.10-1.14.0 would sample revisions from the wrong prompts under vLLM's
+    server); plain GRPO's one hook does not, so it only warns."""
+    from conductor.errors import MissingDependencyError
+    from conductor.train.grpo import SUPPORTED_TRL, check_trl_version
+
+    with pytest.raises(MissingDependencyError) as info:
+        check_trl_version(version, recursion=True)
+    assert f"trl {version} is installed" in str(info.value)
+    assert f"trl{SUPPORTED_TRL}" in str(info.value) and "pip install" in str(info.value)
+    with caplog.at_level("WARNING", logger="conductor"):
+        check_trl_version(version, recursion=False)
+    (warning,) = caplog.records
+    assert f"trl {version}" in warning.getMessage() and SUPPORTED_TRL in warning.getMessage()
+
+
+def test_the_train_extra_pins_the_supported_trl() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    from conductor.train.grpo import SUPPORTED_TRL
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert f"trl{SUPPORTED_TRL}" in project["optional-dependencies"]["train"]

@@ -276,3 +276,53 @@ def test_recursion_needs_whole_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(UsageError, match="3 completions per step must be even"):
         check_recursion_layout(config)
     check_recursion_layout(dataclasses.replace(config, recursion=None))
+
+
+def _grpo_batch(rows: list[dict[str, Any]], group_size: int) -> tuple[list[Any], list[Any]]:
+    """The recursion flags and sample ids of one generation batch as TRL lays it out:
+    each question's row repeated ``group_size`` times, next to each other."""
+    batch = [row for row in rows for _ in range(group_size)]
+    return [r[RECURSION_COLUMN] for r in batch], [r["sample_id"] for r in batch]
+
+
+@pytest.mark.parametrize("group_size", [2, 8, 64])
+def test_fraction_one_revises_every_question_with_half_of_its_group(group_size: int) -> None:
+    """fraction 1.0 is the authors' layout: their trainer marks every question and gives
+    the first half of its group to round 1 and the second half to revisions of those
+    plans (the k-th revising the k-th).  Here each neighbouring pair is (plan, its
+    revision): the same counts per group, so GRPO's per-group normalisation sees the
+    same mix of rounds."""
+    rows: list[dict[str, Any]] = [{"sample_id": f"q{i}"} for i in range(5)]
+    assert mark_recursion_rows(rows, 1.0, seed=3) == 5
+    flags, ids = _grpo_batch(rows, group_size)
+    pairs = pair_slots(flags, ids)
+    firsts, revisions = {i for i, _ in pairs}, {j for _, j in pairs}
+    for start in range(0, len(flags), group_size):
+        group = set(range(start, start + group_size))
+        assert len(group & firsts) == len(group & revisions) == group_size // 2
+    # Every rollout is in exactly one pair, each revision right after its own plan.
+    assert firsts | revisions == set(range(len(flags))) and not firsts & revisions
+    assert all(j == i + 1 and ids[i] == ids[j] for i, j in pairs)
+    # Split over processes and micro-batches of an even size, the pairs stay whole.
+    chunk = 2
+    assert [
+        (i + s, j + s)
+        for s in range(0, len(flags), chunk)
+        for i, j in pair_slots(flags[s : s + chunk], ids[s : s + chunk])
+    ] == pairs
+
+
+def test_a_smaller_fraction_marks_that_share_of_the_questions() -> None:
+    rows: list[dict[str, Any]] = [{"sample_id": f"q{i}"} for i in range(6)]
+    assert mark_recursion_rows(rows, 0.5, seed=1) == 3
+    flags, ids = _grpo_batch(rows, 4)
+    pairs = pair_slots(flags, ids)
+    marked = {r["sample_id"] for r in rows if r[RECURSION_COLUMN]}
+    assert len(pairs) == 3 * 2  # each marked group of 4: two (plan, revision) pairs
+    assert {ids[i] for i, _ in pairs} == marked
+    assert mark_recursion_rows(rows, 0.0, seed=1) == 0
+    assert pair_slots(*_grpo_batch(rows, 4)) == []
+
+
+def test_recursion_defaults_to_the_authors_layout() -> None:
+    assert RecursionSettings() == RecursionSettings(fraction=1.0, discount=0.2)

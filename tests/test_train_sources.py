@@ -313,7 +313,7 @@ def test_shipped_configs_train_on_the_papers_held_out_mix() -> None:
     g = paper.grpo
     assert g.loss_type == "bnpo" and g.vllm_gpu_memory_utilization == 0.3
     # The stated layout: 2 processes x accumulation x micro-batch = one step's completions.
-    assert 2 * g.gradient_accumulation_steps * (g.per_device_batch_size or 0) == (
+    assert 2 * (g.gradient_accumulation_steps or 0) * (g.per_device_batch_size or 0) == (
         g.questions_per_step * g.group_size
     )
     rec = load_train_config(REPO / "configs" / "train" / "recursion.yaml")
@@ -322,7 +322,7 @@ def test_shipped_configs_train_on_the_papers_held_out_mix() -> None:
         ("rlpr", 175),
     ]
     assert rec.recursion is not None and rec.recursion.discount == 0.2
-    assert rec.recursion.fraction == 0.5 and rec.grpo.steps == 20
+    assert rec.recursion.fraction == 1.0 and rec.grpo.steps == 20
     for config in (paper, rec):
         for mix in config.data:
             assert mix.file is None and training_spec(load_benchmark(mix.benchmark))
@@ -378,6 +378,38 @@ def test_grpo_knobs_reach_trl(tmp_path: Path) -> None:
         build_grpo_config(
             config(gradient_accumulation_steps=4, per_device_batch_size=4), output_dir=tmp_path
         )
+
+
+def test_batch_layout_follows_from_either_knob_or_neither(tmp_path: Path) -> None:
+    """Neither knob: micro-batches of at most DEFAULT_MICRO_BATCH (the memory of a step
+    is one micro-batch's activations); one knob: the other follows; a layout that does
+    not split the step's completions is refused, naming the numbers."""
+    from conductor.train.settings import DEFAULT_MICRO_BATCH
+    from conductor.train.trainer import batch_layout
+
+    def config(group: int, questions: int, **grpo: Any) -> TrainConfig:
+        return TrainConfig(
+            base_model="x",
+            pool="local",
+            data=(DataMix(benchmark="math500"),),
+            output_dir=str(tmp_path),
+            grpo=GRPOSettings(group_size=group, questions_per_step=questions, **grpo),
+        )
+
+    assert DEFAULT_MICRO_BATCH == 4
+    assert batch_layout(config(8, 4), 1) == (4, 8)
+    assert batch_layout(config(8, 4), 2) == (4, 4)
+    assert batch_layout(config(3, 3), 1) == (3, 3)  # 9 completions: the largest divisor <= 4
+    assert batch_layout(config(7, 1), 1) == (1, 7)
+    assert batch_layout(config(2, 1), 1) == (2, 1)
+    assert batch_layout(config(8, 4, per_device_batch_size=16), 1) == (16, 2)
+    assert batch_layout(config(8, 4, gradient_accumulation_steps=2), 1) == (16, 2)
+    both = config(8, 4, gradient_accumulation_steps=2, per_device_batch_size=8)
+    assert batch_layout(both, 2) == (8, 2)
+    with pytest.raises(UsageError, match="per_device_batch_size 5 does not divide the 32"):
+        batch_layout(config(8, 4, per_device_batch_size=5), 1)
+    with pytest.raises(UsageError, match="split evenly over 3 process"):
+        batch_layout(config(8, 4), 3)
 
 
 @pytest.mark.process

@@ -2,7 +2,10 @@
 
 Shared by the checkpoint and training tests: a byte-level BPE tokenizer trained on a
 small corpus (exact round trip of any text) with a simple chat template, and a
-two-layer Llama sized to it.
+two-layer Llama sized to it.  By default the tokenizer adds no special tokens to a text
+and its template writes none (as SmolLM2's and Qwen's); with ``adds_bos`` it is shaped
+like Llama's, Gemma's and Mistral's: the tokenizer puts BOS before every text it
+encodes with special tokens, and the chat template begins with ``{{ bos_token }}``.
 """
 
 from __future__ import annotations
@@ -14,11 +17,18 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
+#: :data:`CHAT_TEMPLATE` opening with BOS, as Llama's, Gemma's and Mistral's templates do.
+BOS_CHAT_TEMPLATE = "{{ bos_token }}" + CHAT_TEMPLATE
+BOS = "<|bos|>"
 
 
-def tiny_tokenizer(corpus: Sequence[str], *, chat_template: bool = True) -> Any:
-    """A byte-level BPE tokenizer trained on ``corpus``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def tiny_tokenizer(
+    corpus: Sequence[str], *, chat_template: bool = True, adds_bos: bool = False
+) -> Any:
+    """A byte-level BPE tokenizer trained on ``corpus``; with ``adds_bos`` one that
+    prepends BOS to what it encodes with special tokens (tokenizers' own
+    ``TemplateProcessing``, kept when saved) and whose template writes BOS."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
@@ -26,16 +36,21 @@ def tiny_tokenizer(corpus: Sequence[str], *, chat_template: bool = True) -> Any:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=400,
-        special_tokens=["<|end|>", "<|bos|>"],
+        special_tokens=["<|end|>", BOS],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(list(corpus) * 4, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|end|>", bos_token="<|bos|>", pad_token="<|end|>"
+    if adds_bos:
+        bos_id = tok.token_to_id(BOS)
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, bos_id)]
+        )
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=tok, eos_token="<|end|>", bos_token=BOS, pad_token="<|end|>"
     )
     if chat_template:
-        fast.chat_template = CHAT_TEMPLATE
+        fast.chat_template = BOS_CHAT_TEMPLATE if adds_bos else CHAT_TEMPLATE
     return fast
 
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from rich.live import Live
 
     from ..train.metrics import MetricsLine
+    from ..train.warmstart import WarmStartReport
 
 __all__ = ["train"]
 
@@ -60,14 +61,30 @@ def train(
     if not no_live and err.is_terminal:
         table = _LiveTable(err)
         try:
-            checkpoint = run_training(config, on_metrics=table.add)
+            checkpoint = run_training(
+                config, on_metrics=table.add, on_warm_start=lambda w: _print_warm(err, w)
+            )
         finally:
             table.stop()
     else:
-        checkpoint = run_training(config, on_metrics=lambda row: _print_line(err, row))
+        checkpoint = run_training(
+            config,
+            on_metrics=lambda row: _print_line(err, row),
+            on_warm_start=lambda w: _print_warm(err, w),
+        )
     # Plain echo: paths must not be wrapped or highlighted, scripts copy them.
     typer.echo(f"checkpoint written to {checkpoint}  (use: --conductor {checkpoint})")
     typer.echo(f"metrics written to {Path(config.output_dir).expanduser() / METRICS_FILE}")
+
+
+def _print_warm(console: Console, report: WarmStartReport) -> None:
+    """The format warm start's one line: how much it saw and where its loss went."""
+    losses = report.losses
+    console.print(
+        f"format warm start: {report.examples} replies in {len(losses)} batches, loss "
+        f"{losses[0]:.3f} -> {losses[-1]:.3f}, {report.seconds:.0f}s",
+        highlight=False,
+    )
 
 
 def _print_line(console: Console, row: MetricsLine) -> None:

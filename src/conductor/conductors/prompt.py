@@ -3,9 +3,9 @@
 A template comes in one of two forms:
 
 - **text** (a ``.txt`` file): one user message.  Placeholders (``string.Template``):
-  ``${workers}``, ``${question}``, ``${max_steps}`` and ``${subtasks}`` (the
-  instructions a Conductor with ``subtasks:`` chooses from, one quoted per line; empty
-  otherwise).  A recursive round appends the
+  ``${workers}``, ``${workers_by_id}``, ``${question}``, ``${max_steps}`` and
+  ``${subtasks}`` (the instructions a Conductor with ``subtasks:`` chooses from, one
+  quoted per line; empty otherwise).  A recursive round appends the
   revision text (``revise.txt``, with ``${previous_workflow}`` and ``${previous_answer}``)
   to that same message.
 - **chat** (a ``.yaml`` / ``.yml`` file, or a checkpoint's inline template): a
@@ -24,6 +24,14 @@ A template comes in one of two forms:
   prefill is sent as a final assistant message that the model continues (see
   :mod:`conductor.llm.prefill`), and the workflow parser reads the prefill and the
   continuation together.
+
+The pool is listed in one of two forms, one line per worker, by ordinal (names stay
+hidden; a worker's ``description`` follows a colon only when the Conductor has
+``show_descriptions``):
+
+- ``${workers}``: ``- Model 0``, ``- Model 1``, ... (the built-in templates' form);
+- ``${workers_by_id}``: ``Model id 0``, ``Model id 1``, ... with no bullet, the form the
+  paper's authors list their pool in (``Model id 0: <description>`` with descriptions).
 
 A built-in template is named by its file stem (``default``); anything else is read as a
 path, because a trained checkpoint needs exactly the template it was trained with.
@@ -54,6 +62,7 @@ __all__ = [
     "REASK_REPLY_CHARS",
     "REVISE_KEYS",
     "REVISE_PLACEHOLDERS",
+    "WORKER_LIST_FORMS",
     "ChatTemplate",
     "ConductorTemplate",
     "PreviousRound",
@@ -74,7 +83,9 @@ CHAT_SUFFIXES = (".yaml", ".yml")
 CHAT_KEYS = ("system", "user", "prefill", "revise")
 REVISE_KEYS = ("user", "prefill")
 #: The placeholders of a first round, and those a revision round adds.
-PLACEHOLDERS = ("workers", "question", "max_steps", "subtasks")
+PLACEHOLDERS = ("workers", "workers_by_id", "question", "max_steps", "subtasks")
+#: The pool listing's forms: the line prefix of worker ``i`` under each placeholder.
+WORKER_LIST_FORMS: dict[str, str] = {"workers": "- Model {i}", "workers_by_id": "Model id {i}"}
 REVISE_PLACEHOLDERS = (*PLACEHOLDERS, "previous_workflow", "previous_answer")
 
 
@@ -274,18 +285,22 @@ def _read_chat_yaml(text: str, source: str) -> ChatTemplate:
 # ------------------------------------------------------------------ messages
 
 
-def describe_workers(workers: Sequence[Worker], *, show_descriptions: bool = False) -> str:
-    """The pool as the Conductor sees it: ordinals only, names hidden.
+def describe_workers(
+    workers: Sequence[Worker], *, show_descriptions: bool = False, form: str = "workers"
+) -> str:
+    """The pool as the Conductor sees it: ordinals only, names hidden, one line per
+    worker in ``form`` (a key of :data:`WORKER_LIST_FORMS`: the placeholder it fills).
 
     Descriptions are shown only when enabled, because a trained Conductor learns each
     worker's skills from reward, not from what a pool author says about it.
     """
+    prefix = WORKER_LIST_FORMS[form]
     lines = []
     for i, w in enumerate(workers):
-        line = f"Model {i}"
+        line = prefix.format(i=i)
         if show_descriptions and w.description:
             line += f": {w.description.strip()}"
-        lines.append(f"- {line}")
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -326,7 +341,10 @@ def build_conductor_messages(
     ending in an assistant message (the prefill) when the round has one.
     """
     values = {
-        "workers": describe_workers(workers, show_descriptions=show_descriptions),
+        form: describe_workers(workers, show_descriptions=show_descriptions, form=form)
+        for form in WORKER_LIST_FORMS
+    }
+    values |= {
         "question": question.strip(),
         "max_steps": str(max_steps),
         "subtasks": "\n".join(f'- "{choice}"' for choice in subtasks),

@@ -150,7 +150,12 @@ def _target_from_config(cfg: ConductorConfig, pool: Pool) -> Worker:
         if cfg.model in ids:
             # The same model, with the Conductor's own sampling settings on top.
             base = ids[cfg.model]
-            return replace(base, id="conductor", params={**base.params, **params})
+            return replace(
+                base,
+                id="conductor",
+                params={**base.params, **params},
+                structured_outputs=cfg.structured_outputs or base.structured_outputs,
+            )
         return Worker(
             id="conductor",
             model=cfg.model,
@@ -163,6 +168,7 @@ def _target_from_config(cfg: ConductorConfig, pool: Pool) -> Worker:
             total_timeout_s=cfg.total_timeout_s,
             max_retries=cfg.max_retries,
             max_concurrency=cfg.max_concurrency,
+            structured_outputs=cfg.structured_outputs or "auto",
         )
     if cfg.backend == "endpoint":
         if not cfg.api_base:
@@ -180,6 +186,7 @@ def _target_from_config(cfg: ConductorConfig, pool: Pool) -> Worker:
             total_timeout_s=cfg.total_timeout_s,
             max_retries=cfg.max_retries,
             max_concurrency=cfg.max_concurrency,
+            structured_outputs=cfg.structured_outputs or "auto",
         )
     if cfg.backend == "local":
         return Worker(

@@ -17,11 +17,13 @@ same engine, dtype and device) shares one loaded copy; calls to one model run on
 time under its lock.  The prompt is the tokenizer's chat template with the generation
 prompt added, or, when the messages end with an assistant message (a prefill), with
 that message left open for the model to continue (a plain ``User: ...`` /
-``Assistant:`` transcript when the tokenizer has none); the reply is what the model
-wrote after the prefill.  Sampling follows ``request.params``: ``temperature``
-(0 = greedy), ``top_p``, ``top_k``, ``repetition_penalty``, ``max_tokens`` (default
-1024) and ``stop``; settings left unset keep the checkpoint's ``generation_config``
-defaults; the seed is ``params["seed"]`` (default 0) plus ``request.sample_index``, so a sample is
+``Assistant:`` transcript when the tokenizer has none), given to either engine as the
+token ids :func:`prompt_token_ids` makes (training tokenizes its prompts the same
+way); the reply is what the model wrote after the prefill.  Sampling follows
+``request.params``: ``temperature`` (0 = greedy), ``top_p``, ``top_k``,
+``repetition_penalty``, ``max_tokens`` (default 1024) and ``stop``; settings left
+unset keep the checkpoint's ``generation_config`` defaults; the seed is
+``params["seed"]`` (default 0) plus ``request.sample_index``, so a sample is
 reproducible and repeated samples differ.  Load options may also be given in
 ``params``: ``dtype`` (``bfloat16``, ``float16``, ``float32``) and ``device``
 (``cpu``, ``cuda``, ``cuda:1``); ``engine`` (``transformers`` or ``vllm``) forces one.
@@ -60,9 +62,11 @@ __all__ = [
     "CheckpointClient",
     "LoadedCheckpoint",
     "chat_prompt",
+    "encode_prompt",
     "get_loaded_checkpoint",
     "loaded_checkpoints",
     "plain_prompt",
+    "prompt_token_ids",
     "unload_all",
 ]
 
@@ -89,16 +93,16 @@ def plain_prompt(messages: list[dict[str, str]]) -> str:
     return "\n".join(lines) + "\nAssistant:"
 
 
-def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[str, bool]:
-    """The prompt text of ``messages`` for ``tokenizer``, and whether the tokenizer should
-    add its special tokens to it.
+def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """The prompt text of ``messages`` for ``tokenizer`` (its token ids are
+    :func:`encode_prompt`'s).
 
     With a chat template, a conversation ending in a user message gets the generation
     prompt; one ending in an assistant message (a prefill) is rendered open, so the
     model continues that message (``continue_final_message``).  Without a chat template
     it is :func:`plain_prompt`'s transcript.
     """
-    if getattr(tokenizer, "chat_template", None):
+    if _has_chat_template(tokenizer):
         prefill = bool(messages) and messages[-1]["role"] == "assistant"
         text = tokenizer.apply_chat_template(
             messages,
@@ -106,9 +110,29 @@ def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[str, bo
             continue_final_message=prefill,
             tokenize=False,
         )
-        # The template writes BOS and the like itself.
-        return str(text), False
-    return plain_prompt(messages), True
+        return str(text)
+    return plain_prompt(messages)
+
+
+def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    """The token ids of ``text``, a prompt :func:`chat_prompt` rendered for ``tokenizer``.
+
+    A chat template writes BOS and the like itself, so nothing is added to its text (as
+    ``apply_chat_template(tokenize=True)`` does, and with it TRL's conversational
+    prompts); letting the tokenizer add its own would give Llama, Gemma and Mistral two
+    BOS.  The plain transcript gets the tokenizer's special tokens, as any text would.
+    """
+    special = not _has_chat_template(tokenizer)
+    return [int(i) for i in tokenizer(text, add_special_tokens=special)["input_ids"]]
+
+
+def prompt_token_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """The token ids the checkpoint is prompted with for ``messages``."""
+    return encode_prompt(tokenizer, chat_prompt(tokenizer, messages))
+
+
+def _has_chat_template(tokenizer: Any) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
 
 
 def _seed(params: dict[str, Any], sample_index: int) -> int:
@@ -164,11 +188,6 @@ class CheckpointClient:
         messages.extend({"role": m["role"], "content": m["content"]} for m in request.messages)
         return messages
 
-    @staticmethod
-    def _prompt(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[str, bool]:
-        """(prompt text, whether the tokenizer should add its special tokens)."""
-        return chat_prompt(tokenizer, messages)
-
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         params = dict(request.params)
         if "max_tokens" not in params and "max_completion_tokens" in params:
@@ -188,13 +207,9 @@ class CheckpointClient:
         import torch
 
         tokenizer, model = entry.tokenizer, entry.model
-        text, special = self._prompt(tokenizer, self._messages(request))
-        enc = tokenizer(text, return_tensors="pt", add_special_tokens=special)
-        input_ids = enc["input_ids"].to(entry.device)
-        attention = enc.get("attention_mask")
-        attention = (
-            attention.to(entry.device) if attention is not None else torch.ones_like(input_ids)
-        )
+        ids = prompt_token_ids(tokenizer, self._messages(request))
+        input_ids = torch.tensor([ids], dtype=torch.long, device=entry.device)
+        attention = torch.ones_like(input_ids)
         max_new = int(params.get("max_tokens") or DEFAULT_MAX_TOKENS)
         gen: dict[str, Any] = {"max_new_tokens": max_new, "attention_mask": attention}
         temperature = params.get("temperature")
@@ -264,9 +279,9 @@ class CheckpointClient:
     ) -> RawCompletion:
         from vllm import SamplingParams
 
-        text, special = self._prompt(entry.tokenizer, self._messages(request))
         # Token ids, not text, so vLLM does not add a second BOS to a templated prompt.
-        prompt = {"prompt_token_ids": entry.tokenizer.encode(text, add_special_tokens=special)}
+        ids = prompt_token_ids(entry.tokenizer, self._messages(request))
+        prompt = {"prompt_token_ids": ids}
         sp_kwargs: dict[str, Any] = {
             "max_tokens": int(params.get("max_tokens") or DEFAULT_MAX_TOKENS),
             "seed": _seed(params, request.sample_index),
@@ -365,8 +380,11 @@ class CheckpointClient:
 def _vllm_guided_kwargs(grammar: str) -> dict[str, Any]:
     """SamplingParams keyword arguments that constrain decoding to ``grammar``.
 
-    Newer vLLM has ``StructuredOutputsParams`` (``structured_outputs=``); older has
-    ``GuidedDecodingParams`` (``guided_decoding=``).  Empty when neither exists.
+    vLLM 0.11 and later have ``StructuredOutputsParams`` (``SamplingParams(
+    structured_outputs=...)``; 0.12 removed the rest); 0.10 and earlier only
+    ``GuidedDecodingParams`` (``guided_decoding=``), which 0.11 keeps as a deprecated
+    subclass (read from each version's ``vllm/sampling_params.py``).  Empty when
+    neither exists.
     """
     try:
         from vllm.sampling_params import StructuredOutputsParams

@@ -26,7 +26,10 @@ rewarded and how GRPO is run.  Schema (``base_model``, ``pool``, ``data`` and
              cost_penalty_per_usd: 0.0, cost_penalty_per_call: 0.0, failed_run: 0.0}
     grpo: {group_size: 8, questions_per_step: 4, learning_rate: 1.0e-6, ...}
     randomise_pool: {k_min: 2, k_max: 4}   # optional: a random k-of-n pool per question
-    recursion: {fraction: 0.5, discount: 0.2}    # optional: forced second rounds
+    recursion: {fraction: 1.0, discount: 0.2}    # optional: forced second rounds (1.0:
+                                   # every question, half its group revisions)
+    warm_start: {passes: 3, learning_rate: 1.0e-4, batch_size: 8}   # optional: teach
+                                   # the reply format (random workers) before GRPO
     holdout:                       # questions training must not include (besides the
       - gpqa-diamond               # evaluation split of each benchmark in data): a
       - {benchmark: mmlu, file: data/mmlu-test.jsonl}   # benchmark, one in a file,
@@ -70,6 +73,7 @@ from .settings import (
     RecursionSettings,
     RewardSettings,
     TrainConfig,
+    WarmStartSettings,
 )
 
 __all__ = [
@@ -85,6 +89,7 @@ __all__ = [
     "RewardSettings",
     "TrainConfig",
     "TrainConfigError",
+    "WarmStartSettings",
     "load_train_config",
     "load_train_config_text",
 ]
@@ -99,6 +104,7 @@ _TOP_KEYS = (
     "grpo",
     "randomise_pool",
     "recursion",
+    "warm_start",
     "max_steps",
     "template",
     "seed",
@@ -114,6 +120,7 @@ _REWARD_KEYS = tuple(f.name for f in fields(RewardSettings))
 _GRPO_KEYS = tuple(f.name for f in fields(GRPOSettings))
 _SAMPLING_KEYS = ("k_min", "k_max")
 _RECURSION_KEYS = tuple(f.name for f in fields(RecursionSettings))
+_WARM_START_KEYS = tuple(f.name for f in fields(WarmStartSettings))
 _SPLITS = ("train", "test")
 
 
@@ -331,6 +338,29 @@ class _TrainReader(ConfigReader):
                 kwargs[key] = value
         return RecursionSettings(**kwargs)
 
+    def warm_start(self, node: yaml.Node) -> WarmStartSettings | None:
+        if isinstance(node, yaml.ScalarNode):
+            flag = self.value(node, "warm_start")
+            if flag is None or isinstance(flag, bool):
+                return WarmStartSettings() if flag else None
+            raise self.error(
+                "warm_start must be true, false or a mapping with "
+                f"{', '.join(_WARM_START_KEYS)}, got {show_value(flag)}",
+                node,
+                "warm_start",
+            )
+        keys = self.mapping(node, "warm_start", _WARM_START_KEYS)
+        kwargs: dict[str, Any] = {}
+        for key, (_kn, vn) in keys.items():
+            sub = f"warm_start.{key}"
+            if key == "learning_rate":
+                value: Any = self.real(vn, sub, low=0.0, low_open=True)
+            else:
+                value = self.integer(vn, sub, 1)
+            if value is not None:
+                kwargs[key] = value
+        return WarmStartSettings(**kwargs)
+
     def holdout(self, node: yaml.Node) -> tuple[HoldoutSet, ...]:
         if isinstance(node, yaml.ScalarNode) and self.scalar(node, "holdout") is None:
             return ()
@@ -414,6 +444,8 @@ class _TrainReader(ConfigReader):
             kwargs["randomise_pool"] = self.sampling(get["randomise_pool"])
         if "recursion" in get:
             kwargs["recursion"] = self.recursion(get["recursion"])
+        if "warm_start" in get:
+            kwargs["warm_start"] = self.warm_start(get["warm_start"])
         if "max_steps" in get:
             value = self.integer(get["max_steps"], "max_steps", 1)
             if value is not None:

@@ -104,8 +104,9 @@ def build_rows(
     record of that question), ``recursion.fraction`` of the rows whose sample has a
     revisable record become revision rows: their prompt is the round-2 prompt over the
     workers that record ran on, ``round1`` its JSON and ``round1_reward`` the reward it
-    earned under ``config.reward``.  Prompts use ``conductor``'s template, step limit and
-    description setting.  Raises :class:`UsageError` when no question is found.
+    earned under ``config.reward``.  Prompts use ``conductor``'s template, step limit,
+    description setting and ``subtasks``, as the executor's do.  Raises
+    :class:`UsageError` when no question is found.
     """
     rng = random.Random(rng_seed)
     full = SubPool(pool=pool, original_index=tuple(range(len(pool.workers))))
@@ -131,6 +132,7 @@ def build_rows(
                 max_steps=conductor.max_steps,
                 template=conductor.template,
                 show_descriptions=conductor.show_descriptions,
+                subtasks=conductor.subtasks,
             )
             rows.append(
                 {

@@ -9,14 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import MissingDependencyError
-from .policy import INSTALL_HINT, policy_prompt
+from .grpo import SUPPORTED_TRL, grpo_trainer_class
+from .policy import policy_prompt
 
 __all__ = ["recursion_trainer"]
-
-# The GRPOTrainer methods the recursion trainer builds on (TRL 1.x).
-_TRL_HOOKS = ("_generate_and_score_completions", "_generate", "_tokenize_prompts")
-_TRL_GENERATE = "_generate_single_turn"
 
 
 def recursion_trainer(
@@ -41,25 +37,17 @@ def recursion_trainer(
     the same tokenizer path and backend; the second row's prompt and completion become
     that round-2 prompt and revision, so GRPO trains both rounds in one group; the
     scored rollouts travel to :class:`~conductor.train.recursion.RecursionReward`.
-    TRL's completion-length metrics still describe the round-1 samples.
+    TRL's completion-length metrics still describe the round-1 samples.  The TRL
+    versions whose methods behave so are :data:`~conductor.train.grpo.SUPPORTED_TRL`
+    (checked at training start).
     """
     import torch
     import trl
-    from trl import GRPOTrainer  # type: ignore[attr-defined]
 
     from .recursion import ROLLOUT_COLUMN, recursion_rollouts
     from .reward import completion_text
 
-    missing = [h for h in (*_TRL_HOOKS, _TRL_GENERATE) if not hasattr(GRPOTrainer, h)]
-    if missing:
-        raise MissingDependencyError(
-            f"recursion training builds on GRPOTrainer.{', '.join(missing)}, which trl "
-            f"{getattr(trl, '__version__', '?')} lacks: install trl 1.x ({INSTALL_HINT})"
-        )
-
-    # Typed as Any: trl's own annotations differ between versions (and are absent where
-    # trl is not installed when type-checking).
-    base: Any = GRPOTrainer
+    base: Any = grpo_trainer_class()
 
     class RecursionGRPOTrainer(base):  # type: ignore[misc]
         """GRPO with each marked group's revisions sampled from the current policy."""
@@ -80,7 +68,7 @@ def recursion_trainer(
             if rows is None or len(out) != 8 or len(rows) != len(prompts):
                 raise RuntimeError(
                     f"trl {getattr(trl, '__version__', '?')}: GRPOTrainer._generate changed "
-                    "shape; recursion training supports TRL 1.x"
+                    f"shape; recursion training supports trl{SUPPORTED_TRL}"
                 )
             prompt_ids, completion_ids, tool_mask, completions, logprobs, extra = out[:6]
             columns = {key: [row.get(key) for row in rows] for key in rows[0]}

@@ -82,7 +82,7 @@ def load_policy(base_model: str) -> tuple[Any, Any]:
     transformers; needs the ``gguf`` package).  On a GPU with bf16 a Hub / directory
     model loads in bf16, else float32.  The tokenizer gets a pad token (its EOS) and,
     if it has no chat template, the plain ``User: ...`` / ``Assistant:`` transcript
-    the checkpoint backend also uses.
+    the checkpoint backend also uses (after a BOS, where the tokenizer adds one).
     """
     require_train_deps()
     import torch
@@ -131,10 +131,26 @@ def load_policy(base_model: str) -> tuple[Any, Any]:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if not getattr(tokenizer, "chat_template", None):
-        tokenizer.chat_template = _PLAIN_CHAT_TEMPLATE
+        tokenizer.chat_template = _plain_chat_template(tokenizer)
     if getattr(model.config, "pad_token_id", None) is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
+
+
+def _plain_chat_template(tokenizer: Any) -> str:
+    """The plain transcript as a chat template for ``tokenizer``, opening with BOS where
+    the tokenizer puts BOS before a text (Llama and Mistral base models).
+
+    A templated prompt gets no special tokens from the tokenizer (the template writes
+    them), so without this a base model would be trained and run without the BOS it
+    was pretrained with, unlike the untemplated transcript the checkpoint backend
+    tokenizes with the tokenizer's own special tokens.
+    """
+    bos = getattr(tokenizer, "bos_token_id", None)
+    with_special = tokenizer("x")["input_ids"]
+    without = tokenizer("x", add_special_tokens=False)["input_ids"]
+    adds_bos = bos is not None and with_special[:1] == [bos] and without[:1] != [bos]
+    return ("{{ bos_token }}" if adds_bos else "") + _PLAIN_CHAT_TEMPLATE
 
 
 def _forget_gguf_quantizer(model: Any) -> None:
@@ -171,12 +187,14 @@ def policy_prompt(tokenizer: Any, messages: Sequence[Mapping[str, Any]], *, rend
     trailing assistant message as a finished turn and opens a new one; the policy would
     then learn to answer after its prefill instead of continuing it, unlike the way
     ``ask`` and ``bench`` prompt the checkpoint.  Rendered here through the tokenizer's
-    chat template (as the checkpoint backend renders it), the prompt is plain text that
-    TRL tokenizes as it is, and the completion continues the prefill.
+    chat template (as the checkpoint backend renders it), the prompt is plain text, and
+    the completion continues the prefill.  TRL tokenizes such text with the tokenizer's
+    special tokens added (a second BOS after the template's own); the trainer of
+    :func:`~conductor.train.grpo.grpo_trainer_class` gives it the backend's ids instead.
     """
     plain = [dict(m) for m in messages]
     if not render:
         return plain
     from ..llm.checkpoint_client import chat_prompt
 
-    return chat_prompt(tokenizer, plain)[0]
+    return chat_prompt(tokenizer, plain)

@@ -125,11 +125,14 @@ def training_conductor(config: TrainConfig, pool: Pool) -> Conductor:
     """The Conductor settings prompts and rewards are built with during training.
 
     Its model target is never called (the policy's replies are given to the executor
-    as plans); what matters is the template, step limit and description setting.  The
-    pool's ``conductor:`` section is used where it resolves (keeping e.g. its
-    ``show_descriptions``), with the config's template and ``max_steps`` on top; a pool
-    without one (or with a checkpoint Conductor, which would be loaded to resolve) gets
-    a stand-in target named ``policy``.
+    as plans); what matters is the template, step limit, description setting and
+    ``subtasks`` (the instructions a ``choose``-style Conductor picks from: listed in
+    the prompt as ``${subtasks}``, and a rollout using another is unparsed, as the
+    grammar would not have let it be written).  The pool's ``conductor:`` section is
+    used where it resolves, with the config's template and ``max_steps`` on top; a
+    pool without one (or with a checkpoint Conductor, which would be loaded to
+    resolve, or one that does not resolve here) gets a stand-in target named
+    ``policy`` with the section's ``show_descriptions`` and ``subtasks``.
     """
     from ..conductors.spec import Conductor, resolve_conductor
 
@@ -145,4 +148,5 @@ def training_conductor(config: TrainConfig, pool: Pool) -> Conductor:
         template=config.template,
         max_steps=config.max_steps,
         show_descriptions=cfg.show_descriptions if cfg is not None else False,
+        subtasks=cfg.subtasks if cfg is not None else (),
     )

@@ -1,11 +1,14 @@
 """Recursion fine-tuning: forced second rounds, sampled on-policy in the same step.
 
-In the paper's recursion fine-tune, a share of the questions get one extra round: the
-Conductor sees its previous plan and that plan's final answer and writes a new
-workflow (or three empty lists to keep the answer).  Both rounds are rollouts of the
-policy being trained, in the same step and the same GRPO group:
+In the paper's recursion fine-tune, the questions get one extra round: the Conductor
+sees its previous plan and that plan's final answer and writes a new workflow (or
+three empty lists to keep the answer).  Both rounds are rollouts of the policy being
+trained, in the same step and the same GRPO group.  ``recursion.fraction`` of the
+questions are marked (:func:`mark_recursion_rows`); 1.0 marks all of them, which is
+the authors' layout (their trainer gives the first half of every question's group to
+round 1 and the second half to the revisions, the k-th revising the k-th plan):
 
-* every recursion question's group is split into pairs of rollouts; in each pair the
+* every marked question's group is split into pairs of rollouts; in each pair the
   first row's completion is a round-1 plan, and the second row's completion is the
   revision the *current* policy writes after seeing that plan executed;
 * the revision is rewarded on its own round (``r2``), and the round-1 plan is
@@ -103,6 +106,7 @@ def revision_messages(
         template=conductor.template,
         show_descriptions=conductor.show_descriptions,
         previous=previous,
+        subtasks=conductor.subtasks,
     )
 
 
@@ -125,9 +129,14 @@ def mixed_reward(first: float, revision: float, discount: float) -> float:
 
 
 def mark_recursion_rows(rows: list[dict[str, Any]], fraction: float, *, seed: int) -> int:
-    """Mark ``round(fraction * len(rows))`` rows, drawn with ``random.Random(seed)``, for
-    a forced second round (their :data:`RECURSION_COLUMN` is True, the others' False);
-    return how many were marked."""
+    """Mark ``round(fraction * len(rows))`` rows (questions), drawn with
+    ``random.Random(seed)``, for a forced second round (their :data:`RECURSION_COLUMN`
+    is True, the others' False); return how many were marked.
+
+    A marked row's whole GRPO group becomes (round-1, revision) pairs
+    (:func:`pair_slots`), so ``fraction`` 1.0 gives every question half round-1 plans
+    and half revisions, and a smaller one leaves the unmarked questions' groups as
+    ordinary one-round rollouts."""
     chosen = set(random.Random(seed).sample(range(len(rows)), round(fraction * len(rows))))
     for i, row in enumerate(rows):
         row[RECURSION_COLUMN] = i in chosen

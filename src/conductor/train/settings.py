@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 __all__ = [
+    "DEFAULT_MICRO_BATCH",
     "LOSS_TYPES",
     "LR_SCHEDULERS",
     "VLLM_MODES",
@@ -22,6 +23,7 @@ __all__ = [
     "RecursionSettings",
     "RewardSettings",
     "TrainConfig",
+    "WarmStartSettings",
 ]
 
 #: Learning-rate schedules understood by transformers' ``get_scheduler``.
@@ -96,6 +98,11 @@ class RewardSettings:
     failed_run: float = 0.0
 
 
+#: The largest micro-batch (completions per forward and backward pass) chosen when a
+#: config gives neither ``gradient_accumulation_steps`` nor ``per_device_batch_size``.
+DEFAULT_MICRO_BATCH = 4
+
+
 @dataclass(frozen=True)
 class GRPOSettings:
     """GRPO hyper-parameters (named after, and passed on to, TRL's ``GRPOConfig``).
@@ -104,10 +111,17 @@ class GRPOSettings:
     optimiser step; ``bf16=None`` picks bf16 when the hardware supports it.
 
     The batch layout: one step's ``questions_per_step x group_size`` completions are
-    split over the training processes and ``gradient_accumulation_steps`` micro-steps;
-    ``per_device_batch_size``, when given, states the resulting micro-batch so that a
-    launch on another number of processes is refused instead of silently changing the
-    per-GPU memory.  ``loss_type`` (None: TRL's default) and
+    split over the training processes and ``gradient_accumulation_steps`` micro-steps
+    of ``per_device_batch_size`` completions each.  Give either and the other follows;
+    give both and a launch on another number of processes is refused instead of
+    silently changing the per-GPU memory; give neither and the micro-batch is the
+    largest share of a process's completions of at most :data:`DEFAULT_MICRO_BATCH`.
+    Why a small micro-batch by default: the memory of a step is the activations of one
+    micro-batch kept for the backward pass (a 135M model over 32 completions of ~400
+    tokens holds ~14 GB of them), while with TRL's default ``dapo`` loss (token losses
+    normalised by the step's active tokens) the accumulated gradient is one large
+    batch's; ``bnpo`` normalises per micro-batch, so there the layout is part of the
+    recipe.  ``loss_type`` (None: TRL's default) and
     ``vllm_gpu_memory_utilization`` (the GPU share vLLM reserves when colocated; None:
     TRL's default) are passed to TRL as they are.
     """
@@ -122,7 +136,7 @@ class GRPOSettings:
     temperature: float = 1.0
     max_completion_tokens: int = 1024
     steps: int = 200
-    gradient_accumulation_steps: int = 1
+    gradient_accumulation_steps: int | None = None
     per_device_batch_size: int | None = None
     loss_type: str | None = None
     bf16: bool | None = None
@@ -144,13 +158,30 @@ class PoolSampling:
 
 @dataclass(frozen=True)
 class RecursionSettings:
-    """Recursion fine-tuning: ``fraction`` of the questions get a forced second round,
-    sampled on-policy in the same step; each round-1 rollout of those questions earns
-    ``(1 - discount) * round1 + discount * round2`` from its own revision (the paper:
-    discount 0.2), each revision its own round's reward."""
+    """Recursion fine-tuning: ``fraction`` of the questions are marked for a forced
+    second round, sampled on-policy in the same step.  A marked question's group of
+    rollouts is split into (round-1 plan, revision of that plan) pairs, so half of the
+    group are first plans and half their revisions; ``fraction`` 1.0 (the default)
+    marks every question, the layout of the paper's authors, whose trainer revises
+    every question with the second half of its group.  Each round-1 rollout of a
+    marked question earns ``(1 - discount) * round1 + discount * round2`` from its own
+    revision (the paper: discount 0.2), each revision its own round's reward."""
 
-    fraction: float = 0.5
+    fraction: float = 1.0
     discount: float = 0.2
+
+
+@dataclass(frozen=True)
+class WarmStartSettings:
+    """The format warm start before GRPO (:mod:`conductor.train.warmstart`): each
+    training question ``passes`` times with a random-worker workflow as its reply,
+    AdamW at ``learning_rate``, ``batch_size`` replies per step.  It teaches the reply's
+    format, never whom to ask; for a base model that does not yet write the three lists,
+    without which every reward is equal and GRPO learns nothing."""
+
+    passes: int = 3
+    learning_rate: float = 1e-4
+    batch_size: int = 8
 
 
 @dataclass(frozen=True)
@@ -186,6 +217,7 @@ class TrainConfig:
     grpo: GRPOSettings = field(default_factory=GRPOSettings)
     randomise_pool: PoolSampling | None = None
     recursion: RecursionSettings | None = None
+    warm_start: WarmStartSettings | None = None
     max_steps: int = 5
     template: str = "default"
     seed: int = 0

@@ -4,9 +4,11 @@
 
 1. refuse training questions that are held out (:mod:`.contamination`), then load
    the pool and the base policy (:func:`load_policy`);
-2. build the prompt rows (:func:`conductor.train.dataset.build_rows`); for recursion
+2. build the prompt rows (:func:`conductor.train.dataset.build_rows`); with
+   ``warm_start``, teach the policy the reply format first (:mod:`.warmstart`); for recursion
    fine-tuning, mark ``recursion.fraction`` of the questions for a forced second round;
-3. run ``GRPOTrainer`` with :class:`~conductor.train.reward.WorkflowReward` as the
+3. run ``GRPOTrainer`` (:mod:`.grpo`'s subclass, on a supported TRL) with
+   :class:`~conductor.train.reward.WorkflowReward` as the
    reward: every sampled completion is parsed, executed on the pool and graded.  For
    recursion fine-tuning a subclass of it also samples, in the same step, each marked
    group's revisions from the policy being trained (:mod:`.grpo_recursion`);
@@ -21,7 +23,8 @@ On several processes (``accelerate launch``) each process scores its share of th
 completions; the metrics line is written by the main process from its share plus TRL's
 globally gathered reward mean.
 
-Loading the policy and rendering its prompts is :mod:`.policy`'s.  Heavy libraries
+Loading the policy and rendering its prompts is :mod:`.policy`'s; which TRL versions
+are supported, and the prompt token ids GRPO trains on, :mod:`.grpo`'s.  Heavy libraries
 (torch, transformers, trl, datasets) are imported inside functions.
 """
 
@@ -40,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 from ..private import make_private_dir, tighten, write_private
 from ..text import plural
+from .grpo import grpo_trainer_class, require_trl_version
 from .grpo_recursion import recursion_trainer
 from .policy import (
     cuda_available,
@@ -48,6 +52,7 @@ from .policy import (
     policy_prompt,
     require_train_deps,
 )
+from .warmstart import WarmStartReport, format_warm_start
 
 if TYPE_CHECKING:
     from ..pool import Pool
@@ -58,6 +63,8 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKPOINT_DIR",
     "METRICS_FILE",
+    "WARM_START_FILE",
+    "batch_layout",
     "build_grpo_config",
     "check_recursion_layout",
     "train",
@@ -69,6 +76,8 @@ log = logging.getLogger("conductor")
 CHECKPOINT_DIR = "checkpoint"
 #: The metrics file inside ``output_dir``.
 METRICS_FILE = "metrics.jsonl"
+#: What the format warm start did (``warm_start`` in the config), inside ``output_dir``.
+WARM_START_FILE = "warm_start.json"
 
 # Keyword arguments TRL passes to reward functions besides the dataset columns.
 _TRL_REWARD_EXTRAS = frozenset(
@@ -92,23 +101,9 @@ def build_grpo_config(config: TrainConfig, *, output_dir: Path) -> Any:
     from trl import GRPOConfig  # type: ignore[attr-defined]
 
     g = config.grpo
-    world = max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
+    world = world_size()
     completions = g.questions_per_step * g.group_size
-    per_device, rest = divmod(completions, world * g.gradient_accumulation_steps)
-    if rest or per_device < 1:
-        raise UsageError(
-            f"{_where(config)}grpo: questions_per_step x group_size = {completions} "
-            f"completions per step must split evenly over {world} process(es) x "
-            f"{g.gradient_accumulation_steps} gradient accumulation step(s)"
-        )
-    if g.per_device_batch_size is not None and g.per_device_batch_size != per_device:
-        raise UsageError(
-            f"{_where(config)}grpo.per_device_batch_size is {g.per_device_batch_size}, but "
-            f"{plural(completions, 'completion')} per step over "
-            f"{plural(world, 'process', 'processes')} x "
-            f"{plural(g.gradient_accumulation_steps, 'accumulation step')} give {per_device}; "
-            "change gradient_accumulation_steps or the number of processes"
-        )
+    per_device, accumulation = batch_layout(config, world)
     cuda = cuda_available()
     bf16 = g.bf16
     if bf16 is None:
@@ -124,7 +119,7 @@ def build_grpo_config(config: TrainConfig, *, output_dir: Path) -> Any:
         "output_dir": str(output_dir),
         "num_generations": g.group_size,
         "per_device_train_batch_size": per_device,
-        "gradient_accumulation_steps": g.gradient_accumulation_steps,
+        "gradient_accumulation_steps": accumulation,
         "generation_batch_size": completions,
         "max_steps": g.steps,
         "learning_rate": g.learning_rate,
@@ -174,6 +169,57 @@ def build_grpo_config(config: TrainConfig, *, output_dir: Path) -> Any:
     return GRPOConfig(**{k: v for k, v in values.items() if k in fields})
 
 
+def world_size() -> int:
+    """How many training processes this launch has (``accelerate launch`` sets
+    ``WORLD_SIZE``; a plain run is one)."""
+    return max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
+
+
+def batch_layout(config: TrainConfig, world: int) -> tuple[int, int]:
+    """``(per_device_batch_size, gradient_accumulation_steps)`` for ``config`` on
+    ``world`` processes (the rule is :class:`~conductor.train.settings.GRPOSettings`');
+    a layout that does not split the step's completions evenly raises UsageError."""
+    from .settings import DEFAULT_MICRO_BATCH
+
+    g = config.grpo
+    completions = g.questions_per_step * g.group_size
+    share, rest = divmod(completions, world)
+    if rest or share < 1:
+        raise UsageError(
+            f"{_where(config)}grpo: questions_per_step x group_size = {completions} "
+            f"completions per step must split evenly over {world} process(es)"
+        )
+    if g.gradient_accumulation_steps is None and g.per_device_batch_size is None:
+        micro = max(d for d in range(1, min(share, DEFAULT_MICRO_BATCH) + 1) if share % d == 0)
+        return micro, share // micro
+    if g.gradient_accumulation_steps is None:
+        assert g.per_device_batch_size is not None
+        steps, rest = divmod(share, g.per_device_batch_size)
+        if rest or steps < 1:
+            raise UsageError(
+                f"{_where(config)}grpo.per_device_batch_size {g.per_device_batch_size} does "
+                f"not divide the {plural(share, 'completion')} each of "
+                f"{plural(world, 'process', 'processes')} scores per step"
+            )
+        return g.per_device_batch_size, steps
+    per_device, rest = divmod(share, g.gradient_accumulation_steps)
+    if rest or per_device < 1:
+        raise UsageError(
+            f"{_where(config)}grpo: questions_per_step x group_size = {completions} "
+            f"completions per step must split evenly over {world} process(es) x "
+            f"{g.gradient_accumulation_steps} gradient accumulation step(s)"
+        )
+    if g.per_device_batch_size is not None and g.per_device_batch_size != per_device:
+        raise UsageError(
+            f"{_where(config)}grpo.per_device_batch_size is {g.per_device_batch_size}, but "
+            f"{plural(completions, 'completion')} per step over "
+            f"{plural(world, 'process', 'processes')} x "
+            f"{plural(g.gradient_accumulation_steps, 'accumulation step')} give {per_device}; "
+            "change gradient_accumulation_steps or the number of processes"
+        )
+    return per_device, g.gradient_accumulation_steps
+
+
 def _where(config: TrainConfig) -> str:
     return f"{config.path}: " if getattr(config, "path", None) else ""
 
@@ -188,7 +234,7 @@ def check_recursion_layout(config: TrainConfig) -> None:
     if config.recursion is None:
         return
     g = config.grpo
-    world = max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
+    world = world_size()
     share = g.questions_per_step * g.group_size // world
     if g.group_size % 2 or share % 2:
         raise UsageError(
@@ -313,22 +359,25 @@ def train(
     config: TrainConfig,
     *,
     on_metrics: Callable[[MetricsLine], None] | None = None,
+    on_warm_start: Callable[[WarmStartReport], None] | None = None,
 ) -> Path:
     """Train a Conductor with GRPO as ``config`` says; return the checkpoint directory.
 
     ``on_metrics`` is called with each metrics line after it is written to
-    ``OUTPUT_DIR/metrics.jsonl``; training prints nothing, showing progress is the
-    caller's.  Bad settings raise :class:`~conductor.errors.UsageError`; a missing
-    training package raises :class:`~conductor.errors.MissingDependencyError`.
+    ``OUTPUT_DIR/metrics.jsonl``, ``on_warm_start`` with the format warm start's report
+    (``OUTPUT_DIR/warm_start.json``) when the config asks for one; training prints
+    nothing, showing progress is the caller's.  Bad settings raise
+    :class:`~conductor.errors.UsageError`; a missing training package raises
+    :class:`~conductor.errors.MissingDependencyError`.
     """
     require_train_deps()
+    require_trl_version(recursion=config.recursion is not None)
     check_recursion_layout(config)
     from .contamination import check_training_data
 
     # Before any model is loaded: training on held-out questions stops the run here.
     guard = check_training_data(config)
     from datasets import Dataset
-    from trl import GRPOTrainer  # type: ignore[attr-defined]
 
     from ..llm.cache import ResponseCache
     from .dataset import build_rows
@@ -349,6 +398,18 @@ def train(
     metrics: MetricsLog | None = None
     try:
         rows = build_rows(config, pool, conductor, rng_seed=config.seed)
+        if config.warm_start is not None:
+            warm = format_warm_start(
+                model,
+                tokenizer,
+                rows,
+                config.warm_start,
+                max_steps=conductor.max_steps,
+                seed=config.seed,
+            )
+            write_private(output_dir / WARM_START_FILE, json.dumps(warm.to_dict(), indent=2) + "\n")
+            if on_warm_start is not None:
+                on_warm_start(warm)
         render = opens_with_prefill(config)
         if render:
             for row in rows:
@@ -371,7 +432,7 @@ def train(
             "callbacks": [_make_callback(reward, metrics, started, on_metrics)],
         }
         if config.recursion is None:
-            trainer = GRPOTrainer(**trainer_kwargs)
+            trainer = grpo_trainer_class()(**trainer_kwargs)
         else:
             trainer = recursion_trainer(
                 config.recursion.discount, inner, render_prompts=render, **trainer_kwargs
