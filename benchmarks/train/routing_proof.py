@@ -33,7 +33,9 @@ temporary directory.
 
 It prints the reward curve (step, mean reward, parse rate, share of parsed workflows
 whose last step uses the reliable worker) and a before/after comparison on the held-out
-items, and writes both to ``benchmarks/train/routing_proof_results.json``.
+items, and writes both to ``benchmarks/train/routing_proof_results.json``; ``--cost-sweep``
+writes ``benchmarks/train/routing_cost_sweep_results.json`` (the stored one is the run
+docs/training.md quotes: its penalty-0 run trains exactly as the plain proof).
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import re
 import sys
 import time
@@ -58,11 +59,6 @@ TEMPLATE = HERE / "routing_prompt.txt"
 RESULTS = HERE / "routing_proof_results.json"
 WORKERS = ("guess-a", "table", "guess-b")  # Model 0, Model 1 (reliable), Model 2
 RELIABLE = "table"
-SUBTASKS = (
-    "Answer the question.",
-    "Find the code number and answer.",
-    "Look up the item and give its code number.",
-)
 
 
 def _table() -> dict[int, str]:
@@ -101,8 +97,18 @@ def start_workers() -> Any:
     return server
 
 
-def write_pool(server: Any, directory: Path) -> Path:
+#: USD per million tokens (input and output alike) of each worker in the cost sweep: the
+#: reliable worker ten times the guessers' price, about $0.001 a call against $0.0001
+#: (the fake server counts a word as a token).
+SWEEP_PRICES = {"guess-a": 3.0, "table": 30.0, "guess-b": 3.0}
+
+
+def write_pool(server: Any, directory: Path, *, priced: bool = False) -> Path:
     import yaml
+
+    def price(worker: str) -> dict[str, float]:
+        per_mtok = SWEEP_PRICES[worker] if priced else 0.0  # scripted: free unless swept
+        return {"input_per_mtok": per_mtok, "output_per_mtok": per_mtok}
 
     workers = [
         {
@@ -111,7 +117,7 @@ def write_pool(server: Any, directory: Path) -> Path:
             "client": "openai",
             "api_base": server.openai_base,
             "max_retries": 1,
-            "price": {"input_per_mtok": 0.0, "output_per_mtok": 0.0},  # scripted: free
+            "price": price(w),
         }
         for w in WORKERS
     ]
@@ -125,10 +131,18 @@ def write_pool(server: Any, directory: Path) -> Path:
     return path
 
 
-def make_config(pool_file: Path, base_model: str, out: Path, args: argparse.Namespace) -> Any:
-    from conductor.train.config import DataMix, GRPOSettings, TrainConfig
+def make_config(
+    pool_file: Path,
+    base_model: str,
+    out: Path,
+    args: argparse.Namespace,
+    *,
+    cost_penalty_per_usd: float = 0.0,
+) -> Any:
+    from conductor.train.config import DataMix, GRPOSettings, RewardSettings, TrainConfig
 
     return TrainConfig(
+        reward=RewardSettings(cost_penalty_per_usd=cost_penalty_per_usd),
         base_model=base_model,
         pool=str(pool_file),
         data=(DataMix(benchmark=str(BENCHMARK), split="train"),),
@@ -152,66 +166,21 @@ def make_config(pool_file: Path, base_model: str, out: Path, args: argparse.Name
     )
 
 
-def _target(rng: random.Random) -> str:
-    """A format-only warm-start reply: the worker(s) drawn uniformly at random."""
-    access: list[list[str]]
-    if rng.random() < 0.75:
-        ids, subtasks, access = [rng.randrange(3)], [rng.choice(SUBTASKS)], [[]]
-    else:
-        ids = [rng.randrange(3), rng.randrange(3)]
-        subtasks = [rng.choice(SUBTASKS), "Check the answer above and give the code number."]
-        access = [[], ["all"]]
-    return (
-        f"model_id = {json.dumps(ids)}\n"
-        f"subtasks = {json.dumps(subtasks)}\n"
-        f"access_list = {json.dumps(access)}"
-    )
-
-
 def warm_start(config: Any, rows: list[dict[str, Any]], out: Path, seed: int) -> dict[str, Any]:
-    """Supervised format warm start (uniformly random workers); saves to out/warm."""
-    import torch
-
+    """The library's format warm start (uniformly random workers); saves to out/warm."""
     from conductor.train.policy import load_policy
+    from conductor.train.settings import WarmStartSettings
+    from conductor.train.warmstart import format_warm_start
 
     model, tok = load_policy("gguf:smollm2")
-    rng = random.Random(seed)
-    torch.manual_seed(seed)
-    examples = []
-    for _ in range(3):
-        for row in rows:
-            prompt = tok.apply_chat_template(
-                row["prompt"], add_generation_prompt=True, tokenize=False
-            )
-            p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
-            t_ids = tok(_target(rng), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-            examples.append((p_ids, t_ids))
-    rng.shuffle(examples)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    model.train()
-    losses = []
-    t0 = time.monotonic()
-    for start in range(0, len(examples), 8):
-        batch = examples[start : start + 8]
-        width = max(len(p) + len(t) for p, t in batch)
-        ids = torch.full((len(batch), width), tok.pad_token_id)
-        labels = torch.full((len(batch), width), -100)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, (p, t) in enumerate(batch):
-            seq = p + t
-            ids[i, : len(seq)] = torch.tensor(seq)
-            labels[i, len(p) : len(seq)] = torch.tensor(t)
-            mask[i, : len(seq)] = 1
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(round(loss.item(), 4))
-    model.eval()
+    report = format_warm_start(
+        model, tok, rows, WarmStartSettings(passes=3), max_steps=config.max_steps, seed=seed
+    )
     directory = out / "warm"
     model.save_pretrained(directory)
     tok.save_pretrained(directory)
-    return {"examples": len(examples), "losses": losses, "seconds": round(time.monotonic() - t0)}
+    peak = {"peak_rss_gb": MEMORY.take()} if MEMORY is not None else {}
+    return {**report.to_dict(), **peak}
 
 
 def sample_replies(model: Any, tokenizer: Any, chats: list[Any], max_new_tokens: int) -> list[str]:
@@ -284,13 +253,135 @@ def evaluate(
             sum(1 for r in parsed if r.workers and r.workers[-1] == RELIABLE) / max(1, len(parsed)),
             4,
         ),
+        "cost_usd_per_question": round(sum(r.cost_usd for r in results) / len(results), 6),
         "example": texts[0],
     }
 
 
+class PeakMemory:
+    """The process's largest resident set since the last :meth:`take` (sampled every
+    0.1 s from /proc; where there is no /proc, the lifetime peak from getrusage)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._peak = 0
+        self._lock = threading.Lock()
+        threading.Thread(target=self._watch, daemon=True, name="peak-memory").start()
+
+    @staticmethod
+    def _rss() -> int:
+        try:
+            with open("/proc/self/statm") as statm:
+                return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            import resource
+
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def _watch(self) -> None:
+        while True:
+            rss = self._rss()
+            with self._lock:
+                self._peak = max(self._peak, rss)
+            time.sleep(0.1)
+
+    def take(self) -> float:
+        """The peak in GB since the last call; starts the next interval."""
+        with self._lock:
+            peak, self._peak = max(self._peak, self._rss()), 0
+        return round(peak / 1e9, 2)
+
+
+MEMORY: PeakMemory | None = None
+
+
+def curve_point(row: dict[str, Any]) -> dict[str, Any]:
+    """One training step's line of the reward curve, from ``train``'s metrics line."""
+    last = row.get("last_worker_usage") or {}
+    return {
+        "peak_rss_gb": MEMORY.take() if MEMORY is not None else None,
+        "step": row["step"],
+        "reward_mean": row["reward_mean"],
+        "parse_rate": row["parse_rate"],
+        "correct_rate": row.get("correct_rate"),
+        "reliable_last_share": round(last.get(RELIABLE, 0) / max(1, sum(last.values())), 4),
+        "cost_usd": row.get("cost_usd"),
+        "loss": row["loss"],
+        "elapsed_s": row["elapsed_s"],
+    }
+
+
+def show(point: dict[str, Any]) -> None:
+    print(
+        f"step {point['step']:3d}  reward {point['reward_mean']:.3f}  "
+        f"parsed {point['parse_rate']:.2f}  last step by Model 1 "
+        f"{point['reliable_last_share']:.2f}  {point['elapsed_s']:.0f}s  "
+        f"peak {point['peak_rss_gb']} GB",
+        flush=True,
+    )
+
+
+def mean_of(points: list[dict[str, Any]], key: str) -> float:
+    return round(sum(float(p[key] or 0.0) for p in points) / max(1, len(points)), 4)
+
+
+class Setup:
+    """The workers, the pool file, the training and held-out rows of one run."""
+
+    def __init__(self, args: argparse.Namespace, out: Path, *, priced: bool = False) -> None:
+        from dataclasses import replace
+
+        from conductor.train.config import DataMix
+        from conductor.train.dataset import build_rows
+        from conductor.train.pools import load_train_pool, training_conductor
+
+        self.server = start_workers()
+        out.mkdir(parents=True, exist_ok=True)
+        self.pool_file = write_pool(self.server, out, priced=priced)
+        self.config = make_config(self.pool_file, "gguf:smollm2", out, args)
+        pool = load_train_pool(self.config)
+        conductor = training_conductor(self.config, pool)
+        self.train_rows = build_rows(self.config, pool, conductor, rng_seed=args.seed)
+        held = replace(self.config, data=(DataMix(benchmark=str(BENCHMARK), split="test"),))
+        self.held_rows = build_rows(held, pool, conductor, rng_seed=args.seed)
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+def grpo(
+    setup: Setup,
+    base_model: str,
+    out: Path,
+    args: argparse.Namespace,
+    *,
+    cost_penalty_per_usd: float = 0.0,
+    on_point: Any = None,
+) -> tuple[Path, list[dict[str, Any]]]:
+    """GRPO from ``base_model`` (``conductor.train.trainer.train``); the checkpoint and
+    the reward curve."""
+    from conductor.train.trainer import train
+
+    curve: list[dict[str, Any]] = []
+
+    def on_metrics(row: dict[str, Any]) -> None:
+        point = curve_point(row)
+        curve.append(point)
+        show(point)
+        if on_point is not None:
+            on_point(curve)
+
+    config = make_config(
+        setup.pool_file, base_model, out, args, cost_penalty_per_usd=cost_penalty_per_usd
+    )
+    checkpoint = train(config, on_metrics=on_metrics)
+    return checkpoint, curve
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=None, help="GRPO steps (40; smoke: 5)")
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--questions", type=int, default=4)
     parser.add_argument("--lr", type=float, default=2e-5)
@@ -298,122 +389,153 @@ def main() -> None:
     parser.add_argument("--eval-samples", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/routing-proof"))
-    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--results", type=Path, default=None)
     parser.add_argument(
-        "--smoke", action="store_true", help="build the data and the GRPO config, then stop"
+        "--smoke",
+        action="store_true",
+        help="CI size: the warm start and a few GRPO steps; fails unless the reward rises",
+    )
+    parser.add_argument(
+        "--cost-sweep",
+        metavar="P1,P2,...",
+        default=None,
+        help="priced workers; one GRPO run per cost_penalty_per_usd value, from one warm start",
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (all CPUs)")
+    parser.add_argument(
+        "--warm", type=Path, default=None, help="cost sweep: reuse this warm-start directory"
     )
     args = parser.parse_args()
-    if args.smoke:
-        smoke(args)
-        return
+    if args.steps is None:
+        args.steps = 5 if args.smoke else 40
 
     import torch
 
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
-    from conductor.train.dataset import build_rows
-    from conductor.train.pools import load_train_pool, training_conductor
-    from conductor.train.trainer import train
+    torch.set_num_threads(args.threads or max(1, os.cpu_count() or 1))
+    global MEMORY
+    MEMORY = PeakMemory()
+    if args.smoke:
+        smoke(args)
+    elif args.cost_sweep is not None:
+        cost_sweep(args, [float(v) for v in args.cost_sweep.split(",") if v.strip()])
+    else:
+        proof(args)
 
+
+def proof(args: argparse.Namespace) -> None:
+    results = args.results or RESULTS
     out = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    server = start_workers()
+    setup = Setup(args, out)
     t0 = time.monotonic()
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
+
+    def keep(curve: list[dict[str, Any]]) -> None:
+        report["curve"] = curve
+        results.write_text(json.dumps(report, indent=2) + "\n")
+
     try:
-        pool_file = write_pool(server, out)
-        config = make_config(pool_file, "gguf:smollm2", out, args)
-        pool = load_train_pool(config)
-        conductor = training_conductor(config, pool)
-        train_rows = build_rows(config, pool, conductor, rng_seed=args.seed)
-        held_config = make_config(pool_file, "gguf:smollm2", out, args)
-        from dataclasses import replace
-
-        from conductor.train.config import DataMix
-
-        held_config = replace(held_config, data=(DataMix(benchmark=str(BENCHMARK), split="test"),))
-        held_rows = build_rows(held_config, pool, conductor, rng_seed=args.seed)
-
+        config = setup.config
         print("evaluating the base model (no warm start) ...", flush=True)
-        report["base"] = evaluate("gguf:smollm2", config, held_rows, 4, args.seed)
+        report["base"] = evaluate("gguf:smollm2", config, setup.held_rows, 4, args.seed)
         print(json.dumps(report["base"]), flush=True)
         print("format warm start (uniformly random workers) ...", flush=True)
-        report["warm_start"] = warm_start(config, train_rows, out, args.seed)
+        report["warm_start"] = warm_start(config, setup.train_rows, out, args.seed)
         print(json.dumps(report["warm_start"]), flush=True)
         warm = str(out / "warm")
-        report["before"] = evaluate(warm, config, held_rows, args.eval_samples, args.seed)
+        report["before"] = evaluate(warm, config, setup.held_rows, args.eval_samples, args.seed)
         print("before GRPO:", json.dumps(report["before"]), flush=True)
-
-        curve: list[dict[str, Any]] = []
-
-        def on_metrics(row: dict[str, Any]) -> None:
-            last = row.get("last_worker_usage") or {}
-            share = last.get(RELIABLE, 0) / max(1, sum(last.values()))
-            point = {
-                "step": row["step"],
-                "reward_mean": row["reward_mean"],
-                "parse_rate": row["parse_rate"],
-                "reliable_last_share": round(share, 4),
-                "loss": row["loss"],
-                "elapsed_s": row["elapsed_s"],
-            }
-            curve.append(point)
-            print(
-                f"step {point['step']:3d}  reward {point['reward_mean']:.3f}  "
-                f"parsed {point['parse_rate']:.2f}  last step by Model 1 {share:.2f}  "
-                f"{point['elapsed_s']:.0f}s",
-                flush=True,
-            )
-            report["curve"] = curve
-            args.results.write_text(json.dumps(report, indent=2) + "\n")
-
-        grpo_config = make_config(pool_file, warm, out, args)
-        checkpoint = train(grpo_config, on_metrics=on_metrics)
+        checkpoint, curve = grpo(setup, warm, out, args, on_point=keep)
         report["checkpoint"] = str(checkpoint)
-        report["after"] = evaluate(str(checkpoint), config, held_rows, args.eval_samples, args.seed)
+        report["after"] = evaluate(
+            str(checkpoint), config, setup.held_rows, args.eval_samples, args.seed
+        )
         print("after GRPO:", json.dumps(report["after"]), flush=True)
         k = min(3, len(curve))
         report["summary"] = {
-            "reward_first_steps": round(sum(p["reward_mean"] for p in curve[:k]) / k, 4),
-            "reward_last_steps": round(sum(p["reward_mean"] for p in curve[-k:]) / k, 4),
-            "reliable_share_first_steps": round(
-                sum(p["reliable_last_share"] for p in curve[:k]) / k, 4
-            ),
-            "reliable_share_last_steps": round(
-                sum(p["reliable_last_share"] for p in curve[-k:]) / k, 4
-            ),
+            "reward_first_steps": mean_of(curve[:k], "reward_mean"),
+            "reward_last_steps": mean_of(curve[-k:], "reward_mean"),
+            "reliable_share_first_steps": mean_of(curve[:k], "reliable_last_share"),
+            "reliable_share_last_steps": mean_of(curve[-k:], "reliable_last_share"),
             "steps_averaged": k,
             "total_seconds": round(time.monotonic() - t0),
         }
         print("summary:", json.dumps(report["summary"]), flush=True)
     finally:
-        server.stop()
-        args.results.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"results written to {args.results}", file=sys.stderr)
+        setup.close()
+        results.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"results written to {results}", file=sys.stderr)
+
+
+#: What the smoke run asks of its reward curve: the mean reward of its last two steps
+#: above its first step's by at least this much.  The proof's stored run rose from
+#: 0.70 to 0.89 in two steps; the noise of one step's mean (32 rollouts) is ~0.04.
+SMOKE_RISE = 0.05
 
 
 def smoke(args: argparse.Namespace) -> None:
-    """The run up to its first model load: workers, pool, rows and TRL's config."""
+    """CI's run: the warm start and ``--steps`` GRPO steps in a temporary directory;
+    exits non-zero unless the reward rises (nothing is written to the stored results)."""
     import tempfile
 
-    from conductor.train.dataset import build_rows
-    from conductor.train.pools import load_train_pool, training_conductor
-    from conductor.train.trainer import build_grpo_config
-
-    server = start_workers()
-    try:
-        with tempfile.TemporaryDirectory(prefix="routing-proof-smoke-") as tmp:
-            out = Path(tmp)
-            config = make_config(write_pool(server, out), "gguf:smollm2", out, args)
-            pool = load_train_pool(config)
-            conductor = training_conductor(config, pool)
-            rows = build_rows(config, pool, conductor, rng_seed=args.seed)
-            build_grpo_config(config, output_dir=out / "grpo")
-    finally:
-        server.stop()
+    with tempfile.TemporaryDirectory(prefix="routing-proof-smoke-") as tmp:
+        out = Path(tmp)
+        setup = Setup(args, out)
+        try:
+            warm = warm_start(setup.config, setup.train_rows, out, args.seed)
+            print(f"warm start: {json.dumps(warm)}", flush=True)
+            _checkpoint, curve = grpo(setup, str(out / "warm"), out, args)
+        finally:
+            setup.close()
+    first = curve[0]["reward_mean"]
+    last = mean_of(curve[-2:], "reward_mean")
+    verdict = "rises" if last >= first + SMOKE_RISE else "does NOT rise"
     print(
-        f"smoke: {len(rows)} training rows, pool {[w.id for w in pool.workers]}, "
-        "GRPO config built; stopped before loading the policy"
+        f"smoke: reward {first:.3f} at step 1, {last:.3f} over the last two steps: "
+        f"{verdict} (asked: +{SMOKE_RISE})"
     )
+    if last < first + SMOKE_RISE:
+        sys.exit(1)
+
+
+SWEEP_RESULTS = HERE / "routing_cost_sweep_results.json"
+
+
+def cost_sweep(args: argparse.Namespace, penalties: list[float]) -> None:
+    """One warm start, then one GRPO run per penalty on the priced pool; each checkpoint
+    evaluated on the held-out items (accuracy, spend per question, routing)."""
+    results = args.results or SWEEP_RESULTS
+    out = args.out
+    setup = Setup(args, out, priced=True)
+    report: dict[str, Any] = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "prices_per_mtok": SWEEP_PRICES,
+        "runs": [],
+    }
+    try:
+        if args.warm is not None:  # an earlier sweep's warm start: the same seed, the same model
+            warm = str(args.warm)
+            report["warm_start"] = {"reused": warm}
+        else:
+            report["warm_start"] = warm_start(setup.config, setup.train_rows, out, args.seed)
+            warm = str(out / "warm")
+        report["before"] = evaluate(
+            warm, setup.config, setup.held_rows, args.eval_samples, args.seed
+        )
+        print("before GRPO:", json.dumps(report["before"]), flush=True)
+        for penalty in penalties:
+            print(f"cost_penalty_per_usd = {penalty:g}", flush=True)
+            run_out = out / f"penalty-{penalty:g}"
+            checkpoint, curve = grpo(setup, warm, run_out, args, cost_penalty_per_usd=penalty)
+            after = evaluate(
+                str(checkpoint), setup.config, setup.held_rows, args.eval_samples, args.seed
+            )
+            print("after GRPO:", json.dumps(after), flush=True)
+            report["runs"].append({"cost_penalty_per_usd": penalty, "curve": curve, "after": after})
+            results.write_text(json.dumps(report, indent=2) + "\n")
+    finally:
+        setup.close()
+        results.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"results written to {results}", file=sys.stderr)
 
 
 if __name__ == "__main__":
