@@ -41,6 +41,7 @@ from .targets import (
 __all__ = [
     "Pool",
     "DEFAULT_POOL",
+    "RUNTIME_FIELDS",
     "builtin_pools_dir",
     "list_builtin_pools",
     "load_pool",
@@ -70,6 +71,24 @@ class Pool:
             if w.id == worker_id:
                 return w
         raise KeyError(worker_id)
+
+
+#: The fields of a pool's description (:func:`pool_to_public_dict`) that say how a model
+#: is reached, paced and paid for, and not what it answers: a bench resume may change
+#: them, and ``conductor serve``'s pinned model ids do not change with them.
+RUNTIME_FIELDS = frozenset(
+    {
+        "path",
+        "api_key_env",
+        "max_concurrency",
+        "timeout_s",
+        "total_timeout_s",
+        "max_retries",
+        "price",
+        "n_threads",
+        "n_gpu_layers",
+    }
+)
 
 
 def pool_to_public_dict(pool: Pool) -> dict[str, Any]:

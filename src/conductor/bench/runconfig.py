@@ -20,6 +20,7 @@ from ..benchmark import BenchmarkSpec
 from ..datasets.samples import dataset_provenance
 from ..errors import UsageError
 from ..grading import Grader
+from ..pool import RUNTIME_FIELDS
 from ..record import now_iso
 from ..runs.config import BenchConfig, BenchmarkInfo, Invocation, TrainedOn
 from ..strategies import Strategy
@@ -174,28 +175,13 @@ _SAME_RUN_TREES: tuple[tuple[str, Callable[[BenchConfig], Mapping[str, Any] | No
     ("strategy settings", lambda c: c.strategy_detail),
     ("pool", lambda c: c.pool),
 )
-# How a model is reached, paced and paid for does not decide its answers: a resume may
-# change these (a moved pool file, a longer time-out, a new price or key variable).
-_RUNTIME_KEYS = frozenset(
-    {
-        "path",
-        "api_key_env",
-        "max_concurrency",
-        "timeout_s",
-        "total_timeout_s",
-        "max_retries",
-        "price",
-        "n_threads",
-        "n_gpu_layers",
-    }
-)
-
-
 # Descriptions derived from fields compared anyway (the Conductor's ``sampling`` is in its
 # target's params, ``template_form`` follows the template's hash): skipping them keeps
 # runs recorded before they existed resumable.
 _DERIVED_KEYS = frozenset({"sampling", "template_form"})
-_UNCOMPARED_KEYS = _RUNTIME_KEYS | _DERIVED_KEYS
+# How a model is reached, paced and paid for (RUNTIME_FIELDS) may change in a resume too:
+# a moved pool file, a longer time-out, a new price or key variable.
+_UNCOMPARED_KEYS = RUNTIME_FIELDS | _DERIVED_KEYS
 
 
 def _first_difference(old: Any, new: Any, where: str = "") -> str | None:

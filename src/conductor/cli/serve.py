@@ -46,6 +46,15 @@ def serve(
             "(Authorization: Bearer TOKEN).",
         ),
     ] = None,
+    keys: Annotated[
+        Path | None,
+        typer.Option(
+            "--keys",
+            help="A keys file (YAML): each key's name, token_env (the variable holding "
+            "its token) and the workers it may use (allowed_workers). Beside or instead "
+            "of --api-key-env.",
+        ),
+    ] = None,
     max_concurrency: Annotated[
         int, typer.Option("--max-concurrency", min=1, help="Requests run at once.")
     ] = 16,
@@ -88,12 +97,13 @@ def serve(
     cond = resolve_conductor(pool_obj, conductor)
     require_keys([*pool_obj.workers, cond.target])  # every missing key at once, up front
     try:
-        from ..serve import ServeSettings, run_server
+        from ..serve import ServeSettings, load_keys, run_server
     except ImportError as exc:
         raise MissingDependencyError(
             f"conductor serve needs FastAPI and uvicorn ({exc.name} is missing): "
             f"{install_hint('serve')}"
         ) from None
+    api_keys = load_keys(keys, pool_obj) if keys is not None else ()
 
     settings = ServeSettings(
         pool=pool_obj,
@@ -105,6 +115,7 @@ def serve(
         max_body_bytes=max_body_bytes,
         grace_s=grace_s,
         use_cache=not no_cache,
+        keys=api_keys,
     )
 
     def listening(url: str) -> None:

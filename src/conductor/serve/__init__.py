@@ -9,7 +9,17 @@ this package imports FastAPI and uvicorn (the ``serve`` extra).
 from __future__ import annotations
 
 from ._app import create_app
+from ._keys import ApiKey, KeysFileError, load_keys, load_keys_text
 from ._server import run_server, serve_in_thread
 from ._settings import ServeSettings
 
-__all__ = ["ServeSettings", "create_app", "run_server", "serve_in_thread"]
+__all__ = [
+    "ApiKey",
+    "KeysFileError",
+    "ServeSettings",
+    "create_app",
+    "load_keys",
+    "load_keys_text",
+    "run_server",
+    "serve_in_thread",
+]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hmac
 import json
 import logging
 import time
@@ -36,7 +35,8 @@ from ..record import RunRecord, new_run_id
 from ..strategies import Strategy
 from ..text import check_question
 from ._conversation import question_text
-from ._models import model_list
+from ._keys import ApiKey, KeyRing, strategy_for
+from ._models import model_entry, model_list
 from ._protocol import (
     ApiError,
     ChatRequest,
@@ -70,6 +70,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
         with ResponseCache():  # a cache directory that cannot be used: one sentence now
             pass
     created = int(time.time())
+    keyring = KeyRing(settings.pool, _keys_of(settings))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -94,34 +95,26 @@ def create_app(settings: ServeSettings) -> FastAPI:
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
-        _check_key(request, settings.api_key)
-        return _json(model_list(settings.pool, created))
+        key = _check_key(request, keyring)
+        service: Service = request.app.state.service
+        workers = key.allowed_workers if key is not None else None
+        return _json(model_list(service.catalog, created, workers))
 
     @app.get("/v1/models/{model_id:path}")
     async def model(model_id: str, request: Request) -> Response:
-        _check_key(request, settings.api_key)
+        key = _check_key(request, keyring)
         service: Service = request.app.state.service
-        service.catalog.resolve(model_id)  # 400 model_not_found for a name it refuses
-        listed = {m["id"]: m for m in model_list(settings.pool, created)["data"]}
-        kind = "conductor" if model_id == "conductor" else "baseline"
-        return _json(
-            listed.get(model_id)
-            or {
-                "id": model_id,
-                "object": "model",
-                "created": created,
-                "owned_by": "conductor",
-                "conductor": {"pool": settings.pool.name, "kind": kind, "pattern": False},
-            }
-        )
+        # 400 model_not_found for a name it refuses, 403 for one the key may not use
+        strategy_for(service.catalog, key, model_id, None)
+        return _json(model_entry(service.catalog, created, model_id))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        _check_key(request, settings.api_key)
+        key = _check_key(request, keyring)
         raw = await _read_body(request, settings.max_body_bytes)
         chat = parse_chat_request(raw)
         service: Service = request.app.state.service
-        strategy = service.catalog.resolve(chat.model)
+        strategy = strategy_for(service.catalog, key, chat.model, chat.allowed_workers)
         question = question_text(chat.messages)
         try:
             check_question(question)
@@ -150,6 +143,12 @@ def _check_settings(settings: ServeSettings) -> None:
         raise UsageError("--grace-s must be 0 or more")
     if settings.api_key is not None and not settings.api_key:
         raise UsageError("the API key is empty: set the variable to the token clients send")
+
+
+def _keys_of(settings: ServeSettings) -> list[ApiKey]:
+    # The --api-key-env token is a key like the file's, with every worker.
+    single = [ApiKey("api-key-env", settings.api_key)] if settings.api_key else []
+    return [*single, *settings.keys]
 
 
 # -- one request ------------------------------------------------------------------------
@@ -303,25 +302,9 @@ def _cost_header(records: list[RunRecord]) -> str:
 # -- the request's edges ----------------------------------------------------------------
 
 
-def _check_key(request: Request, api_key: str | None) -> None:
-    if api_key is None:
-        return
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(
-            401,
-            "no API key was given: send it as Authorization: Bearer KEY",
-            type="authentication_error",
-            code="invalid_api_key",
-        )
-    if not hmac.compare_digest(token.strip().encode(), api_key.encode()):
-        raise ApiError(
-            401,
-            "the API key is not valid for this server",
-            type="authentication_error",
-            code="invalid_api_key",
-        )
+def _check_key(request: Request, keyring: KeyRing) -> ApiKey | None:
+    """The caller's key (``None`` on a server that needs none), or 401."""
+    return keyring.check(request.headers.get("authorization", ""))
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

@@ -3,54 +3,101 @@
 ``conductor`` is the pool's Conductor (or the one ``--conductor`` names); every
 baseline of ``conductor bench --strategy`` is a virtual model beside it:
 ``single:WORKER`` for each worker, ``moa`` (and ``moa:AGGREGATOR``), and the patterns
-``vote:K:W`` and ``reflect:K:W``, listed literally and accepted for any K
-and worker.  Every strategy is built on the one :class:`~conductor.llm.caller.CallerSet`
+``vote:K:W`` and ``reflect:K:W``, accepted for any K and worker and listed as patterns
+(the list body's ``conductor.patterns``), not as model ids a client would call
+literally.  Every strategy is built on the one :class:`~conductor.llm.caller.CallerSet`
 of the server, so all requests share clients, per-worker limits and the call cache.
+
+Every id may be pinned to the pool's content, ``conductor@DIGEST``: the digest
+(:func:`pool_digest`) covers what decides answers (the workers' models, parameters and
+prompts, the Conductor's settings and template) and not how models are reached, paced
+or paid for, so a client that pins an id is refused once the pool has changed.
+
+A request restricted to some of the workers (an API key's ``allowed_workers``, or the
+body's ``conductor.allowed_workers``) is answered on the sub-pool of those workers
+(:func:`~conductor.train.pools.subpool_from_ids`, as randomised-pool training lists
+them): the Conductor is shown only them, numbered from Model 0, and ``moa`` asks only
+them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from ..conductors.spec import Conductor
 from ..errors import UsageError
 from ..execute import RunSettings
 from ..llm.caller import CallerSet
-from ..pool import Pool
+from ..pool import RUNTIME_FIELDS, Pool, pool_to_public_dict
 from ..strategies import (
     ConductorStrategy,
     Strategy,
     parse_strategy,
     short_answer_key,
 )
+from ..train.pools import subpool_from_ids
 from ._protocol import ApiError
 
-__all__ = ["CONDUCTOR_MODEL", "Catalog", "model_list"]
+__all__ = [
+    "CONDUCTOR_MODEL",
+    "PATTERN_K_MAX",
+    "Catalog",
+    "WorkersOutside",
+    "model_entry",
+    "model_list",
+    "pool_digest",
+]
 
 #: The model id of the pool's Conductor.
 CONDUCTOR_MODEL = "conductor"
 
-#: How many strategies a server keeps built (``vote:K:W`` can name many).
+#: The largest K a pattern model (``vote:K:W``) is listed with; ``None``: no bound.
+PATTERN_K_MAX: int | None = None
+
+#: How many strategies a server keeps built (``vote:K:W`` and the allowed sets can name
+#: many).
 _KEEP = 256
 
+#: How many hex digits of the pool's SHA-256 a pinned id carries.
+_DIGEST_CHARS = 12
+_PINNED = re.compile(rf"^(?P<base>.+)@(?P<digest>[0-9a-f]{{{_DIGEST_CHARS}}})$")
+_PATTERNS = ("vote:K:W", "reflect:K:W")
 
-def model_list(pool: Pool, created: int) -> dict[str, Any]:
-    """The body of ``GET /v1/models``."""
 
-    def entry(model_id: str, kind: str, pattern: bool = False) -> dict[str, Any]:
-        return {
-            "id": model_id,
-            "object": "model",
-            "created": created,
-            "owned_by": "conductor",
-            "conductor": {"pool": pool.name, "kind": kind, "pattern": pattern},
-        }
+def _answer_fields(tree: Any) -> Any:
+    if isinstance(tree, dict):
+        return {k: _answer_fields(v) for k, v in tree.items() if k not in RUNTIME_FIELDS}
+    if isinstance(tree, list):
+        return [_answer_fields(v) for v in tree]
+    return tree
 
-    data = [entry(CONDUCTOR_MODEL, "conductor")]
-    data += [entry(f"single:{w.id}", "baseline") for w in pool.workers]
-    data.append(entry("moa", "baseline"))
-    data += [entry(p, "baseline", pattern=True) for p in ("vote:K:W", "reflect:K:W")]
-    return {"object": "list", "data": data}
+
+def pool_digest(pool: Pool, conductor: dict[str, Any]) -> str:
+    """A short digest of what decides ``pool``'s answers: its workers as a record
+    describes them and the Conductor strategy's description, less the fields that say
+    how models are reached, paced and paid for (:data:`~conductor.pool.RUNTIME_FIELDS`).
+    The pool's name and file path are left out too: a renamed or moved pool answers
+    as before."""
+    identity = {
+        "v": 1,
+        "workers": pool_to_public_dict(pool)["workers"],
+        "conductor": conductor,
+    }
+    blob = json.dumps(_answer_fields(identity), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:_DIGEST_CHARS]
+
+
+class WorkersOutside(Exception):
+    """A model names workers outside the request's allowed ones (``workers``)."""
+
+    def __init__(self, model: str, workers: list[str]) -> None:
+        super().__init__(f"{model}: {', '.join(workers)}")
+        self.model = model
+        self.workers = workers
 
 
 class Catalog:
@@ -62,28 +109,82 @@ class Catalog:
         self.pool = pool
         self.callers = callers
         self.settings = settings
+        self._conductor = conductor
         self.conductor: Strategy = ConductorStrategy(pool, conductor, settings, callers)
-        self._fixed: dict[str, Strategy] = {}
+        self.digest = pool_digest(pool, self.conductor.describe())
+        # Keyed by the allowed workers (None: all) and the model: each allowed set's
+        # strategies are built once.
+        self._built: dict[tuple[tuple[str, ...] | None, str], Strategy] = {}
 
-    def resolve(self, model: str) -> Strategy:
-        """The strategy for ``model``, or :class:`ApiError` 400 ``model_not_found``."""
-        if model == CONDUCTOR_MODEL:
+    def resolve(self, model: str, workers: tuple[str, ...] | None = None) -> Strategy:
+        """The strategy for ``model`` on the sub-pool of ``workers`` (``None``: the whole
+        pool), or :class:`ApiError` 400 ``model_not_found``, or :class:`WorkersOutside`
+        for a model that names a worker outside ``workers``."""
+        model = self.unpinned(model)
+        if model == CONDUCTOR_MODEL and workers is None:
             return self.conductor
-        known = self._fixed.get(model)
+        known = self._built.get((workers, model))
         if known is not None:
             return known
-        if model == "singles" or model.startswith("conductor"):
-            raise self._unknown(model, None)
-        try:
-            strategy = parse_strategy(
-                model, self.pool, self.callers, vote_key=short_answer_key, settings=self.settings
-            )
-        except UsageError as exc:
-            raise self._unknown(model, str(exc)) from None
-        if len(self._fixed) >= _KEEP:
-            self._fixed.pop(next(iter(self._fixed)))
-        self._fixed[model] = strategy
+        pool = self._pool(workers)
+        strategy: Strategy
+        if model == CONDUCTOR_MODEL:
+            strategy = ConductorStrategy(pool, self._conductor, self.settings, self.callers)
+        else:
+            if model == "singles" or model.startswith("conductor"):
+                raise self._unknown(model, None)
+            try:
+                strategy = self._baseline(model, pool)
+            except UsageError as exc:
+                if workers is not None:
+                    self._check_outside(model, workers)
+                raise self._unknown(model, str(exc)) from None
+        if len(self._built) >= _KEEP:
+            self._built.pop(next(iter(self._built)))
+        self._built[(workers, model)] = strategy
         return strategy
+
+    def unpinned(self, model: str) -> str:
+        """``model`` without its ``@DIGEST``, or 400 ``model_not_found`` when the digest
+        is not this pool's."""
+        pinned = _PINNED.match(model)
+        if pinned is None:
+            return model
+        base, digest = pinned["base"], pinned["digest"]
+        if digest != self.digest:
+            raise ApiError(
+                400,
+                f"the model {model!r} is pinned to pool version {digest}, but this server's "
+                f"pool has changed: it is now {self.digest} (use {base}@{self.digest}, or "
+                f"{base} for the pool as it is)",
+                param="model",
+                code="model_not_found",
+            )
+        return base
+
+    def _pool(self, workers: tuple[str, ...] | None) -> Pool:
+        return self.pool if workers is None else subpool_from_ids(self.pool, workers).pool
+
+    def _baseline(self, model: str, pool: Pool) -> Strategy:
+        return parse_strategy(
+            model, pool, self.callers, vote_key=short_answer_key, settings=self.settings
+        )
+
+    def _check_outside(self, model: str, workers: tuple[str, ...]) -> None:
+        """Raise :class:`WorkersOutside` when ``model`` resolves once one of the workers
+        left out is added back (``single:w2`` when w2 is not allowed)."""
+        outside = []
+        for w in self.pool.workers:
+            if w.id in workers:
+                continue
+            wider = tuple(v.id for v in self.pool.workers if v.id in workers or v.id == w.id)
+            try:
+                self._baseline(model, self._pool(wider))
+            except UsageError:
+                continue
+            outside.append(w.id)
+        if outside:
+            raise WorkersOutside(model, outside)
 
     def _unknown(self, model: str, why: str | None) -> ApiError:
         reason = why.removeprefix(f"--strategy {model}: ") if why else None
@@ -98,3 +199,53 @@ class Catalog:
 
     async def aclose(self) -> None:
         await self.callers.aclose()
+
+
+def model_entry(catalog: Catalog, created: int, model_id: str) -> dict[str, Any]:
+    """One model as ``GET /v1/models`` lists it (``model_id`` may be pinned or a
+    pattern's instance such as ``vote:3:w0``)."""
+    base = catalog.unpinned(model_id)
+    kind, _, _rest = base.partition(":")
+    pattern = next((p for p in _PATTERNS if p.startswith(f"{kind}:")), None)
+    return {
+        "id": model_id,
+        "object": "model",
+        "created": created,
+        "owned_by": "conductor",
+        "conductor": {
+            "pool": catalog.pool.name,
+            "kind": "conductor" if base == CONDUCTOR_MODEL else "baseline",
+            "pattern": pattern,
+            "pinned": base != model_id,
+            "pool_digest": catalog.digest,
+        },
+    }
+
+
+def model_list(
+    catalog: Catalog, created: int, workers: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """The body of ``GET /v1/models`` for a caller that may use ``workers`` (``None``:
+    all): each model plain, then each pinned to the pool's digest; the patterns in
+    ``conductor.patterns``."""
+    ids = [w.id for w in catalog.pool.workers if workers is None or w.id in workers]
+    plain = [CONDUCTOR_MODEL, *(f"single:{w}" for w in ids), "moa"]
+    pinned = [f"{m}@{catalog.digest}" for m in plain]
+    return {
+        "object": "list",
+        "data": [model_entry(catalog, created, m) for m in (*plain, *pinned)],
+        "conductor": {
+            "pool": catalog.pool.name,
+            "pool_digest": catalog.digest,
+            "workers": ids,
+            "patterns": [
+                {
+                    "pattern": p,
+                    "k_min": 1,
+                    "k_max": PATTERN_K_MAX,
+                    "example": p.replace("K", "3").replace(":W", f":{ids[0]}"),
+                }
+                for p in _PATTERNS
+            ],
+        },
+    }

@@ -108,6 +108,9 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     progress: bool = False
+    #: ``conductor.allowed_workers``: the only workers this request may use (``None``:
+    #: all its API key allows), deduplicated, in the order given.
+    allowed_workers: tuple[str, ...] | None = None
 
 
 def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:
@@ -170,7 +173,23 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         stream=stream,
         include_usage=include_usage and stream,
         progress=progress and stream,
+        allowed_workers=_allowed_workers(ours.get("allowed_workers")),
     )
+
+
+def _allowed_workers(raw: Any) -> tuple[str, ...] | None:
+    if raw is None:
+        return None
+    if (
+        not isinstance(raw, list)
+        or not raw
+        or not all(isinstance(w, str) and w.strip() for w in raw)
+    ):
+        raise _bad(
+            'conductor.allowed_workers must be a non-empty list of worker ids, e.g. ["w0", "w2"]',
+            "conductor.allowed_workers",
+        )
+    return tuple(dict.fromkeys(w.strip() for w in raw))
 
 
 def _asks(value: Any) -> bool:

@@ -22,6 +22,7 @@ from ..events import Event
 from ..execute import RunSettings
 from ..llm.cache import ResponseCache
 from ..llm.caller import CallerSet
+from ..pool import Pool
 from ..private import own_dir
 from ..record import RunRecord, record_to_dict
 from ..runs.rundir import SAMPLES, open_samples, record_line, repair_tail, write_line
@@ -187,7 +188,7 @@ class Service:
         """One run, recorded under ``run_id`` (its record's run id and sample id).  A
         cancelled run's record, as far as it went, is written too where it exists."""
         started: list[RunRecord] = []
-        sink = self._sink(index, started, on_event) if on_event else None
+        sink = self._sink(index, started, on_event, strategy) if on_event else None
         try:
             record = await strategy.run(
                 question,
@@ -211,6 +212,9 @@ class Service:
         # records file holds every model's runs, and a reader (conductor view) tells
         # them apart by it.
         record.metadata["strategy"] = strategy.name
+        # The workers the request could use (its key's and its own allowed_workers):
+        # a restricted request runs on the sub-pool of just those.
+        record.metadata["allowed_workers"] = [w.id for w in strategy.pool.workers]
         if self.records is None:
             return
         try:
@@ -219,7 +223,7 @@ class Service:
             log.error("run %s: its record could not be written (%s)", run_id, exc)
 
     def _sink(
-        self, index: int, started: list[RunRecord], on_event: EventCallback
+        self, index: int, started: list[RunRecord], on_event: EventCallback, strategy: Strategy
     ) -> Callable[[Event], None]:
         """An event sink that hands ``on_event`` each event as JSON, preceded, when a
         round's first step starts, by a ``workflow`` event with the round's plan."""
@@ -228,21 +232,23 @@ class Service:
         def sink(event: Event) -> None:
             if event.kind == "step_started" and event.round not in shown:
                 shown.add(event.round)
-                plan = self._plan(started, event.round)
+                plan = self._plan(started, event.round, strategy.pool)
                 if plan is not None:
                     on_event({"kind": "workflow", "choice": index, "round": event.round, **plan})
             on_event(event_payload(event, index))
 
         return sink
 
-    def _plan(self, started: list[RunRecord], round_index: int) -> dict[str, Any] | None:
+    def _plan(
+        self, started: list[RunRecord], round_index: int, pool: Pool
+    ) -> dict[str, Any] | None:
         # The strategy hands over its record before the first step starts, and each
         # round's workflow is in it before that round's steps start.
         rounds = started[0].rounds if started else []
         workflow = rounds[round_index].workflow if round_index < len(rounds) else None
         if not workflow:
             return None
-        workers = self.settings.pool.workers
+        workers = pool.workers  # the steps number the strategy's (sub-)pool's workers
         return {
             "steps": [
                 {

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..pool import Pool
+from ._keys import ApiKey
 
 __all__ = ["ServeSettings"]
 
@@ -19,6 +20,9 @@ class ServeSettings:
     requests must carry (``None``: none needed).  ``max_concurrency`` requests run at
     once and ``max_queue`` more wait for a slot; beyond that a request gets 429.
     ``grace_s`` is how long a stopping server lets requests in flight finish.
+    ``keys`` are the tokens of a keys file (:func:`~conductor.serve.load_keys`), each
+    with the workers it may use; beside ``api_key`` (a key with every worker), or
+    instead of it.
     """
 
     pool: Pool
@@ -30,3 +34,4 @@ class ServeSettings:
     max_body_bytes: int = 1 << 20
     grace_s: float = 30.0
     use_cache: bool = True
+    keys: tuple[ApiKey, ...] = ()
