@@ -267,6 +267,7 @@ def test_serve_help_lists_the_contract_options() -> None:
     for option in (
         "--pool", "--conductor", "--host", "--port", "--records", "--api-key-env",
         "--max-concurrency", "--max-queue", "--max-body-bytes", "--grace-s", "--no-cache",
+        "--keys",
     ):  # fmt: skip
         assert option in res.stdout, option
 
