@@ -19,6 +19,8 @@ class ServeSettings:
     requests must carry (``None``: none needed).  ``max_concurrency`` requests run at
     once and ``max_queue`` more wait for a slot; beyond that a request gets 429.
     ``grace_s`` is how long a stopping server lets requests in flight finish.
+    ``cors_origins`` are the origins a browser may call the server from (``*``: any;
+    none: no CORS headers at all).
     """
 
     pool: Pool
@@ -30,3 +32,4 @@ class ServeSettings:
     max_body_bytes: int = 1 << 20
     grace_s: float = 30.0
     use_cache: bool = True
+    cors_origins: tuple[str, ...] = ()
