@@ -304,7 +304,11 @@ def test_completions_refuse_what_they_cannot_do(
             {"model": "single:w0", "input": "Hi", "text": {"format": {"type": "json_object"}}},
             "text.format",
         ),
-        ("responses", {"model": "single:w0", "input": "Hi", "previous_response_id": 7}, None),
+        (
+            "responses",
+            {"model": "single:w0", "input": "Hi", "previous_response_id": 7},
+            "previous_response_id",
+        ),
         ("completions", {"model": "single:w0"}, "prompt"),
         ("completions", {"model": "single:w0", "prompt": [1, 2, 3]}, "prompt"),
         ("completions", {"model": "single:w0", "prompt": ["a", "b"]}, "prompt"),
@@ -380,3 +384,14 @@ def test_without_cors_there_are_no_cors_headers(tmp_path: Path, fake_server: Fak
     assert post.status_code == 200, post.text
     assert not [h for h in post.headers if h.startswith("access-control-")]
     assert json.loads(post.text)["choices"][0]["text"] == "hi"
+
+
+def test_kept_conversations_are_bounded() -> None:
+    from conductor.serve._protocol import ChatMessage
+    from conductor.serve._responses import Conversations
+
+    kept = Conversations(limit=2)
+    for name in ("a", "b", "c"):
+        kept.keep(name, (ChatMessage("user", name),))
+    assert kept.get("a") is None  # the oldest is forgotten first
+    assert kept.get("b") == (ChatMessage("user", "b"),) and kept.get("c") is not None

@@ -91,14 +91,15 @@ class ResponsesRequest:
     """What a ``POST /v1/responses`` body asks for, checked.  ``chat`` is the whole
     conversation to answer: the instructions, the previous response's conversation and
     this input; ``turn`` is what a follow-up continues (all of it but the
-    instructions)."""
+    instructions); ``echoed`` holds the fields a response repeats from its request
+    (metadata, sampling parameters)."""
 
     chat: ChatRequest
     turn: tuple[ChatMessage, ...]
     instructions: str | None = None
     previous_response_id: str | None = None
     store: bool = True
-    echo: dict[str, Any] = field(default_factory=dict)
+    echoed: dict[str, Any] = field(default_factory=dict)
 
 
 def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:
@@ -110,11 +111,12 @@ def parse_responses_request(raw: bytes, kept: Conversations) -> ResponsesRequest
     ``previous_response_id`` is looked up in ``kept``."""
     body = json_object(raw)
     refuse_unsupported(body, _UNSUPPORTED)
-    fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None
-    if body.get("text") is not None and not isinstance(body.get("text"), dict):
+    text = body.get("text")
+    if text is not None and not isinstance(text, dict):
         raise _bad('text must be an object such as {"format": {"type": "text"}}', "text")
+    fmt = (text or {}).get("format")
     if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") in (None, "text")):
-        # Where structured output is rendered later, a json_schema format is read here.
+        # The seam for structured output: a json_schema format would be read here.
         raise _bad(
             "text.format is not supported: an orchestration answers with plain text",
             "text.format",
@@ -149,7 +151,7 @@ def parse_responses_request(raw: bytes, kept: Conversations) -> ResponsesRequest
     metadata = body.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise _bad("metadata must be an object of strings", "metadata")
-    echo = {
+    echoed = {
         "metadata": metadata or {},
         "temperature": _number(body, "temperature"),
         "top_p": _number(body, "top_p"),
@@ -162,7 +164,7 @@ def parse_responses_request(raw: bytes, kept: Conversations) -> ResponsesRequest
         instructions=instructions,
         previous_response_id=previous_id,
         store=store,
-        echo=echo,
+        echoed=echoed,
     )
 
 
@@ -273,7 +275,7 @@ class ResponsesRenderer:
             "tools": [],
             "truncation": "disabled",
             "usage": response_usage(records) if records else None,
-            **asked.echo,
+            **asked.echoed,
         }
         if records:
             body["conductor"] = conductor_field(records)
