@@ -395,3 +395,34 @@ def test_kept_conversations_are_bounded() -> None:
         kept.keep(name, (ChatMessage("user", name),))
     assert kept.get("a") is None  # the oldest is forgotten first
     assert kept.get("b") == (ChatMessage("user", "b"),) and kept.get("c") is not None
+
+
+def test_a_run_that_raises_ends_each_stream_in_its_format(
+    tmp_path: Path, fake_server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run raises rather than recording a failure when the server's set-up is wrong
+    # (a missing model file); after a stream's headers that is an error in the format.
+    from conductor.errors import ConductorError
+    from conductor.serve._service import Service
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ConductorError("the model file SETUP-MARK is missing")
+
+    monkeypatch.setattr(Service, "run_one", broken)
+    with served(make_pool(tmp_path, fake_server)) as url:
+        client = client_of(url)
+        events = list(client.responses.create(model="single:w0", input="Hi", stream=True))
+        with pytest.raises(openai.APIError, match="SETUP-MARK"):
+            list(
+                client.chat.completions.create(
+                    model="single:w0", messages=[{"role": "user", "content": "Hi"}], stream=True
+                )
+            )
+        with pytest.raises(openai.APIError, match="SETUP-MARK"):
+            list(client.completions.create(model="single:w0", prompt="Hi", stream=True))
+        plain = httpx.post(
+            f"{url}/responses", json={"model": "single:w0", "input": "Hi"}, timeout=30
+        )
+    assert [e.type for e in events] == ["response.created", "response.in_progress", "error"]
+    assert "SETUP-MARK" in events[-1].message and events[-1].code == "server_error"
+    assert "SETUP-MARK" in error_of(plain, 500)["message"]
