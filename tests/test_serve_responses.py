@@ -426,3 +426,18 @@ def test_a_run_that_raises_ends_each_stream_in_its_format(
     assert [e.type for e in events] == ["response.created", "response.in_progress", "error"]
     assert "SETUP-MARK" in events[-1].message and events[-1].code == "server_error"
     assert "SETUP-MARK" in error_of(plain, 500)["message"]
+
+
+async def test_litellm_text_completion(tmp_path: Path, fake_server: FakeLLMServer) -> None:
+    litellm = pytest.importorskip("litellm")
+    fake_server.script("w0", "A text answer.")
+    with served(make_pool(tmp_path, fake_server)) as url:
+        reply = await litellm.atext_completion(
+            model="text-completion-openai/single:w0",
+            api_base=url,
+            api_key=KEY,
+            prompt="Complete this",
+            num_retries=0,
+        )
+    assert reply.choices[0].text == "A text answer."
+    assert fake_server.requests_for("w0")[0].messages[-1]["content"] == "Complete this"
