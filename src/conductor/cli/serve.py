@@ -78,9 +78,19 @@ def serve(
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Neither read nor write the call cache.")
     ] = False,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cors-origin",
+            metavar="ORIGIN",
+            help="Let a browser page from ORIGIN (such as http://localhost:3000, or * for "
+            "any) call the server; repeat for more. Default: no CORS headers.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the pool's Conductor and baselines as OpenAI-compatible models
-    (GET /v1/models, POST /v1/chat/completions) until SIGTERM or Ctrl-C."""
+    (GET /v1/models, POST /v1/chat/completions, /v1/responses and /v1/completions)
+    until SIGTERM or Ctrl-C."""
     from ..conductors.spec import resolve_conductor
     from ..errors import MissingDependencyError, install_hint
     from ..llm.keys import require_keys
@@ -116,6 +126,7 @@ def serve(
         grace_s=grace_s,
         use_cache=not no_cache,
         keys=api_keys,
+        cors_origins=tuple(cors_origin or ()),
     )
 
     def listening(url: str) -> None:

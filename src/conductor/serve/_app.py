@@ -1,7 +1,10 @@
 """The HTTP side of ``conductor serve``: a FastAPI app with OpenAI's routes.
 
-``GET /v1/models`` lists the models (:mod:`._models`); ``POST /v1/chat/completions``
-checks the bearer token, the body's size and shape (:mod:`._protocol`), turns the
+``GET /v1/models`` lists the models (:mod:`._models`).  ``POST /v1/chat/completions``
+(:mod:`._protocol`), ``POST /v1/responses`` (:mod:`._responses`) and
+``POST /v1/completions`` (:mod:`._completions`) each check the bearer token and the
+body's size, read the body into one :class:`~._protocol.ChatRequest` in their own
+format, and hand a :class:`_Job` the renderer of that format; the job turns the
 conversation into a question (:mod:`._conversation`), takes a place among the slots
 (429 when the queue is full) and runs the orchestration on the shared
 :class:`~._service.Service`, answering at once or as server-sent events.
@@ -20,8 +23,8 @@ import json
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
@@ -34,22 +37,22 @@ from ..llm.cache import ResponseCache
 from ..record import RunRecord, new_run_id
 from ..strategies import Strategy
 from ..text import check_question
+from ._completions import CompletionRenderer, parse_completion_request
 from ._conversation import question_text
+from ._cors import CorsMiddleware
 from ._keys import ApiKey, KeyRing, strategy_for
 from ._models import model_entry, model_list
 from ._protocol import (
     ApiError,
+    ChatRenderer,
     ChatRequest,
-    chunk,
-    completion_body,
-    conductor_field,
+    broken_body,
     cost_of,
     error_body,
+    failure_body,
     parse_chat_request,
-    pieces,
-    sse,
-    usage_of,
 )
+from ._responses import Conversations, ResponsesRenderer, parse_responses_request
 from ._service import Service, Ticket, check_records_dir
 from ._settings import ServeSettings
 
@@ -108,11 +111,13 @@ def create_app(settings: ServeSettings) -> FastAPI:
         strategy_for(service.catalog, key, model_id, None)
         return _json(model_entry(service.catalog, created, model_id))
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        key = _check_key(request, keyring)
-        raw = await _read_body(request, settings.max_body_bytes)
-        chat = parse_chat_request(raw)
+    async def answer(
+        request: Request,
+        key: ApiKey | None,
+        chat: ChatRequest,
+        renderer: Callable[[list[str]], Renderer],
+    ) -> Response:
+        """Run ``chat`` and answer in the form ``renderer`` makes for its run ids."""
         service: Service = request.app.state.service
         strategy = strategy_for(service.catalog, key, chat.model, chat.allowed_workers)
         question = question_text(chat.messages)
@@ -122,13 +127,44 @@ def create_app(settings: ServeSettings) -> FastAPI:
             raise ApiError(400, str(exc), param="messages", code="invalid_question") from None
         ticket = service.slots.admit()
         run_ids = [new_run_id() for _ in range(chat.n)]
-        job = _Job(service, strategy, chat, question, run_ids, ticket)
+        job = _Job(service, strategy, chat, question, run_ids, ticket, renderer(run_ids))
         if chat.stream:
             return job.streamed()
         try:
             return await job.answered(request.receive)
         finally:
             ticket.release()
+
+    async def body(request: Request) -> tuple[ApiKey | None, bytes]:
+        """The caller's key (checked first: no body is read for a caller without
+        one) and the request's body."""
+        key = _check_key(request, keyring)
+        return key, await _read_body(request, settings.max_body_bytes)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        key, raw = await body(request)
+        chat = parse_chat_request(raw)
+        return await answer(request, key, chat, lambda ids: ChatRenderer(chat, ids))
+
+    kept = Conversations()
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        key, raw = await body(request)
+        asked = parse_responses_request(raw, kept)
+        return await answer(
+            request, key, asked.chat, lambda ids: ResponsesRenderer(asked, ids, kept)
+        )
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        key, raw = await body(request)
+        text = parse_completion_request(raw)
+        return await answer(request, key, text, lambda ids: CompletionRenderer(text, ids))
+
+    if settings.cors_origins:
+        app.add_middleware(CorsMiddleware, origins=settings.cors_origins)
 
     return app
 
@@ -154,8 +190,45 @@ def _keys_of(settings: ServeSettings) -> list[ApiKey]:
 # -- one request ------------------------------------------------------------------------
 
 
+class Renderer(Protocol):
+    """What an endpoint's wire format makes of its runs: the body answering at once,
+    and the server-sent events of a stream, each a list of encoded events (empty where
+    the format has nothing to say).  :class:`_Job` does the rest, the same for every
+    endpoint."""
+
+    def body(self, records: list[RunRecord]) -> dict[str, Any]:
+        """The answer of runs that all succeeded."""
+        ...
+
+    def opening(self) -> list[bytes]:
+        """Sent before any run has ended (before the runs have a slot, even)."""
+        ...
+
+    def progress(self, payload: dict[str, Any]) -> list[bytes]:
+        """One progress event, when the request asked for them."""
+        ...
+
+    def answer(self, index: int, record: RunRecord) -> list[bytes]:
+        """The answer of run ``index``, which succeeded, as soon as it ended."""
+        ...
+
+    def closing(self, records: list[RunRecord]) -> list[bytes]:
+        """The end of a stream whose runs all succeeded."""
+        ...
+
+    def failed(self, records: list[RunRecord], failed: RunRecord) -> list[bytes]:
+        """The end of a stream one of whose runs (``failed``) recorded a failure."""
+        ...
+
+    def broken(self, message: str) -> list[bytes]:
+        """The end of a stream whose run raised (the server's set-up, or a defect)."""
+        ...
+
+
 class _Job:
-    """One admitted chat-completions request: its runs, answered whole or streamed."""
+    """One admitted request: its runs, answered whole or streamed in the form of
+    ``renderer``.  What is the same for every endpoint is here: the slot, the runs,
+    a client leaving, the headers and a failed run's 502."""
 
     def __init__(
         self,
@@ -165,6 +238,7 @@ class _Job:
         question: str,
         run_ids: list[str],
         ticket: Ticket,
+        renderer: Renderer,
     ) -> None:
         self.service = service
         self.strategy = strategy
@@ -172,8 +246,7 @@ class _Job:
         self.question = question
         self.run_ids = run_ids
         self.ticket = ticket
-        self.id = "chatcmpl-" + run_ids[0]
-        self.created = int(time.time())
+        self.renderer = renderer
         self.headers = {"x-conductor-run-id": ",".join(run_ids)}
 
     async def answered(self, receive: Receive) -> Response:
@@ -197,12 +270,8 @@ class _Job:
         headers = {**self.headers, "x-conductor-cost-usd": _cost_header(records)}
         failed = next((r for r in records if r.status == "failed"), None)
         if failed is not None:
-            body = _failure(failed)
-            body["conductor"] = conductor_field(records)
-            return _json(body, status=502, headers=headers)
-        return _json(
-            completion_body(self.id, self.created, self.chat.model, records), headers=headers
-        )
+            return _json(failure_body(records, failed), status=502, headers=headers)
+        return _json(self.renderer.body(records), headers=headers)
 
     async def _run_in_slot(self) -> list[RunRecord]:
         async with self.ticket.running():
@@ -219,11 +288,9 @@ class _Job:
             headers={**self.headers, "cache-control": "no-cache", "x-accel-buffering": "no"},
         )
 
-    def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        return sse(chunk(self.id, self.created, self.chat.model, choices, **extra))
-
     async def _events(self) -> AsyncIterator[bytes]:
-        chat = self.chat
+        render = self.renderer
+        n = len(self.run_ids)
         queue: asyncio.Queue[tuple[str, int, Any]] = asyncio.Queue()
         tasks: list[asyncio.Task[RunRecord]] = []
 
@@ -231,9 +298,8 @@ class _Job:
             queue.put_nowait(("event", 0, payload))
 
         try:
-            yield self._chunk(
-                [{"index": i, "delta": {"role": "assistant", "content": ""}} for i in range(chat.n)]
-            )
+            for event in render.opening():
+                yield event
             async with self.ticket.running():
                 for i, run_id in enumerate(self.run_ids):
                     task = asyncio.ensure_future(
@@ -242,36 +308,32 @@ class _Job:
                             self.question,
                             i,
                             run_id,
-                            on_event if chat.progress else None,
+                            on_event if self.chat.progress else None,
                         )
                     )
                     task.add_done_callback(functools.partial(_finished, queue, i))
                     tasks.append(task)
                 records: dict[int, RunRecord] = {}
-                while len(records) < chat.n:
+                while len(records) < n:
                     kind, i, item = await queue.get()
                     if kind == "event":
-                        yield self._chunk([], conductor={"event": item})
+                        for event in render.progress(item):
+                            yield event
                         continue
-                    record = item.result()  # a run that raised ends the stream here
+                    try:
+                        record = item.result()
+                    except Exception as exc:  # the headers are sent: end in the format
+                        for event in render.broken(_server_message(exc)):
+                            yield event
+                        return
                     records[i] = record
-                    if record.status == "failed":
-                        continue
-                    for piece in pieces(record.final_answer or ""):
-                        yield self._chunk([{"index": i, "delta": {"content": piece}}])
-                    yield self._chunk(
-                        [{"index": i, "delta": {}, "finish_reason": "stop"}],
-                        conductor=conductor_field([record]),
-                    )
-            done = [records[i] for i in range(chat.n)]
+                    if record.status != "failed":
+                        for event in render.answer(i, record):
+                            yield event
+            done = [records[i] for i in range(n)]
             failed = next((r for r in done if r.status == "failed"), None)
-            if failed is not None:
-                body = _failure(failed)
-                body["conductor"] = conductor_field(done)
-                yield sse(body)
-            elif chat.include_usage:
-                yield self._chunk([], usage=usage_of(done))
-            yield sse("[DONE]")
+            for event in render.failed(done, failed) if failed else render.closing(done):
+                yield event
         finally:
             for task in tasks:
                 task.cancel()
@@ -287,11 +349,6 @@ async def _disconnected(receive: Receive) -> None:
     is ``http.disconnect``, sent when the connection closes)."""
     while (await receive())["type"] != "http.disconnect":
         pass
-
-
-def _failure(record: RunRecord) -> dict[str, Any]:
-    message = f"the orchestration failed: {record.error or 'no answer was produced'}"
-    return error_body(message, type="server_error", code="orchestration_failed")
 
 
 def _cost_header(records: list[RunRecord]) -> str:
@@ -348,12 +405,16 @@ async def _api_error(request: Request, exc: ApiError) -> Response:
 async def _server_error(request: Request, exc: Exception) -> Response:
     """A run that raised instead of recording its failure: the server's set-up (a
     missing model file, a Conductor that cannot be prompted) or a defect."""
+    return _json(broken_body(_server_message(exc)), status=500)
+
+
+def _server_message(exc: Exception) -> str:
+    """What the client is told of an exception: a conductor error's sentence, or only
+    its kind (the traceback goes to the log)."""
     if isinstance(exc, ConductorError):
-        message = str(exc)
-    else:
-        log.error("an unexpected error answered a request with 500", exc_info=exc)
-        message = f"internal error ({type(exc).__name__}); see the server's log"
-    return _json(error_body(message, type="server_error", code="server_error"), status=500)
+        return str(exc)
+    log.error("an unexpected error answered a request as a server error", exc_info=exc)
+    return f"internal error ({type(exc).__name__}); see the server's log"
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -10,6 +10,7 @@ goes; it only reads finished (or cancelled) run records.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,17 +20,29 @@ from ..record import RunRecord
 __all__ = [
     "ApiError",
     "ChatMessage",
+    "ChatRenderer",
     "ChatRequest",
     "MAX_N",
+    "broken_body",
+    "chat_message",
     "chunk",
     "completion_body",
     "conductor_field",
+    "content_text",
     "cost_of",
     "error_body",
     "event_payload",
+    "failure_body",
+    "failure_message",
+    "json_object",
+    "model_of",
     "parse_chat_request",
     "pieces",
+    "progress_of",
+    "refuse_unsupported",
+    "samples_of",
     "sse",
+    "stream_of",
     "usage_of",
 ]
 
@@ -121,19 +134,8 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     """The request in ``raw`` (a JSON body), or an :class:`ApiError` (400) naming what is
     wrong.  Sampling parameters (``temperature``, ``max_tokens``, ...) are accepted and
     left out: each worker's own parameters come from the pool."""
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise _bad(f"the request body is not valid JSON ({exc})", None) from None
-    if not isinstance(body, dict):
-        raise _bad("the request body must be a JSON object", None)
-    for name in _UNSUPPORTED:
-        if _asks(body.get(name)):
-            raise _bad(
-                f"{name} is not supported: an orchestration answers with text only",
-                name,
-                "unsupported_parameter",
-            )
+    body = json_object(raw)
+    refuse_unsupported(body, _UNSUPPORTED)
     fmt = body.get("response_format")
     if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") in (None, "text")):
         raise _bad(
@@ -141,14 +143,65 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
             "response_format",
             "unsupported_parameter",
         )
+    model = model_of(body)
+    n = samples_of(body)
+    stream, include_usage = stream_of(body)
+    return ChatRequest(
+        model=model,
+        messages=_messages(body.get("messages")),
+        n=n,
+        stream=stream,
+        include_usage=include_usage,
+        progress=progress_of(body, stream),
+        allowed_workers=allowed_workers_of(body),
+    )
+
+
+# -- the parts of a request every endpoint reads the same way ---------------------------
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """The JSON object in a request body, or a 400."""
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise _bad(f"the request body is not valid JSON ({exc})", None) from None
+    if not isinstance(body, dict):
+        raise _bad("the request body must be a JSON object", None)
+    return body
+
+
+def refuse_unsupported(body: dict[str, Any], names: tuple[str, ...]) -> None:
+    """A 400 naming the first of ``names`` whose value asks for something."""
+    for name in names:
+        if _asks(body.get(name)):
+            raise _bad(
+                f"{name} is not supported: an orchestration answers with text only",
+                name,
+                "unsupported_parameter",
+            )
+
+
+def model_of(body: dict[str, Any]) -> str:
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise _bad("model is required: a model id from GET /v1/models", "model")
+    return model.strip()
+
+
+def samples_of(body: dict[str, Any]) -> int:
+    """``n``: how many independent runs answer the request."""
     n = body.get("n", 1)
     if n is None:
         n = 1
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
         raise _bad(f"n must be an integer from 1 to {MAX_N}", "n")
+    return int(n)
+
+
+def stream_of(body: dict[str, Any]) -> tuple[bool, bool]:
+    """``stream``, and whether a stream ends with a usage chunk
+    (``stream_options.include_usage``)."""
     stream = body.get("stream", False)
     if stream is None:
         stream = False
@@ -160,21 +213,28 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     include_usage = options.get("include_usage", False)
     if not isinstance(include_usage, bool):
         raise _bad("stream_options.include_usage must be true or false", "stream_options")
+    return stream, include_usage and stream
+
+
+def conductor_options(body: dict[str, Any]) -> dict[str, Any]:
+    """The body's ``conductor`` object: this server's own request options."""
     ours = body.get("conductor") or {}
     if not isinstance(ours, dict):
         raise _bad('conductor must be an object such as {"progress": true}', "conductor")
-    progress = ours.get("progress", False)
+    return ours
+
+
+def progress_of(body: dict[str, Any], stream: bool) -> bool:
+    """``conductor.progress``: whether a stream carries the runs' progress events."""
+    progress = conductor_options(body).get("progress", False)
     if not isinstance(progress, bool):
         raise _bad("conductor.progress must be true or false", "conductor")
-    return ChatRequest(
-        model=model.strip(),
-        messages=_messages(body.get("messages")),
-        n=n,
-        stream=stream,
-        include_usage=include_usage and stream,
-        progress=progress and stream,
-        allowed_workers=_allowed_workers(ours.get("allowed_workers")),
-    )
+    return progress and stream
+
+
+def allowed_workers_of(body: dict[str, Any]) -> tuple[str, ...] | None:
+    """``conductor.allowed_workers``: the only workers the request may use."""
+    return _allowed_workers(conductor_options(body).get("allowed_workers"))
 
 
 def _allowed_workers(raw: Any) -> tuple[str, ...] | None:
@@ -206,24 +266,32 @@ def _messages(raw: Any) -> tuple[ChatMessage, ...]:
     out: list[ChatMessage] = []
     for i, msg in enumerate(raw):
         where = f"messages[{i}]"
-        if not isinstance(msg, dict):
-            raise _bad(f"{where} must be an object with role and content", where)
-        role = msg.get("role")
-        if role not in _ROLES:
-            raise _bad(
-                f"{where}.role {role!r} is not supported: use system, developer, user "
-                "or assistant (tool messages need tools, which an orchestration has not)",
-                f"{where}.role",
-            )
-        if msg.get("tool_calls") or msg.get("function_call"):
+        if isinstance(msg, dict) and (msg.get("tool_calls") or msg.get("function_call")):
             raise _bad(f"{where} holds tool calls, which are not supported", f"{where}")
-        out.append(ChatMessage("system" if role == "developer" else role, _text(msg, where)))
+        out.append(chat_message(msg, where))
     return tuple(out)
 
 
-def _text(msg: dict[str, Any], where: str) -> str:
-    """A message's text: a string, or the text parts of a list of content parts."""
-    content = msg.get("content")
+def chat_message(msg: Any, where: str, part_types: tuple[str, ...] = ("text",)) -> ChatMessage:
+    """One message (an object with ``role`` and ``content``) as a :class:`ChatMessage`;
+    ``part_types`` are the content parts that hold text (chat's ``text``; the
+    Responses API's ``input_text`` and ``output_text``)."""
+    if not isinstance(msg, dict):
+        raise _bad(f"{where} must be an object with role and content", where)
+    role = msg.get("role")
+    if role not in _ROLES:
+        raise _bad(
+            f"{where}.role {role!r} is not supported: use system, developer, user "
+            "or assistant (tool messages need tools, which an orchestration has not)",
+            f"{where}.role",
+        )
+    text = content_text(msg.get("content"), f"{where}.content", part_types)
+    return ChatMessage("system" if role == "developer" else role, text)
+
+
+def content_text(content: Any, where: str, part_types: tuple[str, ...] = ("text",)) -> str:
+    """A message's text: a string, or the text parts (of ``part_types``) of a list of
+    content parts, joined by newlines."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -231,18 +299,18 @@ def _text(msg: dict[str, Any], where: str) -> str:
     if isinstance(content, list):
         parts: list[str] = []
         for j, part in enumerate(content):
-            if not (isinstance(part, dict) and part.get("type") == "text"):
+            if not (isinstance(part, dict) and part.get("type") in part_types):
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 raise _bad(
-                    f"{where}.content[{j}] of type {kind!r} is not supported: only text parts are",
-                    f"{where}.content",
+                    f"{where}[{j}] of type {kind!r} is not supported: only text parts are",
+                    where,
                 )
             text = part.get("text")
             if not isinstance(text, str):
-                raise _bad(f"{where}.content[{j}].text must be a string", f"{where}.content")
+                raise _bad(f"{where}[{j}].text must be a string", where)
             parts.append(text)
         return "\n".join(parts)
-    raise _bad(f"{where}.content must be a string or a list of text parts", f"{where}.content")
+    raise _bad(f"{where} must be a string or a list of text parts", where)
 
 
 # -- responses -------------------------------------------------------------------------
@@ -374,7 +442,74 @@ def pieces(text: str, size: int = PIECE_CHARS) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
-def sse(data: dict[str, Any] | str) -> bytes:
-    """One server-sent event: ``data: JSON`` and a blank line."""
+def sse(data: dict[str, Any] | str, event: str | None = None) -> bytes:
+    """One server-sent event: ``data: JSON`` (after ``event: NAME`` where named) and a
+    blank line."""
     text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-    return f"data: {text}\n\n".encode()
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {text}\n\n".encode()
+
+
+def failure_message(record: RunRecord) -> str:
+    """Why a failed run gave no answer, as the client is told."""
+    return f"the orchestration failed: {record.error or 'no answer was produced'}"
+
+
+def failure_body(records: list[RunRecord], failed: RunRecord) -> dict[str, Any]:
+    """The error body of a request one of whose runs failed (``failed``), with the
+    ``conductor`` field of all of them."""
+    body = error_body(failure_message(failed), type="server_error", code="orchestration_failed")
+    body["conductor"] = conductor_field(records)
+    return body
+
+
+def broken_body(message: str) -> dict[str, Any]:
+    """The error a stream ends with when a run raised instead of recording a failure."""
+    return error_body(message, type="server_error", code="server_error")
+
+
+class ChatRenderer:
+    """A chat-completions request's answer: a ``chat.completion``, or its chunks."""
+
+    def __init__(self, chat: ChatRequest, run_ids: list[str]) -> None:
+        self.chat = chat
+        self.id = "chatcmpl-" + run_ids[0]
+        self.created = int(time.time())
+
+    def body(self, records: list[RunRecord]) -> dict[str, Any]:
+        return completion_body(self.id, self.created, self.chat.model, records)
+
+    def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        return sse(chunk(self.id, self.created, self.chat.model, choices, **extra))
+
+    def opening(self) -> list[bytes]:
+        roles = [
+            {"index": i, "delta": {"role": "assistant", "content": ""}} for i in range(self.chat.n)
+        ]
+        return [self._chunk(roles)]
+
+    def progress(self, payload: dict[str, Any]) -> list[bytes]:
+        return [self._chunk([], conductor={"event": payload})]
+
+    def answer(self, index: int, record: RunRecord) -> list[bytes]:
+        out = [
+            self._chunk([{"index": index, "delta": {"content": piece}}])
+            for piece in pieces(record.final_answer or "")
+        ]
+        out.append(
+            self._chunk(
+                [{"index": index, "delta": {}, "finish_reason": "stop"}],
+                conductor=conductor_field([record]),
+            )
+        )
+        return out
+
+    def closing(self, records: list[RunRecord]) -> list[bytes]:
+        usage = [self._chunk([], usage=usage_of(records))] if self.chat.include_usage else []
+        return [*usage, sse("[DONE]")]
+
+    def failed(self, records: list[RunRecord], failed: RunRecord) -> list[bytes]:
+        return [sse(failure_body(records, failed)), sse("[DONE]")]
+
+    def broken(self, message: str) -> list[bytes]:
+        return [sse(broken_body(message))]

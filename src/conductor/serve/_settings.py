@@ -23,6 +23,8 @@ class ServeSettings:
     ``keys`` are the tokens of a keys file (:func:`~conductor.serve.load_keys`), each
     with the workers it may use; beside ``api_key`` (a key with every worker), or
     instead of it.
+    ``cors_origins`` are the origins a browser may call the server from (``*``: any;
+    none: no CORS headers at all).
     """
 
     pool: Pool
@@ -35,3 +37,4 @@ class ServeSettings:
     grace_s: float = 30.0
     use_cache: bool = True
     keys: tuple[ApiKey, ...] = ()
+    cors_origins: tuple[str, ...] = ()

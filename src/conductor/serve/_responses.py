@@ -1,0 +1,358 @@
+"""The OpenAI Responses API (``POST /v1/responses``) as ``conductor serve`` speaks it.
+
+A request's ``input`` (a string, or a list of message items) and ``instructions`` are
+read into the :class:`~._protocol.ChatRequest` the chat route answers, so the same
+service, records, slots and limits apply; :class:`ResponsesRenderer` makes the runs'
+record into a ``response`` object, or into the Responses stream's events::
+
+    response.created, response.in_progress,
+    response.output_item.added, response.content_part.added,
+    response.output_text.delta (one per piece of the answer), response.output_text.done,
+    response.content_part.done, response.output_item.done,
+    response.completed (or response.failed, or an ``error`` event)
+
+each with its ``sequence_number``, counted from 0.
+
+``previous_response_id`` continues a conversation: the server keeps the conversation
+of each response it answered (input items and answer; not ``instructions``, which a
+follow-up gives afresh, as OpenAI's API does) in a bounded :class:`Conversations`, in
+memory; ``store: false`` keeps nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..record import RunRecord
+from ._protocol import (
+    ApiError,
+    ChatMessage,
+    ChatRequest,
+    allowed_workers_of,
+    chat_message,
+    conductor_field,
+    failure_message,
+    json_object,
+    model_of,
+    pieces,
+    refuse_unsupported,
+    sse,
+    stream_of,
+    usage_of,
+)
+
+__all__ = [
+    "Conversations",
+    "MAX_KEPT",
+    "ResponsesRenderer",
+    "ResponsesRequest",
+    "parse_responses_request",
+]
+
+#: How many answered conversations a server keeps for ``previous_response_id``.
+MAX_KEPT = 1024
+
+#: Parameters an orchestration cannot honour: each is refused when it asks for something.
+_UNSUPPORTED = (
+    "tools",
+    "tool_choice",
+    "top_logprobs",
+    "prompt",
+    "conversation",
+    "background",
+)
+
+#: Content parts that hold text: the user's (``input_text``) and an earlier answer's.
+_TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+class Conversations:
+    """The conversations of the last ``limit`` responses answered, by response id (the
+    oldest is forgotten first)."""
+
+    def __init__(self, limit: int = MAX_KEPT) -> None:
+        self.limit = limit
+        self._kept: OrderedDict[str, tuple[ChatMessage, ...]] = OrderedDict()
+
+    def get(self, response_id: str) -> tuple[ChatMessage, ...] | None:
+        return self._kept.get(response_id)
+
+    def keep(self, response_id: str, messages: tuple[ChatMessage, ...]) -> None:
+        self._kept[response_id] = messages
+        self._kept.move_to_end(response_id)
+        while len(self._kept) > self.limit:
+            self._kept.popitem(last=False)
+
+
+@dataclass(frozen=True)
+class ResponsesRequest:
+    """What a ``POST /v1/responses`` body asks for, checked.  ``chat`` is the whole
+    conversation to answer: the instructions, the previous response's conversation and
+    this input; ``turn`` is what a follow-up continues (all of it but the
+    instructions); ``echoed`` holds the fields a response repeats from its request
+    (metadata, sampling parameters)."""
+
+    chat: ChatRequest
+    turn: tuple[ChatMessage, ...]
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    store: bool = True
+    echoed: dict[str, Any] = field(default_factory=dict)
+
+
+def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+def parse_responses_request(raw: bytes, kept: Conversations) -> ResponsesRequest:
+    """The request in ``raw``, or an :class:`ApiError` (400) naming what is wrong;
+    ``previous_response_id`` is looked up in ``kept``."""
+    body = json_object(raw)
+    refuse_unsupported(body, _UNSUPPORTED)
+    text = body.get("text")
+    if text is not None and not isinstance(text, dict):
+        raise _bad('text must be an object such as {"format": {"type": "text"}}', "text")
+    fmt = (text or {}).get("format")
+    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") in (None, "text")):
+        # The seam for structured output: a json_schema format would be read here.
+        raise _bad(
+            "text.format is not supported: an orchestration answers with plain text",
+            "text.format",
+            "unsupported_parameter",
+        )
+    model = model_of(body)
+    stream, _ = stream_of(body)
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise _bad("instructions must be a string", "instructions")
+    store = body.get("store", True)
+    if store is None:
+        store = True
+    if not isinstance(store, bool):
+        raise _bad("store must be true or false", "store")
+    previous_id = body.get("previous_response_id")
+    history: tuple[ChatMessage, ...] = ()
+    if previous_id is not None:
+        if not isinstance(previous_id, str):
+            raise _bad("previous_response_id must be a string", "previous_response_id")
+        found = kept.get(previous_id)
+        if found is None:
+            raise ApiError(
+                400,
+                f"Previous response with id '{previous_id}' not found.",
+                param="previous_response_id",
+                code="previous_response_not_found",
+            )
+        history = found
+    turn = (*history, *_input(body.get("input")))
+    system = (ChatMessage("system", instructions),) if instructions else ()
+    metadata = body.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise _bad("metadata must be an object of strings", "metadata")
+    echoed = {
+        "metadata": metadata or {},
+        "temperature": _number(body, "temperature"),
+        "top_p": _number(body, "top_p"),
+        "max_output_tokens": _number(body, "max_output_tokens"),
+        "user": body.get("user") if isinstance(body.get("user"), str) else None,
+    }
+    return ResponsesRequest(
+        chat=ChatRequest(
+            model=model,
+            messages=(*system, *turn),
+            stream=stream,
+            allowed_workers=allowed_workers_of(body),
+        ),
+        turn=turn,
+        instructions=instructions,
+        previous_response_id=previous_id,
+        store=store,
+        echoed=echoed,
+    )
+
+
+def _number(body: dict[str, Any], name: str) -> float | int | None:
+    """A sampling parameter, echoed back as OpenAI does; each worker's own come from
+    the pool."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _bad(f"{name} must be a number", name)
+    number: float | int = value
+    return number
+
+
+def _input(raw: Any) -> tuple[ChatMessage, ...]:
+    if isinstance(raw, str):
+        return (ChatMessage("user", raw),)
+    if not isinstance(raw, list) or not raw:
+        raise _bad("input must be a string or a non-empty list of message items", "input")
+    out: list[ChatMessage] = []
+    for i, item in enumerate(raw):
+        where = f"input[{i}]"
+        kind = item.get("type", "message") if isinstance(item, dict) else None
+        if kind != "message":
+            raise _bad(
+                f"{where} of type {kind!r} is not supported: only message items are "
+                "(an orchestration has no tools)",
+                where,
+            )
+        out.append(chat_message(item, where, _TEXT_PARTS))
+    return tuple(out)
+
+
+# -- the answer -------------------------------------------------------------------------
+
+
+def response_usage(records: list[RunRecord]) -> dict[str, Any]:
+    """The Responses API's usage: every call of every run, as the chat route counts it."""
+    usage = usage_of(records)
+    return {
+        "input_tokens": usage["prompt_tokens"],
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": usage["completion_tokens"],
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": usage["total_tokens"],
+    }
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def output_items(record: RunRecord) -> list[dict[str, Any]]:
+    """A run's answer as output items: one assistant message of text.  (An answer that
+    is a tool call becomes a ``function_call`` item here, and the stream renders each
+    item by its type.)"""
+    return [
+        {
+            "id": "msg_" + record.run_id,
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [_text_part(record.final_answer or "")],
+        }
+    ]
+
+
+class ResponsesRenderer:
+    """A Responses request's answer: a ``response`` object, or its stream's events.
+    A completed response's conversation is kept in ``kept`` for a follow-up, unless
+    the request said ``store: false``."""
+
+    def __init__(self, asked: ResponsesRequest, run_ids: list[str], kept: Conversations) -> None:
+        self.asked = asked
+        self.kept = kept
+        self.id = "resp_" + run_ids[0]
+        self.created_at = int(time.time())
+        self._sequence = 0
+
+    def response(
+        self,
+        status: str,
+        records: list[RunRecord] | None = None,
+        output: list[dict[str, Any]] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The ``response`` object: ``in_progress`` (no output yet), ``completed`` or
+        ``failed``."""
+        asked = self.asked
+        body: dict[str, Any] = {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "completed_at": int(time.time()) if status == "completed" else None,
+            "error": error,
+            "incomplete_details": None,
+            "instructions": asked.instructions,
+            "model": asked.chat.model,
+            "output": output or [],
+            "parallel_tool_calls": False,
+            "previous_response_id": asked.previous_response_id,
+            "reasoning": {"effort": None, "summary": None},
+            "store": asked.store,
+            "text": {"format": {"type": "text"}},
+            "tool_choice": "none",
+            "tools": [],
+            "truncation": "disabled",
+            "usage": response_usage(records) if records else None,
+            **asked.echoed,
+        }
+        if records:
+            body["conductor"] = conductor_field(records)
+        return body
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        data = {"type": kind, "sequence_number": self._sequence, **fields}
+        self._sequence += 1
+        return sse(data, event=kind)
+
+    def _done(self, records: list[RunRecord]) -> dict[str, Any]:
+        """The completed response, its conversation kept first (so a follow-up sent
+        the moment the client has it finds it)."""
+        (record,) = records
+        output = output_items(record)
+        if self.asked.store:
+            answer = ChatMessage("assistant", record.final_answer or "")
+            self.kept.keep(self.id, (*self.asked.turn, answer))
+        return self.response("completed", records, output)
+
+    def body(self, records: list[RunRecord]) -> dict[str, Any]:
+        return self._done(records)
+
+    def opening(self) -> list[bytes]:
+        return [
+            self._event("response.created", response=self.response("in_progress")),
+            self._event("response.in_progress", response=self.response("in_progress")),
+        ]
+
+    def progress(self, payload: dict[str, Any]) -> list[bytes]:
+        return []  # the Responses stream has no event for it
+
+    def answer(self, index: int, record: RunRecord) -> list[bytes]:
+        out: list[bytes] = []
+        for position, item in enumerate(output_items(record)):
+            out += self._item_events(position, item)
+        return out
+
+    def _item_events(self, position: int, item: dict[str, Any]) -> list[bytes]:
+        """One message item's events: added (empty, in progress), each text part
+        added, streamed and done, then the item done."""
+        item_id = item["id"]
+        out = [
+            self._event(
+                "response.output_item.added",
+                output_index=position,
+                item={**item, "status": "in_progress", "content": []},
+            )
+        ]
+        for c, part in enumerate(item["content"]):
+            where = {"item_id": item_id, "output_index": position, "content_index": c}
+            out.append(self._event("response.content_part.added", **where, part=_text_part("")))
+            for piece in pieces(part["text"]):
+                out.append(
+                    self._event("response.output_text.delta", **where, delta=piece, logprobs=[])
+                )
+            out.append(
+                self._event("response.output_text.done", **where, text=part["text"], logprobs=[])
+            )
+            out.append(self._event("response.content_part.done", **where, part=part))
+        out.append(self._event("response.output_item.done", output_index=position, item=item))
+        return out
+
+    def closing(self, records: list[RunRecord]) -> list[bytes]:
+        return [self._event("response.completed", response=self._done(records))]
+
+    def failed(self, records: list[RunRecord], failed: RunRecord) -> list[bytes]:
+        error = {"code": "server_error", "message": failure_message(failed)}
+        return [
+            self._event("response.failed", response=self.response("failed", records, error=error))
+        ]
+
+    def broken(self, message: str) -> list[bytes]:
+        return [self._event("error", code="server_error", message=message, param=None)]
