@@ -366,8 +366,13 @@ def test_openai_completions(url: str, tee: Tee, openapi: OpenApi, stream: bool) 
 # -- inspect_ai -----------------------------------------------------------------------------
 
 
-def _inspect_eval(url: str, tmp_path: Path, **model_args: Any) -> Any:
+def _inspect_eval(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **model_args: Any
+) -> Any:
     need("inspect_ai")
+    # Its traces and sample buffers go under the user's data and cache folders.
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     from inspect_ai import Task, eval
     from inspect_ai.dataset import Sample
     from inspect_ai.scorer import match
@@ -402,14 +407,16 @@ def _assert_scored(log: Any) -> None:
 
 
 @NEEDS_RESPONSES
-def test_inspect_eval(url: str, tmp_path: Path) -> None:
+def test_inspect_eval(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """inspect_ai's ``openai/`` provider as a user runs it: a model name it does not know
     is taken for a new OpenAI model, which it asks through the Responses API."""
-    _assert_scored(_inspect_eval(url, tmp_path))
+    _assert_scored(_inspect_eval(url, tmp_path, monkeypatch))
 
 
-def test_inspect_eval_chat_completions(url: str, tmp_path: Path) -> None:
-    _assert_scored(_inspect_eval(url, tmp_path, responses_api=False))
+def test_inspect_eval_chat_completions(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _assert_scored(_inspect_eval(url, tmp_path, monkeypatch, responses_api=False))
 
 
 # -- lm-eval --------------------------------------------------------------------------------
