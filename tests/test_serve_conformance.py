@@ -42,8 +42,6 @@ NEEDS_REFUSAL = pytest.mark.xfail(
 NEEDS_CHUNK_FIELDS = pytest.mark.xfail(
     strict=True, reason="needs finish_reason in every chunk choice (issue 22)"
 )
-NEEDS_RESPONSES = pytest.mark.xfail(strict=True, reason="needs /v1/responses (issue 22)")
-NEEDS_COMPLETIONS = pytest.mark.xfail(strict=True, reason="needs /v1/completions (issue 22)")
 NEEDS_RESPONSE_FORMAT = pytest.mark.xfail(
     strict=True, reason="needs response_format json_schema, parse() (issue 22)"
 )
@@ -314,7 +312,6 @@ def test_openai_parse(tmp_path: Path, fake_server: FakeLLMServer, openapi: OpenA
     openapi.check("CreateChatCompletionResponse", body)
 
 
-@NEEDS_RESPONSES
 def test_openai_responses(url: str, tee: Tee, openapi: OpenApi) -> None:
     reply = sdk(url, tee).responses.create(model="conductor", input="Capital of France?")
     assert reply.status == "completed"
@@ -324,7 +321,6 @@ def test_openai_responses(url: str, tee: Tee, openapi: OpenApi) -> None:
     openapi.check("Response", body)
 
 
-@NEEDS_RESPONSES
 def test_openai_responses_stream(url: str, tee: Tee, openapi: OpenApi) -> None:
     stream = sdk(url, tee).responses.create(
         model="conductor", input="Capital of France?", stream=True
@@ -342,7 +338,6 @@ def test_openai_responses_stream(url: str, tee: Tee, openapi: OpenApi) -> None:
     openapi.check("Response", raw[-1]["response"])
 
 
-@NEEDS_COMPLETIONS
 @pytest.mark.parametrize("stream", [False, True])
 def test_openai_completions(url: str, tee: Tee, openapi: OpenApi, stream: bool) -> None:
     client = sdk(url, tee)
@@ -406,7 +401,6 @@ def _assert_scored(log: Any) -> None:
     assert [s.output.completion for s in log.samples] == ["4", "8"]
 
 
-@NEEDS_RESPONSES
 def test_inspect_eval(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """inspect_ai's ``openai/`` provider as a user runs it: a model name it does not know
     is taken for a new OpenAI model, which it asks through the Responses API."""
@@ -472,7 +466,6 @@ def test_lm_eval_chat_completions(url: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.process
-@NEEDS_COMPLETIONS
 def test_lm_eval_completions(url: str, tmp_path: Path) -> None:
     _assert_exact(_lm_eval(url, tmp_path, "local-completions", "completions", False))
 
@@ -492,7 +485,6 @@ def test_litellm_completion(url: str) -> None:
     assert "".join(p.choices[0].delta.content or "" for p in parts) == "The answer is Paris."
 
 
-@NEEDS_COMPLETIONS
 def test_litellm_text_completion(url: str) -> None:
     """litellm's ``text_completion`` on the ``openai/`` provider posts to /v1/completions."""
     litellm = need("litellm")
