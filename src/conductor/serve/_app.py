@@ -221,6 +221,8 @@ class _Job:
         )
 
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        if self.chat.include_usage:  # OpenAI's ``usage: null`` on all chunks but the last
+            extra.setdefault("usage", None)
         return sse(chunk(self.id, self.created, self.chat.model, choices, **extra))
 
     async def _events(self) -> AsyncIterator[bytes]:

@@ -296,16 +296,23 @@ def conductor_field(records: list[RunRecord]) -> dict[str, Any]:
 def completion_body(
     completion_id: str, created: int, model: str, records: list[RunRecord]
 ) -> dict[str, Any]:
-    """A ``chat.completion``: one choice per run, usage summed over all of them."""
+    """A ``chat.completion``: one choice per run, usage summed over all of them.  Every
+    field OpenAI's schema marks required is present, ``null`` where it means nothing
+    here (``refusal``, ``logprobs``): strict clients reject a body without them."""
     return {
         "id": completion_id,
         "object": "chat.completion",
         "created": created,
         "model": model,
+        "system_fingerprint": None,
         "choices": [
             {
                 "index": i,
-                "message": {"role": "assistant", "content": r.final_answer or ""},
+                "message": {
+                    "role": "assistant",
+                    "content": r.final_answer or "",
+                    "refusal": None,
+                },
                 "logprobs": None,
                 "finish_reason": "stop",
             }
@@ -323,13 +330,16 @@ def chunk(
     choices: list[dict[str, Any]],
     **extra: Any,
 ) -> dict[str, Any]:
-    """A ``chat.completion.chunk`` with ``choices`` (``[]`` for usage and progress)."""
+    """A ``chat.completion.chunk`` with ``choices`` (``[]`` for usage and progress).
+    Each choice gets ``finish_reason`` and ``logprobs`` (``null`` unless given), which
+    OpenAI sends on every chunk and strict clients require."""
     return {
         "id": completion_id,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
-        "choices": choices,
+        "system_fingerprint": None,
+        "choices": [{"finish_reason": None, "logprobs": None, **c} for c in choices],
         **extra,
     }
 
