@@ -18,7 +18,7 @@ from conductor.targets import Worker
 from conductor.testing import FakeLLMServer, Fault
 
 SECRET = "s3cr3t-Zq81-unique-7fd2c0"
-ENV = {"SECRET_X": SECRET, "CONDUCTOR_NO_CACHE": "1"}
+ENV = {"SECRET_X": SECRET}
 
 
 def leaky_pool(tmp_path: Path, server: FakeLLMServer) -> Path:
@@ -27,6 +27,7 @@ def leaky_pool(tmp_path: Path, server: FakeLLMServer) -> Path:
     w0 = worker(server, "w0", params={"extra_headers": headers})
     w0["api_base"] = f"http://user:${{SECRET_X}}@127.0.0.1:{port}/v1"
     w1 = worker(server, "w1", max_retries=0)
+    # The SDK appends its path after the query: w1's calls fail (404), recorded as errors.
     w1["api_base"] = f"{server.openai_base}?key=${{SECRET_X}}"
     w2 = worker(server, "w2", max_retries=0)
     # Nothing listens here: the connection error names the URL.
@@ -68,7 +69,8 @@ def test_a_bench_run_writes_no_secret(tmp_path: Path, fake_server: FakeLLMServer
     assert any(r.headers.get("x-custom") == SECRET for r in fake_server.requests_for("w0"))
     assert SECRET not in res.stdout + res.stderr
     assert files_holding(tmp_path, SECRET) == []
-    for args in (("report", str(out)), ("trace", str(out))):
+    one = ("trace", str(out), "--sample", "math500/test/synthetic/0.json")
+    for args in (("report", str(out)), ("trace", str(out)), one):
         shown = invoke_cli(*args, env=ENV)
         assert shown.returncode == 0, shown.stderr
         assert SECRET not in shown.stdout + shown.stderr, args
@@ -130,3 +132,13 @@ async def test_an_error_echoing_a_credential_is_masked(
         await caller.aclose()
     assert "unknown key" in str(info.value)
     assert SECRET not in str(info.value) and SECRET not in info.value.describe()
+
+
+def test_a_plain_header_value_is_hidden_but_not_masked_in_replies() -> None:
+    from conductor.redact import credentials_in
+
+    params = {"extra_headers": {"X-Env": "production", "Authorization": f"Bearer {SECRET}"}}
+    assert redact_params(params)["extra_headers"] == {"X-Env": "***", "Authorization": "***"}
+    # A word like "production" in an answer stays; the key is masked wherever it shows.
+    url = f"https://u:{SECRET}x@h/v1?api-version=2024&sig={SECRET}y"
+    assert credentials_in(url, params) == (f"{SECRET}x", f"{SECRET}y", SECRET)

@@ -145,7 +145,9 @@ def credentials_in(api_base: str | None, params: dict[str, Any]) -> tuple[str, .
     if api_base:
         try:
             parts = urllib.parse.urlsplit(api_base)
-            found += [v for v in (parts.username, parts.password) if v]
+            # The password, or a lone user name (``https://KEY@host``).
+            secret = parts.password if parts.password else parts.username
+            found += [secret] if secret else []
             pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
         except ValueError:
             pairs = []
@@ -155,15 +157,17 @@ def credentials_in(api_base: str | None, params: dict[str, Any]) -> tuple[str, .
 
 
 def _hidden_values(value: Any, shown: Any, found: list[str]) -> None:
-    """Collect into ``found`` each string of ``value`` that ``shown`` (its redaction) hid."""
+    """Collect into ``found`` each string of ``value`` that ``shown`` (its redaction) hid
+    and that reads like a key: a header such as ``X-Env: production`` is hidden in what
+    is written, but masking the word in every reply would mangle answers."""
     if isinstance(value, dict) and isinstance(shown, dict):
         for k, v in value.items():
             _hidden_values(v, shown.get(k), found)
     elif isinstance(value, list) and isinstance(shown, list):
         for v, w in zip(value, shown, strict=False):
             _hidden_values(v, w, found)
-    elif shown == REDACTED and value != REDACTED and isinstance(value, (str, int)):
-        found.append(str(value))
+    elif shown == REDACTED and isinstance(value, str) and value != REDACTED:
+        found += [part for part in value.split() if looks_like_key(part)]
 
 
 def public_fields(obj: Any) -> dict[str, Any]:
