@@ -25,7 +25,7 @@ from conductor.llm.caller import ModelCaller
 from conductor.llm.capabilities import ClientCapabilities
 from conductor.llm.factory import make_client
 from conductor.llm.types import ModelRequest, RawCompletion, Usage
-from conductor.targets import Worker
+from conductor.targets import Price, Worker
 from conductor.testing import FakeLLMServer, Fault, Reply
 
 KEY = "sk-fake-secret-key-0123456789abcdef"
@@ -103,6 +103,22 @@ async def test_success_text_usage_and_system_prompt(kind: str, server: FakeLLMSe
     assert sent.messages[-1] == {"role": "user", "content": "What is 2+2?"}
     # The key is never echoed into what we keep.
     assert KEY not in json.dumps(done.raw, default=str)
+
+
+@pytest.mark.parametrize("kind", ["litellm", "openai", "http"])
+async def test_a_cost_the_provider_reports_is_the_calls_cost(
+    kind: str, server: FakeLLMServer
+) -> None:
+    # OpenRouter's usage.cost (USD) is what the call cost, before any price: the pool's
+    # price here would give 11 * 1000 / 1e6, not 0.0042.
+    server.script("m-cost", [Reply("4", input_tokens=11, output_tokens=0, cost_usd=0.0042)])
+    priced = make_worker(kind, server, "m-cost", price=Price(1000.0, 1000.0))
+    done = await call(priced, request())
+    assert done.cost_usd == pytest.approx(0.0042)
+    assert done.cost_reported
+    server.script("m-cost", [Reply("4", input_tokens=11, output_tokens=0)])
+    plain = await call(priced, request())
+    assert plain.cost_usd == pytest.approx(11 * 1000 / 1e6) and not plain.cost_reported
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -69,9 +69,16 @@ OUTSIDE = {
 EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 #: Modules outside ``conductor.llm`` that it may import, and why: the exception
-#: hierarchy, the text helpers, the private files and what a call is aimed at
-#: (``targets``: Worker, Price, the client kinds).
-LEAVES = {"conductor.errors", "conductor.text", "conductor.targets", "conductor.private"}
+#: hierarchy, the text helpers, the private files, what a call is aimed at
+#: (``targets``: Worker, Price, the client kinds) and the redaction of credentials in
+#: URLs (``redact``, which imports only ``targets``), for labels that name an endpoint.
+LEAVES = {
+    "conductor.errors",
+    "conductor.text",
+    "conductor.targets",
+    "conductor.private",
+    "conductor.redact",
+}
 
 
 # --- reading the graph --------------------------------------------------------------

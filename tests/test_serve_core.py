@@ -81,7 +81,11 @@ def test_a_completion_answers_with_usage_records_and_the_workflow(
     assert res.status_code == 200, res.text
     body = res.json()
     assert body["object"] == "chat.completion"
-    assert body["choices"][0]["message"] == {"role": "assistant", "content": "ANSWER: 391"}
+    assert body["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": "ANSWER: 391",
+        "refusal": None,
+    }
     run_id = res.headers["x-conductor-run-id"]
     assert body["id"] == f"chatcmpl-{run_id}"
     assert body["conductor"]["run_ids"] == [run_id]

@@ -70,6 +70,9 @@ class CallRecord:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float | None = None
+    #: ``cost_usd`` is what the server reported (a nested ``conductor serve``,
+    #: ``usage.cost``), not tokens times a price.
+    cost_reported: bool = False
     #: The time the call was being answered (retries included), and before that the
     #: time it waited for a concurrency slot or for a model busy with other calls.
     latency_s: float = 0.0

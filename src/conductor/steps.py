@@ -99,6 +99,7 @@ def fill_call(call: CallRecord, completion: Completion) -> None:
     call.input_tokens = completion.usage.input_tokens
     call.output_tokens = completion.usage.output_tokens
     call.cost_usd = completion.cost_usd
+    call.cost_reported = completion.cost_reported
     call.latency_s = round(completion.latency_s, 6)
     call.queue_s = round(completion.queue_s, 6)
     call.cached = completion.cached

@@ -9,6 +9,7 @@ import typer
 from rich.text import Text
 
 from ..errors import ConductorError
+from ..redact import redact_params, redact_url
 from ..text import plural, printable
 from ._common import EXIT_FAILED, load_pool, print_path, stdout
 
@@ -72,8 +73,9 @@ def pools_show(
     stacked.add_column("worker")
     keep: list[str] = []
     for i, w in enumerate(p.workers):
-        params = printable(", ".join(f"{k}={v}" for k, v in w.params.items()))
-        endpoint = printable(w.api_base or "-")
+        shown = redact_params(w.params)
+        params = printable(", ".join(f"{k}={v}" for k, v in shown.items()))
+        endpoint = printable(redact_url(w.api_base) if w.api_base else "-")
         cells = (w.id, w.model, w.client, endpoint, params)  # Text: never read as markup
         wide.add_row(f"Model {i}", *map(Text, cells), str(w.max_concurrency))
         block = Text(w.id, style="bold")
@@ -85,7 +87,7 @@ def pools_show(
     console.print(Fitted([wide, stacked], keep))
     if p.conductor is not None:
         c = p.conductor
-        where = f" at {c.api_base}" if c.api_base else ""
+        where = f" at {redact_url(c.api_base)}" if c.api_base else ""
         console.print(
             f"conductor: {c.backend} {c.model or ''}{where} (template {c.template}, "
             f"max {plural(c.max_steps, 'step')}{', constrained' if c.constrained else ''})",

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import CacheError, UsageError
 from ..private import FILE_MODE, make_private_dir, own_dir, private_file
-from .types import ModelRequest, RawCompletion, Usage
+from .types import ModelRequest, RawCompletion, ReportedCost, Usage
 
 if TYPE_CHECKING:
     from ..targets import Worker
@@ -127,6 +127,15 @@ def default_cache_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("conductor", appauthor=False)) / "calls"
+
+
+def _reported(value: Any) -> ReportedCost | None:
+    """A stored reported cost (``{"usd": x}``); entries stored before it have none."""
+    if not isinstance(value, dict):
+        return None
+    usd = value.get("usd")
+    ok = usd is None or (isinstance(usd, (int, float)) and not isinstance(usd, bool))
+    return ReportedCost(None if usd is None else float(usd)) if ok else None
 
 
 def storable(completion: RawCompletion) -> bool:
@@ -234,6 +243,7 @@ class ResponseCache:
                 raw=value["raw"],
                 model=value.get("model"),
                 finish_reason=value.get("finish_reason"),
+                reported_cost=_reported(value.get("reported_cost")),
             )
         except (KeyError, TypeError):
             return None
@@ -249,6 +259,7 @@ class ResponseCache:
             "raw": completion.raw,
             "model": completion.model,
             "finish_reason": completion.finish_reason,
+            "reported_cost": None if (c := completion.reported_cost) is None else {"usd": c.usd},
             "stored_at": time.time(),
         }
         self._guard(lambda: self._cache.set(key, value))

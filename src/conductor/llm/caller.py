@@ -207,10 +207,13 @@ class ModelCaller:
         took = max(0.0, (time.perf_counter() if end is None else end) - start)
         # A local model answering other calls first: that wait is queue, not latency.
         waited = min(max(0.0, raw.queued_s), took)
+        # What the server reported it cost (a nested serve's own calls) is the cost.
+        reported = raw.reported_cost
         return Completion(
             text=raw.text,
             usage=raw.usage,
-            cost_usd=cost_usd(raw.usage, self.price),
+            cost_usd=cost_usd(raw.usage, self.price) if reported is None else reported.usd,
+            cost_reported=reported is not None,
             latency_s=took - waited,
             queue_s=max(0.0, queued) + waited,
             cached=cached,

@@ -1,4 +1,11 @@
-"""What a call cost, from the pool's price override or litellm's bundled price table.
+"""What a call cost: what the server reported, else the pool's price override or
+litellm's bundled price table.
+
+A server may report a call's cost itself: a nested ``conductor serve`` in its
+``x-conductor-cost-usd`` header (and its body's ``conductor.cost_usd``), OpenRouter and
+others in ``usage.cost`` (USD).  That figure, read with the reply
+(:func:`conductor.llm.replies.reported_cost`), is the call's cost: tokens times a price
+would miss what the server's own calls cost.
 
 The table is read straight from the JSON file inside the installed litellm package,
 without importing litellm (which is slow to import), once and only when first needed.

@@ -144,7 +144,7 @@ class HttpClient:
         if data is None:
             text = payload[:200].decode("utf-8", "replace")
             raise bad_response(target, scrub(f"the reply is not JSON: {text!r}", self._key))
-        raw = openai_reply(data, target)
+        raw = openai_reply(data, target, headers)
         await self._grammar.check(raw, request, api_key=self._key)
         return raw
 

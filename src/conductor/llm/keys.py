@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..errors import MissingKeysError
+from ..redact import credentials_in
 from ..text import joined, targets_named
 from .apikey import PLACEHOLDER_KEY, PROVIDER_KEY_ENVS
 from .factory import capabilities_of
@@ -119,9 +120,12 @@ def key_env_names(target: Worker) -> tuple[str, ...]:
 
 
 def known_secrets(target: Worker) -> tuple[str, ...]:
-    """The values of ``target``'s key variables, to be masked wherever a reply or an
+    """The values of ``target``'s key variables and the credentials in its ``api_base``
+    and ``extra_headers``, to be masked wherever a reply or an
     error message could carry them (a provider may echo the key it was sent)."""
-    values = (os.environ.get(name) for name in key_env_names(target))
+    values = [os.environ.get(name) for name in key_env_names(target)]
+    # Keys written into the URL or the headers, which a message quoting them would show.
+    values += credentials_in(target.api_base, target.params)
     return tuple(
         dict.fromkeys(
             v for v in values if v and len(v) >= _MIN_SECRET_CHARS and v != PLACEHOLDER_KEY

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import RateLimitError
+from ..redact import redact_url
 from .factory import capabilities_of
 
 if TYPE_CHECKING:
@@ -80,7 +81,9 @@ def provider_key(target: Worker) -> str | None:
         return None
     key_var = f"${target.api_key_env}" if target.api_key_env else "default key"
     if target.api_base:
-        return f"{target.api_base.rstrip('/')} · {key_var}"
+        # A key in the URL (a query value, user-info) is kept out of the label, which a
+        # bench writes to rate_limits.json; endpoints that differ only there share one.
+        return f"{redact_url(target.api_base).rstrip('/')} · {key_var}"
     if caps.routes_by_model:
         prefix, sep, _ = target.model.partition("/")
         provider = f"{kind}/{prefix}" if sep else kind

@@ -116,7 +116,7 @@ class LiteLLMClient:
         except Exception as exc:  # classified below; anything else is re-raised
             raise self._classify(exc, timeout_s) from None
         target = self.target.id
-        raw = openai_reply(body_of(resp, target), target)
+        raw = openai_reply(body_of(resp, target), target, _provider_headers(resp))
         await self._grammar.check(raw, request, api_key=key)
         return raw
 
@@ -189,6 +189,21 @@ _CONNECTION_NAMES = frozenset(
         "APIConnectionError",
     }
 )
+
+
+def _provider_headers(resp: Any) -> dict[str, str]:
+    """The provider's response headers, which litellm keeps in the response's hidden
+    params under ``llm_provider-`` names."""
+    hidden = getattr(resp, "_hidden_params", None)
+    headers = hidden.get("additional_headers") if isinstance(hidden, dict) else None
+    if not isinstance(headers, dict):
+        return {}
+    prefix = "llm_provider-"
+    return {
+        k.lower().removeprefix(prefix): str(v)
+        for k, v in headers.items()
+        if isinstance(k, str) and k.lower().startswith(prefix)
+    }
 
 
 def _causes(exc: BaseException) -> list[BaseException]:

@@ -137,15 +137,18 @@ class OpenAIClient:
         await self._grammar.resolve(request, api_key=self._key)
         kwargs = self.build_kwargs(request)
         try:
+            # The raw response, for its headers: a server may report the call's cost there.
             resp = await with_backstop(
-                client.chat.completions.create(timeout=timeout_s, **kwargs), timeout_s
+                client.chat.completions.with_raw_response.create(timeout=timeout_s, **kwargs),
+                timeout_s,
             )
+            parsed = resp.parse()
         except ModelCallError:
             raise
         except Exception as exc:  # classified below; anything else is re-raised
             raise self._classify(exc, timeout_s) from None
         target = self.target.id
-        raw = openai_reply(body_of(resp, target), target)
+        raw = openai_reply(body_of(parsed, target), target, resp.headers)
         await self._grammar.check(raw, request, api_key=self._key)
         return raw
 

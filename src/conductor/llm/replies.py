@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import BadResponseError
-from .types import RawCompletion, Usage
+from .types import RawCompletion, ReportedCost, Usage
 
 __all__ = [
+    "COST_HEADER",
     "openai_content",
     "anthropic_reply",
     "bad_response",
@@ -31,8 +33,13 @@ __all__ = [
     "gemini_reply",
     "mask_secrets",
     "openai_reply",
+    "reported_cost",
     "text_with_reasoning",
 ]
+
+#: The response header in which ``conductor serve`` reports a request's cost in USD
+#: (``unknown`` when a call of it has no known price).
+COST_HEADER = "x-conductor-cost-usd"
 
 #: How much of an unreadable body an error message quotes.
 _QUOTE_CHARS = 200
@@ -116,8 +123,11 @@ def openai_content(body: Mapping[str, Any]) -> str:
     return _openai_content(message.get("content"), None)
 
 
-def openai_reply(body: Any, target: str | None) -> RawCompletion:
-    """A Chat Completions body (``choices[0].message.content``) as a completion."""
+def openai_reply(
+    body: Any, target: str | None, headers: Mapping[str, str] | None = None
+) -> RawCompletion:
+    """A Chat Completions body (``choices[0].message.content``) as a completion, with
+    the cost the server reported in ``headers`` or the body (:func:`reported_cost`)."""
     if not isinstance(body, dict):
         raise bad_response(target, f"the reply is not a JSON object: {_quote(body)}")
     choices = body.get("choices")
@@ -139,7 +149,44 @@ def openai_reply(body: Any, target: str | None) -> RawCompletion:
         raw=body,
         model=_str(body.get("model")),
         finish_reason=_str(choice.get("finish_reason")),
+        reported_cost=reported_cost(body, headers),
     )
+
+
+def _usd(value: Any) -> float | None:
+    """``value`` as a cost in USD, or None when it is not a finite number >= 0."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0:
+        return float(value)
+    return None
+
+
+def reported_cost(
+    body: Mapping[str, Any], headers: Mapping[str, str] | None = None
+) -> ReportedCost | None:
+    """The cost the server reported for a Chat Completions reply, or None when it
+    reported none: the ``x-conductor-cost-usd`` header (``unknown`` stays unknown), the
+    body's ``conductor.cost_usd`` (``null``: unknown), or ``usage.cost``."""
+    header = None
+    if headers is not None:
+        header = headers.get(COST_HEADER)
+    if isinstance(header, str) and header.strip():
+        return ReportedCost(_usd(header.strip()))
+    ours = body.get("conductor")
+    if isinstance(ours, Mapping) and "cost_usd" in ours:
+        return ReportedCost(_usd(ours["cost_usd"]))
+    usage = body.get("usage")
+    if isinstance(usage, Mapping):
+        cost = _usd(usage.get("cost"))
+        if cost is not None:
+            return ReportedCost(cost)
+    return None
 
 
 def anthropic_reply(body: Any, target: str | None) -> RawCompletion:

@@ -11,6 +11,7 @@ __all__ = [
     "Message",
     "ModelRequest",
     "RawCompletion",
+    "ReportedCost",
     "Usage",
     "is_truncated",
 ]
@@ -70,6 +71,14 @@ class ModelRequest:
 
 
 @dataclass(frozen=True)
+class ReportedCost:
+    """A call's cost as the server that answered it reported it (``usd`` ``None``: it
+    said the cost is unknown, as a nested ``conductor serve`` does for an unpriced run)."""
+
+    usd: float | None
+
+
+@dataclass(frozen=True)
 class RawCompletion:
     """What one successful attempt returned, before caching and accounting."""
 
@@ -81,6 +90,9 @@ class RawCompletion:
     #: Of the attempt's time, what it spent waiting for the model to be free (a local
     #: model answering other calls first), not being answered.
     queued_s: float = 0.0
+    #: The cost the server reported for this call, which takes precedence over the
+    #: price table; ``None`` when it reported none.
+    reported_cost: ReportedCost | None = None
 
     @property
     def truncated(self) -> bool:
@@ -92,7 +104,9 @@ class RawCompletion:
 class Completion:
     """A finished call: the reply plus usage, cost, latency and provenance.
 
-    ``cost_usd`` is ``None`` when the model's price is unknown.  ``latency_s`` is the
+    ``cost_usd`` is ``None`` when the model's price is unknown; ``cost_reported`` says
+    it is the cost the server reported (a nested ``conductor serve``, OpenRouter's
+    ``usage.cost``), not tokens times the price table's price.  ``latency_s`` is the
     time the call was being answered, retries and their back-off included (near zero
     when ``cached``); ``queue_s`` the time it waited before that, for a concurrency slot
     or for a model busy with other calls.  Neither counts the client's set-up (an SDK
@@ -112,6 +126,7 @@ class Completion:
     model: str | None = None
     finish_reason: str | None = None
     queue_s: float = 0.0
+    cost_reported: bool = False
 
     @property
     def truncated(self) -> bool:

@@ -383,7 +383,9 @@ def conductor_field(records: list[RunRecord]) -> dict[str, Any]:
 def completion_body(
     completion_id: str, created: int, model: str, records: list[RunRecord]
 ) -> dict[str, Any]:
-    """A ``chat.completion``: one choice per run, usage summed over all of them."""
+    """A ``chat.completion``: one choice per run, usage summed over all of them.  Every
+    field OpenAI's schema marks required is present, ``null`` where it means nothing
+    here (``refusal``, ``logprobs``): strict clients reject a body without them."""
     return {
         "id": completion_id,
         "object": "chat.completion",
@@ -392,7 +394,11 @@ def completion_body(
         "choices": [
             {
                 "index": i,
-                "message": {"role": "assistant", "content": r.final_answer or ""},
+                "message": {
+                    "role": "assistant",
+                    "content": r.final_answer or "",
+                    "refusal": None,
+                },
                 "logprobs": None,
                 "finish_reason": "stop",
             }
@@ -410,13 +416,15 @@ def chunk(
     choices: list[dict[str, Any]],
     **extra: Any,
 ) -> dict[str, Any]:
-    """A ``chat.completion.chunk`` with ``choices`` (``[]`` for usage and progress)."""
+    """A ``chat.completion.chunk`` with ``choices`` (``[]`` for usage and progress).
+    Each choice gets ``finish_reason`` and ``logprobs`` (``null`` unless given), which
+    OpenAI sends on every chunk and strict clients require."""
     return {
         "id": completion_id,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
-        "choices": choices,
+        "choices": [{"finish_reason": None, "logprobs": None, **c} for c in choices],
         **extra,
     }
 
@@ -480,6 +488,8 @@ class ChatRenderer:
         return completion_body(self.id, self.created, self.chat.model, records)
 
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        if self.chat.include_usage:  # OpenAI's ``usage: null`` on all chunks but the last
+            extra.setdefault("usage", None)
         return sse(chunk(self.id, self.created, self.chat.model, choices, **extra))
 
     def opening(self) -> list[bytes]:

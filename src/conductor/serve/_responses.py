@@ -157,8 +157,10 @@ def parse_responses_request(raw: bytes, kept: Conversations) -> ResponsesRequest
         "temperature": _number(body, "temperature"),
         "top_p": _number(body, "top_p"),
         "max_output_tokens": _number(body, "max_output_tokens"),
-        "user": body.get("user") if isinstance(body.get("user"), str) else None,
     }
+    if isinstance(body.get("user"), str):
+        # Left out otherwise: the spec types ``user`` as a string, not nullable.
+        echoed["user"] = body["user"]
     return ResponsesRequest(
         chat=ChatRequest(
             model=model,
@@ -280,10 +282,11 @@ class ResponsesRenderer:
             "tool_choice": "none",
             "tools": [],
             "truncation": "disabled",
-            "usage": response_usage(records) if records else None,
             **asked.echoed,
         }
         if records:
+            # Left out before the runs end: the spec types ``usage`` as an object.
+            body["usage"] = response_usage(records)
             body["conductor"] = conductor_field(records)
         return body
 

@@ -27,11 +27,13 @@ class OpenAIRoutes(ServerBase):
         if isinstance(result, Fault):
             return await self._fault(request, "openai", result, fake)
         prompt, completion = self._usage(fake, result)
-        usage = {
+        usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
         }
+        if result.cost_usd is not None:
+            usage["cost"] = result.cost_usd
         ident, created = self._new_id("chatcmpl-"), int(time.time())
         if fake.body.get("stream"):
             return await self._openai_stream(
@@ -61,7 +63,7 @@ class OpenAIRoutes(ServerBase):
         request: web.Request,
         fake: FakeRequest,
         text: str,
-        usage: dict[str, int],
+        usage: dict[str, Any],
         ident: str,
         created: int,
         finish_reason: str | None = None,

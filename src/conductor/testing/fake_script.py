@@ -34,7 +34,8 @@ class Reply:
     content; output: `text`). `latency_s` None means the server's `latency_s`.
     `finish_reason` ``"length"`` marks the reply as cut off at the token limit, in each
     protocol's own words (OpenAI ``length``, Anthropic ``max_tokens``, Gemini
-    ``MAX_TOKENS``); None is a normal stop.
+    ``MAX_TOKENS``); None is a normal stop.  ``cost_usd`` is sent as OpenAI-protocol
+    ``usage.cost`` (as OpenRouter reports a call's cost).
     """
 
     text: str
@@ -42,6 +43,7 @@ class Reply:
     input_tokens: int | None = None
     output_tokens: int | None = None
     finish_reason: Literal["stop", "length"] | None = None
+    cost_usd: float | None = None
 
 
 #: Status-200 replies of a broken shape that `Fault.malformed` serves, in each protocol:
