@@ -148,6 +148,7 @@ def _check_settings(settings: ServeSettings) -> None:
         raise UsageError("--max-queue must be 0 or more")
     if settings.grace_s < 0:
         raise UsageError("--grace-s must be 0 or more")
+    settings.check_limits()
     if settings.api_key is not None and not settings.api_key:
         raise UsageError("the API key is empty: set the variable to the token clients send")
 
@@ -173,6 +174,7 @@ class _Job:
         self.question = question
         self.run_ids = run_ids
         self.ticket = ticket
+        self.budget = service.budget(chat.budget)  # one for all the request's runs
         self.id = "chatcmpl-" + run_ids[0]
         self.created = int(time.time())
         self.headers = {"x-conductor-run-id": ",".join(run_ids)}
@@ -207,7 +209,9 @@ class _Job:
 
     async def _run_in_slot(self) -> list[RunRecord]:
         async with self.ticket.running():
-            return await self.service.run_all(self.strategy, self.question, self.run_ids)
+            return await self.service.run_all(
+                self.strategy, self.question, self.run_ids, budget=self.budget
+            )
 
     def streamed(self) -> StreamingResponse:
         events = self._events()
@@ -244,6 +248,7 @@ class _Job:
                             i,
                             run_id,
                             on_event if chat.progress else None,
+                            self.budget,
                         )
                     )
                     task.add_done_callback(functools.partial(_finished, queue, i))

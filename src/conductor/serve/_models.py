@@ -3,9 +3,10 @@
 ``conductor`` is the pool's Conductor (or the one ``--conductor`` names); every
 baseline of ``conductor bench --strategy`` is a virtual model beside it:
 ``single:WORKER`` for each worker, ``moa`` (and ``moa:AGGREGATOR``), and the patterns
-``vote:K:W`` and ``reflect:K:W``, listed literally and accepted for any K
-and worker.  Every strategy is built on the one :class:`~conductor.llm.caller.CallerSet`
-of the server, so all requests share clients, per-worker limits and the call cache.
+``vote:K:W`` and ``reflect:K:W``, listed literally and accepted for any worker and
+any K up to the server's ``max_k`` (checked on the name, before anything is built).
+Every strategy is built on the one :class:`~conductor.llm.caller.CallerSet` of the
+server, so all requests share clients, per-worker limits and the call cache.
 """
 
 from __future__ import annotations
@@ -57,9 +58,16 @@ class Catalog:
     """Resolves model names into strategies that share ``callers``."""
 
     def __init__(
-        self, pool: Pool, conductor: Conductor, callers: CallerSet, settings: RunSettings
+        self,
+        pool: Pool,
+        conductor: Conductor,
+        callers: CallerSet,
+        settings: RunSettings,
+        *,
+        max_k: int | None = None,
     ) -> None:
         self.pool = pool
+        self.max_k = max_k
         self.callers = callers
         self.settings = settings
         self.conductor: Strategy = ConductorStrategy(pool, conductor, settings, callers)
@@ -76,7 +84,12 @@ class Catalog:
             raise self._unknown(model, None)
         try:
             strategy = parse_strategy(
-                model, self.pool, self.callers, vote_key=short_answer_key, settings=self.settings
+                model,
+                self.pool,
+                self.callers,
+                vote_key=short_answer_key,
+                settings=self.settings,
+                max_k=self.max_k,
             )
         except UsageError as exc:
             raise self._unknown(model, str(exc)) from None
@@ -88,9 +101,10 @@ class Catalog:
     def _unknown(self, model: str, why: str | None) -> ApiError:
         reason = why.removeprefix(f"--strategy {model}: ") if why else None
         detail = f" ({reason})" if reason and not reason.startswith("--strategy") else ""
+        shown = model if len(model) <= 80 else f"{model[:40]}...({len(model):,} characters)"
         return ApiError(
             400,
-            f"the model {model!r} does not exist{detail}: use conductor, single:WORKER, "
+            f"the model {shown!r} does not exist{detail}: use conductor, single:WORKER, "
             "moa, vote:K:WORKER or reflect:K:WORKER (GET /v1/models lists them)",
             param="model",
             code="model_not_found",

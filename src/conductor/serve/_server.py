@@ -23,6 +23,7 @@ from fastapi import FastAPI
 
 from ..errors import ConductorError, UsageError
 from ._app import create_app
+from ._guard import guarded_protocol
 from ._service import Service
 from ._settings import ServeSettings
 
@@ -83,6 +84,9 @@ def _config(settings: ServeSettings, app: FastAPI | None = None) -> uvicorn.Conf
         # Annotated int, but awaited with asyncio.wait_for, which takes any number.
         timeout_graceful_shutdown=settings.grace_s,  # type: ignore[arg-type]
         server_header=False,
+        http=guarded_protocol(settings),  # time-outs on reading requests, a connection cap
+        # Annotated int, but used as a delay of call_later, which takes any number.
+        timeout_keep_alive=settings.keep_alive_s,  # type: ignore[arg-type]
     )
 
 
