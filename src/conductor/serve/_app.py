@@ -27,6 +27,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive
 
 from ..conductors.spec import resolve_conductor
@@ -337,14 +338,18 @@ async def _read_body(request: Request, limit: int) -> bytes:
     over = declared.isdigit() and int(declared) > limit
     body = bytearray()
     seen = 0
-    async for part in request.stream():
-        seen += len(part)
-        if seen > limit:
-            over = True
-        if not over:
-            body += part
-        elif seen > 16 * limit:
-            break
+    try:
+        async for part in request.stream():
+            seen += len(part)
+            if seen > limit:
+                over = True
+            if not over:
+                body += part
+            elif seen > 16 * limit:
+                break
+    except ClientDisconnect:
+        # Gone before its body was in (or closed for being too slow): nobody reads this.
+        raise ApiError(408, "the request body did not arrive", code="request_timeout") from None
     if over:
         raise ApiError(
             413,
