@@ -260,6 +260,33 @@ def test_a_server_limit_out_of_range_is_a_usage_error(
         create_app(ServeSettings(pool=pool, use_cache=False, **changes))
 
 
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + b"9" * 5000,
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: \xb2",
+        b"GARBAGE\r\n",
+    ],
+)
+def test_a_request_that_is_not_http_is_a_400_in_openais_shape(
+    refusing: tuple[str, FakeLLMServer], head: bytes
+) -> None:
+    url, _ = refusing
+    sock = _open(url, head + b"\r\n\r\n")
+    try:
+        sock.settimeout(10)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    finally:
+        sock.close()
+    status, _, rest = reply.partition(b"\r\n")
+    assert status == b"HTTP/1.1 400 Bad Request", reply
+    error = json.loads(rest.partition(b"\r\n\r\n")[2])["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["code"] == "invalid_http"
+
+
 # -- slow connections ---------------------------------------------------------------------
 
 
@@ -354,3 +381,18 @@ def test_slow_bodies_are_closed_and_past_the_cap_a_503_until_they_are(
             for s in slow:
                 s.close()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_cap_the_fd_limit_cannot_hold_is_a_usage_error(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    resource = pytest.importorskip("resource")
+    # Up to the hard limit the soft one is raised to make room; past it, no room.
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        pytest.skip("no file-descriptor limit")
+    with (
+        pytest.raises(UsageError, match="--max-connections"),
+        served(make_pool(tmp_path, fake_server), max_connections=hard),
+    ):
+        pass

@@ -13,6 +13,7 @@ process's file descriptors, so that nobody can connect, no token needed.
   connection; else the connection gets 408 and is closed;
 - a body time-out: the body must be in ``body_timeout_s`` after the headers; else the
   connection is closed (the app sees its client leave);
+- a request h11 cannot read gets 400 in OpenAI's error shape, as every other refusal;
 - a cap of ``max_connections`` open at once, below the default limit of 1,024 file
   descriptors.  A connection beyond it closes the connection that has waited longest
   without a request in progress (one still sending headers, or idle between
@@ -33,14 +34,28 @@ from typing import Any, ClassVar
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from ..errors import UsageError
 from ._protocol import error_body
 from ._settings import ServeSettings
 
-__all__ = ["GuardedH11Protocol", "guarded_protocol"]
+__all__ = ["ACCEPT_BURST", "GuardedH11Protocol", "guarded_protocol"]
+
+#: The listening socket's backlog, which is also how many connections asyncio accepts
+#: in one go before any of them reaches the cap (uvicorn's 2,048 would take a flood of
+#: connections past 1,024 file descriptors before the cap could close one).
+ACCEPT_BURST = 128
+
+#: File descriptors kept for what is not a client's connection: the clients of the
+#: pool's providers, the cache, the records file, the interpreter's own.
+_FD_RESERVE = 128
 
 
-def _raw_response(status: str, message: str, code: str, extra: str = "") -> bytes:
-    body = json.dumps(error_body(message, type="server_error", code=code)).encode()
+def _raw_response(
+    status: str, message: str, code: str, extra: str = "", kind: str = "server_error"
+) -> bytes:
+    """A whole response with an error body in OpenAI's shape, written to the socket
+    directly, where no request reached the app."""
+    body = json.dumps(error_body(message, type=kind, code=code)).encode()
     head = (
         f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n{extra}\r\n"
@@ -60,6 +75,14 @@ _SLOW = _raw_response(
     "408 Request Timeout",
     "the request's headers did not arrive in time",
     "request_timeout",
+    kind="invalid_request_error",
+)
+#: What a request gets that is not HTTP/1.1 h11 can read (uvicorn's is plain text).
+_NOT_HTTP = _raw_response(
+    "400 Bad Request",
+    "the request is not valid HTTP/1.1 (its request line or headers)",
+    "invalid_http",
+    kind="invalid_request_error",
 )
 
 
@@ -140,6 +163,10 @@ class GuardedH11Protocol(H11Protocol):
             self.guard.waiting.pop(self, None)
             self.guard.waiting[self] = None
 
+    def send_400_response(self, msg: str) -> None:
+        self.transport.write(_NOT_HTTP)
+        self.transport.close()
+
     def close_waiting(self) -> bool:
         """Close this connection to make room, unless it is closing already."""
         if self.transport.is_closing():
@@ -169,9 +196,33 @@ class GuardedH11Protocol(H11Protocol):
 
 
 def guarded_protocol(settings: ServeSettings) -> type[GuardedH11Protocol]:
-    """The protocol class for one server of ``settings`` (its own waiting list)."""
+    """The protocol class for one server of ``settings`` (its own waiting list), or a
+    :class:`~conductor.errors.UsageError` when the process's file-descriptor limit
+    leaves no room for ``max_connections`` (the cap would then not keep it reachable)."""
+    _check_fd_room(settings.max_connections)
 
     class Guarded(GuardedH11Protocol):
         guard = _Guard(settings.header_timeout_s, settings.body_timeout_s, settings.max_connections)
 
     return Guarded
+
+
+def _check_fd_room(max_connections: int) -> None:
+    try:
+        import resource
+    except ImportError:  # not on Unix: no such limit to check
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = max_connections + ACCEPT_BURST + _FD_RESERVE
+    if soft == resource.RLIM_INFINITY or need <= soft:
+        return
+    if hard == resource.RLIM_INFINITY or need <= hard:
+        # The soft limit is the process's own to raise (macOS starts at 256): the cap
+        # still holds the connections below it, which is what keeps the server reachable.
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        return
+    raise UsageError(
+        f"--max-connections {max_connections} needs about {need:,} file descriptors and "
+        f"this process may open {hard:,}: lower --max-connections to "
+        f"{max(1, hard - ACCEPT_BURST - _FD_RESERVE)}"
+    )

@@ -23,7 +23,7 @@ from fastapi import FastAPI
 
 from ..errors import ConductorError, UsageError
 from ._app import create_app
-from ._guard import guarded_protocol
+from ._guard import ACCEPT_BURST, guarded_protocol
 from ._service import Service
 from ._settings import ServeSettings
 
@@ -85,6 +85,7 @@ def _config(settings: ServeSettings, app: FastAPI | None = None) -> uvicorn.Conf
         timeout_graceful_shutdown=settings.grace_s,  # type: ignore[arg-type]
         server_header=False,
         http=guarded_protocol(settings),  # time-outs on reading requests, a connection cap
+        backlog=ACCEPT_BURST,
         # Annotated int, but used as a delay of call_later, which takes any number.
         timeout_keep_alive=settings.keep_alive_s,  # type: ignore[arg-type]
     )
