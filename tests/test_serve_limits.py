@@ -15,10 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
-from kit.poolkit import CONDUCTOR_MODEL, lists
-from kit.servekit import make_pool, served, wait_for
+from kit.poolkit import CONDUCTOR_MODEL, lists, worker
+from kit.servekit import make_pool, make_pool_file, served, wait_for
 
 from conductor.errors import UsageError
+from conductor.pool import load_pool
 from conductor.serve import ServeSettings, create_app
 from conductor.testing import FakeLLMServer
 
@@ -167,6 +168,32 @@ def test_without_an_ask_a_request_gets_the_ceiling(tmp_path: Path, answered: Fak
         resp = httpx.post(f"{url}/chat/completions", json=body("single:w0"), timeout=30)
     budget = resp.json()["conductor"]["budget"]
     assert budget == {"max_calls": 2, "max_usd": None, "calls": 1, "usd": 0.0, "stopped": None}
+
+
+def test_a_usd_budget_stops_the_next_call_once_spent(
+    tmp_path: Path, answered: FakeLLMServer
+) -> None:
+    price = {"input_per_mtok": 1000.0, "output_per_mtok": 2000.0}
+    pool = load_pool(
+        make_pool_file(tmp_path, answered, workers=[worker(answered, "w0", price=price)])
+    )
+    # reflect's steps run one after another, so each call is paid before the next asks.
+    with served(pool, max_usd_per_request=1e-9) as url:
+        capped = httpx.post(f"{url}/chat/completions", json=body("reflect:4:w0"), timeout=30)
+        calls_then = len(answered.requests_for("w0"))
+        asked = httpx.post(
+            f"{url}/chat/completions",
+            json=body("reflect:4:w0", conductor={"max_usd": 1.0}),  # over the ceiling
+            timeout=30,
+        )
+    assert calls_then == 1
+    assert len(answered.requests_for("w0")) == 2
+    for resp in (capped, asked):
+        assert resp.status_code == 200, resp.text
+        budget = resp.json()["conductor"]["budget"]
+        assert budget["max_usd"] == 1e-9
+        assert budget["calls"] == 1 and budget["usd"] > 0
+        assert "USD budget reached" in budget["stopped"]
 
 
 # -- every bad value a 400 ----------------------------------------------------------------

@@ -4,8 +4,10 @@ The socket is bound here, before uvicorn starts, so that a port in use is one
 sentence (a :class:`~conductor.errors.UsageError`) and ``port=0`` knows its port.
 Stopping (SIGTERM or SIGINT in the foreground, leaving the ``serve_in_thread`` block)
 stops accepting connections, lets the requests in flight finish for up to
-``grace_s``, then closes the clients, the cache and the records file.  Nothing here
-prints: the CLI is told the URL through ``on_listening``.
+``grace_s``, then closes the clients, the cache and the records file.  Connections
+are read by :class:`~._guard.GuardedH11Protocol` (time-outs on reading a request, a
+cap on connections open).  Nothing here prints: the CLI is told the URL through
+``on_listening``.
 """
 
 from __future__ import annotations
