@@ -307,6 +307,7 @@ class Orchestrator:
         plan: str | None = None,
         continue_from: RunRecord | None = None,
         on_record: Callable[[RunRecord], None] | None = None,
+        budget: Budget | None = None,
     ) -> RunRecord:
         """Run ``question`` and return its full record (never raises for model errors:
         failures are in the record's ``status`` and ``error``).
@@ -321,6 +322,8 @@ class Orchestrator:
         Conductor.  ``continue_from`` is an earlier record of the same question: its
         rounds are kept, the Conductor sees its last plan and answer, and workers given
         ``"all"`` see its steps, so this call runs at least one more (revision) round.
+        ``budget`` replaces the one ``settings`` would give (see
+        :meth:`~conductor.strategies.Strategy.run`).
         """
         # The CLI and the data loaders check too; a library caller gets the same refusal
         # before anything is paid for.
@@ -346,7 +349,9 @@ class Orchestrator:
         runner = StepRunner(
             self.pool.workers,
             self.callers,
-            budget=Budget(max_calls=settings.max_calls, max_usd=settings.budget_usd),
+            budget=budget
+            if budget is not None
+            else Budget(max_calls=settings.max_calls, max_usd=settings.budget_usd),
             sample_index=settings.sample_index,
             emit=emit,
         )

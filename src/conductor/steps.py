@@ -59,14 +59,21 @@ class Budget:
     max_usd: float | None = None
     calls: int = 0
     usd: float = 0.0
+    #: The first refusal given: a call the budget stopped (``None``: none yet).
+    stopped: str | None = None
 
     def refusal(self) -> str | None:
-        """Why one more call may not start, or ``None`` if it may."""
+        """Why one more call may not start, or ``None`` if it may.  Callers ask just
+        before a call and skip it on a refusal, so the first one is kept in
+        :attr:`stopped`."""
+        reason = None
         if self.max_calls is not None and self.calls >= self.max_calls:
-            return f"call budget reached ({plural(self.max_calls, 'call')})"
-        if self.max_usd is not None and self.usd >= self.max_usd:
-            return f"USD budget reached (${self.usd:.4f} of ${self.max_usd:.4f})"
-        return None
+            reason = f"call budget reached ({plural(self.max_calls, 'call')})"
+        elif self.max_usd is not None and self.usd >= self.max_usd:
+            reason = f"USD budget reached (${self.usd:.4f} of ${self.max_usd:.4f})"
+        if reason is not None and self.stopped is None:
+            self.stopped = reason
+        return reason
 
     def charge(self, cost: float | None) -> None:
         self.usd += cost or 0.0

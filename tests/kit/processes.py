@@ -54,7 +54,9 @@ _attempts: dict[str, list[str]] = {}
 #: Children that belong to the session, not to the test that happens to need them
 #: first: the math grader's comparison processes (one pool per process, started on
 #: first use and replaced after a timeout) and the sandbox engines' one-time probes
-#: (cached per process).  Blaming whichever unmarked test comes first would make the
+#: (cached per process), and matplotlib's font list, built once per machine (then cached
+#: under ~/.cache/matplotlib) by asking ``fc-list`` where fontconfig is installed (a
+#: machine with Chromium has it).  Blaming whichever unmarked test comes first would make the
 #: check depend on the order tests run in (a file run alone failed where the whole
 #: suite passed).  Matched by the starting function's file and qualified name.
 SESSION_CHILDREN: frozenset[tuple[str, str]] = frozenset(
@@ -62,6 +64,7 @@ SESSION_CHILDREN: frozenset[tuple[str, str]] = frozenset(
         ("conductor/grading/math_children.py", "_Child.__init__"),
         ("conductor/sandbox/_engine.py", "_probe_bwrap"),
         ("conductor/sandbox/_namespaces.py", "_probe"),
+        ("matplotlib/font_manager.py", "_get_fontconfig_fonts"),
     }
 )
 

@@ -87,6 +87,56 @@ def serve(
             "any) call the server; repeat for more. Default: no CORS headers.",
         ),
     ] = None,
+    max_k: Annotated[
+        int, typer.Option("--max-k", min=1, help="Largest K of the models vote:K:W, reflect:K:W.")
+    ] = 16,
+    max_calls_per_request: Annotated[
+        int,
+        typer.Option(
+            "--max-calls-per-request",
+            min=1,
+            help="Most model calls one request makes, all its runs together; a request's "
+            "conductor.max_calls may ask fewer.",
+        ),
+    ] = 64,
+    max_usd_per_request: Annotated[
+        float | None,
+        typer.Option(
+            "--max-usd-per-request",
+            min=0.0,
+            help="Most USD one request spends (calls of unknown price count 0); a "
+            "request's conductor.max_usd may ask less.  Default: no ceiling.",
+        ),
+    ] = None,
+    header_timeout_s: Annotated[
+        float,
+        typer.Option(
+            "--header-timeout-s",
+            min=0.0,
+            help="Close a connection that has not sent a request's headers in this time.",
+        ),
+    ] = 10.0,
+    body_timeout_s: Annotated[
+        float,
+        typer.Option(
+            "--body-timeout-s",
+            min=0.0,
+            help="Close a connection that has not sent a request's body in this time.",
+        ),
+    ] = 60.0,
+    keep_alive_s: Annotated[
+        float,
+        typer.Option("--keep-alive-s", min=0.0, help="Close idle kept-alive connections."),
+    ] = 5.0,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            "--max-connections",
+            min=1,
+            help="Connections open at once; beyond it the longest-waiting one without a "
+            "request in progress is closed (503 when none).",
+        ),
+    ] = 512,
 ) -> None:
     """Serve the pool's Conductor and baselines as OpenAI-compatible models
     (GET /v1/models, POST /v1/chat/completions, /v1/responses and /v1/completions)
@@ -127,6 +177,13 @@ def serve(
         use_cache=not no_cache,
         keys=api_keys,
         cors_origins=tuple(cors_origin or ()),
+        max_k=max_k,
+        max_calls_per_request=max_calls_per_request,
+        max_usd_per_request=max_usd_per_request,
+        header_timeout_s=header_timeout_s,
+        body_timeout_s=body_timeout_s,
+        keep_alive_s=keep_alive_s,
+        max_connections=max_connections,
     )
 
     def listening(url: str) -> None:

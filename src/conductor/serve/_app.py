@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive
 
 from ..conductors.spec import resolve_conductor
@@ -177,6 +178,7 @@ def _check_settings(settings: ServeSettings) -> None:
         raise UsageError("--max-queue must be 0 or more")
     if settings.grace_s < 0:
         raise UsageError("--grace-s must be 0 or more")
+    settings.check_limits()
     if settings.api_key is not None and not settings.api_key:
         raise UsageError("the API key is empty: set the variable to the token clients send")
 
@@ -247,6 +249,7 @@ class _Job:
         self.run_ids = run_ids
         self.ticket = ticket
         self.renderer = renderer
+        self.budget = service.budget(chat.budget)  # one for all the request's runs
         self.headers = {"x-conductor-run-id": ",".join(run_ids)}
 
     async def answered(self, receive: Receive) -> Response:
@@ -275,7 +278,9 @@ class _Job:
 
     async def _run_in_slot(self) -> list[RunRecord]:
         async with self.ticket.running():
-            return await self.service.run_all(self.strategy, self.question, self.run_ids)
+            return await self.service.run_all(
+                self.strategy, self.question, self.run_ids, budget=self.budget
+            )
 
     def streamed(self) -> StreamingResponse:
         events = self._events()
@@ -309,6 +314,7 @@ class _Job:
                             i,
                             run_id,
                             on_event if self.chat.progress else None,
+                            self.budget,
                         )
                     )
                     task.add_done_callback(functools.partial(_finished, queue, i))
@@ -372,14 +378,18 @@ async def _read_body(request: Request, limit: int) -> bytes:
     over = declared.isdigit() and int(declared) > limit
     body = bytearray()
     seen = 0
-    async for part in request.stream():
-        seen += len(part)
-        if seen > limit:
-            over = True
-        if not over:
-            body += part
-        elif seen > 16 * limit:
-            break
+    try:
+        async for part in request.stream():
+            seen += len(part)
+            if seen > limit:
+                over = True
+            if not over:
+                body += part
+            elif seen > 16 * limit:
+                break
+    except ClientDisconnect:
+        # Gone before its body was in (or closed for being too slow): nobody reads this.
+        raise ApiError(408, "the request body did not arrive", code="request_timeout") from None
     if over:
         raise ApiError(
             413,

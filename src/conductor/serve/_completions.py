@@ -22,6 +22,7 @@ from ._protocol import (
     ChatRequest,
     allowed_workers_of,
     broken_body,
+    budget_of,
     conductor_field,
     failure_body,
     json_object,
@@ -64,6 +65,7 @@ def parse_completion_request(raw: bytes) -> ChatRequest:
         include_usage=include_usage,
         progress=progress_of(body, stream),
         allowed_workers=allowed_workers_of(body),
+        budget=budget_of(body),
     )
 
 

@@ -3,8 +3,9 @@
 ``conductor`` is the pool's Conductor (or the one ``--conductor`` names); every
 baseline of ``conductor bench --strategy`` is a virtual model beside it:
 ``single:WORKER`` for each worker, ``moa`` (and ``moa:AGGREGATOR``), and the patterns
-``vote:K:W`` and ``reflect:K:W``, accepted for any K and worker and listed as patterns
-(the list body's ``conductor.patterns``), not as model ids a client would call
+``vote:K:W`` and ``reflect:K:W``, accepted for any worker and any K up to the
+server's ``max_k`` (checked on the name, before anything is built) and listed as
+patterns (the list body's ``conductor.patterns``), not as model ids a client would call
 literally.  Every strategy is built on the one :class:`~conductor.llm.caller.CallerSet`
 of the server, so all requests share clients, per-worker limits and the call cache.
 
@@ -44,7 +45,6 @@ from ._protocol import ApiError
 
 __all__ = [
     "CONDUCTOR_MODEL",
-    "PATTERN_K_MAX",
     "Catalog",
     "WorkersOutside",
     "model_entry",
@@ -54,9 +54,6 @@ __all__ = [
 
 #: The model id of the pool's Conductor.
 CONDUCTOR_MODEL = "conductor"
-
-#: The largest K a pattern model (``vote:K:W``) is listed with; ``None``: no bound.
-PATTERN_K_MAX: int | None = None
 
 #: How many strategies a server keeps built (``vote:K:W`` and the allowed sets can name
 #: many).
@@ -104,9 +101,16 @@ class Catalog:
     """Resolves model names into strategies that share ``callers``."""
 
     def __init__(
-        self, pool: Pool, conductor: Conductor, callers: CallerSet, settings: RunSettings
+        self,
+        pool: Pool,
+        conductor: Conductor,
+        callers: CallerSet,
+        settings: RunSettings,
+        *,
+        max_k: int | None = None,
     ) -> None:
         self.pool = pool
+        self.max_k = max_k
         self.callers = callers
         self.settings = settings
         self._conductor = conductor
@@ -167,7 +171,12 @@ class Catalog:
 
     def _baseline(self, model: str, pool: Pool) -> Strategy:
         return parse_strategy(
-            model, pool, self.callers, vote_key=short_answer_key, settings=self.settings
+            model,
+            pool,
+            self.callers,
+            vote_key=short_answer_key,
+            settings=self.settings,
+            max_k=self.max_k,
         )
 
     def _check_outside(self, model: str, workers: tuple[str, ...]) -> None:
@@ -189,9 +198,10 @@ class Catalog:
     def _unknown(self, model: str, why: str | None) -> ApiError:
         reason = why.removeprefix(f"--strategy {model}: ") if why else None
         detail = f" ({reason})" if reason and not reason.startswith("--strategy") else ""
+        shown = model if len(model) <= 80 else f"{model[:40]}...({len(model):,} characters)"
         return ApiError(
             400,
-            f"the model {model!r} does not exist{detail}: use conductor, single:WORKER, "
+            f"the model {shown!r} does not exist{detail}: use conductor, single:WORKER, "
             "moa, vote:K:WORKER or reflect:K:WORKER (GET /v1/models lists them)",
             param="model",
             code="model_not_found",
@@ -242,7 +252,7 @@ def model_list(
                 {
                     "pattern": p,
                     "k_min": 1,
-                    "k_max": PATTERN_K_MAX,
+                    "k_max": catalog.max_k,
                     "example": p.replace("K", "3").replace(":W", f":{ids[0]}"),
                 }
                 for p in _PATTERNS

@@ -10,6 +10,7 @@ goes; it only reads finished (or cancelled) run records.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -18,13 +19,16 @@ from ..events import Event
 from ..record import RunRecord
 
 __all__ = [
+    "BUDGET_KEY",
     "ApiError",
     "ChatMessage",
     "ChatRenderer",
     "ChatRequest",
     "MAX_N",
     "broken_body",
+    "budget_of",
     "chat_message",
+    "RequestBudget",
     "chunk",
     "completion_body",
     "conductor_field",
@@ -36,6 +40,7 @@ __all__ = [
     "failure_message",
     "json_object",
     "model_of",
+    "parse_budget",
     "parse_chat_request",
     "pieces",
     "progress_of",
@@ -112,6 +117,15 @@ class ChatMessage:
 
 
 @dataclass(frozen=True)
+class RequestBudget:
+    """The budget a request asks for in its ``conductor`` object, for all its runs
+    together (``None``: the server's ceiling, which also caps what is asked)."""
+
+    max_calls: int | None = None
+    max_usd: float | None = None
+
+
+@dataclass(frozen=True)
 class ChatRequest:
     """What a ``POST /v1/chat/completions`` body asks for, checked."""
 
@@ -124,6 +138,7 @@ class ChatRequest:
     #: ``conductor.allowed_workers``: the only workers this request may use (``None``:
     #: all its API key allows), deduplicated, in the order given.
     allowed_workers: tuple[str, ...] | None = None
+    budget: RequestBudget = RequestBudget()
 
 
 def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:
@@ -154,6 +169,7 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         include_usage=include_usage,
         progress=progress_of(body, stream),
         allowed_workers=allowed_workers_of(body),
+        budget=budget_of(body),
     )
 
 
@@ -164,8 +180,10 @@ def json_object(raw: bytes) -> dict[str, Any]:
     """The JSON object in a request body, or a 400."""
     try:
         body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise _bad(f"the request body is not valid JSON ({exc})", None) from None
+    except (ValueError, RecursionError) as exc:
+        # ValueError holds bad UTF-8 and an integer past Python's digit limit too.
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+        raise _bad(f"the request body is not valid JSON ({reason})", None) from None
     if not isinstance(body, dict):
         raise _bad("the request body must be a JSON object", None)
     return body
@@ -221,6 +239,13 @@ def conductor_options(body: dict[str, Any]) -> dict[str, Any]:
     ours = body.get("conductor") or {}
     if not isinstance(ours, dict):
         raise _bad('conductor must be an object such as {"progress": true}', "conductor")
+    unknown = sorted(str(k) for k in ours if k not in _CONDUCTOR_KEYS)
+    if unknown:
+        # Refused rather than ignored: a misspelt budget would otherwise not bound.
+        raise _bad(
+            f"conductor.{unknown[0][:40]} is not known: use {', '.join(_CONDUCTOR_KEYS)}",
+            "conductor",
+        )
     return ours
 
 
@@ -230,6 +255,11 @@ def progress_of(body: dict[str, Any], stream: bool) -> bool:
     if not isinstance(progress, bool):
         raise _bad("conductor.progress must be true or false", "conductor")
     return progress and stream
+
+
+def budget_of(body: dict[str, Any]) -> RequestBudget:
+    """``conductor.max_calls`` and ``conductor.max_usd``: the request's budget."""
+    return parse_budget(conductor_options(body))
 
 
 def allowed_workers_of(body: dict[str, Any]) -> tuple[str, ...] | None:
@@ -250,6 +280,31 @@ def _allowed_workers(raw: Any) -> tuple[str, ...] | None:
             "conductor.allowed_workers",
         )
     return tuple(dict.fromkeys(w.strip() for w in raw))
+
+
+#: What a request's ``conductor`` object may hold.
+_CONDUCTOR_KEYS = ("progress", "max_calls", "max_usd", "allowed_workers")
+
+
+def parse_budget(ours: dict[str, Any]) -> RequestBudget:
+    """The budget in a request's ``conductor`` object (``max_calls``, a whole number of
+    calls from 1; ``max_usd``, a finite amount above 0), or :class:`ApiError` 400."""
+    calls = ours.get("max_calls")
+    if calls is not None and (isinstance(calls, bool) or not isinstance(calls, int) or calls < 1):
+        raise _bad("conductor.max_calls must be a whole number of calls, 1 or more", "conductor")
+    usd = ours.get("max_usd")
+    if usd is not None and not _positive_amount(usd):
+        raise _bad("conductor.max_usd must be a number of US dollars above 0", "conductor")
+    return RequestBudget(calls, None if usd is None else float(usd))
+
+
+def _positive_amount(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value) and value > 0  # NaN and Infinity parse as JSON
+    except OverflowError:  # an integer too large for a float
+        return False
 
 
 def _asks(value: Any) -> bool:
@@ -368,14 +423,28 @@ def _run_summary(record: RunRecord) -> dict[str, Any]:
         "calls": record.totals.calls,
         "cached_calls": record.totals.cached_calls,
         "workflow": {"rounds": rounds},
+        "budget": record.metadata.get(BUDGET_KEY),
     }
 
 
+#: Where a served run's record keeps its request's budget (see ``Service``): the
+#: limits, and the calls, spend and refusal of the whole request when the run ended.
+BUDGET_KEY = "budget"
+
+
 def conductor_field(records: list[RunRecord]) -> dict[str, Any]:
-    """The ``conductor`` field of a response: run ids, cost and what each run did."""
+    """The ``conductor`` field of a response: run ids, cost and what each run did, and
+    the request's ``budget`` (its limits, what was spent, and ``stopped``: why the
+    budget refused a call, ``null`` when it refused none)."""
+    budgets = [b for r in records if isinstance(b := r.metadata.get(BUDGET_KEY), dict)]
+    budget = max(budgets, key=lambda b: int(b.get("calls") or 0), default=None)
+    if budget is not None:
+        stopped = next((b["stopped"] for b in budgets if b.get("stopped")), None)
+        budget = {**budget, "stopped": stopped}
     return {
         "run_ids": [r.run_id for r in records],
         "cost_usd": cost_of(records),
+        "budget": budget,
         "runs": [_run_summary(r) for r in records],
     }
 

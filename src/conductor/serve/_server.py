@@ -4,8 +4,10 @@ The socket is bound here, before uvicorn starts, so that a port in use is one
 sentence (a :class:`~conductor.errors.UsageError`) and ``port=0`` knows its port.
 Stopping (SIGTERM or SIGINT in the foreground, leaving the ``serve_in_thread`` block)
 stops accepting connections, lets the requests in flight finish for up to
-``grace_s``, then closes the clients, the cache and the records file.  Nothing here
-prints: the CLI is told the URL through ``on_listening``.
+``grace_s``, then closes the clients, the cache and the records file.  Connections
+are read by :class:`~._guard.GuardedH11Protocol` (time-outs on reading a request, a
+cap on connections open).  Nothing here prints: the CLI is told the URL through
+``on_listening``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from fastapi import FastAPI
 
 from ..errors import ConductorError, UsageError
 from ._app import create_app
+from ._guard import ACCEPT_BURST, guarded_protocol
 from ._service import Service
 from ._settings import ServeSettings
 
@@ -83,6 +86,10 @@ def _config(settings: ServeSettings, app: FastAPI | None = None) -> uvicorn.Conf
         # Annotated int, but awaited with asyncio.wait_for, which takes any number.
         timeout_graceful_shutdown=settings.grace_s,  # type: ignore[arg-type]
         server_header=False,
+        http=guarded_protocol(settings),  # time-outs on reading requests, a connection cap
+        backlog=ACCEPT_BURST,
+        # Annotated int, but used as a delay of call_later, which takes any number.
+        timeout_keep_alive=settings.keep_alive_s,  # type: ignore[arg-type]
     )
 
 

@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from ..conductors.spec import Conductor
 from ..events import Event
@@ -26,16 +26,19 @@ from ..pool import Pool
 from ..private import own_dir
 from ..record import RunRecord, record_to_dict
 from ..runs.rundir import SAMPLES, open_samples, record_line, repair_tail, write_line
+from ..steps import Budget
 from ..strategies import Strategy
 from ..text import plural
 from ..workflow import workflow_from_dict
 from ._models import Catalog
-from ._protocol import ApiError, event_payload
+from ._protocol import BUDGET_KEY, ApiError, RequestBudget, event_payload
 from ._settings import ServeSettings
 
 __all__ = ["EventCallback", "RecordWriter", "Service", "Slots", "Ticket", "check_records_dir"]
 
 log = logging.getLogger("conductor")
+
+_Limit = TypeVar("_Limit", int, float)
 
 #: Receives each progress event of a request's runs, as JSON.
 EventCallback = Callable[[dict[str, Any]], None]
@@ -136,7 +139,9 @@ class Service:
         self.settings = settings
         self.cache = cache
         self.records = records
-        self.catalog = Catalog(settings.pool, conductor, CallerSet(cache), RunSettings())
+        self.catalog = Catalog(
+            settings.pool, conductor, CallerSet(cache), RunSettings(), max_k=settings.max_k
+        )
         self.slots = Slots(settings.max_concurrency, settings.max_queue)
 
     @classmethod
@@ -156,19 +161,31 @@ class Service:
             finally:
                 await service.catalog.aclose()
 
+    def budget(self, asked: RequestBudget) -> Budget:
+        """One request's budget, for all its runs: what it asked, capped by the server's
+        ceilings (a request asking more gets the ceiling; its ``conductor`` field says
+        which limits applied)."""
+        s = self.settings
+        return Budget(
+            max_calls=_least(asked.max_calls, s.max_calls_per_request),
+            max_usd=_least(asked.max_usd, s.max_usd_per_request),
+        )
+
     async def run_all(
         self,
         strategy: Strategy,
         question: str,
         run_ids: list[str],
         on_event: EventCallback | None = None,
+        budget: Budget | None = None,
     ) -> list[RunRecord]:
         """One run of ``question`` per id in ``run_ids`` (sample index 0, 1, ...), at
-        once; cancelling this cancels them all (their pending calls are not made)."""
+        once, all drawing on ``budget``; cancelling this cancels them all (their pending
+        calls are not made)."""
         if len(run_ids) == 1:
-            return [await self.run_one(strategy, question, 0, run_ids[0], on_event)]
+            return [await self.run_one(strategy, question, 0, run_ids[0], on_event, budget)]
         tasks = [
-            asyncio.ensure_future(self.run_one(strategy, question, i, run_id, on_event))
+            asyncio.ensure_future(self.run_one(strategy, question, i, run_id, on_event, budget))
             for i, run_id in enumerate(run_ids)
         ]
         try:
@@ -184,9 +201,13 @@ class Service:
         index: int,
         run_id: str,
         on_event: EventCallback | None = None,
+        budget: Budget | None = None,
     ) -> RunRecord:
-        """One run, recorded under ``run_id`` (its record's run id and sample id).  A
-        cancelled run's record, as far as it went, is written too where it exists."""
+        """One run, recorded under ``run_id`` (its record's run id and sample id),
+        drawing on ``budget`` (shared with the request's other runs; ``None``: a
+        budget of the server's ceilings for this run alone).  A cancelled run's record,
+        as far as it went, is written too where it exists."""
+        budget = budget if budget is not None else self.budget(RequestBudget())
         started: list[RunRecord] = []
         sink = self._sink(index, started, on_event, strategy) if on_event else None
         try:
@@ -196,15 +217,16 @@ class Service:
                 sample_id=run_id,
                 events=sink,
                 on_record=started.append,
+                budget=budget,
             )
         except asyncio.CancelledError:
             if started:
-                self._keep(started[0], run_id, strategy)
+                self._keep(started[0], run_id, strategy, budget)
             raise
-        self._keep(record, run_id, strategy)
+        self._keep(record, run_id, strategy, budget)
         return record
 
-    def _keep(self, record: RunRecord, run_id: str, strategy: Strategy) -> None:
+    def _keep(self, record: RunRecord, run_id: str, strategy: Strategy, budget: Budget) -> None:
         # The run id is the server's, known before the run starts, so that a streamed
         # response can name it in its headers.
         record.run_id = run_id
@@ -215,6 +237,13 @@ class Service:
         # The workers the request could use (its key's and its own allowed_workers):
         # a restricted request runs on the sub-pool of just those.
         record.metadata["allowed_workers"] = [w.id for w in strategy.pool.workers]
+        record.metadata[BUDGET_KEY] = {
+            "max_calls": budget.max_calls,
+            "max_usd": budget.max_usd,
+            "calls": budget.calls,
+            "usd": round(budget.usd, 8),
+            "stopped": budget.stopped,
+        }
         if self.records is None:
             return
         try:
@@ -259,3 +288,10 @@ class Service:
                 for step in workflow_from_dict(workflow, lenient=True).steps
             ]
         }
+
+
+def _least(asked: _Limit | None, ceiling: _Limit | None) -> _Limit | None:
+    """The smaller of two limits, ``None`` standing for none."""
+    if asked is None or ceiling is None:
+        return ceiling if asked is None else asked
+    return min(asked, ceiling)

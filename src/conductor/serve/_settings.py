@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import UsageError
 from ..pool import Pool
 from ._keys import ApiKey
 
@@ -25,6 +26,15 @@ class ServeSettings:
     instead of it.
     ``cors_origins`` are the origins a browser may call the server from (``*``: any;
     none: no CORS headers at all).
+
+    Limits a client cannot exceed: ``max_k`` bounds K of ``vote:K:W`` and
+    ``reflect:K:W``; ``max_calls_per_request`` and ``max_usd_per_request`` are the
+    ceilings of a request's budget (all its runs together; ``None``: no ceiling), a
+    smaller budget asked in the body's ``conductor`` object applying instead.  A
+    connection must send a request's headers within ``header_timeout_s`` of opening
+    (or of that request's first byte) and its body within ``body_timeout_s`` of the
+    headers; an idle keep-alive connection is closed after ``keep_alive_s``.  At most
+    ``max_connections`` are open (see :mod:`._guard`).
     """
 
     pool: Pool
@@ -38,3 +48,22 @@ class ServeSettings:
     use_cache: bool = True
     keys: tuple[ApiKey, ...] = ()
     cors_origins: tuple[str, ...] = ()
+    max_k: int = 16
+    max_calls_per_request: int | None = 64
+    max_usd_per_request: float | None = None
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
+    keep_alive_s: float = 5.0
+    max_connections: int = 512
+
+    def check_limits(self) -> None:
+        """A :class:`~conductor.errors.UsageError` naming the option of a limit that is
+        out of range (0 or less, or past what the process can hold)."""
+        for name in ("max_k", "max_connections", "max_calls_per_request"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+        for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "max_usd_per_request"):
+            value = getattr(self, name)
+            if value is not None and not 0 < value < float("inf"):
+                raise UsageError(f"--{name.replace('_', '-')} must be a number above 0")

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from ..events import EventSink
 from ..pool import Pool
 from ..record import RunRecord
+from ..steps import Budget
 from ..targets import Worker
 
 __all__ = ["Strategy"]
@@ -57,12 +58,15 @@ class Strategy(Protocol):
         epoch: int | None = None,
         events: EventSink | None = None,
         on_record: Callable[[RunRecord], None] | None = None,
+        budget: Budget | None = None,
     ) -> RunRecord:
         """Answer ``question``; ``events`` gets the run's progress events.  ``on_record``
         gets the record as soon as it exists, before the first step starts: it fills in
         as the run goes (each round's ``workflow`` before that round's steps start), and
         a cancelled run's record is finished as interrupted, so it is what an
-        interrupted caller keeps."""
+        interrupted caller keeps.  ``budget``, when given, is what the run's calls
+        draw on instead of a budget of the strategy's own settings: one budget given
+        to several runs (a ``serve`` request's ``n``) bounds them together."""
         ...
 
     async def aclose(self) -> None:

@@ -142,6 +142,7 @@ class FixedStrategy:
         epoch: int | None = None,
         events: EventSink | None = None,
         on_record: Callable[[RunRecord], None] | None = None,
+        budget: Budget | None = None,
     ) -> RunRecord:
         emit = events or null_sink
         record = RunRecord(
@@ -159,7 +160,9 @@ class FixedStrategy:
         runner = StepRunner(
             self.pool.workers,
             self.callers,
-            budget=Budget(max_calls=self.max_calls, max_usd=self.budget_usd),
+            budget=budget
+            if budget is not None
+            else Budget(max_calls=self.max_calls, max_usd=self.budget_usd),
             sample_index=sample_index,
             emit=emit,
         )
@@ -204,10 +207,21 @@ def _worker_index(pool: Pool, worker_id: str, strategy: str) -> int:
     )
 
 
-def _count(text: str, strategy: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+#: The most digits a K is read with when no ``max_k`` is given: int() of a long digit
+#: string is slow (and refused past 4,300 digits), and no plan that size could run.
+_K_DIGITS = 9
+
+
+def _count(text: str, strategy: str, max_k: int | None) -> int:
+    # ASCII only: str.isdigit also admits digits int() does not read (superscripts).
+    digits = text.lstrip("0") if text.isascii() and text.isdigit() else ""
+    if not digits:
         raise UsageError(f"--strategy {strategy}: K must be a positive integer, got {text!r}")
-    return int(text)
+    limit = max_k if max_k is not None else 10**_K_DIGITS - 1
+    if len(digits) > len(str(limit)) or int(digits) > limit:
+        shown = text if len(text) <= 20 else f"{text[:8]}...({len(text)} digits)"
+        raise UsageError(f"--strategy {strategy}: K must be at most {limit:,}, got {shown}")
+    return int(digits)
 
 
 def parse_strategy(
@@ -217,10 +231,13 @@ def parse_strategy(
     *,
     vote_key: AnswerKey | None = None,
     settings: RunSettings | None = None,
+    max_k: int | None = None,
 ) -> FixedStrategy:
     """A baseline from its name: ``single:W``, ``vote:K:W``, ``moa[:W]``, ``reflect:K:W``.
 
-    ``settings`` gives its per-question budgets (see :class:`FixedStrategy`)."""
+    ``settings`` gives its per-question budgets (see :class:`FixedStrategy`).  ``max_k``
+    bounds K; it is checked on the text, before anything is built, so a name from a
+    client (``serve``) cannot make a plan of any size."""
     m = _STRATEGY.match(text.strip())
     if not m:
         raise UsageError(
@@ -239,7 +256,7 @@ def parse_strategy(
     k_text, _, worker_id = rest.partition(":")
     if not worker_id:
         raise UsageError(f"--strategy {text!r} needs K and a worker: {kind}:K:WORKER")
-    k, w = _count(k_text, text), _worker_index(pool, worker_id, text)
+    k, w = _count(k_text, text, max_k), _worker_index(pool, worker_id, text)
     if kind == "vote":
         if vote_key is None:
             raise UsageError(f"--strategy {text}: voting needs a benchmark grader to read answers")

@@ -13,6 +13,7 @@ from ..execute import Orchestrator, RunSettings
 from ..llm.caller import CallerSet
 from ..pool import Pool
 from ..record import RunRecord
+from ..steps import Budget
 from ..targets import Worker
 
 __all__ = ["ConductorStrategy"]
@@ -66,6 +67,7 @@ class ConductorStrategy:
         epoch: int | None = None,
         events: EventSink | None = None,
         on_record: Callable[[RunRecord], None] | None = None,
+        budget: Budget | None = None,
     ) -> RunRecord:
         settings = replace(self.settings, sample_index=sample_index)
         return await self._orchestrator.run(
@@ -75,6 +77,7 @@ class ConductorStrategy:
             sample_id=sample_id,
             epoch=epoch,
             on_record=on_record,
+            budget=budget,
         )
 
     async def aclose(self) -> None:
