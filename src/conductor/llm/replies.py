@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import BadResponseError
+from .tools import read_tool_calls
 from .types import RawCompletion, Usage
 
 __all__ = [
@@ -131,6 +132,9 @@ def openai_reply(body: Any, target: str | None) -> RawCompletion:
     if not isinstance(message, dict):
         raise bad_response(target, f"choices[0].message is not an object but {_quote(message)}")
     content = _openai_content(message.get("content"), target)
+    calls = read_tool_calls(message.get("tool_calls"))
+    if isinstance(calls, str):
+        raise bad_response(target, f"choices[0].message.{calls}")
     usage = body.get("usage")
     usage = usage if isinstance(usage, dict) else {}
     return RawCompletion(
@@ -139,6 +143,7 @@ def openai_reply(body: Any, target: str | None) -> RawCompletion:
         raw=body,
         model=_str(body.get("model")),
         finish_reason=_str(choice.get("finish_reason")),
+        tool_calls=calls,
     )
 
 
@@ -242,13 +247,14 @@ def check_reply(
     *,
     deterministic: bool = False,
 ) -> RawCompletion:
-    """``raw`` with API keys masked; an empty reply raises :class:`BadResponseError`.
+    """``raw`` with API keys masked; an empty reply (no text and no tool call) raises
+    :class:`BadResponseError`.
 
     An empty reply from a provider is a glitch: it is retried, and never cached.  An
     in-process model with a fixed seed (``deterministic``) would only repeat it, so its
     empty reply is returned (for the Conductor's parser to answer) but still not cached.
     """
-    if not deterministic and not raw.text.strip():
+    if not deterministic and not raw.text.strip() and not raw.tool_calls:
         why = f" (finish_reason {raw.finish_reason})" if raw.finish_reason else ""
         raise bad_response(target, f"the reply is empty{why}")
     if secrets and (
