@@ -45,9 +45,11 @@ from ._protocol import (
     conductor_field,
     cost_of,
     error_body,
+    finish_reason,
     parse_chat_request,
     pieces,
     sse,
+    tool_call_deltas,
     usage_of,
 )
 from ._service import Service, Ticket, check_records_dir
@@ -122,11 +124,17 @@ def create_app(settings: ServeSettings) -> FastAPI:
         chat = parse_chat_request(raw)
         service: Service = request.app.state.service
         strategy = service.catalog.resolve(chat.model)
-        question = question_text(chat.messages)
+        question = question_text(chat.messages, chat.answer_format)
         try:
             check_question(question)
         except UsageError as exc:
             raise ApiError(400, str(exc), param="messages", code="invalid_question") from None
+        refused = strategy.answer_refusal(chat.answer_format)
+        if refused is not None:
+            param = "tools" if chat.answer_format.tools else "response_format"
+            raise ApiError(
+                400, f"{chat.model}: {refused}", param=param, code="unsupported_parameter"
+            )
         ticket = service.slots.admit()
         run_ids = [new_run_id() for _ in range(chat.n)]
         job = _Job(service, strategy, chat, question, run_ids, ticket)
@@ -207,7 +215,9 @@ class _Job:
 
     async def _run_in_slot(self) -> list[RunRecord]:
         async with self.ticket.running():
-            return await self.service.run_all(self.strategy, self.question, self.run_ids)
+            return await self.service.run_all(
+                self.strategy, self.question, self.run_ids, answer_format=self.chat.answer_format
+            )
 
     def streamed(self) -> StreamingResponse:
         events = self._events()
@@ -244,6 +254,7 @@ class _Job:
                             i,
                             run_id,
                             on_event if chat.progress else None,
+                            chat.answer_format,
                         )
                     )
                     task.add_done_callback(functools.partial(_finished, queue, i))
@@ -258,10 +269,14 @@ class _Job:
                     records[i] = record
                     if record.status == "failed":
                         continue
-                    for piece in pieces(record.final_answer or ""):
-                        yield self._chunk([{"index": i, "delta": {"content": piece}}])
+                    text = record.final_answer or ""
+                    if text or not record.final_tool_calls:
+                        for piece in pieces(text):
+                            yield self._chunk([{"index": i, "delta": {"content": piece}}])
+                    for call in tool_call_deltas(record):
+                        yield self._chunk([{"index": i, "delta": {"tool_calls": [call]}}])
                     yield self._chunk(
-                        [{"index": i, "delta": {}, "finish_reason": "stop"}],
+                        [{"index": i, "delta": {}, "finish_reason": finish_reason(record)}],
                         conductor=conductor_field([record]),
                     )
             done = [records[i] for i in range(chat.n)]

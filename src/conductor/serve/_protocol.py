@@ -10,10 +10,13 @@ goes; it only reads finished (or cancelled) run records.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from ..events import Event
+from ..llm.answer_format import PLAIN, AnswerFormat, schema_problem
+from ..llm.types import ForcedTool, ToolCall, ToolChoice, ToolSpec
 from ..record import RunRecord
 
 __all__ = [
@@ -27,9 +30,11 @@ __all__ = [
     "cost_of",
     "error_body",
     "event_payload",
+    "finish_reason",
     "parse_chat_request",
     "pieces",
     "sse",
+    "tool_call_deltas",
     "usage_of",
 ]
 
@@ -38,8 +43,6 @@ MAX_N = 16
 
 #: Parameters an orchestration cannot honour: each is refused when it asks for something.
 _UNSUPPORTED = (
-    "tools",
-    "tool_choice",
     "functions",
     "function_call",
     "logprobs",
@@ -48,11 +51,13 @@ _UNSUPPORTED = (
     "audio",
     "modalities",
     "prediction",
-    "parallel_tool_calls",
 )
 
 #: Roles a message may have; ``developer`` is OpenAI's newer name for ``system``.
-_ROLES = ("system", "developer", "user", "assistant")
+_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+#: What a function's name may be (OpenAI's rule).
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 #: Content sent per chunk when an answer is streamed.
 PIECE_CHARS = 256
@@ -92,10 +97,15 @@ def error_body(
 
 @dataclass(frozen=True)
 class ChatMessage:
-    """One message of the conversation: ``role`` is system, user or assistant."""
+    """One message of the conversation: ``role`` is system, user, assistant or tool.
+
+    An assistant message may hold the ``tool_calls`` it made; a tool message is the
+    result of the call ``tool_call_id``."""
 
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +118,8 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     progress: bool = False
+    #: The tools, tool choice and JSON response format the answer must keep to.
+    answer_format: AnswerFormat = PLAIN
 
 
 def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:
@@ -131,11 +143,10 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
                 name,
                 "unsupported_parameter",
             )
-    fmt = body.get("response_format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") in (None, "text")):
+    if body.get("parallel_tool_calls") is False:
         raise _bad(
-            "response_format is not supported: an orchestration answers with plain text",
-            "response_format",
+            "parallel_tool_calls false is not supported: the answer may call several tools",
+            "parallel_tool_calls",
             "unsupported_parameter",
         )
     model = body.get("model")
@@ -170,7 +181,104 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         stream=stream,
         include_usage=include_usage and stream,
         progress=progress and stream,
+        answer_format=_answer_format(body),
     )
+
+
+def _answer_format(body: dict[str, Any]) -> AnswerFormat:
+    tools = _tools(body.get("tools"))
+    return AnswerFormat(
+        tools=tools,
+        tool_choice=_tool_choice(body.get("tool_choice"), tools),
+        response_format=_response_format(body.get("response_format")),
+    )
+
+
+def _tools(raw: Any) -> tuple[ToolSpec, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise _bad("tools must be a list of function tools", "tools")
+    out: list[ToolSpec] = []
+    for i, tool in enumerate(raw):
+        where = f"tools[{i}]"
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            raise _bad(f'{where} must be {{"type": "function", "function": {{...}}}}', where)
+        fn = tool.get("function")
+        if not isinstance(fn, dict):
+            raise _bad(f"{where}.function must be an object", where)
+        name = fn.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME.match(name):
+            raise _bad(f"{where}.function.name must be 1 to 64 letters, digits, _ or -", where)
+        if any(t.name == name for t in out):
+            raise _bad(f"{where}: the tool {name} is given twice", where)
+        description = fn.get("description")
+        if description is not None and not isinstance(description, str):
+            raise _bad(f"{where}.function.description must be a string", where)
+        parameters = fn.get("parameters")
+        if parameters is not None:
+            if not isinstance(parameters, dict):
+                raise _bad(f"{where}.function.parameters must be a JSON Schema object", where)
+            problem = schema_problem(parameters)
+            if problem:
+                raise _bad(
+                    f"{where}.function.parameters is not a valid JSON Schema: {problem}", where
+                )
+        strict = fn.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise _bad(f"{where}.function.strict must be true or false", where)
+        out.append(ToolSpec(name, description, parameters, bool(strict)))
+    return tuple(out)
+
+
+def _tool_choice(raw: Any, tools: tuple[ToolSpec, ...]) -> ToolChoice | None:
+    if raw is None:
+        return None
+    if raw in ("auto", "none", "required"):
+        if raw == "required" and not tools:
+            raise _bad("tool_choice required needs tools", "tool_choice")
+        return raw  # type: ignore[no-any-return]
+    fn = raw.get("function") if isinstance(raw, dict) and raw.get("type") == "function" else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    if not isinstance(name, str):
+        raise _bad(
+            'tool_choice must be "auto", "none", "required" or '
+            '{"type": "function", "function": {"name": ...}}',
+            "tool_choice",
+        )
+    if all(t.name != name for t in tools):
+        raise _bad(f"tool_choice names {name}, which is not one of the tools", "tool_choice")
+    return ForcedTool(name)
+
+
+def _response_format(raw: Any) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    if kind in (None, "text") and isinstance(raw, dict):
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind != "json_schema":
+        raise _bad(
+            'response_format must be {"type": "text"}, {"type": "json_object"} or '
+            '{"type": "json_schema", "json_schema": {...}}',
+            "response_format",
+        )
+    spec = raw.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise _bad("response_format.json_schema must be an object with a name", "response_format")
+    schema = spec.get("schema")
+    if schema is not None:
+        if not isinstance(schema, dict):
+            raise _bad("response_format.json_schema.schema must be an object", "response_format")
+        problem = schema_problem(schema)
+        if problem:
+            raise _bad(
+                f"response_format.json_schema.schema is not a valid JSON Schema: {problem}",
+                "response_format",
+            )
+    return {"type": "json_schema", "json_schema": spec}
 
 
 def _asks(value: Any) -> bool:
@@ -192,13 +300,51 @@ def _messages(raw: Any) -> tuple[ChatMessage, ...]:
         role = msg.get("role")
         if role not in _ROLES:
             raise _bad(
-                f"{where}.role {role!r} is not supported: use system, developer, user "
-                "or assistant (tool messages need tools, which an orchestration has not)",
+                f"{where}.role {role!r} is not supported: use system, developer, user, "
+                "assistant or tool",
                 f"{where}.role",
             )
-        if msg.get("tool_calls") or msg.get("function_call"):
-            raise _bad(f"{where} holds tool calls, which are not supported", f"{where}")
-        out.append(ChatMessage("system" if role == "developer" else role, _text(msg, where)))
+        if msg.get("function_call"):
+            raise _bad(
+                f"{where} holds a function_call, which is not supported: use tool_calls", where
+            )
+        calls = _message_tool_calls(msg.get("tool_calls"), where) if role == "assistant" else ()
+        if msg.get("tool_calls") and role != "assistant":
+            raise _bad(f"{where}: only an assistant message may hold tool_calls", where)
+        call_id = None
+        if role == "tool":
+            call_id = msg.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise _bad(f"{where}.tool_call_id is required in a tool message", where)
+        out.append(
+            ChatMessage(
+                "system" if role == "developer" else role, _text(msg, where), calls, call_id
+            )
+        )
+    return tuple(out)
+
+
+def _message_tool_calls(raw: Any, where: str) -> tuple[ToolCall, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise _bad(f"{where}.tool_calls must be a list", where)
+    out: list[ToolCall] = []
+    for j, call in enumerate(raw):
+        fn = call.get("function") if isinstance(call, dict) else None
+        ident = call.get("id") if isinstance(call, dict) else None
+        if (
+            not isinstance(fn, dict)
+            or not isinstance(fn.get("name"), str)
+            or not isinstance(ident, str)
+            or not isinstance(fn.get("arguments", ""), str)
+        ):
+            raise _bad(
+                f'{where}.tool_calls[{j}] must be {{"id", "type": "function", '
+                '"function": {"name", "arguments"}}',
+                where,
+            )
+        out.append(ToolCall(ident, fn["name"], fn.get("arguments") or ""))
     return tuple(out)
 
 
@@ -305,15 +451,45 @@ def completion_body(
         "choices": [
             {
                 "index": i,
-                "message": {"role": "assistant", "content": r.final_answer or ""},
+                "message": _message(r),
                 "logprobs": None,
-                "finish_reason": "stop",
+                "finish_reason": finish_reason(r),
             }
             for i, r in enumerate(records)
         ],
         "usage": usage_of(records),
         "conductor": conductor_field(records),
     }
+
+
+def _wire_call(call: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": call["id"],
+        "type": "function",
+        "function": {"name": call["name"], "arguments": call["arguments"]},
+    }
+
+
+def _message(record: RunRecord) -> dict[str, Any]:
+    """A run's answer as an assistant message: its text, or its tool calls (the content
+    then the text written beside them, or ``null``)."""
+    if record.final_tool_calls:
+        return {
+            "role": "assistant",
+            "content": record.final_answer or None,
+            "tool_calls": [_wire_call(c) for c in record.final_tool_calls],
+        }
+    return {"role": "assistant", "content": record.final_answer or ""}
+
+
+def finish_reason(record: RunRecord) -> str:
+    """``tool_calls`` for an answer that calls tools, else ``stop``."""
+    return "tool_calls" if record.final_tool_calls else "stop"
+
+
+def tool_call_deltas(record: RunRecord) -> list[dict[str, Any]]:
+    """The ``delta.tool_calls`` of a streamed answer, one chunk's worth per call."""
+    return [{"index": k, **_wire_call(c)} for k, c in enumerate(record.final_tool_calls or ())]
 
 
 def chunk(

@@ -20,6 +20,7 @@ from typing import IO, Any
 from ..conductors.spec import Conductor
 from ..events import Event
 from ..execute import RunSettings
+from ..llm.answer_format import PLAIN, AnswerFormat
 from ..llm.cache import ResponseCache
 from ..llm.caller import CallerSet
 from ..private import own_dir
@@ -161,13 +162,16 @@ class Service:
         question: str,
         run_ids: list[str],
         on_event: EventCallback | None = None,
+        answer_format: AnswerFormat = PLAIN,
     ) -> list[RunRecord]:
         """One run of ``question`` per id in ``run_ids`` (sample index 0, 1, ...), at
         once; cancelling this cancels them all (their pending calls are not made)."""
         if len(run_ids) == 1:
-            return [await self.run_one(strategy, question, 0, run_ids[0], on_event)]
+            return [await self.run_one(strategy, question, 0, run_ids[0], on_event, answer_format)]
         tasks = [
-            asyncio.ensure_future(self.run_one(strategy, question, i, run_id, on_event))
+            asyncio.ensure_future(
+                self.run_one(strategy, question, i, run_id, on_event, answer_format)
+            )
             for i, run_id in enumerate(run_ids)
         ]
         try:
@@ -183,9 +187,11 @@ class Service:
         index: int,
         run_id: str,
         on_event: EventCallback | None = None,
+        answer_format: AnswerFormat = PLAIN,
     ) -> RunRecord:
-        """One run, recorded under ``run_id`` (its record's run id and sample id).  A
-        cancelled run's record, as far as it went, is written too where it exists."""
+        """One run, recorded under ``run_id`` (its record's run id and sample id), its
+        answer in ``answer_format``.  A cancelled run's record, as far as it went, is
+        written too where it exists."""
         started: list[RunRecord] = []
         sink = self._sink(index, started, on_event) if on_event else None
         try:
@@ -195,6 +201,7 @@ class Service:
                 sample_id=run_id,
                 events=sink,
                 on_record=started.append,
+                answer_format=answer_format,
             )
         except asyncio.CancelledError:
             if started:

@@ -6,6 +6,7 @@ script; :func:`echo`, the default).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
@@ -13,6 +14,7 @@ from typing import Any, Literal, TypeAlias
 __all__ = [
     "SHAPES",
     "FakeRequest",
+    "FakeToolCall",
     "Fault",
     "Protocol",
     "Reply",
@@ -34,7 +36,9 @@ class Reply:
     content; output: `text`). `latency_s` None means the server's `latency_s`.
     `finish_reason` ``"length"`` marks the reply as cut off at the token limit, in each
     protocol's own words (OpenAI ``length``, Anthropic ``max_tokens``, Gemini
-    ``MAX_TOKENS``); None is a normal stop.
+    ``MAX_TOKENS``); None is a normal stop.  `tool_calls` makes the reply call functions
+    (OpenAI's ``message.tool_calls``, finish reason ``tool_calls``), `text` then being
+    the content beside them (``""``: ``null``).
     """
 
     text: str
@@ -42,6 +46,22 @@ class Reply:
     input_tokens: int | None = None
     output_tokens: int | None = None
     finish_reason: Literal["stop", "length"] | None = None
+    tool_calls: list[FakeToolCall] = field(default_factory=list)
+
+
+@dataclass
+class FakeToolCall:
+    """One function call of a scripted reply: the function's `name` and its `arguments`
+    (a JSON text, sent verbatim, or an object, sent as its JSON); `id` None gives
+    ``call_<n>``."""
+
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+    id: str | None = None
+
+    @property
+    def arguments_text(self) -> str:
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
 
 
 #: Status-200 replies of a broken shape that `Fault.malformed` serves, in each protocol:
@@ -126,6 +146,18 @@ class FakeRequest:
     messages: list[dict[str, str]]
     api_key: str | None
     received_at: float
+
+    @property
+    def tools(self) -> list[str]:
+        """The names of the functions the request offered (OpenAI ``tools``)."""
+        tools = self.body.get("tools") if self.protocol == "openai" else None
+        if not isinstance(tools, list):
+            return []
+        return [
+            t["function"]["name"]
+            for t in tools
+            if isinstance(t, dict) and isinstance(t.get("function"), dict)
+        ]
 
     @property
     def last_user_message(self) -> str:
