@@ -203,22 +203,22 @@ def _tools(raw: Any) -> tuple[ToolSpec, ...]:
     for i, tool in enumerate(raw):
         where = f"tools[{i}]"
         if not isinstance(tool, dict) or tool.get("type") != "function":
-            raise _bad(f'{where} must be {{"type": "function", "function": {{...}}}}', where)
+            raise _bad(f'{where} must be {{"type": "function", "function": {{...}}}}', "tools")
         fn = tool.get("function")
         if not isinstance(fn, dict):
-            raise _bad(f"{where}.function must be an object", where)
+            raise _bad(f"{where}.function must be an object", "tools")
         name = fn.get("name")
         if not isinstance(name, str) or not _TOOL_NAME.match(name):
-            raise _bad(f"{where}.function.name must be 1 to 64 letters, digits, _ or -", where)
+            raise _bad(f"{where}.function.name must be 1 to 64 letters, digits, _ or -", "tools")
         if any(t.name == name for t in out):
-            raise _bad(f"{where}: the tool {name} is given twice", where)
+            raise _bad(f"{where}: the tool {name} is given twice", "tools")
         description = fn.get("description")
         if description is not None and not isinstance(description, str):
-            raise _bad(f"{where}.function.description must be a string", where)
+            raise _bad(f"{where}.function.description must be a string", "tools")
         parameters = fn.get("parameters")
         if parameters is not None:
             if not isinstance(parameters, dict):
-                raise _bad(f"{where}.function.parameters must be a JSON Schema object", where)
+                raise _bad(f"{where}.function.parameters must be a JSON Schema object", "tools")
             problem = schema_problem(parameters)
             if problem:
                 raise _bad(
@@ -226,7 +226,7 @@ def _tools(raw: Any) -> tuple[ToolSpec, ...]:
                 )
         strict = fn.get("strict")
         if strict is not None and not isinstance(strict, bool):
-            raise _bad(f"{where}.function.strict must be true or false", where)
+            raise _bad(f"{where}.function.strict must be true or false", "tools")
         out.append(ToolSpec(name, description, parameters, bool(strict)))
     return tuple(out)
 
