@@ -300,18 +300,49 @@ def test_vote_with_tools_is_refused(tmp_path: Path, fake_server: FakeLLMServer) 
     assert fake_server.requests == []
 
 
-def test_a_worker_whose_client_cannot_call_tools_is_refused(
+def test_a_worker_whose_client_cannot_honour_the_format_is_refused(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
+    # Anthropic's API has no response_format: a JSON answer cannot be asked of it.
     workers = [worker(fake_server, "w0"), worker(fake_server, "claude", "anthropic")]
     pool = load_pool(make_pool_file(tmp_path, fake_server, workers=workers))
     with served(pool) as url:
         client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0)
         for model in ("single:claude", "conductor"):
             with pytest.raises(openai.BadRequestError) as caught:
-                _ask_weather(client, model)
-            assert "worker 'claude' (anthropic client) cannot call tools" in str(caught.value)
+                client.chat.completions.parse(
+                    model=model,
+                    messages=[{"role": "user", "content": "Capital of France?"}],
+                    response_format=Capital,
+                )
+            message = str(caught.value)
+            assert "worker 'claude' (anthropic client) cannot be asked for a JSON" in message
     assert fake_server.requests == []
+
+
+def test_anthropic_worker_calls_tools(tmp_path: Path, fake_server: FakeLLMServer) -> None:
+    fake_server.script(
+        "claude",
+        [
+            Reply("", tool_calls=[FakeToolCall("get_weather", {"city": "Oslo"}, "toolu_1")]),
+            "Cold in Oslo.",
+        ],
+    )
+    workers = [worker(fake_server, "claude", "anthropic")]
+    pool = load_pool(make_pool_file(tmp_path, fake_server, workers=workers))
+    with served(pool) as url:
+        client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0)
+        first = _ask_weather(client, "single:claude", tool_choice="required")
+        (call,) = first.choices[0].message.tool_calls
+        assert (call.id, call.function.name) == ("toolu_1", "get_weather")
+        assert json.loads(call.function.arguments) == {"city": "Oslo"}
+        second = client.chat.completions.create(
+            model="single:claude", messages=_next_turn(call), tools=[WEATHER]
+        )
+    assert second.choices[0].message.content == "Cold in Oslo."
+    sent = fake_server.requests_for("claude")[0].body
+    assert sent["tools"][0]["input_schema"] == WEATHER["function"]["parameters"]
+    assert sent["tool_choice"] == {"type": "any"}
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import BadResponseError
-from .tools import read_tool_calls
+from .tools import read_anthropic_tool_calls, read_tool_calls
 from .types import RawCompletion, Usage
 
 __all__ = [
@@ -148,7 +148,8 @@ def openai_reply(body: Any, target: str | None) -> RawCompletion:
 
 
 def anthropic_reply(body: Any, target: str | None) -> RawCompletion:
-    """A Messages API body (text blocks of ``content``) as a completion."""
+    """A Messages API body (text blocks of ``content``, its ``tool_use`` blocks the
+    calls) as a completion."""
     if not isinstance(body, dict):
         raise bad_response(target, f"the reply is not a JSON object: {_quote(body)}")
     content = body.get("content")
@@ -174,6 +175,7 @@ def anthropic_reply(body: Any, target: str | None) -> RawCompletion:
         raw=body,
         model=_str(body.get("model")),
         finish_reason=_str(body.get("stop_reason")),
+        tool_calls=read_anthropic_tool_calls(content),
     )
 
 

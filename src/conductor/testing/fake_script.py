@@ -149,15 +149,13 @@ class FakeRequest:
 
     @property
     def tools(self) -> list[str]:
-        """The names of the functions the request offered (OpenAI ``tools``)."""
-        tools = self.body.get("tools") if self.protocol == "openai" else None
+        """The names of the functions the request offered (OpenAI's or Anthropic's
+        ``tools``)."""
+        tools = self.body.get("tools") if self.protocol != "gemini" else None
         if not isinstance(tools, list):
             return []
-        return [
-            t["function"]["name"]
-            for t in tools
-            if isinstance(t, dict) and isinstance(t.get("function"), dict)
-        ]
+        entries = [t.get("function", t) if isinstance(t, dict) else {} for t in tools]
+        return [e["name"] for e in entries if isinstance(e, dict) and "name" in e]
 
     @property
     def last_user_message(self) -> str:
