@@ -14,6 +14,8 @@ import pytest
 from kit.poolkit import CONDUCTOR_MODEL, lists, worker
 from kit.servekit import make_pool, make_pool_file, served
 
+from conductor.llm.answer_format import AnswerFormat
+from conductor.llm.types import ToolCall, ToolSpec
 from conductor.pool import load_pool
 from conductor.testing import FakeLLMServer, FakeToolCall, Reply
 
@@ -21,6 +23,9 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 pydantic = pytest.importorskip("pydantic")
+
+from conductor.serve._conversation import question_text  # noqa: E402
+from conductor.serve._protocol import ApiError, ChatMessage  # noqa: E402
 
 KEY = "sk-test-not-checked"
 
@@ -378,3 +383,26 @@ def test_bad_tool_fields_are_400(
     assert reply.status_code == 400, reply.text
     assert words in reply.json()["error"]["message"]
     assert fake_server.requests == []
+
+
+def test_tool_turns_in_the_question_layout() -> None:
+    call = ToolCall("c1", "get_weather", '{"city": "Paris"}')
+    messages = (
+        ChatMessage("system", "Be brief."),
+        ChatMessage("user", "Weather in Paris?"),
+        ChatMessage("assistant", "", (call,)),
+        ChatMessage("tool", "18 C", tool_call_id="c1"),
+    )
+    fmt = AnswerFormat((ToolSpec("get_weather", "The weather now."),))
+    assert question_text(messages, fmt) == (
+        "Instructions:\nBe brief.\n\n"
+        "Question:\nWeather in Paris?\n\n"
+        "Tool calls made for this question:\n"
+        'Assistant called get_weather({"city": "Paris"}) as c1.\n\n'
+        "Result of c1 (get_weather): 18 C\n\n"
+        "Answer format:\nThe final answer may call these tools:\n"
+        "- get_weather: The weather now."
+    )
+    # An assistant message with text alone after the question is still refused.
+    with pytest.raises(ApiError, match="cannot continue an assistant message"):
+        question_text((*messages, ChatMessage("assistant", "So far")), fmt)
