@@ -406,3 +406,33 @@ def test_tool_turns_in_the_question_layout() -> None:
     # An assistant message with text alone after the question is still refused.
     with pytest.raises(ApiError, match="cannot continue an assistant message"):
         question_text((*messages, ChatMessage("assistant", "So far")), fmt)
+
+
+async def test_the_fake_provider_streams_tool_calls(fake_server: FakeLLMServer) -> None:
+    # The scripted reply in OpenAI's streamed shape, read by the SDK and by litellm.
+    litellm = pytest.importorskip("litellm")
+    fake_server.script(
+        "m", Reply("", tool_calls=[FakeToolCall("get_weather", {"city": "Lima"}, "c7")])
+    )
+    client = openai.OpenAI(base_url=fake_server.openai_base, api_key=KEY, max_retries=0)
+    with client.chat.completions.stream(
+        model="m", messages=[{"role": "user", "content": "Weather?"}], tools=[WEATHER]
+    ) as stream:
+        done = stream.get_final_completion()
+    (call,) = done.choices[0].message.tool_calls
+    assert (call.id, call.function.parsed_arguments) == ("c7", {"city": "Lima"})
+    assert done.choices[0].finish_reason == "tool_calls"
+    parts = await litellm.acompletion(
+        model="openai/m",
+        api_base=fake_server.openai_base,
+        api_key=KEY,
+        messages=[{"role": "user", "content": "Weather?"}],
+        tools=[WEATHER],
+        stream=True,
+        num_retries=0,
+    )
+    chunks = [c async for c in parts]
+    whole = litellm.stream_chunk_builder(chunks)
+    (call,) = whole.choices[0].message.tool_calls
+    assert (call.id, json.loads(call.function.arguments)) == ("c7", {"city": "Lima"})
+    assert fake_server.requests[-1].tools == ["get_weather"]

@@ -139,7 +139,9 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     for name in _UNSUPPORTED:
         if _asks(body.get(name)):
             raise _bad(
-                f"{name} is not supported: an orchestration answers with text only",
+                f"{name} is not supported by an orchestration: use tools"
+                if name in ("functions", "function_call")
+                else f"{name} is not supported by an orchestration",
                 name,
                 "unsupported_parameter",
             )
