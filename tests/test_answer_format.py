@@ -61,6 +61,12 @@ async def run(pool: Pool, fmt: AnswerFormat, **settings: Any) -> Any:
         (AnswerFormat((WEATHER,)), "", (ToolCall("1", "get_weather", "{x"),), "are not JSON"),
         (AnswerFormat((WEATHER,), "none"), "", (ToolCall("1", "get_weather", "{}"),), "none"),
         (
+            AnswerFormat((WEATHER,), parallel_tool_calls=False),
+            "",
+            (ToolCall("1", "get_weather", '{"city": "A"}'),) * 2,
+            "made 2 calls",
+        ),
+        (
             AnswerFormat((ToolSpec("f", None, CITY),)),  # not strict: any JSON object will do
             "",
             (ToolCall("1", "f", '{"town": 1}'),),

@@ -137,7 +137,6 @@ def test_400_unknown_model(tmp_path: Path, answered: FakeLLMServer, model: str) 
         ("functions", [{"name": "f", "parameters": {}}]),
         ("logprobs", True),
         ("top_logprobs", 2),
-        ("parallel_tool_calls", False),
         ("logit_bias", {"50256": -100}),
     ],
 )

@@ -436,3 +436,18 @@ async def test_the_fake_provider_streams_tool_calls(fake_server: FakeLLMServer) 
     (call,) = whole.choices[0].message.tool_calls
     assert (call.id, json.loads(call.function.arguments)) == ("c7", {"city": "Lima"})
     assert fake_server.requests[-1].tools == ["get_weather"]
+
+
+def test_parallel_tool_calls_false_allows_one_call(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    # LangChain's with_structured_output sends parallel_tool_calls false: two calls in
+    # one reply are asked again, one is returned.
+    two = [FakeToolCall("get_weather", {"city": c}) for c in ("A", "B")]
+    fake_server.script("w0", [Reply("", tool_calls=two), Reply("", tool_calls=two[:1])])
+    with served(make_pool(tmp_path, fake_server)) as url:
+        client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0)
+        reply = _ask_weather(client, "single:w0", parallel_tool_calls=False)
+    (call,) = reply.choices[0].message.tool_calls
+    assert json.loads(call.function.arguments) == {"city": "A"}
+    assert len(fake_server.requests_for("w0")) == 2

@@ -42,11 +42,14 @@ _QUOTE = 160
 class AnswerFormat:
     """The tools the answer may call, how (``tool_choice``), and the JSON shape of a text
     answer (``response_format``, OpenAI's ``{"type": "json_object"}`` or ``{"type":
-    "json_schema", "json_schema": {"name", "schema", "strict"}}``; ``None``: free text)."""
+    "json_schema", "json_schema": {"name", "schema", "strict"}}``; ``None``: free text).
+    ``parallel_tool_calls`` false allows one call per reply (checked, not sent: not every
+    provider takes it)."""
 
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: ToolChoice | None = None
     response_format: dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
 
     @property
     def plain(self) -> bool:
@@ -114,6 +117,8 @@ class AnswerFormat:
             out["tool_choice"] = openai_tool_choice(self.tool_choice)
         if self.response_format is not None:
             out["response_format"] = self.response_format
+        if not self.parallel_tool_calls:
+            out["parallel_tool_calls"] = False
         return out
 
     def violation(self, text: str, calls: tuple[ToolCall, ...]) -> str | None:
@@ -146,6 +151,8 @@ class AnswerFormat:
             return "the reply called a tool, but no tools were given"
         if self.tool_choice == "none":
             return "tool_choice is none but the reply called a tool"
+        if not self.parallel_tool_calls and len(calls) > 1:
+            return f"parallel_tool_calls is false but the reply made {len(calls)} calls"
         tools = {t.name: t for t in self.tools}
         forced = self.tool_choice.name if isinstance(self.tool_choice, ForcedTool) else None
         if forced is not None and all(c.name != forced for c in calls):

@@ -145,12 +145,6 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
                 name,
                 "unsupported_parameter",
             )
-    if body.get("parallel_tool_calls") is False:
-        raise _bad(
-            "parallel_tool_calls false is not supported: the answer may call several tools",
-            "parallel_tool_calls",
-            "unsupported_parameter",
-        )
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise _bad("model is required: a model id from GET /v1/models", "model")
@@ -189,10 +183,14 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
 
 def _answer_format(body: dict[str, Any]) -> AnswerFormat:
     tools = _tools(body.get("tools"))
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise _bad("parallel_tool_calls must be true or false", "parallel_tool_calls")
     return AnswerFormat(
         tools=tools,
         tool_choice=_tool_choice(body.get("tool_choice"), tools),
         response_format=_response_format(body.get("response_format")),
+        parallel_tool_calls=parallel is not False,
     )
 
 
