@@ -434,7 +434,8 @@ def test_the_model_call_layer_imports_only_its_leaves() -> None:
 def test_no_client_imports_the_factory() -> None:
     """The clients take what they share from the modules below them: nothing a client
     imports, directly or not, imports the factory.  The modules that ask the registry
-    about a kind's capabilities (keys, prefill, cost, limits, the caller) sit above."""
+    about a kind's capabilities (keys, prefill, cost, limits, the caller, the answer
+    format's check of who can answer) sit above."""
     imports = llm_imports()
     graph = {name: {t for t, _ in targets} for name, targets in imports.items()}
     below: set[str] = set()
@@ -447,6 +448,7 @@ def test_no_client_imports_the_factory() -> None:
     assert sorted(m for m in below if "conductor.llm.factory" in graph.get(m, ())) == []
     importers = sorted(m for m, targets in graph.items() if "conductor.llm.factory" in targets)
     assert importers == [
+        "conductor.llm.answer_format",
         "conductor.llm.caller",
         "conductor.llm.cost",
         "conductor.llm.keys",

@@ -36,9 +36,6 @@ SPEC = "CONDUCTOR_OPENAI_OPENAPI"
 FIXTURES = Path(__file__).parent / "fixtures" / "conformance"
 
 # What the other builds of issue 22 bring; the lead removes each mark once its build is in.
-NEEDS_RESPONSE_FORMAT = pytest.mark.xfail(
-    strict=True, reason="needs response_format json_schema, parse() (issue 22)"
-)
 
 
 def _absent(what: str, hint: str = "pip install -e '.[conformance]'") -> None:
@@ -306,7 +303,6 @@ def test_openapi_models_and_errors(url: str, tee: Tee, openapi: OpenApi) -> None
     openapi.check("ErrorResponse", refused)
 
 
-@NEEDS_RESPONSE_FORMAT
 def test_openai_parse(tmp_path: Path, fake_server: FakeLLMServer, openapi: OpenApi) -> None:
     pydantic = need("pydantic")
 
@@ -542,7 +538,6 @@ def test_langchain_invoke_and_stream(url: str, tee: Tee) -> None:
     assert text == "The answer is Paris."
 
 
-@NEEDS_RESPONSE_FORMAT
 def test_langchain_structured_output(tmp_path: Path, fake_server: FakeLLMServer, tee: Tee) -> None:
     pydantic = need("pydantic")
 

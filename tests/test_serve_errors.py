@@ -134,12 +134,9 @@ def test_400_unknown_model(tmp_path: Path, answered: FakeLLMServer, model: str) 
 @pytest.mark.parametrize(
     ("param", "value"),
     [
-        ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
-        ("tool_choice", "auto"),
         ("functions", [{"name": "f", "parameters": {}}]),
         ("logprobs", True),
         ("top_logprobs", 2),
-        ("response_format", {"type": "json_object"}),
         ("logit_bias", {"50256": -100}),
     ],
 )

@@ -28,6 +28,7 @@ from .conductors.spec import Conductor
 from .context import SharedStep, build_worker_messages, worker_prefills
 from .errors import CONDUCTOR_TARGET, ModelCallError, UsageError, WorkflowParseError
 from .events import Event, EventSink, null_sink
+from .llm.answer_format import PLAIN, AnswerFormat
 from .llm.cache import ResponseCache
 from .llm.caller import CallerSet
 from .llm.prefill_rules import join_prefill
@@ -308,6 +309,7 @@ class Orchestrator:
         continue_from: RunRecord | None = None,
         on_record: Callable[[RunRecord], None] | None = None,
         budget: Budget | None = None,
+        answer_format: AnswerFormat = PLAIN,
     ) -> RunRecord:
         """Run ``question`` and return its full record (never raises for model errors:
         failures are in the record's ``status`` and ``error``).
@@ -346,6 +348,8 @@ class Orchestrator:
             epoch=epoch,
             metadata=dict(metadata or {}),
         )
+        if not answer_format.plain:
+            record.metadata["answer_format"] = answer_format.describe()
         runner = StepRunner(
             self.pool.workers,
             self.callers,
@@ -354,6 +358,7 @@ class Orchestrator:
             else Budget(max_calls=settings.max_calls, max_usd=settings.budget_usd),
             sample_index=settings.sample_index,
             emit=emit,
+            answer_format=answer_format,
         )
         previous: PreviousRound | None = None
         answer: str | None = None
@@ -397,10 +402,17 @@ class Orchestrator:
                 emit(Event("round_finished", r, detail=rnd.stop_reason))
                 break
             await self._run_steps(question, workflow, rnd, runner)
-            round_answer = next(
-                (s.answer for s in reversed(rnd.steps) if s.status == "ok" and s.answer),
-                None,
-            )
+            round_answer = _round_answer(rnd, len(workflow.steps), runner.answer_format.plain)
+            last = rnd.steps[-1] if rnd.steps else None
+            calls = last.call.tool_calls if last is not None and round_answer is not None else None
+            if calls:
+                # The answer asks the caller to run tools: nothing more can be done before
+                # their results come back (in the caller's next question).
+                answer = rnd.final_answer = round_answer or None
+                rnd.final_tool_calls = record.final_tool_calls = calls
+                rnd.stop_reason = "the answer calls tools"
+                emit(Event("round_finished", r, detail=rnd.stop_reason))
+                break
             if round_answer is not None:
                 answer = round_answer
             rnd.final_answer = round_answer
@@ -415,6 +427,18 @@ class Orchestrator:
                     record.rounds[-1].stop_reason or f"round budget reached ({settings.rounds})"
                 )
         record.final_answer = answer
+
+
+def _round_answer(rnd: RoundRecord, n_steps: int, plain: bool) -> str | None:
+    """The answer of a round of ``n_steps`` steps: its last step's that gave one, or,
+    when the run asks for an answer format, its last step's alone (the one step that
+    was given the format; ``""`` for a reply that only calls tools)."""
+    if plain:
+        return next((s.answer for s in reversed(rnd.steps) if s.status == "ok" and s.answer), None)
+    last = rnd.steps[-1] if rnd.steps else None
+    if last is None or last.index != n_steps - 1 or last.status != "ok":
+        return None
+    return last.answer if (last.answer or last.call.tool_calls) else None
 
 
 def _continue(record: RunRecord, earlier: RunRecord) -> tuple[PreviousRound | None, str | None]:
@@ -449,8 +473,11 @@ async def ask(
     cache: ResponseCache | None = None,
     events: EventSink | None = None,
     on_record: Callable[[RunRecord], None] | None = None,
+    answer_format: AnswerFormat = PLAIN,
 ) -> RunRecord:
-    """Run one question and close the clients afterwards (``on_record`` as for
-    :meth:`Orchestrator.run`)."""
+    """Run one question and close the clients afterwards (``on_record`` and ``answer_format``
+    as for :meth:`Orchestrator.run`)."""
     async with Orchestrator(pool, conductor, cache=cache) as orch:
-        return await orch.run(question, settings, events=events, on_record=on_record)
+        return await orch.run(
+            question, settings, events=events, on_record=on_record, answer_format=answer_format
+        )

@@ -92,6 +92,9 @@ class CallRecord:
     #: message the model continued), or ``None``.  ``response`` is what the model wrote
     #: after it; :attr:`reply` is the two together, which is what the parser read.
     prefill: str | None = None
+    #: The functions the reply called, each ``{"id", "name", "arguments"}`` (the
+    #: arguments as the JSON text the model wrote); ``None`` when it called none.
+    tool_calls: list[dict[str, Any]] | None = None
 
     @property
     def reply(self) -> str | None:
@@ -115,6 +118,9 @@ class StepRecord:
     call: CallRecord
     answer: str | None = None
     status: Literal["ok", "failed", "skipped"] = "ok"
+    #: Earlier tries of this step whose replies broke the requested answer format
+    #: (:mod:`conductor.answer_format`), each with the violation as its ``error``.
+    rejected: list[CallRecord] = field(default_factory=list)
 
 
 @dataclass
@@ -128,6 +134,8 @@ class RoundRecord:
     steps: list[StepRecord] = field(default_factory=list)
     final_answer: str | None = None
     stop_reason: str | None = None
+    #: The tool calls the round's answer is (see :attr:`RunRecord.final_tool_calls`).
+    final_tool_calls: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -176,6 +184,15 @@ class RunRecord:
     #: Set when a benchmark rerun reused this sample's record: the original run id and
     #: when it was reused.
     replayed_from: dict[str, Any] | None = None
+    #: The answer as tool calls, each ``{"id", "name", "arguments"}``, when the answering
+    #: step called tools (``final_answer`` then holds any text it wrote beside them);
+    #: ``None`` for an answer in text.
+    final_tool_calls: list[dict[str, Any]] | None = None
+
+    @property
+    def answered(self) -> bool:
+        """Whether the run gave an answer: a text, or tool calls."""
+        return self.final_answer is not None or bool(self.final_tool_calls)
 
     @property
     def verdict(self) -> str:
@@ -191,7 +208,10 @@ class RunRecord:
         out: list[CallRecord] = []
         for rnd in self.rounds:
             out.extend(rnd.conductor_calls)
-            out.extend(s.call for s in rnd.steps if s.status != "skipped")
+            for s in rnd.steps:
+                out.extend(s.rejected)
+                if s.status != "skipped":
+                    out.append(s.call)
         return out
 
 
@@ -336,7 +356,11 @@ def _build_round(r: Any, where: str) -> RoundRecord:
         if "call" not in s:
             raise RecordError(f"{at} has no 'call'")
         call = _build(CallRecord, s["call"], f"{at}.call")
-        steps.append(_build(StepRecord, s, at, {"call": call}))
+        rejected = [
+            _build(CallRecord, c, f"{at}.rejected[{k}]")
+            for k, c in enumerate(_list_of(s, "rejected", at))
+        ]
+        steps.append(_build(StepRecord, s, at, {"call": call, "rejected": rejected}))
     calls = [
         _build(CallRecord, c, f"{where}.conductor_calls[{k}]")
         for k, c in enumerate(_list_of(r, "conductor_calls", where))

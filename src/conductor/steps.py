@@ -21,13 +21,14 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
 from .context import SharedStep
-from .errors import ModelCallError
+from .errors import ModelCallError, UsageError
 from .events import Event, EventSink, null_sink
+from .llm.answer_format import ANSWER_RETRIES, PLAIN, AnswerFormat
 from .llm.caller import CallerSet
 from .llm.cost import failed_call_cost
 from .llm.prefill_rules import join_prefill
@@ -114,6 +115,7 @@ def fill_call(call: CallRecord, completion: Completion) -> None:
     call.raw = completion.raw
     call.finish_reason = completion.finish_reason
     call.truncated = completion.truncated
+    call.tool_calls = [asdict(c) for c in completion.tool_calls] or None
     call.finished_at = now_iso()
 
 
@@ -163,8 +165,11 @@ class StepRunner:
         budget: Budget,
         sample_index: int,
         emit: EventSink = null_sink,
+        answer_format: AnswerFormat = PLAIN,
     ) -> None:
         self.workers = workers
+        #: The form the run's answer must take, given to each round's last step.
+        self.answer_format = answer_format
         self.callers = callers
         self.budget = budget
         self.samples = SampleIndexer(sample_index)
@@ -213,7 +218,9 @@ class StepRunner:
                 context = [s for s in (shared[j] for j in plan.visible) if s is not None]
                 if plan.sees_history:
                     context = [*self.history, *context]
-                shared[i] = await self._step(rnd.index, i, plan, compose(i, context), records)
+                shared[i] = await self._step(
+                    rnd.index, i, plan, compose(i, context), records, i == n - 1
+                )
             finally:
                 done[i].set()
 
@@ -230,11 +237,17 @@ class StepRunner:
         plan: StepPlan,
         messages: list[Message],
         records: list[StepRecord | None],
+        answering: bool,
     ) -> SharedStep | None:
         """The body of step ``i``: its record goes into ``records[i]`` before the call
         (so a cancelled call is still recorded); returns what later steps see of it
-        (``None`` when it was not sent)."""
+        (``None`` when it was not sent).  The ``answering`` step gets the run's answer
+        format, and is asked again when its reply breaks it."""
         worker = self.workers[plan.worker]
+        fmt = self.answer_format if answering else PLAIN
+        refused = fmt.refusal(worker) if not fmt.plain else None
+        if refused is not None:
+            raise UsageError(f"{refused}: the run's answer format needs it")
         call = CallRecord(messages=messages, started_at=now_iso())
         rec = StepRecord(
             index=i,
@@ -255,36 +268,43 @@ class StepRunner:
             call.error_kind = "BudgetExceeded"
             call.cost_usd = 0.0  # never sent
             return None
-        self.budget.calls += 1
-        sample_index = self.samples.next(worker.id, messages)
         self.emit(Event("step_started", round_index, step=i, worker_id=worker.id))
-        t0 = time.perf_counter()
-        try:
-            completion = await self.callers.get(worker).complete(
-                ModelRequest(
-                    messages=tuple(messages), params=worker.params, sample_index=sample_index
-                )
+        for attempt in range(ANSWER_RETRIES + 1):
+            if attempt:
+                rec.rejected.append(call)
+                call = rec.call = CallRecord(messages=messages, started_at=now_iso())
+            self.budget.calls += 1
+            request = ModelRequest(
+                messages=tuple(messages),
+                params=worker.params,
+                sample_index=self.samples.next(worker.id, messages),
             )
-        except ModelCallError as exc:
-            fail_call(call, exc.with_target(worker.id), time.perf_counter() - t0, worker)
-            rec.status = "failed"
-            self.emit(
-                Event(
-                    "step_finished",
-                    round_index,
-                    step=i,
-                    worker_id=worker.id,
-                    failed=True,
-                    detail=call.error,
+            t0 = time.perf_counter()
+            try:
+                completion = await self.callers.get(worker).complete(fmt.apply(request))
+            except ModelCallError as exc:
+                fail_call(call, exc.with_target(worker.id), time.perf_counter() - t0, worker)
+                return self._failed(rec, round_index, label, plan)
+            fill_call(call, completion)
+            self.budget.charge(completion.cost_usd)
+            # The call records what the provider returned; the answer is the reply as the
+            # worker wrote it, its prefill included.
+            reply = join_prefill(messages, completion.text)
+            rec.answer = strip_think(reply).strip()
+            violation = fmt.violation(rec.answer, completion.tool_calls)
+            if violation is None:
+                break
+            call.error_kind = "AnswerFormatError"
+            call.error = f"the reply breaks the requested answer format: {violation}"
+            refusal = self.budget.refusal()
+            if attempt == ANSWER_RETRIES or refusal is not None:
+                tries = plural(attempt + 1, "try", "tries")
+                call.error = (
+                    f"the reply broke the requested answer format after {tries}: {violation}"
+                    + (f" ({refusal})" if refusal is not None and attempt < ANSWER_RETRIES else "")
                 )
-            )
-            return SharedStep(label, plan.worker, plan.subtask, None)
-        fill_call(call, completion)
-        self.budget.charge(completion.cost_usd)
-        # The call records what the provider returned; the answer is the reply as the
-        # worker wrote it, its prefill included.
-        reply = join_prefill(messages, completion.text)
-        rec.answer = strip_think(reply).strip()
+                rec.answer = None
+                return self._failed(rec, round_index, label, plan)
         self.emit(
             Event(
                 "step_finished",
@@ -296,6 +316,21 @@ class StepRunner:
             )
         )
         return SharedStep(label, plan.worker, plan.subtask, rec.answer, reply.strip())
+
+    def _failed(self, rec: StepRecord, round_index: int, label: str, plan: StepPlan) -> SharedStep:
+        """Mark ``rec`` failed (its call's error says why) and tell the listeners."""
+        rec.status = "failed"
+        self.emit(
+            Event(
+                "step_finished",
+                round_index,
+                step=rec.index,
+                worker_id=rec.worker_id,
+                failed=True,
+                detail=rec.call.error,
+            )
+        )
+        return SharedStep(label, plan.worker, plan.subtask, None)
 
 
 async def run_to_record(
@@ -371,7 +406,7 @@ def finish_record(record: RunRecord, wall_s: float) -> None:
     record.totals = totals
     record.finished_at = now_iso()
     failed_steps = [s for rnd in record.rounds for s in rnd.steps if s.status != "ok"]
-    if record.final_answer is None:
+    if not record.answered:
         record.status = "failed"
         reasons = [rnd.stop_reason for rnd in record.rounds if rnd.stop_reason]
         step_errors = [
@@ -409,7 +444,7 @@ def finish_interrupted(record: RunRecord, wall_s: float) -> None:
             (rnd.final_answer for rnd in reversed(record.rounds) if rnd.final_answer), None
         )
     finish_record(record, wall_s)
-    record.status = "failed" if record.final_answer is None else "partial"
+    record.status = "partial" if record.answered else "failed"
     record.error = f"the run was {INTERRUPTED}"
 
 

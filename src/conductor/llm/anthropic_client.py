@@ -16,6 +16,7 @@ from .capabilities import ClientCapabilities
 from .failures import classify_sdk_error
 from .replies import anthropic_reply, body_of
 from .sdk import keyword_names, strip_prefix, with_backstop
+from .tools import anthropic_tool_fields
 from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class AnthropicClient:
     """One attempt at a message through ``anthropic.AsyncAnthropic``."""
 
     capabilities: ClassVar[ClientCapabilities] = ClientCapabilities(
-        key_envs=("ANTHROPIC_API_KEY",), prefill="native"
+        key_envs=("ANTHROPIC_API_KEY",), prefill="native", tools=True
     )
 
     def __init__(self, target: Worker) -> None:
@@ -115,6 +116,7 @@ class AnthropicClient:
             else:
                 extra[name] = value
         kwargs.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
+        kwargs.update(anthropic_tool_fields(request))
         if extra:
             kwargs["extra_body"] = extra
         return kwargs

@@ -2,9 +2,9 @@
 
 The key is a SHA-256 over the canonical JSON of everything that decides a reply:
 client kind, model, endpoint, messages, sampling parameters, grammar / response
-format, and the sample index (so that repeated samples differ on purpose).  API keys
-are never part of the key or the value.  diskcache stores entries in SQLite, which is
-safe when several processes share one directory.
+format, tools and tool choice, and the sample index (so that repeated samples differ on
+purpose).  API keys are never part of the key or the value.  diskcache stores entries
+in SQLite, which is safe when several processes share one directory.
 
 Only complete answers are kept: errors, empty replies and replies cut off at the token
 limit (``finish_reason`` ``length`` or a provider's equivalent) are never stored, and
@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import CacheError, UsageError
 from ..private import FILE_MODE, make_private_dir, own_dir, private_file
-from .types import ModelRequest, RawCompletion, ReportedCost, Usage
+from .tools import openai_tool_fields
+from .types import ModelRequest, RawCompletion, ReportedCost, ToolCall, Usage
 
 if TYPE_CHECKING:
     from ..targets import Worker
@@ -139,10 +140,11 @@ def _reported(value: Any) -> ReportedCost | None:
 
 
 def storable(completion: RawCompletion) -> bool:
-    """Whether ``completion`` is a complete answer: not empty, not cut off."""
+    """Whether ``completion`` is a complete answer: not empty (text or a tool call), not
+    cut off."""
     return (
         isinstance(completion.text, str)
-        and bool(completion.text.strip())
+        and (bool(completion.text.strip()) or bool(completion.tool_calls))
         and not completion.truncated
     )
 
@@ -162,6 +164,8 @@ def cache_key(target: Worker, request: ModelRequest) -> str:
         "response_format": request.response_format,
         "sample": request.sample_index,
     }
+    # Only when there are tools, so that every key made before tools existed still holds.
+    payload.update(openai_tool_fields(request))
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -244,6 +248,7 @@ class ResponseCache:
                 model=value.get("model"),
                 finish_reason=value.get("finish_reason"),
                 reported_cost=_reported(value.get("reported_cost")),
+                tool_calls=tuple(ToolCall(**c) for c in value.get("tool_calls") or ()),
             )
         except (KeyError, TypeError):
             return None
@@ -262,6 +267,8 @@ class ResponseCache:
             "reported_cost": None if (c := completion.reported_cost) is None else {"usd": c.usd},
             "stored_at": time.time(),
         }
+        if completion.tool_calls:
+            value["tool_calls"] = [asdict(c) for c in completion.tool_calls]
         self._guard(lambda: self._cache.set(key, value))
 
     def get_value(self, key: str) -> Any:

@@ -221,6 +221,7 @@ class ModelCaller:
             raw=raw.raw,
             model=raw.model,
             finish_reason=raw.finish_reason,
+            tool_calls=raw.tool_calls,
         )
 
     async def aclose(self) -> None:

@@ -69,6 +69,11 @@ class ClientCapabilities:
 
     ``price_prefix``: the prefix litellm's price table files this client's models under
     when the model names none (``gemini/`` for Google's).
+
+    ``tools``: the client sends ``request.tools`` / ``tool_choice`` and reads the
+    reply's tool calls; ``json_reply``: it sends ``request.response_format`` to a
+    provider that honours it.  A client without one of them cannot answer a request
+    that asks for it (``conductor serve`` refuses it before any call).
     """
 
     in_process: bool = False
@@ -79,6 +84,8 @@ class ClientCapabilities:
     no_prefill: str | None = None
     grammar: GrammarSupport = "none"
     price_prefix: str | None = None
+    tools: bool = False
+    json_reply: bool = False
 
 
 #: The capabilities of a kind no client serves: none (making one says it is unknown).

@@ -62,6 +62,7 @@ class GoogleClient:
         key_envs=("GEMINI_API_KEY", "GOOGLE_API_KEY"),
         no_prefill="the Gemini API cannot continue an assistant message",
         price_prefix="gemini/",
+        json_reply=True,
     )
 
     def __init__(self, target: Worker) -> None:

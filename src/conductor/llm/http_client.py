@@ -30,6 +30,7 @@ from .prefill_rules import continue_fields
 from .replies import bad_response, openai_reply
 from .sdk import strip_prefix, with_backstop
 from .structured import ServerGrammar
+from .tools import openai_tool_fields
 from .types import Message, ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ class HttpClient:
         prefill="api_base",
         no_prefill="OpenAI's own API cannot continue an assistant message (an api_base server can)",
         grammar="server",
+        tools=True,
+        json_reply=True,
     )
 
     def __init__(self, target: Worker) -> None:
@@ -95,6 +98,7 @@ class HttpClient:
         body.pop("extra_headers", None)
         if request.response_format is not None:
             body["response_format"] = request.response_format
+        body.update(openai_tool_fields(request))
         body.update(self._grammar.fields(request))
         return body
 

@@ -27,6 +27,7 @@ from .prefill_rules import continue_fields
 from .replies import bad_response, body_of, openai_reply
 from .sdk import import_litellm, with_backstop
 from .structured import ServerGrammar
+from .tools import openai_tool_fields
 from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
@@ -51,6 +52,8 @@ class LiteLLMClient:
         routes_by_model=True,
         prefill="model_prefix",
         grammar="server_model_prefix",
+        tools=True,
+        json_reply=True,
     )
 
     def __init__(self, target: Worker) -> None:
@@ -86,6 +89,7 @@ class LiteLLMClient:
             kwargs["api_base"] = self.target.api_base
         if request.response_format is not None:
             kwargs["response_format"] = request.response_format
+        kwargs.update(openai_tool_fields(request))
         grammar = self._grammar.fields(request)
         if grammar:
             kwargs["extra_body"] = {**(kwargs.get("extra_body") or {}), **grammar}

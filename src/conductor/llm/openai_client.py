@@ -20,6 +20,7 @@ from .prefill_rules import continue_fields
 from .replies import body_of, openai_reply
 from .sdk import keyword_names, strip_prefix, with_backstop
 from .structured import ServerGrammar
+from .tools import openai_tool_fields
 from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
@@ -65,6 +66,8 @@ class OpenAIClient:
         prefill="api_base",
         no_prefill="OpenAI's own API cannot continue an assistant message (an api_base server can)",
         grammar="server",
+        tools=True,
+        json_reply=True,
     )
 
     def __init__(self, target: Worker) -> None:
@@ -122,6 +125,7 @@ class OpenAIClient:
                 extra[name] = value
         if request.response_format is not None:
             kwargs["response_format"] = request.response_format
+        kwargs.update(openai_tool_fields(request))
         extra.update(self._grammar.fields(request))
         if extra:
             kwargs["extra_body"] = extra

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import BadResponseError
+from .tools import read_anthropic_tool_calls, read_tool_calls
 from .types import RawCompletion, ReportedCost, Usage
 
 __all__ = [
@@ -141,6 +142,9 @@ def openai_reply(
     if not isinstance(message, dict):
         raise bad_response(target, f"choices[0].message is not an object but {_quote(message)}")
     content = _openai_content(message.get("content"), target)
+    calls = read_tool_calls(message.get("tool_calls"))
+    if isinstance(calls, str):
+        raise bad_response(target, f"choices[0].message.{calls}")
     usage = body.get("usage")
     usage = usage if isinstance(usage, dict) else {}
     return RawCompletion(
@@ -150,6 +154,7 @@ def openai_reply(
         model=_str(body.get("model")),
         finish_reason=_str(choice.get("finish_reason")),
         reported_cost=reported_cost(body, headers),
+        tool_calls=calls,
     )
 
 
@@ -190,7 +195,8 @@ def reported_cost(
 
 
 def anthropic_reply(body: Any, target: str | None) -> RawCompletion:
-    """A Messages API body (text blocks of ``content``) as a completion."""
+    """A Messages API body (text blocks of ``content``, its ``tool_use`` blocks the
+    calls) as a completion."""
     if not isinstance(body, dict):
         raise bad_response(target, f"the reply is not a JSON object: {_quote(body)}")
     content = body.get("content")
@@ -216,6 +222,7 @@ def anthropic_reply(body: Any, target: str | None) -> RawCompletion:
         raw=body,
         model=_str(body.get("model")),
         finish_reason=_str(body.get("stop_reason")),
+        tool_calls=read_anthropic_tool_calls(content),
     )
 
 
@@ -289,13 +296,14 @@ def check_reply(
     *,
     deterministic: bool = False,
 ) -> RawCompletion:
-    """``raw`` with API keys masked; an empty reply raises :class:`BadResponseError`.
+    """``raw`` with API keys masked; an empty reply (no text and no tool call) raises
+    :class:`BadResponseError`.
 
     An empty reply from a provider is a glitch: it is retried, and never cached.  An
     in-process model with a fixed seed (``deterministic``) would only repeat it, so its
     empty reply is returned (for the Conductor's parser to answer) but still not cached.
     """
-    if not deterministic and not raw.text.strip():
+    if not deterministic and not raw.text.strip() and not raw.tool_calls:
         why = f" (finish_reason {raw.finish_reason})" if raw.finish_reason else ""
         raise bad_response(target, f"the reply is empty{why}")
     if secrets and (

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 __all__ = [
     "TRUNCATED_REASONS",
     "Completion",
+    "ForcedTool",
     "Message",
     "ModelRequest",
     "RawCompletion",
     "ReportedCost",
+    "ToolCall",
+    "ToolChoice",
+    "ToolSpec",
     "Usage",
     "is_truncated",
 ]
@@ -51,6 +55,40 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class ToolSpec:
+    """A function the model may call: its name, what it does, and the JSON Schema of its
+    arguments (``parameters``; ``None``: no arguments are described).  ``strict`` asks
+    that the arguments match the schema exactly."""
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool = False
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call of a function the reply asks for: the provider's call ``id``, the
+    function's ``name`` and its ``arguments`` as the JSON text the model wrote."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ForcedTool:
+    """A ``tool_choice`` that names the one function the reply must call."""
+
+    name: str
+
+
+#: How the model may use the tools: ``auto`` (it decides), ``none`` (no call),
+#: ``required`` (at least one call), or :class:`ForcedTool` (that function's call).
+ToolChoice = Literal["auto", "none", "required"] | ForcedTool
+
+
+@dataclass(frozen=True)
 class ModelRequest:
     """What to send: messages plus sampling settings.
 
@@ -60,7 +98,9 @@ class ModelRequest:
     is part of the cache key so that repeated samples of one prompt differ on purpose.
     ``grammar`` is a GBNF grammar that constrains decoding where the client supports
     it (local models), and ``response_format`` a structured-output request for
-    OpenAI-compatible servers that support guided decoding.
+    OpenAI-compatible servers that support guided decoding.  ``tools`` are functions
+    the reply may call instead of answering with text, and ``tool_choice`` how it may
+    (:data:`ToolChoice`; ``None``: the provider's default).
     """
 
     messages: tuple[Message, ...]
@@ -68,6 +108,8 @@ class ModelRequest:
     sample_index: int = 0
     grammar: str | None = None
     response_format: dict[str, Any] | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: ToolChoice | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +135,8 @@ class RawCompletion:
     #: The cost the server reported for this call, which takes precedence over the
     #: price table; ``None`` when it reported none.
     reported_cost: ReportedCost | None = None
+    #: The functions the reply calls (``text`` may then be empty).
+    tool_calls: tuple[ToolCall, ...] = ()
 
     @property
     def truncated(self) -> bool:
@@ -127,6 +171,7 @@ class Completion:
     finish_reason: str | None = None
     queue_s: float = 0.0
     cost_reported: bool = False
+    tool_calls: tuple[ToolCall, ...] = ()
 
     @property
     def truncated(self) -> bool:

@@ -121,11 +121,17 @@ def create_app(settings: ServeSettings) -> FastAPI:
         """Run ``chat`` and answer in the form ``renderer`` makes for its run ids."""
         service: Service = request.app.state.service
         strategy = strategy_for(service.catalog, key, chat.model, chat.allowed_workers)
-        question = question_text(chat.messages)
+        question = question_text(chat.messages, chat.answer_format)
         try:
             check_question(question)
         except UsageError as exc:
             raise ApiError(400, str(exc), param="messages", code="invalid_question") from None
+        refused = strategy.answer_refusal(chat.answer_format)
+        if refused is not None:
+            param = "tools" if chat.answer_format.tools else "response_format"
+            raise ApiError(
+                400, f"{chat.model}: {refused}", param=param, code="unsupported_parameter"
+            )
         ticket = service.slots.admit()
         run_ids = [new_run_id() for _ in range(chat.n)]
         job = _Job(service, strategy, chat, question, run_ids, ticket, renderer(run_ids))
@@ -279,7 +285,11 @@ class _Job:
     async def _run_in_slot(self) -> list[RunRecord]:
         async with self.ticket.running():
             return await self.service.run_all(
-                self.strategy, self.question, self.run_ids, budget=self.budget
+                self.strategy,
+                self.question,
+                self.run_ids,
+                budget=self.budget,
+                answer_format=self.chat.answer_format,
             )
 
     def streamed(self) -> StreamingResponse:
@@ -314,7 +324,8 @@ class _Job:
                             i,
                             run_id,
                             on_event if self.chat.progress else None,
-                            self.budget,
+                            budget=self.budget,
+                            answer_format=self.chat.answer_format,
                         )
                     )
                     task.add_done_callback(functools.partial(_finished, queue, i))

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..events import Event
+from ..llm.answer_format import PLAIN, AnswerFormat, schema_problem
+from ..llm.types import ForcedTool, ToolCall, ToolChoice, ToolSpec
 from ..record import RunRecord
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "json_object",
     "model_of",
     "parse_budget",
+    "finish_reason",
     "parse_chat_request",
     "pieces",
     "progress_of",
@@ -48,6 +52,7 @@ __all__ = [
     "samples_of",
     "sse",
     "stream_of",
+    "tool_call_deltas",
     "usage_of",
 ]
 
@@ -56,8 +61,6 @@ MAX_N = 16
 
 #: Parameters an orchestration cannot honour: each is refused when it asks for something.
 _UNSUPPORTED = (
-    "tools",
-    "tool_choice",
     "functions",
     "function_call",
     "logprobs",
@@ -66,11 +69,15 @@ _UNSUPPORTED = (
     "audio",
     "modalities",
     "prediction",
-    "parallel_tool_calls",
 )
 
 #: Roles a message may have; ``developer`` is OpenAI's newer name for ``system``.
 _ROLES = ("system", "developer", "user", "assistant")
+#: A chat conversation's roles: ``tool`` messages carry the results of tool calls.
+_CHAT_ROLES = (*_ROLES, "tool")
+
+#: What a function's name may be (OpenAI's rule).
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 #: Content sent per chunk when an answer is streamed.
 PIECE_CHARS = 256
@@ -110,10 +117,15 @@ def error_body(
 
 @dataclass(frozen=True)
 class ChatMessage:
-    """One message of the conversation: ``role`` is system, user or assistant."""
+    """One message of the conversation: ``role`` is system, user, assistant or tool.
+
+    An assistant message may hold the ``tool_calls`` it made; a tool message is the
+    result of the call ``tool_call_id``."""
 
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +151,8 @@ class ChatRequest:
     #: all its API key allows), deduplicated, in the order given.
     allowed_workers: tuple[str, ...] | None = None
     budget: RequestBudget = RequestBudget()
+    #: The tools, tool choice and JSON response format the answer must keep to.
+    answer_format: AnswerFormat = PLAIN
 
 
 def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:
@@ -151,13 +165,6 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     left out: each worker's own parameters come from the pool."""
     body = json_object(raw)
     refuse_unsupported(body, _UNSUPPORTED)
-    fmt = body.get("response_format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") in (None, "text")):
-        raise _bad(
-            "response_format is not supported: an orchestration answers with plain text",
-            "response_format",
-            "unsupported_parameter",
-        )
     model = model_of(body)
     n = samples_of(body)
     stream, include_usage = stream_of(body)
@@ -170,6 +177,7 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         progress=progress_of(body, stream),
         allowed_workers=allowed_workers_of(body),
         budget=budget_of(body),
+        answer_format=_answer_format(body),
     )
 
 
@@ -194,7 +202,9 @@ def refuse_unsupported(body: dict[str, Any], names: tuple[str, ...]) -> None:
     for name in names:
         if _asks(body.get(name)):
             raise _bad(
-                f"{name} is not supported: an orchestration answers with text only",
+                f"{name} is not supported by an orchestration: use tools"
+                if name in ("functions", "function_call")
+                else f"{name} is not supported by an orchestration",
                 name,
                 "unsupported_parameter",
             )
@@ -307,6 +317,106 @@ def _positive_amount(value: Any) -> bool:
         return False
 
 
+def _answer_format(body: dict[str, Any]) -> AnswerFormat:
+    tools = _tools(body.get("tools"))
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise _bad("parallel_tool_calls must be true or false", "parallel_tool_calls")
+    return AnswerFormat(
+        tools=tools,
+        tool_choice=_tool_choice(body.get("tool_choice"), tools),
+        response_format=_response_format(body.get("response_format")),
+        parallel_tool_calls=parallel is not False,
+    )
+
+
+def _tools(raw: Any) -> tuple[ToolSpec, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise _bad("tools must be a list of function tools", "tools")
+    out: list[ToolSpec] = []
+    for i, tool in enumerate(raw):
+        where = f"tools[{i}]"
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            raise _bad(f'{where} must be {{"type": "function", "function": {{...}}}}', "tools")
+        fn = tool.get("function")
+        if not isinstance(fn, dict):
+            raise _bad(f"{where}.function must be an object", "tools")
+        name = fn.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME.match(name):
+            raise _bad(f"{where}.function.name must be 1 to 64 letters, digits, _ or -", "tools")
+        if any(t.name == name for t in out):
+            raise _bad(f"{where}: the tool {name} is given twice", "tools")
+        description = fn.get("description")
+        if description is not None and not isinstance(description, str):
+            raise _bad(f"{where}.function.description must be a string", "tools")
+        parameters = fn.get("parameters")
+        if parameters is not None:
+            if not isinstance(parameters, dict):
+                raise _bad(f"{where}.function.parameters must be a JSON Schema object", "tools")
+            problem = schema_problem(parameters)
+            if problem:
+                raise _bad(
+                    f"{where}.function.parameters is not a valid JSON Schema: {problem}", where
+                )
+        strict = fn.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise _bad(f"{where}.function.strict must be true or false", "tools")
+        out.append(ToolSpec(name, description, parameters, bool(strict)))
+    return tuple(out)
+
+
+def _tool_choice(raw: Any, tools: tuple[ToolSpec, ...]) -> ToolChoice | None:
+    if raw is None:
+        return None
+    if raw in ("auto", "none", "required"):
+        if raw == "required" and not tools:
+            raise _bad("tool_choice required needs tools", "tool_choice")
+        return raw  # type: ignore[no-any-return]
+    fn = raw.get("function") if isinstance(raw, dict) and raw.get("type") == "function" else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    if not isinstance(name, str):
+        raise _bad(
+            'tool_choice must be "auto", "none", "required" or '
+            '{"type": "function", "function": {"name": ...}}',
+            "tool_choice",
+        )
+    if all(t.name != name for t in tools):
+        raise _bad(f"tool_choice names {name}, which is not one of the tools", "tool_choice")
+    return ForcedTool(name)
+
+
+def _response_format(raw: Any) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    if kind in (None, "text") and isinstance(raw, dict):
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind != "json_schema":
+        raise _bad(
+            'response_format must be {"type": "text"}, {"type": "json_object"} or '
+            '{"type": "json_schema", "json_schema": {...}}',
+            "response_format",
+        )
+    spec = raw.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise _bad("response_format.json_schema must be an object with a name", "response_format")
+    schema = spec.get("schema")
+    if schema is not None:
+        if not isinstance(schema, dict):
+            raise _bad("response_format.json_schema.schema must be an object", "response_format")
+        problem = schema_problem(schema)
+        if problem:
+            raise _bad(
+                f"response_format.json_schema.schema is not a valid JSON Schema: {problem}",
+                "response_format",
+            )
+    return {"type": "json_schema", "json_schema": spec}
+
+
 def _asks(value: Any) -> bool:
     """Whether a parameter's value asks for something (``null``, ``false``, ``[]`` and
     ``"none"`` do not: clients send those as defaults)."""
@@ -321,23 +431,62 @@ def _messages(raw: Any) -> tuple[ChatMessage, ...]:
     out: list[ChatMessage] = []
     for i, msg in enumerate(raw):
         where = f"messages[{i}]"
-        if isinstance(msg, dict) and (msg.get("tool_calls") or msg.get("function_call")):
-            raise _bad(f"{where} holds tool calls, which are not supported", f"{where}")
-        out.append(chat_message(msg, where))
+        message = chat_message(msg, where, roles=_CHAT_ROLES)
+        if msg.get("function_call"):
+            raise _bad(
+                f"{where} holds a function_call, which is not supported: use tool_calls", where
+            )
+        if msg.get("tool_calls") and message.role != "assistant":
+            raise _bad(f"{where}: only an assistant message may hold tool_calls", where)
+        calls = _message_tool_calls(msg.get("tool_calls"), where)
+        call_id = None
+        if message.role == "tool":
+            call_id = msg.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise _bad(f"{where}.tool_call_id is required in a tool message", where)
+        out.append(replace(message, tool_calls=calls, tool_call_id=call_id))
     return tuple(out)
 
 
-def chat_message(msg: Any, where: str, part_types: tuple[str, ...] = ("text",)) -> ChatMessage:
+def _message_tool_calls(raw: Any, where: str) -> tuple[ToolCall, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise _bad(f"{where}.tool_calls must be a list", where)
+    out: list[ToolCall] = []
+    for j, call in enumerate(raw):
+        fn = call.get("function") if isinstance(call, dict) else None
+        ident = call.get("id") if isinstance(call, dict) else None
+        if (
+            not isinstance(fn, dict)
+            or not isinstance(fn.get("name"), str)
+            or not isinstance(ident, str)
+            or not isinstance(fn.get("arguments", ""), str)
+        ):
+            raise _bad(
+                f'{where}.tool_calls[{j}] must be {{"id", "type": "function", '
+                '"function": {"name", "arguments"}}',
+                where,
+            )
+        out.append(ToolCall(ident, fn["name"], fn.get("arguments") or ""))
+    return tuple(out)
+
+
+def chat_message(
+    msg: Any,
+    where: str,
+    part_types: tuple[str, ...] = ("text",),
+    roles: tuple[str, ...] = _ROLES,
+) -> ChatMessage:
     """One message (an object with ``role`` and ``content``) as a :class:`ChatMessage`;
     ``part_types`` are the content parts that hold text (chat's ``text``; the
-    Responses API's ``input_text`` and ``output_text``)."""
+    Responses API's ``input_text`` and ``output_text``), ``roles`` the roles allowed."""
     if not isinstance(msg, dict):
         raise _bad(f"{where} must be an object with role and content", where)
     role = msg.get("role")
-    if role not in _ROLES:
+    if role not in roles:
         raise _bad(
-            f"{where}.role {role!r} is not supported: use system, developer, user "
-            "or assistant (tool messages need tools, which an orchestration has not)",
+            f"{where}.role {role!r} is not supported: use {', '.join(roles)}",
             f"{where}.role",
         )
     text = content_text(msg.get("content"), f"{where}.content", part_types)
@@ -463,19 +612,46 @@ def completion_body(
         "choices": [
             {
                 "index": i,
-                "message": {
-                    "role": "assistant",
-                    "content": r.final_answer or "",
-                    "refusal": None,
-                },
+                "message": _message(r),
                 "logprobs": None,
-                "finish_reason": "stop",
+                "finish_reason": finish_reason(r),
             }
             for i, r in enumerate(records)
         ],
         "usage": usage_of(records),
         "conductor": conductor_field(records),
     }
+
+
+def _wire_call(call: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": call["id"],
+        "type": "function",
+        "function": {"name": call["name"], "arguments": call["arguments"]},
+    }
+
+
+def _message(record: RunRecord) -> dict[str, Any]:
+    """A run's answer as an assistant message: its text, or its tool calls (the content
+    then the text written beside them, or ``null``)."""
+    if record.final_tool_calls:
+        return {
+            "role": "assistant",
+            "content": record.final_answer or None,
+            "refusal": None,
+            "tool_calls": [_wire_call(c) for c in record.final_tool_calls],
+        }
+    return {"role": "assistant", "content": record.final_answer or "", "refusal": None}
+
+
+def finish_reason(record: RunRecord) -> str:
+    """``tool_calls`` for an answer that calls tools, else ``stop``."""
+    return "tool_calls" if record.final_tool_calls else "stop"
+
+
+def tool_call_deltas(record: RunRecord) -> list[dict[str, Any]]:
+    """The ``delta.tool_calls`` of a streamed answer, one chunk's worth per call."""
+    return [{"index": k, **_wire_call(c)} for k, c in enumerate(record.final_tool_calls or ())]
 
 
 def chunk(
@@ -571,13 +747,17 @@ class ChatRenderer:
         return [self._chunk([], conductor={"event": payload})]
 
     def answer(self, index: int, record: RunRecord) -> list[bytes]:
-        out = [
-            self._chunk([{"index": index, "delta": {"content": piece}}])
-            for piece in pieces(record.final_answer or "")
+        text = record.final_answer or ""
+        # An answer that only calls tools has no content chunk (its content is null).
+        shown = pieces(text) if text or not record.final_tool_calls else []
+        out = [self._chunk([{"index": index, "delta": {"content": piece}}]) for piece in shown]
+        out += [
+            self._chunk([{"index": index, "delta": {"tool_calls": [call]}}])
+            for call in tool_call_deltas(record)
         ]
         out.append(
             self._chunk(
-                [{"index": index, "delta": {}, "finish_reason": "stop"}],
+                [{"index": index, "delta": {}, "finish_reason": finish_reason(record)}],
                 conductor=conductor_field([record]),
             )
         )

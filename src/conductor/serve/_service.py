@@ -13,13 +13,14 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from ..conductors.spec import Conductor
 from ..events import Event
 from ..execute import RunSettings
+from ..llm.answer_format import PLAIN, AnswerFormat
 from ..llm.cache import ResponseCache
 from ..llm.caller import CallerSet
 from ..pool import Pool
@@ -178,16 +179,26 @@ class Service:
         run_ids: list[str],
         on_event: EventCallback | None = None,
         budget: Budget | None = None,
+        answer_format: AnswerFormat = PLAIN,
     ) -> list[RunRecord]:
         """One run of ``question`` per id in ``run_ids`` (sample index 0, 1, ...), at
         once, all drawing on ``budget``; cancelling this cancels them all (their pending
         calls are not made)."""
+
+        def one(index: int, run_id: str) -> Awaitable[RunRecord]:
+            return self.run_one(
+                strategy,
+                question,
+                index,
+                run_id,
+                on_event,
+                budget=budget,
+                answer_format=answer_format,
+            )
+
         if len(run_ids) == 1:
-            return [await self.run_one(strategy, question, 0, run_ids[0], on_event, budget)]
-        tasks = [
-            asyncio.ensure_future(self.run_one(strategy, question, i, run_id, on_event, budget))
-            for i, run_id in enumerate(run_ids)
-        ]
+            return [await one(0, run_ids[0])]
+        tasks = [asyncio.ensure_future(one(i, run_id)) for i, run_id in enumerate(run_ids)]
         try:
             return list(await asyncio.gather(*tasks))
         finally:
@@ -202,11 +213,12 @@ class Service:
         run_id: str,
         on_event: EventCallback | None = None,
         budget: Budget | None = None,
+        answer_format: AnswerFormat = PLAIN,
     ) -> RunRecord:
-        """One run, recorded under ``run_id`` (its record's run id and sample id),
-        drawing on ``budget`` (shared with the request's other runs; ``None``: a
-        budget of the server's ceilings for this run alone).  A cancelled run's record,
-        as far as it went, is written too where it exists."""
+        """One run, recorded under ``run_id`` (its record's run id and sample id), its
+        answer in ``answer_format``, drawing on ``budget`` (shared with the request's
+        other runs; ``None``: a budget of the server's ceilings for this run alone).  A
+        cancelled run's record, as far as it went, is written too where it exists."""
         budget = budget if budget is not None else self.budget(RequestBudget())
         started: list[RunRecord] = []
         sink = self._sink(index, started, on_event, strategy) if on_event else None
@@ -218,6 +230,7 @@ class Service:
                 events=sink,
                 on_record=started.append,
                 budget=budget,
+                answer_format=answer_format,
             )
         except asyncio.CancelledError:
             if started:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..events import EventSink
+from ..llm.answer_format import PLAIN, AnswerFormat
 from ..pool import Pool
 from ..record import RunRecord
 from ..steps import Budget
@@ -49,6 +50,12 @@ class Strategy(Protocol):
         """JSON-ready description for the run's config (no secrets)."""
         ...
 
+    def answer_refusal(self, answer: AnswerFormat) -> str | None:
+        """Why a run cannot answer in the form ``answer`` asks (a worker that may answer
+        has a client that cannot send it, or the strategy picks its answer in a way the
+        format does not allow), or ``None`` when it can: asked before any call."""
+        ...
+
     async def run(
         self,
         question: str,
@@ -59,8 +66,10 @@ class Strategy(Protocol):
         events: EventSink | None = None,
         on_record: Callable[[RunRecord], None] | None = None,
         budget: Budget | None = None,
+        answer_format: AnswerFormat = PLAIN,
     ) -> RunRecord:
-        """Answer ``question``; ``events`` gets the run's progress events.  ``on_record``
+        """Answer ``question`` in the form ``answer_format`` asks (the step that answers gets it,
+        no other step does); ``events`` gets the run's progress events.  ``on_record``
         gets the record as soon as it exists, before the first step starts: it fills in
         as the run goes (each round's ``workflow`` before that round's steps start), and
         a cancelled run's record is finished as interrupted, so it is what an

@@ -28,6 +28,7 @@ from ..context import SharedStep, build_worker_messages
 from ..errors import UsageError
 from ..events import Event, EventSink, null_sink
 from ..execute import RunSettings
+from ..llm.answer_format import PLAIN, AnswerFormat
 from ..llm.caller import CallerSet
 from ..llm.types import Message
 from ..pool import Pool, pool_to_public_dict
@@ -124,6 +125,15 @@ class FixedStrategy:
             out["settings"] = {"budget_usd": self.budget_usd, "max_calls": self.max_calls}
         return out
 
+    def answer_refusal(self, answer: AnswerFormat) -> str | None:
+        if answer.plain:
+            return None
+        if self.vote_key is not None:
+            # A majority is taken over the answers' short keys: tool calls and JSON
+            # documents have none to count.
+            return f"{self.name} cannot answer with tools or a JSON response_format: use single:W"
+        return answer.refusal(self.pool.workers[self.plan[-1].worker])
+
     def _compose(self, question: str) -> Compose:
         def compose(i: int, visible: list[SharedStep]) -> list[Message]:
             step = self.plan[i]
@@ -143,7 +153,11 @@ class FixedStrategy:
         events: EventSink | None = None,
         on_record: Callable[[RunRecord], None] | None = None,
         budget: Budget | None = None,
+        answer_format: AnswerFormat = PLAIN,
     ) -> RunRecord:
+        refused = self.answer_refusal(answer_format)
+        if refused is not None:
+            raise UsageError(refused)
         emit = events or null_sink
         record = RunRecord(
             question=question,
@@ -153,6 +167,8 @@ class FixedStrategy:
             sample_id=sample_id,
             epoch=epoch,
         )
+        if not answer_format.plain:
+            record.metadata["answer_format"] = answer_format.describe()
         rnd = RoundRecord(index=0, workflow=workflow_to_dict(self._workflow))
         record.rounds.append(rnd)
         if on_record is not None:
@@ -165,6 +181,7 @@ class FixedStrategy:
             else Budget(max_calls=self.max_calls, max_usd=self.budget_usd),
             sample_index=sample_index,
             emit=emit,
+            answer_format=answer_format,
         )
 
         async def steps() -> None:
@@ -172,8 +189,14 @@ class FixedStrategy:
             answers = [s.answer if s.status == "ok" else None for s in rnd.steps]
             if self.vote_key is not None:
                 record.final_answer, record.metadata["votes"] = _majority(answers, self.vote_key)
-            else:
+            elif answer_format.plain:
                 record.final_answer = next((a for a in reversed(answers) if a), None)
+            else:
+                # Only the last step was given the format: its answer alone will do.
+                last = rnd.steps[-1] if len(rnd.steps) == len(self.plan) else None
+                if last is not None and last.status == "ok":
+                    record.final_answer = last.answer or None
+                    record.final_tool_calls = rnd.final_tool_calls = last.call.tool_calls
             rnd.final_answer = record.final_answer
             emit(Event("round_finished", 0))
 

@@ -10,6 +10,7 @@ from typing import Any
 from ..conductors.spec import Conductor
 from ..events import EventSink
 from ..execute import Orchestrator, RunSettings
+from ..llm.answer_format import PLAIN, AnswerFormat
 from ..llm.caller import CallerSet
 from ..pool import Pool
 from ..record import RunRecord
@@ -58,6 +59,12 @@ class ConductorStrategy:
             },
         }
 
+    def answer_refusal(self, answer: AnswerFormat) -> str | None:
+        # The Conductor may give any worker the last step: each must be able to answer.
+        if answer.plain:
+            return None
+        return next(filter(None, (answer.refusal(w) for w in self.pool.workers)), None)
+
     async def run(
         self,
         question: str,
@@ -68,6 +75,7 @@ class ConductorStrategy:
         events: EventSink | None = None,
         on_record: Callable[[RunRecord], None] | None = None,
         budget: Budget | None = None,
+        answer_format: AnswerFormat = PLAIN,
     ) -> RunRecord:
         settings = replace(self.settings, sample_index=sample_index)
         return await self._orchestrator.run(
@@ -78,6 +86,7 @@ class ConductorStrategy:
             epoch=epoch,
             on_record=on_record,
             budget=budget,
+            answer_format=answer_format,
         )
 
     async def aclose(self) -> None:

@@ -31,14 +31,27 @@ class AnthropicRoutes(ServerBase):
             return await self._anthropic_stream(
                 request, fake, result.text, prompt, completion, ident, result.finish_reason
             )
+        uses = [
+            {
+                "type": "tool_use",
+                "id": c.id or f"toolu_{k}",
+                "name": c.name,
+                "input": json.loads(c.arguments_text),
+            }
+            for k, c in enumerate(result.tool_calls)
+        ]
+        text = [{"type": "text", "text": result.text}] if result.text or not uses else []
+        content = text + uses
         return web.json_response(
             {
                 "id": ident,
                 "type": "message",
                 "role": "assistant",
                 "model": fake.model,
-                "content": [{"type": "text", "text": result.text}],
-                "stop_reason": finish_word("anthropic", result.finish_reason),
+                "content": content,
+                "stop_reason": "tool_use"
+                if uses
+                else finish_word("anthropic", result.finish_reason),
                 "stop_sequence": None,
                 "usage": {"input_tokens": prompt, "output_tokens": completion},
             }

@@ -35,10 +35,23 @@ class OpenAIRoutes(ServerBase):
         if result.cost_usd is not None:
             usage["cost"] = result.cost_usd
         ident, created = self._new_id("chatcmpl-"), int(time.time())
+        calls = [
+            {
+                "id": c.id or f"call_{k}",
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments_text},
+            }
+            for k, c in enumerate(result.tool_calls)
+        ]
+        finish = "tool_calls" if calls else finish_word("openai", result.finish_reason)
         if fake.body.get("stream"):
             return await self._openai_stream(
-                request, fake, result.text, usage, ident, created, result.finish_reason
+                request, fake, result.text, usage, ident, created, finish, calls
             )
+        message: dict[str, Any] = {"role": "assistant", "content": result.text, "refusal": None}
+        if calls:
+            message["content"] = result.text or None
+            message["tool_calls"] = calls
         return web.json_response(
             {
                 "id": ident,
@@ -48,9 +61,9 @@ class OpenAIRoutes(ServerBase):
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": result.text, "refusal": None},
+                        "message": message,
                         "logprobs": None,
-                        "finish_reason": finish_word("openai", result.finish_reason),
+                        "finish_reason": finish,
                     }
                 ],
                 "usage": usage,
@@ -66,7 +79,8 @@ class OpenAIRoutes(ServerBase):
         usage: dict[str, Any],
         ident: str,
         created: int,
-        finish_reason: str | None = None,
+        finish: str,
+        calls: list[dict[str, Any]],
     ) -> web.StreamResponse:
         options = fake.body.get("stream_options") or {}
         include_usage = bool(options.get("include_usage"))
@@ -88,8 +102,16 @@ class OpenAIRoutes(ServerBase):
             return [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
 
         events = [chunk(choice({"role": "assistant", "content": ""}))]
-        events += [chunk(choice({"content": piece})) for piece in stream_pieces(text)]
-        events.append(chunk(choice({}, finish_word("openai", finish_reason))))
+        if text or not calls:
+            events += [chunk(choice({"content": piece})) for piece in stream_pieces(text)]
+        for k, call in enumerate(calls):
+            # The way OpenAI streams a call: its id and name first, then its arguments.
+            head = {**call, "function": {"name": call["function"]["name"], "arguments": ""}}
+            events.append(chunk(choice({"tool_calls": [{"index": k, **head}]})))
+            for piece in stream_pieces(call["function"]["arguments"]):
+                delta = {"index": k, "function": {"arguments": piece}}
+                events.append(chunk(choice({"tool_calls": [delta]})))
+        events.append(chunk(choice({}, finish)))
         if include_usage:
             events.append(chunk([], usage=usage))
         events.append(b"data: [DONE]\n\n")

@@ -6,6 +6,7 @@ script; :func:`echo`, the default).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
@@ -13,6 +14,7 @@ from typing import Any, Literal, TypeAlias
 __all__ = [
     "SHAPES",
     "FakeRequest",
+    "FakeToolCall",
     "Fault",
     "Protocol",
     "Reply",
@@ -35,7 +37,9 @@ class Reply:
     `finish_reason` ``"length"`` marks the reply as cut off at the token limit, in each
     protocol's own words (OpenAI ``length``, Anthropic ``max_tokens``, Gemini
     ``MAX_TOKENS``); None is a normal stop.  ``cost_usd`` is sent as OpenAI-protocol
-    ``usage.cost`` (as OpenRouter reports a call's cost).
+    ``usage.cost`` (as OpenRouter reports a call's cost).  `tool_calls` makes the reply
+    call functions (OpenAI's ``message.tool_calls``, finish reason ``tool_calls``),
+    `text` then being the content beside them (``""``: ``null``).
     """
 
     text: str
@@ -44,6 +48,22 @@ class Reply:
     output_tokens: int | None = None
     finish_reason: Literal["stop", "length"] | None = None
     cost_usd: float | None = None
+    tool_calls: list[FakeToolCall] = field(default_factory=list)
+
+
+@dataclass
+class FakeToolCall:
+    """One function call of a scripted reply: the function's `name` and its `arguments`
+    (a JSON text, sent verbatim, or an object, sent as its JSON); `id` None gives
+    ``call_<n>``."""
+
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+    id: str | None = None
+
+    @property
+    def arguments_text(self) -> str:
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
 
 
 #: Status-200 replies of a broken shape that `Fault.malformed` serves, in each protocol:
@@ -128,6 +148,16 @@ class FakeRequest:
     messages: list[dict[str, str]]
     api_key: str | None
     received_at: float
+
+    @property
+    def tools(self) -> list[str]:
+        """The names of the functions the request offered (OpenAI's or Anthropic's
+        ``tools``)."""
+        tools = self.body.get("tools") if self.protocol != "gemini" else None
+        if not isinstance(tools, list):
+            return []
+        entries = [t.get("function", t) if isinstance(t, dict) else {} for t in tools]
+        return [e["name"] for e in entries if isinstance(e, dict) and "name" in e]
 
     @property
     def last_user_message(self) -> str:

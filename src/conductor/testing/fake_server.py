@@ -41,6 +41,7 @@ from .fake_openai import OpenAIRoutes
 from .fake_script import (
     SHAPES,
     FakeRequest,
+    FakeToolCall,
     Fault,
     Reply,
     Responder,
@@ -54,6 +55,7 @@ __all__ = [
     "SHAPES",
     "FakeLLMServer",
     "FakeRequest",
+    "FakeToolCall",
     "Fault",
     "Reply",
     "Responder",
