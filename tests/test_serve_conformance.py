@@ -28,7 +28,7 @@ import yaml
 from kit.poolkit import CONDUCTOR_MODEL, lists
 from kit.servekit import make_pool, served
 
-from conductor.testing import FakeLLMServer, FakeRequest
+from conductor.testing import FakeLLMServer, FakeRequest, FakeToolCall, Reply
 
 KEY = "sk-test-not-checked"
 REQUIRE = "CONDUCTOR_REQUIRE_CONFORMANCE"
@@ -583,3 +583,28 @@ def test_the_schemas_can_refuse(openapi: OpenApi) -> None:
     nullable = "CreateChatCompletionRequest"  # max_completion_tokens: nullable: true
     assert openapi.errors(nullable, {**asked, "max_completion_tokens": None}) == []
     assert openapi.errors(nullable, {**asked, "max_completion_tokens": "9"}) != []
+
+
+def test_openai_responses_function_call(
+    tmp_path: Path, fake_server: FakeLLMServer, openapi: OpenApi
+) -> None:
+    """A Responses answer that calls a tool, whole and streamed, against the spec."""
+    call = FakeToolCall("get_weather", {"city": "Paris"}, "call_1")
+    fake_server.script("w0", [Reply("", tool_calls=[call]), Reply("", tool_calls=[call])])
+    tool = {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        "strict": False,
+    }
+    whole, streamed = Tee(), Tee()
+    with served(make_pool(tmp_path, fake_server)) as base:
+        ask = {"model": "single:w0", "input": "Weather?", "tools": [tool]}
+        reply = sdk(base, whole).responses.create(**ask)
+        events = list(sdk(base, streamed).responses.create(**ask, stream=True))
+    assert reply.output[0].type == "function_call"
+    assert events[-1].response.output[0].type == "function_call"
+    (body,) = whole.json("/responses")
+    openapi.check("Response", body)
+    for event in streamed.events("/responses"):
+        openapi.check("ResponseStreamEvent", event)

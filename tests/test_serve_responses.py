@@ -301,7 +301,7 @@ def test_completions_refuse_what_they_cannot_do(
         ("responses", {"model": "single:w0", "input": "Hi", "tools": [{"type": "x"}]}, "tools"),
         (
             "responses",
-            {"model": "single:w0", "input": "Hi", "text": {"format": {"type": "json_object"}}},
+            {"model": "single:w0", "input": "Hi", "text": {"format": {"type": "grammar"}}},
             "text.format",
         ),
         (

@@ -24,6 +24,7 @@ from ..record import RunRecord
 __all__ = [
     "BUDGET_KEY",
     "ApiError",
+    "answer_format_of",
     "ChatMessage",
     "ChatRenderer",
     "ChatRequest",
@@ -177,7 +178,7 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         progress=progress_of(body, stream),
         allowed_workers=allowed_workers_of(body),
         budget=budget_of(body),
-        answer_format=_answer_format(body),
+        answer_format=answer_format_of(body),
     )
 
 
@@ -317,7 +318,9 @@ def _positive_amount(value: Any) -> bool:
         return False
 
 
-def _answer_format(body: dict[str, Any]) -> AnswerFormat:
+def answer_format_of(body: dict[str, Any]) -> AnswerFormat:
+    """The :class:`AnswerFormat` of a chat body's ``tools``, ``tool_choice``,
+    ``parallel_tool_calls`` and ``response_format`` (each in chat's shape), or a 400."""
     tools = _tools(body.get("tools"))
     parallel = body.get("parallel_tool_calls")
     if parallel is not None and not isinstance(parallel, bool):

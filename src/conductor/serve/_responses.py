@@ -1,40 +1,55 @@
 """The OpenAI Responses API (``POST /v1/responses``) as ``conductor serve`` speaks it.
 
-A request's ``input`` (a string, or a list of message items) and ``instructions`` are
-read into the :class:`~._protocol.ChatRequest` the chat route answers, so the same
-service, records, slots and limits apply; :class:`ResponsesRenderer` makes the runs'
-record into a ``response`` object, or into the Responses stream's events::
+A request's ``input`` (a string, or a list of ``message``, ``function_call`` and
+``function_call_output`` items) and ``instructions`` are read into the
+:class:`~._protocol.ChatRequest` the chat route answers, so the same service, records,
+slots and limits apply: a ``function_call`` item is an assistant message's tool call, a
+``function_call_output`` a ``tool`` message.  Function ``tools``, ``tool_choice``,
+``parallel_tool_calls`` and ``text.format`` (``json_object``, ``json_schema``) are
+rewritten in chat's shapes and read by chat's reader into the same
+:class:`~conductor.llm.answer_format.AnswerFormat`; other tool types (``web_search``,
+...) are refused.  :class:`ResponsesRenderer` makes the runs' record into a
+``response`` object, or into the Responses stream's events::
 
     response.created, response.in_progress,
-    response.output_item.added, response.content_part.added,
-    response.output_text.delta (one per piece of the answer), response.output_text.done,
-    response.content_part.done, response.output_item.done,
+    then per output item, a message:
+        response.output_item.added, response.content_part.added,
+        response.output_text.delta (one per piece of the answer),
+        response.output_text.done, response.content_part.done, response.output_item.done
+    or a function_call (one per tool call the answer makes):
+        response.output_item.added, response.function_call_arguments.delta (per piece),
+        response.function_call_arguments.done, response.output_item.done
     response.completed (or response.failed, or an ``error`` event)
 
 each with its ``sequence_number``, counted from 0.
 
 ``previous_response_id`` continues a conversation: the server keeps the conversation
-of each response it answered (input items and answer; not ``instructions``, which a
-follow-up gives afresh, as OpenAI's API does) in a bounded :class:`Conversations`, in
-memory; ``store: false`` keeps nothing.
+of each response it answered (input items and answer, its function calls included, so
+a follow-up may send just their ``function_call_output`` items; not ``instructions``,
+which a follow-up gives afresh, as OpenAI's API does) in a bounded
+:class:`Conversations`, in memory; ``store: false`` keeps nothing.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..llm.answer_format import AnswerFormat
+from ..llm.types import ToolCall
 from ..record import RunRecord
 from ._protocol import (
     ApiError,
     ChatMessage,
     ChatRequest,
     allowed_workers_of,
+    answer_format_of,
     budget_of,
     chat_message,
     conductor_field,
+    content_text,
     failure_message,
     json_object,
     model_of,
@@ -58,8 +73,6 @@ MAX_KEPT = 1024
 
 #: Parameters an orchestration cannot honour: each is refused when it asks for something.
 _UNSUPPORTED = (
-    "tools",
-    "tool_choice",
     "top_logprobs",
     "prompt",
     "conversation",
@@ -113,17 +126,7 @@ def parse_responses_request(raw: bytes, kept: Conversations) -> ResponsesRequest
     ``previous_response_id`` is looked up in ``kept``."""
     body = json_object(raw)
     refuse_unsupported(body, _UNSUPPORTED)
-    text = body.get("text")
-    if text is not None and not isinstance(text, dict):
-        raise _bad('text must be an object such as {"format": {"type": "text"}}', "text")
-    fmt = (text or {}).get("format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") in (None, "text")):
-        # The seam for structured output: a json_schema format would be read here.
-        raise _bad(
-            "text.format is not supported: an orchestration answers with plain text",
-            "text.format",
-            "unsupported_parameter",
-        )
+    answer_format = _answer_format(body)
     model = model_of(body)
     stream, _ = stream_of(body)
     instructions = body.get("instructions")
@@ -159,6 +162,7 @@ def parse_responses_request(raw: bytes, kept: Conversations) -> ResponsesRequest
         "top_p": _number(body, "top_p"),
         "max_output_tokens": _number(body, "max_output_tokens"),
     }
+    echoed.update(_format_echo(body, answer_format))
     if isinstance(body.get("user"), str):
         # Left out otherwise: the spec types ``user`` as a string, not nullable.
         echoed["user"] = body["user"]
@@ -169,6 +173,7 @@ def parse_responses_request(raw: bytes, kept: Conversations) -> ResponsesRequest
             stream=stream,
             allowed_workers=allowed_workers_of(body),
             budget=budget_of(body),
+            answer_format=answer_format,
         ),
         turn=turn,
         instructions=instructions,
@@ -176,6 +181,98 @@ def parse_responses_request(raw: bytes, kept: Conversations) -> ResponsesRequest
         store=store,
         echoed=echoed,
     )
+
+
+def _answer_format(body: dict[str, Any]) -> AnswerFormat:
+    """``tools``, ``tool_choice``, ``parallel_tool_calls`` and ``text.format`` in the
+    Responses API's flat shapes, read as chat's (one reader checks both endpoints)."""
+    text = body.get("text")
+    if text is not None and not isinstance(text, dict):
+        raise _bad('text must be an object such as {"format": {"type": "text"}}', "text")
+    chat_body = {
+        "tools": _chat_tools(body.get("tools")),
+        "tool_choice": _chat_tool_choice(body.get("tool_choice")),
+        "parallel_tool_calls": body.get("parallel_tool_calls"),
+        "response_format": _chat_response_format((text or {}).get("format")),
+    }
+    try:
+        return answer_format_of(chat_body)
+    except ApiError as exc:
+        # Said of this endpoint's fields, whose tools and schema are not nested.
+        message = exc.message.replace(".function.", ".")
+        message = message.replace("response_format.json_schema", "text.format")
+        param = "text.format" if exc.param == "response_format" else exc.param
+        raise _bad(message, param) from None
+
+
+def _format_echo(body: dict[str, Any], answer_format: AnswerFormat) -> dict[str, Any]:
+    """The response's ``tools``, ``tool_choice``, ``parallel_tool_calls`` and ``text``,
+    as the request (already checked) gave them."""
+    tools = [
+        {
+            "type": "function",
+            "name": t.name,
+            "description": t.description,
+            "parameters": t.parameters,
+            "strict": t.strict,
+        }
+        for t in answer_format.tools
+    ]
+    choice = body.get("tool_choice")
+    fmt = (body.get("text") or {}).get("format")
+    return {
+        "tools": tools,
+        "tool_choice": choice if choice is not None else ("auto" if tools else "none"),
+        "parallel_tool_calls": bool(tools) and answer_format.parallel_tool_calls,
+        "text": {"format": fmt if isinstance(fmt, dict) else {"type": "text"}},
+    }
+
+
+def _chat_tools(raw: Any) -> Any:
+    """Function tools as chat's ``{"type": "function", "function": {...}}``; a tool of
+    another type (``web_search``, ``file_search``, ...) is refused by name: an
+    orchestration has none of the built-in tools."""
+    if not isinstance(raw, list):
+        return raw  # the chat reader says what is wrong with it
+    out: list[Any] = []
+    for i, tool in enumerate(raw):
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind != "function":
+            raise _bad(
+                f"tools[{i}] of type {kind!r} is not supported: only function tools are",
+                "tools",
+                "unsupported_parameter",
+            )
+        fn = {k: v for k, v in tool.items() if k in ("name", "description", "parameters", "strict")}
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def _chat_tool_choice(raw: Any) -> Any:
+    if raw is None or raw in ("auto", "none", "required"):
+        return raw
+    if not (isinstance(raw, dict) and raw.get("type") == "function"):
+        raise _bad(
+            'tool_choice must be "auto", "none", "required" or {"type": "function", "name": ...}',
+            "tool_choice",
+        )
+    return {"type": "function", "function": {"name": raw.get("name")}}
+
+
+def _chat_response_format(raw: Any) -> Any:
+    if raw is None:
+        return None
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    if kind not in (None, "text", "json_object", "json_schema"):
+        raise _bad(
+            'text.format must be {"type": "text"}, {"type": "json_object"} or '
+            '{"type": "json_schema", "name": ..., "schema": {...}}',
+            "text.format",
+        )
+    if kind != "json_schema":
+        return raw
+    spec = {k: v for k, v in raw.items() if k in ("name", "description", "schema", "strict")}
+    return {"type": "json_schema", "json_schema": spec}
 
 
 def _number(body: dict[str, Any], name: str) -> float | int | None:
@@ -199,14 +296,44 @@ def _input(raw: Any) -> tuple[ChatMessage, ...]:
     for i, item in enumerate(raw):
         where = f"input[{i}]"
         kind = item.get("type", "message") if isinstance(item, dict) else None
-        if kind != "message":
+        if kind == "message":
+            out.append(chat_message(item, where, _TEXT_PARTS))
+        elif kind == "function_call":
+            call = ToolCall(
+                _call_id(item, where),
+                _string(item, "name", where),
+                _string(item, "arguments", where),
+            )
+            last = out[-1] if out else None
+            if last is not None and last.role == "assistant":
+                # Calls after an answer's text are that answer's, as one chat message.
+                out[-1] = replace(last, tool_calls=(*last.tool_calls, call))
+            else:
+                out.append(ChatMessage("assistant", "", tool_calls=(call,)))
+        elif kind == "function_call_output":
+            result = content_text(item.get("output"), f"{where}.output", _TEXT_PARTS)
+            out.append(ChatMessage("tool", result, tool_call_id=_call_id(item, where)))
+        else:
             raise _bad(
-                f"{where} of type {kind!r} is not supported: only message items are "
-                "(an orchestration has no tools)",
+                f"{where} of type {kind!r} is not supported: use message, function_call "
+                "or function_call_output items",
                 where,
             )
-        out.append(chat_message(item, where, _TEXT_PARTS))
     return tuple(out)
+
+
+def _string(item: dict[str, Any], name: str, where: str) -> str:
+    value = item.get(name)
+    if not isinstance(value, str):
+        raise _bad(f"{where}.{name} must be a string", where)
+    return value
+
+
+def _call_id(item: dict[str, Any], where: str) -> str:
+    value = _string(item, "call_id", where)
+    if not value:
+        raise _bad(f"{where}.call_id must not be empty", where)
+    return value
 
 
 # -- the answer -------------------------------------------------------------------------
@@ -229,18 +356,40 @@ def _text_part(text: str) -> dict[str, Any]:
 
 
 def output_items(record: RunRecord) -> list[dict[str, Any]]:
-    """A run's answer as output items: one assistant message of text.  (An answer that
-    is a tool call becomes a ``function_call`` item here, and the stream renders each
-    item by its type.)"""
-    return [
+    """A run's answer as output items: an assistant message of its text (left out when
+    the answer only calls tools), then a ``function_call`` item per tool call."""
+    calls = record.final_tool_calls or []
+    items: list[dict[str, Any]] = []
+    if record.final_answer or not calls:
+        items.append(
+            {
+                "id": "msg_" + record.run_id,
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [_text_part(record.final_answer or "")],
+            }
+        )
+    items += [
         {
-            "id": "msg_" + record.run_id,
-            "type": "message",
-            "role": "assistant",
+            "id": f"fc_{record.run_id}_{k}",
+            "type": "function_call",
+            "call_id": c["id"],
+            "name": c["name"],
+            "arguments": c["arguments"],
             "status": "completed",
-            "content": [_text_part(record.final_answer or "")],
         }
+        for k, c in enumerate(calls)
     ]
+    return items
+
+
+def _answer_message(record: RunRecord) -> ChatMessage:
+    """A run's answer as the conversation a follow-up continues keeps it."""
+    calls = tuple(
+        ToolCall(c["id"], c["name"], c["arguments"]) for c in record.final_tool_calls or []
+    )
+    return ChatMessage("assistant", record.final_answer or "", tool_calls=calls)
 
 
 class ResponsesRenderer:
@@ -303,8 +452,7 @@ class ResponsesRenderer:
         (record,) = records
         output = output_items(record)
         if self.asked.store:
-            answer = ChatMessage("assistant", record.final_answer or "")
-            self.kept.keep(self.id, (*self.asked.turn, answer))
+            self.kept.keep(self.id, (*self.asked.turn, _answer_message(record)))
         return self.response("completed", records, output)
 
     def body(self, records: list[RunRecord]) -> dict[str, Any]:
@@ -326,8 +474,10 @@ class ResponsesRenderer:
         return out
 
     def _item_events(self, position: int, item: dict[str, Any]) -> list[bytes]:
-        """One message item's events: added (empty, in progress), each text part
-        added, streamed and done, then the item done."""
+        """One item's events: added (empty, in progress), its text parts or its
+        arguments streamed, then the item done."""
+        if item["type"] == "function_call":
+            return self._call_events(position, item)
         item_id = item["id"]
         out = [
             self._event(
@@ -347,6 +497,30 @@ class ResponsesRenderer:
                 self._event("response.output_text.done", **where, text=part["text"], logprobs=[])
             )
             out.append(self._event("response.content_part.done", **where, part=part))
+        out.append(self._event("response.output_item.done", output_index=position, item=item))
+        return out
+
+    def _call_events(self, position: int, item: dict[str, Any]) -> list[bytes]:
+        """A ``function_call`` item's events: added (no arguments yet), the arguments
+        streamed and done, then the item done."""
+        where = {"item_id": item["id"], "output_index": position}
+        out = [
+            self._event(
+                "response.output_item.added",
+                output_index=position,
+                item={**item, "status": "in_progress", "arguments": ""},
+            )
+        ]
+        for piece in pieces(item["arguments"]):
+            out.append(self._event("response.function_call_arguments.delta", **where, delta=piece))
+        out.append(
+            self._event(
+                "response.function_call_arguments.done",
+                **where,
+                name=item["name"],
+                arguments=item["arguments"],
+            )
+        )
         out.append(self._event("response.output_item.done", output_index=position, item=item))
         return out
 
