@@ -236,3 +236,32 @@ def test_vote_with_tools_is_refused(tmp_path: Path, fake_server: FakeLLMServer) 
     assert caught.value.code == "unsupported_parameter"
     assert "vote:3:w0 cannot answer with tools" in str(caught.value)
     assert fake_server.requests == []
+
+
+def test_output_items_sent_back_as_input(tmp_path: Path, fake_server: FakeLLMServer) -> None:
+    """The SDK's usual loop without a kept conversation: the first response's output
+    items, as the SDK parsed them, go back in the next input beside the call's output."""
+    fake_server.script(
+        "w0",
+        [
+            Reply("Looking.", tool_calls=[FakeToolCall("get_weather", {"city": "Lima"}, "c2")]),
+            "Warm.",
+        ],
+    )
+    with served(make_pool(tmp_path, fake_server)) as url:
+        client = client_of(url)
+        question = {"role": "user", "content": "Weather in Lima?"}
+        first = client.responses.create(
+            model="single:w0", input=[question], tools=[WEATHER], store=False
+        )
+        assert [item.type for item in first.output] == ["message", "function_call"]
+        echoed = [item.model_dump(exclude_none=True) for item in first.output]
+        result = {"type": "function_call_output", "call_id": "c2", "output": "25 C"}
+        second = client.responses.create(
+            model="single:w0", input=[question, *echoed, result], tools=[WEATHER], store=False
+        )
+    assert second.output_text == "Warm."
+    asked = fake_server.requests_for("w0")[-1].last_user_message
+    assert "Assistant: Looking." in asked
+    assert 'Assistant called get_weather({"city": "Lima"}) as c2.' in asked
+    assert "Result of c2 (get_weather): 25 C" in asked
