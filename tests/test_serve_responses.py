@@ -397,6 +397,23 @@ def test_kept_conversations_are_bounded() -> None:
     assert kept.get("b") == (ChatMessage("user", "b"),) and kept.get("c") is not None
 
 
+def test_kept_conversations_are_bounded_in_characters() -> None:
+    """Many large inputs cannot grow the server without bound: the oldest go first once
+    the characters kept pass the limit, and the newest stays even when it alone is over."""
+    from conductor.serve._protocol import ChatMessage
+    from conductor.serve._responses import Conversations
+
+    kept = Conversations(limit=100, max_chars=10)
+    for name in ("a", "b", "c"):
+        kept.keep(name, (ChatMessage("user", name * 4),))
+    assert kept.get("a") is None
+    assert kept.get("b") is not None and kept.get("c") is not None
+    kept.keep("d", (ChatMessage("user", "d" * 50),))
+    assert [kept.get(k) is not None for k in "abcd"] == [False, False, False, True]
+    kept.keep("e", (ChatMessage("user", "e"),))
+    assert kept.get("d") is None and kept.get("e") is not None
+
+
 def test_a_run_that_raises_ends_each_stream_in_its_format(
     tmp_path: Path, fake_server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

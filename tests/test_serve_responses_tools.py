@@ -238,6 +238,21 @@ def test_vote_with_tools_is_refused(tmp_path: Path, fake_server: FakeLLMServer) 
     assert fake_server.requests == []
 
 
+def test_a_refused_json_format_names_text_format(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    """The refusal names the field as this API spells it, not chat's response_format."""
+    with (
+        served(make_pool(tmp_path, fake_server)) as url,
+        pytest.raises(openai.BadRequestError) as caught,
+    ):
+        client_of(url).responses.create(
+            model="vote:3:w0", input="Capital of France?", text={"format": {"type": "json_object"}}
+        )
+    assert caught.value.param == "text.format"
+    assert fake_server.requests == []
+
+
 def test_output_items_sent_back_as_input(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     """The SDK's usual loop without a kept conversation: the first response's output
     items, as the SDK parsed them, go back in the next input beside the call's output."""

@@ -128,7 +128,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
             raise ApiError(400, str(exc), param="messages", code="invalid_question") from None
         refused = strategy.answer_refusal(chat.answer_format)
         if refused is not None:
-            param = "tools" if chat.answer_format.tools else "response_format"
+            param = "tools" if chat.answer_format.tools else chat.format_param
             raise ApiError(
                 400, f"{chat.model}: {refused}", param=param, code="unsupported_parameter"
             )

@@ -154,6 +154,9 @@ class ChatRequest:
     budget: RequestBudget = RequestBudget()
     #: The tools, tool choice and JSON response format the answer must keep to.
     answer_format: AnswerFormat = PLAIN
+    #: Where the JSON format was asked, for a refusal to name (the Responses API's
+    #: ``text.format``).
+    format_param: str = "response_format"
 
 
 def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:

@@ -70,6 +70,8 @@ __all__ = [
 
 #: How many answered conversations a server keeps for ``previous_response_id``.
 MAX_KEPT = 1024
+#: The characters of messages the kept conversations may hold in all (64 Mi).
+MAX_KEPT_CHARS = 64 << 20
 
 #: Parameters an orchestration cannot honour: each is refused when it asks for something.
 _UNSUPPORTED = (
@@ -85,20 +87,33 @@ _TEXT_PARTS = ("input_text", "output_text", "text")
 
 class Conversations:
     """The conversations of the last ``limit`` responses answered, by response id (the
-    oldest is forgotten first)."""
+    oldest is forgotten first), holding at most ``max_chars`` characters of messages in
+    all: a client sending many large inputs must not grow the server without bound
+    (each conversation counts whole, shared earlier turns included, so a long chain is
+    forgotten sooner than its memory would need; the newest is always kept)."""
 
-    def __init__(self, limit: int = MAX_KEPT) -> None:
+    def __init__(self, limit: int = MAX_KEPT, max_chars: int = MAX_KEPT_CHARS) -> None:
         self.limit = limit
-        self._kept: OrderedDict[str, tuple[ChatMessage, ...]] = OrderedDict()
+        self.max_chars = max_chars
+        self._kept: OrderedDict[str, tuple[tuple[ChatMessage, ...], int]] = OrderedDict()
+        self._chars = 0
 
     def get(self, response_id: str) -> tuple[ChatMessage, ...] | None:
-        return self._kept.get(response_id)
+        found = self._kept.get(response_id)
+        return found[0] if found is not None else None
 
     def keep(self, response_id: str, messages: tuple[ChatMessage, ...]) -> None:
-        self._kept[response_id] = messages
-        self._kept.move_to_end(response_id)
-        while len(self._kept) > self.limit:
-            self._kept.popitem(last=False)
+        size = sum(len(m.content) for m in messages)
+        old = self._kept.pop(response_id, None)
+        if old is not None:
+            self._chars -= old[1]
+        self._kept[response_id] = (messages, size)
+        self._chars += size
+        while len(self._kept) > 1 and (
+            len(self._kept) > self.limit or self._chars > self.max_chars
+        ):
+            _, (_, freed) = self._kept.popitem(last=False)
+            self._chars -= freed
 
 
 @dataclass(frozen=True)
@@ -174,6 +189,7 @@ def parse_responses_request(raw: bytes, kept: Conversations) -> ResponsesRequest
             allowed_workers=allowed_workers_of(body),
             budget=budget_of(body),
             answer_format=answer_format,
+            format_param="text.format",
         ),
         turn=turn,
         instructions=instructions,
