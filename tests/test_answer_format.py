@@ -4,6 +4,7 @@ the cache key tells requests with tools apart while keys without tools stay as t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,64 @@ def test_violation(
 def test_schema_problem() -> None:
     assert schema_problem(CITY) is None
     assert "is not valid" in (schema_problem({"type": 3}) or "")
+    both = {"patternProperties": {"^x": {}}, "unevaluatedProperties": False}
+    assert "not supported" in (schema_problem(both) or "")
+
+
+def _json_schema(schema: dict[str, Any]) -> AnswerFormat:
+    return AnswerFormat(
+        response_format={"type": "json_schema", "json_schema": {"name": "S", "schema": schema}}
+    )
+
+
+def test_a_catastrophic_pattern_cannot_stall_the_check() -> None:
+    """The client writes the schema and steers the reply: ``^(a+)+$`` against a long run
+    of a's and a '!' takes Python's re longer than the age of the universe; the check
+    gives the pattern a time-out and refuses the reply instead."""
+    import threading
+
+    evil = {"type": "object", "properties": {"v": {"type": "string", "pattern": "^(a+)+$"}}}
+    reply = json.dumps({"v": "a" * 5000 + "!"})
+    keyed = {"type": "object", "patternProperties": {"^(a+)+$": {"type": "integer"}}}
+    found: list[str | None] = []
+    checks = threading.Thread(
+        target=lambda: found.extend(
+            [
+                _json_schema(evil).violation(reply, ()),
+                _json_schema(keyed).violation(json.dumps({"a" * 5000 + "!": "x"}), ()),
+            ]
+        ),
+        daemon=True,
+    )
+    checks.start()
+    checks.join(timeout=60)
+    assert not checks.is_alive(), "a schema's pattern stalled the reply check"
+    assert found[0] is not None and "does not match" in found[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('{"id_1": 1, "name": "x"}', None),
+        ('{"id_1": "one", "name": "x"}', "is not of type 'integer'"),
+        ('{"other": 1, "name": "x"}', "Additional properties are not allowed ('other')"),
+        ('{"name": "Xy"}', "does not match"),
+    ],
+)
+def test_patterns_keep_their_meaning(text: str, words: str | None) -> None:
+    """The time-limited patterns keep JSON Schema's rules: a key a patternProperties
+    pattern matches is checked by it and is not an additional property."""
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "pattern": "^[a-z]+$"}},
+        "patternProperties": {"^id_[0-9]+$": {"type": "integer"}},
+        "additionalProperties": False,
+    }
+    found = _json_schema(schema).violation(text, ())
+    if words is None:
+        assert found is None
+    else:
+        assert found is not None and words in found, found
 
 
 def test_note_names_the_tools_and_the_schema() -> None:

@@ -198,13 +198,97 @@ def schema_problem(schema: dict[str, Any]) -> str | None:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.exceptions.SchemaError as exc:
         return _short(exc.message)
+    used = _keywords_in(schema)
+    if {"unevaluatedProperties", "patternProperties"} <= used:
+        # jsonschema matches patternProperties for unevaluatedProperties with Python's
+        # re, outside the time-out of _search: the two together are refused.
+        return "unevaluatedProperties beside patternProperties is not supported"
     return None
+
+
+def _keywords_in(node: Any, depth: int = 0) -> set[str]:
+    """Every object key anywhere in ``node`` (a schema's keywords, and property names,
+    which only make the check stricter)."""
+    if depth > 64:  # deeper than any real schema; JSON bodies are bounded anyway
+        return set()
+    if isinstance(node, dict):
+        found = set(node)
+        for value in node.values():
+            found |= _keywords_in(value, depth + 1)
+        return found
+    if isinstance(node, list):
+        return set().union(*(_keywords_in(v, depth + 1) for v in node)) if node else set()
+    return set()
+
+
+#: How long one regular expression of a schema may take on one string.  The schema is
+#: the client's and the string a worker's reply, which the client's question steers: a
+#: catastrophic pattern (``^(a+)+$``) on Python's ``re`` holds the GIL for minutes and
+#: stalls every request of the server, so patterns run on ``regex`` with a time-out.
+PATTERN_TIMEOUT_S = 0.05
+
+
+def _search(pattern: str, text: str) -> bool:
+    """Whether ``pattern`` matches somewhere in ``text``; a match that takes longer than
+    :data:`PATTERN_TIMEOUT_S` counts as no match (the reply is then refused, never
+    passed unchecked)."""
+    import regex
+
+    try:
+        return regex.search(pattern, text, timeout=PATTERN_TIMEOUT_S) is not None
+    except TimeoutError:
+        return False
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    from jsonschema.exceptions import ValidationError
+
+    if validator.is_type(instance, "string") and not _search(pattern, instance):
+        yield ValidationError(f"{_short(repr(instance))} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Any:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _search(pattern, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: Any) -> Any:
+    from jsonschema.exceptions import ValidationError
+
+    if not validator.is_type(instance, "object"):
+        return
+    known = schema.get("properties", {})
+    patterns = list(schema.get("patternProperties", {}))
+    extras = [k for k in instance if k not in known and not any(_search(p, k) for p in patterns)]
+    if validator.is_type(allowed, "object"):
+        for key in extras:
+            yield from validator.descend(instance[key], allowed, path=key)
+    elif allowed is False and extras:
+        shown = ", ".join(repr(k) for k in sorted(extras, key=str))
+        yield ValidationError(f"Additional properties are not allowed ({shown})")
+
+
+def _validator(schema: dict[str, Any]) -> Any:
+    """A validator of ``schema`` (its draft as ``$schema`` says) whose regular
+    expressions run under :data:`PATTERN_TIMEOUT_S`."""
+    jsonschema = _jsonschema()
+    base = jsonschema.validators.validator_for(schema)
+    keywords = {
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+    }
+    return jsonschema.validators.extend(base, keywords)(schema)
 
 
 def _invalid(value: Any, schema: dict[str, Any]) -> str | None:
     """The most telling way ``value`` breaks ``schema``, or ``None`` when it validates."""
     jsonschema = _jsonschema()
-    validator = jsonschema.validators.validator_for(schema)(schema)
+    validator = _validator(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     if error is None:
         return None
