@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from kit.poolkit import CONDUCTOR_MODEL, lists
-from kit.servekit import make_pool, served
+from kit.servekit import error_of, make_pool, served
 
 from conductor.testing import FakeLLMServer, Fault, Reply
 
@@ -22,17 +22,6 @@ QUESTION = [{"role": "user", "content": "Capital of France?"}]
 
 def body(**extra: Any) -> dict[str, Any]:
     return {"model": "conductor", "messages": QUESTION, **extra}
-
-
-def error_of(resp: httpx.Response, status: int) -> dict[str, Any]:
-    """The OpenAI-shaped error of ``resp``, after checking its status and shape."""
-    assert resp.status_code == status, (resp.status_code, resp.text)
-    assert resp.headers["content-type"].startswith("application/json")
-    error = resp.json()["error"]
-    assert isinstance(error, dict)
-    assert set(error) >= {"message", "type", "param", "code"}, error
-    assert isinstance(error["message"], str) and error["message"].strip()
-    return error
 
 
 @pytest.fixture

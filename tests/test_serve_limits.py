@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from kit.poolkit import CONDUCTOR_MODEL, lists, worker
-from kit.servekit import make_pool, make_pool_file, served, wait_for
+from kit.servekit import error_of, make_pool, make_pool_file, served, wait_for
 
 from conductor.errors import UsageError
 from conductor.pool import load_pool
@@ -31,15 +31,6 @@ QUESTION = [{"role": "user", "content": "Capital of France?"}]
 
 def body(model: str = "conductor", **extra: Any) -> dict[str, Any]:
     return {"model": model, "messages": QUESTION, **extra}
-
-
-def error_of(resp: httpx.Response, status: int = 400) -> dict[str, Any]:
-    assert resp.status_code == status, (resp.status_code, resp.text[:500])
-    assert resp.headers["content-type"].startswith("application/json")
-    error = resp.json()["error"]
-    assert set(error) >= {"message", "type", "param", "code"}, error
-    assert isinstance(error["message"], str) and error["message"].strip()
-    return error
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
-from kit.poolkit import CONDUCTOR_MODEL, lists
-from kit.servekit import make_pool, served
+from kit.poolkit import CONDUCTOR_MODEL
+from kit.servekit import make_pool, plan_two_steps, served
 
 from conductor.testing import FakeLLMServer, FakeToolCall, Reply
 
@@ -41,12 +41,6 @@ WEATHER = {
 class Capital(pydantic.BaseModel):
     country: str
     capital: str
-
-
-def plan_two_steps(server: FakeLLMServer) -> None:
-    """The Conductor plans w0 (a draft) then w1 (the answer, seeing the draft)."""
-    server.script(CONDUCTOR_MODEL, lists([0, 1], ["Draft it.", "Answer."], [[], [0]]))
-    server.script("w0", "draft: Paris")
 
 
 def client_of(url: str) -> Any:

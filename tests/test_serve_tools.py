@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
-from kit.poolkit import CONDUCTOR_MODEL, lists, worker
-from kit.servekit import make_pool, make_pool_file, served
+from kit.poolkit import CONDUCTOR_MODEL, worker
+from kit.servekit import make_pool, make_pool_file, plan_two_steps, served
 
 from conductor.llm.answer_format import AnswerFormat
 from conductor.llm.types import ToolCall, ToolSpec
@@ -48,12 +48,6 @@ WEATHER = {
 class Capital(pydantic.BaseModel):
     country: str
     capital: str
-
-
-def plan_two_steps(server: FakeLLMServer) -> None:
-    """The Conductor plans w0 (a draft) then w1 (the answer, seeing the draft)."""
-    server.script(CONDUCTOR_MODEL, lists([0, 1], ["Draft it.", "Answer."], [[], [0]]))
-    server.script("w0", "draft: Paris")
 
 
 def test_parse_with_a_pydantic_model(tmp_path: Path, fake_server: FakeLLMServer) -> None:

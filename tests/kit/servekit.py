@@ -14,9 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from conductor.pool import Pool, load_pool
 from conductor.testing import FakeLLMServer
-from kit.poolkit import pool_dict, worker, write_pool
+from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
 
 URL_RE = re.compile(r"http://\S+/v1")
 
@@ -133,3 +135,20 @@ class ServeProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def error_of(resp: httpx.Response, status: int = 400) -> dict[str, Any]:
+    """The OpenAI-shaped error of ``resp``, after checking its status and shape."""
+    assert resp.status_code == status, (resp.status_code, resp.text[:500])
+    assert resp.headers["content-type"].startswith("application/json")
+    error = resp.json()["error"]
+    assert isinstance(error, dict)
+    assert set(error) >= {"message", "type", "param", "code"}, error
+    assert isinstance(error["message"], str) and error["message"].strip()
+    return error
+
+
+def plan_two_steps(server: FakeLLMServer) -> None:
+    """The Conductor plans w0 (a draft) then w1 (the answer, seeing the draft)."""
+    server.script(CONDUCTOR_MODEL, lists([0, 1], ["Draft it.", "Answer."], [[], [0]]))
+    server.script("w0", "draft: Paris")

@@ -20,11 +20,10 @@ from ._protocol import (
     ApiError,
     ChatMessage,
     ChatRequest,
+    ChunkStream,
     allowed_workers_of,
-    broken_body,
     budget_of,
     conductor_field,
-    failure_body,
     json_object,
     model_of,
     pieces,
@@ -82,7 +81,7 @@ def _prompt(raw: Any) -> str:
     return raw
 
 
-class CompletionRenderer:
+class CompletionRenderer(ChunkStream):
     """A text-completions request's answer: a ``text_completion``, or its chunks."""
 
     def __init__(self, request: ChatRequest, run_ids: list[str]) -> None:
@@ -110,23 +109,10 @@ class CompletionRenderer:
     def opening(self) -> list[bytes]:
         return []
 
-    def progress(self, payload: dict[str, Any]) -> list[bytes]:
-        return [self._chunk([], conductor={"event": payload})]
-
     def answer(self, index: int, record: RunRecord) -> list[bytes]:
         out = [self._chunk([_choice(index, p, None)]) for p in pieces(record.final_answer or "")]
         out.append(self._chunk([_choice(index, "", "stop")], conductor=conductor_field([record])))
         return out
-
-    def closing(self, records: list[RunRecord]) -> list[bytes]:
-        usage = [self._chunk([], usage=usage_of(records))] if self.request.include_usage else []
-        return [*usage, sse("[DONE]")]
-
-    def failed(self, records: list[RunRecord], failed: RunRecord) -> list[bytes]:
-        return [sse(failure_body(records, failed)), sse("[DONE]")]
-
-    def broken(self, message: str) -> list[bytes]:
-        return [sse(broken_body(message))]
 
 
 def _choice(index: int, text: str, finish_reason: str | None) -> dict[str, Any]:

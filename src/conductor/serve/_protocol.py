@@ -28,6 +28,7 @@ __all__ = [
     "ChatMessage",
     "ChatRenderer",
     "ChatRequest",
+    "ChunkStream",
     "MAX_N",
     "broken_body",
     "budget_of",
@@ -727,30 +728,53 @@ def broken_body(message: str) -> dict[str, Any]:
     return error_body(message, type="server_error", code="server_error")
 
 
-class ChatRenderer:
+class ChunkStream:
+    """What the two ``data:``-chunk formats (chat and text completions) stream alike:
+    a progress event as a chunk without choices, the usage chunk when asked for and
+    ``[DONE]``, and a failure as an error body.  A format gives ``request`` and how it
+    makes one chunk (:meth:`_chunk`)."""
+
+    request: ChatRequest
+
+    def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        raise NotImplementedError
+
+    def progress(self, payload: dict[str, Any]) -> list[bytes]:
+        return [self._chunk([], conductor={"event": payload})]
+
+    def closing(self, records: list[RunRecord]) -> list[bytes]:
+        usage = [self._chunk([], usage=usage_of(records))] if self.request.include_usage else []
+        return [*usage, sse("[DONE]")]
+
+    def failed(self, records: list[RunRecord], failed: RunRecord) -> list[bytes]:
+        return [sse(failure_body(records, failed)), sse("[DONE]")]
+
+    def broken(self, message: str) -> list[bytes]:
+        return [sse(broken_body(message))]
+
+
+class ChatRenderer(ChunkStream):
     """A chat-completions request's answer: a ``chat.completion``, or its chunks."""
 
     def __init__(self, chat: ChatRequest, run_ids: list[str]) -> None:
-        self.chat = chat
+        self.request = chat
         self.id = "chatcmpl-" + run_ids[0]
         self.created = int(time.time())
 
     def body(self, records: list[RunRecord]) -> dict[str, Any]:
-        return completion_body(self.id, self.created, self.chat.model, records)
+        return completion_body(self.id, self.created, self.request.model, records)
 
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        if self.chat.include_usage:  # OpenAI's ``usage: null`` on all chunks but the last
+        if self.request.include_usage:  # OpenAI's ``usage: null`` on all chunks but the last
             extra.setdefault("usage", None)
-        return sse(chunk(self.id, self.created, self.chat.model, choices, **extra))
+        return sse(chunk(self.id, self.created, self.request.model, choices, **extra))
 
     def opening(self) -> list[bytes]:
         roles = [
-            {"index": i, "delta": {"role": "assistant", "content": ""}} for i in range(self.chat.n)
+            {"index": i, "delta": {"role": "assistant", "content": ""}}
+            for i in range(self.request.n)
         ]
         return [self._chunk(roles)]
-
-    def progress(self, payload: dict[str, Any]) -> list[bytes]:
-        return [self._chunk([], conductor={"event": payload})]
 
     def answer(self, index: int, record: RunRecord) -> list[bytes]:
         text = record.final_answer or ""
@@ -768,13 +792,3 @@ class ChatRenderer:
             )
         )
         return out
-
-    def closing(self, records: list[RunRecord]) -> list[bytes]:
-        usage = [self._chunk([], usage=usage_of(records))] if self.chat.include_usage else []
-        return [*usage, sse("[DONE]")]
-
-    def failed(self, records: list[RunRecord], failed: RunRecord) -> list[bytes]:
-        return [sse(failure_body(records, failed)), sse("[DONE]")]
-
-    def broken(self, message: str) -> list[bytes]:
-        return [sse(broken_body(message))]
