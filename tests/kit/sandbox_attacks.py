@@ -223,6 +223,31 @@ GRADING: dict[str, tuple[str, str]] = {
         print('S {"exit": 0}')
         """,
     ),
+    # The next test's child is forked (holding that test's input, output and result
+    # files) while this test runs: its answers written there would be its output.
+    "lcb: write the next tests' answers into the waiting child's files via /proc": (
+        "stdin",
+        """
+        import os, sys, time
+        line = sys.stdin.read().strip()
+        if line == "1 2":
+            time.sleep(0.3)  # until the next test's child is there
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit() or int(pid) == os.getpid():
+                    continue
+                try:
+                    fds = os.listdir(f"/proc/{pid}/fd")
+                except OSError:
+                    continue
+                for fd in fds:
+                    try:
+                        with open(f"/proc/{pid}/fd/{fd}", "w") as fh:
+                            fh.write("30\\n")
+                    except OSError:
+                        pass
+            print(3)
+        """,
+    ),
     "lcb: kill the test driver": (
         "stdin",
         """

@@ -185,6 +185,12 @@ _PRELUDE = (
     + "if hasattr(sys, 'set_int_max_str_digits'):\n    sys.set_int_max_str_digits(50000)\n"
 )
 
+# LiveCodeBench samples are graded in sandboxes started ahead (each one sample's only,
+# discarded after it), with the prelude already imported: starting one is most of a
+# short sample's grading time.  A few per grader setting hide that at low load; under
+# full load every start costs the same CPU wherever it runs.
+_WARM_SANDBOXES = 4
+
 
 def _forbidden(test: object, blocked: list[str], fail: dict[str, Any], code: str) -> Verdict:
     """A test that tried an operation the sandbox refuses is a runtime error, whatever it
@@ -342,6 +348,8 @@ class CodeGrader:
         wall_s: float,
         mem: int,
         allow_subprocess: bool | None = None,
+        preload: str = "",
+        warm: int = 0,
     ) -> SandboxResult:
         return run_job(
             job,
@@ -354,6 +362,8 @@ class CodeGrader:
             python=self.python,
             engine=self.engine,
             report_limit=_REPORT_LIMIT,
+            preload=preload,
+            warm=warm,
         )
 
     def _base(self, result: SandboxResult) -> dict[str, Any]:
@@ -375,7 +385,14 @@ class CodeGrader:
             # the expected outputs stay here: the sandbox only ever sees the inputs
             "tests": [{"input": t["input"], "testtype": t["testtype"]} for t in tests],
         }
-        result = self._run(job, cpu_s=self.time_limit_s, wall_s=backstop, mem=self.memory_mb)
+        result = self._run(
+            job,
+            cpu_s=self.time_limit_s,
+            wall_s=backstop,
+            mem=self.memory_mb,
+            preload=_PRELUDE,
+            warm=_WARM_SANDBOXES,
+        )
         frames = result.frames
         base = {**self._base(result), "total": total}
         failed = _compile_error(frames, code, {**base, "passed": 0})

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Launched", "launch"]
+__all__ = ["Launched", "Started", "launch", "start"]
 
 _CHUNK = 1 << 16
 
@@ -108,25 +108,134 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
         proc.kill()
 
 
-def launch(
+class Started:
+    """A started first process whose output pipes are not read yet: what
+    :func:`start` returns, run to its end by :meth:`collect` or killed by
+    :meth:`discard`.  (A warm sandbox waits as one of these for its job.)"""
+
+    def __init__(self, proc: subprocess.Popen[bytes], out_r: int, err_r: int) -> None:
+        self.proc = proc
+        self.out_r = out_r
+        self.err_r = err_r
+        self._open = True
+
+    def alive(self) -> bool:
+        """Whether the process is still running (a warm sandbox that died is not used)."""
+        return self._open and self.proc.poll() is None
+
+    def discard(self) -> None:
+        """Kill the whole run and close its pipes (idempotent)."""
+        if not self._open:
+            return
+        self._open = False
+        _kill(self.proc)
+        self.proc.wait()
+        for fd in (self.out_r, self.err_r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def collect(
+        self,
+        *,
+        report: tuple[int, Callable[[bytes], None], int, int] | None,
+        output_limit: int,
+        wall_time_s: float,
+        feed: tuple[int, bytes] | None = None,
+    ) -> Launched:
+        """Read the run's pipes until its first process ends, at most ``wall_time_s``
+        from now, then kill everything of it.
+
+        ``report`` as for :func:`launch`; ``feed`` is (the write end of a pipe the run
+        reads, the bytes to write there): written as the pipe takes them, then closed, so
+        that a run that does not read cannot block the caller past the deadline.  Every
+        fd given here is closed by the time this returns or raises.
+        """
+        if not self._open:
+            raise RuntimeError("this run was already collected or discarded")
+        self._open = False
+        proc = self.proc
+        out, err = _Capped(output_limit), _Capped(output_limit)
+        sinks: dict[int, Callable[[bytes], None]] = {self.out_r: out.feed, self.err_r: err.feed}
+        lines: _Lines | None = None
+        if report is not None:
+            lines = _Lines(report[1], report[2], report[3])
+            sinks[report[0]] = lines.feed
+        to_write = memoryview(feed[1]) if feed is not None else memoryview(b"")
+        writer = feed[0] if feed is not None else -1
+        if writer >= 0:
+            os.set_blocking(writer, False)
+        deadline = time.monotonic() + max(0.1, wall_time_s)
+        timed_out = False
+        try:
+            pidfd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            pidfd = -1
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                # with every pipe closed there is still the process to wait for
+                waits = [*sinks, *([pidfd] if pidfd >= 0 else [])]
+                writes = [writer] if writer >= 0 else []
+                wait_s = min(left, 0.05 if pidfd < 0 else left)
+                ready, can_write, _ = select.select(waits, writes, [], wait_s)
+                if can_write:
+                    try:
+                        sent = os.write(writer, to_write[: 1 << 16])
+                    except BlockingIOError:
+                        sent = 0
+                    except OSError:  # the run no longer reads (it ended): nothing to send
+                        sent = len(to_write)
+                    to_write = to_write[sent:]
+                    if not to_write:
+                        os.close(writer)
+                        writer = -1
+                for fd in ready:
+                    if fd == pidfd:
+                        continue
+                    data = os.read(fd, _CHUNK)
+                    if data:
+                        sinks[fd](data)
+                    else:
+                        del sinks[fd]
+                        os.close(fd)
+                if pidfd in ready or (pidfd < 0 and proc.poll() is not None):
+                    # The first process ended: what its children still hold open must not
+                    # keep the run going; drain what is already buffered, then stop.
+                    _drain(sinks)
+                    break
+        finally:
+            _kill(proc)
+            proc.wait()
+            for fd in [*sinks, *([writer] if writer >= 0 else [])]:
+                os.close(fd)
+            if pidfd >= 0:
+                os.close(pidfd)
+        return Launched(
+            returncode=None if timed_out else proc.returncode,
+            timed_out=timed_out,
+            stdout=out.text(),
+            stderr=err.text(),
+            stdout_truncated=out.truncated,
+            stderr_truncated=err.truncated,
+            dropped_report_lines=lines.dropped if lines is not None else 0,
+        )
+
+
+def start(
     argv: Sequence[str],
     *,
     env: Mapping[str, str],
     cwd: str,
     stdin_fd: int,
     pass_fds: Sequence[int],
-    report: tuple[int, Callable[[bytes], None], int, int] | None,
-    output_limit: int,
-    wall_time_s: float,
-) -> Launched:
-    """Run ``argv`` and wait for it, at most ``wall_time_s``.
-
-    ``stdin_fd`` becomes its standard input; ``pass_fds`` are the only other fds it
-    inherits (every other one is closed).  ``report`` is (the read end of the report
-    pipe, whose write end is in ``pass_fds``; the function each line goes to; the
-    longest line kept; the bytes of lines kept in all).  Every fd given here is closed
-    by the time this returns or raises.
-    """
+) -> Started:
+    """Start ``argv`` in a new session with ``stdin_fd`` as its standard input and
+    ``pass_fds`` as the only other fds it inherits (every other one is closed); its
+    stdout and stderr are pipes read by :meth:`Started.collect`.  The parent's copies of
+    ``pass_fds`` are closed by the time this returns or raises."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
@@ -142,7 +251,7 @@ def launch(
             close_fds=True,
         )
     except BaseException:
-        for fd in (out_r, err_r, *([report[0]] if report is not None else [])):
+        for fd in (out_r, err_r):
             os.close(fd)
         raise
     finally:
@@ -150,57 +259,34 @@ def launch(
         for fd in (out_w, err_w, *pass_fds):
             with contextlib.suppress(OSError):
                 os.close(fd)
-    out, err = _Capped(output_limit), _Capped(output_limit)
-    sinks: dict[int, Callable[[bytes], None]] = {out_r: out.feed, err_r: err.feed}
-    lines: _Lines | None = None
-    if report is not None:
-        lines = _Lines(report[1], report[2], report[3])
-        sinks[report[0]] = lines.feed
-    deadline = time.monotonic() + max(0.1, wall_time_s)
-    timed_out = False
+    return Started(proc, out_r, err_r)
+
+
+def launch(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str,
+    stdin_fd: int,
+    pass_fds: Sequence[int],
+    report: tuple[int, Callable[[bytes], None], int, int] | None,
+    output_limit: int,
+    wall_time_s: float,
+) -> Launched:
+    """Run ``argv`` and wait for it, at most ``wall_time_s`` (:func:`start`, then
+    :meth:`Started.collect`).
+
+    ``report`` is (the read end of the report pipe, whose write end is in ``pass_fds``;
+    the function each line goes to; the longest line kept; the bytes of lines kept in
+    all).  Every fd given here is closed by the time this returns or raises.
+    """
     try:
-        pidfd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
-        pidfd = -1
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                timed_out = True
-                break
-            # with every pipe closed there is still the process to wait for
-            waits = [*sinks, *([pidfd] if pidfd >= 0 else [])]
-            ready, _, _ = select.select(waits, [], [], min(left, 0.05 if pidfd < 0 else left))
-            for fd in ready:
-                if fd == pidfd:
-                    continue
-                data = os.read(fd, _CHUNK)
-                if data:
-                    sinks[fd](data)
-                else:
-                    del sinks[fd]
-                    os.close(fd)
-            if pidfd in ready or (pidfd < 0 and proc.poll() is not None):
-                # The first process ended: what its children still hold open must not
-                # keep the run going; drain what is already buffered, then stop.
-                _drain(sinks)
-                break
-    finally:
-        _kill(proc)
-        proc.wait()
-        for fd in sinks:
-            os.close(fd)
-        if pidfd >= 0:
-            os.close(pidfd)
-    return Launched(
-        returncode=None if timed_out else proc.returncode,
-        timed_out=timed_out,
-        stdout=out.text(),
-        stderr=err.text(),
-        stdout_truncated=out.truncated,
-        stderr_truncated=err.truncated,
-        dropped_report_lines=lines.dropped if lines is not None else 0,
-    )
+        started = start(argv, env=env, cwd=cwd, stdin_fd=stdin_fd, pass_fds=pass_fds)
+    except BaseException:
+        if report is not None:
+            os.close(report[0])
+        raise
+    return started.collect(report=report, output_limit=output_limit, wall_time_s=wall_time_s)
 
 
 def _drain(sinks: dict[int, Callable[[bytes], None]]) -> None:

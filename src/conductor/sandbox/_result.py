@@ -34,6 +34,8 @@ class SandboxResult:
     stderr_truncated: bool = False
     frames: list[dict[str, Any]] = field(default_factory=list)
     engine: str = "none"
+    #: Whether the run took a sandbox started ahead of its job (``run_job``'s ``warm``).
+    started_ahead: bool = False
 
     @property
     def ok(self) -> bool:

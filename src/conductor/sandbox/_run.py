@@ -13,14 +13,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ._bwrap import SCRATCH, WORKDIR, BwrapPlan, bwrap_path, plan_bwrap
 from ._engine import BUBBLEWRAP, NAMESPACES, NONE, default_engine
-from ._launch import Launched, launch
+from ._launch import Launched, Started, start
 from ._namespaces import fresh_uid, hidden_homes, ns_command, ns_mode, user_tasks, visible_dirs
 from ._result import SandboxResult
+from ._warm import warm_pool
 
 __all__ = ["DEFAULT_OUTPUT_LIMIT", "run_job", "run_sandboxed"]
 
@@ -151,21 +153,21 @@ def _frame_limit(job: Mapping[str, Any], output_limit: int) -> int:
     return 13 * biggest + (1 << 20)
 
 
-def _launch_or_fail(argv: Sequence[str], **kw: Any) -> Launched:
-    """:func:`launch`, or, where the sandbox cannot even start (bwrap or the interpreter
-    missing, out of file descriptors), a run that ended without result saying why: a
-    grader turns that into a ``grader_error`` verdict instead of failing the bench."""
+def _start_or_fail(argv: Sequence[str], **kw: Any) -> tuple[Started | None, str]:
+    """:func:`start`, or, where the sandbox cannot even start (bwrap or the interpreter
+    missing, out of file descriptors), None and why: the run then ends without result
+    saying so, and a grader turns that into a ``grader_error`` verdict instead of
+    failing the bench."""
     if not argv:
-        # not launched: the fds meant for it are closed here (launch closes its own)
-        report = kw.get("report")
-        for fd in [*kw.get("pass_fds", ()), *([report[0]] if report is not None else [])]:
+        # not started: the fds meant for it are closed here (start closes its own)
+        for fd in kw.get("pass_fds", ()):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        return Launched(None, False, "", "the sandbox failed to start", False, False, 0)
+        return None, "the sandbox failed to start"
     try:
-        return launch(argv, **kw)
+        return start(argv, **kw), ""
     except OSError as exc:
-        return Launched(None, False, "", f"the sandbox failed to start: {exc}", False, False, 0)
+        return None, f"the sandbox failed to start: {exc}"
 
 
 class _Report:
@@ -199,41 +201,62 @@ class _Report:
                     self.frames.append(value)
 
 
-def run_job(
-    job: Mapping[str, Any],
-    *,
-    files: Mapping[str, str] | None = None,
-    stdin: str | None = None,
-    cpu_time_s: float = 10.0,
-    wall_time_s: float = 20.0,
-    memory_mb: int = 1024,
-    max_file_mb: int = 64,
-    max_processes: int = 64,
-    output_limit: int = DEFAULT_OUTPUT_LIMIT,
-    report_limit: int = 64 * DEFAULT_OUTPUT_LIMIT,
-    allow_subprocess: bool = False,
-    isolate: bool = True,
-    python: str | None = None,
-    env: Mapping[str, str] | None = None,
-    engine: str | None = None,
-    disk_mb: int = DEFAULT_DISK_MB,
-) -> SandboxResult:
-    """Run one driver job of :mod:`conductor.sandbox.inside` in a fresh sandbox.
+@dataclass(frozen=True)
+class _Settings:
+    """What a sandbox is started with before its job is known: the key of the warm
+    sandboxes that can run a job (:func:`run_job`'s ``warm``)."""
 
-    ``job["kind"]`` is ``program``, ``lcb`` or ``bcb`` (the job's own fields are listed
-    there).  The job reaches the driver on a pipe-like memory file it closes once read;
-    its result frames come back in :attr:`SandboxResult.frames`, at most
-    ``report_limit`` bytes of them (a frame too long for :func:`_frame_limit` is
-    dropped as it streams, and a note says so).  Other arguments as for
-    :func:`run_sandboxed` (CPU time and memory apply to each process the driver
-    starts; ``wall_time_s`` to the whole run).
-    """
-    started = time.monotonic()
-    chosen = NONE if not isolate else (engine or default_engine())
-    if chosen not in (BUBBLEWRAP, NAMESPACES, NONE):
-        raise ValueError(f"unknown sandbox engine {chosen!r}")
-    interpreter = os.path.abspath(python or sys.executable)
-    nproc: int | None = int(max_processes)
+    engine: str
+    interpreter: str
+    cpu_time_s: float
+    memory_mb: int
+    max_file_mb: int
+    max_processes: int
+    allow_subprocess: bool
+    env: tuple[tuple[str, str], ...]
+    disk_mb: int
+    preload: str
+
+
+@dataclass
+class _Sandbox:
+    """One started sandbox waiting for its one job on ``job_w``."""
+
+    started: Started | None
+    failed: str
+    engine: str
+    ns_mode: str
+    report_r: int
+    job_w: int
+    layers: list[str]
+    notes: list[str]
+    cleanup: list[Path] = field(default_factory=list)
+    ahead: bool = False
+
+    def alive(self) -> bool:
+        return self.started is not None and self.started.alive()
+
+    def close(self) -> None:
+        """End the run (if it still runs) and remove what it left on the host."""
+        if self.started is not None:
+            self.started.discard()
+        for fd in (self.report_r, self.job_w):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.report_r = self.job_w = -1
+        for path in self.cleanup:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _start_sandbox(
+    settings: _Settings, files: Mapping[str, str] | None, stdin: str | None
+) -> _Sandbox:
+    """Start a sandbox of ``settings`` holding ``files`` and ``stdin``: its driver waits
+    for the job (:meth:`_Sandbox.close` ends it whatever happens next)."""
+    chosen = settings.engine
+    interpreter = settings.interpreter
+    nproc: int | None = int(settings.max_processes)
     uid: int | None = None
     run_uid: int | None = None
     bwrap: str | None = None
@@ -245,18 +268,21 @@ def run_job(
     fds: list[int] = []
     report_r, report_w = os.pipe()
     os.set_inheritable(report_w, False)
+    job_r, job_w = os.pipe()
     stdin_fd = _memfd("stdin", (stdin or "").encode("utf-8"))
     cfg: dict[str, Any] = {
         "report_fd": report_w,
+        "job_fd": job_r,
         "uid": None,
         "userns": False,
         "mount": False,
         "expose": [],
         "hide": [],
-        "allow_subprocess": allow_subprocess,
-        "args": list(job.get("args", [])),
-        "job": dict(job),
+        "allow_subprocess": settings.allow_subprocess,
+        "preload": settings.preload,
+        "own_pidns": chosen == BUBBLEWRAP,
     }
+    sandbox = _Sandbox(None, "", chosen, mode, report_r, job_w, layers, notes, cleanup)
     try:
         if chosen == BUBBLEWRAP:
             bwrap = bwrap_path()
@@ -264,7 +290,7 @@ def run_job(
                 raise OSError("bwrap is not installed")
             run_uid = fresh_uid() if root else None
             if not root:
-                nproc = user_tasks(os.getuid()) + int(max_processes)
+                nproc = user_tasks(os.getuid()) + int(settings.max_processes)
             work, tmp, cwd = WORKDIR, "/tmp", "/"
             cfg.update(workdir=work, control=SCRATCH)
         else:
@@ -291,7 +317,7 @@ def run_job(
                 os.chmod(workdir, 0o700)
             elif mode == "userns" or not root:
                 # RLIMIT_NPROC counts every thread of the real user, not just ours
-                nproc = user_tasks(os.getuid()) + int(max_processes)
+                nproc = user_tasks(os.getuid()) + int(settings.max_processes)
             else:
                 nproc = None  # root ignores it anyway
             shutil.copyfile(_DRIVER, control / "inside.py")
@@ -304,11 +330,13 @@ def run_job(
                 mount=mode != "none",
                 expose=visible_dirs(interpreter),
                 hide=hidden_homes() if mode != "none" else [],
+                # unshare --pid --fork: the driver is the first process of its own
+                own_pidns=mode != "none",
             )
         cfg["limits"] = {
-            "cpu": max(1, int(cpu_time_s + 0.999)),
-            "as": int(memory_mb) * 1024 * 1024,
-            "fsize": int(max_file_mb) * 1024 * 1024,
+            "cpu": max(1, int(settings.cpu_time_s + 0.999)),
+            "as": int(settings.memory_mb) * 1024 * 1024,
+            "fsize": int(settings.max_file_mb) * 1024 * 1024,
             "nproc": nproc,
             "nofile": 256,
         }
@@ -323,18 +351,19 @@ def run_job(
                     driver_is_bytecode=bytecode is not None,
                     config=config,
                     files=files or {},
-                    disk_mb=disk_mb,
+                    disk_mb=settings.disk_mb,
                     fresh_uid=run_uid,
                     inner_uid=run_uid if run_uid is not None else os.getuid(),
                 )
             except OSError as exc:
-                # launched as a command that fails the same way, so that the result
+                # started as a command that fails the same way, so that the result
                 # says why (a grader makes it a grader_error, not a crash of the bench)
                 plan = BwrapPlan(argv=[])
                 notes.append(f"the sandbox failed to start: {exc}")
             fds += plan.fds
-            argv, notes = plan.argv, notes + plan.notes
-            layers = [*plan.layers, *_BASE_LAYERS]
+            argv = plan.argv
+            notes += plan.notes
+            layers += [*plan.layers, *_BASE_LAYERS]
         else:
             config_fd = _memfd("config", config)
             fds.append(config_fd)
@@ -344,44 +373,70 @@ def run_job(
                 cfg["control"] + "/inside.py",
                 f"/proc/self/fd/{config_fd}",
             ]
-            layers = ["tempdir", *_BASE_LAYERS]
+            layers += ["tempdir", *_BASE_LAYERS]
             if mode != "none":
                 argv = [*ns_command(mode), *argv]
                 ns_layers = ["netns", "mountns", "pidns"]
                 ns_layers += ["uid-drop"] if mode == "root" else ["userns", "no-capabilities"]
-                layers = [*ns_layers, *layers]
+                layers[:0] = ns_layers
             else:
                 layers.append("unisolated")
                 notes.append("OS isolation unavailable or turned off")
-        report = _Report()
-        # from here the launcher owns (and closes) these fds, whatever happens
-        passed, fds = [*fds, report_w], []
-        reader, report_r, report_w = report_r, -1, -1
-        done = _launch_or_fail(
+        # from here the starter owns (and closes) these fds, whatever happens
+        passed, fds = [*fds, report_w, job_r], []
+        report_w = job_r = -1
+        sandbox.started, sandbox.failed = _start_or_fail(
             argv,
-            env=_child_env(work, tmp, env),
+            env=_child_env(work, tmp, dict(settings.env)),
             cwd=cwd,
             stdin_fd=stdin_fd,
             pass_fds=passed,
-            report=(reader, report.line, _frame_limit(job, output_limit), int(report_limit)),
-            output_limit=output_limit,
-            wall_time_s=wall_time_s,
         )
-        notes += report.notes
-        if done.dropped_report_lines:
-            notes.append(f"{done.dropped_report_lines} report lines over the limits dropped")
-        if chosen == NAMESPACES:
-            if report.mounted:
-                layers.append("readonly-fs")
-            else:
-                layers.remove("mountns")
+    except BaseException:
+        sandbox.close()
+        raise
     finally:
-        for fd in (*fds, stdin_fd, report_r, report_w):
+        for fd in (*fds, stdin_fd, report_w, job_r):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        for path in cleanup:
-            shutil.rmtree(path, ignore_errors=True)
+        sandbox.engine, sandbox.ns_mode = chosen, mode
+    return sandbox
+
+
+def _run_in(
+    sandbox: _Sandbox,
+    job: Mapping[str, Any],
+    *,
+    output_limit: int,
+    report_limit: int,
+    wall_time_s: float,
+    started: float,
+) -> SandboxResult:
+    """Send ``job`` to ``sandbox``, wait for the run's end and read its report."""
+    report = _Report()
+    notes = list(sandbox.notes)
+    layers = list(sandbox.layers)
+    payload = json.dumps({"job": dict(job), "args": list(job.get("args", []))}).encode()
+    if sandbox.started is None:
+        done = Launched(None, False, "", sandbox.failed, False, False, 0)
+    else:
+        reader, sandbox.report_r = sandbox.report_r, -1
+        writer, sandbox.job_w = sandbox.job_w, -1
+        done = sandbox.started.collect(
+            report=(reader, report.line, _frame_limit(job, output_limit), int(report_limit)),
+            output_limit=output_limit,
+            wall_time_s=wall_time_s,
+            feed=(writer, payload),
+        )
+    notes += report.notes
+    if done.dropped_report_lines:
+        notes.append(f"{done.dropped_report_lines} report lines over the limits dropped")
+    if sandbox.engine == NAMESPACES:
+        if report.mounted:
+            layers.append("readonly-fs")
+        else:
+            layers.remove("mountns")
 
     returncode: int | None
     killed: str | None = None
@@ -411,5 +466,96 @@ def run_job(
         stdout_truncated=done.stdout_truncated,
         stderr_truncated=done.stderr_truncated,
         frames=report.frames,
-        engine=chosen,
+        engine=sandbox.engine,
+        started_ahead=sandbox.ahead,
     )
+
+
+def _discard(sandbox: _Sandbox) -> None:
+    sandbox.close()
+
+
+def _alive(sandbox: _Sandbox) -> bool:
+    return sandbox.alive()
+
+
+def run_job(
+    job: Mapping[str, Any],
+    *,
+    files: Mapping[str, str] | None = None,
+    stdin: str | None = None,
+    cpu_time_s: float = 10.0,
+    wall_time_s: float = 20.0,
+    memory_mb: int = 1024,
+    max_file_mb: int = 64,
+    max_processes: int = 64,
+    output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    report_limit: int = 64 * DEFAULT_OUTPUT_LIMIT,
+    allow_subprocess: bool = False,
+    isolate: bool = True,
+    python: str | None = None,
+    env: Mapping[str, str] | None = None,
+    engine: str | None = None,
+    disk_mb: int = DEFAULT_DISK_MB,
+    preload: str = "",
+    warm: int = 0,
+) -> SandboxResult:
+    """Run one driver job of :mod:`conductor.sandbox.inside` in a fresh sandbox.
+
+    ``job["kind"]`` is ``program``, ``lcb`` or ``bcb`` (the job's own fields are listed
+    there).  The job reaches the driver on a pipe it reads once, to its end; its result
+    frames come back in :attr:`SandboxResult.frames`, at most ``report_limit`` bytes of
+    them (a frame too long for :func:`_frame_limit` is dropped as it streams, and a note
+    says so).  Other arguments as for :func:`run_sandboxed` (CPU time and memory apply
+    to each process the driver starts; ``wall_time_s`` to the whole run, from when the
+    job is sent).
+
+    ``preload`` is Python source the driver runs before its job arrives (the imports
+    every job of a kind shares; the caller's trusted code, never the job's).  ``warm``
+    (jobs without ``files`` or ``stdin`` only): keep that many sandboxes of these
+    settings started ahead, each waiting for exactly one job and discarded after it
+    (:mod:`conductor.sandbox._warm`); the job takes one that is ready
+    (:attr:`SandboxResult.started_ahead`) or starts its own.  A sandbox is never shared
+    by two jobs, warm or not.
+    """
+    started = time.monotonic()
+    chosen = NONE if not isolate else (engine or default_engine())
+    if chosen not in (BUBBLEWRAP, NAMESPACES, NONE):
+        raise ValueError(f"unknown sandbox engine {chosen!r}")
+    settings = _Settings(
+        engine=chosen,
+        interpreter=os.path.abspath(python or sys.executable),
+        cpu_time_s=float(cpu_time_s),
+        memory_mb=int(memory_mb),
+        max_file_mb=int(max_file_mb),
+        max_processes=int(max_processes),
+        allow_subprocess=bool(allow_subprocess),
+        env=tuple(sorted((env or {}).items())),
+        disk_mb=int(disk_mb),
+        preload=preload,
+    )
+    sandbox: _Sandbox | None = None
+    if warm > 0 and not files and not stdin:
+        pool = warm_pool(
+            settings,
+            functools.partial(_start_sandbox, settings, None, None),
+            _alive,
+            _discard,
+            warm,
+        )
+        sandbox = pool.take()
+        if sandbox is not None:
+            sandbox.ahead = True
+    if sandbox is None:
+        sandbox = _start_sandbox(settings, files, stdin)
+    try:
+        return _run_in(
+            sandbox,
+            job,
+            output_limit=output_limit,
+            report_limit=report_limit,
+            wall_time_s=wall_time_s,
+            started=started,
+        )
+    finally:
+        sandbox.close()

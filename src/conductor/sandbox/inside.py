@@ -50,7 +50,6 @@ import contextlib
 import json
 import os
 import resource
-import secrets
 import signal
 import sys
 import time
@@ -503,12 +502,15 @@ def _memfd(name: str, data: bytes = b"") -> int:
         fd = os.memfd_create(name, 0)
     except (AttributeError, OSError):
         # not Linux, or refused by the bubblewrap sandbox's seccomp filter (memory files
-        # would escape its memory limits): an unlinked file in the driver's scratch dir,
-        # on the sandbox's size-limited tmpfs
-        import tempfile
+        # would escape its memory limits): a file without a name in the driver's scratch
+        # dir, on the sandbox's size-limited tmpfs (else one unlinked at once)
+        try:
+            fd = os.open(CFG["control"], os.O_TMPFILE | os.O_RDWR, 0o600)
+        except (AttributeError, OSError):
+            import tempfile
 
-        fd, path = tempfile.mkstemp(prefix=name, dir=CFG["control"])
-        os.unlink(path)
+            fd, path = tempfile.mkstemp(prefix=name, dir=CFG["control"])
+            os.unlink(path)
     if data:
         os.write(fd, data)
         os.lseek(fd, 0, os.SEEK_SET)
@@ -528,8 +530,14 @@ def _read_fd(fd: int, limit: int) -> tuple[bytes, bool]:
     return data[:limit], len(data) > limit
 
 
+# Wait statuses of the driver's children that a sweep reaped before they were waited for.
+_REAPED: dict[int, int] = {}
+
+
 def _wait(pid: int, timeout: float) -> tuple[int | None, bool]:
     """Wait for child ``pid``; kill it at ``timeout``.  (wait status, timed out)."""
+    if pid in _REAPED:  # already reaped by a sweep
+        return _REAPED.pop(pid), False
     deadline = time.monotonic() + max(0.01, timeout)
     try:
         pidfd = os.pidfd_open(pid)
@@ -556,6 +564,18 @@ def _wait(pid: int, timeout: float) -> tuple[int | None, bool]:
     if pidfd >= 0:
         os.close(pidfd)
     return status, timed_out
+
+
+def _swept(keep: int = 0) -> bool:
+    """After a test: nothing it started is left to see the next one (:func:`sweep`,
+    where the run has a PID namespace of its own; elsewhere ``kill(-1)`` would reach
+    the caller's other processes).  False (stop testing) where something survived."""
+    if not CFG.get("own_pidns"):
+        return True
+    if sweep(keep):
+        return True
+    report("N", "a process of the last test survived being killed: no further tests run")
+    return False
 
 
 def _status_json(status: int | None) -> dict[str, int]:
@@ -639,6 +659,7 @@ def _compile_solution(job: dict[str, Any]) -> Any:
 def job_lcb() -> None:
     """Run each LiveCodeBench test in a fresh child; forward raw outputs (no verdicts)."""
     import builtins
+    import gc
     import io
 
     work = CFG["workdir"]
@@ -647,30 +668,40 @@ def job_lcb() -> None:
     code = _compile_solution(job)
     if code is None:
         return
-    prelude = compile(prelude_src, "<prelude>", "exec")
-    # the prelude's modules are imported once here, so each child starts warm
-    exec(prelude, {"__name__": "__prelude__", "__builtins__": builtins})
+    # The prelude's names are bound once here (its modules imported, its limits set),
+    # and each child starts from a copy: the same bindings as running it there, without
+    # the import machinery's work (and its copy-on-write faults) once per test.
+    base: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    with contextlib.suppress(Exception):
+        exec(compile(prelude_src, "<prelude>", "exec"), base)
+    base["__name__"] = "__main__"
     limit = float(job["time_limit"])
     out_cap = int(job["output_limit"])
     fn_name = job.get("fn_name")
+    # What is loaded now is not garbage the children make: a collection in a child
+    # would otherwise walk (and so copy) every object inherited from here.
+    gc.freeze()
     frame({"event": "ready"})
 
-    def fresh_globals() -> dict[str, Any]:
-        g: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
-        with contextlib.suppress(Exception):
-            exec(prelude, g)
-        g["__name__"] = "__main__"
-        return g
-
-    for i, test in enumerate(job["tests"]):
+    def start(i: int, test: dict[str, Any], done: tuple[int, ...]) -> tuple[int, int, list[int]]:
+        """Fork test ``i``'s child, which sets itself up and waits for the go (one byte
+        on its pipe) before any model code runs: (pid, the go pipe, the test's fds)."""
         kind = test["testtype"]
         stdin_fd = _memfd("stdin", test["input"].encode("utf-8") if kind == "stdin" else b"")
         out_fd, err_fd, res_fd = _memfd("stdout"), _memfd("stderr"), _memfd("result")
+        go_r, go_w = os.pipe()
+        # made here, not in the child: copying the prelude's bindings there would write
+        # to (and so copy) every page they are on
+        g = dict(base)
 
         def body(
             kind: str = kind, test: dict[str, Any] = test, res_fd: int = res_fd,
             stdin_fd: int = stdin_fd, out_fd: int = out_fd, err_fd: int = err_fd,
+            g: dict[str, Any] = g,
         ) -> int:  # fmt: skip
+            # the previous test's files (still open here while it ran) are not this one's
+            for fd in (*done, go_w):
+                os.close(fd)
             os.dup2(stdin_fd, 0)
             os.dup2(out_fd, 1)
             os.dup2(err_fd, 2)
@@ -679,7 +710,10 @@ def job_lcb() -> None:
             sys.stderr = io.TextIOWrapper(io.FileIO(2, "wb", closefd=False), encoding="utf-8")
             sys.path.insert(0, work)
             install_guard(work, CFG["allow_subprocess"], res_fd)
-            g = fresh_globals()
+            go = os.read(go_r, 1)
+            os.close(go_r)
+            if go != b"G":
+                os._exit(1)
             if kind == "stdin":
                 exec(code, g)
                 return 0
@@ -702,11 +736,29 @@ def job_lcb() -> None:
             return 0
 
         pid = _fork_child(body)
-        status, timed_out = _wait(pid, limit)
+        os.close(go_r)
+        return pid, go_w, [stdin_fd, out_fd, err_fd, res_fd]
+
+    # Each test's child is forked (and sets itself up) while the test before it runs;
+    # it starts only once that test has ended and everything it left was killed.
+    tests = job["tests"]
+    ahead = start(0, tests[0], ()) if tests else None
+    for i in range(len(tests)):
+        assert ahead is not None
+        pid, go_w, fds = ahead
+        ahead = None
+        with contextlib.suppress(OSError):
+            os.write(go_w, b"G")
+        os.close(go_w)
+        went = time.monotonic()
+        if i + 1 < len(tests):
+            ahead = start(i + 1, tests[i + 1], tuple(fds))
+        stdin_fd, out_fd, err_fd, res_fd = fds
+        status, timed_out = _wait(pid, limit - (time.monotonic() - went))
         out, out_trunc = _read_fd(out_fd, out_cap)
         err, _ = _read_fd(err_fd, 1 << 16)
         res, res_trunc = _read_fd(res_fd, out_cap + (1 << 16))
-        for fd in (stdin_fd, out_fd, err_fd, res_fd):
+        for fd in fds:
             os.close(fd)
         value_text = None
         blocked = []
@@ -731,8 +783,16 @@ def job_lcb() -> None:
         )
         # A time-out, crash or refused operation fails the sample whatever the expected
         # output is, so the tests after it need not run.
-        if timed_out or blocked or status is None or status != 0:
+        failed = timed_out or blocked or status is None or status != 0
+        if failed or not _swept(ahead[0] if ahead is not None else 0):
             break
+    if ahead is not None:
+        # not started: the go pipe closes unwritten, and the child ends without running
+        os.close(ahead[1])
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(ahead[0], 0)
+        for fd in ahead[2]:
+            os.close(fd)
 
 
 # ----------------------------------------------------------------------------- job: bcb
@@ -1787,6 +1847,8 @@ def job_bcb() -> None:
         pid = _fork_child(body)
         os.close(nonce_r)
         # made after the fork: the child's copy of this process never held it
+        import secrets
+
         nonce = secrets.token_bytes(16)
         os.write(nonce_w, nonce)
         os.close(nonce_w)
@@ -1812,7 +1874,7 @@ def job_bcb() -> None:
                 "output_tail": out.decode("utf-8", "replace")[-3000:],
             }
         )
-        if outcome != "pass":
+        if outcome != "pass" or not _swept():
             break
 
 
@@ -1861,13 +1923,79 @@ def _iter_jobs() -> Iterator[Callable[[], None]]:
     yield {"program": job_program, "lcb": job_lcb, "bcb": job_bcb}[kind]
 
 
+def _read_job(fd: int) -> dict[str, Any] | None:
+    """The one job this driver runs: JSON on pipe ``fd`` up to its end (the parent
+    closes it once written).  None where the parent went away without sending one."""
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    if not chunks:
+        return None
+    value = json.loads(b"".join(chunks))
+    return value if isinstance(value, dict) else None
+
+
+def sweep(keep: int = 0) -> bool:
+    """Kill every process of the sandbox but this one, its init and ``keep`` (the next
+    test's child, which has not run model code yet), so that nothing one test left
+    behind sees the next.  In the run's own PID namespace: ``kill(-1)`` where nothing is
+    kept, else each process ``/proc`` lists.  False where something survived repeated
+    sweeps."""
+    me = os.getpid()
+    for _ in range(200):
+        if not keep:
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:
+                return True
+            except OSError:
+                return False
+        else:
+            hit = False
+            for name in os.listdir("/proc"):
+                if not name.isdigit() or int(name) in (1, me, keep) or _zombie(name):
+                    continue
+                with contextlib.suppress(OSError):
+                    os.kill(int(name), signal.SIGKILL)
+                    hit = True
+            if not hit:
+                return True
+        _reap()
+        time.sleep(0.001)
+    return False
+
+
+def _reap() -> None:
+    """Reap what ended among this process's children (orphans, where it is the init)."""
+    with contextlib.suppress(ChildProcessError):
+        while True:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid <= 0:
+                return
+            _REAPED[pid] = status
+
+
+def _zombie(pid: str) -> bool:
+    """Whether ``/proc/PID`` is a process that ended and waits to be reaped (or is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return True
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
+
+
 def main(argv: list[str]) -> int:
     """Entry point inside the sandbox: ``inside.py CONFIG``."""
     global REPORT_FD
     with open(argv[1], encoding="utf-8") as fh:
         CFG.update(json.load(fh))
     if argv[1].startswith("/proc/self/fd/"):
-        # the job came on an inherited memory file: no process started later may read it
+        # the config came on an inherited memory file: no process started later may read it
         with contextlib.suppress(OSError, ValueError):
             os.close(int(argv[1].rsplit("/", 1)[1]))
     REPORT_FD = int(CFG["report_fd"])
@@ -1878,9 +2006,26 @@ def main(argv: list[str]) -> int:
             report("N", f"read-only mounts unavailable: {exc!r}")
     with contextlib.suppress(OSError):
         _prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    for job in _iter_jobs():
+    if CFG.get("preload"):
+        # what every job of this kind imports, done before the job is here: a warm
+        # sandbox waits with it loaded (trusted code of the parent's, not the job's)
+        import builtins
+
+        with contextlib.suppress(Exception):
+            exec(CFG["preload"], {"__name__": "__preload__", "__builtins__": builtins})
+    # The job comes on a pipe, read once to its end: a warm sandbox runs exactly one job
+    # (then it ends), and no process started later may read the job.
+    job = _read_job(int(CFG["job_fd"]))
+    if job is None:
+        return 0
+    CFG["job"], CFG["args"] = job["job"], job.get("args", [])
+    # ctypes is what every child uses before its guard (no_new_privs, capabilities):
+    # imported once here rather than once per test
+    import ctypes  # noqa: F401
+
+    for run in _iter_jobs():
         try:
-            job()
+            run()
         except Exception:
             report("N", "driver failed: " + traceback.format_exc()[-1500:])
             return 1
@@ -1888,4 +2033,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    # everything was reported with os.write: the interpreter's orderly shutdown (every
+    # module torn down) would only delay the end of the run
+    os._exit(main(sys.argv))
