@@ -175,3 +175,16 @@ def test_a_forked_child_does_not_use_its_parents_pool() -> None:
         os.close(write)
     finally:
         pool.close()
+
+
+# ------------------------------------------------------------------ grader slots
+
+
+def test_grader_slots_default_above_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    from conductor.bench import runconfig
+
+    for cores, lowest in ((1, 4), (2, 8), (16, 64), (512, 64)):
+        monkeypatch.setattr(runconfig.os, "cpu_count", lambda c=cores: c)
+        slots = runconfig.BenchOptions(out_dir=runconfig.Path(".")).grader_concurrency
+        # grading waits on sandboxed processes: more slots than cores, within bounds
+        assert lowest <= slots <= 256 and slots > min(cores, 255), (cores, slots)
