@@ -217,12 +217,12 @@ def test_the_command_writes_the_page_and_prints_its_path(
 
 
 @pytest.mark.process
-def test_help_loads_neither_jinja2_nor_matplotlib() -> None:
+def test_help_loads_neither_jinja2_nor_matplotlib_nor_numpy() -> None:
     code = (
         "import sys\n"
         "from conductor.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "print('LOADED', [m for m in ('jinja2', 'matplotlib', 'conductor.view.data')"
+        "print('LOADED', [m for m in ('jinja2', 'matplotlib', 'numpy', 'conductor.view.data')"
         " if m in sys.modules])\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -9,8 +9,8 @@ A RUN is one of:
   per served model (``conductor``, ``single:W``, ``moa``, ...: the strategy each record
   names), since one server answers for all of them in one records file.
 
-A bench run's overview numbers come from :mod:`conductor.runs.summary` (its
-``summary.json`` when fresh, else :func:`~conductor.runs.summary.summarize_run`), the
+A bench run's overview numbers come from :mod:`conductor.runs.summary`
+(:func:`~conductor.runs.summary.current_summary`: its ``summary.json`` when fresh), the
 one place scores are computed; this module adds the intervals (``runs.stats``) and
 the per-sample rows the page lists.  Records without a bench directory (``ask`` and
 ``serve``) carry no ``config.json`` to summarise: their few numbers (cost, tokens,
@@ -42,7 +42,6 @@ from ..record import RunRecord, read_record
 from ..runs.rundir import (
     CONFIG,
     SAMPLES,
-    SUMMARY,
     SampleLines,
     iter_records,
     numbered_records,
@@ -53,7 +52,7 @@ from ..shapes import topology_kind
 from .companion import DetailSpool
 
 if TYPE_CHECKING:
-    from ..runs.summary import RunSummary
+    pass
 
 __all__ = [
     "MAX_TEXT",
@@ -381,20 +380,6 @@ def _accuracy_interval(samples: Sequence[ViewSample]) -> tuple[float | None, flo
     return wilson_interval(sum(s.correct for s in graded), len(graded))
 
 
-def _summary(run_dir: Path) -> RunSummary:
-    """The run's scores: its ``summary.json`` when written after its last record (a
-    finished run leaves one), else summarised from the records."""
-    from ..runs.summary import read_summary, summarize_run
-
-    saved, samples = run_dir / SUMMARY, run_dir / SAMPLES
-    try:
-        if saved.stat().st_mtime >= samples.stat().st_mtime:
-            return read_summary(saved)
-    except (OSError, UsageError, RecordError):
-        pass  # missing, unreadable or stale: summarise again
-    return summarize_run(run_dir)
-
-
 def _first_pass(lines: SampleLines) -> tuple[set[int], _Boilerplate]:
     """The lines holding the last record of each (sample, epoch), as
     :func:`~conductor.runs.rundir.latest_lines` finds them, and the boilerplate of the
@@ -411,7 +396,9 @@ def _first_pass(lines: SampleLines) -> tuple[set[int], _Boilerplate]:
 
 
 def _bench_run(run_dir: Path, spool: DetailSpool) -> ViewRun:
-    summary = _summary(run_dir)
+    from ..runs.summary import current_summary
+
+    summary = current_summary(run_dir)
     samples: list[ViewSample] = []
     lines = SampleLines(run_dir / SAMPLES)
     if not lines.path.is_file():
