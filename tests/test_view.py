@@ -419,3 +419,25 @@ def test_the_details_are_spooled_a_chunk_at_a_time_and_published_beside_the_page
     (companion_dir(page) / "d-00009.js").write_text("stale")
     write_view(load_runs([tmp_path / "run"]), page)
     assert sorted(p.name for p in companion_dir(page).iterdir()) == ["d-00000.js", "s-00000.js"]
+
+
+@pytest.mark.parametrize("summarised", [False, True])
+def test_a_sample_recorded_again_is_shown_once_as_last_recorded(
+    tmp_path: Path, summarised: bool
+) -> None:
+    from conductor.runs.summary import write_summary
+
+    records = [
+        planned_record("q0", "first try", chain("gpt-small"), verdict="run_failed"),
+        planned_record("q1", "other", chain("gpt-small")),
+        planned_record("q0", "second try", chain("gpt-small"), verdict="correct"),
+    ]
+    run = write_bench(tmp_path / "run", records)
+    if summarised:
+        write_summary(run)
+    (loaded,) = load_runs([run])
+    assert [(s.key, s.question, s.verdict) for s in loaded.samples] == [
+        ("q1#0", "other", "correct"),
+        ("q0#0", "second try", "correct"),
+    ]
+    assert [loaded.details.detail(i)["question"] for i in range(2)] == ["other", "second try"]

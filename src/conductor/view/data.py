@@ -52,7 +52,7 @@ from ..shapes import topology_kind
 from .companion import DetailSpool
 
 if TYPE_CHECKING:
-    pass
+    from ..runs.summary import RunSummary
 
 __all__ = [
     "MAX_TEXT",
@@ -395,6 +395,16 @@ def _first_pass(lines: SampleLines) -> tuple[set[int], _Boilerplate]:
     return set(last.values()), boilerplate
 
 
+def _each_line_distinct(lines: SampleLines, summary: RunSummary) -> bool:
+    """Whether no line of the run's file is replaced by a later one (every (sample,
+    epoch) recorded once), read from its summary's counts: then every line is read and
+    the pass that finds the last line of each pair (a second parse of a file that may
+    hold a gigabyte) is not needed."""
+    with lines.path.open("rb") as fh:
+        written = sum(1 for raw in fh if raw.strip())
+    return written == summary.n_records + summary.skipped_lines
+
+
 def _bench_run(run_dir: Path, spool: DetailSpool) -> ViewRun:
     from ..runs.summary import current_summary
 
@@ -403,10 +413,17 @@ def _bench_run(run_dir: Path, spool: DetailSpool) -> ViewRun:
     lines = SampleLines(run_dir / SAMPLES)
     if not lines.path.is_file():
         raise RecordError(f"{lines.path}: no such file")
-    keep, boilerplate = _first_pass(lines)
+    keep: set[int] | None = None
+    boilerplate: _Boilerplate | None = None
+    if not _each_line_distinct(lines, summary):
+        keep, boilerplate = _first_pass(lines)
     for i, (_number, record) in enumerate(numbered_records(lines, keep)):
         row, detail = sample_of(record, i)
         if own_question(record) is None:
+            if boilerplate is None:
+                # Records that do not keep their question apart (older ones): the
+                # template around it is what every prompt of the run shares.
+                _keep, boilerplate = _first_pass(SampleLines(lines.path))
             question = boilerplate.strip(detail.question)
             if question != detail.question:
                 detail.prompt, detail.question = detail.question, question
