@@ -165,6 +165,7 @@ class SampleListing:
         matching = [r for r in self.rows if verdict is None or r.verdict == verdict]
         self.matching = len(matching)
         self.shown = matching[:limit] if limit is not None else matching
+        self._cell_rows: dict[bool, list[list[RenderableType]]] = {}
 
     def summary(self) -> Text:
         """One line: how many samples (and epochs), the count of each verdict, the cost."""
@@ -221,11 +222,17 @@ class SampleListing:
             cols += [("tokens\nin/out", "right"), ("time\n(s)", "right")]
         return cols
 
+    def _shown_cells(self, full: bool) -> list[list[RenderableType]]:
+        """The cells of every row shown, made once (the widths and the lines read them)."""
+        if full not in self._cell_rows:
+            self._cell_rows[full] = [self._cells(r, full) for r in self.shown]
+        return self._cell_rows[full]
+
     def _widths(self, full: bool) -> list[int]:
         """Each column's width: its widest header line or cell (no cell wraps)."""
         widths = [max(cell_len(line) for line in h.split("\n")) for h, _ in self._columns(full)]
-        for r in self.shown:
-            for i, cell in enumerate(self._cells(r, full)):
+        for cells in self._shown_cells(full):
+            for i, cell in enumerate(cells):
                 widths[i] = max(widths[i], cell_len(str(cell)))
         return widths
 
@@ -268,8 +275,8 @@ class SampleListing:
             cells = [h[k - depth + len(h)] if k >= depth - len(h) else "" for h in heads]
             line([Text(c, style="table.header") for c in cells], out)
         out.append("─" * (sum(widths) + _GAP * (len(widths) - 1)) + "\n")
-        for r in self.shown:
-            line([c if isinstance(c, Text) else Text(str(c)) for c in self._cells(r, full)], out)
+        for cells in self._shown_cells(full):
+            line([c if isinstance(c, Text) else Text(str(c)) for c in cells], out)
         out.rstrip()
         return out
 
