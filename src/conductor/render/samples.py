@@ -272,8 +272,8 @@ class SampleListing:
         depth = max(len(h) for h in heads)
         for k in range(depth):
             # A header of fewer lines sits at the foot of its cell.
-            cells = [h[k - depth + len(h)] if k >= depth - len(h) else "" for h in heads]
-            line([Text(c, style="table.header") for c in cells], out)
+            heading = [h[k - depth + len(h)] if k >= depth - len(h) else "" for h in heads]
+            line([Text(c, style="table.header") for c in heading], out)
         out.append("─" * (sum(widths) + _GAP * (len(widths) - 1)) + "\n")
         for cells in self._shown_cells(full):
             line([c if isinstance(c, Text) else Text(str(c)) for c in cells], out)
