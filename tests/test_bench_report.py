@@ -31,7 +31,13 @@ from conductor.record import (
     record_to_dict,
 )
 from conductor.render.report import report_views, summary_table, topology_table, usage_table
-from conductor.runs.summary import best_single, read_summary, summarize_run, write_summary
+from conductor.runs.summary import (
+    best_single,
+    current_summary,
+    read_summary,
+    summarize_run,
+    write_summary,
+)
 
 
 def report_renderables(run_dirs: list[Path]) -> list[RenderableType]:
@@ -199,6 +205,25 @@ def test_summary_round_trip(conductor_dir: Path) -> None:
     assert data["worker_usage"]["gpt"] == {"0": 1, "1": 1, "2": 3}
     assert read_summary(conductor_dir) == written
     assert read_summary(conductor_dir / "summary.json").epoch_accuracy == {0: 40.0, 1: 60.0}
+
+
+def test_a_fresh_summary_json_is_read_and_one_older_than_a_source_is_not(
+    conductor_dir: Path,
+) -> None:
+    import os
+
+    write_summary(conductor_dir)
+    saved = json.loads((conductor_dir / "summary.json").read_text())
+    saved["latency_p95"] = 123.0  # a mark only the file carries
+    (conductor_dir / "summary.json").write_text(json.dumps(saved))
+    assert current_summary(conductor_dir).latency_p95 == 123.0
+    # Any file the summary is made from, changed after it, makes it stale.
+    for name in ("samples.jsonl", "config.json"):
+        later = (conductor_dir / "summary.json").stat().st_mtime + 5
+        os.utime(conductor_dir / name, (later, later))
+        assert current_summary(conductor_dir) == summarize_run(conductor_dir)
+        os.utime(conductor_dir / "summary.json", (later + 5, later + 5))
+        assert current_summary(conductor_dir).latency_p95 == 123.0
 
 
 def test_missing_pieces_are_usage_errors(tmp_path: Path) -> None:

@@ -3,13 +3,12 @@ numbers and comparisons it embeds, the page's data blocks, and the command."""
 
 from __future__ import annotations
 
-import base64
-import gzip
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -29,7 +28,8 @@ from conductor.errors import UsageError
 from conductor.record import RunRecord
 from conductor.runs.stats import mcnemar_exact, wilson_interval
 from conductor.testing import FakeLLMServer
-from conductor.view.data import compare_runs, load_runs
+from conductor.view.companion import DetailSpool, companion_dir, read_chunk
+from conductor.view.data import compare_runs, load_run, load_runs
 from conductor.view.page import page_data, write_view
 
 pytest.importorskip("jinja2")
@@ -92,12 +92,14 @@ def test_a_bench_directory_and_a_singles_run_load_as_runs(runs_on_disk: tuple[Pa
     first, second = a.samples[0], a.samples[1]
     assert (first.steps, first.kind, first.workers) == (2, "chain", ["gpt-small", "claude-mid"])
     assert second.steps == 3 and second.kind == "parallel attempts + judge"
-    assert second.subtasks[-1] == "judge the attempts"
-    assert second.svg.startswith("<svg") and second.svg.count("class='step") == 3
+    # Its details are spooled apart, for the page's companion.
+    detail = a.details.detail(1)
+    assert detail["subtasks"][-1] == "judge the attempts"
+    assert detail["svg"].startswith("<svg") and detail["svg"].count("class='step") == 3
     # Step views keep the messages and the response for the page's collapsed blocks.
-    step = second.step_views[2]
-    assert step.sees == [0, 1] and step.messages[0] == ("system", "You are a careful worker.")
-    assert step.response == "gemini-big says 42"
+    _rnd, _index, _worker, _status, sees, messages, response, _error = detail["steps"][2]
+    assert sees == [0, 1] and messages[0] == ["system", "You are a careful worker."]
+    assert response == "gemini-big says 42"
     # The usage by position and the shapes come from the bench summary.
     assert a.overview.worker_usage["gemini-big"] == {2: 3}
     assert a.overview.topology_counts == {"parallel attempts + judge": 3, "chain": 4}
@@ -149,32 +151,38 @@ def test_a_path_that_is_no_run_is_a_usage_error(tmp_path: Path) -> None:
         load_runs([tmp_path / "empty"])
 
 
-def _blocks(html: str) -> dict[str, object]:
+def _blocks(html: str) -> dict[str, Any]:
     found = re.findall(r'<script type="application/json" id="([\w-]+)">(.*?)</script>', html, re.S)
-    blocks: dict[str, object] = {name: json.loads(text) for name, text in found}
-    packed = re.search(
-        r'<script type="application/octet-stream" id="view-details"[^>]*>(.*?)</', html
-    )
-    assert packed, "no details block"
-    blocks["view-details"] = json.loads(gzip.decompress(base64.b64decode(packed.group(1))))
-    return blocks
+    return {name: json.loads(text) for name, text in found}
+
+
+def _chunks(page: Path, kind: str) -> list[tuple[str, str, int, Any]]:
+    """The companion files of ``kind`` beside ``page``, in order, read back."""
+    return [read_chunk(p) for p in sorted(companion_dir(page).glob(f"{kind}-*.js"))]
 
 
 def test_the_page_holds_its_data_safely_and_requests_nothing(tmp_path: Path) -> None:
     hostile = 'Is 1 < 2? </script><script>document.title="pwned"</script><!-- x'
     records = [planned_record("x1", hostile, chain("gpt-small")), *conductor_records(VERDICTS_A)]
     runs = load_runs([write_bench(tmp_path / "run", records)])
-    html = write_view(runs, tmp_path / "view.html").read_text()
-    # The data blocks and the script are the only three script elements; the question
+    page = write_view(runs, tmp_path / "view.html")
+    html = page.read_text()
+    # The data block and the script are the only two script elements; the question
     # stayed inside its block and reads back whole.
-    assert html.count("</script>") == 3 and 'pwned"</script>' not in html
-    blocks = _blocks(html)
-    rows = blocks["view-data"]["rows"]  # type: ignore[index]
+    assert html.count("</script>") == 2 and 'pwned"</script>' not in html
+    main = _blocks(html)["view-data"]
+    rows = main["rows"]
     assert rows[0][4] == hostile and len(rows) == len(records)
-    assert len(blocks["view-details"]["items"]) == len(records)  # type: ignore[index]
+    # The details are beside the page, a file per chunk of samples, each naming the page.
+    (chunk,) = _chunks(page, "d")
+    assert chunk[:3] == (main["details"]["token"], "d", 0)
+    assert main["details"]["dir"] == "view.details"
+    items, texts = chunk[3]["items"], chunk[3]["texts"]
+    assert len(items) == len(records) and items[0][7] == hostile
     # A text that recurs in every step is stored once.
-    texts = blocks["view-details"]["texts"]  # type: ignore[index]
     assert texts.count("You are a careful worker.") == 1
+    ((_token, _kind, _n, search),) = _chunks(page, "s")
+    assert search[0].startswith(hostile.lower()) and len(search) == len(records)
     # Nothing outside the file: no resource address, and a policy that forbids any.
     assert "default-src 'none'" in html
     assert not re.search(r"""(?:src|href|action)\s*=\s*["']?(?:https?:)?//""", html, re.I)
@@ -183,7 +191,7 @@ def test_the_page_holds_its_data_safely_and_requests_nothing(tmp_path: Path) -> 
 
 def test_page_data_embeds_every_comparison_and_the_chart(runs_on_disk: tuple[Path, Path]) -> None:
     runs = load_runs(list(runs_on_disk))
-    main, _details = page_data(runs)
+    main = page_data(runs)
     pairs = [(c["a"], c["b"]) for c in main["compare"]]
     assert pairs == [(0, 1), (0, 2), (1, 2)]
     assert main["accuracy_cost_svg"].startswith("<svg")
@@ -199,7 +207,8 @@ def test_the_command_writes_the_page_and_prints_its_path(
     assert res.returncode == 0, res.stderr
     out = tmp_path / "conductor-view.html"
     assert res.stdout.strip() == "conductor-view.html" and out.is_file()
-    assert len(_blocks(out.read_text())["view-data"]["runs"]) == 3  # type: ignore[index]
+    assert len(_blocks(out.read_text())["view-data"]["runs"]) == 3
+    assert (tmp_path / "conductor-view.details" / "d-00000.js").is_file()
     chosen = tmp_path / "page.html"
     res = run_cli("view", str(bench), "--out", str(chosen))
     assert res.returncode == 0 and res.stdout.strip() == str(chosen) and chosen.is_file()
@@ -208,12 +217,12 @@ def test_the_command_writes_the_page_and_prints_its_path(
 
 
 @pytest.mark.process
-def test_help_loads_neither_jinja2_nor_matplotlib() -> None:
+def test_help_loads_neither_jinja2_nor_matplotlib_nor_numpy() -> None:
     code = (
         "import sys\n"
         "from conductor.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "print('LOADED', [m for m in ('jinja2', 'matplotlib', 'conductor.view.data')"
+        "print('LOADED', [m for m in ('jinja2', 'matplotlib', 'numpy', 'conductor.view.data')"
         " if m in sys.modules])\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -278,10 +287,11 @@ def test_the_question_is_the_question_not_the_prompt_around_it(tmp_path: Path) -
     (run,) = load_runs([write_bench(tmp_path / "run", records)])
     assert [s.question for s in run.samples] == asked
     # The prompt the run was given is kept for the sample's page.
-    assert [s.prompt for s in run.samples] == [SMOKE_TEMPLATE.replace("{q}", q) for q in asked]
-    main, details = page_data([run])
+    details = [run.details.detail(i) for i in range(len(asked))]
+    assert [d["prompt"] for d in details] == [SMOKE_TEMPLATE.replace("{q}", q) for q in asked]
+    assert [d["question"] for d in details] == asked
+    main = page_data([run])
     assert [row[4] for row in main["rows"]] == asked
-    assert details["items"][0][6] == SMOKE_TEMPLATE.replace("{q}", asked[0])
 
 
 def test_records_that_only_hold_the_prompt_lose_the_template_around_it(tmp_path: Path) -> None:
@@ -293,12 +303,12 @@ def test_records_that_only_hold_the_prompt_lose_the_template_around_it(tmp_path:
     records = [planned_record(f"q{i}", p, chain("gpt-small")) for i, p in enumerate(prompts)]
     (run,) = load_runs([write_bench(tmp_path / "old", records)])
     assert [s.question for s in run.samples] == [f"Question: {q}" for q in asked]
-    assert [s.prompt for s in run.samples] == prompts
+    assert [run.details.detail(i)["prompt"] for i in range(3)] == prompts
     # One prompt alone (or the same prompt over epochs) shows no template: it stays whole.
     alone = [planned_record("q0", prompts[0], chain("gpt-small"), epoch=e) for e in range(2)]
     (one,) = load_runs([write_bench(tmp_path / "alone", alone)])
     assert [s.question for s in one.samples] == [prompts[0]] * 2
-    assert [s.prompt for s in one.samples] == ["", ""]
+    assert [one.details.detail(i)["prompt"] for i in range(2)] == ["", ""]
     # Questions a user asked (serve, ask) are never cut, however alike they begin.
     served = [
         planned_record(None, f"Context line.\nQuestion {i}?", chain("gpt-small")) for i in (1, 2)
@@ -319,13 +329,12 @@ def test_rounds_are_numbered_from_1_and_steps_from_0(tmp_path: Path) -> None:
     later.steps = later.steps[:1]
     record.rounds.append(later)
     (run,) = load_runs([write_bench(tmp_path / "run", [record])])
-    (sample,) = run.samples
+    (_sample,) = run.samples
+    detail = run.details.detail(0)
     # The record's rounds 0 and 1 are the page's rounds 1 and 2, as in conductor trace.
-    assert [(st.round, st.index) for st in sample.step_views] == [(1, 0), (1, 1), (2, 0)]
-    assert [pos for pos, _reply in sample.replies] == [1, 2]
-    assert "data-round='1'" in sample.svg and "data-round='2'" in sample.svg
-    _main, details = page_data([run])
-    assert [[st[0], st[1]] for st in details["items"][0][3]] == [[1, 0], [1, 1], [2, 0]]
+    assert [[st[0], st[1]] for st in detail["steps"]] == [[1, 0], [1, 1], [2, 0]]
+    assert [pos for pos, _reply in detail["replies"]] == [1, 2]
+    assert "data-round='1'" in detail["svg"] and "data-round='2'" in detail["svg"]
 
 
 @pytest.mark.process
@@ -373,7 +382,7 @@ def test_a_serve_records_directory_is_one_run_per_served_model(
     assert by["single:w0"].overview.worker_usage == {"w0": {0: 2}}
     assert by["conductor"].conductor == "conductor-7b" and by["moa"].conductor == "—"
     assert [r.is_single for r in runs] == [False, False, True, True, False]
-    main, _details = page_data(runs)
+    main = page_data(runs)
     assert [row[0] for row in main["rows"]] == [0, 0, 1, 2, 2, 3, 4]
 
 
@@ -389,3 +398,46 @@ def test_serve_records_written_before_they_named_their_model_are_split_too(
         ("conductor", ["planned?"]),
         ("single:gpt-small", ["alone?"]),
     ]
+
+
+def test_the_details_are_spooled_a_chunk_at_a_time_and_published_beside_the_page(
+    tmp_path: Path,
+) -> None:
+    records = [planned_record(f"q{i}", f"question {i}", chain("gpt-small")) for i in range(5)]
+    spool = DetailSpool(chunk=2)
+    runs = load_run(write_bench(tmp_path / "run", records), spool)
+    # Read back from a written chunk and from the one still filling.
+    assert [spool.detail(i)["question"] for i in range(5)] == [f"question {i}" for i in range(5)]
+    page = write_view(runs, tmp_path / "view.html")
+    chunks = _chunks(page, "d")
+    assert [(n, len(payload["items"])) for _t, _k, n, payload in chunks] == [(0, 2), (1, 2), (2, 1)]
+    assert [item[7] for *_head, payload in chunks for item in payload["items"]] == [
+        f"question {i}" for i in range(5)
+    ]
+    assert [spool.detail(i)["question"] for i in range(5)] == [f"question {i}" for i in range(5)]
+    # A page written again over it leaves no chunk of the earlier one.
+    (companion_dir(page) / "d-00009.js").write_text("stale")
+    write_view(load_runs([tmp_path / "run"]), page)
+    assert sorted(p.name for p in companion_dir(page).iterdir()) == ["d-00000.js", "s-00000.js"]
+
+
+@pytest.mark.parametrize("summarised", [False, True])
+def test_a_sample_recorded_again_is_shown_once_as_last_recorded(
+    tmp_path: Path, summarised: bool
+) -> None:
+    from conductor.runs.summary import write_summary
+
+    records = [
+        planned_record("q0", "first try", chain("gpt-small"), verdict="run_failed"),
+        planned_record("q1", "other", chain("gpt-small")),
+        planned_record("q0", "second try", chain("gpt-small"), verdict="correct"),
+    ]
+    run = write_bench(tmp_path / "run", records)
+    if summarised:
+        write_summary(run)
+    (loaded,) = load_runs([run])
+    assert [(s.key, s.question, s.verdict) for s in loaded.samples] == [
+        ("q1#0", "other", "correct"),
+        ("q0#0", "second try", "correct"),
+    ]
+    assert [loaded.details.detail(i)["question"] for i in range(2)] == ["other", "second try"]

@@ -22,7 +22,8 @@ import pytest
 from kit.records import chain, fan, planned_record, write_bench
 
 from conductor.record import RunRecord
-from conductor.view.data import load_runs
+from conductor.view.companion import DetailSpool, companion_dir
+from conductor.view.data import load_run, load_runs
 from conductor.view.page import write_view
 
 # Every test here starts a child process.
@@ -638,3 +639,34 @@ def test_an_empty_page_says_a_linked_sample_is_not_there(tmp_path: Path) -> None
         assert tools.js(SHOWN) == "0"
     finally:
         tools.close()
+
+
+def test_details_and_search_are_read_from_the_companion_chunk_by_chunk(tmp_path: Path) -> None:
+    records = [
+        planned_record(f"q{i}", f"Question number {i}", chain("gpt-small")) for i in range(8)
+    ]
+    run_dir = write_bench(tmp_path / "run", records)
+    page = write_view(load_run(run_dir, DetailSpool(chunk=3)), tmp_path / "view.html")
+    names = sorted(p.name for p in companion_dir(page).iterdir())
+    assert names == [f"{k}-0000{n}.js" for k in "ds" for n in range(3)]
+    # The last chunk's last sample: its details are its own, not a neighbour's.
+    out = dom(page, "sample=7")
+    assert "Question number 7</pre>" in out and "Question number 6</pre>" not in out
+    # The search reads every chunk before it filters.
+    out = dom(page, "q=number+7")
+    assert count(out) == 1 and listed(out) == ["q7#0"]
+    assert listed(dom(page, "q=question+number")) == [f"q{i}#0" for i in range(8)]
+
+
+def test_a_page_without_its_own_companion_says_so(tmp_path: Path) -> None:
+    run_dir = write_bench(tmp_path / "run", [planned_record("q0", "Alone?", chain("gpt-small"))])
+    page = write_view(load_runs([run_dir]), tmp_path / "view.html")
+    stale = page.read_text()
+    write_view(load_runs([run_dir]), page)  # written again: the companion is another page's
+    page.write_text(stale)
+    out = dom(page, "sample=0")
+    assert 'id="details-missing"' in out and "details of another page" in out
+    shutil.rmtree(companion_dir(page))
+    out = dom(page, "sample=0")
+    assert 'id="details-missing"' in out and "view.details/d-00000.js" in out
+    assert "search unavailable" in dom(page, "q=alone") and count(out) == 1

@@ -315,9 +315,9 @@ def _bench_merge(dirs: list[Path], out: Path | None, ci: CiOutputs) -> None:
 def _print_report(run_dirs: list[Path]) -> list[RunSummary]:
     """Print the report of ``run_dirs``; return their summaries (read once)."""
     from ..render.report import report_views
-    from ..runs.summary import summarize_run
+    from ..runs.summary import current_summary
 
-    summaries = [summarize_run(d) for d in run_dirs]
+    summaries = [current_summary(d) for d in run_dirs]
     console = stdout()
     for renderable in report_views(summaries):
         console.print(renderable)

@@ -1,4 +1,4 @@
-"""``conductor view``: one self-contained HTML page of runs."""
+"""``conductor view``: an HTML page of runs, with its details in a directory beside it."""
 
 from __future__ import annotations
 
@@ -23,14 +23,21 @@ def view(
     ],
     out: Annotated[
         Path,
-        typer.Option("--out", "-o", help="The HTML file to write.", dir_okay=False),
+        typer.Option(
+            "--out",
+            "-o",
+            help="The HTML file to write (its details go to a directory beside it, "
+            "named after it: PAGE.details).",
+            dir_okay=False,
+        ),
     ] = Path("conductor-view.html"),
     open_: Annotated[
         bool, typer.Option("--open", help="Open the page in the default web browser.")
     ] = False,
 ) -> None:
     """Write one HTML page of runs (overview, samples, workflow graphs, comparison, charts)
-    that opens from disk and makes no network request."""
+    and, beside it, the samples' details (PAGE.details/, read as a sample is opened); it
+    opens from disk and makes no network request."""
     try:
         import jinja2  # noqa: F401
         import matplotlib  # noqa: F401

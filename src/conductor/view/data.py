@@ -9,15 +9,19 @@ A RUN is one of:
   per served model (``conductor``, ``single:W``, ``moa``, ...: the strategy each record
   names), since one server answers for all of them in one records file.
 
-A bench run's overview numbers come from :mod:`conductor.runs.summary` (its
-``summary.json`` when fresh, else :func:`~conductor.runs.summary.summarize_run`), the
+A bench run's overview numbers come from :mod:`conductor.runs.summary`
+(:func:`~conductor.runs.summary.current_summary`: its ``summary.json`` when fresh), the
 one place scores are computed; this module adds the intervals (``runs.stats``) and
 the per-sample rows the page lists.  Records without a bench directory (``ask`` and
 ``serve``) carry no ``config.json`` to summarise: their few numbers (cost, tokens,
 calls, latency) are added up here from the records' own totals.
 
-Records are streamed once; each sample keeps only what the page shows, with long texts
-clipped (``conductor trace`` shows a record whole).
+Records are streamed (a bench run's file is read twice: once for which line holds each
+(sample, epoch) and the prompts' common text, then for the samples); each sample keeps a
+short row for the page's list (:class:`ViewSample`) while its details
+(:class:`SampleDetail`: workflow, calls, texts, clipped; ``conductor trace`` shows a
+record whole) go straight to the runs' :class:`~conductor.view.companion.DetailSpool`, so
+a run of 100,000 samples holds 100,000 rows, not 100,000 records.
 
 A bench record's question is its prompt: the benchmark's template filled in.  The list
 shows the question itself, which the bench runner keeps in ``metadata["question"]``;
@@ -28,23 +32,34 @@ for records written before it did, the text every prompt of the run starts and e
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RecordError, UsageError
 from ..record import RunRecord, read_record
-from ..runs.rundir import CONFIG, SAMPLES, SUMMARY, iter_records, run_dirs
+from ..runs.rundir import (
+    CONFIG,
+    SAMPLES,
+    SampleLines,
+    iter_records,
+    numbered_records,
+    run_dirs,
+    sample_key,
+)
 from ..shapes import topology_kind
+from .companion import DetailSpool
 
 if TYPE_CHECKING:
     from ..runs.summary import RunSummary
 
 __all__ = [
     "MAX_TEXT",
+    "PREVIEW",
     "Comparison",
     "RunOverview",
+    "SampleDetail",
     "StepView",
     "ViewRun",
     "ViewSample",
@@ -56,6 +71,8 @@ __all__ = [
 
 #: The longest text (a message, a response, a reply) the page holds; the rest is cut.
 MAX_TEXT = 4000
+#: The longest question or answer a row of the list holds (the details hold the rest).
+PREVIEW = 200
 
 
 def clip(text: str | None, limit: int = MAX_TEXT) -> str:
@@ -87,22 +104,38 @@ class StepView:
 
 @dataclass
 class ViewSample:
-    """One record of a run: a row of the sample list and what its page shows."""
+    """One record of a run: a row of the sample list (its details are spooled apart)."""
 
     key: str
     sample_id: str
     epoch: int
-    #: The question itself (a bench record's own question, not the prompt around it).
+    #: The question itself (a bench record's own question, not the prompt around it),
+    #: cut to :data:`PREVIEW` characters.
     question: str
     verdict: str
+    #: The answer, cut to :data:`PREVIEW` characters.
     answer: str
-    gold: str
-    why: str
     workers: list[str]
     steps: int
     kind: str
-    subtasks: list[str]
     cost: float | None
+    disagree: bool = False
+
+    @property
+    def correct(self) -> bool:
+        return self.verdict == "correct"
+
+
+@dataclass
+class SampleDetail:
+    """What a sample's page shows besides its row: read when the sample is opened."""
+
+    #: The question itself, clipped at :data:`MAX_TEXT`.
+    question: str
+    answer: str
+    gold: str
+    why: str
+    subtasks: list[str]
     svg: str
     #: The Conductor's last reply of each round that had one: (the round's position
     #: from 1, the reply).
@@ -113,11 +146,10 @@ class ViewSample:
     #: template filled in); ``""`` where the question was the prompt.
     prompt: str = ""
     error: str | None = None
-    disagree: bool = False
 
-    @property
-    def correct(self) -> bool:
-        return self.verdict == "correct"
+    def search_text(self) -> str:
+        """What the list's search looks in: the question, subtasks and answer."""
+        return "\n".join([self.question, *self.subtasks, self.answer])
 
 
 @dataclass
@@ -156,6 +188,8 @@ class ViewRun:
     conductor: str
     overview: RunOverview
     samples: list[ViewSample] = field(default_factory=list)
+    #: Where the samples' details went, in page order (shared by the runs of one page).
+    details: DetailSpool = field(default_factory=DetailSpool)
 
     @property
     def is_single(self) -> bool:
@@ -198,7 +232,11 @@ def _message_text(content: Any) -> str:
 def own_question(record: RunRecord) -> str | None:
     """The question a bench record was asked, apart from the benchmark's prompt
     template (``None``: the record does not keep it, and its question is its prompt)."""
-    question = record.metadata.get("question")
+    return _own_question(record.metadata)
+
+
+def _own_question(metadata: Any) -> str | None:
+    question = metadata.get("question") if isinstance(metadata, Mapping) else None
     return question if isinstance(question, str) and question.strip() else None
 
 
@@ -212,9 +250,9 @@ def strategy_of(record: RunRecord) -> str:
     return "conductor"
 
 
-def sample_of(record: RunRecord, number: int) -> ViewSample:
-    """The view of one run record (``number``: its place, the key of a record with no
-    sample id)."""
+def sample_of(record: RunRecord, number: int) -> tuple[ViewSample, SampleDetail]:
+    """The view of one run record, its row and its details (``number``: its place, the
+    key of a record with no sample id)."""
     from .graph import workflow_svg
 
     steps: list[StepView] = []
@@ -252,29 +290,35 @@ def sample_of(record: RunRecord, number: int) -> ViewSample:
     sample_id = record.sample_id if record.sample_id is not None else record.run_id
     epoch = record.epoch or 0
     key = f"{sample_id}#{epoch}" if record.sample_id is not None else f"run {record.run_id}"
-    answer = grade.get("extracted")
+    extracted = grade.get("extracted")
+    answer = clip(_text(extracted if extracted is not None else record.final_answer), 1000)
     question = own_question(record)
-    return ViewSample(
-        key=key,
-        sample_id=sample_id,
-        epoch=epoch,
+    detail = SampleDetail(
         question=clip(question if question is not None else record.question),
         prompt=clip(record.question) if question not in (None, record.question) else "",
-        verdict=record.verdict,
-        answer=clip(_text(answer if answer is not None else record.final_answer), 1000),
+        answer=answer,
         gold=clip(_text(record.gold), 1000),
         why=clip(_text(grade.get("reason")), 1000),
-        workers=workers,
-        steps=sum(1 for s in steps if s.status != "skipped"),
-        kind=topology_kind(record.rounds[0]) if record.rounds else "no rounds",
         subtasks=subtasks,
-        cost=record.totals.cost_usd,
         svg=workflow_svg(record),
         replies=replies,
         parse_errors=parse_errors,
         step_views=steps,
         error=clip(record.error, 1000) if record.error else None,
     )
+    row = ViewSample(
+        key=key,
+        sample_id=sample_id,
+        epoch=epoch,
+        question=detail.question[:PREVIEW],
+        verdict=record.verdict,
+        answer=answer[:PREVIEW],
+        workers=workers,
+        steps=sum(1 for s in steps if s.status != "skipped"),
+        kind=topology_kind(record.rounds[0]) if record.rounds else "no rounds",
+        cost=record.totals.cost_usd,
+    )
+    return row, detail
 
 
 class _Boilerplate:
@@ -336,34 +380,56 @@ def _accuracy_interval(samples: Sequence[ViewSample]) -> tuple[float | None, flo
     return wilson_interval(sum(s.correct for s in graded), len(graded))
 
 
-def _summary(run_dir: Path) -> RunSummary:
-    """The run's scores: its ``summary.json`` when written after its last record (a
-    finished run leaves one), else summarised from the records."""
-    from ..runs.summary import read_summary, summarize_run
-
-    saved, samples = run_dir / SUMMARY, run_dir / SAMPLES
-    try:
-        if saved.stat().st_mtime >= samples.stat().st_mtime:
-            return read_summary(saved)
-    except (OSError, UsageError, RecordError):
-        pass  # missing, unreadable or stale: summarise again
-    return summarize_run(run_dir)
-
-
-def _bench_run(run_dir: Path) -> ViewRun:
-    summary = _summary(run_dir)
-    samples: list[ViewSample] = []
+def _first_pass(lines: SampleLines) -> tuple[set[int], _Boilerplate]:
+    """The lines holding the last record of each (sample, epoch), as
+    :func:`~conductor.runs.rundir.latest_lines` finds them, and the boilerplate of the
+    prompts of records that do not keep their question apart: both known before the
+    samples are read, so that each one's details are final when it is spooled."""
+    last: dict[tuple[str, int], int] = {}
     boilerplate = _Boilerplate()
-    asked_as_prompt: list[ViewSample] = []  # records that do not keep the question apart
-    for i, record in enumerate(iter_records(run_dir / SAMPLES, latest=True)):
-        samples.append(sample_of(record, i))
+    for number, data in lines:
+        last[sample_key(data, number)] = number
+        prompt = data.get("question")
+        if _own_question(data.get("metadata")) is None and isinstance(prompt, str):
+            boilerplate.add(prompt)
+    return set(last.values()), boilerplate
+
+
+def _each_line_distinct(lines: SampleLines, summary: RunSummary) -> bool:
+    """Whether no line of the run's file is replaced by a later one (every (sample,
+    epoch) recorded once), read from its summary's counts: then every line is read and
+    the pass that finds the last line of each pair (a second parse of a file that may
+    hold a gigabyte) is not needed."""
+    with lines.path.open("rb") as fh:
+        written = sum(1 for raw in fh if raw.strip())
+    return written == summary.n_records + summary.skipped_lines
+
+
+def _bench_run(run_dir: Path, spool: DetailSpool) -> ViewRun:
+    from ..runs.summary import current_summary
+
+    summary = current_summary(run_dir)
+    samples: list[ViewSample] = []
+    lines = SampleLines(run_dir / SAMPLES)
+    if not lines.path.is_file():
+        raise RecordError(f"{lines.path}: no such file")
+    keep: set[int] | None = None
+    boilerplate: _Boilerplate | None = None
+    if not _each_line_distinct(lines, summary):
+        keep, boilerplate = _first_pass(lines)
+    for i, (_number, record) in enumerate(numbered_records(lines, keep)):
+        row, detail = sample_of(record, i)
         if own_question(record) is None:
-            boilerplate.add(record.question)
-            asked_as_prompt.append(samples[-1])
-    for s in asked_as_prompt:
-        question = boilerplate.strip(s.question)
-        if question != s.question:
-            s.prompt, s.question = s.question, question
+            if boilerplate is None:
+                # Records that do not keep their question apart (older ones): the
+                # template around it is what every prompt of the run shares.
+                _keep, boilerplate = _first_pass(SampleLines(lines.path))
+            question = boilerplate.strip(detail.question)
+            if question != detail.question:
+                detail.prompt, detail.question = detail.question, question
+                row.question = question[:PREVIEW]
+        spool.add(detail)
+        samples.append(row)
     lo, hi = _accuracy_interval(samples)
     cost_lo, cost_hi = _interval_of_costs(samples)
     overview = RunOverview(
@@ -396,6 +462,7 @@ def _bench_run(run_dir: Path) -> ViewRun:
         conductor=conductor,
         overview=overview,
         samples=samples,
+        details=spool,
     )
 
 
@@ -416,12 +483,16 @@ def _conductor_name(record: RunRecord | None) -> str:
     return _text(target.get("model") or target.get("id") or record.conductor.get("backend"))
 
 
-def _records_run(records: list[RunRecord], kind: str, path: Path) -> ViewRun:
+def _records_run(records: list[RunRecord], kind: str, path: Path, spool: DetailSpool) -> ViewRun:
     """A run of records without a bench directory (``ask``, or one served model's
     records of a ``serve`` directory)."""
     from ..runs.stats import percentile
 
-    samples = [sample_of(r, i) for i, r in enumerate(records)]
+    samples: list[ViewSample] = []
+    for i, r in enumerate(records):
+        row, detail = sample_of(r, i)
+        spool.add(detail)
+        samples.append(row)
     graded = [s for s in samples if s.verdict != "ungraded"]
     n = len(records)
     known = [r.totals.cost_usd for r in records if r.totals.cost_usd is not None]
@@ -479,35 +550,38 @@ def _records_run(records: list[RunRecord], kind: str, path: Path) -> ViewRun:
         conductor=_conductor_name(first),
         overview=overview,
         samples=samples,
+        details=spool,
     )
 
 
-def _served_runs(path: Path) -> list[ViewRun]:
+def _served_runs(path: Path, spool: DetailSpool) -> list[ViewRun]:
     """A ``serve`` records directory: one run per served model, the Conductor's first,
     then the others by name (whatever order the requests came in)."""
     by_model: dict[str, list[RunRecord]] = {}
     for record in iter_records(path / SAMPLES, latest=True):
         by_model.setdefault(strategy_of(record), []).append(record)
     if not by_model:  # an empty records file is still the server's one (empty) run
-        return [_records_run([], "serve", path)]
+        return [_records_run([], "serve", path, spool)]
     order = sorted(by_model, key=lambda name: (name != "conductor", name))
-    return [_records_run(by_model[name], "serve", path) for name in order]
+    return [_records_run(by_model[name], "serve", path, spool) for name in order]
 
 
-def load_run(path: Path) -> list[ViewRun]:
-    """The runs ``path`` stands for (a ``singles`` directory is one run per worker)."""
+def load_run(path: Path, spool: DetailSpool | None = None) -> list[ViewRun]:
+    """The runs ``path`` stands for (a ``singles`` directory is one run per worker),
+    their samples' details spooled to ``spool`` (a new one when not given)."""
     path = Path(path)
+    spool = spool if spool is not None else DetailSpool()
     if path.name == SAMPLES and path.is_file():
         path = path.parent
     if path.is_file():
-        return [_records_run([read_record(path)], "ask", path)]
+        return [_records_run([read_record(path)], "ask", path, spool)]
     if not path.is_dir():
         raise UsageError(f"{path}: no such file or directory; give a run.json or a run directory")
     dirs = run_dirs(path, holding=CONFIG)
     if dirs:
-        return [_bench_run(d) for d in dirs]
+        return [_bench_run(d, spool) for d in dirs]
     if (path / SAMPLES).is_file():
-        return _served_runs(path)
+        return _served_runs(path, spool)
     raise UsageError(
         f"{path}: not a run (no {CONFIG} or {SAMPLES}); give an ask record, "
         "a bench run directory or a serve records directory"
@@ -517,7 +591,8 @@ def load_run(path: Path) -> list[ViewRun]:
 def load_runs(paths: Sequence[Path]) -> list[ViewRun]:
     """Every run ``paths`` stand for, in order, with each sample's ``disagree`` set
     (runs holding the same (sample, epoch) graded it differently)."""
-    runs = [run for p in paths for run in load_run(p)]
+    spool = DetailSpool()  # one for the page: its samples are numbered across the runs
+    runs = [run for p in paths for run in load_run(p, spool)]
     verdicts: dict[str, set[bool]] = {}
     for run in runs:
         for s in run.samples:

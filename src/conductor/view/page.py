@@ -1,32 +1,32 @@
-"""The page ``conductor view`` writes: one self-contained HTML file.
+"""The page ``conductor view`` writes: one HTML file and its companion directory.
 
 The template, script and style are package files (``view/assets``) inlined into the
-page with the data as JSON, so the file opens from disk and makes no request; its
-Content-Security-Policy forbids any.  The data comes in two blocks: the small one the
-sample list needs, read at once, and each sample's details (graph, reply, steps), packed
-(gzip, base64) and unpacked the first time a sample is opened, so a 10,000-sample page
-is small and interactive quickly.
-Texts that recur across samples (a system prompt in every step) are stored once, in a
-table of strings the details point into.
+page with the data the sample list needs as JSON (one short row per sample), so the
+page opens from disk and draws its list at once.  Each sample's details (graph, replies,
+steps, whole texts) and the text the search looks in are in the companion directory
+beside it (:mod:`conductor.view.companion`, which owns that format), loaded from disk
+when a sample is opened or a search typed: a page of 100,000 samples stays small and
+interactive in a second or two.  Its Content-Security-Policy allows no request but
+those scripts of its own directory.
 """
 
 from __future__ import annotations
 
-import base64
-import gzip
 import json
 from collections.abc import Sequence
 from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from .. import __version__
 from ..errors import MissingDependencyError, install_hint
 from ..private import write_private
+from .companion import CALLBACK, DetailSpool, Strings, companion_dir
 from .data import ViewRun, ViewSample, compare_runs
 
-__all__ = ["page_html", "write_view"]
+__all__ = ["page_data", "page_html", "write_view"]
 
 _INSTALL = install_hint("view")
 
@@ -41,29 +41,6 @@ def _script_json(data: Any) -> str:
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     # Only these two open an end tag or a comment there; ``<\/`` is JSON for ``</``.
     return text.replace("</", "<\\/").replace("<!--", "\\u003c!--")
-
-
-def _packed_json(data: Any) -> str:
-    """``data`` as gzip-compressed JSON in base64 (no ``<`` at all): a sample's details
-    are mostly prose that compresses several times over, and the page unpacks them
-    with the browser's own ``DecompressionStream`` the first time a sample is opened."""
-    raw = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return base64.b64encode(gzip.compress(raw.encode("utf-8"), compresslevel=5, mtime=0)).decode()
-
-
-class _Strings:
-    """A table of texts, each stored once; a text is referred to by its place."""
-
-    def __init__(self) -> None:
-        self.items: list[str] = []
-        self._index: dict[str, int] = {}
-
-    def __call__(self, text: str) -> int:
-        found = self._index.get(text)
-        if found is None:
-            found = self._index[text] = len(self.items)
-            self.items.append(text)
-        return found
 
 
 def _finite(value: float | None) -> float | None:
@@ -91,42 +68,23 @@ def _run_json(run: ViewRun) -> dict[str, Any]:
     }
 
 
-def _row(run: int, s: ViewSample, names: _Strings) -> list[Any]:
-    # A list, not an object: 10,000 rows of repeated keys would double the list's size.
+def _row(run: int, s: ViewSample, names: Strings) -> list[Any]:
+    # A list, not an object, and repeated words as numbers into ``names``: 100,000 rows
+    # of repeated keys would be most of the page.
     return [
         run,
         s.key,
         s.sample_id,
         s.epoch,
         s.question,
-        s.verdict,
+        names(s.verdict),
         s.answer,
-        s.gold,
         [names(w) for w in s.workers],
         s.steps,
         names(s.kind),
-        s.subtasks,
         _finite(s.cost),
         1 if s.disagree else 0,
     ]
-
-
-def _detail(s: ViewSample, texts: _Strings, names: _Strings) -> list[Any]:
-    steps = [
-        [
-            st.round,
-            st.index,
-            names(st.worker),
-            st.status,
-            st.sees,
-            [[role, texts(content)] for role, content in st.messages],
-            texts(st.response),
-            st.error,
-        ]
-        for st in s.step_views
-    ]
-    replies = [[pos, texts(reply)] for pos, reply in s.replies]
-    return [s.svg, replies, s.parse_errors, steps, s.why, s.error, s.prompt]
 
 
 # The mean shown is the summary's; its interval is a bootstrap's, whose ends can differ
@@ -178,35 +136,46 @@ def _accuracy_cost(runs: Sequence[ViewRun]) -> str:
     return _bare_svg(accuracy_cost_svg(points)) if points else ""
 
 
-def page_data(runs: Sequence[ViewRun]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The page's two data blocks: what the list needs, and each sample's details."""
-    names = _Strings()
-    texts = _Strings()
-    rows: list[list[Any]] = []
-    details: list[list[Any]] = []
-    for i, run in enumerate(runs):
-        for s in run.samples:
-            rows.append(_row(i, s, names))
-            details.append(_detail(s, texts, names))
+def _spool_of(runs: Sequence[ViewRun]) -> DetailSpool:
+    """The one spool holding the details of every sample of ``runs``, in page order."""
+    spool = runs[0].details
+    if any(r.details is not spool for r in runs) or spool.count != sum(
+        len(r.samples) for r in runs
+    ):
+        raise ValueError("the runs of one page must be loaded together (load_runs)")
+    return spool
+
+
+def page_data(runs: Sequence[ViewRun], companion: str = "") -> dict[str, Any]:
+    """The page's data block: the runs, a row per sample, the comparisons, the chart and
+    where the details are (``companion``: the directory's name, beside the page)."""
+    names = Strings()
+    rows = [_row(i, s, names) for i, run in enumerate(runs) for s in run.samples]
     comparisons = []
     for a in range(len(runs)):
         for b in range(a + 1, len(runs)):
             cmp = compare_runs(runs, a, b)
             if cmp is not None:
                 comparisons.append(asdict(cmp))
-    main = {
+    spool = _spool_of(runs) if runs else None
+    return {
         "version": __version__,
         "runs": [_run_json(r) for r in runs],
         "names": names.items,
         "rows": rows,
         "compare": comparisons,
         "accuracy_cost_svg": _accuracy_cost(runs),
+        "details": {
+            "dir": quote(companion),
+            "token": spool.token if spool is not None else "",
+            "chunk": spool.chunk if spool is not None else 1,
+            "callback": CALLBACK,
+        },
     }
-    return main, {"texts": texts.items, "items": details}
 
 
-def page_html(runs: Sequence[ViewRun]) -> str:
-    """The whole page for ``runs``."""
+def page_html(runs: Sequence[ViewRun], companion: str = "") -> str:
+    """The whole page for ``runs``, its details in the directory ``companion`` beside it."""
     try:
         import jinja2
     except ImportError:
@@ -217,7 +186,7 @@ def page_html(runs: Sequence[ViewRun]) -> str:
 
     env = jinja2.Environment(autoescape=True, keep_trailing_newline=True)
     template = env.from_string(_asset("page.html.j2"))
-    main, details = page_data(runs)
+    main = page_data(runs, companion)
     title = runs[0].label if len(runs) == 1 else f"{len(runs)} runs"
     return template.render(
         title=f"conductor view · {title}",
@@ -225,15 +194,17 @@ def page_html(runs: Sequence[ViewRun]) -> str:
         css=Markup(_asset("page.css")),
         script=Markup(_asset("page.js")),
         data=Markup(_script_json(main)),
-        details=Markup(_packed_json(details)),
     )
 
 
 def write_view(runs: Sequence[ViewRun], out: Path) -> Path:
-    """Write the page for ``runs`` to ``out`` (its directory must exist); return ``out``."""
+    """Write the page for ``runs`` to ``out`` (its directory must exist) and its details
+    to the companion directory beside it; return ``out``."""
     if not runs:
         raise ValueError("write_view needs at least one run")
-    html = page_html(runs)
     out = Path(out)
+    spool = _spool_of(runs)
+    html = page_html(runs, companion_dir(out).name)
+    spool.publish(out)
     write_private(out, html)
     return out

@@ -1,6 +1,9 @@
-// conductor view: the page's script.  It reads the data blocks the page carries, draws
-// the overview, a list of samples that renders only the rows in view (a run of 10,000
+// conductor view: the page's script.  It reads the data block the page carries, draws
+// the overview, a list of samples that renders only the rows in view (a run of 100,000
 // samples stays quick), one sample's details, the comparison of two runs and the charts.
+// A sample's details and the text the search looks in are in the page's companion
+// directory (view/companion.py), a script file per chunk of samples, loaded from disk
+// the first time they are needed.
 // The state of the filters lives in the URL's hash (#verdict=wrong&q=tokyo), so a view
 // can be linked to and reloaded as it was.  The filters always win: a sample is shown
 // only while they let it through, and the page says so when a link names one they hide.
@@ -8,19 +11,55 @@
 "use strict";
 (function () {
   const DATA = JSON.parse(document.getElementById("view-data").textContent);
-  let DETAILS = null; // parsed the first time a sample is opened
   const RUNS = DATA.runs;
   const NAMES = DATA.names;
   const ROWS = DATA.rows;
+  const DETAILS = DATA.details;
   // Row fields (see view/page.py's _row).
-  const RUN = 0, KEY = 1, SID = 2, EPOCH = 3, Q = 4, VERDICT = 5, ANSWER = 6, GOLD = 7,
-    WORKERS = 8, STEPS = 9, KIND = 10, SUBTASKS = 11, COST = 12, DISAGREE = 13;
+  const RUN = 0, KEY = 1, SID = 2, EPOCH = 3, Q = 4, VERDICT = 5, ANSWER = 6,
+    WORKERS = 7, STEPS = 8, KIND = 9, COST = 10, DISAGREE = 11;
+  for (const r of ROWS) r[VERDICT] = NAMES[r[VERDICT]]; // a verdict is held as a name's number
   const ROW_H = 28;
   const FAILED = new Set(["run_failed", "grader_error", "time_limit"]);
   const WRONG = new Set(["incorrect", "no_answer"]);
 
-  // The text search looks in, lowercased once.
-  const SEARCH = ROWS.map(r => (r[Q] + "\n" + r[SUBTASKS].join("\n") + "\n" + r[ANSWER]).toLowerCase());
+  // ------------------------------------------------------------------ the companion
+  // Each file calls the callback with the page's token, its kind ("d" details, "s"
+  // search), its number and its payload; a file another page left there is refused.
+  const CHUNKS = new Map();
+  window[DETAILS.callback] = (token, kind, n, payload) => {
+    const waiting = CHUNKS.get(kind + n);
+    if (!waiting) return;
+    if (token === DETAILS.token) waiting.resolve(payload);
+    else waiting.reject(new Error(`${decodeURIComponent(DETAILS.dir)} holds the details of another page (written over since?)`));
+  };
+  function chunk(kind, n) {
+    let c = CHUNKS.get(kind + n);
+    if (!c) {
+      c = {};
+      c.promise = new Promise((resolve, reject) => { c.resolve = resolve; c.reject = reject; });
+      CHUNKS.set(kind + n, c);
+      const name = `${kind}-${String(n).padStart(5, "0")}.js`;
+      const missing = () => c.reject(new Error(`${decodeURIComponent(DETAILS.dir)}/${name} beside this page could not be read`));
+      const script = el("script", {src: `${DETAILS.dir}/${name}`});
+      script.onerror = missing;
+      script.onload = () => { script.remove(); missing(); }; // a no-op once the file called back
+      document.head.append(script);
+    }
+    return c.promise;
+  }
+  // The text search looks in, lowercased (view/companion.py), read at the first search.
+  let SEARCH = null, searching = null, searchError = null;
+  function loadSearch() {
+    if (searching === null) {
+      const parts = [];
+      for (let n = 0; n * DETAILS.chunk < ROWS.length; n++) parts.push(chunk("s", n));
+      searching = Promise.all(parts).then(
+        all => { SEARCH = all.flat(); },
+        e => { searchError = e.message; });
+    }
+    return searching;
+  }
 
   const $ = id => document.getElementById(id);
   function el(tag, attrs, ...children) {
@@ -187,6 +226,10 @@
   }
   function applyFilters(fromForm) {
     const q = state.q.trim().toLowerCase();
+    const waiting = q && SEARCH === null && searchError === null;
+    // Filtered again once the search text is read; until then nothing matches, and a
+    // linked sample is not taken for one the filters hide.
+    if (waiting) loadSearch().then(() => applyFilters(fromForm));
     const run = state.run === "" ? -1 : Number(state.run);
     const worker = state.worker === "" ? -1 : Number(state.worker);
     const steps = state.steps === "" ? -1 : Number(state.steps);
@@ -200,15 +243,18 @@
       if (steps >= 0 && r[STEPS] !== steps) continue;
       if (kind >= 0 && r[KIND] !== kind) continue;
       if (state.disagree && !r[DISAGREE]) continue;
-      if (q && !SEARCH[i].includes(q)) continue;
+      if (q && (SEARCH === null || !SEARCH[i].includes(q))) continue;
       matches.push(i);
     }
     const count = $("match-count");
     count.dataset.count = matches.length;
-    count.textContent = `${matches.length} of ${ROWS.length} samples`;
+    count.dataset.searching = waiting ? "1" : "0";
+    count.textContent = waiting ? "searching…" : q && searchError ? `search unavailable: ${searchError}` :
+      `${matches.length} of ${ROWS.length} samples`;
     $("list-spacer").style.height = (matches.length * ROW_H) + "px";
     $("list").scrollTop = 0;
     drawRows();
+    if (waiting) return;
     const dropped = dropHiddenSample();
     if (dropped) showSample(null);
     if (fromForm || dropped) writeHash(); // the address says what the page shows
@@ -244,24 +290,13 @@
         el("span", {title: r[SID]}, r[SID] + (r[EPOCH] ? ` (epoch ${r[EPOCH]})` : "")),
         verdictBadge(r[VERDICT]), el("span", {}, r[STEPS]), el("span", {}, NAMES[r[KIND]]),
         el("span", {}, r[WORKERS].map(w => NAMES[w]).join(", ")),
-        el("span", {title: r[Q].slice(0, 500)}, r[Q].slice(0, 200)), el("span", {}, r[ANSWER].slice(0, 80)));
+        el("span", {title: r[Q]}, r[Q]), el("span", {}, r[ANSWER].slice(0, 80)));
       rows.push(row);
     }
     box.replaceChildren(...rows);
   }
 
   // ------------------------------------------------------------------ one sample
-  // The details block is gzip-compressed JSON in base64 (view/page.py's _packed_json).
-  function details() {
-    if (DETAILS === null) {
-      const text = atob(document.getElementById("view-details").textContent.trim());
-      const bytes = new Uint8Array(text.length);
-      for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
-      const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
-      DETAILS = new Response(stream).text().then(JSON.parse);
-    }
-    return DETAILS;
-  }
   function pre(text, cls) { return el("pre", {"class": cls || ""}, text); }
   async function showSample(i) {
     const box = $("sample");
@@ -273,21 +308,28 @@
     state.sample = i;
     notice = null;
     const r = ROWS[i];
-    const D = await details();
+    let D;
+    try {
+      D = await chunk("d", Math.floor(i / DETAILS.chunk));
+    } catch (e) {
+      if (state.sample === i) box.replaceChildren(el("p", {"class": "error", id: "details-missing"}, `The details of sample ${r[SID]} are not shown: ${e.message}.`));
+      return;
+    }
     if (state.sample !== i) return; // another sample was chosen meanwhile
-    const [svg, replies, parseErrors, steps, why, error, prompt] = D.items[i];
+    // The places of view/companion.py's detail_item.
+    const [svg, replies, parseErrors, steps, why, error, prompt, question, answer, gold, subtasks] = D.items[i % DETAILS.chunk];
     const T = D.texts;
     const graph = el("div", {"class": "graph"});
     graph.innerHTML = svg; // drawn by view/graph.py, whose text is escaped
     const parts = [
       el("h3", {}, `${RUNS[r[RUN]].label} · ${r[SID]}` + (r[EPOCH] ? ` · epoch ${r[EPOCH]}` : "")),
-      el("h4", {}, "Question"), pre(r[Q]),
+      el("h4", {}, "Question"), pre(question),
       ...(prompt ? [el("details", {"class": "prompt"}, el("summary", {}, "The prompt it was given (the benchmark's template filled in)"), pre(prompt))] : []),
       el("h4", {}, "Grade"),
       el("dl", {"class": "grade"},
         el("dt", {}, "verdict"), el("dd", {}, verdictBadge(r[VERDICT])),
-        el("dt", {}, "answer"), el("dd", {}, pre(r[ANSWER])),
-        el("dt", {}, "gold"), el("dd", {}, pre(r[GOLD])),
+        el("dt", {}, "answer"), el("dd", {}, pre(answer)),
+        el("dt", {}, "gold"), el("dd", {}, pre(gold)),
         el("dt", {}, "why"), el("dd", {}, why || "—"),
         el("dt", {}, "cost"), el("dd", {}, usd(r[COST]))),
       el("h4", {}, "Workflow"), graph,
@@ -303,7 +345,7 @@
       body.push(el("div", {"class": "msg response"}, el("b", {}, "response"), pre(T[response])));
       if (err) body.push(el("p", {"class": "error"}, err));
       parts.push(el("details", {"class": "step " + status, "data-step": `${rnd}.${index}`},
-        el("summary", {}, `Round ${rnd} · step ${index} · ${NAMES[worker]} · ${status}: ${r[SUBTASKS][n] || ""}`.slice(0, 300)),
+        el("summary", {}, `Round ${rnd} · step ${index} · ${T[worker]} · ${status}: ${subtasks[n] || ""}`.slice(0, 300)),
         ...body));
     });
     box.replaceChildren(...parts);
@@ -409,11 +451,14 @@
   window.addEventListener("hashchange", () => {
     readHash(); applyFilters(false); showSample(state.sample); revealRow(state.sample); drawCompare();
   });
-  // The list is usable now; the rest is drawn after it.
-  document.documentElement.dataset.ready = String(Math.round(performance.now()));
-  showSample(state.sample);
-  revealRow(state.sample);
-  drawCompare();
-  drawCharts();
-  document.documentElement.dataset.drawn = String(Math.round(performance.now()));
+  function ready() {
+    // The list is usable now (a linked search's text read); the rest is drawn after it.
+    document.documentElement.dataset.ready = String(Math.round(performance.now()));
+    showSample(state.sample);
+    revealRow(state.sample);
+    drawCompare();
+    drawCharts();
+    document.documentElement.dataset.drawn = String(Math.round(performance.now()));
+  }
+  if (searching !== null) searching.then(ready); else ready();
 })();
