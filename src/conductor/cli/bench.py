@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.text import Text
 
 from ..errors import UsageError
 from ..text import plural, printable
@@ -276,6 +275,8 @@ class _PlainProgress:
     def _print(self, line: str | None) -> None:
         if line is None:
             return
+        from rich.text import Text
+
         # One line whatever its length; flushed, so a log shows it at once.
         self._console.print(Text(printable(line)), soft_wrap=True, highlight=False)
         self._console.file.flush()
