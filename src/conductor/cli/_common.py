@@ -60,6 +60,7 @@ PoolOption = Annotated[
     ),
 ]
 
+
 class Group(TyperGroup):
     """A command group (the root, ``pools``, ``cache``) whose ``--help``, when not
     given, imports nothing.
