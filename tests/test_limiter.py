@@ -611,3 +611,84 @@ def test_bench_follows_the_pool_without_concurrency_and_warns_only_when_given(
     assert res.returncode == 0, res.stderr
     assert "at most 3 samples can be calling a model at once" in " ".join(res.stderr.split())
     assert "so 1 sample would only wait" in " ".join(res.stderr.split())
+
+
+def _strategy(pool_text: str, path: Path) -> Any:
+    from conductor.conductors.spec import resolve_conductor
+    from conductor.execute import RunSettings
+    from conductor.pool import load_pool
+    from conductor.strategies import ConductorStrategy
+
+    path.write_text(pool_text)
+    pool = load_pool(path)
+    return ConductorStrategy(pool, resolve_conductor(pool), RunSettings(), CallerSet(None))
+
+
+def test_a_concurrency_above_one_models_cap_is_told_naming_it(tmp_path: Path) -> None:
+    from conductor.strategies import capped_warning, concurrency_warning
+
+    pool = tmp_path / "pool.yaml"
+    strategy = _strategy(
+        "workers:\n"
+        "  - {id: w0, model: w0, client: openai, api_base: http://a/v1, max_concurrency: 1000}\n"
+        "  - {id: w1, model: w1, client: openai, api_base: http://b/v1, max_concurrency: 100}\n"
+        "conductor: {backend: endpoint, api_base: http://c/v1, max_concurrency: 64}\n",
+        pool,
+    )
+    # Within what every model serves alone: nothing to say.
+    assert capped_warning(strategy, 64) is None
+    # Above the Conductor's 64 (but within the 1,164 they serve together).
+    assert concurrency_warning(strategy, 80) is None
+    assert capped_warning(strategy, 80) == (
+        "--concurrency 80 is more than the Conductor of pool 'pool' can serve at once (the "
+        "Conductor 64): the samples beyond that wait for it in turn; to serve more at once, "
+        "raise max_concurrency (a worker's own, the conductor: section's, or defaults: for "
+        f"every model) in {pool}"
+    )
+    both = capped_warning(strategy, 256)
+    assert both is not None and both.startswith(
+        "--concurrency 256 is more than worker 'w1' and the Conductor of pool 'pool' can each "
+        "serve at once (the Conductor 64, worker 'w1' 100)"
+    )
+
+
+def test_pool_defaults_lift_the_conductors_cap(tmp_path: Path) -> None:
+    from conductor.strategies import capped_warning
+
+    strategy = _strategy(
+        "defaults: {max_concurrency: 256}\n"
+        "workers:\n  - {id: w0, model: w0, client: openai, api_base: http://a/v1}\n"
+        "conductor: {backend: endpoint, api_base: http://c/v1}\n",
+        tmp_path / "pool.yaml",
+    )
+    assert capped_warning(strategy, 256) is None
+    assert capped_warning(strategy, 257) is not None
+
+
+@pytest.mark.process
+def test_bench_says_once_that_the_conductor_caps_the_concurrency(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    fake_server.script(CONDUCTOR_MODEL, [lists([0], ["Solve the problem."], [[]])])
+    fake_server.script("w0", "\\boxed{1}")
+    data = tmp_path / "math.jsonl"
+    rows = [{"problem": f"Q{i}", "answer": "1", "unique_id": f"t/{i}"} for i in range(3)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pool = pool_dict(fake_server, [pool_worker(fake_server, "w0", max_concurrency=8)])
+    pool["conductor"]["max_concurrency"] = 2
+    pool_file = write_pool(tmp_path / "pool.yaml", pool)
+    base = ["bench", "math500", "--pool", str(pool_file), "--data", str(data), "--no-cache"]
+    res = _cli(*base, "--out", str(tmp_path / "a"), "--concurrency", "4", cache=tmp_path / "c")
+    assert res.returncode == 0, res.stderr
+    said = " ".join(res.stderr.split())
+    assert said.count("warning:") == 1, res.stderr
+    assert "--concurrency 4 is more than the Conductor of pool 'fake' can serve at once" in said
+    # The pool's defaults reach the Conductor: with them nothing is capped, nothing said.
+    pool["defaults"]["max_concurrency"] = 8
+    del pool["conductor"]["max_concurrency"]
+    write_pool(pool_file, pool)
+    res = _cli(*base, "--out", str(tmp_path / "b"), "--concurrency", "4", cache=tmp_path / "c")
+    assert res.returncode == 0, res.stderr
+    assert "warning" not in res.stderr
+    config = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert config["pool"]["conductor"]["max_concurrency"] == 8

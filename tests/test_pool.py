@@ -543,3 +543,109 @@ async def test_library_run_refuses_an_oversized_question(
     async with Orchestrator(pool, resolve_conductor(pool)) as orch:
         with pytest.raises(UsageError, match="over the limit of 10"):
             await orch.run("x" * 11)
+
+
+DEFAULTS_POOL = """\
+defaults:
+  temperature: 0.2
+  max_tokens: 4096
+  top_p: 0.9
+  timeout_s: 120
+  total_timeout_s: 300
+  max_retries: 2
+  max_concurrency: 256
+workers:
+  - id: a
+    model: m
+    temperature: 1
+"""
+
+
+def test_defaults_reach_the_conductor_section_under_its_own_keys() -> None:
+    from conductor.conductors.spec import resolve_conductor
+
+    text = DEFAULTS_POOL + (
+        "conductor:\n  backend: endpoint\n  api_base: http://h/v1\n  max_tokens: 1024\n"
+        "  max_retries: 0\n  params: {top_p: 0.5}\n"
+    )
+    pool = load_pool_text(text, environ={})
+    cfg = pool.conductor
+    assert cfg is not None
+    # Every key of defaults: it does not set itself, and its own where it does.
+    assert (cfg.temperature, cfg.max_tokens, cfg.top_p) == (0.2, 1024, 0.9)
+    assert (cfg.timeout_s, cfg.total_timeout_s) == (120.0, 300.0)
+    assert (cfg.max_retries, cfg.max_concurrency) == (0, 256)
+    target = resolve_conductor(pool).target
+    assert target.max_concurrency == 256 and target.timeout_s == 120.0
+    # Its params beat both, as a worker's do.
+    assert target.params == {"temperature": 0.2, "max_tokens": 1024, "top_p": 0.5}
+
+
+def test_without_defaults_the_conductor_keeps_its_own_defaults() -> None:
+    pool = load_pool_text(
+        "workers:\n  - {id: a, model: m}\nconductor: {backend: endpoint, api_base: http://h/v1}\n",
+        environ={},
+    )
+    assert pool.conductor == ConductorConfig(backend="endpoint", api_base="http://h/v1")
+
+
+def test_a_prompted_conductor_naming_a_worker_is_that_worker() -> None:
+    from conductor.conductors.spec import resolve_conductor
+
+    pool = load_pool_text(DEFAULTS_POOL + "conductor: {backend: prompted, model: a}\n", environ={})
+    # The worker has the defaults already, under its own temperature: nothing is added
+    # to the section that could override it.
+    assert pool.conductor == ConductorConfig(backend="prompted", model="a")
+    target = resolve_conductor(pool).target
+    assert target.params["temperature"] == 1
+    assert (target.max_concurrency, target.timeout_s) == (256, 120.0)
+    # A model that is no worker of the pool is a model like any other.
+    other = load_pool_text(
+        DEFAULTS_POOL + "conductor: {backend: prompted, model: openai/gpt-4o}\n", environ={}
+    )
+    assert other.conductor is not None
+    assert (other.conductor.temperature, other.conductor.max_concurrency) == (0.2, 256)
+
+
+def test_a_checkpoint_conductor_takes_no_sampling_defaults(tmp_path: Path) -> None:
+    text = DEFAULTS_POOL + f"conductor: {{backend: checkpoint, model: {tmp_path}}}\n"
+    cfg = load_pool_text(text, environ={}).conductor
+    assert cfg is not None
+    # Its sampling is what its conductor.json says it was trained with.
+    assert (cfg.temperature, cfg.max_tokens, cfg.top_p) == (None, None, None)
+    assert (cfg.timeout_s, cfg.max_retries) == (120.0, 2)
+
+
+def test_a_conductor_from_the_command_line_takes_the_sections_defaults_or_none() -> None:
+    from conductor.conductors.spec import resolve_conductor
+
+    text = DEFAULTS_POOL + "conductor: {backend: endpoint, api_base: http://h/v1}\n"
+    pool = load_pool_text(text, environ={})
+    same = resolve_conductor(pool, "http://other/v1#c").target
+    assert (same.api_base, same.max_concurrency, same.timeout_s) == ("http://other/v1", 256, 120.0)
+    # Another backend is not the pool's Conductor: it has its own settings.
+    other = resolve_conductor(pool, "prompted:openai/gpt-4o").target
+    assert (other.max_concurrency, other.timeout_s) == (64, 600.0)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "line", "error"),
+    [
+        (
+            "defaults:\n  max_concurrency: 0\nworkers:\n  - {id: a, model: m}\n"
+            "conductor: {backend: endpoint, api_base: http://h/v1}\n",
+            2,
+            "defaults.max_concurrency must be",
+        ),
+        (
+            "defaults:\n  max_concurrency: 8\nworkers:\n  - {id: a, model: m}\n"
+            "conductor:\n  backend: endpoint\n  api_base: http://h/v1\n  max_concurrency: 0\n",
+            8,
+            "conductor.max_concurrency must be",
+        ),
+    ],
+)
+def test_a_bad_concurrency_is_told_at_its_own_line(yaml_text: str, line: int, error: str) -> None:
+    with pytest.raises(PoolError) as info:
+        load_pool_text(yaml_text, source="pools/p.yaml", environ={})
+    assert str(info.value).startswith(f"pools/p.yaml:{line}: {error}"), str(info.value)

@@ -5,8 +5,9 @@ workflow (which worker does which subtask, seeing which earlier answers); the
 workflow runs and the last answer is the answer.  This module is the public API; the
 submodules it re-exports from are private in spirit and may move.
 
-Heavy names (the executor, which pulls the model clients) are imported on first use,
-so ``import conductor`` stays cheap.
+Every name but the errors is imported on first use, so ``import conductor`` (which
+``python -m conductor --help`` runs first) loads neither the model clients nor the YAML
+and record readers.
 """
 
 from __future__ import annotations
@@ -30,15 +31,15 @@ from .errors import (
     UsageError,
     WorkflowParseError,
 )
-from .pool import Pool
-from .record import RunRecord, read_record, write_record
-from .targets import ConductorConfig, Price, Worker
-from .workflow import ALL, Step, Workflow
 
 if TYPE_CHECKING:
-    from .conductors.spec import Conductor
+    from .conductors.spec import Conductor, resolve_conductor
     from .execute import Orchestrator, RunSettings, ask
     from .llm.cache import ResponseCache
+    from .pool import Pool, load_pool
+    from .record import RunRecord, read_record, write_record
+    from .targets import ConductorConfig, Price, Worker
+    from .workflow import ALL, Step, Workflow, parse_workflow
 
 __version__ = "0.1.0"
 
@@ -80,6 +81,16 @@ __all__ = [
 ]
 
 _LAZY = {
+    "ALL": ("workflow", "ALL"),
+    "ConductorConfig": ("targets", "ConductorConfig"),
+    "Pool": ("pool", "Pool"),
+    "Price": ("targets", "Price"),
+    "RunRecord": ("record", "RunRecord"),
+    "Step": ("workflow", "Step"),
+    "Worker": ("targets", "Worker"),
+    "Workflow": ("workflow", "Workflow"),
+    "read_record": ("record", "read_record"),
+    "write_record": ("record", "write_record"),
     "ResponseCache": ("llm.cache", "ResponseCache"),
     "Conductor": ("conductors.spec", "Conductor"),
     "resolve_conductor": ("conductors.spec", "resolve_conductor"),

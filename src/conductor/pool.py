@@ -6,6 +6,17 @@ and Conductor settings are the call targets of :mod:`conductor.targets`.  The or
 is read with the line-aware reader of :mod:`conductor.configfile`; shipped pools are
 found by :mod:`conductor.shipped`.  What a run record, the cache or a log keeps of a pool
 is :func:`pool_to_public_dict`, redacted by :mod:`conductor.redact`.
+
+``defaults:`` holds the settings every model of the pool takes unless it sets its own
+(``temperature``, ``max_tokens``, ``top_p``, ``timeout_s``, ``total_timeout_s``,
+``max_retries``, ``max_concurrency``): each worker, and the ``conductor:`` section too.
+Two Conductors take them otherwise: a ``prompted`` Conductor that names a pool worker
+*is* that worker (its own settings over the defaults, as the worker has them), and a
+``checkpoint`` Conductor takes its sampling settings (``temperature``, ``max_tokens``,
+``top_p``) from the ``conductor.json`` it was trained with, not from the defaults (its
+time-outs and retries it takes as any other).  A ``--conductor`` given on the command
+line with the section's backend keeps the section's settings, defaults included; one
+of another backend is not the pool's, and takes none of them.
 """
 
 from __future__ import annotations
@@ -132,6 +143,8 @@ _WORKER_KEYS = (
 _CONTEXT_KEYS = tuple(f.name for f in fields(WorkerContext))
 _CONDUCTOR_KEYS = tuple(f.name for f in fields(ConductorConfig))
 _PRICE_KEYS = ("input_per_mtok", "output_per_mtok")
+# The defaults a conductor: section takes where it sets none (every one, so far).
+_CONDUCTOR_DEFAULT_KEYS = tuple(k for k in _DEFAULT_KEYS if k in _CONDUCTOR_KEYS)
 _LOCAL_DEFAULT_MODEL = "smollm2"
 # The clients that send a grammar to an OpenAI-compatible server, so the only ones a
 # structured_outputs setting means anything to.
@@ -389,7 +402,9 @@ class _PoolReader(ConfigReader):
             result.append(worker)
         return tuple(result)
 
-    def conductor(self, node: yaml.Node) -> ConductorConfig | None:
+    def conductor(
+        self, node: yaml.Node, defaults: Mapping[str, Any], workers: tuple[Worker, ...]
+    ) -> ConductorConfig | None:
         field = "conductor"
         if isinstance(node, yaml.ScalarNode) and self.scalar(node, field) is None:
             return None
@@ -436,6 +451,7 @@ class _PoolReader(ConfigReader):
                 raise AssertionError(key)
             if value is not None:
                 kwargs[key] = value
+        kwargs.update(_conductor_defaults(kwargs, defaults, workers))
         config = ConductorConfig(**kwargs)
         if config.subtasks and not config.constrained:
             raise self.error(
@@ -492,7 +508,9 @@ class _PoolReader(ConfigReader):
             else WorkerContext()
         )
         workers = self.workers(get.get("workers"), root, defaults, context)
-        conductor = self.conductor(get["conductor"]) if "conductor" in get else None
+        conductor = (
+            self.conductor(get["conductor"], defaults, workers) if "conductor" in get else None
+        )
         return Pool(
             name=name,
             workers=workers,
@@ -502,6 +520,25 @@ class _PoolReader(ConfigReader):
             path=path,
             context=context,
         )
+
+
+def _conductor_defaults(
+    own: Mapping[str, Any], defaults: Mapping[str, Any], workers: tuple[Worker, ...]
+) -> dict[str, Any]:
+    """The ``defaults:`` a ``conductor:`` section whose own keys are ``own`` takes (see
+    the module's docstring): none for a prompted Conductor that names a pool worker,
+    no sampling settings for a checkpoint."""
+    backend = own.get("backend", ConductorConfig.backend)
+    if backend == "prompted" and own.get("model") in {w.id for w in workers}:
+        return {}
+    keys = _CONDUCTOR_DEFAULT_KEYS
+    if backend == "checkpoint":
+        keys = tuple(k for k in keys if k not in _SAMPLING_KEYS)
+    taken = {k: defaults[k] for k in keys if k in defaults and k not in own}
+    for key in ("timeout_s", "total_timeout_s"):
+        if key in taken:
+            taken[key] = float(taken[key])
+    return taken
 
 
 def load_pool_text(

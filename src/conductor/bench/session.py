@@ -251,6 +251,7 @@ class BenchSession:
         from ..strategies import (
             ConductorStrategy,
             answer_key_for,
+            capped_warning,
             concurrency_warning,
             default_concurrency,
             parse_strategy,
@@ -286,7 +287,11 @@ class BenchSession:
             if given.concurrency is None:
                 options = dataclasses.replace(options, concurrency=default_concurrency(strat))
             else:
-                warning = concurrency_warning(strat, given.concurrency)
+                # One sentence at most: above what the models serve together, or above
+                # what one of them serves alone.
+                warning = concurrency_warning(strat, given.concurrency) or capped_warning(
+                    strat, given.concurrency
+                )
                 if warning and on_warning is not None:
                     on_warning(warning)
             try:

@@ -1,24 +1,25 @@
 """What every command shares: the two consoles, exit codes, the error line, the
 interrupt message, and the pool and cache a command opens.
 
-Only the light libraries (typer, rich) are imported here; the pool loader and the
-call cache are imported when a command asks for them.
+Only typer is imported here; rich (for the consoles), the pool loader and the call
+cache are imported when a command asks for them, so that ``--help`` (plain click text)
+loads none of them.
 """
 
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.text import Text
+from typer.core import TyperGroup
 
 from ..text import printable
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from ..llm.cache import ResponseCache
     from ..pool import Pool
 
@@ -28,6 +29,7 @@ __all__ = [
     "PoolOption",
     "EXIT_INTERRUPTED",
     "EXIT_USAGE",
+    "Group",
     "cache_unless",
     "interrupted",
     "load_pool",
@@ -58,6 +60,23 @@ PoolOption = Annotated[
     ),
 ]
 
+
+class Group(TyperGroup):
+    """A command group (the root, ``pools``, ``cache``) whose ``--help``, when not
+    given, imports nothing.
+
+    Typer coerces an option's value with pydantic unless it is already a ``bool``; a
+    help flag's default is ``None``, so each group above a command loaded pydantic
+    for ``conductor bench --help`` and every other subcommand's help.
+    """
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        if option is not None and option.default is None:
+            option.default = False
+        return option
+
+
 #: Set by the root callback: ``--debug`` lets errors through as tracebacks.
 state: dict[str, bool] = {"debug": False}
 
@@ -66,22 +85,30 @@ def stdout() -> Console:
     """Standard output.  Piped, rich lays it out for 80 columns unless COLUMNS says
     otherwise: an unbounded width would set free text on one endless line.  Every view
     keeps ids and paths whole at any width, so a pipe into grep still finds them."""
+    from rich.console import Console
+
     return Console(soft_wrap=False)
 
 
 def stderr() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True)
 
 
 def print_path(console: Console, label: str, *paths: Path | str) -> None:
     """``label``, then each path on a line of its own that is never wrapped or cropped
     (a terminal may fold it on screen; copied, it is one piece)."""
+    from rich.text import Text
+
     console.print(label, highlight=False, markup=False)
     for path in paths:
         console.print(Text(printable(str(path))), soft_wrap=True, highlight=False)
 
 
 def print_error(message: str) -> None:
+    from rich.markup import escape
+
     # One line whatever the width (scripts read it); no emoji codes such as ":x:".
     stderr().print(
         f"[red]error:[/red] {escape(printable(message))}",

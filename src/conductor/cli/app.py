@@ -16,7 +16,6 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
 
 from .. import __version__
 from ..errors import ConductorError, UsageError
@@ -24,6 +23,7 @@ from ._common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
+    Group,
     interrupted,
     print_error,
     state,
@@ -41,7 +41,7 @@ from .view import view
 __all__ = ["app", "main"]
 
 
-class _Commands(TyperGroup):
+class _Commands(Group):
     """The command group; a ``Ctrl-C`` that no command handled ends here.
 
     Typer would turn it into a silent exit 130; this says so.  Commands that keep
@@ -84,12 +84,14 @@ def _root(
     debug: Annotated[
         bool, typer.Option("--debug", help="Show tracebacks and debug logs on stderr.")
     ] = False,
+    # Plain ``bool`` (not ``bool | None``): typer coerces a flag of any other type with
+    # pydantic, which every subcommand's --help would then import.
     version: Annotated[
-        bool | None,
+        bool,
         typer.Option(
             "--version", callback=_version, is_eager=True, help="Print the version and exit."
         ),
-    ] = None,
+    ] = False,
 ) -> None:
     """Conductor: learned orchestration of LLM teams."""
     state["debug"] = debug

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -288,6 +287,8 @@ def _run_with_progress(
     make: Callable[[EventSink | None], Coroutine[Any, Any, _T]], *, show: bool
 ) -> _T:
     """Run a coroutine factory, showing a live progress view on stderr when useful."""
+    import asyncio  # here, not above: ``conductor ask --help`` runs no event loop
+
     console = stderr()
     if not show or not console.is_terminal:
         return asyncio.run(make(None))

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.text import Text
 
 from ..errors import UsageError
 from ..text import plural, printable
@@ -18,6 +17,8 @@ from ._ci import CiOutputs, FailUnderOption, JunitOption, MarkdownOption
 from ._common import interrupted, print_path, stderr, stdout
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from ..bench.runner import BenchProgress
     from ..bench.session import BenchRequest
     from ..runs.summary import RunSummary
@@ -191,7 +192,7 @@ def bench(
         progress = _bench_one(request)
         failed = failed or (progress.done > 0 and progress.errors == progress.done)
         run_dirs.append(request.run_dir)
-    summaries = _print_report(run_dirs)
+    summaries = _print_report(_written_summaries(run_dirs))
     dirs_written = plural(len(run_dirs), "run directory", "run directories")
     print_path(stdout(), f"{dirs_written} (for conductor report and trace):", *run_dirs)
     ci.finish(summaries, failed=failed)
@@ -200,10 +201,7 @@ def bench(
 def _bench_one(request: BenchRequest) -> BenchProgress:
     """Run one request under a progress bar on stderr when stdout is a terminal, or
     with plain progress lines on stdout when it is not (a pipe, a CI log)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from ..bench.session import BenchSession
-    from ..render.format import format_usd
 
     session = BenchSession(request)
     console = stderr()
@@ -213,30 +211,16 @@ def _bench_one(request: BenchRequest) -> BenchProgress:
         console.print(f"[yellow]warning:[/] {text}", highlight=False)
 
     lines = None if stdout().is_terminal else _PlainProgress(label)
-    with (
-        Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[stats]}"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=False,
-            # Never both: a bar redrawn on a terminal that also shows the lines (through
-            # `| tee`) would tear them apart.
-            disable=lines is not None or not console.is_terminal,
-        ) as bar,
-        lines or contextlib.nullcontext(),
-    ):
-        task = bar.add_task(label, total=None, stats="")
+    # Never both: a bar redrawn on a terminal that also shows the lines (through
+    # `| tee`) would tear them apart.
+    bar = _Bar(console, label) if lines is None and console.is_terminal else None
+    with bar or contextlib.nullcontext(), lines or contextlib.nullcontext():
 
         def on_progress(p: BenchProgress) -> None:
             if lines is not None:
                 lines.update(p)
-                return
-            acc = f"{p.accuracy:.1f}%" if p.accuracy is not None else "-"
-            stats = f"acc {acc} · {format_usd(p.cost_usd)} · errors {p.errors}"
-            bar.update(task, total=p.total, completed=p.skipped + p.done, stats=stats)
+            elif bar is not None:
+                bar.update(p)
 
         try:
             progress = session.run(on_progress=on_progress, on_warning=on_warning)
@@ -258,6 +242,45 @@ def _bench_one(request: BenchRequest) -> BenchProgress:
     return progress
 
 
+class _Bar:
+    """The progress bar on a terminal's stderr; rich's progress module is imported only
+    when one is shown (a run in a pipe or a log has no use for it)."""
+
+    def __init__(self, console: Console, label: str) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self._bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self._task = self._bar.add_task(label, total=None, stats="")
+
+    def update(self, p: BenchProgress) -> None:
+        from ..render.format import format_usd
+
+        acc = f"{p.accuracy:.1f}%" if p.accuracy is not None else "-"
+        stats = f"acc {acc} · {format_usd(p.cost_usd)} · errors {p.errors}"
+        self._bar.update(self._task, total=p.total, completed=p.skipped + p.done, stats=stats)
+
+    def __enter__(self) -> _Bar:
+        self._bar.start()
+        return self
+
+    def __exit__(self, kind: object, error: object, tb: object) -> None:
+        self._bar.stop()
+
+
 class _PlainProgress:
     """:class:`~conductor.render.bench_progress.ProgressLines` printed to stdout, with
     a timer thread for the lines no finished sample brings (a slow run's heartbeat).
@@ -276,6 +299,8 @@ class _PlainProgress:
     def _print(self, line: str | None) -> None:
         if line is None:
             return
+        from rich.text import Text
+
         # One line whatever its length; flushed, so a log shows it at once.
         self._console.print(Text(printable(line)), soft_wrap=True, highlight=False)
         self._console.file.flush()
@@ -309,15 +334,22 @@ def _bench_merge(dirs: list[Path], out: Path | None, ci: CiOutputs) -> None:
     n = merge_bench(dirs, out)
     records, runs = plural(n, "record"), plural(len(dirs), "run")
     print_path(stdout(), f"merged {records} from {runs} into", out)
-    ci.finish(_print_report([out]), failed=False)
+    ci.finish(_print_report(_written_summaries([out])), failed=False)
 
 
-def _print_report(run_dirs: list[Path]) -> list[RunSummary]:
-    """Print the report of ``run_dirs``; return their summaries (read once)."""
-    from ..render.report import report_views
+def _written_summaries(run_dirs: list[Path]) -> list[RunSummary]:
+    """The summaries ``bench`` has just written to ``run_dirs`` (``summary.json``, read
+    when it is newer than every file it is made from): reading the records again would
+    cost as much as the summary did."""
     from ..runs.summary import current_summary
 
-    summaries = [current_summary(d) for d in run_dirs]
+    return [current_summary(d) for d in run_dirs]
+
+
+def _print_report(summaries: list[RunSummary]) -> list[RunSummary]:
+    """Print the report of ``summaries``; return them."""
+    from ..render.report import report_views
+
     console = stdout()
     for renderable in report_views(summaries):
         console.print(renderable)
@@ -360,8 +392,12 @@ def report(
             raise UsageError(f"--plot {plot}: give a file ending in .png or .svg")
         require_matplotlib()  # before the tables, not after them
     # A `singles` run stands for its single-WORKER directories.
+    from ..runs.summary import current_summary
+
     dirs = [d for r in runs for d in (run_dirs(r) or [r])]
-    summaries = _print_report(dirs)
+    # summary.json only where it was written after every file it is made from: a run
+    # may have grown since (current_summary reads the records then).
+    summaries = _print_report([current_summary(d) for d in dirs])
     if plot is not None:
         _write_plot(dirs, plot)
     ci.finish(summaries, failed=False)

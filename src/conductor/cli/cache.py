@@ -9,11 +9,13 @@ import typer
 
 from ..errors import CacheError, UsageError
 from ..text import plural
-from ._common import open_cache, print_path, stdout
+from ._common import Group, open_cache, print_path, stdout
 
 __all__ = ["cache_app"]
 
-cache_app = typer.Typer(help="Inspect or clear the on-disk call cache.", no_args_is_help=True)
+cache_app = typer.Typer(
+    cls=Group, help="Inspect or clear the on-disk call cache.", no_args_is_help=True
+)
 
 
 def _parse_age(text: str) -> float:

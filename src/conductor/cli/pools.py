@@ -6,12 +6,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.text import Text
 
 from ..errors import ConductorError
 from ..redact import redact_params, redact_url
 from ..text import plural, printable
-from ._common import EXIT_FAILED, load_pool, print_path, stdout
+from ._common import EXIT_FAILED, Group, load_pool, print_path, stdout
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -21,13 +20,14 @@ if TYPE_CHECKING:
 
 __all__ = ["pools_app"]
 
-pools_app = typer.Typer(help="List, show and check pool files.", no_args_is_help=True)
+pools_app = typer.Typer(cls=Group, help="List, show and check pool files.", no_args_is_help=True)
 
 
 @pools_app.command("list")
 def pools_list() -> None:
     """List the pools shipped with conductor."""
     from rich.table import Table
+    from rich.text import Text
 
     from ..pool import builtin_pools_dir, list_builtin_pools
     from ..pool import load_pool as load_pool_file
@@ -57,6 +57,7 @@ def pools_show(
 ) -> None:
     """Show a pool's workers in the order the Conductor sees them."""
     from rich.table import Table
+    from rich.text import Text
 
     from ..render import Fitted
 
@@ -146,6 +147,7 @@ class _CheckRows:
 
     def __rich__(self) -> Table:
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(title=self.title)
         for col in ("model", "id", "result", "latency (s)", "reply"):

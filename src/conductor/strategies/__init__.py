@@ -19,6 +19,7 @@ from .base import Strategy
 from .baselines import MOA_INSTRUCTION, REFLECT_INSTRUCTION, FixedStrategy, parse_strategy
 from .capacity import (
     DEFAULT_CONCURRENCY,
+    capped_warning,
     concurrency_warning,
     default_concurrency,
     sample_capacity_of,
@@ -34,6 +35,7 @@ __all__ = [
     "FixedStrategy",
     "Strategy",
     "answer_key_for",
+    "capped_warning",
     "concurrency_warning",
     "default_concurrency",
     "parse_strategy",

@@ -1,5 +1,6 @@
 """How many samples of a strategy to run at once: as many as the pool's models can
-serve, and the warning for a ``--concurrency`` above that."""
+serve, and the warnings for a ``--concurrency`` above that, or above what one of them
+serves alone."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from .base import Strategy
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
+    "capped_warning",
     "concurrency_warning",
     "default_concurrency",
     "sample_capacity_of",
@@ -49,21 +51,51 @@ def concurrency_warning(strategy: Strategy, concurrency: int) -> str | None:
     shares = ", ".join(_share_text(share) for share in capacity.shares)
     fix = f"give --concurrency {n}"
     if any(not share.in_process for share in capacity.shares):
-        if pool.path is None:
-            where = "the pool"
-        elif is_shipped("pool", pool.path):
-            where = (
-                f"a copy of the shipped pool {pool.name!r} given with --pool "
-                "(conductor pools list shows where the shipped pools are)"
-            )
-        else:
-            where = str(pool.path)
-        fix += f" or less, or raise max_concurrency in {where}"
+        fix += f" or less, or raise max_concurrency in {_pool_file(strategy)}"
     return (
         f"--concurrency {concurrency} is more than the models of pool {pool.name!r} can "
         f"serve: at most {plural(n, 'sample')} can be calling a model at once ({shares}), "
         f"so {plural(concurrency - n, 'sample')} would only wait; {fix}"
     )
+
+
+def capped_warning(strategy: Strategy, concurrency: int) -> str | None:
+    """The sentence to show once when ``concurrency`` samples in flight are no more than
+    the pool's models serve together, but more than one of them (a worker, the
+    Conductor) serves alone: the samples beyond its ``max_concurrency`` wait for it in
+    turn.  ``None`` when every model can serve them all at once.  (Above what they
+    serve together, :func:`concurrency_warning` says so instead.)"""
+    capped = [s for s in sample_capacity_of(strategy).shares if s.samples < concurrency]
+    if not capped:
+        return None
+    ids = [i for share in capped for i in share.ids]
+    shares = ", ".join(_share_text(share) for share in capped)
+    one = len(ids) == 1
+    text = (
+        f"--concurrency {concurrency} is more than {targets_named(ids)} of pool "
+        f"{strategy.pool.name!r} can {'serve' if one else 'each serve'} at once ({shares}): "
+        f"the samples beyond that wait for {'it' if one else 'them'} in turn"
+    )
+    if any(not share.in_process for share in capped):
+        text += (
+            "; to serve more at once, raise max_concurrency (a worker's own, the "
+            f"conductor: section's, or defaults: for every model) in {_pool_file(strategy)}"
+        )
+    return text
+
+
+def _pool_file(strategy: Strategy) -> str:
+    """Where a warning tells the user to change the pool: the user's own pool file, or a
+    copy of a shipped one (never the shipped file itself)."""
+    pool = strategy.pool
+    if pool.path is None:
+        return "the pool"
+    if is_shipped("pool", pool.path):
+        return (
+            f"a copy of the shipped pool {pool.name!r} given with --pool "
+            "(conductor pools list shows where the shipped pools are)"
+        )
+    return str(pool.path)
 
 
 def _share_text(share: SampleShare) -> str:
