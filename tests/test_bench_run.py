@@ -300,7 +300,8 @@ def test_multiple_choice_and_code_benchmarks_run(
     # The record's question is the prompt (template and options); the question itself
     # is kept beside it, for readers that list questions (conductor view).
     asked = ["What is 7 times 8?", "Which gas do plants take in for photosynthesis?"]
-    assert [r["metadata"]["question"] for r in records] == asked
+    # Graded on several threads: the lines come in the order their grades ended.
+    assert sorted(r["metadata"]["question"] for r in records) == sorted(asked)
     for r, question in zip(records, asked, strict=True):
         assert question in r["question"] and "A) " in r["question"]
         assert "A) " not in r["metadata"]["question"]

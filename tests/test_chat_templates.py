@@ -295,9 +295,10 @@ async def test_text_template_requests_have_no_continuation(
     assert [m["role"] for m in sent.body["messages"]] == ["user"]
     assert "continue_final_message" not in sent.body
     assert "add_generation_prompt" not in sent.body
-    assert "temperature" not in sent.body  # unset: the server's default, as before
+    # The section sets none: the pool's defaults: reach it.
+    assert sent.body["temperature"] == 0.2
     assert record.conductor["template_form"] == "text"
-    assert record.conductor["sampling"] == {"temperature": None, "max_tokens": None, "top_p": None}
+    assert record.conductor["sampling"] == {"temperature": 0.2, "max_tokens": 256, "top_p": None}
     assert record.rounds[0].conductor_calls[0].prefill is None
 
 

@@ -164,4 +164,4 @@ def test_micro_batches_give_the_whole_batchs_update(monkeypatch: pytest.MonkeyPa
     for loss, got in parts:
         assert loss == pytest.approx(loss8, abs=1e-3)
         for a, b in zip(whole, got, strict=True):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=5e-5)  # summation order differs

@@ -41,12 +41,13 @@ import tempfile
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..private import write_private
 
-if TYPE_CHECKING:
-    from .data import SampleDetail
+#: A sample's details (:class:`conductor.view.data.SampleDetail`, which imports this
+#: module: named here by its fields only, so that the two do not import each other).
+SampleDetail = Any
 
 __all__ = [
     "CALLBACK",
