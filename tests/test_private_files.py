@@ -333,6 +333,9 @@ def _full_after(monkeypatch: pytest.MonkeyPatch, writes: int) -> None:
 
 # One sample writes its call, then itself: the 3rd write is the second sample's call
 # (the call cache fails inside the strategy), the 4th that sample (the sample cache).
+# The writes are made by the cache's writer thread: the fault it meets stops the run at
+# the next write handed to it, so a sample or two may be recorded after the failed
+# write (complete records; only their cache entries are missing).
 @pytest.mark.parametrize("writes", [2, 3], ids=["call-cache", "sample-cache"])
 def test_a_full_cache_stops_the_bench_with_one_message_and_exit_1(
     tmp_path: Path,
@@ -357,7 +360,7 @@ def test_a_full_cache_stops_the_bench_with_one_message_and_exit_1(
     assert f"error: stopped: the call cache in {tmp_path / 'calls'} cannot be written" in err
     assert "database or disk is full" in err and f"conductor bench --resume {out}" in err
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
-    assert len(records) <= 2 and all(r["status"] != "failed" for r in records)
+    assert 1 <= len(records) < 20 and all(r["status"] != "failed" for r in records)
 
 
 @pytest.mark.process
@@ -444,8 +447,9 @@ def test_a_read_only_cache_is_a_write_fault_not_damage(tmp_path: Path) -> None:
         cache._cache.set = lambda *a, **k: (_ for _ in ()).throw(  # type: ignore[method-assign]
             sqlite3.OperationalError("attempt to write a readonly database")
         )
-        with pytest.raises(CacheError) as info:
+        with pytest.raises(CacheError) as info:  # noqa: PT012 - the write, then its commit
             cache.set("k", RawCompletion("x", Usage(1, 1), {}))
+            cache.flush()
     assert not info.value.corrupt and "--no-cache" in str(info.value)
 
 

@@ -40,23 +40,25 @@ from the cache (``samplecache``); joining shards (``merge``).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from ..benchmark import BenchmarkSpec
 from ..datasets.samples import recorded_metadata, render_prompt
-from ..errors import AuthenticationError, CacheError, UsageError
+from ..errors import AuthenticationError, CacheError, RecordError, UsageError
 from ..grading import Grader
 from ..grading.types import Sample, Verdict
 from ..llm.cache import ResponseCache
 from ..private import own_dir
-from ..record import RunRecord, now_iso, record_to_dict
+from ..record import RunRecord, now_iso, record_from_dict, record_to_dict
 from ..runs.config import BenchConfig
 from ..runs.lock import absent_dirs, absent_files, lock_run_dir, undo_empty_run
 from ..runs.rundir import LOCK, RUN_FILES, SAMPLES, open_samples, record_line, write_line
+from ..runs.summary import SummaryBuilder
 from ..strategies import Strategy
 from . import samplecache
 from .claim import (
@@ -118,8 +120,13 @@ async def run_benchmark(
     *,
     cache: ResponseCache | None = None,
     on_progress: Callable[[BenchProgress], None] | None = None,
+    summary: SummaryBuilder | None = None,
 ) -> BenchProgress:
     """Run every remaining (sample, epoch) of ``spec`` and append its record.
+
+    With ``summary``, the records already in the directory are folded into it once it
+    is claimed, and every record written after them as it is written: the caller
+    scores the run without reading it back (:class:`SummaryBuilder`).
 
     With ``cache``, each graded sample is also kept under a key that covers everything
     that decides it (benchmark, prompt, grader, strategy, pool, Conductor settings and
@@ -159,8 +166,12 @@ async def run_benchmark(
     try:
         total = claim_run_dir(spec, options, config, epochs)
         done = completed_keys(out, drop_errors=options.retry_errors)
+        if summary is not None:
+            summary.read_existing()
         work = remaining_work(spec, options, epochs, done)
-        loop = SampleLoop(spec, strategy, grader, pool_dict, options, config, cache, on_progress)
+        loop = SampleLoop(
+            spec, strategy, grader, pool_dict, options, config, cache, on_progress, summary
+        )
         return await loop.run(work, total=total, skipped=len(done))
     except BenchStopped:
         raise  # its message says how to resume from this directory: it stays
@@ -171,8 +182,14 @@ async def run_benchmark(
         lock.close()
 
 
-#: What a finished sample leaves to write: its line, its status and its cost.
-_Result = tuple[str, str, float]
+class _Result(NamedTuple):
+    """What a finished sample leaves to write: its line (encoded once), its status, its
+    cost, and the record the line encodes (for the summary)."""
+
+    line: str
+    status: str
+    cost: float
+    record: RunRecord
 
 
 class _Slot:
@@ -209,8 +226,10 @@ class SampleLoop:
         config: BenchConfig,
         cache: ResponseCache | None,
         on_progress: Callable[[BenchProgress], None] | None,
+        summary: SummaryBuilder | None = None,
     ) -> None:
         self.spec, self.strategy, self.grader = spec, strategy, grader
+        self.summary = summary
         self.pool_dict, self.options = pool_dict, options
         self.cache = cache
         self.out = options.out_dir
@@ -288,11 +307,18 @@ class SampleLoop:
 
     async def finish(self, grade_pool: ThreadPoolExecutor, fh: IO[bytes]) -> None:
         """Close what the pass opened: the samples file, the grader threads (those still
-        grading are abandoned) and the strategy's callers."""
+        grading are abandoned) and the strategy's callers; and wait until the cache
+        holds every answer given (its writes are made behind the loop, see
+        :mod:`conductor.llm.cache`), so the run reports nothing that is not cached."""
         with suppress(OSError):
             fh.close()
         grade_pool.shutdown(wait=False, cancel_futures=True)
         await self.strategy.aclose()
+        if self.cache is not None:
+            try:
+                await asyncio.to_thread(self.cache.flush)
+            except CacheError as exc:
+                self._cache_halt(exc)
 
     # -- stopping ------------------------------------------------------------------
 
@@ -377,7 +403,7 @@ class SampleLoop:
             return None
         except Exception as exc:  # noqa: BLE001 - any fault of one sample is its record
             slot.release()
-            return self.failed_line(question, sample, epoch, exc), "run_failed", 0.0
+            return self.failed_result(question, sample, epoch, exc)
         # The model calls are over: the next sample may start while this one is graded.
         slot.release()
         refused = auth_failure(record)
@@ -391,13 +417,18 @@ class SampleLoop:
             self._cache_halt(exc)
             return None
         except Exception as exc:  # noqa: BLE001 - e.g. a record that cannot be encoded
-            return self.failed_line(question, sample, epoch, exc), "run_failed", 0.0
+            return self.failed_result(question, sample, epoch, exc)
 
     def replay(self, key: str | None) -> _Result | None:
         """The sample's record kept in the cache under ``key``, as this run's line."""
         kept = samplecache.cache_get(self.cache, key)
         if isinstance(kept, dict) and isinstance(kept.get("line"), str):
-            return samplecache.replayed_line(kept), str(kept["status"]), float(kept["cost"])
+            line = samplecache.replayed_line(kept)
+            try:
+                record = record_from_dict(json.loads(line))
+            except (ValueError, RecordError):
+                return None  # an entry this version cannot read: the sample runs again
+            return _Result(line, str(kept["status"]), float(kept["cost"]), record)
         return None
 
     async def ask(self, question: str, epoch: int, sample: Sample) -> RunRecord:
@@ -440,17 +471,19 @@ class SampleLoop:
         if key is not None and not truncated and not is_error_record(data):
             kept = {"line": line, "run_id": record.run_id, "status": status, "cost": cost}
             samplecache.cache_set(self.cache, key, kept)
-        return line, status, cost
+        return _Result(line, status, cost, record)
 
     def write(self, fh: IO[bytes], result: _Result) -> None:
         """Append the sample's line and count it; a directory that takes no write
         stops the run."""
-        line, status, cost = result
         try:
-            write_line(fh, line)
+            write_line(fh, result.line)
         except OSError as exc:
             self.halt(io_stop(exc, self.samples_path, self.out, self.progress.done), cancel=True)
             return
+        if self.summary is not None:
+            self.summary.add(result.record)
+        status, cost = result.status, result.cost
         progress = self.progress
         progress.done += 1
         progress.verdicts[status] = progress.verdicts.get(status, 0) + 1
@@ -470,7 +503,9 @@ class SampleLoop:
             meta["question"] = question
         return meta
 
-    def failed_line(self, question: str, sample: Sample, epoch: int, exc: BaseException) -> str:
+    def failed_result(
+        self, question: str, sample: Sample, epoch: int, exc: BaseException
+    ) -> _Result:
         """The record of a sample whose run (or its record) raised ``exc``."""
         name = self.strategy.name
         record = RunRecord(
@@ -486,4 +521,4 @@ class SampleLoop:
             gold=sample.gold,
             metadata=self.metadata(sample),
         )
-        return record_line(record_to_dict(record))
+        return _Result(record_line(record_to_dict(record)), "run_failed", 0.0, record)

@@ -29,7 +29,7 @@ from ..errors import UsageError
 from ..execute import RunSettings
 from ..pool import Pool
 from ..runs.config import Invocation, read_run_config
-from ..runs.summary import write_summary
+from ..runs.summary import RunSummary, SummaryBuilder, write_summary
 from ..strategies import DEFAULT_CONCURRENCY
 from .faults import BenchStopped
 from .runconfig import BenchOptions
@@ -192,6 +192,9 @@ class BenchSession:
         from ..grading.code import with_unsafe_opt_in
 
         self.request = request
+        #: The run's records as they are written, folded into its scores (so the
+        #: summary after the run reads nothing back).
+        self.summary = SummaryBuilder(request.run_dir)
         spec = request.spec
         self._grader = get_grader(
             spec.grader,
@@ -223,19 +226,26 @@ class BenchSession:
         The summary is written too when the run is stopped (by a full disk, a
         rejected key, or ``Ctrl-C``, which is raised again as ``KeyboardInterrupt``).
         """
-        run_dir = self.request.run_dir
         try:
             progress = asyncio.run(self._run(on_progress, on_warning))
         except BenchStopped:
             # What was written is summarised if the directory still takes a write.
             with contextlib.suppress(Exception):
-                write_summary(run_dir)
+                self.write_summary()
             raise
         except KeyboardInterrupt:
-            write_summary(run_dir)
+            self.write_summary()
             raise
-        write_summary(run_dir)
+        self.write_summary()
         return progress
+
+    def write_summary(self) -> RunSummary:
+        """Write the run's ``summary.json``: from the records folded in as they were
+        written when the builder saw the whole file, else by reading the file (a run
+        stopped before it claimed its directory)."""
+        if self.summary.covers_file:
+            return self.summary.write()
+        return write_summary(self.request.run_dir)
 
     async def _run(
         self,
@@ -303,6 +313,7 @@ class BenchSession:
                     options,
                     cache=cache,
                     on_progress=on_progress,
+                    summary=self.summary,
                 )
             finally:
                 record_rate_limits(r.run_dir, callers.limits.history())

@@ -17,18 +17,33 @@ tightened on opening, with a warning).  A cache that cannot be written (disk ful
 read-only, not ours) or whose database is damaged raises
 :class:`~conductor.errors.CacheError`, whose message says what to do; a damaged
 database is deleted and recreated by :func:`discard_cache` (``conductor cache clear``).
+
+Writes are made behind the caller's back (:class:`_WriteBehind`): :meth:`ResponseCache.set`
+hands the entry to one writer thread, which commits what has gathered in one SQLite
+transaction, so a bench's event loop never waits on the disk (one transaction per
+call was a fifth of its thread at high concurrency).  A value handed over is read
+back at once (``get`` sees it before it is committed); :meth:`ResponseCache.flush`
+waits until everything handed over is on disk, and closing (or the process's normal
+exit) flushes.  A fault of the writer (a full disk) is raised as ``CacheError`` by the
+next ``set`` or ``flush``: a bench flushes before it writes its summary, so a run
+reports only what is cached.  What a ``SIGKILL`` can lose is the entries of the
+transaction in flight (milliseconds of answers, asked again on resume).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import hashlib
 import json
+import logging
 import os
 import shutil
 import sqlite3
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -63,6 +78,14 @@ DB_FILE = "cache.db"
 _CACHE_FILES = (f"{DB_FILE}*", "[0-9a-f][0-9a-f]")
 
 _T = TypeVar("_T")
+
+log = logging.getLogger("conductor")
+
+#: At most this many entries in one transaction of the writer thread.
+WRITE_BATCH = 512
+#: At most this many entries wait for the writer; a ``set`` beyond it waits for room,
+#: so a disk slower than the answers holds the run back rather than its memory growing.
+WRITE_QUEUE = 4096
 
 #: SQLite's names for a damaged database (``sqlite3.Error.sqlite_errorname``, extended
 #: codes such as ``SQLITE_CORRUPT_INDEX`` included), and its messages where no name is.
@@ -193,10 +216,151 @@ def _private_disk() -> type[Any]:
     return PrivateDisk
 
 
-class ResponseCache:
-    """A diskcache-backed store of :class:`RawCompletion` values."""
+class _WriteBehind:
+    """The writes of one :class:`ResponseCache`, committed by one thread in batches.
 
-    def __init__(self, directory: str | Path | None = None) -> None:
+    ``pending`` holds what was handed over and not yet taken; ``writing`` what the
+    thread is committing now; both are read by :meth:`lookup` so that an entry is seen
+    from the moment it is handed over.  The first fault of the disk or the database is
+    kept and raised by every later :meth:`put` and :meth:`flush`.
+    """
+
+    def __init__(self, cache: Any, directory: Path) -> None:
+        self._cache = cache
+        self._directory = directory
+        self._pending: dict[str, Any] = {}
+        self._writing: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)  # something to write, or closing
+        self._done = threading.Condition(self._lock)  # a batch is committed (or failed)
+        self._fault: CacheError | None = None
+        self._fault_raised = False
+        self._closing = False
+        # A forked child (a sandbox's) holds a copy of this object but not its thread:
+        # it must neither wait for that thread nor write on its behalf.
+        self._owner = os.getpid()
+        self._thread: threading.Thread | None = None
+
+    def lookup(self, key: str) -> tuple[bool, Any]:
+        """``(True, value)`` for an entry handed over and not yet on disk."""
+        with self._lock:
+            if key in self._pending:
+                return True, self._pending[key]
+            if key in self._writing:
+                return True, self._writing[key]
+        return False, None
+
+    def put(self, key: str, value: Any) -> None:
+        with self._lock:
+            self._raise_fault()
+            while len(self._pending) >= WRITE_QUEUE and self._fault is None:
+                self._done.wait()
+            self._raise_fault()
+            self._pending[key] = value
+            if self._thread is None:
+                # Started on the first write: a cache only read (a replayed run, the
+                # `cache` command) never has a thread.
+                self._thread = threading.Thread(
+                    target=self._run, name="conductor-cache-writer", daemon=True
+                )
+                self._thread.start()
+            self._work.notify()
+
+    def flush(self) -> None:
+        """Wait until every entry handed over is on disk; raise the writer's fault."""
+        if os.getpid() != self._owner:
+            return
+        with self._lock:
+            while (self._pending or self._writing) and self._fault is None:
+                self._done.wait()
+            self._raise_fault()
+
+    def close(self) -> None:
+        """Flush, then end the thread.  The writer's fault is raised here only if no
+        ``put`` or ``flush`` raised it before: a fault already reported (a bench
+        stopped by it) is not reported twice."""
+        if os.getpid() != self._owner:
+            return
+        with self._lock:
+            reported = self._fault_raised
+        try:
+            self.flush()
+        except CacheError:
+            if not reported:
+                raise
+        finally:
+            with self._lock:
+                self._closing = True
+                self._work.notify()
+                thread = self._thread
+            if thread is not None and thread is not threading.current_thread():
+                thread.join()
+
+    def _raise_fault(self) -> None:
+        if self._fault is not None:
+            self._fault_raised = True
+            raise self._fault
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._pending and not self._closing:
+                    self._work.wait()
+                if not self._pending:
+                    return  # closing, and nothing is left
+                batch = dict(list(self._pending.items())[:WRITE_BATCH])
+                for key in batch:
+                    del self._pending[key]
+                self._writing = batch
+            fault = self._commit(batch)
+            with self._lock:
+                self._writing = {}
+                if fault is not None and self._fault is None:
+                    self._fault = fault
+                    self._pending.clear()  # nothing more is written once the disk failed
+                self._done.notify_all()
+
+    def _commit(self, batch: dict[str, Any]) -> CacheError | None:
+        """Write ``batch`` in one transaction; the fault of the disk, if any."""
+        import diskcache
+
+        faults = (OSError, sqlite3.Error, diskcache.Timeout)
+        try:
+            with self._cache.transact(retry=True):
+                for key, value in batch.items():
+                    self._cache.set(key, value)
+            return None
+        except faults as exc:
+            return cache_fault(self._directory, exc)
+        except Exception:  # noqa: BLE001 - one value that cannot be stored (pickled)
+            pass
+        # One entry spoilt the batch: the others are written one by one, the bad ones
+        # left out with a warning, as a synchronous write would have refused them.
+        for key, value in batch.items():
+            try:
+                self._cache.set(key, value)
+            except faults as exc:
+                return cache_fault(self._directory, exc)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("a cache entry could not be written (%s)", exc)
+        return None
+
+
+def _close_at_exit(ref: weakref.ref[ResponseCache]) -> None:
+    cache = ref()
+    if cache is not None:
+        with contextlib.suppress(Exception):
+            cache.close()
+
+
+class ResponseCache:
+    """A diskcache-backed store of :class:`RawCompletion` values.
+
+    With ``write_behind`` (the default) writes are committed by a thread of their own
+    (see the module's docstring); without it each ``set`` is its own transaction.
+    """
+
+    def __init__(self, directory: str | Path | None = None, *, write_behind: bool = True) -> None:
         import diskcache
 
         self.directory = Path(directory) if directory is not None else default_cache_dir()
@@ -218,6 +382,11 @@ class ResponseCache:
                 f"the cache directory {self.directory} cannot be used ({reason}); set "
                 "CONDUCTOR_CACHE_DIR to a writable directory or pass --no-cache"
             ) from None
+        self._writer = _WriteBehind(self._cache, self.directory) if write_behind else None
+        self._closed = False
+        if self._writer is not None:
+            # A process that ends without closing the cache still writes what it holds.
+            atexit.register(_close_at_exit, weakref.ref(self))
 
     def __enter__(self) -> ResponseCache:
         return self
@@ -237,7 +406,7 @@ class ResponseCache:
 
     def get(self, key: str) -> RawCompletion | None:
         """The stored complete answer for ``key``, or None (a miss)."""
-        value = self._guard(lambda: self._cache.get(key))
+        value = self._read(key)
         if not isinstance(value, dict):
             return None
         try:
@@ -269,17 +438,37 @@ class ResponseCache:
         }
         if completion.tool_calls:
             value["tool_calls"] = [asdict(c) for c in completion.tool_calls]
-        self._guard(lambda: self._cache.set(key, value))
+        self._write(key, value)
 
     def get_value(self, key: str) -> Any:
         """A stored value other than a completion (e.g. a finished benchmark sample)."""
-        value = self._guard(lambda: self._cache.get(key))
+        value = self._read(key)
         return value.get("value") if isinstance(value, dict) else None
 
     def set_value(self, key: str, value: Any) -> None:
-        self._guard(lambda: self._cache.set(key, {"value": value, "stored_at": time.time()}))
+        self._write(key, {"value": value, "stored_at": time.time()})
+
+    def flush(self) -> None:
+        """Wait until every entry set so far is on disk; a fault of the disk met by the
+        writer raises :class:`CacheError` here (and at every later write)."""
+        if self._writer is not None:
+            self._writer.flush()
+
+    def _read(self, key: str) -> Any:
+        if self._writer is not None:
+            found, value = self._writer.lookup(key)
+            if found:
+                return value
+        return self._guard(lambda: self._cache.get(key))
+
+    def _write(self, key: str, value: dict[str, Any]) -> None:
+        if self._writer is not None:
+            self._writer.put(key, value)
+        else:
+            self._guard(lambda: self._cache.set(key, value))
 
     def stats(self) -> CacheStats:
+        self.flush()
         return self._guard(self._stats)
 
     def _stats(self) -> CacheStats:
@@ -297,6 +486,7 @@ class ResponseCache:
 
     def clear(self, older_than_s: float | None = None) -> int:
         """Delete every entry, or those stored more than ``older_than_s`` ago; return how many."""
+        self.flush()
         return self._guard(lambda: self._clear(older_than_s))
 
     def _clear(self, older_than_s: float | None) -> int:
@@ -312,4 +502,12 @@ class ResponseCache:
         return removed
 
     def close(self) -> None:
-        self._cache.close()
+        """Write what is held (a fault raises :class:`CacheError`), then close."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._writer is not None:
+                self._writer.close()
+        finally:
+            self._cache.close()

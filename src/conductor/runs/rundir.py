@@ -92,16 +92,18 @@ class SampleLines:
     """The records of one ``samples.jsonl`` as ``(line number, JSON object)``, in file
     order, read one line at a time (a run of any size is never held whole).
 
-    Iterate it once per pass; ``skipped`` counts the lines the last pass left out.  A
-    missing file has no lines.
+    Iterate it once per pass; ``skipped`` counts the lines the last pass left out, and
+    ``last_line`` is the number of the last line it read.  A missing file has no lines.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.skipped = 0
+        self.last_line = 0
 
     def __iter__(self) -> Iterator[tuple[int, dict[str, Any]]]:
         self.skipped = 0
+        self.last_line = 0
         try:
             fh = self.path.open("rb")
         except FileNotFoundError:
@@ -110,6 +112,7 @@ class SampleLines:
             raise RecordError(f"{self.path}: cannot be read ({exc.strerror or exc})") from None
         with fh:
             for number, raw in enumerate(fh, 1):
+                self.last_line = number
                 if not raw.strip():
                     continue
                 data = self._parse(raw, number)

@@ -4,8 +4,9 @@
 :func:`summarize_run` reads ``DIR/samples.jsonl`` as a stream: it never holds the run's
 records, only running sums, one score per sample and one latency per record, so a
 10,000-sample run stays small in memory.  The file is read twice: the first pass finds
-which line holds each (sample, epoch) (a rewritten pair's *last* line wins, as the
-runner's ``--retry-errors`` appends a fresh record), the second folds those lines in.
+which line holds each (sample, epoch) (a rewritten pair's *last* line wins), the second
+folds those lines in.  A bench builds the same summary as it writes the records
+(:class:`SummaryBuilder`), without reading them back.
 A line that is not JSON (a run killed mid-write leaves a truncated last line) is skipped
 with a warning and counted.
 
@@ -273,16 +274,62 @@ def summarize_run(run_dir: Path) -> RunSummary:
     ``config.json`` or ``samples.jsonl``, and :class:`~conductor.errors.RecordError`
     (naming the file and line) for a line that is JSON but not a run record.
     """
-    run_dir = Path(run_dir)
-    _config_path, samples_path = _check_dir(run_dir)
-    config = read_run_config(run_dir)
-    lines = SampleLines(samples_path)
-    keep = latest_lines(lines)
-    skipped = lines.skipped
-    acc = _Acc()
-    for number, rec in numbered_records(lines, keep):
-        acc.add(rec, number)
+    _check_dir(Path(run_dir))
+    builder = SummaryBuilder(run_dir)
+    builder.read_existing()
+    return builder.summary()
 
+
+class SummaryBuilder:
+    """A run's summary kept as its records are written, so that a bench that has just
+    written 100,000 records need not read them back to score them.
+
+    :meth:`read_existing` folds in what ``samples.jsonl`` already holds (the last line
+    of each (sample, epoch), as :func:`summarize_run` reads it); every record appended
+    after it is given to :meth:`add`.  The file must then hold no other line: the
+    runner appends only pairs it did not find there (``--retry-errors`` first removes
+    the records it runs again), so no record added replaces an earlier one.
+    :attr:`covers_file` says whether the builder was started that way; one that was not
+    (a run stopped before it read the file) is no summary of it.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.covers_file = False
+        self._acc = _Acc()
+        self._skipped = 0
+        self._lines = 0
+
+    def read_existing(self) -> None:
+        """Fold in the records ``samples.jsonl`` holds now (none if it is missing)."""
+        lines = SampleLines(self.run_dir / SAMPLES)
+        keep = latest_lines(lines)
+        for number, rec in numbered_records(lines, keep):
+            self._acc.add(rec, number)
+        self._skipped = lines.skipped
+        self._lines = lines.last_line
+        self.covers_file = True
+
+    def add(self, record: RunRecord) -> None:
+        """Fold in ``record``, just appended to ``samples.jsonl`` as its next line."""
+        self._lines += 1
+        self._acc.add(record, self._lines)
+
+    def summary(self) -> RunSummary:
+        """The run's summary: the records folded in, with its ``config.json`` and
+        ``rate_limits.json`` as they are now."""
+        return _summary(self.run_dir, self._acc, self._skipped)
+
+    def write(self) -> RunSummary:
+        """Write :meth:`summary` to ``summary.json`` (atomically) and return it."""
+        summary = self.summary()
+        _write_summary_file(self.run_dir, summary)
+        return summary
+
+
+def _summary(run_dir: Path, acc: _Acc, skipped: int) -> RunSummary:
+    """The :class:`RunSummary` of the records folded into ``acc``."""
+    config = read_run_config(run_dir)
     bench = config.benchmark
     pool = config.pool or {}
     benchmark = bench.name or run_dir.name
@@ -408,9 +455,13 @@ def summary_from_dict(data: dict[str, Any]) -> RunSummary:
 def write_summary(run_dir: Path) -> RunSummary:
     """Summarise ``run_dir`` and write ``run_dir/summary.json`` (atomically)."""
     summary = summarize_run(run_dir)
+    _write_summary_file(run_dir, summary)
+    return summary
+
+
+def _write_summary_file(run_dir: Path, summary: RunSummary) -> None:
     target = Path(run_dir) / SUMMARY
     write_private(target, json.dumps(summary_to_dict(summary), indent=2, ensure_ascii=False) + "\n")
-    return summary
 
 
 def _read_rate_limits(path: Path) -> list[dict[str, Any]]:
