@@ -7,6 +7,8 @@ threads do not count against the next), shows its output as it comes, then print
 judged line of them together: each script prints a figure with its floor or target, its
 ratio and ``PASS`` or ``FAIL`` on one line, and those lines are the table.
 
+* ``loop.py``: the bench loop (``conductor`` strategy, caches on) against a bare aiohttp
+  client on the same server, at concurrency 64 and 256: wall time and CPU per sample;
 * ``view.py``: `conductor view`, `trace` and `report` on a large run (100,000 samples):
   time, CPU, peak RSS against parsing the file once, page size, time to interactive;
 * ``grading.py``: a code grade against an official-style LiveCodeBench execution path
@@ -31,7 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 #: The scripts whose figures make the table, in the order they run.
-SCRIPTS = ("view.py", "grading.py", "startup.py")
+SCRIPTS = ("loop.py", "view.py", "grading.py", "startup.py")
 
 #: A judged line: it says PASS or FAIL as a word.
 _JUDGED = re.compile(r"\b(PASS|FAIL)\b")
