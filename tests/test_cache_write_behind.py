@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.cachefaults import full_after
 
 from conductor.errors import CacheError
 from conductor.llm import cache as cache_module
@@ -115,25 +115,10 @@ def test_a_full_queue_makes_the_writer_wait_for_room(
         assert cache.stats().entries == 40
 
 
-def _fail_writes(monkeypatch: pytest.MonkeyPatch, after: int) -> None:
-    import diskcache
-
-    real = diskcache.Cache.set
-    left = [after]
-
-    def set_(self: Any, *args: Any, **kw: Any) -> Any:
-        if left[0] <= 0:
-            raise sqlite3.OperationalError("database or disk is full")
-        left[0] -= 1
-        return real(self, *args, **kw)
-
-    monkeypatch.setattr(diskcache.Cache, "set", set_)
-
-
 def test_a_fault_of_the_writer_is_raised_by_the_next_write_and_by_flush(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _fail_writes(monkeypatch, after=0)
+    full_after(monkeypatch, 0)
     cache = ResponseCache(tmp_path)
     cache.set("k0", answer(0))  # handed over: the writer fails on it
     with pytest.raises(CacheError) as info:
@@ -148,7 +133,7 @@ def test_a_fault_of_the_writer_is_raised_by_the_next_write_and_by_flush(
 def test_a_fault_nobody_was_told_of_is_raised_on_closing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _fail_writes(monkeypatch, after=0)
+    full_after(monkeypatch, 0)
     cache = ResponseCache(tmp_path)
     cache.set("k0", answer(0))
     with pytest.raises(CacheError):

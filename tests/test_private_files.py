@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.cachefaults import full_after
 from kit.poolkit import pool_dict, worker, write_pool
 
 from conductor.bench.runconfig import BenchOptions
@@ -315,22 +316,6 @@ def test_other_benchmarks_keep_their_metadata_as_it_is() -> None:
 # -- cache faults ------------------------------------------------------------------------------
 
 
-def _full_after(monkeypatch: pytest.MonkeyPatch, writes: int) -> None:
-    """diskcache's writes fail as SQLite fails on a full disk, from the ``writes``-th on."""
-    import diskcache
-
-    real = diskcache.Cache.set
-    left = [writes]
-
-    def set_(self: Any, *args: Any, **kw: Any) -> Any:
-        if left[0] <= 0:
-            raise sqlite3.OperationalError("database or disk is full")
-        left[0] -= 1
-        return real(self, *args, **kw)
-
-    monkeypatch.setattr(diskcache.Cache, "set", set_)
-
-
 # One sample writes its call, then itself: the 3rd write is the second sample's call
 # (the call cache fails inside the strategy), the 4th that sample (the sample cache).
 # The writes are made by the cache's writer thread: the fault it meets stops the run at
@@ -347,7 +332,7 @@ def test_a_full_cache_stops_the_bench_with_one_message_and_exit_1(
     from conductor.cli import main
 
     fake_server.set_default(lambda r: "ANSWER: 4")
-    _full_after(monkeypatch, writes)
+    full_after(monkeypatch, writes)
     monkeypatch.setenv("CONDUCTOR_CACHE_DIR", str(tmp_path / "calls"))
     out = tmp_path / "run"
     args = ["bench", "smoke", "--pool", str(_smoke_pool(tmp_path, fake_server)),
