@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 from kit.cachefaults import full_after
+from kit.poolkit import pool_dict, worker, write_pool
 
 from conductor.errors import CacheError
 from conductor.llm import cache as cache_module
 from conductor.llm.cache import ResponseCache
 from conductor.llm.types import RawCompletion, Usage
+from conductor.testing import FakeLLMServer
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -204,3 +206,26 @@ def test_without_write_behind_each_write_is_committed_at_once(tmp_path: Path) ->
         with ResponseCache(tmp_path, write_behind=False) as other:
             assert other.get("k") is not None
         assert not any(t.name == "conductor-cache-writer" for t in threading.enumerate())
+
+
+def test_a_bench_writes_its_caches_from_the_writer_thread_only(
+    tmp_path: Path, fake_server: FakeLLMServer, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conductor.cli import main
+
+    gate = Gate(monkeypatch)
+    gate.open.set()
+    fake_server.set_default(lambda r: "ANSWER: 4")
+    pool = write_pool(tmp_path / "pool.yaml", pool_dict(fake_server, [worker(fake_server, "w0")]))
+    out = tmp_path / "run"
+    code = 0
+    try:
+        main(["bench", "smoke", "--pool", str(pool), "--strategy", "single:w0",
+              "--out", str(out)])  # fmt: skip
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    assert code == 0
+    # 20 calls and 20 samples, none written on the event loop's thread.
+    assert gate.writers == {"conductor-cache-writer"}
+    with ResponseCache(cache_dir, write_behind=False) as cache:
+        assert cache.stats().entries == 40
