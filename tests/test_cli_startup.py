@@ -1,11 +1,15 @@
-"""What ``--help`` costs: every command's help is shown before any library it runs on is
-imported (checked from ``python -X importtime``, the interpreter's own record of every
-import, in a fresh process)."""
+"""What starting costs: every command's help is shown before any library it runs on is
+imported, and a fully cached ``bench`` rerun imports none of what it never uses
+(checked from ``python -X importtime``, the interpreter's own record of every import,
+in a fresh process)."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +100,59 @@ def test_no_help_imports_a_heavy_library() -> None:
         if heavy:
             loaded[" ".join(command) or "(root)"] = heavy
     assert loaded == {}
+
+
+#: What a fully cached ``bench`` rerun has no use for: every sample is replayed from the
+#: sample cache, so no model is called (no SDK, no HTTP client), nothing is graded (no
+#: math-verify or sandbox), nothing is downloaded, and a Conductor that is not a
+#: checkpoint has no training questions to compare.
+NOT_FOR_A_CACHED_RERUN = (
+    *(h for h in HEAVY if h not in ("asyncio", "diskcache", "pydantic", "rich", "yaml")),
+    "conductor.datasets.questions",
+    "conductor.conductors.checkpoint",
+    "conductor.grading.lcb_tests",
+    "conductor.llm.http_client",
+    "conductor.llm.openai_client",
+    "conductor.render.calls",
+    "conductor.sandbox",
+    "http.client",
+    "math_verify",
+    "sympy",
+    "urllib.request",
+)
+
+
+@pytest.mark.process
+def test_a_cached_bench_rerun_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
+    from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
+
+    from conductor.testing import FakeLLMServer
+
+    data = tmp_path / "math.jsonl"
+    rows = [{"problem": f"Q{i}", "answer": "1", "unique_id": f"t/{i}"} for i in range(3)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    env = {**os.environ, "CONDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    with FakeLLMServer() as server:
+        server.script(CONDUCTOR_MODEL, lists([0], ["Solve the problem."], [[]]))
+        server.script("w0", "\\boxed{1}")
+        pool = write_pool(tmp_path / "pool.yaml", pool_dict(server, [worker(server, "w0")]))
+        bench = ["bench", "math500", "--pool", str(pool), "--data", str(data)]
+
+        def run(out: str, *flags: str) -> subprocess.CompletedProcess[str]:
+            argv = [sys.executable, *flags, "-m", "conductor", *bench, "--out", str(tmp_path / out)]
+            return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+
+        cold = run("cold")
+        assert cold.returncode == 0, cold.stderr[-2000:]
+        calls = len(server.requests)
+        rerun = run("rerun", "-X", "importtime")
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+        assert len(server.requests) == calls  # every sample replayed
+    modules = imported_modules(rerun.stderr)
+    assert "conductor.bench.runner" in modules  # the reader saw the run itself
+    loaded = sorted(
+        name
+        for name in NOT_FOR_A_CACHED_RERUN
+        if any(m == name or m.startswith(name + ".") for m in modules)
+    )
+    assert loaded == []

@@ -588,19 +588,31 @@ def test_the_warning_names_the_users_file_or_a_copy_of_the_shipped_one(tmp_path:
     assert warning(mine, 10) is None
 
 
-@pytest.mark.process
-def test_bench_follows_the_pool_without_concurrency_and_warns_only_when_given(
-    tmp_path: Path, fake_server: FakeLLMServer
-) -> None:
+def _three_sample_bench(
+    tmp_path: Path, fake_server: FakeLLMServer, *, worker_cap: int, conductor_cap: int
+) -> tuple[list[str], dict[str, Any], Path]:
+    """A bench of three math questions on one worker ``w0`` that always answers right:
+    the command line (to add ``--out`` and options to), the pool and its file (written
+    with those caps; a test may change the pool and write it again)."""
     fake_server.script(CONDUCTOR_MODEL, [lists([0], ["Solve the problem."], [[]])])
     fake_server.script("w0", "\\boxed{1}")
     data = tmp_path / "math.jsonl"
     rows = [{"problem": f"Q{i}", "answer": "1", "unique_id": f"t/{i}"} for i in range(3)]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    pool = pool_dict(fake_server, [pool_worker(fake_server, "w0", max_concurrency=2)])
-    pool["conductor"]["max_concurrency"] = 1
+    pool = pool_dict(fake_server, [pool_worker(fake_server, "w0", max_concurrency=worker_cap)])
+    pool["conductor"]["max_concurrency"] = conductor_cap
     pool_file = write_pool(tmp_path / "pool.yaml", pool)
     base = ["bench", "math500", "--pool", str(pool_file), "--data", str(data), "--no-cache"]
+    return base, pool, pool_file
+
+
+@pytest.mark.process
+def test_bench_follows_the_pool_without_concurrency_and_warns_only_when_given(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    base, _pool, _pool_file = _three_sample_bench(
+        tmp_path, fake_server, worker_cap=2, conductor_cap=1
+    )
     res = _cli(*base, "--out", str(tmp_path / "a"), cache=tmp_path / "c")
     assert res.returncode == 0, res.stderr
     assert "warning" not in res.stderr
@@ -669,15 +681,9 @@ def test_pool_defaults_lift_the_conductors_cap(tmp_path: Path) -> None:
 def test_bench_says_once_that_the_conductor_caps_the_concurrency(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
-    fake_server.script(CONDUCTOR_MODEL, [lists([0], ["Solve the problem."], [[]])])
-    fake_server.script("w0", "\\boxed{1}")
-    data = tmp_path / "math.jsonl"
-    rows = [{"problem": f"Q{i}", "answer": "1", "unique_id": f"t/{i}"} for i in range(3)]
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    pool = pool_dict(fake_server, [pool_worker(fake_server, "w0", max_concurrency=8)])
-    pool["conductor"]["max_concurrency"] = 2
-    pool_file = write_pool(tmp_path / "pool.yaml", pool)
-    base = ["bench", "math500", "--pool", str(pool_file), "--data", str(data), "--no-cache"]
+    base, pool, pool_file = _three_sample_bench(
+        tmp_path, fake_server, worker_cap=8, conductor_cap=2
+    )
     res = _cli(*base, "--out", str(tmp_path / "a"), "--concurrency", "4", cache=tmp_path / "c")
     assert res.returncode == 0, res.stderr
     said = " ".join(res.stderr.split())

@@ -9,7 +9,8 @@ Run:  python benchmarks/perf/startup.py [--quick | --smoke] [--json PATH]
    the sample cache; a fake server answers the cold run): the rerun's wall and CPU
    time, and its fixed cost, what it spends before its first sample is written and
    after its last (the process's wall time less the time between those two samples,
-   told by the session's progress callback; target: < 0.5 s).
+   told by the session's progress callback; target: < 0.5 s), and its parts: the
+   interpreter's start, the time to the first sample, after the last, the exit.
 
 Every figure is printed with its ratio to the target and PASS or FAIL; ``--json PATH``
 writes them to PATH as well.  Timings on a loaded machine are noisy: compare ratios to
@@ -91,13 +92,16 @@ def _pool_text(base: str) -> str:
     )
 
 
-# Runs the command line in this process, noting when the first and the last sample
-# are counted (the session's progress callback), and writes the two times to $MARKS.
+# Runs the command line in this process, noting when the script starts, when the first
+# and the last sample are counted (the session's progress callback) and when the command
+# returns, and writes those times to $MARKS.  perf_counter is the system's monotonic
+# clock, so the parent's readings before and after the process are on the same scale.
 _MARKED_MAIN = """
-import json, os, sys, time
+import time
+marks = {"start": time.perf_counter()}
+import json, os, sys
 from conductor.bench import session
 
-marks = {}
 run = session.BenchSession.run
 
 def marked(self, *, on_progress=None, on_warning=None):
@@ -115,6 +119,7 @@ from conductor.cli import main
 try:
     main(sys.argv[1:])
 finally:
+    marks["end"] = time.perf_counter()
     with open(os.environ["MARKS"], "w") as fh:
         json.dump(marks, fh)
 """
@@ -145,27 +150,38 @@ def cached_rerun(n_samples: int, repeats: int) -> dict[str, Any]:
         args = ["bench", "math500", "--pool", str(pool), "--data", str(data)]
         args += ["--concurrency", "64"]
 
-        def bench(name: str) -> tuple[float, float, float]:
-            """Wall, CPU and the time between the first and the last sample."""
+        def bench(name: str) -> tuple[float, float, float, dict[str, float]]:
+            """Wall, CPU, the time between the first and the last sample, and the parts
+            of the rest: the interpreter's start, up to the first sample, after the
+            last one until the command returned, and the exit."""
             argv = [sys.executable, "-c", _MARKED_MAIN, *args, "--out", str(tmp / name)]
+            before = time.perf_counter()
             wall, cpu = _timed(argv, {**env, "MARKS": str(marks)})
+            after = time.perf_counter()
             seen = json.loads(marks.read_text())
-            return wall, cpu, seen["last"] - seen["first"]
+            parts = {
+                "interpreter_start_s": seen["start"] - before,
+                "to_first_sample_s": seen["first"] - seen["start"],
+                "after_last_sample_s": seen["end"] - seen["last"],
+                "exit_s": after - seen["end"],
+            }
+            return wall, cpu, seen["last"] - seen["first"], parts
 
-        cold_wall, cold_cpu, _ = bench("cold")
+        cold_wall, cold_cpu, _, _ = bench("cold")
         calls = len(server.requests)
         reruns = [bench(f"warm{i}") for i in range(repeats)]
         if len(server.requests) != calls:
             raise SystemExit("a cached rerun called the models: it was not fully cached")
-    wall = statistics.median(w for w, _, _ in reruns)
-    cpu = statistics.median(c for _, c, _ in reruns)
-    fixed = [w - between for w, _, between in reruns]
+    wall = statistics.median(w for w, _, _, _ in reruns)
+    cpu = statistics.median(c for _, c, _, _ in reruns)
+    fixed = [w - between for w, _, between, _ in reruns]
     fixed_s = statistics.median(fixed)
+    parts = {k: statistics.median(p[k] for _, _, _, p in reruns) for k in reruns[0][3]}
     # The samples are replayed on one thread, so their CPU time is about their wall
     # time: what is left of the CPU is the fixed part's, which a loaded machine
     # stretches less than its wall time.
-    fixed_cpu_s = statistics.median(c - between for _, c, between in reruns)
-    per_sample_ms = statistics.median(b for _, _, b in reruns) / max(1, n_samples - 1) * 1e3
+    fixed_cpu_s = statistics.median(c - between for _, c, between, _ in reruns)
+    per_sample_ms = statistics.median(b for _, _, b, _ in reruns) / max(1, n_samples - 1) * 1e3
     print(
         f"[2] cold run of {n_samples} samples: wall {cold_wall:.2f} s, CPU {cold_cpu:.2f} s "
         f"({calls} calls)"
@@ -181,6 +197,12 @@ def cached_rerun(n_samples: int, repeats: int) -> dict[str, Any]:
         f"(target < {FIXED_COST_TARGET_S} s)  "
         f"{_verdict(fixed_s, FIXED_COST_TARGET_S)}"
     )
+    print(
+        "[2] its parts (medians): interpreter start {interpreter_start_s:.3f} s, then "
+        "{to_first_sample_s:.3f} s to the first sample (imports, options, set-up); "
+        "{after_last_sample_s:.3f} s after the last (summary, report), exit "
+        "{exit_s:.3f} s".format(**parts)
+    )
     return {
         "samples": n_samples,
         "cold_wall_s": cold_wall,
@@ -190,6 +212,7 @@ def cached_rerun(n_samples: int, repeats: int) -> dict[str, Any]:
         "fixed_s": fixed_s,
         "fixed_walls_s": fixed,
         "fixed_cpu_s": fixed_cpu_s,
+        "fixed_parts_s": parts,
         "per_sample_ms": per_sample_ms,
         "target_s": FIXED_COST_TARGET_S,
     }

@@ -8,14 +8,15 @@ train`` runs its guard (:mod:`conductor.train.contamination`).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..datasets.questions import NORMALISATION, SAMPLE_KEYS
 from ..errors import UsageError
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from ..conductors.spec import Conductor
     from ..grading.types import Sample
 
@@ -31,12 +32,21 @@ class TrainedQuestions:
 
     source: str
     hashes: frozenset[str]
-    normalisation: str = NORMALISATION
+    normalisation: str = field(default_factory=lambda: _questions().NORMALISATION)
     unchecked: tuple[str, ...] = ()
 
     def contains(self, sample: Sample) -> bool:
         """Whether ``sample`` is one of the questions the checkpoint was trained on."""
-        return SAMPLE_KEYS[self.normalisation](sample) in self.hashes
+        return _questions().SAMPLE_KEYS[self.normalisation](sample) in self.hashes
+
+
+def _questions() -> ModuleType:
+    # The question keys (their patterns are compiled on import, milliseconds) are
+    # loaded only where a checkpoint records training questions; every other bench
+    # asks and gets None.
+    from ..datasets import questions
+
+    return questions
 
 
 def trained_questions_of(conductor: Conductor) -> TrainedQuestions | None:
@@ -49,19 +59,20 @@ def trained_questions_of(conductor: Conductor) -> TrainedQuestions | None:
     Warns when the checkpoint was trained without comparing its questions with some
     held-out set (``accept_unchecked_holdout``).
     """
-    from ..conductors.checkpoint import read_training_guard, read_training_questions
-
     if conductor.backend != "checkpoint":
         return None
+    from ..conductors.checkpoint import read_training_guard, read_training_questions
+
     directory = Path(conductor.target.model)
     found = read_training_questions(directory)
     if found is None:
         return None
     normalisation, hashes = found
-    if normalisation not in SAMPLE_KEYS:
+    known = _questions().SAMPLE_KEYS
+    if normalisation not in known:
         raise UsageError(
             f"{directory}: its training questions were hashed with {normalisation!r}, "
-            f"which this conductor does not know (it knows {', '.join(map(repr, SAMPLE_KEYS))}); "
+            f"which this conductor does not know (it knows {', '.join(map(repr, known))}); "
             "upgrade conductor to compare them"
         )
     guard = read_training_guard(directory) or {}

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import Any, TypeAlias
 
 from ..benchmark import BenchmarkSpec
-from ..grading import lcb_tests
 from ..grading.types import Sample
 from .columns import data_columns
 from .sources import DataFileError, DatasetError, Row
@@ -226,6 +225,9 @@ def decode_lcb_tests(value: Any) -> list[dict[str, Any]]:
     test type ``stdin`` where the row gives none.  Raises :class:`DatasetError` when the
     value is unreadable.
     """
+    # Only LiveCodeBench rows hold tests (its pickle reader is loaded for them alone).
+    from ..grading import lcb_tests
+
     try:
         stored = lcb_tests.decode_lcb_tests(value)
     except ValueError as exc:

@@ -22,7 +22,6 @@ import os
 import socket
 import sys
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -396,6 +395,9 @@ def _download(spec: BenchmarkSpec, url: str) -> Path:
     own_dir(target.parent, "the downloaded data", (f"{'[0-9a-f]' * 16}-*",))
     if target.is_file():
         return target
+    # Only a download needs urllib.request (and the http and email packages it loads).
+    import urllib.request
+
     partial = target.with_name(target.name + f".part{os.getpid()}")
     try:
         with urllib.request.urlopen(url, timeout=60) as resp, open_private(partial, "xb") as out:

@@ -149,7 +149,7 @@ from __future__ import annotations
 
 import json
 import signal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conductor.grading.code_text import (
     bcb_test_names,
@@ -158,9 +158,12 @@ from conductor.grading.code_text import (
     quote_output,
     values_match,
 )
-from conductor.grading.lcb_tests import decode_lcb_tests
 from conductor.grading.types import Sample, Verdict
-from conductor.sandbox import BUBBLEWRAP, SandboxResult, require_engine, run_job
+
+# The sandbox and the test decoder are loaded when a code grader is made or used: a
+# bench of another grader imports this module for with_unsafe_opt_in alone.
+if TYPE_CHECKING:
+    from conductor.sandbox import SandboxResult
 
 __all__ = [
     "CodeGrader",
@@ -263,6 +266,8 @@ class CodeGrader:
         self.python = python
         #: The sandbox engine every sample is graded in (bubblewrap unless the user
         #: opted in to a weaker one); each verdict records it as ``detail["sandbox"]``.
+        from conductor.sandbox import BUBBLEWRAP, require_engine
+
         self.engine = require_engine(bool(confirm_run_unsafe_code))
         self.isolated = self.engine == BUBBLEWRAP
 
@@ -291,6 +296,8 @@ class CodeGrader:
         if value is None or value == "":
             return []
         if isinstance(value, str):
+            from conductor.grading.lcb_tests import decode_lcb_tests
+
             return decode_lcb_tests(value)
         if isinstance(value, list):
             return [dict(t) for t in value]
@@ -351,6 +358,8 @@ class CodeGrader:
         preload: str = "",
         warm: int = 0,
     ) -> SandboxResult:
+        from conductor.sandbox import run_job
+
         return run_job(
             job,
             cpu_time_s=cpu_s,

@@ -24,7 +24,7 @@ from .cache import cache_key
 from .cost import cost_usd, price_for
 from .factory import capabilities_of, make_client
 from .failures import mask_error
-from .keys import known_secrets
+from .keys import KnownSecrets
 from .limiter import AdaptiveLimiter, CallGate, ProviderLimits, provider_key
 from .replies import check_reply
 from .retry import MAX_RETRY_AFTER_S, Deadline, RetryPolicy, send_with_retries
@@ -66,6 +66,8 @@ class ModelCaller:
         # connection to one of them is a restart, worth a second retry.
         self._answered: set[str] = answered if answered is not None else set()
         self._server = server_key(target)
+        # Where the target's keys come from, worked out once; read at each attempt.
+        self._secrets = KnownSecrets(target)
         self.client: ModelClient = client if client is not None else make_client(target)
         self.cache = cache
         self.policy = RetryPolicy(max(0, target.max_retries))
@@ -174,7 +176,7 @@ class ModelCaller:
         """One try, within what remains of the call's deadline; an empty reply is a
         retryable error, and the target's keys are masked in replies and errors (a
         provider may echo the key it was sent, and litellm reads keys we never see)."""
-        secrets = known_secrets(self.target)
+        secrets = self._secrets.values()
         try:
             raw = await self.client.send(
                 request, timeout_s=deadline.attempt_timeout_s(self._timeout_s)

@@ -20,7 +20,6 @@ import socket
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
 from ..errors import (
@@ -79,6 +78,9 @@ def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         pass
+    # Only an HTTP date needs the email package: most waits are plain seconds.
+    from email.utils import parsedate_to_datetime
+
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..targets import Worker
 
 __all__ = [
+    "KnownSecrets",
     "key_env_names",
     "known_secrets",
     "missing_keys",
@@ -119,15 +120,34 @@ def key_env_names(target: Worker) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+class KnownSecrets:
+    """:func:`known_secrets` of one target, for a caller that masks them at every call.
+
+    Where they may come from is worked out once: the target's key variables and the
+    credentials written into its ``api_base`` and ``extra_headers`` (a target does not
+    change).  The variables themselves are read at each :meth:`values`: litellm reads
+    its key from the environment when it calls, so a key set or changed after the
+    caller was made is the one a provider could echo.
+    """
+
+    def __init__(self, target: Worker) -> None:
+        self._names = key_env_names(target)
+        # Keys written into the URL or the headers, which a message quoting them would show.
+        self._written = credentials_in(target.api_base, target.params)
+
+    def values(self) -> tuple[str, ...]:
+        """The values to mask now, each once, in a stable order."""
+        values = [os.environ.get(name) for name in self._names]
+        values += self._written
+        return tuple(
+            dict.fromkeys(
+                v for v in values if v and len(v) >= _MIN_SECRET_CHARS and v != PLACEHOLDER_KEY
+            )
+        )
+
+
 def known_secrets(target: Worker) -> tuple[str, ...]:
     """The values of ``target``'s key variables and the credentials in its ``api_base``
     and ``extra_headers``, to be masked wherever a reply or an
     error message could carry them (a provider may echo the key it was sent)."""
-    values = [os.environ.get(name) for name in key_env_names(target)]
-    # Keys written into the URL or the headers, which a message quoting them would show.
-    values += credentials_in(target.api_base, target.params)
-    return tuple(
-        dict.fromkeys(
-            v for v in values if v and len(v) >= _MIN_SECRET_CHARS and v != PLACEHOLDER_KEY
-        )
-    )
+    return KnownSecrets(target).values()
