@@ -370,3 +370,29 @@ async def test_identical_rerun_replays_samples_from_the_cache(
 
     assert record_from_dict(again[0]).replayed_from is not None
     cache.close()
+
+
+def test_a_rerun_replayed_from_the_cache_starts_no_grading_process(
+    tmp_path: Path, fake_server: FakeLLMServer, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conductor.cli import main
+    from conductor.grading import math as math_grader
+
+    warmed: list[int] = []
+    monkeypatch.setattr(math_grader._POOL, "warm", lambda: warmed.append(1))
+    script_math(fake_server)
+    data = make_math_file(tmp_path / "math.jsonl", 4)
+    pool = bench_pool(tmp_path, fake_server)
+
+    def bench(out: str) -> None:
+        try:
+            main(["bench", "math500", "--pool", str(pool), "--data", str(data),
+                  "--strategy", "single:w0", "--out", str(tmp_path / out)])  # fmt: skip
+        except SystemExit as exc:
+            assert not exc.code
+
+    bench("cold")
+    assert warmed == [1]  # once, when the first sample was asked
+    bench("replayed")  # every sample from the sample cache: nothing to grade
+    assert warmed == [1]
+    assert all("replayed_from" in r for r in read_samples(tmp_path / "replayed"))

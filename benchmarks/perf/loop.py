@@ -10,8 +10,8 @@ answers both sides:
   JSON body posted and its reply decoded, ``C`` samples at a time;
 * **conductor**: :func:`conductor.bench.runner.run_benchmark` with the ``conductor``
   strategy (``client: http``), the call cache and the sample cache on (a fresh
-  directory: every call is asked), the math grader, records written and summarised as
-  a bench does.
+  directory: every call is asked), the smoke set's short-answer grader (cheap: the
+  loop is measured, not a grader), records written and summarised as a bench does.
 
 Each side runs in a fresh process of its own, timed from its first request to its last
 answer (imports and start-up are ``startup.py``'s): wall time, and CPU time of that
@@ -49,7 +49,7 @@ def serve(port_queue: multiprocessing.Queue, latency_s: float, stop: Event) -> N
 
     def worker(request: FakeRequest) -> str:
         m = re.search(r"What is (\d+) \+ 0\?", request.last_user_message)
-        return f"\\boxed{{{m.group(1) if m else 0}}}"
+        return f"ANSWER: {m.group(1) if m else 0}"
 
     with FakeLLMServer(latency_s=latency_s) as server:
         server.script("conductor", [PLAN])
@@ -117,7 +117,7 @@ async def conductor_run(base: str, n: int, concurrency: int, tmp: Path) -> Timin
     data = tmp / "data.jsonl"
     with data.open("w") as fh:
         for i, q in enumerate(questions(n)):
-            fh.write(json.dumps({"problem": q, "answer": str(i), "unique_id": f"s/{i}"}) + "\n")
+            fh.write(json.dumps({"id": f"s{i}", "question": q, "answer": str(i)}) + "\n")
     free = "price: {input_per_mtok: 0, output_per_mtok: 0}"
     pool = load_pool_text(
         f"workers:\n  - {{id: w0, model: w0, client: http, api_base: {base}, "
@@ -126,9 +126,9 @@ async def conductor_run(base: str, n: int, concurrency: int, tmp: Path) -> Timin
         f"max_concurrency: 1000, {free}}}\n"
     )
     out = tmp / "run"
-    spec, grader = load_benchmark("math500"), get_grader("math")
-    # The grader's first grade loads its parser: start-up, not the loop.
-    grader.grade("\\boxed{1}", next(iter_samples(spec, data_file=data)))
+    # The smoke set's short-answer grader: the loop is measured, not a grader's parser.
+    spec, grader = load_benchmark("smoke"), get_grader("short")
+    grader.grade("ANSWER: 1", next(iter_samples(spec, data_file=data)))
     with ResponseCache(tmp / "cache") as cache:
         strategy = ConductorStrategy(pool, resolve_conductor(pool), RunSettings(), CallerSet(cache))
         options = BenchOptions(out_dir=out, data_file=data, concurrency=concurrency)

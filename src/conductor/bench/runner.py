@@ -50,7 +50,7 @@ from typing import IO, Any, NamedTuple
 from ..benchmark import BenchmarkSpec
 from ..datasets.samples import recorded_metadata, render_prompt
 from ..errors import AuthenticationError, CacheError, RecordError, UsageError
-from ..grading import Grader
+from ..grading import Grader, warm_grader
 from ..grading.types import Sample, Verdict
 from ..llm.cache import ResponseCache
 from ..private import own_dir
@@ -245,6 +245,7 @@ class SampleLoop:
         # so requests slow down only when every grader thread is busy and one more waits.
         self.pending = asyncio.Semaphore(concurrency + graders)
         self.graders = graders
+        self.grader_warmed = False
         #: The first fault that ends the run; set once, read by the dispatcher.
         self.stopped: BenchStopped | None = None
         self.tasks: set[asyncio.Task[None]] = set()
@@ -394,6 +395,11 @@ class SampleLoop:
             if replayed is not None:
                 slot.release()
                 return replayed
+            if not self.grader_warmed:
+                # The first sample to be asked: its grade comes after its model calls,
+                # which the grader's start-up overlaps.
+                self.grader_warmed = True
+                warm_grader(self.grader)
             record = await self.ask(question, epoch, sample)
         except AuthenticationError as exc:
             self._auth_halt(exc.describe())

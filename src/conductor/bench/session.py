@@ -196,9 +196,12 @@ class BenchSession:
         #: summary after the run reads nothing back).
         self.summary = SummaryBuilder(request.run_dir)
         spec = request.spec
+        # Not warmed yet: the runner warms it when a sample is not replayed from the
+        # cache (a rerun that replays every sample starts no grading process).
         self._grader = get_grader(
             spec.grader,
             with_unsafe_opt_in(spec.grader, spec.grader_options, request.unsafe_code),
+            warm=False,
         )
         self._options = BenchOptions(
             out_dir=request.run_dir,

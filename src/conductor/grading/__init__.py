@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 from conductor.errors import MissingDependencyError, UsageError
 from conductor.grading.types import Sample, Verdict
 
-__all__ = ["GRADER_NAMES", "Grader", "get_grader"]
+__all__ = ["GRADER_NAMES", "Grader", "get_grader", "warm_grader"]
 
 
 @runtime_checkable
@@ -50,8 +50,13 @@ _REGISTRY: dict[str, tuple[str, str]] = {
 GRADER_NAMES: tuple[str, ...] = tuple(sorted(_REGISTRY))
 
 
-def get_grader(name: str, options: dict[str, Any] | None = None) -> Grader:
+def get_grader(name: str, options: dict[str, Any] | None = None, *, warm: bool = True) -> Grader:
     """Return a new grader called ``name``, built with ``options`` as keyword arguments.
+
+    A grader that keeps helpers ready (the math grader's comparison processes) starts
+    them as it is built; with ``warm=False`` it starts them on its first grade or on
+    :func:`warm_grader`, so that a run which grades nothing (every sample replayed from
+    the cache) never pays for them.
 
     Raises :class:`~conductor.errors.UsageError` for an unknown name or option (the
     message lists the valid ones) and :class:`~conductor.errors.MissingDependencyError`
@@ -83,11 +88,21 @@ def get_grader(name: str, options: dict[str, Any] | None = None) -> Grader:
             raise UsageError(
                 f"grader {name!r} has no option {unknown[0]!r}; valid options are: {valid}"
             )
+    if not warm and accepted is not None and "warm" in accepted:
+        opts["warm"] = False
     try:
         grader: Grader = cls(**opts)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"bad options for grader {name!r}: {exc}") from exc
     return grader
+
+
+def warm_grader(grader: Grader) -> None:
+    """Start, in the background, what ``grader`` keeps ready (see :func:`get_grader`);
+    nothing for a grader that keeps nothing."""
+    warm = getattr(grader, "warm", None)
+    if callable(warm):
+        warm()
 
 
 def _keyword_parameters(cls: type) -> set[str] | None:

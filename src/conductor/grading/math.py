@@ -185,7 +185,11 @@ class MathGrader:
         self.max_chars = max_chars
         self.extraction = check_extraction(extraction)
         if warm:
-            _POOL.warm()
+            self.warm()
+
+    def warm(self) -> None:
+        """Start the comparison processes in the background (no wait)."""
+        _POOL.warm()
 
     def grade(self, response: str | None, sample: Sample) -> Verdict:
         """Find the final answer in ``response`` and compare it with the gold."""
