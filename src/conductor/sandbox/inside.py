@@ -42,7 +42,8 @@ What it does, in order:
 
 Results reach the parent as lines in the report fd: ``B`` (an operation the guard
 refused), ``N`` (a note), ``S`` (the ``program`` child's exit status), ``R`` (one JSON
-result frame from a driver).  Only the driver holds that fd.
+result frame from a driver; the last, ``{"event": "cpu", "s": ...}``, says how much CPU
+time the driver and its children used).  Only the driver holds that fd.
 """
 
 from __future__ import annotations
@@ -2227,6 +2228,10 @@ def main(argv: list[str]) -> int:
         except Exception:
             report("N", "driver failed: " + traceback.format_exc()[-1500:])
             return 1
+    # What the run cost (this driver and the children it waited for): the parent cannot
+    # count it, since the sandbox's init is not its child to wait for.
+    used = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    frame({"event": "cpu", "s": sum(u.ru_utime + u.ru_stime for u in used)})
     return 0
 
 
