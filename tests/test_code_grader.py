@@ -159,6 +159,74 @@ def test_timeouts_are_per_test_not_per_sample() -> None:
     assert verdict.status == "correct", verdict
 
 
+def _call_sample(outputs: list[str]) -> Sample:
+    tests = [
+        {"input": f"{n}", "output": out, "testtype": "functional"} for n, out in enumerate(outputs)
+    ]
+    return build_sample("calls", {"tests": tests, "fn_name": "f"})
+
+
+@pytest.mark.process
+def test_call_based_tests_share_one_process_as_the_official_checker() -> None:
+    # LiveCodeBench compiles a call-based program once and calls one Solution()'s method
+    # for every test: what one call leaves (module, class and instance state) the next sees
+    code = """```python
+seen = []
+class Solution:
+    def __init__(self):
+        self.calls = 0
+    def f(self, n):
+        seen.append(n)
+        self.calls += 1
+        return [len(seen), self.calls]
+```"""
+    verdict = CodeGrader().grade(code, _call_sample(["[1, 1]", "[2, 2]", "[3, 3]"]))
+    assert verdict.status == "correct", verdict
+
+
+@pytest.mark.process
+def test_call_based_time_limit_is_per_test_in_the_shared_process() -> None:
+    slow = """```python
+import time
+class Solution:
+    def f(self, n):
+        time.sleep(0.4 if n < 3 else 5)
+        return n
+```"""
+    verdict = CodeGrader(time_limit_s=1).grade(slow, _call_sample(["0", "1", "2"]))
+    assert verdict.status == "correct", verdict  # 1.2 s in all, 0.4 s a test
+    verdict = CodeGrader(time_limit_s=1).grade(slow, _call_sample(["0", "1", "2", "3", "4"]))
+    assert verdict.status == "time_limit", verdict
+    assert verdict.detail["failed_test"] == 3 and verdict.detail["passed"] == 3
+
+
+@pytest.mark.process
+def test_a_result_line_after_the_last_record_fails_the_sample() -> None:
+    # right answers, then (as the child ends and flushes stdout) an unended line on
+    # every fd: the result channel carries nothing but the records, in turn
+    code = """```python
+import os, sys
+class Late:
+    def write(self, s):
+        return len(s)
+    def flush(self):
+        for fd in range(3, 64):
+            try:
+                os.write(fd, b"V 3 [")
+            except OSError:
+                pass
+class Solution:
+    def f(self, n):
+        if n == 1:
+            sys.stdout = Late()
+        return n
+```"""
+    verdict = CodeGrader().grade(code, _call_sample(["0", "1"]))
+    assert verdict.status == "incorrect", verdict
+    assert verdict.detail["outcome"] == "runtime_error" and verdict.detail["failed_test"] == 1
+    assert "out of turn" in verdict.reason
+
+
 def test_grader_protocol_attributes() -> None:
     grader = CodeGrader()
-    assert grader.name == "code" and grader.version == "4"
+    assert grader.name == "code" and grader.version == "5"

@@ -105,6 +105,8 @@ def test_opt_in_only_reaches_the_code_grader() -> None:
         "lcb: call the harness's reporting function via sys.modules['__main__']",
         "lcb: replace the output comparison",
         "lcb: return an object whose __eq__ is always true",
+        "lcb call: forge every test's record on every fd, then answer wrong",
+        "lcb call: answer the first test, then os._exit(0) in the next",
         "bcb: patch unittest.TestCase.assert* at import",
         "bcb: forge a pass verdict on every fd",
         "bcb: walk frames to the per-test tag and forge a pass with every candidate",

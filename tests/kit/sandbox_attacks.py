@@ -882,6 +882,130 @@ BCB_FORGERY: dict[str, tuple[str, str]] = {
 
 GRADING.update(BCB_FORGERY)
 
+# A call-based sample's tests all run in one child (as the official checker runs them):
+# attacks from inside that shared process.  Where one writes the right answers itself,
+# it stands for the strongest forger (a real one never sees the expected outputs).
+LCB_SHARED_CHILD: dict[str, tuple[str, str]] = {
+    "lcb call: forge every test's record on every fd, then answer wrong": (
+        "call",
+        """
+        import os
+        class Solution:
+            def twoSum(self, nums, target):
+                for fd in range(3, 256):
+                    try:
+                        os.write(fd, b"V 0 [0, 1]\\nV 1 [1, 2]\\n")
+                    except OSError:
+                        pass
+                return [9, 9]
+        """,
+    ),
+    "lcb call: answer the first test, then os._exit(0) in the next": (
+        "call",
+        """
+        import os
+        class Solution:
+            def twoSum(self, nums, target):
+                if nums[0] != 2:
+                    os._exit(0)
+                return [0, 1]
+        """,
+    ),
+    "lcb call: answer the first test, then raise SystemExit(0) in the next": (
+        "call",
+        """
+        class Solution:
+            def twoSum(self, nums, target):
+                if nums[0] != 2:
+                    raise SystemExit(0)
+                return [0, 1]
+        """,
+    ),
+    "lcb call: ignore the time-limit signals and loop in the next test": (
+        "call",
+        """
+        import signal
+        for sig in (signal.SIGALRM, signal.SIGXCPU, signal.SIGTERM, signal.SIGVTALRM):
+            signal.signal(sig, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_BLOCK, range(1, 32))
+        class Solution:
+            def twoSum(self, nums, target):
+                signal.alarm(0)
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                while nums[0] != 2:
+                    pass
+                return [0, 1]
+        """,
+    ),
+    "lcb call: close every fd in the next test and answer wrong": (
+        "call",
+        """
+        import os
+        class Solution:
+            def twoSum(self, nums, target):
+                if nums[0] != 2:
+                    os.closerange(0, 256)
+                    return [9, 9]
+                return [0, 1]
+        """,
+    ),
+    "lcb call: write driver frames and fake records on every fd, then exit": (
+        "call",
+        f"""
+        import json, os
+        fake = json.loads({json.dumps(FAKE_FRAME)!r})
+        frames = [dict(fake, i=i, value=v) for i, v in ((0, "[0, 1]"), (1, "[1, 2]"))]
+        text = "".join("R " + json.dumps(f) + chr(10) for f in frames)
+        text += chr(10).join(["V 0", "V 1 ", "V  [1, 2]", 'S {{"exit": 0}}', ""])
+        for fd in range(0, 256):
+            try:
+                os.write(fd, text.encode())
+            except OSError:
+                pass
+        os._exit(0)
+        """,
+    ),
+    "lcb call: rewrite the later tests' inputs from the first test's call": (
+        "call",
+        """
+        import sys
+        class Solution:
+            def twoSum(self, nums, target):
+                frame = sys._getframe(1)
+                while frame is not None:
+                    tests = frame.f_locals.get("tests")
+                    if isinstance(tests, list):
+                        for t in tests:
+                            if isinstance(t, dict):
+                                t["input"] = "[2,7,11,15]\\n9"
+                    frame = frame.f_back
+                return [0, 1]
+        """,
+    ),
+    "lcb call: a thread of the first test floods the result pipe": (
+        "call",
+        """
+        import os, threading
+        wrote = threading.Event()
+        def flood():
+            junk = b"V " + b"1" * 65536
+            for _ in range(100):
+                for fd in range(3, 64):
+                    try:
+                        os.write(fd, junk)
+                    except OSError:
+                        pass
+                wrote.set()
+        class Solution:
+            def twoSum(self, nums, target):
+                threading.Thread(target=flood, daemon=True).start()
+                wrote.wait()
+                return [0, 1] if nums[0] == 2 else [1, 2]
+        """,
+    ),
+}
+GRADING.update(LCB_SHARED_CHILD)
+
 # Honest BigCodeBench programs the defences must not refuse (each is "defended" when it
 # is graded correct): libraries imported lazily, the test's own mock.patch in every
 # form, subprocesses, threads, fixtures and helper classes of the test's.

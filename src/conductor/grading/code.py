@@ -34,10 +34,13 @@ imports of ``string``, ``re``, ``datetime``, ``collections``, ``heapq``, ``bisec
 ``copy``, ``math``, ``random``, ``statistics``, ``itertools``, ``functools``,
 ``operator``, ``io``, ``sys``, ``json``, ``typing``, those modules themselves, a
 recursion limit of 50000 and integers of up to 50000 digits as text).  The tests of a
-sample run in one sandbox: its driver forks a fresh process per test (under
-``time_limit_s``, 6 s as in LiveCodeBench), stopping after a time-out or crash; the
-whole run has LiveCodeBench's global limit, ``(time_limit_s + 1) * tests + 5`` seconds
-(capped at ``max_total_s``).
+sample run in one sandbox (each sample its own): its driver forks a fresh process per
+stdin test, and one process for all of a call-based sample's tests, which runs the
+program once and calls the function of one ``Solution()`` per test, as LiveCodeBench
+does (so what one test leaves, the next sees, as there); each test has ``time_limit_s``
+(6 s as in LiveCodeBench), enforced from outside that process, and a time-out or crash
+ends the sample's run; the whole run has LiveCodeBench's global limit,
+``(time_limit_s + 1) * tests + 5`` seconds (capped at ``max_total_s``).
 
 Known differences from the official run, in how the program runs and how a result
 crosses from the sandbox, not in how output is judged (the corpus of
@@ -91,7 +94,12 @@ tests/test_sandbox_attacks.py):
   crossing.  The solution runs in a child of the driver without the driver's report
   channel, so calling or patching reporting or comparison functions, printing fake
   markers, exiting early, killing the driver or reading test files only changes what
-  *its own* output is.
+  *its own* output is.  Where a call-based sample's tests share one process, a value
+  written to the result pipe by the solution itself is only an answer it could have
+  returned; a record out of turn, anything else on that pipe, the process ending before
+  a test's record, or a test over its time limit (counted and enforced by the driver,
+  wall clock and CPU) fails the test (:mod:`conductor.sandbox.inside`, "one child for a
+  sample's calls").
 * BigCodeBench: the assertions must run next to the solution, so the defences are in
   its process (:mod:`conductor.sandbox.inside`, section "job: bcb"):
 
@@ -236,8 +244,9 @@ class CodeGrader:
 
     name = "code"
     # 4: BigCodeBench is judged by a judge thread with a snapshot ("tampered"), under
-    # the official time limit and with subprocesses allowed
-    version = "4"
+    # the official time limit and with subprocesses allowed; 5: a call-based sample's
+    # tests share one process and one Solution() (what one test leaves, the next sees)
+    version = "5"
 
     def __init__(
         self,
@@ -439,6 +448,16 @@ class CodeGrader:
                 f"test {i}: exceeded {self.time_limit_s:g}s",
                 extracted=code,
                 detail=fail,
+            )
+        broken = frame.get("error")
+        if isinstance(broken, str) and broken:
+            # the driver saw the solution break the result channel's rules (see
+            # conductor.sandbox.inside, "one child for a sample's calls")
+            return Verdict(
+                "incorrect",
+                f"test {i}: runtime error: {quote_output(broken, 300)}",
+                extracted=code,
+                detail={**fail, "outcome": "runtime_error"},
             )
         raw_tail = frame.get("stderr_tail")
         tail = raw_tail if isinstance(raw_tail, str) else ""

@@ -23,10 +23,12 @@ What it does, in order:
 
    * ``program``: run ``main.py`` as ``__main__`` in one child (used by
      :func:`~conductor.sandbox.run_sandboxed`);
-   * ``lcb``: for each test, fork a fresh child that runs the solution on that test's input
-     (stdin tests: the input on fd 0, stdout captured; functional tests: the function called
-     with the JSON arguments and its return value serialised with :func:`json.dumps`) and
-     forward the raw output to the parent.  The driver is never given the expected
+   * ``lcb``: for each stdin test, fork a fresh child that runs the solution with the
+     test's input on fd 0 and its stdout captured; for a sample whose tests are all
+     functional, fork one child that runs the solution once and calls the function for
+     every test in turn with its JSON arguments (as the official checker does; see "one
+     child for a sample's calls"), each return value serialised with :func:`json.dumps`;
+     forward the raw outputs to the parent.  The driver is never given the expected
      outputs; the parent compares;
    * ``bcb``: for each test method named by the parent, fork a fresh child that starts a
      judge thread, runs the solution and then the test (unittest's ``debug`` protocol);
@@ -40,7 +42,8 @@ What it does, in order:
 
 Results reach the parent as lines in the report fd: ``B`` (an operation the guard
 refused), ``N`` (a note), ``S`` (the ``program`` child's exit status), ``R`` (one JSON
-result frame from a driver).  Only the driver holds that fd.
+result frame from a driver; the last, ``{"event": "cpu", "s": ...}``, says how much CPU
+time the driver and its children used).  Only the driver holds that fd.
 """
 
 from __future__ import annotations
@@ -252,8 +255,9 @@ def _drop_all_caps() -> None:
         raise OSError(ctypes.get_errno(), "capset failed")
 
 
-def enter_child(work: str) -> None:
-    """Everything a child does before model code runs, except the guard."""
+def enter_child(work: str, cpu_s: int | None = None) -> None:
+    """Everything a child does before model code runs, except the guard; ``cpu_s``
+    replaces the configured CPU limit (a child that runs several tests)."""
     os.chdir(work)
     uid = CFG["uid"]
     if uid is not None:
@@ -264,8 +268,9 @@ def enter_child(work: str) -> None:
         _drop_all_caps()
     _prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     lim = CFG["limits"]
+    cpu = lim["cpu"] if cpu_s is None else cpu_s
     pairs = [
-        (resource.RLIMIT_CPU, (lim["cpu"], lim["cpu"] + 1)),
+        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
         (resource.RLIMIT_AS, (lim["as"], lim["as"])),
         (resource.RLIMIT_FSIZE, (lim["fsize"], lim["fsize"])),
         (resource.RLIMIT_NOFILE, (lim["nofile"], lim["nofile"])),
@@ -586,14 +591,14 @@ def _status_json(status: int | None) -> dict[str, int]:
     return {"exit": os.WEXITSTATUS(status)}
 
 
-def _fork_child(body: Callable[[], int]) -> int:
+def _fork_child(body: Callable[[], int], cpu_s: int | None = None) -> int:
     """Fork a child that enters the sandbox rules, runs ``body`` and exits with its code."""
     pid = os.fork()
     if pid:
         return pid
     status = 1
     try:
-        enter_child(CFG["workdir"])
+        enter_child(CFG["workdir"], cpu_s)
         status = body()
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -656,11 +661,221 @@ def _compile_solution(job: dict[str, Any]) -> Any:
         return None
 
 
+def _child_stdio(stdin_fd: int, out_fd: int, err_fd: int) -> None:
+    """A test child's standard streams: its input on fd 0, its output and errors on
+    fds 1 and 2 (files the driver reads once the test has ended)."""
+    import io
+
+    os.dup2(stdin_fd, 0)
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "rb", closefd=False), encoding="utf-8")
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "wb", closefd=False), encoding="utf-8")
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "wb", closefd=False), encoding="utf-8")
+
+
+def _await_go(go_r: int) -> None:
+    """Wait for the driver's go (one byte) before any model code runs; a pipe closed
+    unwritten means the test is not to run."""
+    go = os.read(go_r, 1)
+    os.close(go_r)
+    if go != b"G":
+        os._exit(1)
+
+
+def _call_args(text: str) -> list[Any]:
+    """A functional test's arguments: one JSON value per line of its input."""
+    return [json.loads(line) for line in text.split("\n") if line.strip()]
+
+
+def _lcb_entry(g: dict[str, Any], fn_name: str) -> Callable[..., Any]:
+    """What a functional test calls: ``Solution().fn_name`` (LeetCode style) or a
+    top-level ``fn_name``."""
+    cls = g.get("Solution")
+    if isinstance(cls, type) and hasattr(cls, fn_name):
+        return getattr(cls(), fn_name)  # type: ignore[no-any-return]
+    if callable(g.get(fn_name)):
+        return g[fn_name]  # type: ignore[no-any-return]
+    raise NameError(f"no Solution.{fn_name} or function {fn_name} defined")
+
+
+def _json_result(value: Any) -> str:
+    """A functional test's return value as the JSON text that crosses to the parent."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"the result is not JSON data: {exc}") from None
+
+
+def _cpu_s(pid: int) -> float | None:
+    """CPU seconds process ``pid`` used so far (all its threads), or None where
+    ``/proc`` does not say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+# One child for a sample's calls.  The official checker compiles a call-based program
+# once and calls its method for every test in that one process (one ``Solution()``, the
+# state one test leaves seen by the next), each call under a time limit; so does
+# :func:`_lcb_calls`, which spares a fork, a guard and an ``exec`` per test.  What keeps
+# the verdict out of the solution's reach there, though it shares a process with every
+# test of its sample:
+#
+# * the expected outputs never enter the sandbox; the parent judges the values;
+# * a value crosses as one record on a pipe, ``V <test> <JSON>``, in the tests' order.
+#   The solution can write that pipe too, but a record it writes is only an answer it
+#   could as well have returned; anything else there (a record out of turn or after the
+#   last, a line that is neither a record nor the guard's, more than a value's cap)
+#   fails the test it came in;
+# * each test's time limit is the driver's, counted from the record before, and ends
+#   the child with SIGKILL (no handler, mask or ``alarm(0)`` of the solution's delays
+#   it); the CPU time the child used during a test is held to the same limit;
+# * the child ending (``sys.exit(0)``, ``os._exit(0)``, a crash, closing the pipe)
+#   before a test's record fails that test; an operation the guard refused fails the
+#   test it came in, and one after the last record fails the last;
+# * samples stay apart as before: one sandbox each, ended after its sample.
+#
+# As in the official checker (and allowed there), a test can change what the next one
+# sees, and a thread started in one test can go on working while later tests run.
+
+_CHANNEL_SLACK = 1 << 16  # bytes of a record beyond the value (its head, guard lines)
+
+
+def _lcb_calls(
+    code: Any, g: dict[str, Any], tests: list[dict[str, Any]], fn_name: str, limit: float,
+    out_cap: int,
+) -> None:  # fmt: skip
+    """Run every test of a call-based sample in one child (see "one child for a sample's
+    calls" above) and report one ``test`` frame per test that ran."""
+    import select
+
+    work = CFG["workdir"]
+    n = len(tests)
+    stdin_fd, out_fd, err_fd = _memfd("stdin"), _memfd("stdout"), _memfd("stderr")
+    chan_r, chan_w = os.pipe()
+    go_r, go_w = os.pipe()
+
+    def body() -> int:
+        os.close(chan_r)
+        os.close(go_w)
+        _child_stdio(stdin_fd, out_fd, err_fd)
+        sys.path.insert(0, work)
+        install_guard(work, CFG["allow_subprocess"], chan_w)
+        _await_go(go_r)
+        exec(code, g)
+        fn = _lcb_entry(g, fn_name)
+        for i, test in enumerate(tests):
+            data = "V " + str(i) + " " + _json_result(fn(*_call_args(test["input"]))) + "\n"
+            view = memoryview(data.encode("utf-8", "replace"))
+            while view:
+                view = view[os.write(chan_w, view) :]
+        return 0
+
+    # RLIMIT_CPU is the backstop for the whole child; each test's share is checked below
+    pid = _fork_child(body, int(CFG["limits"]["cpu"]) * (n + 1))
+    os.close(go_r)
+    os.close(chan_w)
+    with contextlib.suppress(OSError):
+        os.write(go_w, b"G")
+    os.close(go_w)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = -1
+    cap = out_cap + _CHANNEL_SLACK
+    frames: list[dict[str, Any]] = []
+    blocked: list[str] = []  # refused while the test now running ran
+    buf = bytearray()
+    status: int | None = None
+    timed_out = eof = False
+    problem = ""
+    went, cpu0 = time.monotonic(), _cpu_s(pid)
+    while not (problem or timed_out or (frames and frames[-1]["blocked"])):
+        while (nl := buf.find(b"\n")) >= 0:
+            line = bytes(buf[:nl]).decode("utf-8", "replace")
+            del buf[: nl + 1]
+            if line.startswith("B "):
+                (frames[-1]["blocked"] if len(frames) == n else blocked).append(line[2:][:300])
+                continue
+            parts = line.split(" ", 2)
+            if len(frames) == n or len(parts) != 3 or parts[:2] != ["V", str(len(frames))]:
+                problem = "sandbox: the result channel was written out of turn"
+                break
+            now, cpu = time.monotonic(), _cpu_s(pid)
+            if cpu is not None and cpu0 is not None and cpu - cpu0 > limit:
+                timed_out = True
+                break
+            frames.append(_call_frame(len(frames), parts[2], blocked))
+            blocked = []
+            went, cpu0 = now, cpu
+            if frames[-1]["blocked"]:
+                break
+        if problem or timed_out or (frames and frames[-1]["blocked"]):
+            break
+        if len(buf) > cap:
+            problem = f"sandbox: a result over its {out_cap}-byte cap"
+            break
+        if status is not None and (eof or not select.select([chan_r], [], [], 0)[0]):
+            if buf:  # a line left unended
+                problem = "sandbox: the result channel was written out of turn"
+            break  # ended, and all it wrote is read
+        left = went + limit - time.monotonic()
+        if left <= 0 and status is None:
+            timed_out = True
+            break
+        # (a pipe at its end is always readable: then only the child's end is waited for)
+        waits = ([] if eof else [chan_r]) + ([pidfd] if pidfd >= 0 and status is None else [])
+        ready = select.select(waits, [], [], max(0.0, left if pidfd >= 0 else min(left, 0.005)))
+        if chan_r in ready[0]:
+            chunk = os.read(chan_r, 1 << 20)
+            eof = not chunk
+            buf += chunk
+        if status is None:
+            done, got = os.waitpid(pid, os.WNOHANG)
+            if done == pid:
+                status = got
+    if status is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+    for fd in (pidfd, chan_r, stdin_fd, out_fd):
+        if fd >= 0:
+            os.close(fd)
+    err, _ = _read_fd(err_fd, 1 << 16)
+    os.close(err_fd)
+    if len(frames) < n and not (frames and frames[-1]["blocked"]):
+        # the test that was running when the child ended, was ended or broke the rules
+        frames.append(_call_frame(len(frames), None, blocked))
+        frames[-1]["status"] = _status_json(status)
+    frames[-1]["timed_out"] = timed_out
+    if problem:
+        frames[-1]["error"] = problem
+    frames[-1]["stderr_tail"] = err.decode("utf-8", "replace")[-2000:]
+    for f in frames:
+        frame(f)
+
+
+def _call_frame(i: int, value: str | None, blocked: list[str]) -> dict[str, Any]:
+    """Test ``i``'s frame from the one child of a call-based sample: its value (None
+    where none came) and the operations the guard refused while it ran."""
+    return {
+        "event": "test", "i": i, "timed_out": False, "status": {"exit": 0}, "stdout": "",
+        "stdout_truncated": False, "value": value, "value_truncated": False,
+        "stderr_tail": "", "blocked": blocked[:20],
+    }  # fmt: skip
+
+
 def job_lcb() -> None:
-    """Run each LiveCodeBench test in a fresh child; forward raw outputs (no verdicts)."""
+    """Run a sample's LiveCodeBench tests: each stdin test in a fresh child, a sample
+    whose tests are all functional in one child (:func:`_lcb_calls`); forward raw
+    outputs (no verdicts)."""
     import builtins
     import gc
-    import io
 
     work = CFG["workdir"]
     job = CFG["job"]
@@ -682,6 +897,10 @@ def job_lcb() -> None:
     # would otherwise walk (and so copy) every object inherited from here.
     gc.freeze()
     frame({"event": "ready"})
+    tests = job["tests"]
+    if fn_name and tests and all(t["testtype"] == "functional" for t in tests):
+        _lcb_calls(code, dict(base), tests, str(fn_name), limit, out_cap)
+        return
 
     def start(i: int, test: dict[str, Any], done: tuple[int, ...]) -> tuple[int, int, list[int]]:
         """Fork test ``i``'s child, which sets itself up and waits for the go (one byte
@@ -702,35 +921,16 @@ def job_lcb() -> None:
             # the previous test's files (still open here while it ran) are not this one's
             for fd in (*done, go_w):
                 os.close(fd)
-            os.dup2(stdin_fd, 0)
-            os.dup2(out_fd, 1)
-            os.dup2(err_fd, 2)
-            sys.stdin = io.TextIOWrapper(io.FileIO(0, "rb", closefd=False), encoding="utf-8")
-            sys.stdout = io.TextIOWrapper(io.FileIO(1, "wb", closefd=False), encoding="utf-8")
-            sys.stderr = io.TextIOWrapper(io.FileIO(2, "wb", closefd=False), encoding="utf-8")
+            _child_stdio(stdin_fd, out_fd, err_fd)
             sys.path.insert(0, work)
             install_guard(work, CFG["allow_subprocess"], res_fd)
-            go = os.read(go_r, 1)
-            os.close(go_r)
-            if go != b"G":
-                os._exit(1)
+            _await_go(go_r)
             if kind == "stdin":
                 exec(code, g)
                 return 0
-            args = [json.loads(line) for line in test["input"].split("\n") if line.strip()]
+            args = _call_args(test["input"])
             exec(code, g)
-            cls = g.get("Solution")
-            if isinstance(cls, type) and hasattr(cls, fn_name or ""):
-                fn = getattr(cls(), str(fn_name))
-            elif callable(g.get(str(fn_name))):
-                fn = g[str(fn_name)]
-            else:
-                raise NameError(f"no Solution.{fn_name} or function {fn_name} defined")
-            value = fn(*args)
-            try:
-                text = json.dumps(value)
-            except (TypeError, ValueError) as exc:
-                raise TypeError(f"the result is not JSON data: {exc}") from None
+            text = _json_result(_lcb_entry(g, str(fn_name))(*args))
             sys.stdout.flush()
             os.write(res_fd, ("V " + text + "\n").encode("utf-8", "replace"))
             return 0
@@ -741,7 +941,6 @@ def job_lcb() -> None:
 
     # Each test's child is forked (and sets itself up) while the test before it runs;
     # it starts only once that test has ended and everything it left was killed.
-    tests = job["tests"]
     ahead = start(0, tests[0], ()) if tests else None
     for i in range(len(tests)):
         assert ahead is not None
@@ -2029,6 +2228,10 @@ def main(argv: list[str]) -> int:
         except Exception:
             report("N", "driver failed: " + traceback.format_exc()[-1500:])
             return 1
+    # What the run cost (this driver and the children it waited for): the parent cannot
+    # count it, since the sandbox's init is not its child to wait for.
+    used = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    frame({"event": "cpu", "s": sum(u.ru_utime + u.ru_stime for u in used)})
     return 0
 
 
