@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.panel import Panel
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 
 from ..record import RunRecord
@@ -101,8 +103,7 @@ class _SampleRow:
     wall_s: float
 
 
-def _sample_row(record: RunRecord) -> _SampleRow:
-    steps = sum(1 for rnd in record.rounds for s in rnd.steps if s.status != "skipped")
+def _sample_row(record: RunRecord, steps: int) -> _SampleRow:
     t = record.totals
     return _SampleRow(
         printable(record.sample_id or f"run {record.run_id}"),
@@ -136,7 +137,9 @@ _GAP = 2
 class SampleListing:
     """The samples of a bench run, one row per (sample, epoch), in natural id order.
 
-    Reads ``records`` once (a stream: only a small row per record is kept).  A later
+    Reads ``records`` once (a stream: only a small row per record is kept): records, or
+    (a record without its rounds, how many of its steps ran), as
+    :func:`~conductor.runs.rundir.iter_heads` reads them for speed.  A later
     record of the same (sample, epoch) replaces an earlier one, as in the run's report.
     ``verdict`` shows only the samples with that verdict and ``limit`` the first N
     shown; the counts in the summary line are always over the whole run.  Ids are never
@@ -146,14 +149,17 @@ class SampleListing:
 
     def __init__(
         self,
-        records: Iterable[RunRecord],
+        records: Iterable[RunRecord | tuple[RunRecord, int]],
         *,
         verdict: str | None = None,
         limit: int | None = None,
     ) -> None:
+        from ..runs.rundir import steps_run
+
         latest: dict[tuple[str, int | None], _SampleRow] = {}
-        for record in records:
-            row = _sample_row(record)
+        for item in records:
+            record, steps = item if isinstance(item, tuple) else (item, steps_run(item))
+            row = _sample_row(record, steps)
             latest[(row.sample_id, row.epoch)] = row
         self.rows = sorted(latest.values(), key=lambda r: (_natural_key(r.sample_id), r.epoch or 0))
         self.counts: dict[str, int] = {}
@@ -166,6 +172,7 @@ class SampleListing:
         self.matching = len(matching)
         self.shown = matching[:limit] if limit is not None else matching
         self._cell_rows: dict[bool, list[list[RenderableType]]] = {}
+        self._col_widths: dict[bool, list[int]] = {}
 
     def summary(self) -> Text:
         """One line: how many samples (and epochs), the count of each verdict, the cost."""
@@ -229,55 +236,64 @@ class SampleListing:
         return self._cell_rows[full]
 
     def _widths(self, full: bool) -> list[int]:
-        """Each column's width: its widest header line or cell (no cell wraps)."""
-        widths = [max(cell_len(line) for line in h.split("\n")) for h, _ in self._columns(full)]
-        for cells in self._shown_cells(full):
-            for i, cell in enumerate(cells):
-                widths[i] = max(widths[i], cell_len(str(cell)))
-        return widths
+        """Each column's width: its widest header line or cell (no cell wraps); worked
+        out once (whether the table fits and its lines read it)."""
+        if full not in self._col_widths:
+            heads = [max(cell_len(line) for line in h.split("\n")) for h, _ in self._columns(full)]
+            columns = zip(*self._shown_cells(full), strict=True) if self.shown else ()
+            cells = [max(map(cell_len, map(str, column))) for column in columns]
+            self._col_widths[full] = [max(h, *cells[i : i + 1]) for i, h in enumerate(heads)]
+        return self._col_widths[full]
 
     def _fits(self, console: Console, options: ConsoleOptions, full: bool) -> bool:
         """Whether the table fits the width whole."""
         widths = self._widths(full)
         return sum(widths) + _GAP * (len(widths) - 1) <= options.max_width
 
-    def _table(self, full: bool) -> Text:
-        """The table as lines of text, laid out as rich's ``box.SIMPLE_HEAD`` table
-        without edges would be (headers at the foot of their cells, a rule below them,
-        two spaces between columns); drawn here, as rich's table took 35 s to lay out
-        100,000 rows and this takes a tenth of that."""
+    def _table(self, console: Console, full: bool) -> list[Segment]:
+        """The table as lines of styled segments, laid out as rich's ``box.SIMPLE_HEAD``
+        table without edges would be (headers at the foot of their cells, a rule below
+        them, two spaces between columns); drawn here, as rich's table took 35 s to lay
+        out 100,000 rows.  Segments, not a text: a text of 100,000 lines (appended cell
+        by cell, then wrapped and split again to be printed) took most of the time the
+        list took."""
         columns = self._columns(full)
         widths = self._widths(full)
-        gap = " " * _GAP
+        gap = Segment(" " * _GAP)
+        out: list[Segment] = []
+        last = len(columns) - 1
 
-        def line(cells: list[Text], out: Text) -> None:
+        def line(cells: Sequence[Text | str], style: Style | None = None) -> None:
             for i, (cell, (_h, justify), width) in enumerate(
                 zip(cells, columns, widths, strict=True)
             ):
                 if i:
                     out.append(gap)
-                pad = " " * (width - cell.cell_len)
-                last = i == len(columns) - 1
-                if justify == "right":
-                    out.append(pad)
-                    out.append_text(cell)
+                if isinstance(cell, Text):
+                    text = Segment(cell.plain, console.get_style(cell.style) or None)
                 else:
-                    out.append_text(cell)
-                    if not last:
-                        out.append(pad)
-            out.append("\n")
+                    text = Segment(cell, style)
+                pad = width - cell_len(text.text)
+                if justify == "right":
+                    if pad:
+                        out.append(Segment(" " * pad))
+                    out.append(text)
+                else:
+                    out.append(text)
+                    if pad and i != last:
+                        out.append(Segment(" " * pad))
+            out.append(Segment.line())
 
-        out = Text(no_wrap=True, overflow="ignore")
         heads = [h.split("\n") for h, _ in columns]
         depth = max(len(h) for h in heads)
+        header = console.get_style("table.header")
         for k in range(depth):
             # A header of fewer lines sits at the foot of its cell.
-            heading = [h[k - depth + len(h)] if k >= depth - len(h) else "" for h in heads]
-            line([Text(c, style="table.header") for c in heading], out)
-        out.append("─" * (sum(widths) + _GAP * (len(widths) - 1)) + "\n")
+            line([h[k - depth + len(h)] if k >= depth - len(h) else "" for h in heads], header)
+        out.append(Segment("─" * (sum(widths) + _GAP * (len(widths) - 1))))
+        out.append(Segment.line())
         for cells in self._shown_cells(full):
-            line([c if isinstance(c, Text) else Text(str(c)) for c in cells], out)
-        out.rstrip()
+            line([c if isinstance(c, Text) else str(c) for c in cells])
         return out
 
     def _stacked(self) -> Group:
@@ -295,12 +311,12 @@ class SampleListing:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         yield self.summary()
         if self.shown:
-            body: RenderableType = self._stacked()
             for full in (True, False):
                 if self._fits(console, options, full):
-                    body = self._table(full)
+                    yield from self._table(console, full)
                     break
-            yield body
+            else:
+                yield self._stacked()
         footer = self._footer()
         if footer is not None:
             yield footer

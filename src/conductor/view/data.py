@@ -32,7 +32,7 @@ for records written before it did, the text every prompt of the run starts and e
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -406,30 +406,43 @@ def _each_line_distinct(lines: SampleLines, summary: RunSummary) -> bool:
 
 
 def _bench_run(run_dir: Path, spool: DetailSpool) -> ViewRun:
-    from ..runs.summary import current_summary
+    from ..runs.summary import saved_summary, summarize_run
 
-    summary = current_summary(run_dir)
+    summary = saved_summary(run_dir)
     samples: list[ViewSample] = []
     lines = SampleLines(run_dir / SAMPLES)
     if not lines.path.is_file():
         raise RecordError(f"{lines.path}: no such file")
     keep: set[int] | None = None
     boilerplate: _Boilerplate | None = None
-    if not _each_line_distinct(lines, summary):
+    if summary is None or not _each_line_distinct(lines, summary):
         keep, boilerplate = _first_pass(lines)
-    for i, (_number, record) in enumerate(numbered_records(lines, keep)):
-        row, detail = sample_of(record, i)
-        if own_question(record) is None:
-            if boilerplate is None:
-                # Records that do not keep their question apart (older ones): the
-                # template around it is what every prompt of the run shares.
-                _keep, boilerplate = _first_pass(SampleLines(lines.path))
-            question = boilerplate.strip(detail.question)
-            if question != detail.question:
-                detail.prompt, detail.question = detail.question, question
-                row.question = question[:PREVIEW]
-        spool.add(detail)
-        samples.append(row)
+
+    def read() -> Iterator[tuple[int, RunRecord]]:
+        """Each record kept, in file order, made a row and spooled as it is read (and
+        handed on: without a fresh summary.json, the same pass is summarised)."""
+        nonlocal boilerplate
+        for i, (number, record) in enumerate(numbered_records(lines, keep)):
+            row, detail = sample_of(record, i)
+            if own_question(record) is None:
+                if boilerplate is None:
+                    # Records that do not keep their question apart (older ones): the
+                    # template around it is what every prompt of the run shares.
+                    _keep, boilerplate = _first_pass(SampleLines(lines.path))
+                question = boilerplate.strip(detail.question)
+                if question != detail.question:
+                    detail.prompt, detail.question = detail.question, question
+                    row.question = question[:PREVIEW]
+            spool.add(detail)
+            samples.append(row)
+            yield number, record
+
+    if summary is None:
+        # Read once for both: building each record is most of the time either takes.
+        summary = summarize_run(run_dir, records=read(), lines=lines)
+    else:
+        for _ in read():
+            pass
     lo, hi = _accuracy_interval(samples)
     cost_lo, cost_hi = _interval_of_costs(samples)
     overview = RunOverview(
