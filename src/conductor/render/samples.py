@@ -259,30 +259,37 @@ class SampleListing:
         list took."""
         columns = self._columns(full)
         widths = self._widths(full)
-        gap = Segment(" " * _GAP)
+        gap = " " * _GAP
         out: list[Segment] = []
         last = len(columns) - 1
 
         def line(cells: Sequence[Text | str], style: Style | None = None) -> None:
+            # Unstyled text (gaps, pads, plain cells) runs together into one segment:
+            # a line is a few segments, not one per piece.
+            plain: list[str] = []
             for i, (cell, (_h, justify), width) in enumerate(
                 zip(cells, columns, widths, strict=True)
             ):
                 if i:
-                    out.append(gap)
+                    plain.append(gap)
                 if isinstance(cell, Text):
-                    text = Segment(cell.plain, console.get_style(cell.style) or None)
+                    text, cell_style = cell.plain, console.get_style(cell.style) or None
                 else:
-                    text = Segment(cell, style)
-                pad = width - cell_len(text.text)
+                    text, cell_style = cell, style
+                pad = " " * (width - cell_len(text))
                 if justify == "right":
-                    if pad:
-                        out.append(Segment(" " * pad))
-                    out.append(text)
+                    plain.append(pad)
+                if cell_style is None:
+                    plain.append(text)
                 else:
-                    out.append(text)
-                    if pad and i != last:
-                        out.append(Segment(" " * pad))
-            out.append(Segment.line())
+                    if plain:
+                        out.append(Segment("".join(plain)))
+                        plain.clear()
+                    out.append(Segment(text, cell_style))
+                if justify != "right" and i != last:
+                    plain.append(pad)
+            plain.append("\n")
+            out.append(Segment("".join(plain)))
 
         heads = [h.split("\n") for h, _ in columns]
         depth = max(len(h) for h in heads)
@@ -290,8 +297,7 @@ class SampleListing:
         for k in range(depth):
             # A header of fewer lines sits at the foot of its cell.
             line([h[k - depth + len(h)] if k >= depth - len(h) else "" for h in heads], header)
-        out.append(Segment("─" * (sum(widths) + _GAP * (len(widths) - 1))))
-        out.append(Segment.line())
+        out.append(Segment("─" * (sum(widths) + _GAP * (len(widths) - 1)) + "\n"))
         for cells in self._shown_cells(full):
             line([c if isinstance(c, Text) else str(c) for c in cells])
         return out
