@@ -130,6 +130,8 @@ def _natural_key(text: str) -> list[Any]:
 
 
 _DIGITS = re.compile(r"(\d+)")
+#: A cell of the list: its text and the name of its style (``None``: unstyled).
+_Cell = tuple[str, str | None]
 #: The spaces between two columns of the list of samples.
 _GAP = 2
 
@@ -161,17 +163,19 @@ class SampleListing:
             record, steps = item if isinstance(item, tuple) else (item, steps_run(item))
             row = _sample_row(record, steps)
             latest[(row.sample_id, row.epoch)] = row
-        self.rows = sorted(latest.values(), key=lambda r: (_natural_key(r.sample_id), r.epoch or 0))
+        # Each id's sort key made once (the rows and the ids are sorted by it).
+        keys = {r.sample_id: _natural_key(r.sample_id) for r in latest.values()}
+        self.rows = sorted(latest.values(), key=lambda r: (keys[r.sample_id], r.epoch or 0))
         self.counts: dict[str, int] = {}
         for row in self.rows:
             self.counts[row.verdict] = self.counts.get(row.verdict, 0) + 1
-        self.sample_ids = sorted({r.sample_id for r in self.rows}, key=_natural_key)
+        self.sample_ids = sorted(keys, key=keys.__getitem__)
         self.epochs = len({r.epoch for r in self.rows})
         self.verdict = verdict
         matching = [r for r in self.rows if verdict is None or r.verdict == verdict]
         self.matching = len(matching)
         self.shown = matching[:limit] if limit is not None else matching
-        self._cell_rows: dict[bool, list[list[RenderableType]]] = {}
+        self._cell_rows: dict[bool, list[list[_Cell]]] = {}
         self._col_widths: dict[bool, list[int]] = {}
 
     def summary(self) -> Text:
@@ -208,15 +212,17 @@ class SampleListing:
             return Text(f"no {self.verdict} samples in this run", style="dim")
         return None
 
-    def _cells(self, r: _SampleRow, full: bool) -> list[RenderableType]:
-        cells: list[RenderableType] = [Text(r.sample_id, style="cyan")]
+    def _cells(self, r: _SampleRow, full: bool) -> list[_Cell]:
+        cells: list[_Cell] = [(r.sample_id, "cyan")]
         if self.epochs > 1:
-            cells.append(str(r.epoch if r.epoch is not None else "-"))
-        cells += [Text(r.verdict, style=verdict_style(r.verdict)), str(r.steps)]
-        cells.append(_row_cost(r))
+            cells.append((str(r.epoch if r.epoch is not None else "-"), None))
+        cells += [(r.verdict, verdict_style(r.verdict)), (str(r.steps), None)]
+        cells.append((_row_cost(r), None))
         if full:
-            cells.append(f"{format_tokens(r.input_tokens)}/{format_tokens(r.output_tokens)}")
-            cells.append(f"{r.wall_s:.1f}")
+            cells.append(
+                (f"{format_tokens(r.input_tokens)}/{format_tokens(r.output_tokens)}", None)
+            )
+            cells.append((f"{r.wall_s:.1f}", None))
         return cells
 
     def _columns(self, full: bool) -> list[tuple[str, str]]:
@@ -229,7 +235,7 @@ class SampleListing:
             cols += [("tokens\nin/out", "right"), ("time\n(s)", "right")]
         return cols
 
-    def _shown_cells(self, full: bool) -> list[list[RenderableType]]:
+    def _shown_cells(self, full: bool) -> list[list[_Cell]]:
         """The cells of every row shown, made once (the widths and the lines read them)."""
         if full not in self._cell_rows:
             self._cell_rows[full] = [self._cells(r, full) for r in self.shown]
@@ -241,7 +247,7 @@ class SampleListing:
         if full not in self._col_widths:
             heads = [max(cell_len(line) for line in h.split("\n")) for h, _ in self._columns(full)]
             columns = zip(*self._shown_cells(full), strict=True) if self.shown else ()
-            cells = [max(map(cell_len, map(str, column))) for column in columns]
+            cells = [max(cell_len(text) for text, _style in column) for column in columns]
             self._col_widths[full] = [max(h, *cells[i : i + 1]) for i, h in enumerate(heads)]
         return self._col_widths[full]
 
@@ -263,7 +269,7 @@ class SampleListing:
         out: list[Segment] = []
         last = len(columns) - 1
 
-        def line(cells: Sequence[Text | str], style: Style | None = None) -> None:
+        def line(cells: Sequence[_Cell], style: Style | None = None) -> None:
             # Unstyled text (gaps, pads, plain cells) runs together into one segment:
             # a line is a few segments, not one per piece.
             plain: list[str] = []
@@ -272,10 +278,8 @@ class SampleListing:
             ):
                 if i:
                     plain.append(gap)
-                if isinstance(cell, Text):
-                    text, cell_style = cell.plain, console.get_style(cell.style) or None
-                else:
-                    text, cell_style = cell, style
+                text, name = cell
+                cell_style = console.get_style(name) or None if name else style
                 pad = " " * (width - cell_len(text))
                 if justify == "right":
                     plain.append(pad)
@@ -296,10 +300,13 @@ class SampleListing:
         header = console.get_style("table.header")
         for k in range(depth):
             # A header of fewer lines sits at the foot of its cell.
-            line([h[k - depth + len(h)] if k >= depth - len(h) else "" for h in heads], header)
+            line(
+                [(h[k - depth + len(h)] if k >= depth - len(h) else "", None) for h in heads],
+                header,
+            )
         out.append(Segment("─" * (sum(widths) + _GAP * (len(widths) - 1)) + "\n"))
         for cells in self._shown_cells(full):
-            line([c if isinstance(c, Text) else str(c) for c in cells])
+            line(cells)
         return out
 
     def _stacked(self) -> Group:

@@ -18,7 +18,10 @@ through :class:`SampleLines`, so they agree on what the file holds: a blank line
 nothing, and a line that is not a JSON object (a torn last line, a line garbled on
 disk) is skipped with a warning naming it, and counted.  A (sample, epoch) recorded
 twice (a resume after ``--retry-errors``, merged shards) counts once, its last record:
-:func:`latest_lines`.
+:func:`latest_lines`.  The list of a run's samples reads each record without its rounds'
+calls (:func:`iter_heads`): what it shows is checked as a whole record's reading checks
+it; a fault inside a call is named by ``conductor trace --sample``, which reads that
+record whole.
 """
 
 from __future__ import annotations

@@ -16,8 +16,12 @@ the per-sample rows the page lists.  Records without a bench directory (``ask`` 
 ``serve``) carry no ``config.json`` to summarise: their few numbers (cost, tokens,
 calls, latency) are added up here from the records' own totals.
 
-Records are streamed (a bench run's file is read twice: once for which line holds each
-(sample, epoch) and the prompts' common text, then for the samples); each sample keeps a
+Records are streamed (a bench run's file is read at most twice: once for which line
+holds each (sample, epoch) and the prompts' common text, where the run's summary.json
+does not already say no line is replaced and the records keep their questions apart,
+then for the samples, each record built once for its row, its details and, without a
+fresh summary.json, the run's scores, :func:`~conductor.runs.summary.summarize_run`
+folding in the records of the same pass); each sample keeps a
 short row for the page's list (:class:`ViewSample`) while its details
 (:class:`SampleDetail`: workflow, calls, texts, clipped; ``conductor trace`` shows a
 record whole) go straight to the runs' :class:`~conductor.view.companion.DetailSpool`, so
