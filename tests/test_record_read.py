@@ -175,6 +175,19 @@ def _visible(d: dict[str, Any]) -> Any:
     return d
 
 
+# A list of whole numbers is checked at once by exact type, and read element by element
+# only when that fails: the element at fault is still the one named.
+@_shape("visible steps holding true", "steps[3].visible_steps[1] must be a whole number, not true")
+def _visible_bool(d: dict[str, Any]) -> Any:
+    d["rounds"][0]["steps"][3]["visible_steps"] = [0, True]
+    return d
+
+
+@_shape("a sample id a number", "record.sample_id must be a string or null, not 3")
+def _sample_number(d: dict[str, Any]) -> Any:
+    return {**d, "sample_id": 3}
+
+
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_malformed_shapes_are_record_errors_naming_the_field(name: str) -> None:
     data, where = SHAPES[name]

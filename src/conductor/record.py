@@ -305,7 +305,21 @@ def _fits_for(expected: Any) -> _Fits:
         return _always
     origin = typing.get_origin(expected)
     if origin in (typing.Union, types.UnionType):
-        options = [_fits_for(a) for a in typing.get_args(expected)]
+        args = typing.get_args(expected)
+        if len(args) == 2 and type(None) in args:
+            # ``T | None``, most of a record's fields: null settled before any call.
+            (other,) = [_fits_for(a) for a in args if a is not type(None)]
+
+            def optional(value: Any, where: Where) -> bool:
+                if value is None:
+                    return True
+                try:
+                    return other(value, where)
+                except RecordError:
+                    return False
+
+            return optional
+        options = [_fits_for(a) for a in args]
 
         # The options are tried without raising: a ``None`` in a ``str | None`` field is
         # the common case, and building an error for it cost more than the check.
@@ -334,9 +348,16 @@ def _fits_for(expected: Any) -> _Fits:
         (item,) = typing.get_args(expected) or (Any,)
         fits_item = _fits_for(item)
 
+        # A list of whole numbers or of texts (access lists, steps seen) is checked at
+        # once by exact type; one that is not is read element by element, which names
+        # the element at fault (or finds an int or str subclass, which fits).
+        exact = item if item in (int, str) else None
+
         def each(value: Any, where: Where) -> bool:
             if not isinstance(value, list):
                 return False
+            if exact is not None and all(type(element) is exact for element in value):
+                return True
             if fits_item is not _always:
                 for i, element in enumerate(value):
                     if not fits_item(element, (where, i)):

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.panel import Panel
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 
 from ..record import RunRecord
@@ -101,8 +103,7 @@ class _SampleRow:
     wall_s: float
 
 
-def _sample_row(record: RunRecord) -> _SampleRow:
-    steps = sum(1 for rnd in record.rounds for s in rnd.steps if s.status != "skipped")
+def _sample_row(record: RunRecord, steps: int) -> _SampleRow:
     t = record.totals
     return _SampleRow(
         printable(record.sample_id or f"run {record.run_id}"),
@@ -129,6 +130,8 @@ def _natural_key(text: str) -> list[Any]:
 
 
 _DIGITS = re.compile(r"(\d+)")
+#: A cell of the list: its text and the name of its style (``None``: unstyled).
+_Cell = tuple[str, str | None]
 #: The spaces between two columns of the list of samples.
 _GAP = 2
 
@@ -136,7 +139,9 @@ _GAP = 2
 class SampleListing:
     """The samples of a bench run, one row per (sample, epoch), in natural id order.
 
-    Reads ``records`` once (a stream: only a small row per record is kept).  A later
+    Reads ``records`` once (a stream: only a small row per record is kept): records, or
+    (a record without its rounds, how many of its steps ran), as
+    :func:`~conductor.runs.rundir.iter_heads` reads them for speed.  A later
     record of the same (sample, epoch) replaces an earlier one, as in the run's report.
     ``verdict`` shows only the samples with that verdict and ``limit`` the first N
     shown; the counts in the summary line are always over the whole run.  Ids are never
@@ -146,26 +151,32 @@ class SampleListing:
 
     def __init__(
         self,
-        records: Iterable[RunRecord],
+        records: Iterable[RunRecord | tuple[RunRecord, int]],
         *,
         verdict: str | None = None,
         limit: int | None = None,
     ) -> None:
+        from ..runs.rundir import steps_run
+
         latest: dict[tuple[str, int | None], _SampleRow] = {}
-        for record in records:
-            row = _sample_row(record)
+        for item in records:
+            record, steps = item if isinstance(item, tuple) else (item, steps_run(item))
+            row = _sample_row(record, steps)
             latest[(row.sample_id, row.epoch)] = row
-        self.rows = sorted(latest.values(), key=lambda r: (_natural_key(r.sample_id), r.epoch or 0))
+        # Each id's sort key made once (the rows and the ids are sorted by it).
+        keys = {r.sample_id: _natural_key(r.sample_id) for r in latest.values()}
+        self.rows = sorted(latest.values(), key=lambda r: (keys[r.sample_id], r.epoch or 0))
         self.counts: dict[str, int] = {}
         for row in self.rows:
             self.counts[row.verdict] = self.counts.get(row.verdict, 0) + 1
-        self.sample_ids = sorted({r.sample_id for r in self.rows}, key=_natural_key)
+        self.sample_ids = sorted(keys, key=keys.__getitem__)
         self.epochs = len({r.epoch for r in self.rows})
         self.verdict = verdict
         matching = [r for r in self.rows if verdict is None or r.verdict == verdict]
         self.matching = len(matching)
         self.shown = matching[:limit] if limit is not None else matching
-        self._cell_rows: dict[bool, list[list[RenderableType]]] = {}
+        self._cell_rows: dict[bool, list[list[_Cell]]] = {}
+        self._col_widths: dict[bool, list[int]] = {}
 
     def summary(self) -> Text:
         """One line: how many samples (and epochs), the count of each verdict, the cost."""
@@ -201,15 +212,17 @@ class SampleListing:
             return Text(f"no {self.verdict} samples in this run", style="dim")
         return None
 
-    def _cells(self, r: _SampleRow, full: bool) -> list[RenderableType]:
-        cells: list[RenderableType] = [Text(r.sample_id, style="cyan")]
+    def _cells(self, r: _SampleRow, full: bool) -> list[_Cell]:
+        cells: list[_Cell] = [(r.sample_id, "cyan")]
         if self.epochs > 1:
-            cells.append(str(r.epoch if r.epoch is not None else "-"))
-        cells += [Text(r.verdict, style=verdict_style(r.verdict)), str(r.steps)]
-        cells.append(_row_cost(r))
+            cells.append((str(r.epoch if r.epoch is not None else "-"), None))
+        cells += [(r.verdict, verdict_style(r.verdict)), (str(r.steps), None)]
+        cells.append((_row_cost(r), None))
         if full:
-            cells.append(f"{format_tokens(r.input_tokens)}/{format_tokens(r.output_tokens)}")
-            cells.append(f"{r.wall_s:.1f}")
+            cells.append(
+                (f"{format_tokens(r.input_tokens)}/{format_tokens(r.output_tokens)}", None)
+            )
+            cells.append((f"{r.wall_s:.1f}", None))
         return cells
 
     def _columns(self, full: bool) -> list[tuple[str, str]]:
@@ -222,62 +235,78 @@ class SampleListing:
             cols += [("tokens\nin/out", "right"), ("time\n(s)", "right")]
         return cols
 
-    def _shown_cells(self, full: bool) -> list[list[RenderableType]]:
+    def _shown_cells(self, full: bool) -> list[list[_Cell]]:
         """The cells of every row shown, made once (the widths and the lines read them)."""
         if full not in self._cell_rows:
             self._cell_rows[full] = [self._cells(r, full) for r in self.shown]
         return self._cell_rows[full]
 
     def _widths(self, full: bool) -> list[int]:
-        """Each column's width: its widest header line or cell (no cell wraps)."""
-        widths = [max(cell_len(line) for line in h.split("\n")) for h, _ in self._columns(full)]
-        for cells in self._shown_cells(full):
-            for i, cell in enumerate(cells):
-                widths[i] = max(widths[i], cell_len(str(cell)))
-        return widths
+        """Each column's width: its widest header line or cell (no cell wraps); worked
+        out once (whether the table fits and its lines read it)."""
+        if full not in self._col_widths:
+            heads = [max(cell_len(line) for line in h.split("\n")) for h, _ in self._columns(full)]
+            columns = zip(*self._shown_cells(full), strict=True) if self.shown else ()
+            cells = [max(cell_len(text) for text, _style in column) for column in columns]
+            self._col_widths[full] = [max(h, *cells[i : i + 1]) for i, h in enumerate(heads)]
+        return self._col_widths[full]
 
     def _fits(self, console: Console, options: ConsoleOptions, full: bool) -> bool:
         """Whether the table fits the width whole."""
         widths = self._widths(full)
         return sum(widths) + _GAP * (len(widths) - 1) <= options.max_width
 
-    def _table(self, full: bool) -> Text:
-        """The table as lines of text, laid out as rich's ``box.SIMPLE_HEAD`` table
-        without edges would be (headers at the foot of their cells, a rule below them,
-        two spaces between columns); drawn here, as rich's table took 35 s to lay out
-        100,000 rows and this takes a tenth of that."""
+    def _table(self, console: Console, full: bool) -> list[Segment]:
+        """The table as lines of styled segments, laid out as rich's ``box.SIMPLE_HEAD``
+        table without edges would be (headers at the foot of their cells, a rule below
+        them, two spaces between columns); drawn here, as rich's table took 35 s to lay
+        out 100,000 rows.  Segments, not a text: a text of 100,000 lines (appended cell
+        by cell, then wrapped and split again to be printed) took most of the time the
+        list took."""
         columns = self._columns(full)
         widths = self._widths(full)
         gap = " " * _GAP
+        out: list[Segment] = []
+        last = len(columns) - 1
 
-        def line(cells: list[Text], out: Text) -> None:
+        def line(cells: Sequence[_Cell], style: Style | None = None) -> None:
+            # Unstyled text (gaps, pads, plain cells) runs together into one segment:
+            # a line is a few segments, not one per piece.
+            plain: list[str] = []
             for i, (cell, (_h, justify), width) in enumerate(
                 zip(cells, columns, widths, strict=True)
             ):
                 if i:
-                    out.append(gap)
-                pad = " " * (width - cell.cell_len)
-                last = i == len(columns) - 1
+                    plain.append(gap)
+                text, name = cell
+                cell_style = console.get_style(name) or None if name else style
+                pad = " " * (width - cell_len(text))
                 if justify == "right":
-                    out.append(pad)
-                    out.append_text(cell)
+                    plain.append(pad)
+                if cell_style is None:
+                    plain.append(text)
                 else:
-                    out.append_text(cell)
-                    if not last:
-                        out.append(pad)
-            out.append("\n")
+                    if plain:
+                        out.append(Segment("".join(plain)))
+                        plain.clear()
+                    out.append(Segment(text, cell_style))
+                if justify != "right" and i != last:
+                    plain.append(pad)
+            plain.append("\n")
+            out.append(Segment("".join(plain)))
 
-        out = Text(no_wrap=True, overflow="ignore")
         heads = [h.split("\n") for h, _ in columns]
         depth = max(len(h) for h in heads)
+        header = console.get_style("table.header")
         for k in range(depth):
             # A header of fewer lines sits at the foot of its cell.
-            heading = [h[k - depth + len(h)] if k >= depth - len(h) else "" for h in heads]
-            line([Text(c, style="table.header") for c in heading], out)
-        out.append("─" * (sum(widths) + _GAP * (len(widths) - 1)) + "\n")
+            line(
+                [(h[k - depth + len(h)] if k >= depth - len(h) else "", None) for h in heads],
+                header,
+            )
+        out.append(Segment("─" * (sum(widths) + _GAP * (len(widths) - 1)) + "\n"))
         for cells in self._shown_cells(full):
-            line([c if isinstance(c, Text) else Text(str(c)) for c in cells], out)
-        out.rstrip()
+            line(cells)
         return out
 
     def _stacked(self) -> Group:
@@ -295,12 +324,12 @@ class SampleListing:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         yield self.summary()
         if self.shown:
-            body: RenderableType = self._stacked()
             for full in (True, False):
                 if self._fits(console, options, full):
-                    body = self._table(full)
+                    yield from self._table(console, full)
                     break
-            yield body
+            else:
+                yield self._stacked()
         footer = self._footer()
         if footer is not None:
             yield footer

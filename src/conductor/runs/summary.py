@@ -3,10 +3,11 @@
 
 :func:`summarize_run` reads ``DIR/samples.jsonl`` as a stream: it never holds the run's
 records, only running sums, one score per sample and one latency per record, so a
-10,000-sample run stays small in memory.  The file is read twice: the first pass finds
-which line holds each (sample, epoch) (a rewritten pair's *last* line wins), the second
-folds those lines in.  A bench builds the same summary as it writes the records
-(:class:`SummaryBuilder`), without reading them back.
+10,000-sample run stays small in memory.  A (sample, epoch) recorded twice counts once,
+its *last* line (merged shards, or a record appended by hand): the file is read
+once where no pair is recorded twice (most runs), and where one is, read again to fold in
+only the lines that hold each pair's last record.  A bench builds the same summary as it
+writes the records (:class:`SummaryBuilder`), without reading them back.
 A line that is not JSON (a run killed mid-write leaves a truncated last line) is skipped
 with a warning and counted.
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,9 @@ from .rundir import (
     SAMPLES,
     SUMMARY,
     SampleLines,
-    latest_lines,
     numbered_records,
+    record_of,
+    sample_key,
 )
 
 log = logging.getLogger("conductor")
@@ -267,17 +269,71 @@ def _label(benchmark: str, strategy: str, pool_name: str) -> str:
     return f"{benchmark} · {strategy} · {pool_name}"
 
 
-def summarize_run(run_dir: Path) -> RunSummary:
+def _fold_lines(lines: SampleLines) -> _Acc:
+    """The sums over the last record of each (sample, epoch) of ``lines``.
+
+    One pass folds every line in while no pair has come twice; a pair that does (rare:
+    a resume after ``--retry-errors``, merged shards) makes the sums start again in a
+    second pass over only the lines holding each pair's last record (the first pass has
+    found them).  A line that is JSON but not a run record is an error only where it is
+    its pair's last (as when only those lines are read): the pass goes on to see whether
+    a later line replaces it.
+    """
+    acc = _Acc()
+    last: dict[tuple[str, int], int] = {}
+    replaced = False
+    failed: RecordError | None = None
+    for number, data in lines:
+        key = sample_key(data, number)
+        replaced = replaced or key in last
+        last[key] = number
+        if replaced or failed is not None:
+            continue  # the sums are read again (or the run refused): only the keys matter
+        try:
+            rec = record_of(lines.path, number, data)
+        except RecordError as exc:
+            failed = exc
+            continue
+        acc.add(rec, number)
+    if not replaced:
+        if failed is not None:
+            raise failed
+        return acc
+    acc = _Acc()
+    for number, rec in numbered_records(lines, set(last.values())):
+        acc.add(rec, number)
+    return acc
+
+
+def summarize_run(
+    run_dir: Path,
+    *,
+    records: Iterable[tuple[int, RunRecord]] | None = None,
+    lines: SampleLines | None = None,
+) -> RunSummary:
     """Summarise the bench run in ``run_dir`` by streaming its ``samples.jsonl``.
+
+    ``records`` (with the ``lines`` they are read from): the run's records already being
+    read by a caller that needs them too (``conductor view`` reads each record once for
+    its page and its scores), ``(line number, record)`` of the last record of each
+    (sample, epoch) in file order; ``lines.skipped`` is read once they are exhausted.
 
     Raises :class:`~conductor.errors.UsageError` when the directory lacks
     ``config.json`` or ``samples.jsonl``, and :class:`~conductor.errors.RecordError`
     (naming the file and line) for a line that is JSON but not a run record.
     """
-    _check_dir(Path(run_dir))
-    builder = SummaryBuilder(run_dir)
-    builder.read_existing()
-    return builder.summary()
+    run_dir = Path(run_dir)
+    _config_path, samples_path = _check_dir(run_dir)
+    if records is None or lines is None:
+        if records is not None or lines is not None:
+            raise ValueError("summarize_run: give records and lines together, or neither")
+        lines = SampleLines(samples_path)
+        acc = _fold_lines(lines)
+    else:
+        acc = _Acc()
+        for number, rec in records:
+            acc.add(rec, number)
+    return _summary(run_dir, acc, lines.skipped)
 
 
 class SummaryBuilder:
@@ -303,9 +359,7 @@ class SummaryBuilder:
     def read_existing(self) -> None:
         """Fold in the records ``samples.jsonl`` holds now (none if it is missing)."""
         lines = SampleLines(self.run_dir / SAMPLES)
-        keep = latest_lines(lines)
-        for number, rec in numbered_records(lines, keep):
-            self._acc.add(rec, number)
+        self._acc = _fold_lines(lines)
         self._skipped = lines.skipped
         self._lines = lines.last_line
         self.covers_file = True
@@ -502,10 +556,9 @@ def record_rate_limits(run_dir: Path, providers: dict[str, dict[str, Any]]) -> b
     return True
 
 
-def current_summary(run_dir: Path) -> RunSummary:
-    """The run's scores: its ``summary.json`` when written after every file it is made
-    from (a finished run leaves one; reading it takes milliseconds where summarising
-    100,000 records takes many seconds), else :func:`summarize_run`."""
+def saved_summary(run_dir: Path) -> RunSummary | None:
+    """The run's ``summary.json`` when written after every file it is made from (a
+    finished run leaves one); ``None`` when it is missing, unreadable or stale."""
     run_dir = Path(run_dir)
     saved = run_dir / SUMMARY
     try:
@@ -515,7 +568,14 @@ def current_summary(run_dir: Path) -> RunSummary:
             return read_summary(saved)
     except (OSError, UsageError, RecordError):
         pass  # missing, unreadable or stale: summarise again
-    return summarize_run(run_dir)
+    return None
+
+
+def current_summary(run_dir: Path) -> RunSummary:
+    """The run's scores: :func:`saved_summary` (reading it takes milliseconds where
+    summarising 100,000 records takes seconds), else :func:`summarize_run`."""
+    saved = saved_summary(run_dir)
+    return saved if saved is not None else summarize_run(run_dir)
 
 
 def read_summary(path: Path) -> RunSummary:

@@ -16,8 +16,12 @@ the per-sample rows the page lists.  Records without a bench directory (``ask`` 
 ``serve``) carry no ``config.json`` to summarise: their few numbers (cost, tokens,
 calls, latency) are added up here from the records' own totals.
 
-Records are streamed (a bench run's file is read twice: once for which line holds each
-(sample, epoch) and the prompts' common text, then for the samples); each sample keeps a
+Records are streamed (a bench run's file is read at most twice: once for which line
+holds each (sample, epoch) and the prompts' common text, where the run's summary.json
+does not already say no line is replaced and the records keep their questions apart,
+then for the samples, each record built once for its row, its details and, without a
+fresh summary.json, the run's scores, :func:`~conductor.runs.summary.summarize_run`
+folding in the records of the same pass); each sample keeps a
 short row for the page's list (:class:`ViewSample`) while its details
 (:class:`SampleDetail`: workflow, calls, texts, clipped; ``conductor trace`` shows a
 record whole) go straight to the runs' :class:`~conductor.view.companion.DetailSpool`, so
@@ -31,8 +35,10 @@ for records written before it did, the text every prompt of the run starts and e
 
 from __future__ import annotations
 
+import gc
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -406,30 +412,43 @@ def _each_line_distinct(lines: SampleLines, summary: RunSummary) -> bool:
 
 
 def _bench_run(run_dir: Path, spool: DetailSpool) -> ViewRun:
-    from ..runs.summary import current_summary
+    from ..runs.summary import saved_summary, summarize_run
 
-    summary = current_summary(run_dir)
+    summary = saved_summary(run_dir)
     samples: list[ViewSample] = []
     lines = SampleLines(run_dir / SAMPLES)
     if not lines.path.is_file():
         raise RecordError(f"{lines.path}: no such file")
     keep: set[int] | None = None
     boilerplate: _Boilerplate | None = None
-    if not _each_line_distinct(lines, summary):
+    if summary is None or not _each_line_distinct(lines, summary):
         keep, boilerplate = _first_pass(lines)
-    for i, (_number, record) in enumerate(numbered_records(lines, keep)):
-        row, detail = sample_of(record, i)
-        if own_question(record) is None:
-            if boilerplate is None:
-                # Records that do not keep their question apart (older ones): the
-                # template around it is what every prompt of the run shares.
-                _keep, boilerplate = _first_pass(SampleLines(lines.path))
-            question = boilerplate.strip(detail.question)
-            if question != detail.question:
-                detail.prompt, detail.question = detail.question, question
-                row.question = question[:PREVIEW]
-        spool.add(detail)
-        samples.append(row)
+
+    def read() -> Iterator[tuple[int, RunRecord]]:
+        """Each record kept, in file order, made a row and spooled as it is read (and
+        handed on: without a fresh summary.json, the same pass is summarised)."""
+        nonlocal boilerplate
+        for i, (number, record) in enumerate(numbered_records(lines, keep)):
+            row, detail = sample_of(record, i)
+            if own_question(record) is None:
+                if boilerplate is None:
+                    # Records that do not keep their question apart (older ones): the
+                    # template around it is what every prompt of the run shares.
+                    _keep, boilerplate = _first_pass(SampleLines(lines.path))
+                question = boilerplate.strip(detail.question)
+                if question != detail.question:
+                    detail.prompt, detail.question = detail.question, question
+                    row.question = question[:PREVIEW]
+            spool.add(detail)
+            samples.append(row)
+            yield number, record
+
+    if summary is None:
+        # Read once for both: building each record is most of the time either takes.
+        summary = summarize_run(run_dir, records=read(), lines=lines)
+    else:
+        for _ in read():
+            pass
     lo, hi = _accuracy_interval(samples)
     cost_lo, cost_hi = _interval_of_costs(samples)
     overview = RunOverview(
@@ -588,11 +607,27 @@ def load_run(path: Path, spool: DetailSpool | None = None) -> list[ViewRun]:
     )
 
 
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """The cyclic garbage collector paused while runs are read: each record read is a
+    tree of fresh objects (no cycles) freed by reference counting as the next is read,
+    so the collector's passes, over ever more rows kept (100,000 of them), cost time
+    and find nothing."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def load_runs(paths: Sequence[Path]) -> list[ViewRun]:
     """Every run ``paths`` stand for, in order, with each sample's ``disagree`` set
     (runs holding the same (sample, epoch) graded it differently)."""
     spool = DetailSpool()  # one for the page: its samples are numbered across the runs
-    runs = [run for p in paths for run in load_run(p, spool)]
+    with _no_cycle_collection():
+        runs = [run for p in paths for run in load_run(p, spool)]
     verdicts: dict[str, set[bool]] = {}
     for run in runs:
         for s in run.samples:
