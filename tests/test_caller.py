@@ -155,7 +155,9 @@ async def test_degenerate_entries_of_older_versions_are_not_replayed(
     caller = ModelCaller(target, cache=cache)
     try:
         for old in degenerate:
-            # Written as an older version did, around ResponseCache.set's refusal.
+            # Written as an older version did, around ResponseCache.set's refusal (once
+            # the answer of the round before is on disk, which it would overwrite).
+            cache.flush()
             cache._cache.set(
                 key, {**old, "usage": {"input_tokens": 1, "output_tokens": 1}, "raw": {}}
             )
