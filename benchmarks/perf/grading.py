@@ -268,8 +268,9 @@ def _counting_run_job(*args: Any, **kwargs: Any) -> SandboxResult:
 def per_sample(repeat: int, pause_s: float) -> list[dict[str, Any]]:
     """Part 1: project vs floor, interleaved, per case."""
     grader = CodeGrader()
-    # the grader's sandbox runs, counted (the grader calls run_job by this name)
-    mock.patch("conductor.grading.code.run_job", _counting_run_job).start()
+    # the grader's sandbox runs, counted (the grader imports run_job from the package
+    # when it runs one)
+    mock.patch("conductor.sandbox.run_job", _counting_run_job).start()
     cases: list[tuple[str, str, list[dict[str, str]], str | None]] = [
         ("stdin, 1 test", STDIN_PROGRAM, stdin_tests(1), None),
         ("stdin, 10 tests", STDIN_PROGRAM, stdin_tests(10), None),
