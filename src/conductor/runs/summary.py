@@ -273,7 +273,7 @@ def _fold_lines(lines: SampleLines) -> _Acc:
     """The sums over the last record of each (sample, epoch) of ``lines``.
 
     One pass folds every line in while no pair has come twice; a pair that does (rare:
-    a resume after ``--retry-errors``, merged shards) makes the sums start again in a
+    merged shards, a record appended by hand) makes the sums start again in a
     second pass over only the lines holding each pair's last record (the first pass has
     found them).  A line that is JSON but not a run record is an error only where it is
     its pair's last (as when only those lines are read): the pass goes on to see whether
