@@ -90,8 +90,9 @@ async def floor_run(base: str, n: int, concurrency: int) -> Timing:
 
     async def one(session: aiohttp.ClientSession, question: str) -> None:
         async with slots:
-            plan = await ask(session, "conductor", question)
-            await ask(session, "w0", f"{question}\n{plan[:0]}")
+            # The worker's call waits for the Conductor's reply, as a workflow's step does.
+            await ask(session, "conductor", question)
+            await ask(session, "w0", question)
 
     start = clock()
     connector = aiohttp.TCPConnector(limit=0)
