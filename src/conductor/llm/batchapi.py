@@ -1,0 +1,137 @@
+"""The one interface every provider's batch API is reached through.
+
+A batch API takes many requests at once, answers them within hours instead of seconds,
+and charges half the live price (OpenAI's ``/v1/batches`` and the vLLM-style servers
+that speak it, Anthropic's Message Batches, Gemini's batch mode).  A :class:`BatchAPI`
+is one provider key's and one model's: it turns :class:`BatchEntry` items into the
+provider's request lines, submits them as one batch, reports the batch's state, and
+reads its result lines back as :class:`LineOutcome` items, each the same
+:class:`~conductor.llm.types.RawCompletion` a live call of the same request returns,
+or the :class:`~conductor.errors.ModelCallError` it would have raised.
+
+What to put in a batch and when (waves), what is written to the run directory before
+a submission, and what is retried are decided one level up, in
+:mod:`conductor.llm.batching`: an implementation here makes no decision of its own.
+Implementations: :mod:`conductor.llm.batch_openai`, :mod:`conductor.llm.batch_anthropic`
+and :mod:`conductor.llm.batch_google`, made by :func:`conductor.llm.factory.batch_api`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from ..errors import ModelCallError
+from .types import ModelRequest, RawCompletion
+
+__all__ = [
+    "BatchAPI",
+    "BatchEntry",
+    "BatchLimits",
+    "BatchState",
+    "BatchStatus",
+    "LineOutcome",
+    "TERMINAL_STATES",
+]
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """The most one batch may hold: requests, and bytes of its request lines."""
+
+    max_requests: int
+    max_bytes: int
+
+
+@dataclass(frozen=True)
+class BatchEntry:
+    """One request of a batch: ``custom_id`` is the call's cache key (64 hex digits,
+    which every provider's custom-id rule admits), by which its result line is found."""
+
+    custom_id: str
+    request: ModelRequest
+
+
+#: Where a batch stands, in the providers' common terms: ``validating`` (accepted, not
+#: yet started), ``running``, ``ended`` (every line has its result), ``failed`` (the
+#: whole batch was refused: no line ran), ``expired`` (the completion window ran out:
+#: the lines that finished have results, the others none), ``cancelled``.
+BatchState = Literal["validating", "running", "ended", "failed", "expired", "cancelled"]
+
+#: The states after which a batch changes no more: its results can be read.
+TERMINAL_STATES: frozenset[BatchState] = frozenset({"ended", "failed", "expired", "cancelled"})
+
+
+@dataclass(frozen=True)
+class BatchStatus:
+    """A batch's state and counts as the provider reports them; ``detail`` is the
+    provider's own word for the state, or why the batch failed."""
+
+    state: BatchState
+    total: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    detail: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+@dataclass(frozen=True)
+class LineOutcome:
+    """One result line: exactly one of ``completion`` (the reply, parsed as a live call's
+    is) and ``error`` (what a live call would have raised: its class says whether a
+    retry may help; an expired or cancelled line is a retryable error)."""
+
+    custom_id: str
+    completion: RawCompletion | None = None
+    error: ModelCallError | None = None
+
+    def __post_init__(self) -> None:
+        if (self.completion is None) == (self.error is None):
+            raise ValueError("a LineOutcome holds exactly one of completion and error")
+
+
+@runtime_checkable
+class BatchAPI(Protocol):
+    """One provider key's and one model's batch API."""
+
+    limits: BatchLimits
+
+    def chunks(self, entries: Sequence[BatchEntry]) -> list[list[BatchEntry]]:
+        """``entries`` cut into batches within :attr:`limits`, in order (one chunk when
+        they fit; an entry too large for any batch raises ``BadRequestError``)."""
+        ...
+
+    async def submit(self, entries: Sequence[BatchEntry], *, label: str) -> str:
+        """Submit ``entries`` (one chunk) as one batch labelled ``label`` (a name of
+        ours, kept by the provider where it keeps one: metadata or a display name);
+        return the provider's batch id.  Raise a ``ModelCallError`` subclass when the
+        submission fails."""
+        ...
+
+    async def status(self, batch_id: str) -> BatchStatus:
+        """Where the batch stands now."""
+        ...
+
+    async def results(self, batch_id: str) -> list[LineOutcome]:
+        """The result lines of a batch in a terminal state.  A line the provider
+        returned nothing for (an expired or failed batch) is absent: the caller
+        retries what it does not find."""
+        ...
+
+    async def find(self, label: str) -> str | None:
+        """The id of a batch submitted with ``label``, where the provider lists batches
+        with their labels (a submission whose id was never recorded: the process was
+        killed between sending it and writing the answer down); ``None`` otherwise."""
+        ...
+
+    async def cancel(self, batch_id: str) -> None:
+        """Ask the provider to stop the batch (lines already answered keep results)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections."""
+        ...
