@@ -23,7 +23,12 @@ def test_pool_override_wins() -> None:
 def test_table_lookup_exact_and_prefix_stripped() -> None:
     table = price_table()
     gpt4o = table["gpt-4o"]
-    want = Price(gpt4o["input_cost_per_token"] * 1e6, gpt4o["output_cost_per_token"] * 1e6)
+    want = Price(
+        gpt4o["input_cost_per_token"] * 1e6,
+        gpt4o["output_cost_per_token"] * 1e6,
+        gpt4o["input_cost_per_token_batches"] * 1e6,
+        gpt4o["output_cost_per_token_batches"] * 1e6,
+    )
     assert price_for(Worker(id="a", model="openai/gpt-4o")) == want
     assert price_for(Worker(id="b", model="gpt-4o", client="openai")) == want
     gem = table["gemini/gemini-2.5-pro"]
@@ -33,6 +38,21 @@ def test_table_lookup_exact_and_prefix_stripped() -> None:
     )
     cost = cost_usd(Usage(1_000_000, 0), want)
     assert cost == pytest.approx(want.input_per_mtok)
+
+
+def test_batch_price_from_the_table_or_half_the_live_one() -> None:
+    # The table's own batch prices where it has them (gpt-4o's are half, as OpenAI bills).
+    gpt4o = price_for(Worker(id="a", model="openai/gpt-4o"))
+    assert gpt4o is not None and gpt4o.batch_input_per_mtok is not None
+    assert cost_usd(Usage(1_000_000, 0), gpt4o, batch=True) == pytest.approx(
+        gpt4o.batch_input_per_mtok
+    )
+    # A pool's price without batch prices: half; with them, those.
+    plain = Price(2.0, 8.0)
+    assert cost_usd(Usage(1_000_000, 1_000_000), plain, batch=True) == pytest.approx(5.0)
+    own = Price(2.0, 8.0, batch_input_per_mtok=1.5, batch_output_per_mtok=6.0)
+    assert cost_usd(Usage(1_000_000, 1_000_000), own, batch=True) == pytest.approx(7.5)
+    assert cost_usd(Usage(1_000_000, 1_000_000), own) == pytest.approx(10.0)
 
 
 def test_local_is_free() -> None:

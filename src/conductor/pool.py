@@ -143,6 +143,8 @@ _WORKER_KEYS = (
 _CONTEXT_KEYS = tuple(f.name for f in fields(WorkerContext))
 _CONDUCTOR_KEYS = tuple(f.name for f in fields(ConductorConfig))
 _PRICE_KEYS = ("input_per_mtok", "output_per_mtok")
+# A batch price of its own, where the provider's is not half the live one.
+_BATCH_PRICE_KEYS = ("batch_input_per_mtok", "batch_output_per_mtok")
 # The defaults a conductor: section takes where it sets none (every one, so far).
 _CONDUCTOR_DEFAULT_KEYS = tuple(k for k in _DEFAULT_KEYS if k in _CONDUCTOR_KEYS)
 _LOCAL_DEFAULT_MODEL = "smollm2"
@@ -161,11 +163,16 @@ class _PoolReader(ConfigReader):
         if isinstance(node, yaml.ScalarNode) and self.scalar(node, field) is None:
             return None
         keys = self.mapping(
-            node, field, _PRICE_KEYS, what="a mapping with input_per_mtok and output_per_mtok"
+            node,
+            field,
+            _PRICE_KEYS + _BATCH_PRICE_KEYS,
+            what="a mapping with input_per_mtok and output_per_mtok",
         )
         values: dict[str, float] = {}
-        for key in _PRICE_KEYS:
+        for key in _PRICE_KEYS + _BATCH_PRICE_KEYS:
             if key not in keys:
+                if key in _BATCH_PRICE_KEYS:
+                    continue
                 raise self.error(f'{field} is missing required key "{key}"', node, f"{field}.{key}")
             number = self.number(keys[key][1], f"{field}.{key}")
             if number is None:

@@ -177,10 +177,16 @@ def public_fields(obj: Any) -> dict[str, Any]:
     for f in fields(obj):
         value = getattr(obj, f.name)
         if isinstance(value, Price):
+            price = value
             value = {
-                "input_per_mtok": value.input_per_mtok,
-                "output_per_mtok": value.output_per_mtok,
+                "input_per_mtok": price.input_per_mtok,
+                "output_per_mtok": price.output_per_mtok,
             }
+            # Only when set, so that the config hash of every earlier pool still holds.
+            if price.batch_input_per_mtok is not None:
+                value["batch_input_per_mtok"] = price.batch_input_per_mtok
+            if price.batch_output_per_mtok is not None:
+                value["batch_output_per_mtok"] = price.batch_output_per_mtok
         elif f.name == "api_base" and value is not None:
             value = redact_url(value)
         elif f.name == "params":

@@ -61,10 +61,33 @@ STRUCTURED_OUTPUTS: tuple[StructuredOutputs, ...] = get_args(StructuredOutputs)
 
 @dataclass(frozen=True)
 class Price:
-    """USD per million tokens; overrides litellm's price table for one worker."""
+    """USD per million tokens; overrides litellm's price table for one worker.
+
+    ``batch_input_per_mtok`` and ``batch_output_per_mtok`` are the prices of a call
+    made through the provider's batch API; ``None``: :data:`BATCH_PRICE_FACTOR` of the
+    live price, which is what OpenAI, Anthropic and Google charge for batches.
+    """
 
     input_per_mtok: float
     output_per_mtok: float
+    batch_input_per_mtok: float | None = None
+    batch_output_per_mtok: float | None = None
+
+    def for_batch(self) -> Price:
+        """The price of a batch call."""
+        return Price(
+            self.input_per_mtok * BATCH_PRICE_FACTOR
+            if self.batch_input_per_mtok is None
+            else self.batch_input_per_mtok,
+            self.output_per_mtok * BATCH_PRICE_FACTOR
+            if self.batch_output_per_mtok is None
+            else self.batch_output_per_mtok,
+        )
+
+
+#: What a batch call costs, as a share of the live call's price, where the price says
+#: no batch price of its own.
+BATCH_PRICE_FACTOR = 0.5
 
 
 @dataclass(frozen=True)

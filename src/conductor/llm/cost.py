@@ -71,7 +71,15 @@ def _entry_price(entry: Any) -> Price | None:
     out = entry.get("output_cost_per_token")
     if inp is None and out is None:
         return None
-    return Price(float(inp or 0.0) * 1e6, float(out or 0.0) * 1e6)
+    # The table gives batch prices for some models; the others are at the default share.
+    batch_in = entry.get("input_cost_per_token_batches")
+    batch_out = entry.get("output_cost_per_token_batches")
+    return Price(
+        float(inp or 0.0) * 1e6,
+        float(out or 0.0) * 1e6,
+        None if batch_in is None else float(batch_in) * 1e6,
+        None if batch_out is None else float(batch_out) * 1e6,
+    )
 
 
 def price_for(target: Worker) -> Price | None:
@@ -126,10 +134,13 @@ def failed_call_cost(target: Worker) -> float | None:
     return 0.0 if _fixed_price(target) == _FREE else None
 
 
-def cost_usd(usage: Usage, price: Price | None) -> float | None:
-    """USD for ``usage`` at ``price``; None when the price is unknown."""
+def cost_usd(usage: Usage, price: Price | None, *, batch: bool = False) -> float | None:
+    """USD for ``usage`` at ``price`` (its batch price with ``batch``); None when the
+    price is unknown."""
     if price is None:
         return None
+    if batch:
+        price = price.for_batch()
     return (
         usage.input_tokens * price.input_per_mtok + usage.output_tokens * price.output_per_mtok
     ) / 1e6
