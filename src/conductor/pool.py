@@ -136,7 +136,7 @@ _WORKER_KEYS = (
     *("id", "model", "client", "api_base", "api_key_env", "params", "price"),
     *("max_concurrency", "timeout_s", "max_retries", "total_timeout_s"),
     *_SAMPLING_KEYS,
-    *("description", "system_prompt", "structured_outputs"),
+    *("description", "system_prompt", "structured_outputs", "batch"),
     *_LOCAL_ONLY_KEYS,
     "context",
 )
@@ -368,6 +368,10 @@ class _PoolReader(ConfigReader):
                 kwargs[key] = self.context(vn, sub, kwargs["context"])
             elif key == "structured_outputs":
                 kwargs[key] = self.choice(vn, sub, STRUCTURED_OUTPUTS) or "auto"
+            elif key == "batch":
+                # Whether its client has a batch API is the bench's to say (it knows
+                # the client kinds); here only the value is read.
+                kwargs[key] = self.boolean(vn, sub)
             else:  # pragma: no cover - _WORKER_KEYS and this chain agree
                 raise AssertionError(key)
 

@@ -73,6 +73,9 @@ class CallRecord:
     #: ``cost_usd`` is what the server reported (a nested ``conductor serve``,
     #: ``usage.cost``), not tokens times a price.
     cost_reported: bool = False
+    #: Answered through the provider's batch API, and priced at its batch rate (a cached
+    #: call keeps the flag of the call that answered it).
+    batch: bool = False
     #: The time the call was being answered (retries included), and before that the
     #: time it waited for a concurrency slot or for a model busy with other calls.
     latency_s: float = 0.0

@@ -197,6 +197,7 @@ def public_fields(obj: Any) -> dict[str, Any]:
             (f.name == "message" and value == "full")
             or (f.name == "subtasks" and not value)
             or (f.name == "structured_outputs" and value in ("auto", None))
+            or (f.name == "batch" and value is None)
         ):
             # Defaults of settings added later are left out, so that the records (and
             # the keys bench resume and the sample cache compare) of pools written

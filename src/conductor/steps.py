@@ -108,6 +108,7 @@ def fill_call(call: CallRecord, completion: Completion) -> None:
     call.output_tokens = completion.usage.output_tokens
     call.cost_usd = completion.cost_usd
     call.cost_reported = completion.cost_reported
+    call.batch = completion.batch
     call.latency_s = round(completion.latency_s, 6)
     call.queue_s = round(completion.queue_s, 6)
     call.cached = completion.cached

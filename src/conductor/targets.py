@@ -145,6 +145,9 @@ class Worker:
     n_gpu_layers: int | None = None
     # The pool's context: section with this worker's own context: keys over it.
     context: WorkerContext = field(default_factory=WorkerContext)
+    #: Whether a bench sends this worker's calls through its provider's batch API:
+    #: ``None`` as ``bench --batch`` says, ``True`` even without it, ``False`` never.
+    batch: bool | None = None
 
 
 @dataclass(frozen=True)

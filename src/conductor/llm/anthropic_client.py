@@ -54,7 +54,7 @@ class AnthropicClient:
     """One attempt at a message through ``anthropic.AsyncAnthropic``."""
 
     capabilities: ClassVar[ClientCapabilities] = ClientCapabilities(
-        key_envs=("ANTHROPIC_API_KEY",), prefill="native", tools=True
+        key_envs=("ANTHROPIC_API_KEY",), prefill="native", tools=True, batch="anthropic"
     )
 
     def __init__(self, target: Worker) -> None:

@@ -418,6 +418,7 @@ class ResponseCache:
                 finish_reason=value.get("finish_reason"),
                 reported_cost=_reported(value.get("reported_cost")),
                 tool_calls=tuple(ToolCall(**c) for c in value.get("tool_calls") or ()),
+                batch=value.get("batch") is True,
             )
         except (KeyError, TypeError):
             return None
@@ -438,6 +439,8 @@ class ResponseCache:
         }
         if completion.tool_calls:
             value["tool_calls"] = [asdict(c) for c in completion.tool_calls]
+        if completion.batch:
+            value["batch"] = True
         self._write(key, value)
 
     def get_value(self, key: str) -> Any:

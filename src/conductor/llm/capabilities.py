@@ -19,7 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["NO_CAPABILITIES", "ClientCapabilities", "GrammarSupport", "PrefillRule"]
+__all__ = [
+    "NO_CAPABILITIES",
+    "BatchSupport",
+    "ClientCapabilities",
+    "GrammarSupport",
+    "PrefillRule",
+]
 
 #: How a client sends a reply that begins with a prefill (a final assistant message):
 #:
@@ -41,6 +47,13 @@ PrefillRule = Literal["native", "api_base", "model_prefix", "chat_template", "no
 #: drops it (``none``: the workflow parser's re-ask loop is all that keeps the reply to
 #: the grammar).
 GrammarSupport = Literal["decoder", "server", "server_model_prefix", "none"]
+
+#: Which provider batch API a kind's calls can be sent through (half price, answered
+#: within hours; :mod:`conductor.llm.batchapi`): ``openai`` (OpenAI's ``/v1/files`` and
+#: ``/v1/batches``, also at an ``api_base`` server that speaks them), ``anthropic``
+#: (Message Batches), ``google`` (Gemini's batch mode), ``model_prefix`` (the model's
+#: provider prefix picks one of them: litellm), or ``none``.
+BatchSupport = Literal["openai", "anthropic", "google", "model_prefix", "none"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,9 @@ class ClientCapabilities:
     reply's tool calls; ``json_reply``: it sends ``request.response_format`` to a
     provider that honours it.  A client without one of them cannot answer a request
     that asks for it (``conductor serve`` refuses it before any call).
+
+    ``batch`` (:data:`BatchSupport`): the provider batch API the kind's calls can go
+    through in a ``bench --batch`` run.
     """
 
     in_process: bool = False
@@ -86,6 +102,7 @@ class ClientCapabilities:
     price_prefix: str | None = None
     tools: bool = False
     json_reply: bool = False
+    batch: BatchSupport = "none"
 
 
 #: The capabilities of a kind no client serves: none (making one says it is unknown).

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from ..errors import UsageError, target_name
 from ..targets import POOL_CLIENT_KINDS, ClientKind
@@ -26,8 +26,19 @@ from .capabilities import NO_CAPABILITIES, ClientCapabilities
 if TYPE_CHECKING:
     from ..targets import Worker
     from .base import ModelClient
+    from .batchapi import BatchAPI
 
-__all__ = ["CLIENTS", "capabilities", "capabilities_of", "client_class", "make_client"]
+__all__ = [
+    "BATCH_APIS",
+    "CLIENTS",
+    "BatchProtocol",
+    "batch_api",
+    "batch_protocol",
+    "capabilities",
+    "capabilities_of",
+    "client_class",
+    "make_client",
+]
 
 #: Each client kind (a worker's ``client`` setting) and the class that serves it, as
 #: (module in this package, class name): imported only when first asked for.
@@ -40,6 +51,28 @@ CLIENTS: dict[ClientKind, tuple[str, str]] = {
     "local": (".local_client", "LocalClient"),
     # A trained checkpoint loaded in-process: only the Conductor uses this kind.
     "checkpoint": (".checkpoint_client", "CheckpointClient"),
+}
+
+
+#: A provider batch API's wire protocol (:data:`~conductor.llm.capabilities.BatchSupport`
+#: less its rules).
+BatchProtocol = Literal["openai", "anthropic", "google"]
+
+#: Each batch protocol and the class that speaks it (module in this package, class
+#: name), imported only when first asked for; the class is made with the worker.
+BATCH_APIS: dict[BatchProtocol, tuple[str, str]] = {
+    "openai": (".batch_openai", "OpenAIBatchAPI"),
+    "anthropic": (".batch_anthropic", "AnthropicBatchAPI"),
+    "google": (".batch_google", "GoogleBatchAPI"),
+}
+
+#: The batch protocol of a litellm model's provider prefix (``hosted_vllm/`` is a
+#: server named by api_base, asked in OpenAI's protocol).
+_PREFIX_BATCH: dict[str, BatchProtocol] = {
+    "openai": "openai",
+    "hosted_vllm": "openai",
+    "anthropic": "anthropic",
+    "gemini": "google",
 }
 
 
@@ -83,3 +116,27 @@ def make_client(target: Worker) -> ModelClient:
             f"(expected {', '.join(offered[:-1])} or {offered[-1]})"
         )
     return cls(target)
+
+
+def batch_protocol(target: Worker) -> BatchProtocol | None:
+    """The batch API ``target``'s calls can go through, by its kind's
+    :attr:`~conductor.llm.capabilities.ClientCapabilities.batch` (for litellm, the
+    model's provider prefix); ``None`` when it has none."""
+    support = capabilities_of(target).batch
+    if support == "none":
+        return None
+    if support == "model_prefix":
+        prefix = target.model.split("/", 1)[0] if "/" in target.model else ""
+        return _PREFIX_BATCH.get(prefix)
+    return support
+
+
+def batch_api(target: Worker) -> BatchAPI | None:
+    """A fresh :class:`~conductor.llm.batchapi.BatchAPI` for ``target``'s provider key
+    and model, or ``None`` when its calls have no batch API."""
+    protocol = batch_protocol(target)
+    if protocol is None:
+        return None
+    module_name, class_name = BATCH_APIS[protocol]
+    module = importlib.import_module(module_name, __package__)
+    return cast("BatchAPI", getattr(module, class_name)(target))

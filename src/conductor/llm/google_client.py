@@ -63,6 +63,7 @@ class GoogleClient:
         no_prefill="the Gemini API cannot continue an assistant message",
         price_prefix="gemini/",
         json_reply=True,
+        batch="google",
     )
 
     def __init__(self, target: Worker) -> None:

@@ -54,6 +54,7 @@ class LiteLLMClient:
         grammar="server_model_prefix",
         tools=True,
         json_reply=True,
+        batch="model_prefix",
     )
 
     def __init__(self, target: Worker) -> None:

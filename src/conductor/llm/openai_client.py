@@ -68,6 +68,7 @@ class OpenAIClient:
         grammar="server",
         tools=True,
         json_reply=True,
+        batch="openai",
     )
 
     def __init__(self, target: Worker) -> None:

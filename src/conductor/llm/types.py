@@ -137,6 +137,9 @@ class RawCompletion:
     reported_cost: ReportedCost | None = None
     #: The functions the reply calls (``text`` may then be empty).
     tool_calls: tuple[ToolCall, ...] = ()
+    #: Answered through the provider's batch API (:mod:`conductor.llm.batchapi`), so
+    #: priced at its batch rate; kept in the cache, so a replay is priced the same.
+    batch: bool = False
 
     @property
     def truncated(self) -> bool:
@@ -172,6 +175,8 @@ class Completion:
     queue_s: float = 0.0
     cost_reported: bool = False
     tool_calls: tuple[ToolCall, ...] = ()
+    #: Answered through the provider's batch API (and priced at its batch rate).
+    batch: bool = False
 
     @property
     def truncated(self) -> bool:

@@ -7,6 +7,8 @@
                            ends: a process killed mid-write leaves a torn last line
     DIR/summary.json       the scores (:mod:`conductor.runs.summary`)
     DIR/rate_limits.json   each invocation's adaptive rate-limit history per provider key
+    DIR/batches.jsonl      the provider batches a ``--batch`` run submitted, written before
+                           and after each submission (:mod:`conductor.runs.batches`)
     DIR/.lock              held by the one process writing the directory
 
 The directory is ``0700`` and every file in it ``0600`` whatever the umask (the records
@@ -39,6 +41,7 @@ from ..private import open_private
 from ..record import RunRecord, record_from_dict
 
 __all__ = [
+    "BATCHES",
     "CONFIG",
     "LOCK",
     "RATE_LIMITS",
@@ -69,6 +72,7 @@ CONFIG = "config.json"
 SAMPLES = "samples.jsonl"
 SUMMARY = "summary.json"
 RATE_LIMITS = "rate_limits.json"
+BATCHES = "batches.jsonl"
 LOCK = ".lock"
 #: Everything a bench run writes in its directory besides the lock (the temporary files
 #: are what an atomic replace leaves when a process is killed in the middle of one).
@@ -77,6 +81,7 @@ RUN_FILES = (
     SAMPLES,
     SUMMARY,
     RATE_LIMITS,
+    BATCHES,
     f"{SAMPLES}.tmp",
     f".{SUMMARY}.tmp",
     f".{RATE_LIMITS}.tmp",

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from conductor.testing.fake_server import (
     SHAPES,
+    BatchCall,
+    BatchLine,
+    BatchPlan,
+    FakeBatch,
     FakeLLMServer,
     FakeRequest,
     FakeToolCall,
@@ -20,6 +24,10 @@ from conductor.testing.fake_server import (
 
 __all__ = [
     "SHAPES",
+    "BatchCall",
+    "BatchLine",
+    "BatchPlan",
+    "FakeBatch",
     "FakeLLMServer",
     "FakeRequest",
     "FakeToolCall",

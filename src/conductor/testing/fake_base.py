@@ -57,12 +57,7 @@ class ServerBase:
             return None, self._error(protocol, 400, f"Invalid JSON body: {exc}", {})
         if model is None:
             model = str(body.get("model") or "")
-        if protocol == "openai":
-            api_key = bearer_token(headers)
-        elif protocol == "anthropic":
-            api_key = headers.get("x-api-key") or bearer_token(headers)
-        else:
-            api_key = headers.get("x-goog-api-key") or request.query.get("key")
+        api_key = self._api_key_of(request, protocol)
         messages = request_messages(protocol, body)
         fake = FakeRequest(
             protocol=protocol,
@@ -80,8 +75,26 @@ class ServerBase:
             return None, self._error(protocol, 401, "Incorrect API key provided.", {})
         return fake, None
 
+    @staticmethod
+    def _api_key_of(request: web.Request, protocol: Protocol) -> str | None:
+        """The API key ``request`` carries, where ``protocol`` puts it."""
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        if protocol == "openai":
+            return bearer_token(headers)
+        if protocol == "anthropic":
+            return headers.get("x-api-key") or bearer_token(headers)
+        return headers.get("x-goog-api-key") or request.query.get("key")
+
     async def _respond(self, fake: FakeRequest) -> Reply | Fault:
         """Run the model's responder, then wait out the latency."""
+        outcome = await self._answer(fake)
+        delay = self.latency_s if outcome.latency_s is None else outcome.latency_s
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return outcome
+
+    async def _answer(self, fake: FakeRequest) -> Reply | Fault:
+        """What the model's responder answers ``fake`` (no latency waited)."""
         with self._lock:
             script = self._scripts.get(fake.model, self._default)
             result: Any = script.next_item() if script.func is None else None
@@ -95,9 +108,6 @@ class ServerBase:
         if not isinstance(result, (Reply, Fault)):
             result = Fault(500, f"responder returned {type(result).__name__}, not str/Reply/Fault")
         outcome: Reply | Fault = result
-        delay = self.latency_s if outcome.latency_s is None else outcome.latency_s
-        if delay > 0:
-            await asyncio.sleep(delay)
         return outcome
 
     @staticmethod

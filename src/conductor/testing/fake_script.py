@@ -137,7 +137,9 @@ class FakeRequest:
     (Anthropic ``system``, Gemini ``systemInstruction``, OpenAI ``developer``) becomes a
     leading ``system`` message, Gemini's ``model`` role becomes ``assistant`` and content parts
     are joined with newlines. `headers` has lower-case names. `received_at` is
-    ``time.monotonic()`` at arrival.
+    ``time.monotonic()`` at arrival.  A line of a batch (answered when its batch ends)
+    has its `batch_id` and `custom_id` set, its `path` ``batch:<batch id>`` and no
+    headers.
     """
 
     protocol: Protocol
@@ -148,6 +150,8 @@ class FakeRequest:
     messages: list[dict[str, str]]
     api_key: str | None
     received_at: float
+    batch_id: str | None = None
+    custom_id: str | None = None
 
     @property
     def tools(self) -> list[str]:

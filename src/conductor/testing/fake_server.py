@@ -8,7 +8,8 @@ at it unchanged:
   ``GET /v1/models``;
 - Anthropic messages: ``POST /v1/messages`` (streaming included);
 - Gemini: ``POST /v1beta/models/{model}:generateContent`` (and ``:streamGenerateContent``,
-  also under ``/v1/``).
+  also under ``/v1/``);
+- each provider's batch API, the batches scripted with ``batch_script`` (``fake_batch``).
 
 What each model answers is scripted per model name with `FakeLLMServer.script`; every request
 is logged as a `FakeRequest` with its messages normalised to ``[{role, content}]``.
@@ -36,6 +37,7 @@ import threading
 from aiohttp import web
 
 from .fake_anthropic import AnthropicRoutes
+from .fake_batch import BatchBase, BatchCall, BatchLine, BatchPlan, FakeBatch
 from .fake_gemini import GeminiRoutes
 from .fake_openai import OpenAIRoutes
 from .fake_script import (
@@ -53,6 +55,10 @@ from .fake_script import (
 
 __all__ = [
     "SHAPES",
+    "BatchCall",
+    "BatchLine",
+    "BatchPlan",
+    "FakeBatch",
     "FakeLLMServer",
     "FakeRequest",
     "FakeToolCall",
@@ -64,7 +70,7 @@ __all__ = [
 ]
 
 
-class FakeLLMServer(OpenAIRoutes, AnthropicRoutes, GeminiRoutes):
+class FakeLLMServer(OpenAIRoutes, AnthropicRoutes, GeminiRoutes, BatchBase):
     """A fake OpenAI / Anthropic / Gemini server on 127.0.0.1, scripted per model name.
 
     Start it with `start()` or as a context manager. If `expected_api_key` is set, any request
@@ -109,6 +115,8 @@ class FakeLLMServer(OpenAIRoutes, AnthropicRoutes, GeminiRoutes):
         app.router.add_post("/{version:v1beta|v1alpha|v1}/models/{name}", self._handle_gemini)
         # litellm's gemini provider posts to {api_base}/models/..., with no version segment.
         app.router.add_post("/models/{name}", self._handle_gemini)
+        # Each protocol's batch API (files, batches, their results).
+        self._batch_routes(app)
         # No access log: the server is used in speed benchmarks; a short shutdown grace so
         # that stop() does not wait on requests still sleeping out their latency.
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
