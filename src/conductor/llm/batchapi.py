@@ -82,8 +82,10 @@ class BatchStatus:
 @dataclass(frozen=True)
 class LineOutcome:
     """One result line: exactly one of ``completion`` (the reply, parsed as a live call's
-    is) and ``error`` (what a live call would have raised: its class says whether a
-    retry may help; an expired or cancelled line is a retryable error)."""
+    is) and ``error`` (what a live call would have raised for the line's error: its class
+    says whether a retry may help).  A line the provider did not run (the batch expired
+    or was cancelled first) has no outcome at all: :meth:`BatchAPI.results` leaves it
+    out."""
 
     custom_id: str
     completion: RawCompletion | None = None
@@ -117,9 +119,12 @@ class BatchAPI(Protocol):
         ...
 
     async def results(self, batch_id: str) -> list[LineOutcome]:
-        """The result lines of a batch in a terminal state.  A line the provider
-        returned nothing for (an expired or failed batch) is absent: the caller
-        retries what it does not find."""
+        """The result lines of a batch in a terminal state, in any order.  A line the
+        provider did not run (an expired, cancelled or failed batch) is absent: the
+        caller sends again what it does not find.  A line that is not one of ours (an
+        unknown custom id) or that cannot be read at all is left out too (it is then
+        sent again); a reply that can be read but is broken is an ``error``, as the
+        live call's would be."""
         ...
 
     async def find(self, label: str) -> str | None:
