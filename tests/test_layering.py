@@ -119,12 +119,15 @@ def imports_of(name: str, path: Path, known: set[str]) -> Iterator[tuple[str, st
 
 
 def registry_edges() -> dict[str, set[str]]:
-    """The client modules :mod:`conductor.llm.factory` imports through its registry."""
+    """The client and batch API modules :mod:`conductor.llm.factory` imports through its
+    registries."""
     factory = importlib.import_module("conductor.llm.factory")
     clients: dict[str, tuple[str, str]] = getattr(factory, "CLIENTS", {})
+    batch_apis: dict[str, tuple[str, str]] = getattr(factory, "BATCH_APIS", {})
+    entries = [*clients.values(), *batch_apis.values()]
     return {
         "conductor.llm.factory": {
-            importlib.util.resolve_name(module, "conductor.llm") for module, _ in clients.values()
+            importlib.util.resolve_name(module, "conductor.llm") for module, _ in entries
         }
     }
 
@@ -449,6 +452,7 @@ def test_no_client_imports_the_factory() -> None:
     importers = sorted(m for m, targets in graph.items() if "conductor.llm.factory" in targets)
     assert importers == [
         "conductor.llm.answer_format",
+        "conductor.llm.batching",
         "conductor.llm.caller",
         "conductor.llm.cost",
         "conductor.llm.keys",

@@ -98,6 +98,8 @@ RUNTIME_FIELDS = frozenset(
         "price",
         "n_threads",
         "n_gpu_layers",
+        # Through a provider's batch API or live: the same answers, at another price.
+        "batch",
     }
 )
 

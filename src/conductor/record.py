@@ -74,8 +74,10 @@ class CallRecord:
     #: ``usage.cost``), not tokens times a price.
     cost_reported: bool = False
     #: Answered through the provider's batch API, and priced at its batch rate (a cached
-    #: call keeps the flag of the call that answered it).
+    #: call keeps the flag of the call that answered it); ``live_cost_usd`` is then what
+    #: the same call would have cost live (``None`` for a live call).
     batch: bool = False
+    live_cost_usd: float | None = None
     #: The time the call was being answered (retries included), and before that the
     #: time it waited for a concurrency slot or for a model busy with other calls.
     latency_s: float = 0.0
@@ -155,6 +157,10 @@ class Totals:
     #: answered (``queue_s`` of the calls, overlaps counted once): what a busy model or
     #: a full concurrency limit added, not what the question took to answer.
     queue_s: float = 0.0
+    #: Calls answered through a provider's batch API, and what the run would have cost
+    #: had every call been live (``None`` without batch calls, or with a price unknown).
+    batch_calls: int = 0
+    live_cost_usd: float | None = None
 
     @property
     def answer_s(self) -> float:

@@ -109,6 +109,7 @@ def fill_call(call: CallRecord, completion: Completion) -> None:
     call.cost_usd = completion.cost_usd
     call.cost_reported = completion.cost_reported
     call.batch = completion.batch
+    call.live_cost_usd = completion.live_cost_usd
     call.latency_s = round(completion.latency_s, 6)
     call.queue_s = round(completion.queue_s, 6)
     call.cached = completion.cached
@@ -391,6 +392,7 @@ def finish_record(record: RunRecord, wall_s: float) -> None:
     """Fill in ``record``'s totals, status and error from its calls and steps."""
     totals = Totals(wall_s=round(wall_s, 6))
     cost = 0.0
+    live: float | None = 0.0
     for call in record.all_calls():
         if call.response is None and call.error is None:
             continue
@@ -402,7 +404,14 @@ def finish_record(record: RunRecord, wall_s: float) -> None:
         if call.error is None and call.cost_usd is None:
             totals.unknown_cost_calls += 1
         cost += call.cost_usd or 0.0
+        if call.batch:
+            totals.batch_calls += 1
+            live = None if live is None or call.live_cost_usd is None else live + call.live_cost_usd
+        elif live is not None:
+            live += call.cost_usd or 0.0
     totals.cost_usd = round(cost, 8)
+    if totals.batch_calls and live is not None:
+        totals.live_cost_usd = round(live, 8)
     totals.queue_s = round(min(waiting_s(record.all_calls()), totals.wall_s), 6)
     record.totals = totals
     record.finished_at = now_iso()

@@ -22,6 +22,7 @@ __all__ = [
     "auth_failure",
     "auth_stop",
     "cache_stop",
+    "cap_stop",
     "io_stop",
     "pool_secrets",
     "reason",
@@ -94,4 +95,21 @@ def auth_stop(message: str, out: Path, written: int) -> BenchStopped:
         f"stopped: {message}; no more samples were started and the "
         f"{plural(written, 'record')} written this time are kept, so fix the key or its "
         f"permissions, then continue with `conductor bench --resume {out}`"
+    )
+
+
+def cap_stop(why: str, out: Path, written: int, in_flight: int) -> BenchStopped:
+    """The stop of the run ``out`` whose spend reached its ``--max-usd`` (``why`` says
+    how far), after ``written`` records, with ``in_flight`` provider batches still
+    running (a resume collects them: they are paid for)."""
+    batches = (
+        f"; {plural(in_flight, 'batch', 'batches')} sent are still running and are "
+        "collected when the run is resumed"
+        if in_flight
+        else ""
+    )
+    return BenchStopped(
+        f"{why}: stopped before starting more samples; the {plural(written, 'record')} "
+        f"written this time are kept{batches}; to go on, continue with "
+        f"`conductor bench --resume {out} --max-usd X` with a higher X"
     )

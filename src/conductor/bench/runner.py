@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import IO, Any, NamedTuple
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 from ..benchmark import BenchmarkSpec
 from ..datasets.samples import recorded_metadata, render_prompt
@@ -74,12 +74,18 @@ from .faults import (
     auth_failure,
     auth_stop,
     cache_stop,
+    cap_stop,
     io_stop,
     pool_secrets,
     reason,
     scrub,
 )
 from .runconfig import BenchOptions, build_config
+
+if TYPE_CHECKING:
+    from ..llm.batching import BatchBoard, SampleTicket, WaveBatcher
+    from ..llm.cost import SpendMeter
+    from .batchrun import BatchSetup
 
 __all__ = [
     "BenchProgress",
@@ -99,6 +105,8 @@ class BenchProgress:
     errors: int = 0
     cost_usd: float = 0.0
     verdicts: dict[str, int] = field(default_factory=dict)
+    #: Where the run's provider batches stand (``None``: no call is batched).
+    batches: BatchBoard | None = None
 
     @property
     def accuracy(self) -> float | None:
@@ -121,6 +129,8 @@ async def run_benchmark(
     cache: ResponseCache | None = None,
     on_progress: Callable[[BenchProgress], None] | None = None,
     summary: SummaryBuilder | None = None,
+    batching: BatchSetup | None = None,
+    meter: SpendMeter | None = None,
 ) -> BenchProgress:
     """Run every remaining (sample, epoch) of ``spec`` and append its record.
 
@@ -137,6 +147,13 @@ async def run_benchmark(
 
     A sample holds one of ``concurrency`` slots while its model calls run and gives it
     up before it is graded; grading runs on its own ``grader_concurrency`` threads.
+
+    With ``batching``, calls of batched targets wait for provider batches sent in waves
+    (:mod:`conductor.llm.batching`), whose journal is the directory's
+    ``batches.jsonl``; batches an earlier invocation left in flight are collected, not
+    sent again.  With ``meter`` (``--max-usd``), which starts at what the records
+    already written cost, no sample is started (and, batched, no wave sent) once the
+    run has spent its cap: the run stops as :class:`BenchStopped` says.
 
     Raises :class:`RunDirBusyError` when another process holds ``out_dir``, and
     :class:`BenchStopped` when the directory cannot be written or a provider refuses
@@ -168,9 +185,22 @@ async def run_benchmark(
         done = completed_keys(out, drop_errors=options.retry_errors)
         if summary is not None:
             summary.read_existing()
+            if meter is not None:
+                # A whole-run cap: what the records already written cost counts.
+                meter.charge(summary.cost_usd)
         work = remaining_work(spec, options, epochs, done)
         loop = SampleLoop(
-            spec, strategy, grader, pool_dict, options, config, cache, on_progress, summary
+            spec,
+            strategy,
+            grader,
+            pool_dict,
+            options,
+            config,
+            cache,
+            on_progress,
+            summary,
+            batching=batching,
+            meter=meter,
         )
         return await loop.run(work, total=total, skipped=len(done))
     except BenchStopped:
@@ -192,16 +222,27 @@ class _Result(NamedTuple):
     record: RunRecord
 
 
-class _Slot:
-    """A sample's hold on one of the ``concurrency`` slots, given back once."""
+def _releaser(ticket: SampleTicket) -> Callable[[asyncio.Task[None]], None]:
+    def release(_task: asyncio.Task[None]) -> None:
+        ticket.release()
 
-    def __init__(self, slots: asyncio.Semaphore) -> None:
+    return release
+
+
+class _Slot:
+    """A sample's hold on one of the ``concurrency`` slots, given back once, and with
+    it its place in the batcher's waves (its model calls are over)."""
+
+    def __init__(self, slots: asyncio.Semaphore, ticket: SampleTicket | None = None) -> None:
         self._slots: asyncio.Semaphore | None = slots
+        self._ticket = ticket
 
     def release(self) -> None:
         slots, self._slots = self._slots, None
         if slots is not None:
             slots.release()
+        if self._ticket is not None:
+            self._ticket.release()
 
 
 class SampleLoop:
@@ -227,8 +268,14 @@ class SampleLoop:
         cache: ResponseCache | None,
         on_progress: Callable[[BenchProgress], None] | None,
         summary: SummaryBuilder | None = None,
+        *,
+        batching: BatchSetup | None = None,
+        meter: SpendMeter | None = None,
     ) -> None:
         self.spec, self.strategy, self.grader = spec, strategy, grader
+        self.batching, self.meter = batching, meter
+        #: The run's batcher, opened when the pass starts (``None``: nothing batched).
+        self.batcher: WaveBatcher | None = None
         self.summary = summary
         self.pool_dict, self.options = pool_dict, options
         self.cache = cache
@@ -270,6 +317,7 @@ class SampleLoop:
         try:
             self.progress.total = total
             self.notify(self.progress)
+            await self.open_batches()
             await self.dispatch(work, grade_pool, fh)
         except Exception:
             # The data failed part-way: the samples in flight finish and are kept.
@@ -287,24 +335,69 @@ class SampleLoop:
             raise self.stopped
         return self.progress
 
+    async def open_batches(self) -> None:
+        """Open the run's batcher, taking up the batches an earlier invocation left in
+        flight (their answers go to the cache, not to be paid for again)."""
+        if self.batching is None:
+            return
+        meter = self.meter
+        self.batcher = self.batching.open(
+            self.out,
+            on_board=self.on_board,
+            gate=meter.refusal if meter is not None else None,
+            on_stop=self._cap_halt_batched,
+        )
+        await self.batcher.start()
+
+    def on_board(self, board: BatchBoard) -> None:
+        self.progress.batches = board
+        self.notify(self.progress)
+
     async def dispatch(
         self, work: Iterator[tuple[Sample, int]], grade_pool: ThreadPoolExecutor, fh: IO[bytes]
     ) -> None:
         """Start one task per (sample, epoch) of ``work``, as slots free up, until the
-        work ends or a fault stops it; then wait for those in flight."""
-        for sample, epoch in work:
-            await self.pending.acquire()
-            await self.slots.acquire()
-            if self.stopped is not None:
-                self.slots.release()
-                self.pending.release()
-                break
-            task = asyncio.create_task(self.sample(sample, epoch, grade_pool, fh))
-            self.tasks.add(task)
-            self.unstarted.add(task)
-            task.add_done_callback(self.collect)
+        work ends or a fault stops it; then wait for those in flight.
+
+        Batched, each sample is admitted to the waves before it starts, and the
+        dispatcher holds a place of its own until it has started every sample it can
+        (a wave must not leave without the samples about to start), given up while it
+        waits for a slot (which only the samples' progress frees)."""
+        batcher = self.batcher
+        own = batcher.admit() if batcher is not None else None
+        try:
+            for sample, epoch in work:
+                await self._take(self.pending, own)
+                await self._take(self.slots, own)
+                if self.stopped is None and self.meter is not None:
+                    refused = self.meter.refusal()
+                    if refused is not None:
+                        self._cap_halt(refused)
+                if self.stopped is not None:
+                    self.slots.release()
+                    self.pending.release()
+                    break
+                ticket = batcher.admit() if batcher is not None else None
+                task = asyncio.create_task(self.sample(sample, epoch, grade_pool, fh, ticket))
+                self.tasks.add(task)
+                self.unstarted.add(task)
+                task.add_done_callback(self.collect)
+                if ticket is not None:
+                    # However the task ends (cancelled before it started, too).
+                    task.add_done_callback(_releaser(ticket))
+        finally:
+            if own is not None:
+                own.release()
         while self.tasks:
             await asyncio.wait(list(self.tasks))
+
+    @staticmethod
+    async def _take(slots: asyncio.Semaphore, own: SampleTicket | None) -> None:
+        if own is not None and slots.locked():
+            with own.idle():
+                await slots.acquire()
+        else:
+            await slots.acquire()
 
     async def finish(self, grade_pool: ThreadPoolExecutor, fh: IO[bytes]) -> None:
         """Close what the pass opened: the samples file, the grader threads (those still
@@ -314,6 +407,10 @@ class SampleLoop:
         with suppress(OSError):
             fh.close()
         grade_pool.shutdown(wait=False, cancel_futures=True)
+        if self.batcher is not None:
+            # Batches still in flight keep running at the provider: the journal has
+            # them, and a resume collects them.
+            await self.batcher.aclose()
         await self.strategy.aclose()
         if self.cache is not None:
             try:
@@ -362,17 +459,37 @@ class SampleLoop:
     def _cache_halt(self, exc: CacheError) -> None:
         self.halt(cache_stop(exc, self.out, self.progress.done), cancel=True)
 
+    def _cap_halt(self, why: str) -> None:
+        """The run's spend reached ``--max-usd``: start no more samples; those in flight
+        finish (their calls are under way)."""
+        self.halt(cap_stop(why, self.out, self.progress.done, 0), cancel=False)
+
+    def _cap_halt_batched(self, why: str) -> None:
+        """The cap, met before a wave: the samples in flight wait on calls that will not
+        be sent, so they are abandoned (not written: a resume runs them again, their
+        answered calls from the cache)."""
+        in_flight = self.batcher.in_flight if self.batcher is not None else 0
+        self.halt(cap_stop(why, self.out, self.progress.done, in_flight), cancel=True)
+
     # -- one sample ----------------------------------------------------------------
 
     async def sample(
-        self, sample: Sample, epoch: int, grade_pool: ThreadPoolExecutor, fh: IO[bytes]
+        self,
+        sample: Sample,
+        epoch: int,
+        grade_pool: ThreadPoolExecutor,
+        fh: IO[bytes],
+        ticket: SampleTicket | None = None,
     ) -> None:
         """Run, grade and write one (sample, epoch); its faults are its record, or stop
-        the run (refused credentials, a broken cache, a directory that takes no write)."""
+        the run (refused credentials, a broken cache, a directory that takes no write).
+        ``ticket`` is its place in the batcher's waves, given up with its slot."""
         me = asyncio.current_task()
         if me is not None:
             self.unstarted.discard(me)
-        slot = _Slot(self.slots)
+        if ticket is not None:
+            ticket.enter()
+        slot = _Slot(self.slots, ticket)
         try:
             result = await self._result(sample, epoch, slot, grade_pool)
             if result is not None:

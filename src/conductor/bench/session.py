@@ -38,6 +38,7 @@ from .runner import BenchProgress
 if TYPE_CHECKING:
     from ..conductors.spec import Conductor
     from ..strategies import Strategy
+    from ..targets import Worker
 
 __all__ = [
     "BenchArgs",
@@ -79,6 +80,10 @@ class BenchArgs:
     unsafe_code: bool = False
     exclude_trained: bool = False
     overwrite: bool = False
+    #: ``--batch`` / ``--no-batch`` (``None``: as the resumed run, else live) and
+    #: ``--max-usd``, the whole run's cap.
+    batch: bool | None = None
+    max_usd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -258,6 +263,7 @@ class BenchSession:
         from ..conductors.spec import resolve_conductor
         from ..llm.cache import ResponseCache
         from ..llm.caller import CallerSet
+        from ..llm.cost import SpendMeter
         from ..llm.keys import require_keys
         from ..pool import pool_to_public_dict
         from ..runs.summary import record_rate_limits
@@ -269,6 +275,7 @@ class BenchSession:
             default_concurrency,
             parse_strategy,
         )
+        from .batchrun import BATCH_CONCURRENCY, batch_setup
         from .runner import run_benchmark
 
         r = self.request
@@ -276,7 +283,8 @@ class BenchSession:
         options = self._options
         opened = contextlib.nullcontext() if r.no_cache else ResponseCache()
         with opened as cache:
-            callers = CallerSet(cache)
+            meter = SpendMeter(given.max_usd) if given.max_usd is not None else None
+            callers = CallerSet(cache, meter=meter)
             strat: Strategy
             if r.strategy == "conductor":
                 cond = resolve_conductor(r.pool, given.conductor, max_steps=r.settings.max_steps)
@@ -297,7 +305,21 @@ class BenchSession:
             # Every missing key at once, before the first sample (and before the run
             # directory holds anything).
             require_keys(strat.targets)
-            if given.concurrency is None:
+            if meter is not None:
+                _check_priced(strat.targets)
+            batching = batch_setup(given.batch, strat.targets, callers, cache)
+            if given.batch and batching is None and on_warning is not None:
+                on_warning(
+                    "--batch: none of the run's models has a provider batch API (client "
+                    "openai, anthropic or google, or a litellm model named openai/, "
+                    "anthropic/ or gemini/); every call is made live"
+                )
+            if batching is not None:
+                # A wave holds the calls of every sample in flight: all of them, unless
+                # --concurrency says otherwise (what the models serve at once is moot).
+                concurrency = given.concurrency or BATCH_CONCURRENCY
+                options = dataclasses.replace(options, concurrency=concurrency)
+            elif given.concurrency is None:
                 options = dataclasses.replace(options, concurrency=default_concurrency(strat))
             else:
                 # One sentence at most: above what the models serve together, or above
@@ -317,9 +339,25 @@ class BenchSession:
                     cache=cache,
                     on_progress=on_progress,
                     summary=self.summary,
+                    batching=batching,
+                    meter=meter,
                 )
             finally:
                 record_rate_limits(r.run_dir, callers.limits.history())
+
+
+def _check_priced(targets: tuple[Worker, ...] | list[Worker]) -> None:
+    """Refuse ``--max-usd`` when a target's price is unknown: its spend could not be
+    seen, and the cap would not hold."""
+    from ..llm.cost import price_for
+
+    unknown = [t.id for t in targets if price_for(t) is None]
+    if unknown:
+        raise UsageError(
+            f"--max-usd cannot see what {', '.join(repr(u) for u in unknown)} cost: no "
+            "price is known for its model; give it a price: {input_per_mtok, "
+            "output_per_mtok} in the pool file, or run without --max-usd"
+        )
 
 
 def merge_bench(dirs: list[Path], out: Path) -> int:
@@ -378,6 +416,8 @@ def _resolve(args: BenchArgs, stored: Invocation, data: Path | None) -> Invocati
         # Kept as given: not given, it follows the pool's models when the run resumes too.
         concurrency=args.concurrency or stored.concurrency,
         exclude_trained=args.exclude_trained or stored.exclude_trained,
+        batch=args.batch if args.batch is not None else stored.batch,
+        max_usd=given("max_usd"),
     )
 
 

@@ -126,6 +126,24 @@ def bench(
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Do not use the call cache.")
     ] = False,
+    batch: Annotated[
+        bool | None,
+        typer.Option(
+            "--batch/--no-batch",
+            help="Send the calls of models with a provider batch API (OpenAI, Anthropic, "
+            "Gemini) as batches, in waves: half the price, answered within hours; "
+            "--resume keeps the run's choice unless told.",
+        ),
+    ] = None,
+    max_usd: Annotated[
+        float | None,
+        typer.Option(
+            "--max-usd",
+            min=0.0,
+            help="The whole run's spend cap: no sample (batched: no wave) is started once "
+            "the run has spent this much; continue with --resume and a higher cap.",
+        ),
+    ] = None,
     confirm_run_unsafe_code: Annotated[
         bool,
         typer.Option(
@@ -184,6 +202,8 @@ def bench(
             no_cache=no_cache,
             unsafe_code=confirm_run_unsafe_code,
             exclude_trained=exclude_trained,
+            batch=batch,
+            max_usd=max_usd,
         )
     )
     run_dirs = []
@@ -271,6 +291,10 @@ class _Bar:
 
         acc = f"{p.accuracy:.1f}%" if p.accuracy is not None else "-"
         stats = f"acc {acc} · {format_usd(p.cost_usd)} · errors {p.errors}"
+        if p.batches is not None:
+            from ..render.bench_progress import format_board
+
+            stats += f" · {format_board(p.batches)}"
         self._bar.update(self._task, total=p.total, completed=p.skipped + p.done, stats=stats)
 
     def __enter__(self) -> _Bar:

@@ -10,6 +10,7 @@ every target of one provider key shares that key's adaptive limit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -20,8 +21,9 @@ from ..errors import (
     ModelCallError,
     RequestTimeoutError,
 )
+from .batching import SendLive, batched
 from .cache import cache_key
-from .cost import cost_usd, price_for
+from .cost import SpendMeter, cost_usd, price_for
 from .factory import capabilities_of, make_client
 from .failures import mask_error
 from .keys import KnownSecrets
@@ -33,6 +35,7 @@ from .types import Completion, ModelRequest, RawCompletion
 if TYPE_CHECKING:
     from ..targets import Price, Worker
     from .base import ModelClient
+    from .batching import WaveBatcher
     from .cache import ResponseCache
 
 __all__ = ["REFUSED_AFTER_ANSWER_RETRIES", "CallerSet", "ModelCaller", "server_key"]
@@ -49,6 +52,13 @@ class ModelCaller:
     target's provider key (a private one when none is given).  Slots are held per
     attempt, not across the sleep before a retry: the limiter, which shrinks and pauses
     on rate limits, is what keeps a rate-limited provider from being hit harder.
+
+    With a ``batcher`` (a ``bench --batch`` run), a call of a target that ``batch``
+    says is batched waits for its answer from a provider batch
+    (:mod:`conductor.llm.batching`), outside the concurrency limit and the call's
+    time-outs (a batch takes hours); it is made live when the batcher says so.  Every
+    other call is made live, and the batcher told, so that a wave waits for it.  A
+    ``meter`` is charged what each call that was not cached cost.
     """
 
     def __init__(
@@ -60,8 +70,14 @@ class ModelCaller:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         limiter: AdaptiveLimiter | None = None,
         answered: set[str] | None = None,
+        batcher: WaveBatcher | None = None,
+        batch: bool = False,
+        meter: SpendMeter | None = None,
     ) -> None:
         self.target = target
+        self.batcher = batcher
+        self.batch = batch
+        self.meter = meter
         # The servers that answered this run (shared by a CallerSet's callers): a refused
         # connection to one of them is a restart, worth a second retry.
         self._answered: set[str] = answered if answered is not None else set()
@@ -106,6 +122,50 @@ class ModelCaller:
             hit = cache.get(key)
             if hit is not None:
                 return self._completion(hit, cached=True, attempts=0, start=start)
+        batcher = self.batcher
+        if batcher is not None and self.batch:
+            try:
+                answer = await batcher.call(
+                    self.target,
+                    request,
+                    key if key is not None else cache_key(self.target, request),
+                )
+            except SendLive:
+                pass  # made live below, as if it had never been batched
+            except ModelCallError as exc:
+                raise self._final(exc) from None
+            else:
+                # The batcher cached it: a resumed run finds it whatever happens next.
+                return self._charged(
+                    self._completion(
+                        answer.raw,
+                        cached=False,
+                        attempts=1,
+                        start=answer.sent_at,
+                        end=time.perf_counter(),
+                        queued=answer.sent_at - start,
+                    )
+                )
+        with batcher.live() if batcher is not None else contextlib.nullcontext():
+            completion = await self._live(request, key)
+        return self._charged(completion)
+
+    def _charged(self, completion: Completion) -> Completion:
+        if self.meter is not None:
+            self.meter.charge(completion.cost_usd)
+        return completion
+
+    def _final(self, failed: ModelCallError) -> ModelCallError:
+        """``failed`` as the call's final error: its target set, and nothing chained
+        (the SDK's own exception holds the request, whose headers hold the API key)."""
+        if failed.target != self.target.id:
+            failed = failed.replace(target=self.target.id, described=True)
+        failed.__context__ = failed.__cause__ = None
+        return failed
+
+    async def _live(self, request: ModelRequest, key: str | None) -> Completion:
+        """Make the call: its tries within the concurrency limit and the time-outs."""
+        cache = self.cache
         gate = self.gate
         failed: ModelCallError | None = None
         try:
@@ -134,13 +194,8 @@ class ModelCaller:
         # The answer is in: what follows (the cache write) is not the call's latency.
         answered = time.perf_counter()
         if failed is not None:
-            if failed.target != self.target.id:
-                failed = failed.replace(target=self.target.id, described=True)
-            # The SDK's own exception holds the request, whose headers hold the API
-            # key: drop it so no traceback or log of this error can show the key.
-            # (Raised outside the except clause, which would chain the old one again.)
-            failed.__context__ = failed.__cause__ = None
-            raise failed
+            # Raised outside the except clause, which would chain the old one again.
+            raise self._final(failed)
         if cache is not None and key is not None:
             cache.set(key, raw)  # only a complete answer is stored (see cache.storable)
         return self._completion(
@@ -211,11 +266,17 @@ class ModelCaller:
         waited = min(max(0.0, raw.queued_s), took)
         # What the server reported it cost (a nested serve's own calls) is the cost.
         reported = raw.reported_cost
+        if reported is not None:
+            cost = reported.usd
+        else:
+            cost = cost_usd(raw.usage, self.price, batch=raw.batch)
         return Completion(
             text=raw.text,
             usage=raw.usage,
-            cost_usd=cost_usd(raw.usage, self.price) if reported is None else reported.usd,
+            cost_usd=cost,
             cost_reported=reported is not None,
+            batch=raw.batch,
+            live_cost_usd=cost_usd(raw.usage, self.price) if raw.batch else None,
             latency_s=took - waited,
             queue_s=max(0.0, queued) + waited,
             cached=cached,
@@ -257,6 +318,8 @@ class CallerSet:
     ``limits`` holds one adaptive limiter per provider key, shared by every target of
     that key; ``start_limit`` caps where each key's limit starts (default: the sum of
     its targets' ``max_concurrency``).  ``limits.history()`` is what a bench records.
+    ``meter`` is charged by every caller (a run's spend cap); :meth:`use_batches` sends
+    the calls of batched targets through a :class:`~conductor.llm.batching.WaveBatcher`.
     """
 
     def __init__(
@@ -265,12 +328,27 @@ class CallerSet:
         *,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         start_limit: int | None = None,
+        meter: SpendMeter | None = None,
     ) -> None:
         self.cache = cache
         self._sleep = sleep
         self._callers: dict[tuple[str, str], ModelCaller] = {}
         self._answered: set[str] = set()
         self.limits = ProviderLimits(start=start_limit, max_pause_s=MAX_RETRY_AFTER_S)
+        self.meter = meter
+        self._batcher: WaveBatcher | None = None
+        self._batch_flag = False
+
+    def use_batches(self, batcher: WaveBatcher | None, flag: bool) -> None:
+        """Send the calls of batched targets (their ``batch:`` setting, else ``flag``,
+        ``--batch``) through ``batcher`` from now on (``None``: none)."""
+        self._batcher, self._batch_flag = batcher, flag
+        for caller in self._callers.values():
+            self._route(caller)
+
+    def _route(self, caller: ModelCaller) -> None:
+        caller.batcher = self._batcher
+        caller.batch = self._batcher is not None and batched(caller.target, self._batch_flag)
 
     def get(self, target: Worker) -> ModelCaller:
         """The caller for ``target``, made on first use."""
@@ -283,7 +361,9 @@ class CallerSet:
                 sleep=self._sleep,
                 limiter=self.limits.join(target),
                 answered=self._answered,
+                meter=self.meter,
             )
+            self._route(caller)
             self._callers[key] = caller
         return caller
 

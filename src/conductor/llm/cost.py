@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ..targets import Worker
     from .types import Usage
 
-__all__ = ["cost_usd", "failed_call_cost", "price_for", "price_table"]
+__all__ = ["SpendMeter", "cost_usd", "failed_call_cost", "price_for", "price_table"]
 
 log = logging.getLogger("conductor")
 
@@ -144,3 +144,26 @@ def cost_usd(usage: Usage, price: Price | None, *, batch: bool = False) -> float
     return (
         usage.input_tokens * price.input_per_mtok + usage.output_tokens * price.output_per_mtok
     ) / 1e6
+
+
+class SpendMeter:
+    """What a run has spent, against its cap (``bench --max-usd``): ``spent`` starts at
+    what its records already cost (a resumed run) and grows by each call paid for.
+    Charged from the event loop's thread only."""
+
+    def __init__(self, cap_usd: float | None, spent_usd: float = 0.0) -> None:
+        self.cap_usd = cap_usd
+        self.spent_usd = spent_usd
+
+    def charge(self, usd: float | None) -> None:
+        """Add a call's cost (``None``, unknown, adds nothing: a run with a cap refuses
+        a target of unknown price before it starts)."""
+        if usd:
+            self.spent_usd += usd
+
+    def refusal(self) -> str | None:
+        """Why no more may be spent, or ``None``."""
+        cap = self.cap_usd
+        if cap is None or self.spent_usd < cap:
+            return None
+        return f"the run has spent ${self.spent_usd:.4f}, reaching its --max-usd ${cap:.4f}"

@@ -175,8 +175,10 @@ class Completion:
     queue_s: float = 0.0
     cost_reported: bool = False
     tool_calls: tuple[ToolCall, ...] = ()
-    #: Answered through the provider's batch API (and priced at its batch rate).
+    #: Answered through the provider's batch API (and priced at its batch rate), and
+    #: then what the same call would have cost live (``None`` for a live call).
     batch: bool = False
+    live_cost_usd: float | None = None
 
     @property
     def truncated(self) -> bool:

@@ -8,7 +8,9 @@ twentieth of the run is done or ``every_s`` seconds have brought new results,
 whichever comes first, never two within ``min_gap_s`` seconds (a fast run stays
 short), and one every ``heartbeat_s`` seconds even when no sample finishes (a slow
 run shows it is alive).  Each line holds the counts, the accuracy so far with its
-``n``, the failures, the cost so far and an estimate of the time left.
+``n``, the failures, the cost so far and an estimate of the time left; in a batched
+run also where its provider batches stand (:func:`format_board`), with a line as soon
+as a batch is sent or ends (a batched run finishes its samples in bursts, hours apart).
 
 Nothing here prints or reads a clock of its own: the caller passes ``now`` and
 prints what it gets back, so the policy is tested without waiting.
@@ -18,12 +20,30 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 
 from ..bench.runner import BenchProgress
+from ..llm.batching import BatchBoard
 from ..text import plural
 from .format import format_usd
 
-__all__ = ["ProgressLines", "format_duration"]
+__all__ = ["ProgressLines", "format_board", "format_duration"]
+
+
+def format_board(board: BatchBoard) -> str:
+    """Where a run's batches stand: ``wave 2 · 3 batches in flight (2 running, 1
+    validating) · 40 calls held · 2 live``, its parts only when they say something."""
+    parts = ["no wave sent yet" if board.wave < 0 else f"wave {board.wave}"]
+    flying = board.in_flight
+    if flying:
+        states = Counter(v.status.state if v.status is not None else "sent" for v in flying)
+        detail = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+        parts.append(f"{plural(len(flying), 'batch', 'batches')} in flight ({detail})")
+    if board.held:
+        parts.append(f"{plural(board.held, 'call')} held for the next wave")
+    if board.live:
+        parts.append(f"{plural(board.live, 'call')} made live")
+    return " · ".join(parts)
 
 
 def format_duration(seconds: float) -> str:
@@ -65,6 +85,7 @@ class ProgressLines:
         self._latest = BenchProgress()
         self._printed_at: float | None = None
         self._printed_done = -1
+        self._printed_board: str | None = None
 
     def _every_n(self) -> int:
         todo = self._latest.total - self._latest.skipped
@@ -78,6 +99,9 @@ class ProgressLines:
             return self._line(now)  # the first line says the run has started, and its size
         new = self._latest.done - self._printed_done
         since = now - self._printed_at
+        board = self._board_text()
+        if since >= self.min_gap_s and board is not None and board != self._printed_board:
+            return self._line(now)  # a batch was sent or moved: hours may pass before more
         if since < self.min_gap_s or new <= 0:
             return None
         if new >= self._every_n() or since >= self.every_s:
@@ -99,10 +123,15 @@ class ProgressLines:
         """The last line, once the run has ended."""
         return self._line(now, final=True)
 
+    def _board_text(self) -> str | None:
+        board = self._latest.batches
+        return format_board(board) if board is not None else None
+
     def _line(self, now: float, final: bool = False) -> str:
         p = self._latest
         self._printed_at = now
         self._printed_done = p.done
+        self._printed_board = self._board_text()
         elapsed = max(0.0, now - self.start)
         finished = p.skipped + p.done
         total = max(p.total, finished)
@@ -115,6 +144,8 @@ class ProgressLines:
             parts.append(f"accuracy {p.accuracy:.1f}% (n={p.done})")
         parts.append(f"{plural(p.errors, 'failure')}")
         parts.append(f"cost {format_usd(p.cost_usd)}")
+        if self._printed_board is not None:
+            parts.append(self._printed_board)
         parts.append(format_duration(elapsed))
         if final:
             parts.append("finished")

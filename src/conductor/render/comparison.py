@@ -59,6 +59,21 @@ def _cost(s: RunSummary) -> str:
     return text
 
 
+def _spend(s: RunSummary) -> str:
+    """The run's whole cost; with batch calls, beside what it would have cost live."""
+    if s.cost_usd is None:
+        return "?"
+    text = ("≥ " if s.cost_is_lower_bound else "") + format_usd(s.cost_usd)
+    if s.batch_calls:
+        calls = plural(s.batch_calls, "batch call")
+        if s.live_cost_usd:
+            share = percent(s.cost_usd / s.live_cost_usd)
+            text += f" ({calls}; {share} of {format_usd(s.live_cost_usd)} live)"
+        else:
+            text += f" ({calls}; live cost unknown)"
+    return text
+
+
 def _cost_brief(s: RunSummary) -> str:
     """The cost without the count of unpriced calls (the caption explains ``≥``)."""
     if s.cost_per_question is None:
@@ -162,6 +177,7 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric("epoch spread", "epochs\nmin-max", _spread, 3),
     Metric("cost / question", "cost /\nquestion", _cost, 0, brief=_cost_brief),
+    Metric("spend", "spend", _spend, 2, brief=lambda s: format_usd(s.cost_usd)),
     Metric(
         "tokens / question",
         "tokens /\nquestion",

@@ -79,8 +79,9 @@ class BatchJournal:
                     event = json.loads(raw)
                     self._apply(event)
                 except (ValueError, TypeError, KeyError) as exc:
-                    log.warning("%s:%d: a line that cannot be read was skipped (%s)",
-                                self.path, number, exc)
+                    log.warning(
+                        "%s:%d: a line that cannot be read was skipped (%s)", self.path, number, exc
+                    )
 
     def _apply(self, event: dict[str, Any]) -> None:
         kind, label = event["event"], str(event["label"])

@@ -72,6 +72,9 @@ class Invocation:
     max_calls: int | None = None
     concurrency: int | None = None
     exclude_trained: bool = False
+    #: ``--batch``: calls through the providers' batch APIs; ``--max-usd``: the run's cap.
+    batch: bool = False
+    max_usd: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object ``config.json`` keeps (its fields in declaration order)."""
@@ -333,6 +336,8 @@ class _Reader:
             max_calls=self.get(inv, "max_calls", int, w),
             concurrency=self.get(inv, "concurrency", int, w),
             exclude_trained=bool(self.get(inv, "exclude_trained", bool, w)),
+            batch=bool(self.get(inv, "batch", bool, w)),
+            max_usd=self.get(inv, "max_usd", float, w),
         )
 
     def trained_on(self, trained: Mapping[str, Any]) -> TrainedOn:

@@ -90,6 +90,12 @@ class RunSummary:
     unknown_cost_calls: int = 0
     unknown_cost_records: int = 0
     cost_is_lower_bound: bool = False
+    #: The run's whole recorded cost; with calls answered through a provider's batch
+    #: API (``batch_calls``), what the same records would have cost had every call been
+    #: live (``None`` without batch calls, or with a price unknown).
+    cost_usd: float | None = None
+    batch_calls: int = 0
+    live_cost_usd: float | None = None
     input_tokens_per_question: float | None = None
     output_tokens_per_question: float | None = None
     calls_per_question: float | None = None
@@ -195,6 +201,8 @@ class _Acc:
     cost_known: int = 0
     unknown_cost_calls: int = 0
     unknown_cost_records: int = 0
+    batch_calls: int = 0
+    live_cost: float | None = 0.0
     tokens_in: int = 0
     tokens_out: int = 0
     calls: int = 0
@@ -250,6 +258,9 @@ class _Acc:
             self.cost += t.cost_usd
             self.cost_known += 1
         self.unknown_cost_calls += t.unknown_cost_calls
+        self.batch_calls += t.batch_calls
+        live = t.live_cost_usd if t.batch_calls else t.cost_usd
+        self.live_cost = None if self.live_cost is None or live is None else self.live_cost + live
         self.tokens_in += t.input_tokens
         self.tokens_out += t.output_tokens
         self.calls += t.calls
@@ -369,6 +380,11 @@ class SummaryBuilder:
         self._lines += 1
         self._acc.add(record, self._lines)
 
+    @property
+    def cost_usd(self) -> float:
+        """What the records folded in cost (a record of unknown cost counts nothing)."""
+        return self._acc.cost
+
     def summary(self) -> RunSummary:
         """The run's summary: the records folded in, with its ``config.json`` and
         ``rate_limits.json`` as they are now."""
@@ -429,6 +445,11 @@ def _summary(run_dir: Path, acc: _Acc, skipped: int) -> RunSummary:
         unknown_cost_calls=acc.unknown_cost_calls,
         unknown_cost_records=acc.unknown_cost_records,
         cost_is_lower_bound=bool(acc.unknown_cost_calls or acc.unknown_cost_records),
+        cost_usd=round(acc.cost, 8) if acc.cost_known else None,
+        batch_calls=acc.batch_calls,
+        live_cost_usd=(
+            round(acc.live_cost, 8) if acc.batch_calls and acc.live_cost is not None else None
+        ),
         input_tokens_per_question=ratio(acc.tokens_in, n),
         output_tokens_per_question=ratio(acc.tokens_out, n),
         calls_per_question=ratio(acc.calls, n),
