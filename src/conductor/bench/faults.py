@@ -98,18 +98,25 @@ def auth_stop(message: str, out: Path, written: int) -> BenchStopped:
     )
 
 
-def cap_stop(why: str, out: Path, written: int, in_flight: int) -> BenchStopped:
+def cap_stop(why: str, out: Path, *, batched: bool, in_flight: int = 0) -> BenchStopped:
     """The stop of the run ``out`` whose spend reached its ``--max-usd`` (``why`` says
-    how far), after ``written`` records, with ``in_flight`` provider batches still
-    running (a resume collects them: they are paid for)."""
-    batches = (
-        f"; {plural(in_flight, 'batch', 'batches')} sent are still running and are "
-        "collected when the run is resumed"
-        if in_flight
-        else ""
-    )
+    how far).  Live, the samples in flight finish and are written; ``batched``, they
+    wait on waves that will not be sent and are left for the resume (their answered
+    calls are in the cache), with ``in_flight`` provider batches still running (paid
+    for: a resume collects them)."""
+    if batched:
+        kept = (
+            "the records written are kept; the samples in flight are left for the resume, "
+            "which finds their answered calls in the cache"
+        )
+        if in_flight:
+            kept += (
+                f", and {plural(in_flight, 'batch', 'batches')} still running at the "
+                "provider, which it collects"
+            )
+    else:
+        kept = "the samples in flight were finished, and every record is kept"
     return BenchStopped(
-        f"{why}: stopped before starting more samples; the {plural(written, 'record')} "
-        f"written this time are kept{batches}; to go on, continue with "
+        f"{why}: no more samples were started; {kept}; to go on, continue with "
         f"`conductor bench --resume {out} --max-usd X` with a higher X"
     )

@@ -462,14 +462,14 @@ class SampleLoop:
     def _cap_halt(self, why: str) -> None:
         """The run's spend reached ``--max-usd``: start no more samples; those in flight
         finish (their calls are under way)."""
-        self.halt(cap_stop(why, self.out, self.progress.done, 0), cancel=False)
+        self.halt(cap_stop(why, self.out, batched=False), cancel=False)
 
     def _cap_halt_batched(self, why: str) -> None:
         """The cap, met before a wave: the samples in flight wait on calls that will not
         be sent, so they are abandoned (not written: a resume runs them again, their
         answered calls from the cache)."""
         in_flight = self.batcher.in_flight if self.batcher is not None else 0
-        self.halt(cap_stop(why, self.out, self.progress.done, in_flight), cancel=True)
+        self.halt(cap_stop(why, self.out, batched=True, in_flight=in_flight), cancel=True)
 
     # -- one sample ----------------------------------------------------------------
 
