@@ -82,6 +82,7 @@ def step_status(s: StepRecord) -> Text:
 def totals_line(t: Totals) -> str:
     """The one line of a run's totals: calls (cached, failed), tokens, cost and wall time."""
     calls = f"{plural(t.calls, 'call')} ({t.cached_calls} cached"
+    calls += f", {t.batch_calls} batch" if t.batch_calls else ""
     calls += f", {t.failed_calls} failed)" if t.failed_calls else ")"
     tokens = f"tokens {format_tokens(t.input_tokens)} in / {format_tokens(t.output_tokens)} out"
     if t.cost_usd is None:
@@ -91,6 +92,8 @@ def totals_line(t: Totals) -> str:
         cost = f"cost >= {format_usd(t.cost_usd)} ({unknown} of unknown price)"
     else:
         cost = f"cost {format_usd(t.cost_usd)}"
+    if t.live_cost_usd is not None:
+        cost += f" ({format_usd(t.live_cost_usd)} live)"
     # A question that waited for a busy model or a concurrency slot says how long.
     queued = f" ({t.queue_s:.2f} s of it queued)" if t.queue_s >= 0.005 else ""
     return f"Totals: {calls} · {tokens} · {cost} · wall {t.wall_s:.2f} s{queued}"
@@ -109,9 +112,12 @@ class _CallRow:
 
 
 def _marked_cached(status: Text, call: CallRecord) -> Text:
-    """``status``, followed by ``(cached)`` for a call answered from the cache."""
+    """``status``, followed by ``(cached)`` for a call answered from the cache and
+    ``(batch)`` for one a provider's batch answered."""
     if call.cached:
         status.append(" (cached)", style="dim")
+    if call.batch:
+        status.append(" (batch)", style="dim")
     return status
 
 

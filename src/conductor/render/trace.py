@@ -36,7 +36,7 @@ def _conductor_table(rnd: RoundRecord) -> Table:
             body.append(f"\nparse error: {err}", style="yellow")
         elif c.error:
             body.append(f"\nerror: {clip(c.error)}", style="red")
-        status = Text(st + (" (cached)" if c.cached else ""))
+        status = Text(st + (" (cached)" if c.cached else "") + (" (batch)" if c.batch else ""))
         table.add_row(
             str(k),
             status,
@@ -70,6 +70,8 @@ def _steps_detail_table(rnd: RoundRecord, later: bool) -> Table:
             out = Text(clip(s.call.response if s.call.response is not None else s.answer))
         if s.call.cached:
             out.append("\n(cached)", style="dim")
+        if s.call.batch:
+            out.append("\n(batch)", style="dim")
         table.add_row(
             str(s.index),
             Text(f"{s.worker_id}\n(Model {s.worker_index})"),
@@ -119,7 +121,9 @@ def _add_call(node: Tree, call: CallRecord) -> None:
     queued = f" (after {call.queue_s:.2f} s queued)" if call.queue_s >= 0.005 else ""
     meta = (
         f"{call.latency_s:.2f} s{queued} · {call.input_tokens}/{call.output_tokens} tokens · "
-        f"cost {format_usd(call.cost_usd)}" + (" · cached" if call.cached else "")
+        f"cost {format_usd(call.cost_usd)}"
+        + (" · cached" if call.cached else "")
+        + (f" · batch ({format_usd(call.live_cost_usd)} live)" if call.batch else "")
     )
     node.add(Text(meta, style="dim"))
 
