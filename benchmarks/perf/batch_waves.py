@@ -19,6 +19,7 @@ lines (exit 1 when one fails):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -86,10 +87,9 @@ def journal(run: Path) -> list[dict[str, Any]]:
         return []
     events = []
     for line in path.read_text().splitlines():
-        try:
+        # A torn last line of the killed process is left out.
+        with contextlib.suppress(ValueError):
             events.append(json.loads(line))
-        except ValueError:
-            pass  # a torn last line of the killed process
     return events
 
 

@@ -301,12 +301,13 @@ class WaveBatcher:
     """Holds the batched calls of one bench invocation and sends them in waves.
 
     ``targets`` are the run's (a resumed batch names its target by id and model);
-    ``journal`` the run directory's (:class:`Journal`); ``cache`` where answers are kept (a resume finds
-    them there).  ``on_board`` is told each time a batch moves; ``gate`` is asked before
-    each wave and returns why no more may be sent (the run's spend cap), which ends the
-    sending for good: ``on_stop`` is told why, and the calls held wait until the run
-    stops them.  :meth:`start` takes up the batches an earlier invocation left in
-    flight; :meth:`aclose` leaves those in flight at the provider, for a resume.
+    ``journal`` the run directory's (:class:`Journal`); ``cache`` where answers are
+    kept (a resume finds them there).  ``on_board`` is told each time a batch moves;
+    ``gate`` is asked before each wave and returns why no more may be sent (the run's
+    spend cap), which ends the sending for good: ``on_stop`` is told why, and the calls
+    held wait until the run stops them.  :meth:`start` takes up the batches an earlier
+    invocation left in flight; :meth:`aclose` leaves those in flight at the provider,
+    for a resume.
     """
 
     def __init__(
