@@ -419,3 +419,65 @@ async def test_the_caller_prices_a_batch_answer_at_the_batch_rate_and_falls_back
     assert (live.text, live.batch, live.live_cost_usd) == ("live answer", False, None)
     assert live.cost_usd == pytest.approx(20e-6)
     assert [r.custom_id for r in fake_server.requests] == [None]  # the one live call
+
+
+class LostReply(MemoryBatchAPI):
+    """Makes the batch, then loses the answer on its way back (a timeout)."""
+
+    async def submit(self, entries: Sequence[BatchEntry], *, label: str) -> str:
+        await super().submit(entries, label=label)
+        if len(self.submissions) == 1:
+            raise RateLimitError("the connection dropped", status=None)
+        return self.submissions[-1].id
+
+
+async def test_a_batch_made_though_its_submission_failed_is_adopted_not_paid_twice(
+    tmp_path: Path,
+) -> None:
+    api = LostReply()
+    run = Run(tmp_path, {"a": api})
+    try:
+        answers = await run.samples([run.chain([A], f"q{i}") for i in range(3)])
+    finally:
+        await run.close()
+    assert answers == ["A(q0)", "A(q1)", "A(q2)"]
+    assert len(api.submissions) == 1
+
+
+class Broken(MemoryBatchAPI):
+    """A client with a bug: reading a status raises what no reader foresaw."""
+
+    async def status(self, batch_id: str) -> Any:
+        raise KeyError("processing_status")
+
+
+async def test_a_fault_no_one_foresaw_makes_the_calls_live_instead_of_hanging(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = Run(tmp_path, {"a": Broken()})
+    try:
+        results = await asyncio.wait_for(run.samples([run.chain([A], "q")]), 10)
+    finally:
+        await run.close()
+    assert isinstance(results[0], SendLive) and "could not be followed" in caplog.text
+
+    def no_client(_t: Worker) -> Any:
+        raise ModuleNotFoundError("conductor.llm.batch_nowhere")
+
+    cache = ResponseCache(tmp_path / "c2")
+    batcher = WaveBatcher([A], BatchJournal(tmp_path / "j2"), cache, poll=POLL, api_for=no_client)
+    ticket = batcher.admit()
+
+    async def one() -> Any:
+        ticket.enter()
+        try:
+            return await batcher.call(A, req("q"), cache_key(A, req("q")))
+        finally:
+            ticket.release()
+
+    try:
+        with pytest.raises(SendLive):
+            await asyncio.wait_for(one(), 10)
+    finally:
+        await batcher.aclose()
+        cache.close()

@@ -461,6 +461,12 @@ class WaveBatcher:
                     self._on_stop(reason)
                     return
                 await self._send_wave()
+        except Exception as exc:  # noqa: BLE001 - a fault here must not leave samples waiting
+            log.warning("sending a wave of batches failed (%r); its calls are made live", exc)
+            for lines in self._held.values():
+                for line in lines:
+                    self._end(line, SendLive(f"sending its batch failed ({exc!r})"))
+            self._held = {}
         finally:
             self._flusher = None
         self._check()
@@ -489,7 +495,7 @@ class WaveBatcher:
             api = self._api(target)
             entries = [BatchEntry(line.key, line.request) for line in lines if line.request]
             chunks = api.chunks(entries)
-        except ModelCallError as exc:
+        except Exception as exc:  # noqa: BLE001 - no client, a line too large: made live
             self._refuse(target, exc, lines)
             return False
         for number, chunk in enumerate(chunks):
@@ -505,17 +511,22 @@ class WaveBatcher:
                 return pushed_back
             try:
                 batch_id = await api.submit(chunk, label=label)
-            except ModelCallError as exc:
-                with contextlib.suppress(OSError):
-                    self._journal.abandoned(label, exc.describe())
-                if not exc.retryable:
-                    # A server without a batch API, a model it will not batch: live.
-                    self._refuse(target, exc, [self._lines[key] for key in keys])
+            except Exception as exc:  # noqa: BLE001 - each kind is told apart below
+                # A submission that failed may still have made the batch (the answer was
+                # lost on its way back): look for it before sending its calls again.
+                found = await self._look_up(api, label)
+                if found is None:
+                    with contextlib.suppress(OSError):
+                        self._journal.abandoned(label, _describe(exc))
+                    if not isinstance(exc, ModelCallError) or not exc.retryable:
+                        # A server without a batch API, a model it will not batch: live.
+                        self._refuse(target, exc, [self._lines[key] for key in keys])
+                        continue
+                    pushed_back = True
+                    for key in keys:
+                        self._retry_or_fail(self._lines[key], exc)
                     continue
-                pushed_back = True
-                for key in keys:
-                    self._retry_or_fail(self._lines[key], exc)
-                continue
+                batch_id = found
             self._sent += 1
             sent_at = time.perf_counter()
             for key in keys:
@@ -531,6 +542,16 @@ class WaveBatcher:
             sub.task = asyncio.get_running_loop().create_task(self._track(sub, api))
         return pushed_back
 
+    @staticmethod
+    async def _look_up(api: BatchAPI, label: str) -> str | None:
+        """The id of the batch labelled ``label`` where the provider lists one (a
+        failure to ask is a ``None``)."""
+        try:
+            return await api.find(label)
+        except Exception as exc:  # noqa: BLE001 - only a hint: not found
+            log.debug("looking up batch %s failed (%r)", label, exc)
+            return None
+
     def _api(self, target: Worker) -> BatchAPI:
         group = (target.id, target.model)
         api = self._apis.get(group)
@@ -543,7 +564,7 @@ class WaveBatcher:
 
     def _refuse(self, target: Worker, exc: BaseException, lines: Iterable[_Line]) -> None:
         """``target``'s batch API will not take its batches: make its calls live."""
-        why = exc.describe() if isinstance(exc, ModelCallError) else str(exc)
+        why = _describe(exc)
         reason = f"{target_name(target.id)}'s batch API refused a batch ({why})"
         if (target.id, target.model) not in self._refused:
             log.warning("%s; its calls are made live from now on", reason)
@@ -622,6 +643,14 @@ class WaveBatcher:
                 line = self._lines.get(key)
                 if line is not None:
                     self._end(line, exc)
+        except Exception as exc:  # noqa: BLE001 - a reply no reader foresaw: never a hang
+            log.warning(
+                "batch %s could not be followed (%r); its calls are made live", sub.batch_id, exc
+            )
+            for key in sub.keys:
+                line = self._lines.get(key)
+                if line is not None:
+                    self._end(line, SendLive(f"its batch could not be followed ({exc!r})"))
         finally:
             self._submissions.pop(sub.label, None)
             self._board()
@@ -767,3 +796,7 @@ class WaveBatcher:
                 await api.aclose()
         self._apis = {}
         self._journal.close()
+
+
+def _describe(exc: BaseException) -> str:
+    return exc.describe() if isinstance(exc, ModelCallError) else repr(exc)
