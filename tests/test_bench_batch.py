@@ -131,9 +131,14 @@ def test_an_expired_batch_is_sent_again_in_the_next_wave(
     code, out, err = bench(tmp_path, "math500", "--pool", str(batch_pool(tmp_path, fake_server)),
                            "--data", str(data), "--out", str(run), "--batch")  # fmt: skip
     assert code == 0, out + err
-    first, second, third = fake_server.batches
-    assert (len(first.lines), first.state, len(second.lines)) == (5, "expired", 3)
-    assert len(third.lines) == 5  # the step's wave
+    # Wave 0: five plans, two answered; wave 1: the other three again, beside the steps
+    # of the two samples answered; wave 2: the steps of those three.
+    batches = [(b.model, len(b.lines), b.state) for b in fake_server.batches]
+    assert batches[0] == (CONDUCTOR_MODEL, 5, "expired")
+    assert sorted(batches[1:]) == [(CONDUCTOR_MODEL, 3, "ended"), ("w0", 2, "ended"),
+                                   ("w0", 3, "ended")]  # fmt: skip
+    assert waves_of(run) == {0: Counter(conductor=1), 1: Counter(conductor=1, w0=1),
+                             2: Counter(w0=1)}  # fmt: skip
     paid = Counter(r.custom_id for r in fake_server.requests)
     assert max(paid.values()) == 1  # no call answered twice
     assert len(read_samples(run)) == 5

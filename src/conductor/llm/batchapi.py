@@ -18,11 +18,12 @@ and :mod:`conductor.llm.batch_google`, made by :func:`conductor.llm.factory.batc
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from ..errors import ModelCallError
+from ..errors import BadRequestError, ModelCallError
 from .types import ModelRequest, RawCompletion
 
 __all__ = [
@@ -33,6 +34,8 @@ __all__ = [
     "BatchStatus",
     "LineOutcome",
     "TERMINAL_STATES",
+    "chunk_entries",
+    "entry_bytes",
 ]
 
 
@@ -140,3 +143,51 @@ class BatchAPI(Protocol):
     async def aclose(self) -> None:
         """Release connections."""
         ...
+
+
+#: What a request line holds besides the request itself (ids, model, the envelope).
+_LINE_OVERHEAD = 1024
+
+
+def entry_bytes(entry: BatchEntry) -> int:
+    """About how many bytes ``entry``'s request line takes: its request as JSON, plus
+    :data:`_LINE_OVERHEAD`.  The providers' byte limits are far above any one
+    request's, so each implementation's :class:`BatchLimits` keeps a margin below its
+    provider's instead of building every line twice."""
+    request = entry.request
+    payload = {
+        "messages": list(request.messages),
+        "params": request.params,
+        "grammar": request.grammar,
+        "response_format": request.response_format,
+        "tools": [asdict(t) for t in request.tools],
+    }
+    text = json.dumps(payload, ensure_ascii=False, default=str)
+    return len(text.encode()) + len(entry.custom_id) + _LINE_OVERHEAD
+
+
+def chunk_entries(
+    entries: Sequence[BatchEntry], limits: BatchLimits, *, target: str | None
+) -> list[list[BatchEntry]]:
+    """``entries`` cut in order into batches within ``limits`` (as many requests and
+    bytes as a batch may hold); an entry too large for any batch raises
+    ``BadRequestError`` naming ``target``."""
+    chunks: list[list[BatchEntry]] = []
+    current: list[BatchEntry] = []
+    size = 0
+    for entry in entries:
+        need = entry_bytes(entry)
+        if need > limits.max_bytes:
+            raise BadRequestError(
+                f"a request of {need:,} bytes is larger than a batch may be "
+                f"({limits.max_bytes:,} bytes)",
+                target=target,
+            )
+        if current and (len(current) >= limits.max_requests or size + need > limits.max_bytes):
+            chunks.append(current)
+            current, size = [], 0
+        current.append(entry)
+        size += need
+    if current:
+        chunks.append(current)
+    return chunks

@@ -132,6 +132,18 @@ class OpenAIClient:
             kwargs["extra_body"] = extra
         return kwargs
 
+    async def line_body(self, request: ModelRequest) -> dict[str, Any]:
+        """The JSON body a chat completion of ``request`` sends, whole: what a batch
+        line carries (:mod:`conductor.llm.batch_openai`).  ``extra_body`` is merged in
+        (the server reads the body, not our keyword arguments); ``extra_headers`` are
+        left out, since a batch line has no headers of its own."""
+        self._sdk()
+        await self._grammar.resolve(request, api_key=self._key)
+        kwargs = self.build_kwargs(request)
+        kwargs.pop("extra_headers", None)
+        extra = kwargs.pop("extra_body", None) or {}
+        return {**kwargs, **extra}
+
     async def prepare(self) -> None:
         """Import the SDK off the event loop (seconds on a busy machine)."""
         await asyncio.to_thread(importlib.import_module, "openai")

@@ -41,6 +41,7 @@ __all__ = [
     "BatchOperation",
     "BatchPlan",
     "FakeBatch",
+    "FakeFile",
     "FakeBatchState",
 ]
 
@@ -149,6 +150,17 @@ class FakeBatch:
 
 
 @dataclass(frozen=True)
+class FakeFile:
+    """A file a client uploaded, or a batch's results the server wrote."""
+
+    id: str
+    filename: str
+    purpose: str
+    data: bytes
+    created_at: int
+
+
+@dataclass(frozen=True)
 class BatchCall:
     """One request of the batch API itself: its operation, protocol and path, and the
     batch it was about (``None`` for uploads, creations refused and lists)."""
@@ -170,6 +182,7 @@ class BatchBase(ServerBase):
         self._batch_plan_index = 0
         self._batch_faults: dict[BatchOperation, list[Fault]] = {}
         self._batch_log: list[BatchCall] = []
+        self._files: dict[str, FakeFile] = {}
 
     # -- scripting and log (the test's side) ---------------------------------------------
 
@@ -271,6 +284,17 @@ class BatchBase(ServerBase):
             )
             self._batches[batch.id] = batch
         return batch
+
+    def _file_put(self, prefix: str, filename: str, purpose: str, data: bytes) -> FakeFile:
+        """Keep ``data`` as a new file, its id ``prefix`` + a number."""
+        with self._lock:
+            kept = FakeFile(self._new_id(prefix), filename, purpose, data, int(time.time()))
+            self._files[kept.id] = kept
+        return kept
+
+    def _file_get(self, file_id: str) -> FakeFile | None:
+        with self._lock:
+            return self._files.get(file_id)
 
     def _batch_find(self, batch_id: str) -> FakeBatch | None:
         with self._lock:

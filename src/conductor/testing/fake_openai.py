@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from .fake_base import ServerBase
-from .fake_script import FakeRequest, Fault
+from .fake_script import FakeRequest, Fault, Reply
 from .fake_wire import finish_word, stream_pieces
 
 __all__ = ["OpenAIRoutes"]
@@ -26,6 +26,17 @@ class OpenAIRoutes(ServerBase):
         result = await self._respond(fake)
         if isinstance(result, Fault):
             return await self._fault(request, "openai", result, fake)
+        if fake.body.get("stream"):
+            usage = self._openai_usage(fake, result)
+            calls = _openai_calls(result)
+            finish = "tool_calls" if calls else finish_word("openai", result.finish_reason)
+            ident, created = self._new_id("chatcmpl-"), int(time.time())
+            return await self._openai_stream(
+                request, fake, result.text, usage, ident, created, finish, calls
+            )
+        return web.json_response(self._chat_completion(fake, result))
+
+    def _openai_usage(self, fake: FakeRequest, result: Reply) -> dict[str, Any]:
         prompt, completion = self._usage(fake, result)
         usage: dict[str, Any] = {
             "prompt_tokens": prompt,
@@ -34,42 +45,33 @@ class OpenAIRoutes(ServerBase):
         }
         if result.cost_usd is not None:
             usage["cost"] = result.cost_usd
-        ident, created = self._new_id("chatcmpl-"), int(time.time())
-        calls = [
-            {
-                "id": c.id or f"call_{k}",
-                "type": "function",
-                "function": {"name": c.name, "arguments": c.arguments_text},
-            }
-            for k, c in enumerate(result.tool_calls)
-        ]
+        return usage
+
+    def _chat_completion(self, fake: FakeRequest, result: Reply) -> dict[str, Any]:
+        """The ``chat.completion`` body answering ``fake`` with ``result`` (a live reply,
+        or a batch's result line)."""
+        calls = _openai_calls(result)
         finish = "tool_calls" if calls else finish_word("openai", result.finish_reason)
-        if fake.body.get("stream"):
-            return await self._openai_stream(
-                request, fake, result.text, usage, ident, created, finish, calls
-            )
         message: dict[str, Any] = {"role": "assistant", "content": result.text, "refusal": None}
         if calls:
             message["content"] = result.text or None
             message["tool_calls"] = calls
-        return web.json_response(
-            {
-                "id": ident,
-                "object": "chat.completion",
-                "created": created,
-                "model": fake.model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": message,
-                        "logprobs": None,
-                        "finish_reason": finish,
-                    }
-                ],
-                "usage": usage,
-                "system_fingerprint": "fp_fake",
-            }
-        )
+        return {
+            "id": self._new_id("chatcmpl-"),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": fake.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": finish,
+                }
+            ],
+            "usage": self._openai_usage(fake, result),
+            "system_fingerprint": "fp_fake",
+        }
 
     async def _openai_stream(
         self,
@@ -141,3 +143,14 @@ class OpenAIRoutes(ServerBase):
             )
         data = [{"id": n, "object": "model", "created": created, "owned_by": "fake"} for n in names]
         return web.json_response({"object": "list", "data": data})
+
+
+def _openai_calls(result: Reply) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": c.id or f"call_{k}",
+            "type": "function",
+            "function": {"name": c.name, "arguments": c.arguments_text},
+        }
+        for k, c in enumerate(result.tool_calls)
+    ]

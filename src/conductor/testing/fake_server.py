@@ -39,7 +39,7 @@ from aiohttp import web
 from .fake_anthropic import AnthropicRoutes
 from .fake_batch import BatchBase, BatchCall, BatchLine, BatchPlan, FakeBatch
 from .fake_gemini import GeminiRoutes
-from .fake_openai import OpenAIRoutes
+from .fake_openai_batch import OpenAIBatchRoutes
 from .fake_script import (
     SHAPES,
     FakeRequest,
@@ -70,7 +70,7 @@ __all__ = [
 ]
 
 
-class FakeLLMServer(OpenAIRoutes, AnthropicRoutes, GeminiRoutes, BatchBase):
+class FakeLLMServer(OpenAIBatchRoutes, AnthropicRoutes, GeminiRoutes, BatchBase):
     """A fake OpenAI / Anthropic / Gemini server on 127.0.0.1, scripted per model name.
 
     Start it with `start()` or as a context manager. If `expected_api_key` is set, any request
