@@ -4,12 +4,14 @@ them (real HTTP to 127.0.0.1; nothing mocked)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ from conductor.errors import (
     AuthenticationError,
     BadRequestError,
     BadResponseError,
+    ConnectionRefusedByHostError,
     ModelCallError,
     RateLimitError,
     RetryableError,
@@ -26,8 +29,11 @@ from conductor.errors import (
 from conductor.llm.anthropic_client import AnthropicClient
 from conductor.llm.batch_anthropic import ANTHROPIC_BATCH_LIMITS, AnthropicBatchAPI
 from conductor.llm.batchapi import BatchAPI, BatchEntry, BatchLimits, BatchStatus, LineOutcome
+from conductor.llm.batching import BatchPoll, SampleTicket, WaveBatcher
+from conductor.llm.cache import ResponseCache, cache_key
 from conductor.llm.factory import batch_api
 from conductor.llm.types import ModelRequest
+from conductor.runs.batches import BatchJournal
 from conductor.targets import Worker
 from conductor.testing import BatchPlan, FakeLLMServer, FakeRequest, FakeToolCall, Fault, Reply
 
@@ -590,6 +596,18 @@ async def test_batch_api_faults_map_to_our_errors(server: FakeLLMServer) -> None
         await api.aclose()
 
 
+async def test_a_server_gone_is_a_connection_error_to_ask_again() -> None:
+    with FakeLLMServer() as gone:
+        worker = Worker(id="claude", model=MODEL, client="anthropic", api_base=gone.url)
+    api = AnthropicBatchAPI(worker)
+    try:
+        with pytest.raises(ConnectionRefusedByHostError) as raised:
+            await api.status("msgbatch_1")
+    finally:
+        await api.aclose()
+    assert raised.value.retryable and raised.value.host == "127.0.0.1"
+
+
 async def test_results_asked_for_too_early_may_be_asked_again(server: FakeLLMServer) -> None:
     server.batch_script(BatchPlan(running_polls=5))
     api = AnthropicBatchAPI(native(server))
@@ -702,3 +720,45 @@ async def test_a_litellm_worker_sends_the_bare_model_name(server: FakeLLMServer)
     assert outcome.completion.text == "from claude"
     assert server.batches[0].model == MODEL
     assert server.requests[0].api_key == KEY
+
+
+async def test_the_wave_batcher_gets_its_answers_through_it(
+    server: FakeLLMServer, tmp_path: Path
+) -> None:
+    # The batcher's own choice of batch API (the factory's), against the fake: a line
+    # rate limited once is sent again in the next wave's batch.
+    limited: list[str] = []
+
+    def once_limited(fake: FakeRequest) -> Reply | Fault:
+        text = fake.last_user_message
+        if text == "q1" and not limited:
+            limited.append(text)
+            return Fault(429, "slow down")
+        return Reply(f"A: {text}")
+
+    server.script(MODEL, once_limited)
+    worker = native(server)
+    cache = ResponseCache(tmp_path / "cache")
+    batcher = WaveBatcher(
+        [worker], BatchJournal(tmp_path), cache, poll=BatchPoll(0.001, 1.0, 0.001)
+    )
+
+    async def sample(ticket: SampleTicket, text: str) -> str:
+        ticket.enter()
+        try:
+            one = request(text)
+            answer = await batcher.call(worker, one, cache_key(worker, one))
+            return answer.raw.text
+        finally:
+            ticket.release()
+
+    tickets = [batcher.admit() for _ in range(3)]
+    try:
+        answers = await asyncio.gather(*(sample(t, f"q{i}") for i, t in enumerate(tickets)))
+    finally:
+        await batcher.aclose()
+        cache.close()
+    assert answers == ["A: q0", "A: q1", "A: q2"]
+    assert [len(b.lines) for b in server.batches] == [3, 1]
+    assert all(r.batch_id is not None for r in server.requests)
+    assert [r.last_user_message for r in server.requests] == ["q0", "q1", "q2", "q1"]

@@ -305,7 +305,6 @@ class AnthropicBatchAPI:
 
     async def aclose(self) -> None:
         """Close the SDK client's connections."""
-        await self._live.aclose()
         if self._client is not None:
             client, self._client = self._client, None
             await client.close()
