@@ -8,10 +8,38 @@ from typing import Any
 from aiohttp import web
 
 from .fake_base import ServerBase
-from .fake_script import FakeRequest, Fault
+from .fake_script import FakeRequest, Fault, Reply
 from .fake_wire import finish_word, stream_pieces
 
-__all__ = ["AnthropicRoutes"]
+__all__ = ["AnthropicRoutes", "anthropic_message"]
+
+
+def anthropic_message(
+    model: str, reply: Reply, ident: str, usage: tuple[int, int]
+) -> dict[str, Any]:
+    """The Message body that answers with ``reply``: its text block (none when it only
+    calls tools) and a ``tool_use`` block per call.  A live reply and a batch's
+    succeeded line (``fake_anthropic_batch``) carry the same body."""
+    uses = [
+        {
+            "type": "tool_use",
+            "id": c.id or f"toolu_{k}",
+            "name": c.name,
+            "input": json.loads(c.arguments_text),
+        }
+        for k, c in enumerate(reply.tool_calls)
+    ]
+    text = [{"type": "text", "text": reply.text}] if reply.text or not uses else []
+    return {
+        "id": ident,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": text + uses,
+        "stop_reason": "tool_use" if uses else finish_word("anthropic", reply.finish_reason),
+        "stop_sequence": None,
+        "usage": {"input_tokens": usage[0], "output_tokens": usage[1]},
+    }
 
 
 class AnthropicRoutes(ServerBase):
@@ -31,31 +59,7 @@ class AnthropicRoutes(ServerBase):
             return await self._anthropic_stream(
                 request, fake, result.text, prompt, completion, ident, result.finish_reason
             )
-        uses = [
-            {
-                "type": "tool_use",
-                "id": c.id or f"toolu_{k}",
-                "name": c.name,
-                "input": json.loads(c.arguments_text),
-            }
-            for k, c in enumerate(result.tool_calls)
-        ]
-        text = [{"type": "text", "text": result.text}] if result.text or not uses else []
-        content = text + uses
-        return web.json_response(
-            {
-                "id": ident,
-                "type": "message",
-                "role": "assistant",
-                "model": fake.model,
-                "content": content,
-                "stop_reason": "tool_use"
-                if uses
-                else finish_word("anthropic", result.finish_reason),
-                "stop_sequence": None,
-                "usage": {"input_tokens": prompt, "output_tokens": completion},
-            }
-        )
+        return web.json_response(anthropic_message(fake.model, result, ident, (prompt, completion)))
 
     async def _anthropic_stream(
         self,

@@ -9,7 +9,11 @@ at it unchanged:
 - Anthropic messages: ``POST /v1/messages`` (streaming included);
 - Gemini: ``POST /v1beta/models/{model}:generateContent`` (and ``:streamGenerateContent``,
   also under ``/v1/``);
-- each provider's batch API, the batches scripted with ``batch_script`` (``fake_batch``).
+- each provider's batch API, the batches scripted with ``batch_script`` (``fake_batch``):
+  OpenAI's Files and Batch APIs (``/v1/files``, ``/v1/batches``: ``fake_openai_batch``);
+  Anthropic's Message Batches at ``POST``/``GET /v1/messages/batches``,
+  ``GET /v1/messages/batches/{id}`` (and ``/results``), ``POST .../{id}/cancel``
+  (``fake_anthropic_batch``).
 
 What each model answers is scripted per model name with `FakeLLMServer.script`; every request
 is logged as a `FakeRequest` with its messages normalised to ``[{role, content}]``.
@@ -37,6 +41,7 @@ import threading
 from aiohttp import web
 
 from .fake_anthropic import AnthropicRoutes
+from .fake_anthropic_batch import AnthropicBatchRoutes
 from .fake_batch import BatchBase, BatchCall, BatchLine, BatchPlan, FakeBatch
 from .fake_gemini import GeminiRoutes
 from .fake_openai_batch import OpenAIBatchRoutes
@@ -70,7 +75,9 @@ __all__ = [
 ]
 
 
-class FakeLLMServer(OpenAIBatchRoutes, AnthropicRoutes, GeminiRoutes, BatchBase):
+class FakeLLMServer(
+    OpenAIBatchRoutes, AnthropicRoutes, GeminiRoutes, AnthropicBatchRoutes, BatchBase
+):
     """A fake OpenAI / Anthropic / Gemini server on 127.0.0.1, scripted per model name.
 
     Start it with `start()` or as a context manager. If `expected_api_key` is set, any request
@@ -78,6 +85,10 @@ class FakeLLMServer(OpenAIBatchRoutes, AnthropicRoutes, GeminiRoutes, BatchBase)
     delays every answer that does not set its own; delays use ``asyncio.sleep`` so hundreds of
     requests can be in flight at once. Callable responders run on the server's event loop:
     they must not block (they may be ``async``).
+
+    Batches (``batch_script``, ``fake_batch``) arrive through each protocol's batch
+    routes: Anthropic's Message Batches under ``/v1/messages/batches``
+    (``fake_anthropic_batch``).
     """
 
     # -- lifecycle -------------------------------------------------------------------------

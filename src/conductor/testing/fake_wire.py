@@ -38,11 +38,13 @@ _OPENAI_ERRORS: dict[int, tuple[str, str | None]] = {
 _ANTHROPIC_ERRORS: dict[int, str] = {
     400: "invalid_request_error",
     401: "authentication_error",
+    402: "billing_error",
     403: "permission_error",
     404: "not_found_error",
     413: "request_too_large",
     429: "rate_limit_error",
     500: "api_error",
+    504: "timeout_error",
     529: "overloaded_error",
 }
 _GEMINI_ERRORS: dict[int, str] = {
