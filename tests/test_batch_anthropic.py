@@ -689,7 +689,7 @@ async def test_chunks_keep_within_small_limits(server: FakeLLMServer) -> None:
         api.limits = BatchLimits(max_requests=100, max_bytes=one // 2)
         with pytest.raises(BadRequestError) as too_big:
             api.chunks(batch_entries)
-        assert "more than a Message Batch may hold" in str(too_big.value)
+        assert "larger than a batch may be" in str(too_big.value)
     finally:
         await api.aclose()
     assert [len(b.lines) for b in server.batches] == [2, 2, 1]

@@ -27,10 +27,17 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BadRequestError, ModelCallError, RetryableError
+from ..errors import ModelCallError, RetryableError
 from .anthropic_client import AnthropicClient
 from .apikey import resolve_api_key
-from .batchapi import BatchEntry, BatchLimits, BatchState, BatchStatus, LineOutcome
+from .batchapi import (
+    BatchEntry,
+    BatchLimits,
+    BatchState,
+    BatchStatus,
+    LineOutcome,
+    chunk_entries,
+)
 from .failures import (
     classify_sdk_error,
     connection_error,
@@ -100,31 +107,15 @@ class AnthropicBatchAPI:
         """``entries`` cut into batches of at most :attr:`limits` requests and bytes.
 
         A line's bytes are counted as ``json.dumps`` writes it by default (spaces after
-        separators, non-ASCII escaped): never fewer than the SDK sends."""
-        room = self.limits.max_bytes - _BODY_OVERHEAD
-        out: list[list[BatchEntry]] = []
-        current: list[BatchEntry] = []
-        used = 0
-        for entry in entries:
-            # Each line after the first is preceded by ", ".
-            size = len(json.dumps(self._line(entry)).encode()) + 2
-            if size > room:
-                raise make_error(
-                    BadRequestError,
-                    target=self.worker.id,
-                    provider_message=(
-                        f"one request is {size} bytes, more than a Message Batch may hold "
-                        f"({self.limits.max_bytes} bytes)"
-                    ),
-                )
-            if current and (len(current) >= self.limits.max_requests or used + size > room):
-                out.append(current)
-                current, used = [], 0
-            current.append(entry)
-            used += size
-        if current:
-            out.append(current)
-        return out
+        separators, non-ASCII escaped): never fewer than the SDK sends; each line after
+        the first is preceded by ``", "``."""
+        return chunk_entries(
+            entries,
+            self.limits,
+            target=self.worker.id,
+            size_of=lambda entry: len(json.dumps(self._line(entry)).encode()) + 2,
+            overhead=_BODY_OVERHEAD,
+        )
 
     # -- the SDK ---------------------------------------------------------------------------
 

@@ -19,11 +19,12 @@ and :mod:`conductor.llm.batch_google`, made by :func:`conductor.llm.factory.batc
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from ..errors import BadRequestError, ModelCallError
+from .failures import make_error
 from .types import ModelRequest, RawCompletion
 
 __all__ = [
@@ -167,23 +168,31 @@ def entry_bytes(entry: BatchEntry) -> int:
 
 
 def chunk_entries(
-    entries: Sequence[BatchEntry], limits: BatchLimits, *, target: str | None
+    entries: Sequence[BatchEntry],
+    limits: BatchLimits,
+    *,
+    target: str | None,
+    size_of: Callable[[BatchEntry], int] = entry_bytes,
+    overhead: int = 0,
 ) -> list[list[BatchEntry]]:
     """``entries`` cut in order into batches within ``limits`` (as many requests and
-    bytes as a batch may hold); an entry too large for any batch raises
-    ``BadRequestError`` naming ``target``."""
+    bytes as a batch may hold: ``size_of`` each entry, ``overhead`` a batch's own
+    bytes); an entry too large for any batch raises ``BadRequestError`` naming
+    ``target``."""
+    room = limits.max_bytes - overhead
     chunks: list[list[BatchEntry]] = []
     current: list[BatchEntry] = []
     size = 0
     for entry in entries:
-        need = entry_bytes(entry)
-        if need > limits.max_bytes:
-            raise BadRequestError(
-                f"a request of {need:,} bytes is larger than a batch may be "
-                f"({limits.max_bytes:,} bytes)",
+        need = size_of(entry)
+        if need > room:
+            raise make_error(
+                BadRequestError,
                 target=target,
+                provider_message=f"a request of {need:,} bytes is larger than a batch may "
+                f"be ({limits.max_bytes:,} bytes)",
             )
-        if current and (len(current) >= limits.max_requests or size + need > limits.max_bytes):
+        if current and (len(current) >= limits.max_requests or size + need > room):
             chunks.append(current)
             current, size = [], 0
         current.append(entry)

@@ -698,7 +698,7 @@ class WaveBatcher:
                 sub.label, status.state, len(answered), len(mine) - len(answered)
             )
         missing = RetryableError(
-            f"batch {sub.batch_id} ended {status.detail or status.state} without an answer "
+            f"batch {sub.batch_id} ({status.detail or status.state}) returned no answer "
             "for this call",
             target=sub.target.id,
         )
