@@ -207,3 +207,31 @@ def test_terminal_bench_is_unchanged(tmp_path: Path, fake_server: FakeLLMServer)
     res = run_cli(*bench_args(tmp_path / "again", fake_server), columns=None)
     assert res.returncode == 0, res.stderr
     assert "math500 · single:solver: 8/8 done (100%)" in res.stdout
+
+
+# --------------------------------------------------------------------------- batches
+
+
+def test_a_batched_run_says_where_its_batches_stand_as_soon_as_they_move() -> None:
+    from conductor.llm.batchapi import BatchStatus
+    from conductor.llm.batching import BatchBoard, BatchView
+    from conductor.render.bench_progress import format_board
+
+    lines = ProgressLines("math500 · conductor", start=0.0)
+    p = progress(100, 0)
+    assert lines.update(p, 0.0) is not None
+    p.batches = BatchBoard(-1, 0, (), 100)
+    assert format_board(p.batches) == "no wave sent yet · 100 calls held for the next wave"
+    sent = BatchView("l1", "w0", 0, 60, None)
+    running = BatchView("l2", "w1", 0, 40, BatchStatus("running"))
+    p.batches = BatchBoard(0, 2, (sent, running), 0)
+    # No sample finished, yet a line: the batches moved (hours may pass before more).
+    line = lines.update(p, 3.0)
+    assert line is not None and "wave 0 · 2 batches in flight (1 running, 1 sent)" in line
+    assert lines.update(p, 9.0) is None  # nothing new
+    ended = BatchView("l2", "w1", 0, 40, BatchStatus("ended"))
+    p.batches = BatchBoard(0, 2, (ended,), 0, live=3)
+    line = lines.update(p, 4.0)
+    assert line is None  # within the two-second gap of the last line
+    line = lines.update(p, 5.5)
+    assert line is not None and "1 batch in flight (1 collecting) · 3 calls made live" in line

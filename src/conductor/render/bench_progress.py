@@ -30,13 +30,20 @@ from .format import format_usd
 __all__ = ["ProgressLines", "format_board", "format_duration"]
 
 
+_BOARD_WORDS = {"ended": "collecting", "expired": "collecting", "cancelled": "collecting"}
+
+
 def format_board(board: BatchBoard) -> str:
     """Where a run's batches stand: ``wave 2 · 3 batches in flight (2 running, 1
     validating) · 40 calls held · 2 live``, its parts only when they say something."""
     parts = ["no wave sent yet" if board.wave < 0 else f"wave {board.wave}"]
     flying = board.in_flight
     if flying:
-        states = Counter(v.status.state if v.status is not None else "sent" for v in flying)
+        # A batch that has ended is in flight until its answers are read and cached.
+        states = Counter(
+            "sent" if v.status is None else _BOARD_WORDS.get(v.status.state, v.status.state)
+            for v in flying
+        )
         detail = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
         parts.append(f"{plural(len(flying), 'batch', 'batches')} in flight ({detail})")
     if board.held:
