@@ -85,6 +85,13 @@ class OpenAIClient:
         self._accepted: frozenset[str] = OPENAI_KWARGS
         self._grammar = ServerGrammar(target, self.capabilities.grammar)
 
+    @property
+    def grammar(self) -> ServerGrammar:
+        """How this client sends a request's grammar to its server: the batch API
+        (:mod:`conductor.llm.batch_openai`) builds its lines with :meth:`build_kwargs`
+        and so settles the field with this first, as :meth:`send` does."""
+        return self._grammar
+
     def _sdk(self) -> Any:
         key = resolve_api_key(self.target, self.capabilities.key_envs)
         if self._client is None or key != self._key:

@@ -255,11 +255,16 @@ class BatchBase(ServerBase):
         label: str | None,
         api_key: str | None,
         extra: dict[str, Any] | None = None,
+        plan: BatchPlan | None = None,
     ) -> FakeBatch:
-        """A new batch of ``lines``, given the next plan, its id ``prefix`` + a number."""
+        """A new batch of ``lines``, its id ``prefix`` + a number, given the next plan
+        of the script, or ``plan`` (a batch the protocol refuses by itself, such as one
+        whose input fails validation, takes none of the test's plans)."""
         with self._lock:
-            plan = self._batch_plans[min(self._batch_plan_index, len(self._batch_plans) - 1)]
-            self._batch_plan_index += 1
+            if plan is None:
+                index = min(self._batch_plan_index, len(self._batch_plans) - 1)
+                plan = self._batch_plans[index]
+                self._batch_plan_index += 1
             batch = FakeBatch(
                 id=self._new_id(prefix),
                 protocol=protocol,

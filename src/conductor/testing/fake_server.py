@@ -9,7 +9,10 @@ at it unchanged:
 - Anthropic messages: ``POST /v1/messages`` (streaming included);
 - Gemini: ``POST /v1beta/models/{model}:generateContent`` (and ``:streamGenerateContent``,
   also under ``/v1/``);
-- each provider's batch API, the batches scripted with ``batch_script`` (``fake_batch``).
+- each provider's batch API, the batches scripted with ``batch_script`` (``fake_batch``):
+  OpenAI's Files and Batch APIs, ``POST /v1/files``, ``GET /v1/files/{id}`` (and
+  ``/content``, ``DELETE``), ``POST /v1/batches``, ``GET /v1/batches`` (and
+  ``/{id}``), ``POST /v1/batches/{id}/cancel`` (``fake_openai_batch``).
 
 What each model answers is scripted per model name with `FakeLLMServer.script`; every request
 is logged as a `FakeRequest` with its messages normalised to ``[{role, content}]``.
@@ -24,7 +27,8 @@ Example::
 
 The server is put together from parts: the scripting vocabulary (``fake_script``), each
 provider's wire format (``fake_wire``), the shared request path (``fake_base``) and one
-module of routes per protocol (``fake_openai``, ``fake_anthropic``, ``fake_gemini``).
+module of routes per protocol (``fake_openai``, ``fake_anthropic``, ``fake_gemini``) and one
+per batch API (``fake_openai_batch``) over their shared engine (``fake_batch``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from .fake_anthropic import AnthropicRoutes
 from .fake_batch import BatchBase, BatchCall, BatchLine, BatchPlan, FakeBatch
 from .fake_gemini import GeminiRoutes
 from .fake_openai import OpenAIRoutes
+from .fake_openai_batch import OpenAIBatchRoutes
 from .fake_script import (
     SHAPES,
     FakeRequest,
@@ -70,7 +75,7 @@ __all__ = [
 ]
 
 
-class FakeLLMServer(OpenAIRoutes, AnthropicRoutes, GeminiRoutes, BatchBase):
+class FakeLLMServer(OpenAIRoutes, AnthropicRoutes, GeminiRoutes, OpenAIBatchRoutes, BatchBase):
     """A fake OpenAI / Anthropic / Gemini server on 127.0.0.1, scripted per model name.
 
     Start it with `start()` or as a context manager. If `expected_api_key` is set, any request
