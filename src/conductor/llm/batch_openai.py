@@ -39,7 +39,7 @@ from .types import ModelRequest, RawCompletion
 if TYPE_CHECKING:
     from ..targets import Worker
 
-__all__ = ["ENDPOINT", "LABEL_KEY", "OPENAI_BATCH_LIMITS", "OpenAIBatchAPI"]
+__all__ = ["ENDPOINT", "LABEL_KEY", "OPENAI_BATCH_LIMITS", "OpenAIBatchAPI", "status_of"]
 
 T = TypeVar("T")
 
@@ -142,10 +142,14 @@ class OpenAIBatchAPI:
         self._envs = _key_envs(target)
         self._client: Any = None
         self._key: str | None = None
-        # The requests of the batches this object sent, by batch id and custom id: a
-        # line whose custom id is not among them is not ours, and a grammar's reply is
-        # checked as the live call's is.  (A batch found after a crash has none.)
-        self._sent: dict[str, dict[str, ModelRequest]] = {}
+        # The custom ids of the batches this object sent, by batch id: a result line
+        # whose custom id is not among them is not ours.  (A batch found after a crash
+        # has none here: its lines are taken as they come.)
+        self._sent: dict[str, frozenset[str]] = {}
+        # The requests whose reply a grammar must admit, by custom id, so that a batch
+        # reply is checked as the live call's is (only these are kept: a wave's prompts
+        # are large).
+        self._grammars: dict[str, ModelRequest] = {}
 
     def _sdk(self) -> Any:
         key = resolve_api_key(self.target, self._envs)
@@ -181,8 +185,9 @@ class OpenAIBatchAPI:
 
     # -- lines -----------------------------------------------------------------------------
 
-    def _line(self, entry: BatchEntry) -> bytes:
-        """``entry`` as one line of the input file (newline included)."""
+    def line(self, entry: BatchEntry) -> bytes:
+        """``entry`` as one line of the input file, newline included: the body the live
+        client would send for its request."""
         kwargs = self._builder.build_kwargs(entry.request)
         # A batch line is a body and nothing else: the HTTP headers a live call would
         # add (extra_headers) have no place in it, so they are left out.
@@ -203,7 +208,7 @@ class OpenAIBatchAPI:
         return text.encode("utf-8") + b"\n"
 
     def _size(self, entry: BatchEntry) -> int:
-        size = len(self._line(entry))
+        size = len(self.line(entry))
         if entry.request.grammar is not None and self._builder.grammar.applies:
             size += _GRAMMAR_SLACK
         return size
@@ -243,7 +248,7 @@ class OpenAIBatchAPI:
             # Which field carries a grammar is asked of the server once, before the
             # first line that needs it is built (as a live call asks before sending).
             await self._builder.grammar.resolve(entry.request, api_key=self._key)
-        data = b"".join(self._line(entry) for entry in entries)
+        data = b"".join(self.line(entry) for entry in entries)
         name = _UNSAFE_NAME.sub("_", label)[:100] + ".jsonl"
         uploaded = await self._call(
             client.files.create, file=(name, data, "application/jsonl"), purpose="batch"
@@ -263,7 +268,10 @@ class OpenAIBatchAPI:
                 await client.files.delete(uploaded.id)
             raise
         batch_id = str(batch.id)
-        self._sent[batch_id] = {entry.custom_id: entry.request for entry in entries}
+        self._sent[batch_id] = frozenset(entry.custom_id for entry in entries)
+        for entry in entries:
+            if entry.request.grammar is not None and self._builder.grammar.applies:
+                self._grammars[entry.custom_id] = entry.request
         return batch_id
 
     async def _batch(self, batch_id: str) -> dict[str, Any]:
@@ -292,9 +300,7 @@ class OpenAIBatchAPI:
                     out[outcome.custom_id] = outcome
         return list(out.values())
 
-    async def _outcome(
-        self, raw: bytes, ours: Mapping[str, ModelRequest] | None
-    ) -> LineOutcome | None:
+    async def _outcome(self, raw: bytes, ours: frozenset[str] | None) -> LineOutcome | None:
         """One result line's outcome; ``None`` for a line never run or unreadable."""
         try:
             item = json.loads(raw)
@@ -312,7 +318,7 @@ class OpenAIBatchAPI:
             body = response.get("body")
             if 200 <= status < 300:
                 try:
-                    completion = await self._completion(body, ours.get(custom_id) if ours else None)
+                    completion = await self._completion(body, self._grammars.get(custom_id))
                 except ModelCallError as exc:
                     return LineOutcome(custom_id, error=exc)
                 return LineOutcome(custom_id, completion=completion)
@@ -343,8 +349,8 @@ class OpenAIBatchAPI:
         return raw
 
     async def find(self, label: str) -> str | None:
-        """The newest batch whose metadata carries ``label`` (among the newest
-        ``_FIND_PAGES * _PAGE_SIZE``), or ``None``."""
+        """The newest batch whose metadata carries ``label`` (among the newest thousand
+        batches of the key), or ``None``."""
         client = self._sdk()
         page = await self._call(client.batches.list, limit=_PAGE_SIZE)
         for _ in range(_FIND_PAGES):

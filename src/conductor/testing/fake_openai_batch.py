@@ -118,8 +118,8 @@ class StoredFile:
 
 
 def _refusal(status: int, message: str, *, code: str | None = None) -> web.Response:
-    """An OpenAI error body of ``status`` whose code the request's fault decides (the
-    shared vocabulary names a 404 a missing model; here it is a missing object)."""
+    """An OpenAI error body refusing a Files or Batch API request (the shared
+    vocabulary calls every 404 a missing model; here it is a missing file or batch)."""
     etype = "server_error" if status >= 500 else "invalid_request_error"
     body = {"error": {"message": message, "type": etype, "param": None, "code": code}}
     return web.json_response(body, status=status)
@@ -276,10 +276,9 @@ class OpenAIBatchRoutes(BatchBase):
         return self._batch_intake(request, "openai", operation, batch_id)
 
     async def _openai_upload(self, request: web.Request) -> web.Response:
-        api_key, refused = self._intake(request, "upload")
+        _, refused = self._intake(request, "upload")
         if refused is not None:
             return refused
-        del api_key
         if not request.content_type.startswith("multipart/"):
             return _refusal(400, "The request must be multipart/form-data.")
         fields: dict[str, str] = {}
