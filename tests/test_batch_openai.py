@@ -7,8 +7,10 @@ their status is read (``BatchPlan`` says how), so each test decides when one end
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,9 +31,12 @@ from conductor.llm.batch_openai import (
     status_of,
 )
 from conductor.llm.batchapi import BatchAPI, BatchEntry, BatchLimits, LineOutcome
+from conductor.llm.batching import BatchPoll, SampleTicket, WaveBatcher
+from conductor.llm.cache import ResponseCache, cache_key
 from conductor.llm.factory import batch_api
 from conductor.llm.openai_client import OpenAIClient
 from conductor.llm.types import ModelRequest, ToolSpec
+from conductor.runs.batches import BatchJournal
 from conductor.targets import Worker
 from conductor.testing import BatchPlan, FakeLLMServer, Fault, Reply
 from conductor.testing.fake_openai_batch import LABEL_KEY as FAKE_LABEL_KEY
@@ -622,13 +627,13 @@ async def test_a_wrong_key_fails_for_good_and_is_never_shown(
     wrong = "sk-wrong-secret-9876543210fedcba"
     monkeypatch.setenv(KEY_ENV, wrong)
     api = OpenAIBatchAPI(worker(server))
-    with pytest.raises(AuthenticationError) as info:
+    with pytest.raises(AuthenticationError) as submitting:
         await api.submit(entries("a"), label="k")
-    with pytest.raises(AuthenticationError):
+    with pytest.raises(AuthenticationError) as polling:
         await api.status("batch_x")
-    for err in (info.value,):
+    for err in (submitting.value, polling.value):
         assert wrong not in str(err) and wrong not in err.provider_message
-        assert err.status == 401
+        assert err.status == 401 and not err.retryable
     await api.aclose()
 
 
@@ -748,3 +753,37 @@ def test_the_class_is_a_batch_api() -> None:
     api = OpenAIBatchAPI(Worker(id="w", model="gpt-x", client="openai"))
     assert isinstance(api, BatchAPI)
     assert isinstance(api.limits, BatchLimits)
+
+
+async def test_the_wave_batcher_runs_its_waves_through_the_openai_batch_api(
+    server: FakeLLMServer, tmp_path: Path
+) -> None:
+    # The batcher makes the worker's API itself (the factory's), as a bench does: the
+    # first batch expires with one line answered, and the next wave sends the others.
+    server.batch_script([BatchPlan(outcome="expired", answered=1), BatchPlan()])
+    w = worker(server, model="openai/gpt-x", client="litellm")
+    cache = ResponseCache(tmp_path / "cache")
+    poll = BatchPoll(first_s=0.001, growth=1.0, max_s=0.001)
+    batcher = WaveBatcher([w], BatchJournal(tmp_path), cache, poll=poll)
+
+    async def sample(ticket: SampleTicket, req: ModelRequest) -> str:
+        ticket.enter()
+        try:
+            answer = await batcher.call(w, req, cache_key(w, req))
+        finally:
+            ticket.release()
+        assert answer.raw.batch
+        return answer.raw.text
+
+    reqs = [request(f"q{k}") for k in range(3)]
+    try:
+        # Every ticket is taken before any sample starts, as the runner's dispatcher does.
+        tickets = [batcher.admit() for _ in reqs]
+        texts = await asyncio.gather(*(sample(t, r) for t, r in zip(tickets, reqs, strict=True)))
+    finally:
+        await batcher.aclose()
+        cache.close()
+    assert texts == ["Echo: q0", "Echo: q1", "Echo: q2"]
+    assert [len(b.lines) for b in server.batches] == [3, 2]
+    # Each call was paid for once.
+    assert sorted(r.last_user_message for r in server.requests) == ["q0", "q1", "q2"]
