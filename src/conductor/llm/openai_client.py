@@ -85,6 +85,13 @@ class OpenAIClient:
         self._accepted: frozenset[str] = OPENAI_KWARGS
         self._grammar = ServerGrammar(target, self.capabilities.grammar)
 
+    @property
+    def grammar(self) -> ServerGrammar:
+        """How this client sends a request's grammar to its server: the batch API
+        (:mod:`conductor.llm.batch_openai`) builds its lines with :meth:`build_kwargs`
+        and so settles the field with this first, as :meth:`send` does."""
+        return self._grammar
+
     def _sdk(self) -> Any:
         key = resolve_api_key(self.target, self.capabilities.key_envs)
         if self._client is None or key != self._key:
@@ -131,18 +138,6 @@ class OpenAIClient:
         if extra:
             kwargs["extra_body"] = extra
         return kwargs
-
-    async def line_body(self, request: ModelRequest) -> dict[str, Any]:
-        """The JSON body a chat completion of ``request`` sends, whole: what a batch
-        line carries (:mod:`conductor.llm.batch_openai`).  ``extra_body`` is merged in
-        (the server reads the body, not our keyword arguments); ``extra_headers`` are
-        left out, since a batch line has no headers of its own."""
-        self._sdk()
-        await self._grammar.resolve(request, api_key=self._key)
-        kwargs = self.build_kwargs(request)
-        kwargs.pop("extra_headers", None)
-        extra = kwargs.pop("extra_body", None) or {}
-        return {**kwargs, **extra}
 
     async def prepare(self) -> None:
         """Import the SDK off the event loop (seconds on a busy machine)."""

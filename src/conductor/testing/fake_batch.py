@@ -41,7 +41,6 @@ __all__ = [
     "BatchOperation",
     "BatchPlan",
     "FakeBatch",
-    "FakeFile",
     "FakeBatchState",
 ]
 
@@ -150,17 +149,6 @@ class FakeBatch:
 
 
 @dataclass(frozen=True)
-class FakeFile:
-    """A file a client uploaded, or a batch's results the server wrote."""
-
-    id: str
-    filename: str
-    purpose: str
-    data: bytes
-    created_at: int
-
-
-@dataclass(frozen=True)
 class BatchCall:
     """One request of the batch API itself: its operation, protocol and path, and the
     batch it was about (``None`` for uploads, creations refused and lists)."""
@@ -182,7 +170,6 @@ class BatchBase(ServerBase):
         self._batch_plan_index = 0
         self._batch_faults: dict[BatchOperation, list[Fault]] = {}
         self._batch_log: list[BatchCall] = []
-        self._files: dict[str, FakeFile] = {}
 
     # -- scripting and log (the test's side) ---------------------------------------------
 
@@ -268,11 +255,16 @@ class BatchBase(ServerBase):
         label: str | None,
         api_key: str | None,
         extra: dict[str, Any] | None = None,
+        plan: BatchPlan | None = None,
     ) -> FakeBatch:
-        """A new batch of ``lines``, given the next plan, its id ``prefix`` + a number."""
+        """A new batch of ``lines``, its id ``prefix`` + a number, given the next plan
+        of the script, or ``plan`` (a batch the protocol refuses by itself, such as one
+        whose input fails validation, takes none of the test's plans)."""
         with self._lock:
-            plan = self._batch_plans[min(self._batch_plan_index, len(self._batch_plans) - 1)]
-            self._batch_plan_index += 1
+            if plan is None:
+                index = min(self._batch_plan_index, len(self._batch_plans) - 1)
+                plan = self._batch_plans[index]
+                self._batch_plan_index += 1
             batch = FakeBatch(
                 id=self._new_id(prefix),
                 protocol=protocol,
@@ -284,17 +276,6 @@ class BatchBase(ServerBase):
             )
             self._batches[batch.id] = batch
         return batch
-
-    def _file_put(self, prefix: str, filename: str, purpose: str, data: bytes) -> FakeFile:
-        """Keep ``data`` as a new file, its id ``prefix`` + a number."""
-        with self._lock:
-            kept = FakeFile(self._new_id(prefix), filename, purpose, data, int(time.time()))
-            self._files[kept.id] = kept
-        return kept
-
-    def _file_get(self, file_id: str) -> FakeFile | None:
-        with self._lock:
-            return self._files.get(file_id)
 
     def _batch_find(self, batch_id: str) -> FakeBatch | None:
         with self._lock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -12,7 +13,63 @@ from .fake_base import ServerBase
 from .fake_script import FakeRequest, Fault, Reply
 from .fake_wire import finish_word, stream_pieces
 
-__all__ = ["OpenAIRoutes"]
+__all__ = ["ChatAnswer", "OpenAIRoutes"]
+
+
+@dataclass(frozen=True)
+class ChatAnswer:
+    """A scripted :class:`Reply` in Chat Completions' words: what a live reply, its
+    stream and a batch's result line (``fake_openai_batch``) are all built from, so
+    that the three say the same thing."""
+
+    text: str
+    usage: dict[str, Any]
+    calls: list[dict[str, Any]]
+    finish: str
+
+    @classmethod
+    def of(cls, reply: Reply, prompt_tokens: int, completion_tokens: int) -> ChatAnswer:
+        """``reply`` with its token counts (what the server counted for the request)."""
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        if reply.cost_usd is not None:
+            usage["cost"] = reply.cost_usd
+        calls = [
+            {
+                "id": c.id or f"call_{k}",
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments_text},
+            }
+            for k, c in enumerate(reply.tool_calls)
+        ]
+        finish = "tool_calls" if calls else finish_word("openai", reply.finish_reason)
+        return cls(reply.text, usage, calls, finish)
+
+    def body(self, *, ident: str, created: int, model: str) -> dict[str, Any]:
+        """The ``chat.completion`` object of a reply that is not streamed."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.text, "refusal": None}
+        if self.calls:
+            message["content"] = self.text or None
+            message["tool_calls"] = self.calls
+        return {
+            "id": ident,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": self.finish,
+                }
+            ],
+            "usage": self.usage,
+            "system_fingerprint": "fp_fake",
+        }
 
 
 class OpenAIRoutes(ServerBase):
@@ -26,64 +83,21 @@ class OpenAIRoutes(ServerBase):
         result = await self._respond(fake)
         if isinstance(result, Fault):
             return await self._fault(request, "openai", result, fake)
+        answer = ChatAnswer.of(result, *self._usage(fake, result))
+        ident, created = self._new_id("chatcmpl-"), int(time.time())
         if fake.body.get("stream"):
-            usage = self._openai_usage(fake, result)
-            calls = _openai_calls(result)
-            finish = "tool_calls" if calls else finish_word("openai", result.finish_reason)
-            ident, created = self._new_id("chatcmpl-"), int(time.time())
-            return await self._openai_stream(
-                request, fake, result.text, usage, ident, created, finish, calls
-            )
-        return web.json_response(self._chat_completion(fake, result))
-
-    def _openai_usage(self, fake: FakeRequest, result: Reply) -> dict[str, Any]:
-        prompt, completion = self._usage(fake, result)
-        usage: dict[str, Any] = {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        }
-        if result.cost_usd is not None:
-            usage["cost"] = result.cost_usd
-        return usage
-
-    def _chat_completion(self, fake: FakeRequest, result: Reply) -> dict[str, Any]:
-        """The ``chat.completion`` body answering ``fake`` with ``result`` (a live reply,
-        or a batch's result line)."""
-        calls = _openai_calls(result)
-        finish = "tool_calls" if calls else finish_word("openai", result.finish_reason)
-        message: dict[str, Any] = {"role": "assistant", "content": result.text, "refusal": None}
-        if calls:
-            message["content"] = result.text or None
-            message["tool_calls"] = calls
-        return {
-            "id": self._new_id("chatcmpl-"),
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": fake.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "logprobs": None,
-                    "finish_reason": finish,
-                }
-            ],
-            "usage": self._openai_usage(fake, result),
-            "system_fingerprint": "fp_fake",
-        }
+            return await self._openai_stream(request, fake, answer, ident, created)
+        return web.json_response(answer.body(ident=ident, created=created, model=fake.model))
 
     async def _openai_stream(
         self,
         request: web.Request,
         fake: FakeRequest,
-        text: str,
-        usage: dict[str, Any],
+        answer: ChatAnswer,
         ident: str,
         created: int,
-        finish: str,
-        calls: list[dict[str, Any]],
     ) -> web.StreamResponse:
+        text, usage, finish, calls = answer.text, answer.usage, answer.finish, answer.calls
         options = fake.body.get("stream_options") or {}
         include_usage = bool(options.get("include_usage"))
         base = {
@@ -143,14 +157,3 @@ class OpenAIRoutes(ServerBase):
             )
         data = [{"id": n, "object": "model", "created": created, "owned_by": "fake"} for n in names]
         return web.json_response({"object": "list", "data": data})
-
-
-def _openai_calls(result: Reply) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": c.id or f"call_{k}",
-            "type": "function",
-            "function": {"name": c.name, "arguments": c.arguments_text},
-        }
-        for k, c in enumerate(result.tool_calls)
-    ]

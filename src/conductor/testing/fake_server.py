@@ -10,7 +10,9 @@ at it unchanged:
 - Gemini: ``POST /v1beta/models/{model}:generateContent`` (and ``:streamGenerateContent``,
   also under ``/v1/``);
 - each provider's batch API, the batches scripted with ``batch_script`` (``fake_batch``):
-  OpenAI's Files and Batch APIs (``/v1/files``, ``/v1/batches``: ``fake_openai_batch``);
+  OpenAI's Files and Batch APIs, ``POST /v1/files``, ``GET /v1/files/{id}`` (and
+  ``/content``, ``DELETE``), ``POST /v1/batches``, ``GET /v1/batches`` (and
+  ``/{id}``), ``POST /v1/batches/{id}/cancel`` (``fake_openai_batch``).
   Anthropic's Message Batches at ``POST``/``GET /v1/messages/batches``,
   ``GET /v1/messages/batches/{id}`` (and ``/results``), ``POST .../{id}/cancel``
   (``fake_anthropic_batch``).
@@ -28,7 +30,8 @@ Example::
 
 The server is put together from parts: the scripting vocabulary (``fake_script``), each
 provider's wire format (``fake_wire``), the shared request path (``fake_base``) and one
-module of routes per protocol (``fake_openai``, ``fake_anthropic``, ``fake_gemini``).
+module of routes per protocol (``fake_openai``, ``fake_anthropic``, ``fake_gemini``) and one
+per batch API (``fake_openai_batch``) over their shared engine (``fake_batch``).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from .fake_anthropic import AnthropicRoutes
 from .fake_anthropic_batch import AnthropicBatchRoutes
 from .fake_batch import BatchBase, BatchCall, BatchLine, BatchPlan, FakeBatch
 from .fake_gemini import GeminiRoutes
+from .fake_openai import OpenAIRoutes
 from .fake_openai_batch import OpenAIBatchRoutes
 from .fake_script import (
     SHAPES,
@@ -76,7 +80,7 @@ __all__ = [
 
 
 class FakeLLMServer(
-    OpenAIBatchRoutes, AnthropicRoutes, GeminiRoutes, AnthropicBatchRoutes, BatchBase
+    OpenAIRoutes, AnthropicRoutes, GeminiRoutes, OpenAIBatchRoutes, AnthropicBatchRoutes, BatchBase
 ):
     """A fake OpenAI / Anthropic / Gemini server on 127.0.0.1, scripted per model name.
 
