@@ -570,3 +570,37 @@ def test_reset_and_hang(fake_server: FakeLLMServer) -> None:
     status, _ctype, body = _raw_post(fake_server, "openai")
     assert status == 200 and json.loads(body)["choices"][0]["message"]["content"] == "fine"
     assert len(fake_server.requests) == 3  # a reset or hung request is still logged
+
+
+def test_reads_of_a_batch_at_once_answer_its_lines_once() -> None:
+    import asyncio
+    import json
+
+    import openai
+
+    from conductor.testing import BatchPlan
+
+    def line(i: int) -> bytes:
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        entry = {"custom_id": f"c{i}", "method": "POST", "url": "/v1/chat/completions"}
+        return (json.dumps({**entry, "body": body}) + "\n").encode()
+
+    async def slow(_request: FakeRequest) -> str:
+        await asyncio.sleep(0.01)  # the batch's answering spans many reads
+        return "ok"
+
+    async def go(server: FakeLLMServer) -> None:
+        client = openai.AsyncOpenAI(api_key="k", base_url=server.openai_base, max_retries=0)
+        data = b"".join(line(i) for i in range(50))
+        uploaded = await client.files.create(file=("in.jsonl", data), purpose="batch")
+        batch = await client.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        await asyncio.gather(*(client.batches.retrieve(batch.id) for _ in range(20)))
+        await client.close()
+
+    with FakeLLMServer() as server:
+        server.script("m", slow)
+        server.batch_script(BatchPlan(running_polls=0))
+        asyncio.run(go(server))
+        assert len(server.requests) == 50  # every line answered once

@@ -119,6 +119,8 @@ class FakeBatch:
     created_at: float = field(default_factory=time.time)
     ended_at: float | None = None
     cancel_asked: bool = False
+    #: Its lines are being answered (a read meanwhile finds it still in progress).
+    answering: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -290,7 +292,7 @@ class BatchBase(ServerBase):
         """One read of ``batch``'s status: move it on as its plan says, answering its
         lines when it ends."""
         with self._lock:
-            if batch.terminal:
+            if batch.terminal or batch.answering:
                 return
             batch.polls += 1
             plan = batch.plan
@@ -309,9 +311,10 @@ class BatchBase(ServerBase):
                 batch.state = "in_progress"
                 return
             outcome = plan.outcome
-            # Answered before it is marked ended: a concurrent read never finds an
-            # ended batch without its answers.
+            # Answered before it is marked ended, once: a concurrent read finds it in
+            # progress, never ended without its answers nor answered twice.
             batch.state = "in_progress"
+            batch.answering = True
         if outcome == "failed":
             end_state: FakeBatchState = "failed"
         else:
@@ -323,11 +326,12 @@ class BatchBase(ServerBase):
         with self._lock:
             batch.state = end_state
             batch.ended_at = time.time()
+            batch.answering = False
 
     def _batch_cancel(self, batch: FakeBatch) -> None:
         """The client asks to cancel ``batch``: ``cancelling`` until its status is read."""
         with self._lock:
-            if batch.terminal:
+            if batch.terminal or batch.answering:
                 return
             batch.cancel_asked = True
             batch.state = "cancelling"
