@@ -9,7 +9,10 @@ at it unchanged:
 - Anthropic messages: ``POST /v1/messages`` (streaming included);
 - Gemini: ``POST /v1beta/models/{model}:generateContent`` (and ``:streamGenerateContent``,
   also under ``/v1/``);
-- each provider's batch API, the batches scripted with ``batch_script`` (``fake_batch``).
+- each provider's batch API, the batches scripted with ``batch_script`` (``fake_batch``):
+  Gemini's batch mode is ``POST /v1/models/{model}:batchGenerateContent`` (inline
+  requests) and ``GET /v1/batches[/{id}]``, ``POST /v1/batches/{id}:cancel``,
+  ``DELETE /v1/batches/{id}`` (also under ``/v1beta/``; ``fake_gemini_batch``).
 
 What each model answers is scripted per model name with `FakeLLMServer.script`; every request
 is logged as a `FakeRequest` with its messages normalised to ``[{role, content}]``.
@@ -24,7 +27,9 @@ Example::
 
 The server is put together from parts: the scripting vocabulary (``fake_script``), each
 provider's wire format (``fake_wire``), the shared request path (``fake_base``) and one
-module of routes per protocol (``fake_openai``, ``fake_anthropic``, ``fake_gemini``).
+module of routes per protocol (``fake_openai``, ``fake_anthropic``, ``fake_gemini``), and
+the batch engine (``fake_batch``) under each protocol's batch routes
+(``fake_gemini_batch``).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from aiohttp import web
 from .fake_anthropic import AnthropicRoutes
 from .fake_batch import BatchBase, BatchCall, BatchLine, BatchPlan, FakeBatch
 from .fake_gemini import GeminiRoutes
+from .fake_gemini_batch import GeminiBatchRoutes
 from .fake_openai import OpenAIRoutes
 from .fake_script import (
     SHAPES,
@@ -70,7 +76,7 @@ __all__ = [
 ]
 
 
-class FakeLLMServer(OpenAIRoutes, AnthropicRoutes, GeminiRoutes, BatchBase):
+class FakeLLMServer(OpenAIRoutes, AnthropicRoutes, GeminiRoutes, GeminiBatchRoutes, BatchBase):
     """A fake OpenAI / Anthropic / Gemini server on 127.0.0.1, scripted per model name.
 
     Start it with `start()` or as a context manager. If `expected_api_key` is set, any request
@@ -107,6 +113,9 @@ class FakeLLMServer(OpenAIRoutes, AnthropicRoutes, GeminiRoutes, BatchBase):
 
     async def _astart(self) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
+        # Each protocol's batch API (files, batches, their results), first: the live
+        # Gemini route below would take ``models/{model}:batchGenerateContent`` too.
+        self._batch_routes(app)
         app.router.add_post("/v1/chat/completions", self._handle_openai)
         app.router.add_post("/chat/completions", self._handle_openai)
         app.router.add_get("/v1/models", self._handle_models)
@@ -115,8 +124,6 @@ class FakeLLMServer(OpenAIRoutes, AnthropicRoutes, GeminiRoutes, BatchBase):
         app.router.add_post("/{version:v1beta|v1alpha|v1}/models/{name}", self._handle_gemini)
         # litellm's gemini provider posts to {api_base}/models/..., with no version segment.
         app.router.add_post("/models/{name}", self._handle_gemini)
-        # Each protocol's batch API (files, batches, their results).
-        self._batch_routes(app)
         # No access log: the server is used in speed benchmarks; a short shutdown grace so
         # that stop() does not wait on requests still sleeping out their latency.
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
