@@ -275,14 +275,15 @@ class GoogleBatchAPI:
 
         config = types.ListBatchJobsConfig(page_size=_FIND_PAGE_SIZE)
         pager = await self._call(lambda client: client.aio.batches.list(config=config))
-        for _ in range(_FIND_PAGES):
+        for number in range(_FIND_PAGES):
+            if number:
+                if not pager.config.get("page_token"):
+                    return None
+                await self._call(lambda _client: pager.next_page())
             for job in pager.page:
                 name = getattr(job, "name", None)
                 if getattr(job, "display_name", None) == label and isinstance(name, str):
                     return name
-            if not pager.config.get("page_token"):
-                return None
-            await self._call(lambda _client: pager.next_page())
         return None
 
     async def cancel(self, batch_id: str) -> None:

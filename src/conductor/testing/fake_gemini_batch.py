@@ -81,6 +81,9 @@ class GeminiBatchRoutes(BatchBase):
     #: says it does; ``False`` plays a backend seen not to (python-genai issue #2008),
     #: for a client that must then match answers to requests by their order.
     gemini_echo_metadata: bool = True
+    #: The most batches one page of ``batches.list`` holds, whatever is asked for
+    #: (settable, so that a test of paging need not make a thousand batches).
+    gemini_list_page_max: int = GEMINI_LIST_PAGE_MAX
 
     def _batch_routes(self, app: web.Application) -> None:
         super()._batch_routes(app)
@@ -153,7 +156,7 @@ class GeminiBatchRoutes(BatchBase):
             size = -1
         if size < 0:
             return self._error("gemini", 400, f"Invalid page size: {size_text!r}.", {})
-        size = min(size or GEMINI_LIST_PAGE, GEMINI_LIST_PAGE_MAX)
+        size = min(size or GEMINI_LIST_PAGE, self.gemini_list_page_max)
         # A page token is the id of the first batch of the next page: batches made
         # meanwhile (listed first) do not shift the pages still to come.
         token = request.query.get("pageToken", "")
@@ -227,6 +230,8 @@ class GeminiBatchRoutes(BatchBase):
         if batch.state == "failed":
             operation["error"] = gemini_status(400, batch.plan.message)
             return operation
+        if not answers:
+            return operation  # cancelled, or expired before any line ran: no output
         output: dict[str, Any] = {"inlinedResponses": {"inlinedResponses": answers}}
         resource["output"] = output
         operation["response"] = {"@type": _TYPES + "GenerateContentBatchOutput", **output}
