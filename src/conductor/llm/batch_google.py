@@ -16,11 +16,13 @@ SDK renames them) and, once it is done, ``dest.inlined_responses``: each a
 ``GenerateContentResponse``, read as a live reply is (its JSON dump through
 :func:`~conductor.llm.replies.gemini_reply`), or an ``error`` (a ``google.rpc.Status``:
 its gRPC code stands for an HTTP status, and becomes our error as a live call's status
-does).  An answer is matched to its request by the ``metadata`` it carries back.  Where
-the API echoes none (python-genai issues #1886 and #2008 report backends that did not),
-the API reference's word that answers come in the order of their requests is taken, but
-only for a batch this object sent (the custom ids are known in order) and only when
-every request has an answer: anything less certain is left out, and sent again.
+does).  An answer is matched to its request by the ``metadata`` it carries back
+(google-genai reads it as ``InlinedResponse.metadata``), not by its place: python-genai
+issue #1909 reports large batches answered out of order.  Where the API echoes no
+metadata at all (issues #1886 and #2008 report backends that did not), the API
+reference's word that answers come in the order of their requests is taken, but only
+for a batch this object sent (the custom ids are known in order) and only when every
+request has an answer: anything less certain is left out, and sent again.
 """
 
 from __future__ import annotations
