@@ -31,7 +31,7 @@ from .types import ModelRequest, RawCompletion
 if TYPE_CHECKING:
     from ..targets import Worker
 
-__all__ = ["GEMINI_CONFIG_FIELDS", "GoogleClient"]
+__all__ = ["GEMINI_CONFIG_FIELDS", "GoogleClient", "classify_google_error"]
 
 #: Request parameter -> ``GenerateContentConfig`` field.
 GEMINI_CONFIG_FIELDS: dict[str, str] = {
@@ -66,23 +66,32 @@ class GoogleClient:
         batch="google",
     )
 
-    def __init__(self, target: Worker) -> None:
+    def __init__(self, target: Worker, *, api_version: str | None = None) -> None:
         self.target = target
         self._model = strip_prefix(target.model, _PREFIXES)
+        # The API version the SDK client asks for (None: the SDK's default).
+        self._api_version = api_version
         self._client: Any = None
         self._key: str | None = None
-        self._types: Any = None
         self._client_timeout_ms = max(1, int(target.timeout_s * 1000))
 
-    def _sdk(self) -> Any:
+    @property
+    def model(self) -> str:
+        """The model's name as the Gemini API knows it (no litellm prefix)."""
+        return self._model
+
+    def sdk_client(self) -> Any:
+        """The ``google.genai.Client`` for the worker's key as it is now (made again
+        when the key changes); the batch API (:mod:`conductor.llm.batch_google`) sends
+        through the same one."""
         key = resolve_api_key(self.target, self.capabilities.key_envs)
         if self._client is None or key != self._key:
             from google import genai
             from google.genai import types
 
-            self._types = types
             http_options = types.HttpOptions(
                 base_url=self.target.api_base or None,
+                api_version=self._api_version,
                 timeout=self._client_timeout_ms,
                 # One attempt: retries belong to ModelCaller.
                 retry_options=types.HttpRetryOptions(attempts=1),
@@ -92,8 +101,10 @@ class GoogleClient:
         return self._client
 
     def build_request(self, request: ModelRequest, timeout_s: float) -> dict[str, Any]:
-        """The keyword arguments of ``models.generate_content`` for ``request``."""
-        types = self._types
+        """The keyword arguments of ``models.generate_content`` for ``request`` (the
+        batch API builds its lines with it too, with no SDK client made)."""
+        from google.genai import types
+
         system: list[str] = [self.target.system_prompt] if self.target.system_prompt else []
         contents: list[dict[str, Any]] = []
         for m in request.messages:
@@ -143,7 +154,7 @@ class GoogleClient:
 
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
         """Send ``request`` once; raise a ``ModelCallError`` subclass on failure."""
-        client = self._sdk()
+        client = self.sdk_client()
         kwargs = self.build_request(request, timeout_s)
         try:
             resp = await with_backstop(client.aio.models.generate_content(**kwargs), timeout_s)
@@ -156,51 +167,56 @@ class GoogleClient:
         return gemini_reply(body, target, self._model)
 
     def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
-        from google.genai import errors as gerrors
-
-        target = self.target.id
-        failed = network_error(
-            exc,
-            target=target,
-            timeout_s=timeout_s,
-            url=self.target.api_base or _DEFAULT_BASE,
-            key=self._key,
+        return classify_google_error(
+            exc, target=self.target.id, timeout_s=timeout_s, url=self.target.api_base, key=self._key
         )
-        if failed is not None:
-            return failed
-        if isinstance(exc, asyncio.TimeoutError) or type(exc).__name__ in (
-            "ReadTimeout",
-            "WriteTimeout",
-            "ConnectTimeout",
-            "PoolTimeout",
-            "TimeoutException",
-            "ServerTimeoutError",
-        ):
-            return timeout_error(target, timeout_s)
-        if isinstance(exc, gerrors.APIError):
-            msg = exc.message or message_from_body(exc.details) or str(exc)
-            response = exc.response
-            headers = getattr(response, "headers", None)
-            if headers is None:
-                headers = getattr(getattr(response, "_response", None), "headers", None)
-            return error_for_status(
-                exc.code, scrub(str(msg), self._key), target=target, headers=headers
-            )
-        if isinstance(exc, OSError) or type(exc).__name__ in (
-            "ConnectError",
-            "ClientConnectionError",
-            "ClientConnectorError",
-            "ServerDisconnectedError",
-            "ClientOSError",
-            "RemoteProtocolError",
-        ):
-            return connection_error(
-                target, scrub(str(exc), self._key), self.target.api_base or _DEFAULT_BASE
-            )
-        return unreadable_body_error(exc, target=target, key=self._key)
 
     async def aclose(self) -> None:
         """Close the SDK client's connections."""
         if self._client is not None:
             client, self._client = self._client, None
             await client.aio.aclose()
+
+
+def classify_google_error(
+    exc: Exception, *, target: str, timeout_s: float, url: str | None, key: str | None
+) -> BaseException:
+    """Our error for an exception of a google-genai call (a live call's, or a batch
+    API request's): a connection that could not be made, a time-out, an HTTP error
+    (``APIError``, its status and message), a connection lost, or a body the SDK could
+    not read; anything else is returned unchanged, to be re-raised as the bug it is.
+    ``url`` is the worker's ``api_base`` (``None``: Google's own), ``key`` is masked
+    in every message."""
+    from google.genai import errors as gerrors
+
+    url = url or _DEFAULT_BASE
+
+    failed = network_error(exc, target=target, timeout_s=timeout_s, url=url, key=key)
+    if failed is not None:
+        return failed
+    if isinstance(exc, asyncio.TimeoutError) or type(exc).__name__ in (
+        "ReadTimeout",
+        "WriteTimeout",
+        "ConnectTimeout",
+        "PoolTimeout",
+        "TimeoutException",
+        "ServerTimeoutError",
+    ):
+        return timeout_error(target, timeout_s)
+    if isinstance(exc, gerrors.APIError):
+        msg = exc.message or message_from_body(exc.details) or str(exc)
+        response = exc.response
+        headers = getattr(response, "headers", None)
+        if headers is None:
+            headers = getattr(getattr(response, "_response", None), "headers", None)
+        return error_for_status(exc.code, scrub(str(msg), key), target=target, headers=headers)
+    if isinstance(exc, OSError) or type(exc).__name__ in (
+        "ConnectError",
+        "ClientConnectionError",
+        "ClientConnectorError",
+        "ServerDisconnectedError",
+        "ClientOSError",
+        "RemoteProtocolError",
+    ):
+        return connection_error(target, scrub(str(exc), key), url)
+    return unreadable_body_error(exc, target=target, key=key)

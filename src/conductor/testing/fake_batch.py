@@ -16,7 +16,7 @@ result line, a :class:`Fault` an error line in the protocol's words.  Every answ
 line is logged among :attr:`~conductor.testing.FakeLLMServer.requests` with its
 ``batch_id`` and ``custom_id`` set, so a test counts exactly which calls were paid for;
 the batch API's own requests (uploads, creations, status reads, result reads, lists,
-cancellations) are logged in :attr:`BatchBase.batch_calls`.  The next requests of one
+cancellations, deletions) are logged in :attr:`BatchBase.batch_calls`.  The next requests of one
 operation can be made to fail with :meth:`BatchBase.batch_fault`.
 """
 
@@ -52,7 +52,9 @@ _TERMINAL: frozenset[str] = frozenset({"ended", "expired", "failed", "cancelled"
 
 #: The batch API's operations, as :meth:`BatchBase.batch_fault` and
 #: :attr:`BatchBase.batch_calls` name them.
-BatchOperation = Literal["upload", "create", "status", "results", "list", "cancel", "file"]
+BatchOperation = Literal[
+    "upload", "create", "status", "results", "list", "cancel", "delete", "file"
+]
 BATCH_OPERATIONS: tuple[BatchOperation, ...] = (
     "upload",
     "create",
@@ -60,6 +62,7 @@ BATCH_OPERATIONS: tuple[BatchOperation, ...] = (
     "results",
     "list",
     "cancel",
+    "delete",
     "file",
 )
 
@@ -106,7 +109,8 @@ class BatchLine:
 class FakeBatch:
     """A batch as the fake server holds it.  ``label`` is the name the client gave it
     (OpenAI's metadata, Gemini's display name; ``None`` for Anthropic's, which keep
-    none); ``extra`` holds what one protocol keeps of its own (file ids, metadata)."""
+    none); ``deleted``: the client deleted it (it is no longer found or listed);
+    ``extra`` holds what one protocol keeps of its own (file ids, metadata)."""
 
     id: str
     protocol: Protocol
@@ -121,6 +125,7 @@ class FakeBatch:
     cancel_asked: bool = False
     #: Its lines are being answered (a read meanwhile finds it still in progress).
     answering: bool = False
+    deleted: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -281,12 +286,17 @@ class BatchBase(ServerBase):
 
     def _batch_find(self, batch_id: str) -> FakeBatch | None:
         with self._lock:
-            return self._batches.get(batch_id)
+            batch = self._batches.get(batch_id)
+            return None if batch is None or batch.deleted else batch
 
     def _batch_list(self, protocol: Protocol) -> list[FakeBatch]:
         """The batches of ``protocol``, newest first (as the providers list them)."""
         with self._lock:
-            return [b for b in reversed(self._batches.values()) if b.protocol == protocol]
+            return [
+                b
+                for b in reversed(self._batches.values())
+                if b.protocol == protocol and not b.deleted
+            ]
 
     async def _batch_poll(self, batch: FakeBatch) -> None:
         """One read of ``batch``'s status: move it on as its plan says, answering its
@@ -327,6 +337,12 @@ class BatchBase(ServerBase):
             batch.state = end_state
             batch.ended_at = time.time()
             batch.answering = False
+
+    def _batch_drop(self, batch: FakeBatch) -> None:
+        """The client deletes ``batch``: it is no longer found or listed (it stays
+        among :attr:`batches`, marked ``deleted``: a test still sees what was sent)."""
+        with self._lock:
+            batch.deleted = True
 
     def _batch_cancel(self, batch: FakeBatch) -> None:
         """The client asks to cancel ``batch``: ``cancelling`` until its status is read."""

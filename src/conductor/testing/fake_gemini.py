@@ -9,7 +9,7 @@ from aiohttp import web
 
 from .fake_base import ServerBase
 from .fake_script import Fault
-from .fake_wire import finish_word, stream_pieces
+from .fake_wire import finish_word, gemini_response, stream_pieces
 
 __all__ = ["GeminiRoutes"]
 
@@ -34,21 +34,14 @@ class GeminiRoutes(ServerBase):
         finish = finish_word("gemini", result.finish_reason)
 
         def payload(text: str, final: bool) -> dict[str, Any]:
-            candidate: dict[str, Any] = {
-                "content": {"role": "model", "parts": [{"text": text}]},
-                "index": 0,
-            }
-            data: dict[str, Any] = {"candidates": [candidate]}
-            if final:
-                candidate["finishReason"] = finish
-            data["usageMetadata"] = {
-                "promptTokenCount": prompt,
-                "candidatesTokenCount": completion if final else 0,
-                "totalTokenCount": prompt + (completion if final else 0),
-            }
-            data["modelVersion"] = model
-            data["responseId"] = response_id
-            return data
+            return gemini_response(
+                model,
+                response_id,
+                text,
+                finish=finish if final else None,
+                prompt_tokens=prompt,
+                completion_tokens=completion if final else 0,
+            )
 
         if method == "generateContent":
             return web.json_response(payload(result.text, True))

@@ -16,6 +16,9 @@ at it unchanged:
   Anthropic's Message Batches at ``POST``/``GET /v1/messages/batches``,
   ``GET /v1/messages/batches/{id}`` (and ``/results``), ``POST .../{id}/cancel``
   (``fake_anthropic_batch``).
+  Gemini's batch mode is ``POST /v1/models/{model}:batchGenerateContent`` (inline
+  requests) and ``GET /v1/batches[/{id}]``, ``POST /v1/batches/{id}:cancel``,
+  ``DELETE /v1/batches/{id}`` (also under ``/v1beta/``; ``fake_gemini_batch``).
 
 What each model answers is scripted per model name with `FakeLLMServer.script`; every request
 is logged as a `FakeRequest` with its messages normalised to ``[{role, content}]``.
@@ -31,7 +34,8 @@ Example::
 The server is put together from parts: the scripting vocabulary (``fake_script``), each
 provider's wire format (``fake_wire``), the shared request path (``fake_base``) and one
 module of routes per protocol (``fake_openai``, ``fake_anthropic``, ``fake_gemini``) and one
-per batch API (``fake_openai_batch``) over their shared engine (``fake_batch``).
+per batch API (``fake_openai_batch``, ``fake_anthropic_batch``, ``fake_gemini_batch``) over
+their shared engine (``fake_batch``).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from .fake_anthropic import AnthropicRoutes
 from .fake_anthropic_batch import AnthropicBatchRoutes
 from .fake_batch import BatchBase, BatchCall, BatchLine, BatchPlan, FakeBatch
 from .fake_gemini import GeminiRoutes
+from .fake_gemini_batch import GeminiBatchRoutes
 from .fake_openai import OpenAIRoutes
 from .fake_openai_batch import OpenAIBatchRoutes
 from .fake_script import (
@@ -80,7 +85,13 @@ __all__ = [
 
 
 class FakeLLMServer(
-    OpenAIRoutes, AnthropicRoutes, GeminiRoutes, OpenAIBatchRoutes, AnthropicBatchRoutes, BatchBase
+    OpenAIRoutes,
+    AnthropicRoutes,
+    GeminiRoutes,
+    OpenAIBatchRoutes,
+    AnthropicBatchRoutes,
+    GeminiBatchRoutes,
+    BatchBase,
 ):
     """A fake OpenAI / Anthropic / Gemini server on 127.0.0.1, scripted per model name.
 
@@ -91,8 +102,9 @@ class FakeLLMServer(
     they must not block (they may be ``async``).
 
     Batches (``batch_script``, ``fake_batch``) arrive through each protocol's batch
-    routes: Anthropic's Message Batches under ``/v1/messages/batches``
-    (``fake_anthropic_batch``).
+    routes: OpenAI's Files and Batch APIs (``fake_openai_batch``), Anthropic's Message
+    Batches under ``/v1/messages/batches`` (``fake_anthropic_batch``) and Gemini's batch
+    mode (``fake_gemini_batch``).
     """
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -122,6 +134,9 @@ class FakeLLMServer(
 
     async def _astart(self) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
+        # Each protocol's batch API (files, batches, their results), first: the live
+        # Gemini route below would take ``models/{model}:batchGenerateContent`` too.
+        self._batch_routes(app)
         app.router.add_post("/v1/chat/completions", self._handle_openai)
         app.router.add_post("/chat/completions", self._handle_openai)
         app.router.add_get("/v1/models", self._handle_models)
@@ -130,8 +145,6 @@ class FakeLLMServer(
         app.router.add_post("/{version:v1beta|v1alpha|v1}/models/{name}", self._handle_gemini)
         # litellm's gemini provider posts to {api_base}/models/..., with no version segment.
         app.router.add_post("/models/{name}", self._handle_gemini)
-        # Each protocol's batch API (files, batches, their results).
-        self._batch_routes(app)
         # No access log: the server is used in speed benchmarks; a short shutdown grace so
         # that stop() does not wait on requests still sleeping out their latency.
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)

@@ -20,6 +20,8 @@ __all__ = [
     "broken_reply",
     "error_payload",
     "finish_word",
+    "gemini_response",
+    "gemini_status",
     "request_messages",
     "stream_pieces",
     "word_count",
@@ -60,6 +62,22 @@ _GEMINI_ERRORS: dict[int, str] = {
     504: "DEADLINE_EXCEEDED",
 }
 
+# The number google.rpc.Code gives each of Gemini's status names: a google.rpc.Status (a
+# batch's error line, a failed operation) carries the number, not the HTTP status.
+_GRPC_CODES: dict[str, int] = {
+    "CANCELLED": 1,
+    "UNKNOWN": 2,
+    "INVALID_ARGUMENT": 3,
+    "DEADLINE_EXCEEDED": 4,
+    "NOT_FOUND": 5,
+    "PERMISSION_DENIED": 7,
+    "RESOURCE_EXHAUSTED": 8,
+    "ABORTED": 10,
+    "INTERNAL": 13,
+    "UNAVAILABLE": 14,
+    "UNAUTHENTICATED": 16,
+}
+
 # A Reply's finish_reason in each protocol's own words.
 _FINISH: dict[Protocol, dict[str, str]] = {
     "openai": {"stop": "stop", "length": "length"},
@@ -87,8 +105,48 @@ def error_payload(protocol: Protocol, status: int, message: str) -> dict[str, An
             status, "api_error" if status >= 500 else "invalid_request_error"
         )
         return {"type": "error", "error": {"type": etype, "message": message}}
-    gstatus = _GEMINI_ERRORS.get(status, "INTERNAL" if status >= 500 else "UNKNOWN")
-    return {"error": {"code": status, "message": message, "status": gstatus}}
+    return {"error": {"code": status, "message": message, "status": _gemini_word(status)}}
+
+
+def _gemini_word(status: int) -> str:
+    """Gemini's status name for an HTTP ``status``."""
+    return _GEMINI_ERRORS.get(status, "INTERNAL" if status >= 500 else "UNKNOWN")
+
+
+def gemini_status(status: int, message: str) -> dict[str, Any]:
+    """The ``google.rpc.Status`` Gemini reports an error of HTTP ``status`` with where
+    it is not an HTTP answer (a batch's error line, a failed batch operation): the
+    gRPC code of its status name, and the message."""
+    return {"code": _GRPC_CODES[_gemini_word(status)], "message": message}
+
+
+def gemini_response(
+    model: str,
+    response_id: str,
+    text: str,
+    *,
+    finish: str | None,
+    prompt_tokens: int,
+    completion_tokens: int,
+) -> dict[str, Any]:
+    """A ``generateContent`` reply body (or one piece of a stream: ``finish`` None, no
+    completion tokens yet), as the live route and a batch's answered line send it."""
+    candidate: dict[str, Any] = {
+        "content": {"role": "model", "parts": [{"text": text}]},
+        "index": 0,
+    }
+    if finish is not None:
+        candidate["finishReason"] = finish
+    return {
+        "candidates": [candidate],
+        "usageMetadata": {
+            "promptTokenCount": prompt_tokens,
+            "candidatesTokenCount": completion_tokens,
+            "totalTokenCount": prompt_tokens + completion_tokens,
+        },
+        "modelVersion": model,
+        "responseId": response_id,
+    }
 
 
 _PIECES = re.compile(r"\s*\S+\s*|\s+")
