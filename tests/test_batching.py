@@ -481,3 +481,51 @@ async def test_a_fault_no_one_foresaw_makes_the_calls_live_instead_of_hanging(
     finally:
         await batcher.aclose()
         cache.close()
+
+
+class Unreadable(MemoryBatchAPI):
+    """Its batches end, but their results can never be read (a body no reader knows)."""
+
+    async def results(self, batch_id: str) -> list[Any]:
+        from conductor.errors import BadResponseError
+
+        raise BadResponseError("the results could not be read", target="a")
+
+
+class Flaky(MemoryBatchAPI):
+    """Its status reads fail for a while (the provider down), then answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = 12
+
+    async def status(self, batch_id: str) -> Any:
+        from conductor.errors import ServerError
+
+        if self.down:
+            self.down -= 1
+            raise ServerError("unavailable", status=503)
+        return await super().status(batch_id)
+
+
+async def test_results_that_never_read_make_the_calls_live_and_an_outage_is_waited_out(
+    tmp_path: Path,
+) -> None:
+    from conductor.llm.batching import UNREADABLE_READS
+
+    unreadable = Unreadable()
+    run = Run(tmp_path, {"a": unreadable})
+    try:
+        [outcome] = await asyncio.wait_for(run.samples([run.chain([A], "q")]), 10)
+    finally:
+        await run.close()
+    assert isinstance(outcome, SendLive) and "could not be read" in outcome.reason
+    assert len(unreadable.submissions) == 1 and UNREADABLE_READS > 1
+
+    flaky = Flaky()
+    run = Run(tmp_path / "again", {"a": flaky})
+    try:
+        answers = await asyncio.wait_for(run.samples([run.chain([A], "q")]), 10)
+    finally:
+        await run.close()
+    assert answers == ["A(q)"] and flaky.down == 0 and len(flaky.submissions) == 1

@@ -52,9 +52,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..errors import ModelCallError, RetryableError, UsageError, target_name
+from ..errors import BadResponseError, ModelCallError, RetryableError, UsageError, target_name
 from .batchapi import BatchAPI, BatchEntry, BatchStatus, LineOutcome
 from .keys import KnownSecrets
 from .replies import check_reply
@@ -90,6 +90,12 @@ LINE_RETRIES = 2
 #: Loop turns a wave waits, once every sample is parked, for calls that are on their
 #: way (two steps a workflow runs side by side reach the batcher a turn apart).
 SETTLE_TURNS = 8
+
+#: Reads of a batch whose reply cannot be read, in a row, before its calls are made
+#: live: a body no reader foresaw does not mend by waiting.
+UNREADABLE_READS = 5
+
+_T = TypeVar("_T")
 
 #: The variable that sets the seconds between reads of a batch's status (a fixed
 #: wait; unset: :class:`BatchPoll`'s growing one).
@@ -618,24 +624,18 @@ class WaveBatcher:
         assert sub.batch_id is not None
         waits = self._poll.waits()
         try:
+            batch_id = sub.batch_id
             while True:
-                try:
-                    status = await api.status(sub.batch_id)
-                except RetryableError as exc:
-                    log.warning(
-                        "asking about batch %s failed (%s); asking again later",
-                        sub.batch_id,
-                        exc.describe(),
-                    )
-                    await self._sleep(next(waits))
-                    continue
+                status = await self._patiently(
+                    "asking about", batch_id, lambda: api.status(batch_id)
+                )
                 if status != sub.status:
                     sub.status = status
                     self._board()
                 if status.terminal:
                     break
                 await self._sleep(next(waits))
-            outcomes = await self._results(api, sub)
+            outcomes = await self._patiently("reading", batch_id, lambda: api.results(batch_id))
             await self._collect(sub, status, outcomes)
         except ModelCallError as exc:
             # Polling or reading it failed for good (a revoked key): its calls fail so.
@@ -656,19 +656,32 @@ class WaveBatcher:
             self._board()
             self._check()
 
-    async def _results(self, api: BatchAPI, sub: _Submission) -> list[LineOutcome]:
-        assert sub.batch_id is not None
-        for wait in self._poll.waits():
+    async def _patiently(self, what: str, batch_id: str, ask: Callable[[], Awaitable[_T]]) -> _T:
+        """``ask()`` until it answers: a failure a retry may help (the provider down for
+        a while) is asked again after a wait, however often, since a batch runs for
+        hours; a reply that cannot be read, :data:`UNREADABLE_READS` times in a row, is
+        no passing fault and is raised (the batch's calls are then made live)."""
+        waits = self._poll.waits()
+        unreadable = 0
+        failure: ModelCallError
+        while True:
             try:
-                return await api.results(sub.batch_id)
+                return await ask()
+            except BadResponseError as exc:
+                unreadable += 1
+                if unreadable >= UNREADABLE_READS:
+                    raise RuntimeError(
+                        f"{what} batch {batch_id}: its reply could not be read "
+                        f"{unreadable} times ({exc.describe()})"
+                    ) from None
+                failure = exc
             except RetryableError as exc:
-                log.warning(
-                    "reading batch %s failed (%s); reading again later",
-                    sub.batch_id,
-                    exc.describe(),
-                )
-                await self._sleep(wait)
-        raise AssertionError("unreachable")  # pragma: no cover - waits() never ends
+                unreadable = 0
+                failure = exc
+            log.warning(
+                "%s batch %s failed (%s); trying again later", what, batch_id, failure.describe()
+            )
+            await self._sleep(next(waits))
 
     async def _collect(
         self, sub: _Submission, status: BatchStatus, outcomes: list[LineOutcome]
