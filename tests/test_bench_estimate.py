@@ -443,3 +443,23 @@ def test_a_narrow_terminal_shows_every_model_name_whole(
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"w0 ({long_name})" in res.stdout
     assert "calls 1, tokens in 4, tokens out 256" in res.stdout
+
+
+def test_the_estimate_is_set_against_the_runs_cap(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    bench_file = words_benchmark(tmp_path, [3, 6, 9, 4])
+    pool = priced_pool(tmp_path, fake_server)
+    fake_server.script("w0", lambda r: "a b c")
+    run = tmp_path / "run"
+    given = (str(bench_file), "--pool", str(pool), "--strategy", "single:w0", "--out", str(run))
+    # Assumed: about (prompt + 256) / 1000 dollars a pair, $1.05 for the four.
+    _, out, _ = bench(tmp_path, *given, "--estimate", "--max-usd", "0.5")
+    assert "--max-usd $0.50 stops it first, after about 48% of the pairs left" in out
+    _, out, _ = bench(tmp_path, *given, "--estimate", "--max-usd", "10")
+    assert "within its --max-usd $10.00" in out
+    # A resume's cap counts what the records cost: (3 + 3 + 6 + 3) / 1000 after the pilot.
+    assert bench(tmp_path, *given, "--pilot", "2")[0] == 0
+    code, out, err = bench(tmp_path, "--resume", str(run), "--estimate", "--max-usd", "0.01")
+    assert code == 0, out + err
+    assert "--max-usd $0.01 is reached ($0.015 spent already)" in out

@@ -128,7 +128,8 @@ class RunEstimate:
     ``source`` where they came from and ``assumptions`` what was assumed instead, both
     in words; ``chars_per_token`` is the rule text was counted by (``calibrated`` on
     measured calls, or assumed).  ``batch`` is whether the run was asked for ``--batch``
-    and ``max_usd`` its cap.
+    and ``max_usd`` its cap, which ``spent_usd`` (the recorded pairs' cost) counts
+    against.
     """
 
     benchmark: str
@@ -146,6 +147,8 @@ class RunEstimate:
     assumptions: tuple[str, ...] = ()
     batch: bool = False
     max_usd: float | None = None
+    #: What the pairs recorded already cost (a resume's ``--max-usd`` counts it).
+    spent_usd: float = 0.0
 
     @property
     def calls(self) -> float:
@@ -621,8 +624,10 @@ def estimate_run(request: BenchRequest, assumed: Assumptions = ASSUMED) -> RunEs
     found = _Measurements(targets)
     pairs = _pairs_left(request, strategy, options, found)
     from_cache = len(found.records)
+    spent = 0.0
     for record in _run_records(request):
         found.add(record)
+        spent += record.totals.cost_usd or 0.0
     cpt, calibrated = found.chars_per_token(assumed)
     measured = len(found.records)
     conductor = CONDUCTOR_ROLE in targets
@@ -673,6 +678,7 @@ def estimate_run(request: BenchRequest, assumed: Assumptions = ASSUMED) -> RunEs
         assumptions=assumptions,
         batch=flag,
         max_usd=request.invocation.max_usd,
+        spent_usd=spent,
     )
 
 

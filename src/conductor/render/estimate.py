@@ -104,14 +104,20 @@ def _spend_lines(estimate: RunEstimate) -> list[str]:
     lines.append(f"this run pays about {format_usd(pays)} ({how})")
     cap = estimate.max_usd
     if cap is not None and pays is not None:
-        if pays > cap:
-            share = cap / pays if pays > 0 else 1.0
+        room = cap - estimate.spent_usd
+        spent = f" ({format_usd(estimate.spent_usd)} spent already)" if estimate.spent_usd else ""
+        if room <= 0:
             lines.append(
-                f"--max-usd {format_usd(cap)} stops it first, after about "
-                f"{share:.0%} of the pairs left"
+                f"--max-usd {format_usd(cap)} is reached{spent}: the run starts nothing "
+                "unless it is given a higher cap"
+            )
+        elif pays > room:
+            lines.append(
+                f"--max-usd {format_usd(cap)}{spent} stops it first, after about "
+                f"{room / pays:.0%} of the pairs left"
             )
         else:
-            lines.append(f"within its --max-usd {format_usd(cap)}")
+            lines.append(f"within its --max-usd {format_usd(cap)}{spent}")
     return lines
 
 
