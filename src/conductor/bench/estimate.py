@@ -81,8 +81,9 @@ class Assumptions:
     three or four on LiveCodeBench), each step given to any worker alike and seeing the
     steps before it.  ``subtask_tokens`` is how long an instruction the Conductor writes
     for a step is (its default cap is 300 characters).  ``unbounded_output_tokens`` is
-    the reply of a target whose pool sets no ``max_tokens`` (Anthropic's API requires
-    one, and 4096 is what this client sends without it, and the paper's workers had).
+    the reply of a target whose pool sets no ``max_tokens``: 4096, what the Anthropic
+    client sends where none is set (its API requires one) and the paper's workers'
+    limit.
     """
 
     chars_per_token: float = 4.0
@@ -389,7 +390,7 @@ def _fit(points: Sequence[tuple[float, float]]) -> _Fit:
             slope = sxy / sxx
             fixed = mean_y - slope * mean_q
             residual = sum((y - fixed - slope * q) ** 2 for q, y in points)
-            error = math.sqrt(residual / (n - 2) / sxx) if n > 2 else math.inf
+            error = math.sqrt(residual / (n - 2) / sxx)
             if fixed >= 0 and slope > 0 and slope >= _SLOPE_ERRORS * error:
                 return _Fit(fixed, slope, True)
     return _Fit(0.0, sum_y / sum_q if sum_q > 0 else 0.0, False)
@@ -403,12 +404,12 @@ def _measured_roles(
     records = found.records
     n = len(records)
     pending_tokens = sum(len(p) for p in pending) / chars_per_token
+    sizes = [r.prompt_chars / chars_per_token for r in records]
     out: dict[str, tuple[float, float, float, str]] = {}
     for role in roles:
         usage = [r.usage.get(role, (0, 0, 0)) for r in records]
         calls = sum(u[0] for u in usage) / n
         output = sum(u[2] for u in usage) / n
-        sizes = [r.prompt_chars / chars_per_token for r in records]
         fit = _fit([(q, u[1]) for q, u in zip(sizes, usage, strict=True)])
         inp = fit.fixed * len(pending) + fit.per_token * pending_tokens
         basis = (

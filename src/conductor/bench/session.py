@@ -202,8 +202,8 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
 
 
 def _check_pilot(args: BenchArgs) -> None:
-    """Refuse a ``--pilot`` or ``--estimate`` that cannot mean anything, in one
-    sentence."""
+    """Refuse a ``--pilot`` that cannot mean anything, in one sentence (the CLI
+    refuses it and ``--estimate`` with a merge and with the CI outputs)."""
     if args.pilot is None:
         return
     if args.estimate:
@@ -213,8 +213,8 @@ def _check_pilot(args: BenchArgs) -> None:
         )
     if args.pilot < 1:
         raise UsageError(
-            f"--pilot N runs the first N (sample, epoch) pairs: N must be 1 or "
-            f"more, got {args.pilot}"
+            "--pilot N runs the first N (sample, epoch) pairs: N must be 1 or more, "
+            f"got {args.pilot}"
         )
 
 
