@@ -113,6 +113,24 @@ class Orchestrator:
 
     # -- the Conductor -------------------------------------------------------------
 
+    def conductor_messages(
+        self, question: str, max_steps: int, previous: PreviousRound | None = None
+    ) -> list[Message]:
+        """The messages that ask the Conductor for a round's workflow, as they are sent
+        (the first round's without ``previous``); also what a spend estimate counts the
+        Conductor's call by, before anything is asked."""
+        cond = self.conductor
+        messages = build_conductor_messages(
+            question,
+            self.pool.workers,
+            max_steps=max_steps,
+            template=cond.template,
+            show_descriptions=cond.show_descriptions,
+            previous=previous,
+            subtasks=cond.subtasks,
+        )
+        return fit_prefill(messages, cond.target)
+
     def _grammar(self, allow_empty: bool, max_steps: int) -> str | None:
         if not self.conductor.constrained:
             return None
@@ -170,16 +188,7 @@ class Orchestrator:
         cond = self.conductor
         max_steps = settings.max_steps or cond.max_steps
         allow_empty = previous is not None
-        messages = build_conductor_messages(
-            question,
-            self.pool.workers,
-            max_steps=max_steps,
-            template=cond.template,
-            show_descriptions=cond.show_descriptions,
-            previous=previous,
-            subtasks=cond.subtasks,
-        )
-        messages = fit_prefill(messages, cond.target)
+        messages = self.conductor_messages(question, max_steps, previous)
         prefill = conductor_prefill(messages)
         if given is not None:
             call = _call_record(list(messages), now_iso())
@@ -282,17 +291,25 @@ class Orchestrator:
 
         def compose(i: int, context: list[SharedStep]) -> list[Message]:
             step = workflow.steps[i]
-            worker = self.pool.workers[step.worker]
-            return build_worker_messages(
-                question,
-                context,
-                step.subtask,
-                keep_reasoning=worker.context.reasoning == "keep",
-                prefill=self._prefills.get(worker.id),
-                form=worker.context.message,
-            )
+            return self.worker_messages(question, step.worker, step.subtask, context)
 
         await runner.run_round(rnd, plans, compose)
+
+    def worker_messages(
+        self, question: str, worker: int, subtask: str, context: list[SharedStep]
+    ) -> list[Message]:
+        """The messages a step of worker ``worker`` (its index in the pool) is sent: the
+        question, the earlier steps it sees (``context``), its subtask, in the form and
+        with the prefill its ``context:`` settings ask for."""
+        target = self.pool.workers[worker]
+        return build_worker_messages(
+            question,
+            context,
+            subtask,
+            keep_reasoning=target.context.reasoning == "keep",
+            prefill=self._prefills.get(target.id),
+            form=target.context.message,
+        )
 
     # -- one question --------------------------------------------------------------
 

@@ -4,7 +4,8 @@
 run there (only a bench run's files, checked by :func:`check_overwritable` before the
 lock and again under it), records of another run are refused (naming the difference,
 and whether ``--resume`` or ``--overwrite`` would do), a resume must continue the same
-run, and a fresh run writes ``config.json``.  :func:`completed_keys` reads what is
+run, and a fresh run writes ``config.json``.  :func:`check_claim` is its refusals
+alone, read only (for a spend estimate).  :func:`completed_keys` reads what is
 recorded already (first dropping failed records for ``--retry-errors``), and
 :func:`remaining_work` streams this shard's (sample, epoch) pairs still to run.
 """
@@ -38,10 +39,12 @@ from .faults import io_stop
 from .runconfig import BenchOptions, check_same_run, run_difference
 
 __all__ = [
+    "check_claim",
     "check_overwritable",
     "claim_run_dir",
     "completed_keys",
     "is_error_record",
+    "recorded_keys",
     "remaining_work",
     "trained_count",
 ]
@@ -70,9 +73,19 @@ def completed_keys(out_dir: Path, *, drop_errors: bool = False) -> set[tuple[str
     return {sample_key(data) for _number, data in lines}
 
 
+def recorded_keys(out_dir: Path, *, drop_errors: bool = False) -> set[tuple[str, int]]:
+    """The (sample, epoch) pairs recorded in ``out_dir``, read only (a torn last line is
+    skipped, not cut off); with ``drop_errors``, not those whose record is of a failed
+    run (what ``--retry-errors`` runs again)."""
+    lines = SampleLines(out_dir / SAMPLES)
+    return {
+        sample_key(data) for _number, data in lines if not (drop_errors and is_error_record(data))
+    }
+
+
 def _recorded_pairs(out_dir: Path) -> int:
     """How many (sample, epoch) pairs ``out_dir`` holds a record of (read only)."""
-    return len({sample_key(data) for _number, data in SampleLines(out_dir / SAMPLES)})
+    return len(recorded_keys(out_dir))
 
 
 def _total_pairs(
@@ -138,6 +151,23 @@ def clear_for_overwrite(out: Path) -> None:
         ) from None
 
 
+def check_claim(
+    spec: BenchmarkSpec, options: BenchOptions, config: BenchConfig, epochs: int
+) -> int:
+    """What :func:`claim_run_dir` refuses, read only: records of another run in
+    ``options.out_dir``, this run's without ``--resume``, or, resuming, a run that
+    differs (with ``--overwrite`` whatever is there goes, so nothing is refused).
+    Returns how many (sample, epoch) pairs the run has in all."""
+    out = options.out_dir
+    total = _total_pairs(spec, options, epochs, config)
+    if not options.overwrite and (out / CONFIG).exists() and holds_records(out):
+        old = read_run_config(out)
+        if not options.resume:
+            raise _occupied(out, run_difference(old, config), _recorded_pairs(out), total)
+        check_same_run(old, config, out)
+    return total
+
+
 def claim_run_dir(
     spec: BenchmarkSpec, options: BenchOptions, config: BenchConfig, epochs: int
 ) -> int:
@@ -149,12 +179,8 @@ def claim_run_dir(
     config_path = out / CONFIG
     if options.overwrite:
         clear_for_overwrite(out)
-    total = _total_pairs(spec, options, epochs, config)
+    total = check_claim(spec, options, config, epochs)
     if config_path.exists() and holds_records(out):
-        old = read_run_config(out)
-        if not options.resume:
-            raise _occupied(out, run_difference(old, config), _recorded_pairs(out), total)
-        check_same_run(old, config, out)
         return total
     try:
         write_private(config_path, config.to_json(), atomic=False)

@@ -79,6 +79,10 @@ class BenchOptions:
     exclude_trained: bool = False
     #: Delete the run already in ``out_dir`` (the files bench wrote) before starting.
     overwrite: bool = False
+    #: Run at most this many of the (sample, epoch) pairs left, the first in the run's
+    #: order (``bench --pilot N``); the rest are left for ``--resume``.  Not part of
+    #: the run (``config.json`` does not keep it).
+    max_pairs: int | None = None
 
 
 def build_config(

@@ -40,21 +40,21 @@ from the cache (``samplecache``); joining shards (``merge``).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 from ..benchmark import BenchmarkSpec
 from ..datasets.samples import recorded_metadata, render_prompt
-from ..errors import AuthenticationError, CacheError, RecordError, UsageError
+from ..errors import AuthenticationError, CacheError, UsageError
 from ..grading import Grader, warm_grader
 from ..grading.types import Sample, Verdict
 from ..llm.cache import ResponseCache
 from ..private import own_dir
-from ..record import RunRecord, now_iso, record_from_dict, record_to_dict
+from ..record import RunRecord, now_iso, record_to_dict
 from ..runs.config import BenchConfig
 from ..runs.lock import absent_dirs, absent_files, lock_run_dir, undo_empty_run
 from ..runs.rundir import LOCK, RUN_FILES, SAMPLES, open_samples, record_line, write_line
@@ -189,6 +189,8 @@ async def run_benchmark(
                 # A whole-run cap: what the records already written cost counts.
                 meter.charge(summary.cost_usd)
         work = remaining_work(spec, options, epochs, done)
+        if options.max_pairs is not None:
+            work = islice(work, options.max_pairs)  # a pilot: the first pairs left
         loop = SampleLoop(
             spec,
             strategy,
@@ -545,14 +547,12 @@ class SampleLoop:
     def replay(self, key: str | None) -> _Result | None:
         """The sample's record kept in the cache under ``key``, as this run's line."""
         kept = samplecache.cache_get(self.cache, key)
-        if isinstance(kept, dict) and isinstance(kept.get("line"), str):
-            line = samplecache.replayed_line(kept)
-            try:
-                record = record_from_dict(json.loads(line))
-            except (ValueError, RecordError):
-                return None  # an entry this version cannot read: the sample runs again
-            return _Result(line, str(kept["status"]), float(kept["cost"]), record)
-        return None
+        replayed = samplecache.replayed_record(kept)
+        if replayed is None:
+            # A miss, or an entry this version cannot read: the sample runs again.
+            return None
+        line, record = replayed
+        return _Result(line, str(kept["status"]), float(kept["cost"]), record)
 
     async def ask(self, question: str, epoch: int, sample: Sample) -> RunRecord:
         """Run the strategy on the sample's prompt."""

@@ -14,13 +14,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import CacheError
+from ..errors import CacheError, RecordError
 from ..grading.types import Sample
 from ..llm.cache import ResponseCache
-from ..record import new_run_id, now_iso
+from ..record import RunRecord, new_run_id, now_iso, record_from_dict
 from ..runs.config import BenchConfig
 
-__all__ = ["cache_get", "cache_set", "replayed_line", "run_key", "sample_key"]
+__all__ = ["cache_get", "cache_set", "replayed_line", "replayed_record", "run_key", "sample_key"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,19 @@ def sample_key(run: str, sample: Sample, question: str, epoch: int) -> str:
     asked as ``question``."""
     blob = json.dumps([run, sample.id, epoch, question, sample.gold], default=str)
     return "sample:" + hashlib.sha256(blob.encode()).hexdigest()
+
+
+def replayed_record(kept: Any) -> tuple[str, RunRecord] | None:
+    """The line a kept sample's replay writes (:func:`replayed_line`) and the record it
+    holds, or ``None``: not a kept sample, or one this version cannot read (the sample
+    then runs again)."""
+    if not isinstance(kept, dict) or not isinstance(kept.get("line"), str):
+        return None
+    line = replayed_line(kept)
+    try:
+        return line, record_from_dict(json.loads(line))
+    except (ValueError, RecordError):
+        return None
 
 
 def replayed_line(kept: dict[str, Any]) -> str:

@@ -37,6 +37,8 @@ from .runner import BenchProgress
 
 if TYPE_CHECKING:
     from ..conductors.spec import Conductor
+    from ..grading import Grader
+    from ..llm.caller import CallerSet
     from ..strategies import Strategy
     from ..targets import Worker
 
@@ -44,6 +46,9 @@ __all__ = [
     "BenchArgs",
     "BenchRequest",
     "BenchSession",
+    "bench_grader",
+    "bench_options",
+    "build_strategy",
     "merge_bench",
     "plan_bench",
 ]
@@ -84,6 +89,10 @@ class BenchArgs:
     #: ``--max-usd``, the whole run's cap.
     batch: bool | None = None
     max_usd: float | None = None
+    #: ``--estimate`` (the runs are planned, not run: no key is needed) and ``--pilot
+    #: N`` (each run stops after its first N pairs left).
+    estimate: bool = False
+    pilot: int | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +122,8 @@ class BenchRequest:
     no_cache: bool = False
     unsafe_code: bool = False
     overwrite: bool = False
+    #: Stop after this many of the pairs left (``--pilot N``); ``None``: run them all.
+    max_pairs: int | None = None
 
 
 def plan_bench(args: BenchArgs) -> list[BenchRequest]:
@@ -126,6 +137,7 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
 
     if args.retry_errors and args.resume is None:
         raise UsageError("--retry-errors needs --resume DIR")
+    _check_pilot(args)
     if args.overwrite and args.resume is not None:
         raise UsageError(
             "give either --resume DIR (to continue the run there) or --overwrite (to start "
@@ -158,7 +170,7 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
         out = Path("runs") / f"{spec.name}-{label}-{stamp}"
     singles = strategy == "singles"
     strategies = [f"single:{w.id}" for w in pool_obj.workers] if singles else [strategy]
-    if singles:
+    if singles and not args.estimate:
         from ..llm.keys import require_keys
 
         require_keys(pool_obj.workers)  # every worker's key, before the first single runs
@@ -183,9 +195,93 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
             no_cache=args.no_cache,
             unsafe_code=args.unsafe_code,
             overwrite=args.overwrite,
+            max_pairs=args.pilot,
         )
         for strat in strategies
     ]
+
+
+def _check_pilot(args: BenchArgs) -> None:
+    """Refuse a ``--pilot`` that cannot mean anything, in one sentence (the CLI
+    refuses it and ``--estimate`` with a merge and with the CI outputs)."""
+    if args.pilot is None:
+        return
+    if args.estimate:
+        raise UsageError(
+            "give either --estimate (a figure, no model called) or --pilot N (a paid run "
+            "of the first N pairs, then the figure for the rest), not both"
+        )
+    if args.pilot < 1:
+        raise UsageError(
+            "--pilot N runs the first N (sample, epoch) pairs: N must be 1 or more, "
+            f"got {args.pilot}"
+        )
+
+
+def bench_grader(request: BenchRequest) -> Grader:
+    """The grader of ``request``'s benchmark, not warmed yet: the runner warms it when a
+    sample is not replayed from the cache (a rerun that replays every sample starts no
+    grading process, and a spend estimate none at all)."""
+    from ..grading import get_grader
+    from ..grading.code import with_unsafe_opt_in
+
+    spec = request.spec
+    return get_grader(
+        spec.grader,
+        with_unsafe_opt_in(spec.grader, spec.grader_options, request.unsafe_code),
+        warm=False,
+    )
+
+
+def bench_options(request: BenchRequest) -> BenchOptions:
+    """The runner's options for ``request`` (before its strategy is known: see
+    :func:`build_strategy`)."""
+    return BenchOptions(
+        out_dir=request.run_dir,
+        data_file=request.data,
+        limit=request.invocation.limit,
+        epochs=request.invocation.epochs,
+        seed=request.invocation.seed,
+        concurrency=request.invocation.concurrency or DEFAULT_CONCURRENCY,
+        resume=request.resume,
+        retry_errors=request.retry_errors,
+        shard=request.shard,
+        invocation=request.invocation,
+        pool_sha256=_file_sha256(request.pool.path),
+        overwrite=request.overwrite,
+        max_pairs=request.max_pairs,
+    )
+
+
+def build_strategy(
+    request: BenchRequest, callers: CallerSet, options: BenchOptions
+) -> tuple[Strategy, BenchOptions]:
+    """The strategy ``request`` runs, its calls made through ``callers``, and
+    ``options`` with the questions its Conductor's checkpoint was trained on (counted
+    by the run, or skipped with ``--exclude-trained``).  Builds nothing that calls a
+    model: a spend estimate builds it too."""
+    from ..conductors.spec import resolve_conductor
+    from ..strategies import ConductorStrategy, answer_key_for, parse_strategy
+
+    given = request.invocation
+    if request.strategy == "conductor":
+        cond = resolve_conductor(
+            request.pool, given.conductor, max_steps=request.settings.max_steps
+        )
+        options = _with_trained_questions(options, cond, given.exclude_trained)
+        return ConductorStrategy(request.pool, cond, request.settings, callers), options
+    if given.conductor is not None:
+        raise UsageError("--conductor applies to --strategy conductor only")
+    if given.exclude_trained:
+        raise UsageError("--exclude-trained applies to --strategy conductor only")
+    strategy = parse_strategy(
+        request.strategy,
+        request.pool,
+        callers,
+        vote_key=answer_key_for(request.spec.grader),
+        settings=request.settings,
+    )
+    return strategy, options
 
 
 class BenchSession:
@@ -193,35 +289,12 @@ class BenchSession:
     refused before anything runs), the rest when :meth:`run` is called."""
 
     def __init__(self, request: BenchRequest) -> None:
-        from ..grading import get_grader
-        from ..grading.code import with_unsafe_opt_in
-
         self.request = request
         #: The run's records as they are written, folded into its scores (so the
         #: summary after the run reads nothing back).
         self.summary = SummaryBuilder(request.run_dir)
-        spec = request.spec
-        # Not warmed yet: the runner warms it when a sample is not replayed from the
-        # cache (a rerun that replays every sample starts no grading process).
-        self._grader = get_grader(
-            spec.grader,
-            with_unsafe_opt_in(spec.grader, spec.grader_options, request.unsafe_code),
-            warm=False,
-        )
-        self._options = BenchOptions(
-            out_dir=request.run_dir,
-            data_file=request.data,
-            limit=request.invocation.limit,
-            epochs=request.invocation.epochs,
-            seed=request.invocation.seed,
-            concurrency=request.invocation.concurrency or DEFAULT_CONCURRENCY,
-            resume=request.resume,
-            retry_errors=request.retry_errors,
-            shard=request.shard,
-            invocation=request.invocation,
-            pool_sha256=_file_sha256(request.pool.path),
-            overwrite=request.overwrite,
-        )
+        self._grader = bench_grader(request)
+        self._options = bench_options(request)
 
     def run(
         self,
@@ -260,21 +333,13 @@ class BenchSession:
         on_progress: Callable[[BenchProgress], None] | None,
         on_warning: Callable[[str], None] | None,
     ) -> BenchProgress:
-        from ..conductors.spec import resolve_conductor
         from ..llm.cache import ResponseCache
         from ..llm.caller import CallerSet
         from ..llm.cost import SpendMeter
         from ..llm.keys import require_keys
         from ..pool import pool_to_public_dict
         from ..runs.summary import record_rate_limits
-        from ..strategies import (
-            ConductorStrategy,
-            answer_key_for,
-            capped_warning,
-            concurrency_warning,
-            default_concurrency,
-            parse_strategy,
-        )
+        from ..strategies import capped_warning, concurrency_warning, default_concurrency
         from .batchrun import BATCH_CONCURRENCY, batch_setup
         from .runner import run_benchmark
 
@@ -285,23 +350,7 @@ class BenchSession:
         with opened as cache:
             meter = SpendMeter(given.max_usd) if given.max_usd is not None else None
             callers = CallerSet(cache, meter=meter)
-            strat: Strategy
-            if r.strategy == "conductor":
-                cond = resolve_conductor(r.pool, given.conductor, max_steps=r.settings.max_steps)
-                options = _with_trained_questions(options, cond, given.exclude_trained)
-                strat = ConductorStrategy(r.pool, cond, r.settings, callers)
-            else:
-                if given.conductor is not None:
-                    raise UsageError("--conductor applies to --strategy conductor only")
-                if given.exclude_trained:
-                    raise UsageError("--exclude-trained applies to --strategy conductor only")
-                strat = parse_strategy(
-                    r.strategy,
-                    r.pool,
-                    callers,
-                    vote_key=answer_key_for(r.spec.grader),
-                    settings=r.settings,
-                )
+            strat, options = build_strategy(r, callers, options)
             # Every missing key at once, before the first sample (and before the run
             # directory holds anything).
             require_keys(strat.targets)

@@ -144,6 +144,26 @@ def bench(
             "the run has spent this much; continue with --resume and a higher cap.",
         ),
     ] = None,
+    estimate: Annotated[
+        bool,
+        typer.Option(
+            "--estimate",
+            help="Print what the run would cost (calls, tokens, USD live and with --batch) "
+            "and stop: no model is called and nothing is written.  Measured on the run's "
+            "own records where there are any (--resume DIR, the sample cache), else "
+            "from the stated assumptions.",
+        ),
+    ] = False,
+    pilot: Annotated[
+        int | None,
+        typer.Option(
+            "--pilot",
+            metavar="N",
+            help="A paid pilot: run the first N (sample, epoch) pairs into the run "
+            "directory, print the estimate of the rest measured on them, and stop; "
+            "continue the run with --resume DIR.",
+        ),
+    ] = None,
     confirm_run_unsafe_code: Annotated[
         bool,
         typer.Option(
@@ -171,6 +191,10 @@ def bench(
     Exit codes: 0 done, 1 every sample failed (or the run was stopped), 2 bad usage
     or input, 3 an accuracy below --fail-under, 130 interrupted.
     """
+    if estimate or pilot is not None:
+        _check_estimate_options(
+            estimate, benchmark == "merge", fail_under=fail_under, junit=junit, markdown=markdown
+        )
     ci = CiOutputs.of(fail_under, junit, markdown)
     if benchmark == "merge":
         _bench_merge(dirs or [], out, ci)
@@ -204,8 +228,16 @@ def bench(
             exclude_trained=exclude_trained,
             batch=batch,
             max_usd=max_usd,
+            estimate=estimate,
+            pilot=pilot,
         )
     )
+    if estimate:
+        _print_estimates(requests)
+        return
+    if pilot is not None:
+        _run_pilots(requests)
+        return
     run_dirs = []
     failed = False
     for request in requests:
@@ -216,6 +248,77 @@ def bench(
     dirs_written = plural(len(run_dirs), "run directory", "run directories")
     print_path(stdout(), f"{dirs_written} (for conductor report and trace):", *run_dirs)
     ci.finish(summaries, failed=failed)
+
+
+def _check_estimate_options(
+    estimate: bool,
+    merge: bool,
+    *,
+    fail_under: str | None,
+    junit: Path | None,
+    markdown: Path | None,
+) -> None:
+    """Refuse what ``--estimate`` or ``--pilot`` cannot go with, in one sentence: a
+    merge, and the CI outputs of a whole run's scores (an estimate has none; a pilot's
+    few samples would pass for the run's)."""
+    option = "--estimate" if estimate else "--pilot"
+    if merge:
+        raise UsageError(f"{option} applies to a run, not to bench merge")
+    given = [
+        name
+        for name, value in (
+            ("--fail-under", fail_under),
+            ("--junit", junit),
+            ("--markdown", markdown),
+        )
+        if value is not None
+    ]
+    if given:
+        what = "scores nothing" if estimate else "scores only its first samples"
+        raise UsageError(
+            f"{option} {what}: leave out {' and '.join(given)} (give them to the run itself)"
+        )
+
+
+def _print_estimates(requests: list[BenchRequest]) -> None:
+    """``--estimate``: each run's estimate, computed and printed in turn."""
+    from ..bench.estimate import estimate_run
+    from ..render.estimate import estimate_view
+
+    console = stdout()
+    for request in requests:
+        console.print(estimate_view(estimate_run(request)))
+    console.print(
+        "estimate only: no model was called and nothing was written; run the same "
+        "command without --estimate to start it",
+        highlight=False,
+    )
+
+
+def _run_pilots(requests: list[BenchRequest]) -> None:
+    """``--pilot N``: each run's first N pairs, then the estimate of its rest, measured
+    on what the pilot recorded, and how to continue."""
+    from ..bench.estimate import estimate_run, without_pilot
+    from ..render.estimate import estimate_view
+    from ..render.format import format_usd
+
+    console = stdout()
+    for request in requests:
+        progress = _bench_one(request)
+        console.print(
+            f"pilot: {plural(progress.done, 'pair')} run for {format_usd(progress.cost_usd)}",
+            highlight=False,
+        )
+        console.print(estimate_view(estimate_run(without_pilot(request))))
+    first = requests[0]
+    singles = first.invocation.strategy == "singles"
+    run_dir = first.run_dir.parent if singles else first.run_dir
+    console.print(
+        printable(f"pilot done: continue the run with `conductor bench --resume {run_dir}`"),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _bench_one(request: BenchRequest) -> BenchProgress:

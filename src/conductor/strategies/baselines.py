@@ -102,6 +102,12 @@ class FixedStrategy:
         )
 
     @property
+    def workflow(self) -> Workflow:
+        """The plan as its records show it: each step's worker, instruction and the
+        earlier steps it sees."""
+        return self._workflow
+
+    @property
     def targets(self) -> tuple[Worker, ...]:
         return tuple(self.pool.workers[step.worker] for step in self.plan)
 
@@ -134,12 +140,18 @@ class FixedStrategy:
             return f"{self.name} cannot answer with tools or a JSON response_format: use single:W"
         return answer.refusal(self.pool.workers[self.plan[-1].worker])
 
+    def step_messages(self, question: str, i: int, visible: list[SharedStep]) -> list[Message]:
+        """The messages step ``i`` of the plan is sent, seeing the earlier steps
+        ``visible``: the plain prompt, or the question with those steps and the step's
+        instruction (also what a spend estimate counts, before any call is made)."""
+        step = self.plan[i]
+        if step.subtask is None:
+            return [{"role": "user", "content": question}]
+        return build_worker_messages(question, visible, step.subtask)
+
     def _compose(self, question: str) -> Compose:
         def compose(i: int, visible: list[SharedStep]) -> list[Message]:
-            step = self.plan[i]
-            if step.subtask is None:
-                return [{"role": "user", "content": question}]
-            return build_worker_messages(question, visible, step.subtask)
+            return self.step_messages(question, i, visible)
 
         return compose
 

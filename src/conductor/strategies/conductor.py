@@ -36,6 +36,12 @@ class ConductorStrategy:
         return self._orchestrator.pool
 
     @property
+    def orchestrator(self) -> Orchestrator:
+        """The executor that runs its questions: what builds the messages of its calls
+        (which a spend estimate counts before any is made)."""
+        return self._orchestrator
+
+    @property
     def targets(self) -> tuple[Worker, ...]:
         return (*self.pool.workers, self._orchestrator.conductor.target)
 
