@@ -615,7 +615,7 @@ async def test_api_chunks_within_the_limits(server: FakeLLMServer) -> None:
     assert len(chunks) == 2
     with pytest.raises(BadRequestError) as too_big:
         api.chunks([entry(1, "word " * 5000)])
-    assert "does not fit in a Gemini batch" in str(too_big.value)
+    assert "larger than a batch may be" in str(too_big.value)
     await api.aclose()
 
 

@@ -31,10 +31,17 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import BadRequestError, BadResponseError, ModelCallError
+from ..errors import BadResponseError, ModelCallError
 from .apikey import resolve_api_key
-from .batchapi import BatchEntry, BatchLimits, BatchState, BatchStatus, LineOutcome
-from .failures import error_for_status, make_error, scrub
+from .batchapi import (
+    BatchEntry,
+    BatchLimits,
+    BatchState,
+    BatchStatus,
+    LineOutcome,
+    chunk_entries,
+)
+from .failures import error_for_status, scrub
 from .google_client import GoogleClient, classify_google_error
 from .replies import bad_response, body_of, gemini_reply
 from .sdk import with_backstop
@@ -157,29 +164,13 @@ class GoogleBatchAPI:
     def chunks(self, entries: Sequence[BatchEntry]) -> list[list[BatchEntry]]:
         """``entries`` cut, in order, into batches of at most :attr:`limits`' count and
         bytes (a request over the byte limit on its own: ``BadRequestError``)."""
-        budget = self.limits.max_bytes - _ENVELOPE_BYTES
-        out: list[list[BatchEntry]] = []
-        current: list[BatchEntry] = []
-        used = 0
-        for entry in entries:
-            size = self._size(entry)
-            if size > budget:
-                raise make_error(
-                    BadRequestError,
-                    target=self.worker.id,
-                    provider_message=(
-                        f"a request of {size} bytes does not fit in a Gemini batch, which "
-                        f"takes {self.limits.max_bytes} bytes of inline requests"
-                    ),
-                )
-            if current and (len(current) >= self.limits.max_requests or used + size > budget):
-                out.append(current)
-                current, used = [], 0
-            current.append(entry)
-            used += size
-        if current:
-            out.append(current)
-        return out
+        return chunk_entries(
+            entries,
+            self.limits,
+            target=self.worker.id,
+            size_of=self._size,
+            overhead=_ENVELOPE_BYTES,
+        )
 
     # -- the batch API -----------------------------------------------------------------
 
