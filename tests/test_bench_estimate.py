@@ -26,7 +26,7 @@ from conductor.bench.session import BenchArgs, BenchRequest, BenchSession, plan_
 from conductor.conductors.prompt import build_conductor_messages
 from conductor.context import SharedStep, build_worker_messages
 from conductor.errors import UsageError
-from conductor.testing import FakeLLMServer
+from conductor.testing import FakeLLMServer, Fault
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bench"
 #: A dollar a thousand tokens, in and out: the fake server counts words as tokens.
@@ -197,6 +197,29 @@ def test_a_pilot_runs_n_pairs_and_measures_the_rest_on_them(
     records = read_samples(run)
     spent = sum(r["totals"]["cost_usd"] for r in records[3:])
     assert spent == pytest.approx(predicted)
+
+
+def test_a_pilot_whose_every_pair_failed_exits_1_and_measures_nothing_on_it(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    bench_file = words_benchmark(tmp_path, [3, 6, 9])
+    pool = priced_pool(tmp_path, fake_server)
+    fake_server.script("w0", Fault(400, "the model is not served here"))
+    run = tmp_path / "run"
+    common = (str(bench_file), "--pool", str(pool), "--strategy", "single:w0")
+    code, out, err = bench(tmp_path, *common, "--out", str(run), "--pilot", "2")
+    assert code == 1, out + err
+    assert [r["status"] for r in read_samples(run)] == ["failed", "failed"]
+    # Measured on calls that were never answered, the rest would cost nothing: the
+    # figures are assumed instead, and say why.
+    assert (
+        "figures assumed: nothing of this run has been measured yet (2 records of this "
+        "run left out: none of its calls was answered)"
+    ) in out
+    # The pair left, assumed: its 44 characters are 11 tokens, its reply 256.
+    assert "this run pays about $0.267 (every call live)" in out
+    assert "every pair of the pilot failed" in err
+    assert f"continue the run with `conductor bench --resume {run}`" in out
 
 
 def test_the_sample_cache_replays_pairs_at_no_cost_and_measures_them(

@@ -18,6 +18,8 @@ The figures come from the best source at hand:
    question's prompt, fitted by least squares where the records allow it (at least
    three, questions of different sizes, and a slope clearly above its noise), else
    their ratio to the prompt's tokens.  Dollars are tokens at the pool's prices now.
+   A record none of whose calls was answered (a provider down, a model refused) is
+   left out, and said to be: it would have the rest cost nothing.
 2. **Assumed**, where nothing of the run has been measured: the requests are built as
    the run would build them (the benchmark's prompt for each question, the Conductor's
    first request from its template, a worker's step from its context settings) and
@@ -320,13 +322,16 @@ class _Measure:
 class _Measurements:
     """What measured records say, folded one at a time (a resumed run's records are
     never held whole): each record's usage by role, and the text and tokens of every
-    call that counted input, which calibrate the characters a token."""
+    call that counted input, which calibrate the characters a token.  A record none of
+    whose calls was answered is left out (counted in ``unanswered``)."""
 
     def __init__(self, targets: dict[str, Worker]) -> None:
         self.targets = targets
         self.records: list[_Measure] = []
         self.chars = 0
         self.tokens = 0
+        #: Records left out: every call of theirs failed, none was answered.
+        self.unanswered = 0
 
     def add(self, record: RunRecord) -> None:
         usage: dict[str, tuple[int, int, int]] = {}
@@ -347,8 +352,14 @@ class _Measurements:
                     count(step.worker_id, call)
                 if step.status != "skipped":
                     count(step.worker_id, step.call)
-        if usage:  # a run that failed before its first call says nothing of the calls
-            self.records.append(_Measure(len(record.question), usage))
+        if not usage:
+            return  # a run that failed before its first call says nothing of the calls
+        if not any(inp or out for _calls, inp, out in usage.values()):
+            # Every call failed (a provider down, a model refused): nothing was paid for,
+            # and a figure measured on it would say the rest costs nothing.
+            self.unanswered += 1
+            return
+        self.records.append(_Measure(len(record.question), usage))
 
     def chars_per_token(self, assumed: Assumptions) -> tuple[float, bool]:
         if self.tokens > 0 and self.chars > 0:
@@ -640,6 +651,11 @@ def estimate_run(request: BenchRequest, assumed: Assumptions = ASSUMED) -> RunEs
         figures = _Assumed(strategy, request.settings, assumed).roles(pairs.pending)
         source = "assumed: nothing of this run has been measured yet"
         assumptions = _assumption_lines(assumed, conductor, request.settings)
+    if found.unanswered:
+        source += (
+            f" ({plural(found.unanswered, 'record')} of this run left out: none of "
+            "its calls was answered)"
+        )
     flag = bool(request.invocation.batch)
     roles = []
     for role, target in targets.items():

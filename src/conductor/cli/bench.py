@@ -14,7 +14,7 @@ import typer
 from ..errors import UsageError
 from ..text import plural, printable
 from ._ci import CiOutputs, FailUnderOption, JunitOption, MarkdownOption
-from ._common import interrupted, print_path, stderr, stdout
+from ._common import EXIT_FAILED, interrupted, print_path, stderr, stdout
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -297,14 +297,17 @@ def _print_estimates(requests: list[BenchRequest]) -> None:
 
 def _run_pilots(requests: list[BenchRequest]) -> None:
     """``--pilot N``: each run's first N pairs, then the estimate of its rest, measured
-    on what the pilot recorded, and how to continue."""
+    on what the pilot recorded, and how to continue.  Exit 1, as a run's, when every
+    pair a pilot ran failed: its estimate is not what the rest will cost."""
     from ..bench.estimate import estimate_run, without_pilot
     from ..render.estimate import estimate_view
     from ..render.format import format_usd
 
     console = stdout()
+    failed = False
     for request in requests:
         progress = _bench_one(request)
+        failed = failed or (progress.done > 0 and progress.errors == progress.done)
         console.print(
             f"pilot: {plural(progress.done, 'pair')} run for {format_usd(progress.cost_usd)}",
             highlight=False,
@@ -319,6 +322,14 @@ def _run_pilots(requests: list[BenchRequest]) -> None:
         highlight=False,
         soft_wrap=True,
     )
+    if failed:
+        stderr().print(
+            "every pair of the pilot failed (see `conductor report` and `conductor trace` "
+            "of its directory): fix what failed before paying for the rest",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_FAILED)
 
 
 def _bench_one(request: BenchRequest) -> BenchProgress:
