@@ -302,9 +302,10 @@ def test_multiple_choice_and_code_benchmarks_run(
     asked = ["What is 7 times 8?", "Which gas do plants take in for photosynthesis?"]
     # Graded on several threads: the lines come in the order their grades ended.
     assert sorted(r["metadata"]["question"] for r in records) == sorted(asked)
-    for r, question in zip(records, asked, strict=True):
+    for r in records:
+        question = r["metadata"]["question"]
         assert question in r["question"] and "A) " in r["question"]
-        assert "A) " not in r["metadata"]["question"]
+        assert "A) " not in question
 
 
 async def test_a_sample_whose_run_raised_keeps_its_question(tmp_path: Path) -> None:
