@@ -176,7 +176,8 @@ class ModelCallError(ConductorError):
     status when there was one, ``provider_message`` the provider's own words and
     ``retry_after_s`` the wait the server asked for.  ``max_retries`` caps the target's
     own ``max_retries`` for this failure (None: the class's cap, :attr:`MAX_RETRIES`);
-    ``attempts`` is how many attempts were made, known once retries are over.
+    ``attempts`` is how many attempts were made, known once retries are over, and
+    ``retries`` the attempts before the last, each a :class:`~conductor.llm.types.Retry`.
 
     An error is not changed once raised: :meth:`replace` makes the same failure with
     other fields (the retry layer passes ``attempts``, the caller the ``target``).
@@ -196,6 +197,7 @@ class ModelCallError(ConductorError):
         retry_after_s: float | None = None,
         max_retries: int | None = None,
         attempts: int | None = None,
+        retries: tuple[dict[str, Any], ...] = (),
     ) -> None:
         self.target: str | None = target
         self.status: int | None = status
@@ -203,6 +205,7 @@ class ModelCallError(ConductorError):
         self.retry_after_s: float | None = retry_after_s
         self.max_retries: int | None = max_retries if max_retries is not None else self.MAX_RETRIES
         self.attempts: int | None = attempts
+        self.retries: tuple[dict[str, Any], ...] = retries
         super().__init__(message)
 
     def fields(self) -> dict[str, Any]:
@@ -214,6 +217,7 @@ class ModelCallError(ConductorError):
             "retry_after_s": self.retry_after_s,
             "max_retries": self.max_retries,
             "attempts": self.attempts,
+            "retries": self.retries,
         }
 
     def replace(self: _E, *, described: bool = False, **changes: Any) -> _E:

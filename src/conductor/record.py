@@ -100,6 +100,9 @@ class CallRecord:
     #: The functions the reply called, each ``{"id", "name", "arguments"}`` (the
     #: arguments as the JSON text the model wrote); ``None`` when it called none.
     tool_calls: list[dict[str, Any]] | None = None
+    #: The attempts that failed and were tried again, each ``{"at", "attempt",
+    #: "error_kind", "status", "error", "wait_s"}`` (:class:`conductor.llm.types.Retry`).
+    retries: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def reply(self) -> str | None:

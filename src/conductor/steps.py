@@ -118,6 +118,7 @@ def fill_call(call: CallRecord, completion: Completion) -> None:
     call.finish_reason = completion.finish_reason
     call.truncated = completion.truncated
     call.tool_calls = [asdict(c) for c in completion.tool_calls] or None
+    call.retries = [dict(r) for r in completion.retries]
     call.finished_at = now_iso()
 
 
@@ -127,6 +128,7 @@ def fail_call(call: CallRecord, exc: ModelCallError, latency_s: float, target: W
     call.cost_usd = failed_call_cost(target)
     call.error_kind = type(exc).__name__
     call.attempts = exc.attempts or 1  # None: it failed before the retry layer counted
+    call.retries = [dict(r) for r in exc.retries]
     call.latency_s = round(latency_s, 6)
     call.finished_at = now_iso()
 

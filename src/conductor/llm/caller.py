@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -30,7 +31,7 @@ from .keys import KnownSecrets
 from .limiter import AdaptiveLimiter, CallGate, ProviderLimits, provider_key
 from .replies import check_reply
 from .retry import MAX_RETRY_AFTER_S, Deadline, RetryPolicy, send_with_retries
-from .types import Completion, ModelRequest, RawCompletion
+from .types import Completion, ModelRequest, RawCompletion, Retry
 
 if TYPE_CHECKING:
     from ..targets import Price, Worker
@@ -177,6 +178,7 @@ class ModelCaller:
         queued_from = time.perf_counter()
         deadline = Deadline(self._total_timeout_s, started=False)
         admitted: list[float] = []
+        retries: list[Retry] = []
 
         def send() -> Awaitable[RawCompletion]:
             if not admitted:
@@ -187,7 +189,11 @@ class ModelCaller:
         if failed is None:
             try:
                 raw, attempts = await send_with_retries(
-                    lambda: gate.attempt(send), self.policy, sleep=self._sleep, deadline=deadline
+                    lambda: gate.attempt(send),
+                    self.policy,
+                    sleep=self._sleep,
+                    deadline=deadline,
+                    on_retry=lambda n, exc, wait: retries.append(retry_note(n, exc, wait)),
                 )
             except ModelCallError as exc:
                 failed = exc
@@ -195,7 +201,7 @@ class ModelCaller:
         answered = time.perf_counter()
         if failed is not None:
             # Raised outside the except clause, which would chain the old one again.
-            raise self._final(failed)
+            raise self._final(failed.replace(retries=tuple(retries)) if retries else failed)
         if cache is not None and key is not None:
             cache.set(key, raw)  # only a complete answer is stored (see cache.storable)
         return self._completion(
@@ -205,6 +211,7 @@ class ModelCaller:
             start=admitted[0],
             end=answered,
             queued=admitted[0] - queued_from,
+            retries=tuple(retries),
         )
 
     async def _prepare(self) -> None:
@@ -260,6 +267,7 @@ class ModelCaller:
         start: float,
         end: float | None = None,
         queued: float = 0.0,
+        retries: tuple[Retry, ...] = (),
     ) -> Completion:
         took = max(0.0, (time.perf_counter() if end is None else end) - start)
         # A local model answering other calls first: that wait is queue, not latency.
@@ -285,11 +293,24 @@ class ModelCaller:
             model=raw.model,
             finish_reason=raw.finish_reason,
             tool_calls=raw.tool_calls,
+            retries=retries,
         )
 
     async def aclose(self) -> None:
         """Close the client."""
         await self.client.aclose()
+
+
+def retry_note(attempt: int, error: ModelCallError, wait_s: float) -> Retry:
+    """What a run record keeps of a failed attempt that is tried again."""
+    return Retry(
+        at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        attempt=attempt,
+        error_kind=type(error).__name__,
+        status=error.status,
+        error=error.describe(),
+        wait_s=round(wait_s, 3),
+    )
 
 
 #: Retries of a refused connection to a server that answered earlier in the run: a

@@ -109,6 +109,7 @@ async def send_with_retries(
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     rng: Callable[[], float] = random.random,
     deadline: Deadline | None = None,
+    on_retry: Callable[[int, ModelCallError, float], None] | None = None,
 ) -> tuple[RawCompletion, int]:
     """Call ``send`` until it succeeds; return the completion and the attempt count.
 
@@ -116,6 +117,8 @@ async def send_with_retries(
     first attempt.  When every attempt fails, or ``deadline`` leaves no time for the
     next one after its wait, the last error is passed on with its ``attempts`` (as a
     new error of the same class: the one caught is not changed).
+    ``on_retry`` hears of each failed attempt that is tried again (its number, its
+    error and the wait before the next), as the wait begins.
     Exceptions that are not ``ModelCallError`` are bugs and propagate at once.
     """
     attempt = 0
@@ -139,6 +142,8 @@ async def send_with_retries(
                 raise exc.replace(
                     attempts=attempt, provider_message=gave_up, described=True
                 ) from exc.__cause__
+            if on_retry is not None:
+                on_retry(attempt, exc, delay)
             await sleep(delay)
 
 

@@ -13,6 +13,7 @@ __all__ = [
     "ModelRequest",
     "RawCompletion",
     "ReportedCost",
+    "Retry",
     "ToolCall",
     "ToolChoice",
     "ToolSpec",
@@ -147,6 +148,19 @@ class RawCompletion:
         return is_truncated(self.finish_reason)
 
 
+class Retry(TypedDict):
+    """A failed attempt of a call that was tried again: when it failed (UTC, ISO 8601),
+    its number, the error's class and HTTP status, what it said, and the wait before
+    the next attempt."""
+
+    at: str
+    attempt: int
+    error_kind: str
+    status: int | None
+    error: str
+    wait_s: float
+
+
 @dataclass(frozen=True)
 class Completion:
     """A finished call: the reply plus usage, cost, latency and provenance.
@@ -179,6 +193,8 @@ class Completion:
     #: then what the same call would have cost live (``None`` for a live call).
     batch: bool = False
     live_cost_usd: float | None = None
+    #: The attempts that failed and were tried again before this answer, in order.
+    retries: tuple[Retry, ...] = ()
 
     @property
     def truncated(self) -> bool:
