@@ -85,6 +85,7 @@ from .runconfig import BenchOptions, build_config
 if TYPE_CHECKING:
     from ..llm.batching import BatchBoard, SampleTicket, WaveBatcher
     from ..llm.cost import SpendMeter
+    from ..otel import RecordSink
     from .batchrun import BatchSetup
 
 __all__ = [
@@ -131,8 +132,12 @@ async def run_benchmark(
     summary: SummaryBuilder | None = None,
     batching: BatchSetup | None = None,
     meter: SpendMeter | None = None,
+    tracer: RecordSink | None = None,
 ) -> BenchProgress:
     """Run every remaining (sample, epoch) of ``spec`` and append its record.
+
+    With ``tracer`` (``--otel``), each record is handed to it as it is written, to be
+    sent as a trace (:mod:`conductor.otel`).
 
     With ``summary``, the records already in the directory are folded into it once it
     is claimed, and every record written after them as it is written: the caller
@@ -203,6 +208,7 @@ async def run_benchmark(
             summary,
             batching=batching,
             meter=meter,
+            tracer=tracer,
         )
         return await loop.run(work, total=total, skipped=len(done))
     except BenchStopped:
@@ -273,9 +279,11 @@ class SampleLoop:
         *,
         batching: BatchSetup | None = None,
         meter: SpendMeter | None = None,
+        tracer: RecordSink | None = None,
     ) -> None:
         self.spec, self.strategy, self.grader = spec, strategy, grader
         self.batching, self.meter = batching, meter
+        self.tracer = tracer
         #: The run's batcher, opened when the pass starts (``None``: nothing batched).
         self.batcher: WaveBatcher | None = None
         self.summary = summary
@@ -606,6 +614,8 @@ class SampleLoop:
             return
         if self.summary is not None:
             self.summary.add(result.record)
+        if self.tracer is not None:
+            self.tracer.emit(result.record, source=str(self.samples_path))
         status, cost = result.status, result.cost
         progress = self.progress
         progress.done += 1

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ..conductors.spec import Conductor
     from ..grading import Grader
     from ..llm.caller import CallerSet
+    from ..otel import RecordSink
     from ..strategies import Strategy
     from ..targets import Worker
 
@@ -301,14 +302,16 @@ class BenchSession:
         *,
         on_progress: Callable[[BenchProgress], None] | None = None,
         on_warning: Callable[[str], None] | None = None,
+        tracer: RecordSink | None = None,
     ) -> BenchProgress:
-        """Run the request to the end and write the run's summary.
+        """Run the request to the end and write the run's summary; with ``tracer``,
+        each record written becomes a trace.
 
         The summary is written too when the run is stopped (by a full disk, a
         rejected key, or ``Ctrl-C``, which is raised again as ``KeyboardInterrupt``).
         """
         try:
-            progress = asyncio.run(self._run(on_progress, on_warning))
+            progress = asyncio.run(self._run(on_progress, on_warning, tracer))
         except BenchStopped:
             # What was written is summarised if the directory still takes a write.
             with contextlib.suppress(Exception):
@@ -332,6 +335,7 @@ class BenchSession:
         self,
         on_progress: Callable[[BenchProgress], None] | None,
         on_warning: Callable[[str], None] | None,
+        tracer: RecordSink | None = None,
     ) -> BenchProgress:
         from ..llm.cache import ResponseCache
         from ..llm.caller import CallerSet
@@ -390,6 +394,7 @@ class BenchSession:
                     summary=self.summary,
                     batching=batching,
                     meter=meter,
+                    tracer=tracer,
                 )
             finally:
                 record_rate_limits(r.run_dir, callers.limits.history())

@@ -32,6 +32,7 @@ from ._common import (
 from .ask import ask
 from .bench import bench, report
 from .cache import cache_app
+from .export import export_app
 from .pools import pools_app
 from .serve import serve
 from .trace import trace
@@ -69,6 +70,7 @@ app = typer.Typer(
 )
 app.add_typer(pools_app, name="pools")
 app.add_typer(cache_app, name="cache")
+app.add_typer(export_app, name="export")
 for command in (ask, serve, bench, report, trace, view, train):
     app.command()(command)
 

@@ -21,6 +21,7 @@ from ._common import (
     stderr,
     stdout,
 )
+from ._tracing import NoOtelOption, OtelContentOption, OtelOption, otel_from_options, tracing
 
 if TYPE_CHECKING:
     from ..conductors.spec import Conductor
@@ -95,6 +96,9 @@ def ask(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the run record as JSON on stdout.")
     ] = False,
+    otel: OtelOption = None,
+    otel_content: OtelContentOption = False,
+    no_otel: NoOtelOption = False,
 ) -> None:
     """Answer one question with an orchestrated workflow and show how it was made."""
     from ..conductors.spec import resolve_conductor
@@ -121,18 +125,22 @@ def ask(
         _check_baseline_options(strategy, conductor, template, max_steps, rounds)
     # A baseline's spelling checked, and every missing key at once, before any call.
     require_keys(_strategy(plan, pool_obj, settings, CallerSet(None)).targets)
+    traced = otel_from_options(otel, otel_content, no_otel)
     started: list[RunRecord] = []
-    try:
-        record = _run_with_progress(
-            lambda events: _ask_async(
-                text, pool_obj, plan, settings, no_cache, events, started.append
-            ),
-            show=not as_json,
-        )
-    except KeyboardInterrupt:
-        interrupted(_keep_interrupted(started[0] if started else None, out, no_cache))
-    if out is not None:
-        write_record(record, out)
+    with tracing(traced) as tracer:
+        try:
+            record = _run_with_progress(
+                lambda events: _ask_async(
+                    text, pool_obj, plan, settings, no_cache, events, started.append
+                ),
+                show=not as_json,
+            )
+        except KeyboardInterrupt:
+            interrupted(_keep_interrupted(started[0] if started else None, out, no_cache))
+        if out is not None:
+            write_record(record, out)
+        if tracer is not None:
+            tracer.emit(record, source=str(out) if out is not None else None)
     if as_json:
         typer.echo(to_json(record))
     else:

@@ -15,12 +15,14 @@ from ..errors import UsageError
 from ..text import plural, printable
 from ._ci import CiOutputs, FailUnderOption, JunitOption, MarkdownOption
 from ._common import EXIT_FAILED, interrupted, print_path, stderr, stdout
+from ._tracing import NoOtelOption, OtelContentOption, OtelOption, otel_from_options, tracing
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from ..bench.runner import BenchProgress
     from ..bench.session import BenchRequest
+    from ..otel import RecordSink
     from ..runs.summary import RunSummary
 
 __all__ = ["bench", "report"]
@@ -185,6 +187,9 @@ def bench(
     fail_under: FailUnderOption = None,
     junit: JunitOption = None,
     markdown: MarkdownOption = None,
+    otel: OtelOption = None,
+    otel_content: OtelContentOption = False,
+    no_otel: NoOtelOption = False,
 ) -> None:
     """Run a benchmark with the Conductor or a baseline strategy, graded and resumable.
 
@@ -240,10 +245,11 @@ def bench(
         return
     run_dirs = []
     failed = False
-    for request in requests:
-        progress = _bench_one(request)
-        failed = failed or (progress.done > 0 and progress.errors == progress.done)
-        run_dirs.append(request.run_dir)
+    with tracing(otel_from_options(otel, otel_content, no_otel)) as tracer:
+        for request in requests:
+            progress = _bench_one(request, tracer)
+            failed = failed or (progress.done > 0 and progress.errors == progress.done)
+            run_dirs.append(request.run_dir)
     summaries = _print_report(_written_summaries(run_dirs))
     dirs_written = plural(len(run_dirs), "run directory", "run directories")
     print_path(stdout(), f"{dirs_written} (for conductor report and trace):", *run_dirs)
@@ -332,7 +338,7 @@ def _run_pilots(requests: list[BenchRequest]) -> None:
         raise typer.Exit(EXIT_FAILED)
 
 
-def _bench_one(request: BenchRequest) -> BenchProgress:
+def _bench_one(request: BenchRequest, tracer: RecordSink | None = None) -> BenchProgress:
     """Run one request under a progress bar on stderr when stdout is a terminal, or
     with plain progress lines on stdout when it is not (a pipe, a CI log)."""
     from ..bench.session import BenchSession
@@ -357,7 +363,7 @@ def _bench_one(request: BenchRequest) -> BenchProgress:
                 bar.update(p)
 
         try:
-            progress = session.run(on_progress=on_progress, on_warning=on_warning)
+            progress = session.run(on_progress=on_progress, on_warning=on_warning, tracer=tracer)
         except KeyboardInterrupt:
             run_dir = request.run_dir
             interrupted(f"finished samples are kept in {run_dir} (--resume {run_dir})")

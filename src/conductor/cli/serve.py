@@ -11,6 +11,7 @@ import typer
 from ..errors import UsageError
 from ..text import plural
 from ._common import PoolOption, load_pool, stderr
+from ._tracing import NoOtelOption, OtelContentOption, OtelOption, otel_from_options
 
 __all__ = ["serve"]
 
@@ -137,6 +138,9 @@ def serve(
             "request in progress is closed (503 when none).",
         ),
     ] = 512,
+    otel: OtelOption = None,
+    otel_content: OtelContentOption = False,
+    no_otel: NoOtelOption = False,
 ) -> None:
     """Serve the pool's Conductor and baselines as OpenAI-compatible models
     (GET /v1/models, POST /v1/chat/completions, /v1/responses and /v1/completions)
@@ -164,11 +168,13 @@ def serve(
             f"{install_hint('serve')}"
         ) from None
     api_keys = load_keys(keys, pool_obj) if keys is not None else ()
+    traced = otel_from_options(otel, otel_content, no_otel)
 
     settings = ServeSettings(
         pool=pool_obj,
         conductor=conductor,
         records_dir=records,
+        otel=traced,
         api_key=api_key,
         max_concurrency=max_concurrency,
         max_queue=max_queue,

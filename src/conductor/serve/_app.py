@@ -135,6 +135,8 @@ def create_app(settings: ServeSettings) -> FastAPI:
         ticket = service.slots.admit()
         run_ids = [new_run_id() for _ in range(chat.n)]
         job = _Job(service, strategy, chat, question, run_ids, ticket, renderer(run_ids))
+        # A client's W3C trace context: the runs' traces continue the client's.
+        job.traceparent = request.headers.get("traceparent")
         if chat.stream:
             return job.streamed()
         try:
@@ -257,6 +259,7 @@ class _Job:
         self.renderer = renderer
         self.budget = service.budget(chat.budget)  # one for all the request's runs
         self.headers = {"x-conductor-run-id": ",".join(run_ids)}
+        self.traceparent: str | None = None
 
     async def answered(self, receive: Receive) -> Response:
         """Run, watching the connection from the start (waiting for a slot included):
@@ -290,6 +293,7 @@ class _Job:
                 self.run_ids,
                 budget=self.budget,
                 answer_format=self.chat.answer_format,
+                traceparent=self.traceparent,
             )
 
     def streamed(self) -> StreamingResponse:
@@ -326,6 +330,7 @@ class _Job:
                             on_event if self.chat.progress else None,
                             budget=self.budget,
                             answer_format=self.chat.answer_format,
+                            traceparent=self.traceparent,
                         )
                     )
                     task.add_done_callback(functools.partial(_finished, queue, i))

@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from ..conductors.spec import Conductor
 from ..events import Event
@@ -34,6 +34,9 @@ from ..workflow import workflow_from_dict
 from ._models import Catalog
 from ._protocol import BUDGET_KEY, ApiError, RequestBudget, event_payload
 from ._settings import ServeSettings
+
+if TYPE_CHECKING:
+    from ..otel import RecordSink, RecordTracer
 
 __all__ = ["EventCallback", "RecordWriter", "Service", "Slots", "Ticket", "check_records_dir"]
 
@@ -127,6 +130,14 @@ class RecordWriter:
                 self._fh = None
 
 
+def _close_tracer(tracer: RecordTracer) -> None:
+    """Send what is left; spans that could not be sent are logged (a server has no
+    closing summary to put them in)."""
+    problem = tracer.close().problem()
+    if problem is not None:
+        log.warning("traces: %s", problem)
+
+
 class Service:
     """The shared state of a running server (see the module docstring)."""
 
@@ -136,10 +147,13 @@ class Service:
         conductor: Conductor,
         cache: ResponseCache | None,
         records: RecordWriter | None,
+        tracer: RecordSink | None = None,
     ) -> None:
         self.settings = settings
         self.cache = cache
         self.records = records
+        #: Where each run's record becomes a trace (``--otel``), or ``None``.
+        self.tracer = tracer
         self.catalog = Catalog(
             settings.pool, conductor, CallerSet(cache), RunSettings(), max_k=settings.max_k
         )
@@ -156,7 +170,14 @@ class Service:
             if settings.records_dir is not None:
                 records = RecordWriter(settings.records_dir)
                 stack.callback(records.close)
-            service = cls(settings, conductor, cache, records)
+            tracer = None
+            if settings.otel is not None:
+                from ..otel import open_tracer
+
+                opened_tracer = open_tracer(settings.otel)
+                stack.callback(_close_tracer, opened_tracer)
+                tracer = opened_tracer
+            service = cls(settings, conductor, cache, records, tracer)
             try:
                 yield service
             finally:
@@ -180,6 +201,7 @@ class Service:
         on_event: EventCallback | None = None,
         budget: Budget | None = None,
         answer_format: AnswerFormat = PLAIN,
+        traceparent: str | None = None,
     ) -> list[RunRecord]:
         """One run of ``question`` per id in ``run_ids`` (sample index 0, 1, ...), at
         once, all drawing on ``budget``; cancelling this cancels them all (their pending
@@ -194,6 +216,7 @@ class Service:
                 on_event,
                 budget=budget,
                 answer_format=answer_format,
+                traceparent=traceparent,
             )
 
         if len(run_ids) == 1:
@@ -214,6 +237,7 @@ class Service:
         on_event: EventCallback | None = None,
         budget: Budget | None = None,
         answer_format: AnswerFormat = PLAIN,
+        traceparent: str | None = None,
     ) -> RunRecord:
         """One run, recorded under ``run_id`` (its record's run id and sample id), its
         answer in ``answer_format``, drawing on ``budget`` (shared with the request's
@@ -234,12 +258,19 @@ class Service:
             )
         except asyncio.CancelledError:
             if started:
-                self._keep(started[0], run_id, strategy, budget)
+                self._keep(started[0], run_id, strategy, budget, traceparent)
             raise
-        self._keep(record, run_id, strategy, budget)
+        self._keep(record, run_id, strategy, budget, traceparent)
         return record
 
-    def _keep(self, record: RunRecord, run_id: str, strategy: Strategy, budget: Budget) -> None:
+    def _keep(
+        self,
+        record: RunRecord,
+        run_id: str,
+        strategy: Strategy,
+        budget: Budget,
+        traceparent: str | None = None,
+    ) -> None:
         # The run id is the server's, known before the run starts, so that a streamed
         # response can name it in its headers.
         record.run_id = run_id
@@ -257,6 +288,8 @@ class Service:
             "usd": round(budget.usd, 8),
             "stopped": budget.stopped,
         }
+        if self.tracer is not None:
+            self.tracer.emit(record, traceparent=traceparent)
         if self.records is None:
             return
         try:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
+from ..otel import OtelSettings
 from ..pool import Pool
 from ._keys import ApiKey
 
@@ -26,6 +27,8 @@ class ServeSettings:
     instead of it.
     ``cors_origins`` are the origins a browser may call the server from (``*``: any;
     none: no CORS headers at all).
+    ``otel`` says where each run's record goes as an OpenTelemetry trace (``None``:
+    nowhere).
 
     Limits a client cannot exceed: ``max_k`` bounds K of ``vote:K:W`` and
     ``reflect:K:W``; ``max_calls_per_request`` and ``max_usd_per_request`` are the
@@ -40,6 +43,7 @@ class ServeSettings:
     pool: Pool
     conductor: str | None = None
     records_dir: Path | None = None
+    otel: OtelSettings | None = None
     api_key: str | None = None
     max_concurrency: int = 16
     max_queue: int = 64
