@@ -43,6 +43,9 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     # The workflow type (the three lists, parsed from a reply or read from a record)
     # sits with the records that hold it.
     ("records", ("workflow", "record", "shapes", "runs")),
+    # A record as OpenTelemetry spans: read from records, handed records by bench and
+    # serve.
+    ("traces", ("otel",)),
     ("the method", ("grammar", "context", "steps", "execute", "pool_check")),
     ("sandbox", ("sandbox",)),
     ("grading", ("grading",)),

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -49,6 +51,16 @@ BATCH_SPANS = 512
 MAX_QUEUED_SPANS = 200_000
 #: How long :meth:`RecordTracer.close` waits for the queue to drain, by default.
 CLOSE_TIMEOUT_S = 30.0
+#: How long spans wait for more to fill a batch (``OTEL_BSP_SCHEDULE_DELAY``, in
+#: milliseconds, as the SDK's batch processor reads it, changes it).
+FLUSH_DELAY_S = 2.0
+
+
+def _flush_delay_s() -> float:
+    try:
+        return max(0.0, float(os.environ["OTEL_BSP_SCHEDULE_DELAY"]) / 1000)
+    except (KeyError, ValueError):
+        return FLUSH_DELAY_S
 
 _EXPORTER_LOGGER = "opentelemetry.exporter"
 
@@ -156,6 +168,7 @@ class RecordTracer:
         self.report = TraceReport(where)
         self._queue: deque[list[ReadableSpan]] = deque()
         self._queued = 0
+        self._delay_s = _flush_delay_s()
         self._cond = threading.Condition()
         self._closing = False
         self._thread: threading.Thread | None = None
@@ -199,7 +212,8 @@ class RecordTracer:
                     target=self._drain, name="conductor-otel", daemon=True
                 )
                 self._thread.start()
-            self._cond.notify()
+            if self._queued >= BATCH_SPANS or len(self._queue) == 1:
+                self._cond.notify()
 
     def spans(
         self, record: RunRecord, *, source: str | None = None, traceparent: str | None = None
@@ -247,6 +261,15 @@ class RecordTracer:
             with self._cond:
                 while not self._queue and not self._closing:
                     self._cond.wait()
+                # A request per record would cost more than the spans themselves: wait
+                # for a full batch, the flush delay, or the end.
+                due = time.monotonic() + self._delay_s
+                while (
+                    self._queued < BATCH_SPANS
+                    and not self._closing
+                    and (left := due - time.monotonic()) > 0
+                ):
+                    self._cond.wait(left)
                 if not self._queue:
                     return
                 batch: list[ReadableSpan] = []
