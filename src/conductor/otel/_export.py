@@ -62,6 +62,7 @@ def _flush_delay_s() -> float:
     except (KeyError, ValueError):
         return FLUSH_DELAY_S
 
+
 _EXPORTER_LOGGER = "opentelemetry.exporter"
 
 
