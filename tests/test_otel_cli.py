@@ -205,6 +205,7 @@ def test_a_command_that_does_not_trace_imports_no_opentelemetry(
     assert "conductor.otel" not in r.stderr
 
 
+@pytest.mark.process
 def test_serve_traces_each_run_under_the_caller_s_trace(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -231,3 +232,57 @@ def test_serve_traces_each_run_under_the_caller_s_trace(
     assert root.name == "invoke_workflow conductor"
     assert root.attributes["conductor.run_id"] == run_id
     assert {s.name for s in traces[trace_id]} >= {"invoke_agent w0", "invoke_agent w1"}
+
+
+@pytest.mark.process
+def test_the_sending_process_dying_costs_the_run_only_its_spans(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    import os
+    import signal
+
+    from conductor.otel import open_tracer, otel_settings
+    from conductor.record import read_record
+
+    _script(fake_server)
+    record_file = tmp_path / "ask.json"
+    r = run_cli(
+        "ask",
+        "What is 3 + 0?",
+        "--pool",
+        str(_pool(tmp_path, fake_server)),
+        "--out",
+        str(record_file),
+    )
+    assert r.returncode == 0, r.stderr
+    record = read_record(record_file)
+    with OtlpReceiver() as receiver:
+        settings = otel_settings(receiver.url, env={})
+        assert settings is not None
+        tracer = open_tracer(settings)
+        for _ in range(3):
+            tracer.emit(record)
+        report = tracer.close()
+        assert report.problem() is None and report.sent == 24
+        assert len(receiver.traces()) == 3
+
+        # A line the child cannot read costs that record only.
+        tracer = open_tracer(settings)
+        tracer.emit(record, line='{"run_id": "x", "question": ')
+        tracer.emit(record, line="\t\n[]")
+        tracer.emit(record, source="a\tb\nc\ud800")  # raw tab, newline, lone surrogate
+        report = tracer.close()
+        assert report.unplanned == 2 and report.sent == 8, report
+        assert report.problem() is not None and "could not be read" in report.problem()
+        assert len(receiver.traces()) == 4
+
+        tracer = open_tracer(settings)
+        tracer.emit(record)
+        assert tracer.pid is not None
+        os.kill(tracer.pid, signal.SIGKILL)
+        for _ in range(5):
+            tracer.emit(record)  # after the child died: dropped, never raised
+        report = tracer.close()
+    problem = report.problem()
+    assert problem is not None and "without a report" in problem, report
+    assert report.records == 6

@@ -104,7 +104,7 @@ from conductor.bench import session
 
 run = session.BenchSession.run
 
-def marked(self, *, on_progress=None, on_warning=None):
+def marked(self, *, on_progress=None, on_warning=None, **rest):
     def note(p):
         if p.done:
             now = time.perf_counter()
@@ -112,7 +112,7 @@ def marked(self, *, on_progress=None, on_warning=None):
             marks["last"] = now
         if on_progress is not None:
             on_progress(p)
-    return run(self, on_progress=note, on_warning=on_warning)
+    return run(self, on_progress=note, on_warning=on_warning, **rest)
 
 session.BenchSession.run = marked
 from conductor.cli import main

@@ -615,7 +615,7 @@ class SampleLoop:
         if self.summary is not None:
             self.summary.add(result.record)
         if self.tracer is not None:
-            self.tracer.emit(result.record, source=str(self.samples_path))
+            self.tracer.emit(result.record, source=str(self.samples_path), line=result.line)
         status, cost = result.status, result.cost
         progress = self.progress
         progress.done += 1

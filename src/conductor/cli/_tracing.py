@@ -16,7 +16,7 @@ import typer
 from ._common import stderr
 
 if TYPE_CHECKING:
-    from ..otel import OtelSettings, RecordTracer
+    from ..otel import OtelSettings, ProcessTracer
 
 __all__ = ["NoOtelOption", "OtelContentOption", "OtelOption", "otel_from_options", "tracing"]
 
@@ -64,7 +64,7 @@ def otel_from_options(url: str | None, content: bool, off: bool) -> OtelSettings
 
 
 @contextlib.contextmanager
-def tracing(settings: OtelSettings | None) -> Iterator[RecordTracer | None]:
+def tracing(settings: OtelSettings | None) -> Iterator[ProcessTracer | None]:
     """The command's tracer while the block runs (``None`` when it does not trace);
     at the end, what is queued is sent and a line on stderr says how that went."""
     if settings is None:

@@ -52,8 +52,9 @@ def export_otel(
     console = stderr()
     unread = 0
     exported = 0
-    with tracing(settings) as tracer:
-        assert tracer is not None
+    with tracing(settings) as held:
+        assert held is not None
+        tracer = held
         for found in sources:
             for where, record in found:
                 if record is None:
@@ -63,7 +64,8 @@ def export_otel(
                     continue
                 tracer.emit(record, source=where)
                 exported += 1
-        report = tracer.report
+    report = tracer.report
+    assert report is not None  # closed by the block
     if unread:
         verb = "was" if unread == 1 else "were"
         console.print(

@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from opentelemetry import trace
@@ -30,6 +29,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from .. import __version__
 from ._config import OtelSettings
+from ._report import TraceReport
 from ._spans import record_spans
 
 if TYPE_CHECKING:
@@ -64,33 +64,6 @@ def _flush_delay_s() -> float:
 
 
 _EXPORTER_LOGGER = "opentelemetry.exporter"
-
-
-@dataclass
-class TraceReport:
-    """What a tracer did: spans made, sent, refused or unreachable (``failed``), and
-    dropped (the queue was full, or still held spans when closing gave up)."""
-
-    where: str
-    records: int = 0
-    spans: int = 0
-    sent: int = 0
-    failed: int = 0
-    dropped: int = 0
-    #: Records that could not be made into spans at all (a defect, or a record no
-    #: reader should have let through).
-    unplanned: int = 0
-    reason: str | None = None
-
-    def problem(self) -> str | None:
-        """One sentence when spans were lost, else ``None``."""
-        lost = self.failed + self.dropped
-        why = f": {self.reason}" if self.reason else ""
-        if self.unplanned:
-            return f"{self.unplanned} of {self.records} records were not sent{why}"
-        if not lost:
-            return None
-        return f"{lost} of {self.spans} spans could not be sent to {self.where}{why}"
 
 
 class _LastWords(logging.Handler):
@@ -186,10 +159,16 @@ class RecordTracer:
     # -- making spans -------------------------------------------------------------------
 
     def emit(
-        self, record: RunRecord, *, source: str | None = None, traceparent: str | None = None
+        self,
+        record: RunRecord,
+        *,
+        source: str | None = None,
+        traceparent: str | None = None,
+        line: str | None = None,
     ) -> None:
         """Queue ``record``'s spans; ``traceparent`` (a W3C trace context, from a client
-        of ``conductor serve``) makes its root a child of the caller's span."""
+        of ``conductor serve``) makes its root a child of the caller's span.  (``line``,
+        the record's JSON, is for :class:`~conductor.otel._process.ProcessTracer`.)"""
         try:
             spans = self.spans(record, source=source, traceparent=traceparent)
         except Exception as exc:  # noqa: BLE001 - a record the planner chokes on must not end the run

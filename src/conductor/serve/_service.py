@@ -36,7 +36,7 @@ from ._protocol import BUDGET_KEY, ApiError, RequestBudget, event_payload
 from ._settings import ServeSettings
 
 if TYPE_CHECKING:
-    from ..otel import RecordSink, RecordTracer
+    from ..otel import ProcessTracer, RecordSink
 
 __all__ = ["EventCallback", "RecordWriter", "Service", "Slots", "Ticket", "check_records_dir"]
 
@@ -130,7 +130,7 @@ class RecordWriter:
                 self._fh = None
 
 
-def _close_tracer(tracer: RecordTracer) -> None:
+def _close_tracer(tracer: ProcessTracer) -> None:
     """Send what is left; spans that could not be sent are logged (a server has no
     closing summary to put them in)."""
     problem = tracer.close().problem()
