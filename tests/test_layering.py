@@ -50,6 +50,8 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("sandbox", ("sandbox",)),
     ("grading", ("grading",)),
     ("datasets", ("datasets",)),
+    # A router reads bench run directories and question keys; strategies run it.
+    ("routing", ("router",)),
     ("strategies", ("strategies",)),
     ("benchmarks", ("bench",)),
     ("training", ("train",)),

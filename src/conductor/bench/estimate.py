@@ -477,12 +477,17 @@ class _Assumed:
     def calls(self, prompt: str) -> list[list[_Share]]:
         """The calls one question makes, each as the roles that share it; at most
         ``--max-calls`` of them."""
-        from ..strategies import FixedStrategy
+        from ..strategies import ConductorStrategy, FixedStrategy
+        from ..strategies.router import RouterStrategy
 
-        if self.conductor is not None:
-            calls = self._conductor_calls(prompt, self.conductor)
-        elif isinstance(self.strategy, FixedStrategy):
-            calls = self._plan_calls(prompt, self.strategy)
+        strategy = self.strategy
+        if isinstance(strategy, RouterStrategy):
+            # Routing calls no model: each question is priced as the arm it goes to.
+            strategy = strategy.arms[strategy.route(prompt).arm]
+        if isinstance(strategy, ConductorStrategy):
+            calls = self._conductor_calls(prompt, strategy)
+        elif isinstance(strategy, FixedStrategy):
+            calls = self._plan_calls(prompt, strategy)
         else:
             calls = []  # a strategy of another kind: nothing is known of its calls
         cap = self.settings.max_calls
@@ -558,7 +563,11 @@ class _Assumed:
         return out
 
     def _how(self, role: str, per_question: float) -> str:
+        from ..strategies.router import RouterStrategy
+
         a_question = _a_question(per_question)
+        if isinstance(self.strategy, RouterStrategy):
+            return f"routed: {a_question}, each question priced as the arm it goes to"
         if self.conductor is None:
             return f"the plan's {a_question}, its requests as built"
         if role == CONDUCTOR_ROLE:
@@ -610,10 +619,16 @@ def _targets(strategy: Strategy) -> dict[str, Worker]:
     worker of the pool (any may be given a step), or the workers a baseline's plan
     calls."""
     from ..strategies import ConductorStrategy
+    from ..strategies.router import RouterStrategy
 
     if isinstance(strategy, ConductorStrategy):
         workers = {w.id: w for w in strategy.pool.workers}
         return {CONDUCTOR_ROLE: strategy.orchestrator.conductor.target, **workers}
+    if isinstance(strategy, RouterStrategy):
+        roles: dict[str, Worker] = {}
+        for arm in strategy.arms.values():
+            roles.update(_targets(arm))
+        return roles
     return {t.id: t for t in strategy.targets}
 
 

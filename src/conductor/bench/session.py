@@ -167,7 +167,7 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
     strategy = invocation.strategy or "conductor"
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        label = strategy.replace(":", "-")
+        label = re.sub(r"[^A-Za-z0-9._-]+", "-", strategy).strip("-.")
         out = Path("runs") / f"{spec.name}-{label}-{stamp}"
     singles = strategy == "singles"
     strategies = [f"single:{w.id}" for w in pool_obj.workers] if singles else [strategy]
@@ -263,6 +263,7 @@ def build_strategy(
     model: a spend estimate builds it too."""
     from ..conductors.spec import resolve_conductor
     from ..strategies import ConductorStrategy, answer_key_for, parse_strategy
+    from ..strategies.router import is_router_strategy
 
     given = request.invocation
     if request.strategy == "conductor":
@@ -271,6 +272,8 @@ def build_strategy(
         )
         options = _with_trained_questions(options, cond, given.exclude_trained)
         return ConductorStrategy(request.pool, cond, request.settings, callers), options
+    if is_router_strategy(request.strategy):
+        return _router(request, callers, options)
     if given.conductor is not None:
         raise UsageError("--conductor applies to --strategy conductor only")
     if given.exclude_trained:
@@ -431,6 +434,44 @@ def _parse_shard(text: str | None) -> tuple[int, int] | None:
     if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
         raise UsageError(f"--shard {text!r} must be I/N with 0 <= I < N, e.g. 0/4")
     return int(m.group(1)), int(m.group(2))
+
+
+def _router(
+    request: BenchRequest, callers: CallerSet, options: BenchOptions
+) -> tuple[Strategy, BenchOptions]:
+    """``router:DIR``'s strategy (a ``conductor`` arm is the Conductor ``--conductor``
+    names, or the pool's), with the questions the router was fitted on (counted by the
+    run, or skipped with ``--exclude-trained``)."""
+    from ..conductors.spec import resolve_conductor
+    from ..strategies import ConductorStrategy, answer_key_for
+    from ..strategies.router import router_strategy
+    from .trained import trained_questions_of_router
+
+    given = request.invocation
+
+    def conductor_arm() -> Strategy:
+        cond = resolve_conductor(
+            request.pool, given.conductor, max_steps=request.settings.max_steps
+        )
+        return ConductorStrategy(request.pool, cond, request.settings, callers)
+
+    strategy = router_strategy(
+        request.strategy,
+        request.pool,
+        callers,
+        conductor=conductor_arm,
+        vote_key=answer_key_for(request.spec.grader),
+        settings=request.settings,
+        pool_sha256=options.pool_sha256,
+    )
+    if given.conductor is not None and "conductor" not in strategy.arms:
+        raise UsageError(
+            f"--conductor: router {request.strategy} has no conductor arm to give it to"
+        )
+    trained = trained_questions_of_router(strategy.routed)
+    return strategy, dataclasses.replace(
+        options, trained_on=trained, exclude_trained=given.exclude_trained
+    )
 
 
 def _with_trained_questions(

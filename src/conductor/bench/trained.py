@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 
     from ..conductors.spec import Conductor
     from ..grading.types import Sample
+    from ..router import RouterDir
 
-__all__ = ["TrainedQuestions", "trained_questions_of"]
+__all__ = ["TrainedQuestions", "trained_questions_of", "trained_questions_of_router"]
 
 log = logging.getLogger("conductor")
 
@@ -68,13 +69,7 @@ def trained_questions_of(conductor: Conductor) -> TrainedQuestions | None:
     if found is None:
         return None
     normalisation, hashes = found
-    known = _questions().SAMPLE_KEYS
-    if normalisation not in known:
-        raise UsageError(
-            f"{directory}: its training questions were hashed with {normalisation!r}, "
-            f"which this conductor does not know (it knows {', '.join(map(repr, known))}); "
-            "upgrade conductor to compare them"
-        )
+    _check_normalisation(directory, normalisation)
     guard = read_training_guard(directory) or {}
     listed = guard.get("unchecked")
     unchecked = tuple(str(u) for u in listed) if isinstance(listed, list) else ()
@@ -87,4 +82,23 @@ def trained_questions_of(conductor: Conductor) -> TrainedQuestions | None:
         )
     return TrainedQuestions(
         source=str(directory), hashes=hashes, normalisation=normalisation, unchecked=unchecked
+    )
+
+
+def _check_normalisation(source: Path, normalisation: str) -> None:
+    known = _questions().SAMPLE_KEYS
+    if normalisation not in known:
+        raise UsageError(
+            f"{source}: its training questions were hashed with {normalisation!r}, "
+            f"which this conductor does not know (it knows {', '.join(map(repr, known))}); "
+            "upgrade conductor to compare them"
+        )
+
+
+def trained_questions_of_router(routed: RouterDir) -> TrainedQuestions:
+    """The questions a router was fitted on (its held-out questions are not among them),
+    compared as a checkpoint's are."""
+    _check_normalisation(routed.path, routed.normalisation)
+    return TrainedQuestions(
+        source=str(routed.path), hashes=routed.training_keys, normalisation=routed.normalisation
     )

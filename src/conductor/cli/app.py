@@ -33,6 +33,7 @@ from .ask import ask
 from .bench import bench, report
 from .cache import cache_app
 from .export import export_app
+from .fit_router import fit_router
 from .pools import pools_app
 from .serve import serve
 from .trace import trace
@@ -71,7 +72,7 @@ app = typer.Typer(
 app.add_typer(pools_app, name="pools")
 app.add_typer(cache_app, name="cache")
 app.add_typer(export_app, name="export")
-for command in (ask, serve, bench, report, trace, view, train):
+for command in (ask, serve, bench, report, trace, view, train, fit_router):
     app.command()(command)
 
 

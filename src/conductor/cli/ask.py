@@ -204,7 +204,24 @@ def _strategy(
 ) -> Strategy:
     """The Conductor ``plan``, or the baseline it names (votes read short answers)."""
     from ..strategies import ConductorStrategy, parse_strategy, short_answer_key
+    from ..strategies.router import is_router_strategy, router_strategy
 
+    if isinstance(plan, str) and is_router_strategy(plan):
+
+        def conductor_arm() -> Strategy:
+            from ..conductors.spec import resolve_conductor
+
+            chosen = resolve_conductor(pool, None, max_steps=settings.max_steps)
+            return ConductorStrategy(pool, chosen, settings, callers)
+
+        return router_strategy(
+            plan,
+            pool,
+            callers,
+            conductor=conductor_arm,
+            vote_key=short_answer_key,
+            settings=settings,
+        )
     if isinstance(plan, str):
         return parse_strategy(plan, pool, callers, vote_key=short_answer_key, settings=settings)
     return ConductorStrategy(pool, plan, settings, callers)

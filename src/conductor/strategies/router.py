@@ -1,0 +1,191 @@
+"""``router:DIR``: a fitted router (:mod:`conductor.router`) picks, for each question,
+the strategy that answers it: a worker alone, a fixed workflow, or the Conductor.
+
+The router's arms are strategies by name (``single:W``, ``moa``, ``conductor``...); each
+is built once, over the same callers, and run as it would run alone, so a routed
+question's record is the chosen strategy's record with the route added: ``conductor``
+says ``router:DIR`` and the arm, ``metadata.route`` every arm's chance and whether a
+cascade fell back.  Routing itself calls no model and takes well under a millisecond
+(the hashed features); it happens before the first call of each question.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError
+from ..events import EventSink
+from ..llm.answer_format import PLAIN, AnswerFormat
+from ..llm.caller import CallerSet
+from ..pool import Pool
+from ..record import RunRecord
+from ..steps import Budget
+from ..targets import Worker
+from .answers import AnswerKey
+from .base import Strategy
+from .baselines import parse_strategy
+
+if TYPE_CHECKING:
+    from ..execute import RunSettings
+    from ..router import Route, RouterDir
+
+__all__ = ["ROUTER_PREFIX", "RouterStrategy", "is_router_strategy", "router_strategy"]
+
+log = logging.getLogger("conductor")
+
+ROUTER_PREFIX = "router:"
+
+
+def is_router_strategy(text: str) -> bool:
+    """Whether ``--strategy text`` names a router directory."""
+    return text.strip().startswith(ROUTER_PREFIX)
+
+
+class RouterStrategy:
+    """Each question goes to the arm the router picks (see the module)."""
+
+    def __init__(self, name: str, routed: RouterDir, arms: dict[str, Strategy]) -> None:
+        self.name = name
+        self.routed = routed
+        self.arms = arms
+
+    @property
+    def pool(self) -> Pool:
+        return next(iter(self.arms.values())).pool
+
+    @property
+    def targets(self) -> tuple[Worker, ...]:
+        return tuple(t for arm in self.arms.values() for t in arm.targets)
+
+    @property
+    def call_demand(self) -> tuple[tuple[Worker, int], ...]:
+        # A question runs one arm: each target as often at once as the arm that calls it
+        # most at once.
+        most: dict[str, tuple[Worker, int]] = {}
+        for arm in self.arms.values():
+            for target, count in arm.call_demand:
+                seen = most.get(target.id)
+                if seen is None or count > seen[1]:
+                    most[target.id] = (target, count)
+        return tuple(most.values())
+
+    def describe(self) -> dict[str, Any]:
+        # What decides the routes, not where the files lie: a run's cached samples are
+        # replayed for the same router moved, never for another one.
+        router = self.routed.router
+        return {
+            "strategy": self.name,
+            "router": {
+                "head_sha256": self.routed.head_sha256,
+                "arms": list(router.arms),
+                "features": router.featurizer.name,
+                "cost_weight": router.cost_weight,
+                "fallback": router.fallback,
+                "threshold": router.threshold,
+            },
+            "arms": {name: arm.describe() for name, arm in self.arms.items()},
+        }
+
+    def answer_refusal(self, answer: AnswerFormat) -> str | None:
+        # Any arm may answer: each must be able to.
+        return next(filter(None, (arm.answer_refusal(answer) for arm in self.arms.values())), None)
+
+    def route(self, question: str) -> Route:
+        """Where ``question`` goes (no model is called)."""
+        return self.routed.router.route(question)
+
+    async def run(
+        self,
+        question: str,
+        *,
+        sample_index: int,
+        sample_id: str | None = None,
+        epoch: int | None = None,
+        events: EventSink | None = None,
+        on_record: Callable[[RunRecord], None] | None = None,
+        budget: Budget | None = None,
+        answer_format: AnswerFormat = PLAIN,
+    ) -> RunRecord:
+        route = self.route(question)
+        arm = self.arms[route.arm]
+
+        def mark(record: RunRecord) -> None:
+            record.conductor = {**record.conductor, "strategy": self.name, "arm": route.arm}
+            record.settings["strategy"] = self.name
+            record.metadata["route"] = {
+                "arm": route.arm,
+                "chances": route.chances,
+                "fell_back": route.fell_back,
+            }
+
+        def forward(record: RunRecord) -> None:
+            mark(record)
+            if on_record is not None:
+                on_record(record)
+
+        record = await arm.run(
+            question,
+            sample_index=sample_index,
+            sample_id=sample_id,
+            epoch=epoch,
+            events=events,
+            on_record=forward,
+            budget=budget,
+            answer_format=answer_format,
+        )
+        mark(record)
+        return record
+
+    async def aclose(self) -> None:
+        for arm in self.arms.values():
+            await arm.aclose()
+
+
+def router_strategy(
+    text: str,
+    pool: Pool,
+    callers: CallerSet,
+    *,
+    conductor: Callable[[], Strategy] | None,
+    vote_key: AnswerKey | None = None,
+    settings: RunSettings | None = None,
+    pool_sha256: str | None = None,
+) -> RouterStrategy:
+    """The strategy ``router:DIR`` names, its arms built over ``callers`` from ``pool``
+    (``conductor`` builds the Conductor's, for a router with a ``conductor`` arm).
+
+    Raises :class:`~conductor.errors.UsageError` when DIR is not a router directory or
+    an arm cannot run on ``pool`` (a worker it names is not there).  Warns when the
+    router was fitted on runs of another pool file (``pool_sha256``)."""
+    from ..router import load_router
+
+    given = text.strip()[len(ROUTER_PREFIX) :]
+    if not given:
+        raise UsageError(
+            "--strategy router:DIR needs the router's directory (conductor fit-router --out DIR)"
+        )
+    routed = load_router(Path(given))
+    fitted_on = routed.pool_sha256
+    if pool_sha256 is not None and fitted_on and pool_sha256 not in fitted_on:
+        log.warning(
+            "router %s was fitted on runs of another pool file: its arms' workers may not "
+            "be the models it learned",
+            given,
+        )
+    arms: dict[str, Strategy] = {}
+    for name in routed.router.arms:
+        try:
+            if name == "conductor":
+                if conductor is None:
+                    raise UsageError("the Conductor cannot be run here")
+                arms[name] = conductor()
+            else:
+                arms[name] = parse_strategy(
+                    name, pool, callers, vote_key=vote_key, settings=settings
+                )
+        except UsageError as exc:
+            raise UsageError(f"router {given}: its arm {name} cannot run: {exc}") from None
+    return RouterStrategy(f"{ROUTER_PREFIX}{given}", routed, arms)

@@ -1,0 +1,330 @@
+"""The router's parts in process: features, head, split, fit and measures, and the router
+directory as a hostile author may have written it."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+np = pytest.importorskip("numpy")
+
+from conductor.errors import UsageError  # noqa: E402
+from conductor.router import (  # noqa: E402
+    FitSettings,
+    RouterFileError,
+    RoutingData,
+    fit_router,
+    held_out,
+    load_router,
+    save_router,
+)
+from conductor.router.features import HashedNgrams, featurizer_from  # noqa: E402
+from conductor.router.head import fit_head  # noqa: E402
+
+KINDS = (
+    "What is {a} * {b}?",
+    "What is the capital of {c}?",
+    "Convert {a} km to metres.",
+    "Is {a} an even number?",
+)
+COUNTRIES = ("France", "Peru", "Japan", "Kenya", "Chile", "Norway", "Egypt", "India")
+
+
+def complementary(
+    n: int, seed: int = 0, costs: tuple[float, ...] = (0.001, 0.002, 0.0005)
+) -> RoutingData:
+    """Arm a is right 90% of the time on arithmetic and units and 30% on the rest, arm b
+    the other way round, arm c 55% everywhere: no arm alone passes about 60%, the
+    right arm for each kind about 90%."""
+    rng = np.random.default_rng(seed)
+    prompts, scores = [], []
+    for i in range(n):
+        kind = i % 4
+        q = KINDS[kind].format(a=rng.integers(2, 99), b=rng.integers(2, 99), c=COUNTRIES[i % 8])
+        prompts.append(f"Answer briefly. Question: {q} (item {i})")
+        good_a = kind in (0, 2)
+        scores.append(
+            [
+                rng.random() < (0.9 if good_a else 0.3),
+                rng.random() < (0.3 if good_a else 0.9),
+                rng.random() < 0.55,
+            ]
+        )
+    keys = tuple(hashlib.sha256(p.encode()).hexdigest() for p in prompts)
+    return RoutingData(
+        arms=("single:a", "single:b", "single:c"),
+        benchmarks=("synthetic",) * n,
+        sample_ids=tuple(str(i) for i in range(n)),
+        prompts=tuple(prompts),
+        keys=keys,
+        scores=np.asarray(scores, dtype=float),
+        costs=np.tile(np.asarray(costs), (n, 1)),
+        unpriced=(),
+        sources=("runs/x",),
+        pool_sha256=("f" * 64,),
+        dropped=0,
+    )
+
+
+# -- features ---------------------------------------------------------------------------
+
+
+@pytest.mark.process
+def test_hashed_features_are_the_same_in_another_process() -> None:
+    text = "What is the capital of Peru? Answer in one word."
+    here = HashedNgrams(dim=256).row(text)
+    code = (
+        "import json,sys; from conductor.router.features import HashedNgrams;"
+        "print(json.dumps(HashedNgrams(dim=256).row(sys.argv[1])))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run(
+        [sys.executable, "-c", code, text], capture_output=True, text=True, env=env, check=True
+    )
+    there = {int(k): v for k, v in json.loads(out.stdout).items()}
+    assert here == there
+    assert abs(sum(v * v for v in here.values()) - 1.0) < 1e-9
+
+
+def test_questions_of_one_kind_are_closer_than_questions_of_two() -> None:
+    f = HashedNgrams(dim=4096)
+    x = f.transform(["What is 12 * 7?", "What is 91 * 3?", "What is the capital of Chile?", ""])
+    assert x[0] @ x[1] > x[0] @ x[2] + 0.1
+    assert not x[3].any()  # the empty question is a row of zeros, not NaN
+
+
+@pytest.mark.parametrize("dim", [0, 8, 2**21, "64", True, 12.5])
+def test_a_featurizer_setting_out_of_range_is_refused(dim: object) -> None:
+    with pytest.raises(UsageError, match="dim must be"):
+        featurizer_from("hashed-ngrams-v1", {"dim": dim})
+
+
+def test_an_unknown_featurizer_is_named_with_the_known_ones() -> None:
+    with pytest.raises(UsageError, match="no featurizer 'bert'.*hashed-ngrams-v1"):
+        featurizer_from("bert")
+
+
+# -- head and split ---------------------------------------------------------------------
+
+
+def test_the_head_learns_which_arm_answers_which_kind() -> None:
+    data = complementary(200)
+    x = HashedNgrams().transform(data.prompts)
+    head = fit_head(x, data.scores)
+    test = complementary(40, seed=7)
+    chances = head.predict(HashedNgrams().transform(test.prompts))
+    kinds = np.arange(40) % 4
+    a_better = chances[:, 0] > chances[:, 1]
+    assert a_better[np.isin(kinds, (0, 2))].mean() > 0.9
+    assert (~a_better)[np.isin(kinds, (1, 3))].mean() > 0.9
+
+
+def test_features_that_say_nothing_leave_each_arm_at_its_accuracy() -> None:
+    # Every question the same text: the head can only learn the arms' overall rates.
+    rng = np.random.default_rng(3)
+    scores = np.column_stack([rng.random(120) < 0.7, rng.random(120) < 0.4]).astype(float)
+    x = HashedNgrams().transform(["the same question"] * 120)
+    head = fit_head(x, scores)
+    chances = head.predict(x[:1])[0]
+    assert chances == pytest.approx(scores.mean(axis=0), abs=0.02)
+
+
+def test_the_split_is_by_question_and_stable() -> None:
+    keys = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(2000)]
+    held = [held_out(k, 0.3, 0) for k in keys]
+    assert 0.26 < sum(held) / len(held) < 0.34
+    assert held == [held_out(k, 0.3, 0) for k in reversed(keys)][::-1]  # order does not matter
+    assert held != [held_out(k, 0.3, 1) for k in keys]  # the seed does
+
+
+# -- fit and measures -------------------------------------------------------------------
+
+
+def test_the_router_beats_the_best_single_arm_on_held_out_questions() -> None:
+    fit = fit_router(complementary(400))
+    by = {p.name: p for p in fit.policies}
+    assert set(by) == {"single:a", "single:b", "single:c", "router", "oracle"}
+    best = by[fit.best_single]
+    assert by["router"].accuracy > best.accuracy + 0.15
+    assert by["oracle"].accuracy >= by["router"].accuracy
+    for p in fit.policies:
+        assert p.low <= p.accuracy <= p.high
+    vs = fit.versus_best
+    assert vs is not None and vs.against == fit.best_single
+    assert vs.low > 0 and vs.p_value < 0.01
+    assert vs.router_only > vs.other_only
+    assert sum((by["router"].routed or {}).values()) == len(fit.heldout_rows)
+    assert not set(fit.train_rows) & set(fit.heldout_rows)
+    assert fit.route_seconds < 0.05
+
+
+def test_the_best_single_arm_is_chosen_on_the_training_questions() -> None:
+    data = complementary(400)
+    fit = fit_router(data)
+    train_acc = data.scores[list(fit.train_rows)].mean(axis=0)
+    assert fit.best_single == data.arms[int(np.argmax(train_acc))]
+
+
+def test_a_cost_weight_trades_accuracy_for_cost_along_the_frontier() -> None:
+    fit = fit_router(complementary(400))
+    costs = [p.cost_usd for p in fit.frontier]
+    assert costs == sorted(costs, reverse=True)  # dearer weight, cheaper routes
+    assert fit.frontier[0].cost_weight == 0
+    assert fit.frontier[-1].cost_usd == pytest.approx(0.0005)  # all to the cheapest arm
+    cheap = fit_router(complementary(400), FitSettings(cost_weight=1e6))
+    assert cheap.router.route("What is 3 * 4?").arm == "single:c"
+
+
+def test_a_cascade_falls_back_when_no_arm_is_likely_right() -> None:
+    # Arm c (the fallback, dear) is right on everything; a and b only on their kinds.
+    data = complementary(400)
+    scores = data.scores.copy()
+    scores[:, 2] = 1.0
+    data = RoutingData(**{**data.__dict__, "scores": scores})
+    fit = fit_router(data, FitSettings(fallback="single:c"))
+    assert fit.router.threshold is not None and fit.router.threshold > 0
+    by = {p.name: p for p in fit.policies}
+    assert "single:c" not in (by["router"].routed or {}) or by["router"].routed["single:c"] == 0
+    assert by["cascade"].accuracy >= by["router"].accuracy
+    assert fit.versus_fallback is not None and fit.versus_fallback.against == "single:c"
+
+
+def test_a_split_that_leaves_a_side_empty_is_refused() -> None:
+    with pytest.raises(UsageError, match="each side needs at least one"):
+        fit_router(complementary(1))
+    with pytest.raises(UsageError, match="--holdout must be between 0 and 1"):
+        fit_router(complementary(40), FitSettings(holdout=1.0))
+    with pytest.raises(UsageError, match="--fallback conductor: no run of that strategy"):
+        fit_router(complementary(40), FitSettings(fallback="conductor"))
+
+
+# -- the router directory ---------------------------------------------------------------
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> Path:
+    out = tmp_path / "router"
+    save_router(fit_router(complementary(200)), out)
+    return out
+
+
+def test_a_saved_router_routes_as_the_fitted_one_and_is_private(tmp_path: Path) -> None:
+    fit = fit_router(complementary(200))
+    out = tmp_path / "r"
+    save_router(fit, out)
+    loaded = load_router(out)
+    for q in ("What is 5 * 6?", "What is the capital of Japan?", "Is 4 an even number?"):
+        assert loaded.router.route(q) == fit.router.route(q)
+    assert loaded.training_keys == frozenset(fit.training_keys)
+    assert not loaded.training_keys & {fit.data.keys[i] for i in fit.heldout_rows}
+    assert (out.stat().st_mode & 0o777) == 0o700
+    for f in out.iterdir():
+        assert (f.stat().st_mode & 0o777) == 0o600
+
+
+def _edit(saved: Path, change: object) -> None:
+    path = saved / "router.json"
+    data = json.loads(path.read_text())
+    change(data)  # type: ignore[operator]
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(format="something"), "format: expected 'conductor-router'"),
+        (
+            lambda d: d.update(format_version=2),
+            "format_version: 2, which this conductor does not read",
+        ),
+        (lambda d: d.update(arms=d["arms"][:1]), "arms: expected a list of 2 to 256"),
+        (lambda d: d["arms"].append(d["arms"][0]), r"arms\[3\]\.strategy: 'single:a' twice"),
+        (lambda d: d["arms"][0].update(cost_usd=-1), r"arms\[0\]\.cost_usd: expected a number"),
+        (lambda d: d["arms"][0].update(cost_usd=float("nan")), r"arms\[0\]\.cost_usd"),
+        (lambda d: d["features"].update(name="bert"), "no featurizer 'bert'"),
+        (lambda d: d["features"]["settings"].update(dim=512), "more than a head of"),
+        (
+            lambda d: d["decision"].update(fallback="conductor"),
+            "decision.fallback: 'conductor' is not one of",
+        ),
+        (lambda d: d["decision"].update(threshold=2), "decision.threshold"),
+        (lambda d: d["head"].update(file="../../etc/passwd"), "head.file: expected 'head.npy'"),
+        (lambda d: d["training_questions"].update(sha256=["x"]), "expected a list of SHA-256"),
+        (lambda d: d.update(training=[]), "training: expected an object"),
+    ],
+)
+def test_a_hostile_router_json_is_refused_naming_the_field(
+    saved: Path, change: object, message: str
+) -> None:
+    _edit(saved, change)
+    with pytest.raises(RouterFileError, match=message):
+        load_router(saved)
+
+
+def _rewrite_head(saved: Path, raw: bytes) -> None:
+    (saved / "head.npy").write_bytes(raw)
+    _edit(saved, lambda d: d["head"].update(sha256=hashlib.sha256(raw).hexdigest()))
+
+
+def test_a_head_changed_after_the_fit_is_refused(saved: Path) -> None:
+    raw = bytearray((saved / "head.npy").read_bytes())
+    raw[-1] ^= 1
+    (saved / "head.npy").write_bytes(bytes(raw))
+    with pytest.raises(RouterFileError, match="SHA-256 is not the one router.json records"):
+        load_router(saved)
+
+
+def test_a_pickled_head_is_not_unpickled(saved: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    buf = io.BytesIO()
+    np.save(buf, np.array([_Boom(str(marker))], dtype=object), allow_pickle=True)
+    _rewrite_head(saved, buf.getvalue())
+    with pytest.raises(RouterFileError, match="not a numpy array file"):
+        load_router(saved)
+    assert not marker.exists()
+
+
+class _Boom:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (open, (self.path, "w"))
+
+
+@pytest.mark.parametrize("bad", ["nan", "shape", "ints", "big", "garbage"])
+def test_a_head_of_the_wrong_shape_or_values_is_refused(saved: Path, bad: str) -> None:
+    good = np.load(saved / "head.npy")
+    arrays = {
+        "nan": np.where(np.arange(good.size).reshape(good.shape) == 5, np.nan, good),
+        "shape": good[:-1],
+        "ints": good.astype(np.int64),
+        "big": np.zeros((good.shape[0] * 4, good.shape[1])),
+    }
+    if bad == "garbage":
+        raw = b"\x93NUMPY not really"
+    else:
+        buf = io.BytesIO()
+        np.save(buf, arrays[bad], allow_pickle=False)
+        raw = buf.getvalue()
+    _rewrite_head(saved, raw)
+    with pytest.raises(RouterFileError):
+        load_router(saved)
+
+
+def test_a_directory_without_a_router_says_how_to_make_one(tmp_path: Path) -> None:
+    with pytest.raises(RouterFileError, match="not a router directory.*conductor fit-router"):
+        load_router(tmp_path)
+    (tmp_path / "router.json").write_text("{not json")
+    with pytest.raises(RouterFileError, match=r"router.json:1: not valid JSON"):
+        load_router(tmp_path)
+    (tmp_path / "router.json").write_text("[" * 100000)
+    with pytest.raises(RouterFileError, match="not valid JSON"):
+        load_router(tmp_path)
