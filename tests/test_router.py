@@ -248,6 +248,8 @@ def _edit(saved: Path, change: object) -> None:
         (lambda d: d["arms"].append(d["arms"][0]), r"arms\[3\]\.strategy: 'single:a' twice"),
         (lambda d: d["arms"][0].update(cost_usd=-1), r"arms\[0\]\.cost_usd: expected a number"),
         (lambda d: d["arms"][0].update(cost_usd=float("nan")), r"arms\[0\]\.cost_usd"),
+        (lambda d: d["arms"][1].update(train_accuracy=1.5), r"arms\[1\]\.train_accuracy"),
+        (lambda d: d["decision"].update(margin="0.1"), r"decision\.margin: expected a number"),
         (lambda d: d["features"].update(name="bert"), "no featurizer 'bert'"),
         (lambda d: d["features"]["settings"].update(dim=512), "more than a head of"),
         (

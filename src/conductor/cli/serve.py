@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,6 +12,10 @@ from ..errors import UsageError
 from ..text import plural
 from ._common import PoolOption, load_pool, stderr
 from ._tracing import NoOtelOption, OtelContentOption, OtelOption, otel_from_options
+
+if TYPE_CHECKING:
+    from ..conductors.spec import Conductor
+    from ..pool import Pool
 
 __all__ = ["serve"]
 
@@ -25,6 +29,15 @@ def serve(
             "-c",
             help="Who writes the workflows of the model `conductor` (as for ask). "
             "Default: the pool's conductor.",
+        ),
+    ] = None,
+    router: Annotated[
+        Path | None,
+        typer.Option(
+            "--router",
+            help="Serve this router directory (conductor fit-router --out DIR) as the "
+            "model `router`.",
+            file_okay=False,
         ),
     ] = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
@@ -170,9 +183,12 @@ def serve(
     api_keys = load_keys(keys, pool_obj) if keys is not None else ()
     traced = otel_from_options(otel, otel_content, no_otel)
 
+    if router is not None:
+        _check_router(router, pool_obj, cond)
     settings = ServeSettings(
         pool=pool_obj,
         conductor=conductor,
+        router=router,
         records_dir=records,
         otel=traced,
         api_key=api_key,
@@ -206,4 +222,21 @@ def serve(
         markup=False,
         highlight=False,
         soft_wrap=True,
+    )
+
+
+def _check_router(router: Path, pool: Pool, conductor: Conductor) -> None:
+    """Refuse, before the server starts, a router that cannot be read or whose arms do
+    not run on ``pool`` (the server builds it again, with its own callers)."""
+    from ..execute import RunSettings
+    from ..llm.caller import CallerSet
+    from ..strategies import ConductorStrategy
+    from ..strategies.router import ROUTER_PREFIX, router_strategy
+
+    callers = CallerSet(None)
+    router_strategy(
+        f"{ROUTER_PREFIX}{router}",
+        pool,
+        callers,
+        conductor=lambda: ConductorStrategy(pool, conductor, RunSettings(), callers),
     )

@@ -90,6 +90,11 @@ def fit_view(fit: RouterFit) -> RenderableType:
         f"{router.featurizer.name}, {router.featurizer.dim:,} features); "
         f"routing takes {1000 * fit.route_seconds:.2f} ms a question",
     ]
+    facts.append(
+        f"decision: the best arm over the training questions unless another is more than "
+        f"{router.margin:g} ahead in its chance of a right answer (the margin that did best "
+        "on questions the head had not seen)"
+    )
     if router.threshold is not None:
         facts.append(
             f"cascade: to {printable(str(router.fallback))} when no other arm's chance "

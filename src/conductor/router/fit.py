@@ -6,8 +6,12 @@
    the same side in every run.
 2. **Fit** (:func:`fit_router`): the head on the training questions (:mod:`.head`); the
    best single arm is the one with the highest training accuracy (then the cheapest),
-   chosen before the held-out questions are looked at; a cascade's threshold is the one
-   whose decision scores best on the training questions' out-of-fold chances.
+   chosen before the held-out questions are looked at.  The decision's margin (how far
+   an arm must be ahead of the default to be chosen, :mod:`.model`) and a cascade's
+   threshold are the ones whose decisions score best on the training questions'
+   out-of-fold chances (each question's chances from a head fitted without it), ties
+   going to the larger margin: the router leaves its best arm only where that paid on
+   questions the head had not seen.
 3. **Measure**: on the held-out questions, each arm alone, the router, the cascade,
    and the oracle (the best arm of each question: what no router can beat), each with
    its accuracy, a 95% bootstrap interval and its mean cost; the router against the
@@ -137,6 +141,7 @@ class RouterFit:
             "fit_seconds": round(self.fit_seconds, 3),
             "route_ms": round(1000 * self.route_seconds, 3),
             "penalty": self.router.head.penalty,
+            "margin": self.router.margin,
             "threshold": self.router.threshold,
             "dropped": self.data.dropped,
         }
@@ -207,17 +212,33 @@ def _out_of_fold(
     return out
 
 
+#: The margins the fit chooses from (chance of a right answer, 0 to 1).
+MARGINS: tuple[float, ...] = (0.0, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
+
+
+def _value(router: Router, choice: np.ndarray, scores: np.ndarray, costs: np.ndarray) -> float:
+    """What the decisions ``choice`` are worth: mean score less cost weight times cost."""
+    return float((_picked(scores, choice) - router.cost_weight * _picked(costs, choice)).mean())
+
+
+def _margin(router: Router, chances: np.ndarray, scores: np.ndarray, costs: np.ndarray) -> float:
+    """The margin whose decisions score best on ``chances`` (ties to the larger)."""
+    best, best_value = MARGINS[0], -float("inf")
+    for m in MARGINS:
+        value = _value(router, router.choose(chances, margin=m, cascade=False), scores, costs)
+        if value >= best_value - 1e-12:
+            best, best_value = m, max(value, best_value)
+    return best
+
+
 def _threshold(router: Router, chances: np.ndarray, scores: np.ndarray, costs: np.ndarray) -> float:
-    """The cascade threshold whose decisions score best on ``chances`` (utility: score
-    less cost weight times cost; ties to the lower threshold, fewer fallbacks)."""
+    """The cascade threshold whose decisions score best on ``chances`` (ties to the
+    lower threshold, fewer fallbacks)."""
     import numpy as np
 
-    best, best_value = 0.0, -np.inf
+    best, best_value = 0.0, -float("inf")
     for t in np.linspace(0.0, 1.0, 41):
-        choice = router.choose(chances, threshold=float(t))
-        value = float(
-            (_picked(scores, choice) - router.cost_weight * _picked(costs, choice)).mean()
-        )
+        value = _value(router, router.choose(chances, threshold=float(t)), scores, costs)
         if value > best_value + 1e-12:
             best, best_value = float(t), value
     return best
@@ -255,21 +276,24 @@ def fit_router(data: RoutingData, settings: FitSettings | None = None) -> Router
     x_train, y_train = features[train], data.scores[train]
     head = fit_head(x_train, y_train, seed=settings.seed)
     arm_costs = tuple(float(c) for c in data.costs[train].mean(axis=0))
+    train_acc = y_train.mean(axis=0)
     router = Router(
         arms=data.arms,
         costs=arm_costs,
         featurizer=featurizer,
         head=head,
+        accuracies=tuple(float(a) for a in train_acc),
         cost_weight=settings.cost_weight,
         fallback=settings.fallback,
     )
+    oof = _out_of_fold(x_train, y_train, head.penalty, settings.seed)
+    c_train = data.costs[train]
+    router = dataclasses.replace(router, margin=_margin(router, oof, y_train, c_train))
     if settings.fallback is not None:
-        oof = _out_of_fold(x_train, y_train, head.penalty, settings.seed)
-        threshold = _threshold(router, oof, y_train, data.costs[train])
+        threshold = _threshold(router, oof, y_train, c_train)
         router = dataclasses.replace(router, threshold=threshold)
     fit_seconds = time.perf_counter() - started
 
-    train_acc = y_train.mean(axis=0)
     candidates = [j for j, a in enumerate(data.arms) if a != settings.fallback]
     best = min(candidates, key=lambda j: (-round(train_acc[j], 12), arm_costs[j], j))
 

@@ -88,12 +88,14 @@ def _fit_dict(fit: RouterFit) -> dict[str, Any]:
         "created_at": now_iso(),
         "conductor_version": __version__,
         "arms": [
-            {"strategy": a, "cost_usd": c} for a, c in zip(router.arms, router.costs, strict=True)
+            {"strategy": a, "cost_usd": c, "train_accuracy": acc}
+            for a, c, acc in zip(router.arms, router.costs, router.accuracies, strict=True)
         ],
         "features": {"name": router.featurizer.name, "settings": router.featurizer.settings()},
         "head": {"file": HEAD_FILE, "penalty": router.head.penalty},
         "decision": {
             "cost_weight": router.cost_weight,
+            "margin": router.margin,
             "fallback": router.fallback,
             "threshold": router.threshold,
         },
@@ -265,6 +267,7 @@ def load_router(directory: str | Path) -> RouterDir:
         raise f.fail("arms", "expected a list of 2 to 256 arms")
     arms: list[str] = []
     costs: list[float] = []
+    accuracies: list[float] = []
     for i, arm in enumerate(arms_raw):
         arm = f.obj(arm, f"arms[{i}]")
         name = f.text(arm, "strategy", f"arms[{i}]")
@@ -272,6 +275,7 @@ def load_router(directory: str | Path) -> RouterDir:
             raise f.fail(f"arms[{i}].strategy", f"{name!r} twice")
         arms.append(name)
         costs.append(f.number(arm, "cost_usd", f"arms[{i}]"))
+        accuracies.append(f.number(arm, "train_accuracy", f"arms[{i}]", high=1.0))
     features = f.obj(data.get("features"), "features")
     settings = f.obj(features.get("settings", {}), "features.settings")
     try:
@@ -294,7 +298,9 @@ def load_router(directory: str | Path) -> RouterDir:
         costs=tuple(costs),
         featurizer=featurizer,
         head=head,
+        accuracies=tuple(accuracies),
         cost_weight=f.number(decision, "cost_weight", "decision"),
+        margin=f.number(decision, "margin", "decision", high=1.0),
         fallback=fallback,
         threshold=f.number(decision, "threshold", "decision", optional=True, high=1.0),
     )

@@ -1,6 +1,8 @@
 """The models ``conductor serve`` offers, and the strategy that answers each.
 
-``conductor`` is the pool's Conductor (or the one ``--conductor`` names); every
+``conductor`` is the pool's Conductor (or the one ``--conductor`` names); ``router``,
+when the server was given ``--router DIR``, is that fitted router (its ``conductor``
+arm, if it has one, is the server's Conductor); every
 baseline of ``conductor bench --strategy`` is a virtual model beside it:
 ``single:WORKER`` for each worker, ``moa`` (and ``moa:AGGREGATOR``), and the patterns
 ``vote:K:W`` and ``reflect:K:W``, accepted for any worker and any K up to the
@@ -27,6 +29,7 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ..conductors.spec import Conductor
@@ -45,6 +48,7 @@ from ._protocol import ApiError
 
 __all__ = [
     "CONDUCTOR_MODEL",
+    "ROUTER_MODEL",
     "Catalog",
     "WorkersOutside",
     "model_entry",
@@ -54,6 +58,8 @@ __all__ = [
 
 #: The model id of the pool's Conductor.
 CONDUCTOR_MODEL = "conductor"
+#: The model id of the server's router (``serve --router DIR``).
+ROUTER_MODEL = "router"
 
 #: How many strategies a server keeps built (``vote:K:W`` and the allowed sets can name
 #: many).
@@ -108,6 +114,7 @@ class Catalog:
         settings: RunSettings,
         *,
         max_k: int | None = None,
+        router: Path | None = None,
     ) -> None:
         self.pool = pool
         self.max_k = max_k
@@ -115,6 +122,12 @@ class Catalog:
         self.settings = settings
         self._conductor = conductor
         self.conductor: Strategy = ConductorStrategy(pool, conductor, settings, callers)
+        self._router = router
+        #: The model ``router`` on the whole pool, built (and its directory checked) at
+        #: once, so that a server with a bad router does not start.
+        self.router: Strategy | None = (
+            self._router_on(pool, self.conductor) if router is not None else None
+        )
         self.digest = pool_digest(pool, self.conductor.describe())
         # Keyed by the allowed workers (None: all) and the model: each allowed set's
         # strategies are built once.
@@ -127,6 +140,8 @@ class Catalog:
         model = self.unpinned(model)
         if model == CONDUCTOR_MODEL and workers is None:
             return self.conductor
+        if model == ROUTER_MODEL and workers is None and self.router is not None:
+            return self.router
         known = self._built.get((workers, model))
         if known is not None:
             return known
@@ -134,6 +149,8 @@ class Catalog:
         strategy: Strategy
         if model == CONDUCTOR_MODEL:
             strategy = ConductorStrategy(pool, self._conductor, self.settings, self.callers)
+        elif model == ROUTER_MODEL:
+            strategy = self._restricted_router(pool, workers)
         else:
             if model == "singles" or model.startswith("conductor"):
                 raise self._unknown(model, None)
@@ -165,6 +182,34 @@ class Catalog:
                 code="model_not_found",
             )
         return base
+
+    def _router_on(self, pool: Pool, conductor: Strategy) -> Strategy:
+        from ..strategies.router import ROUTER_PREFIX, router_strategy
+
+        assert self._router is not None
+        return router_strategy(
+            f"{ROUTER_PREFIX}{self._router}",
+            pool,
+            self.callers,
+            conductor=lambda: conductor,
+            vote_key=short_answer_key,
+            settings=self.settings,
+            name=ROUTER_MODEL,
+        )
+
+    def _restricted_router(self, pool: Pool, workers: tuple[str, ...] | None) -> Strategy:
+        """The router on the sub-pool of ``workers``: 400 when the server has none,
+        :class:`WorkersOutside` when an arm needs a worker outside them."""
+        if self.router is None:
+            raise self._unknown(ROUTER_MODEL, "this server was started without --router DIR")
+        assert workers is not None
+        outside = [
+            t.id for t in self.router.targets if t in self.pool.workers and t.id not in workers
+        ]
+        if outside:
+            raise WorkersOutside(ROUTER_MODEL, list(dict.fromkeys(outside)))
+        conductor = ConductorStrategy(pool, self._conductor, self.settings, self.callers)
+        return self._router_on(pool, conductor)
 
     def _pool(self, workers: tuple[str, ...] | None) -> Pool:
         return self.pool if workers is None else subpool_from_ids(self.pool, workers).pool
@@ -201,7 +246,8 @@ class Catalog:
         shown = model if len(model) <= 80 else f"{model[:40]}...({len(model):,} characters)"
         return ApiError(
             400,
-            f"the model {shown!r} does not exist{detail}: use conductor, single:WORKER, "
+            f"the model {shown!r} does not exist{detail}: use conductor, "
+            f"{'router, ' if self.router is not None else ''}single:WORKER, "
             "moa, vote:K:WORKER or reflect:K:WORKER (GET /v1/models lists them)",
             param="model",
             code="model_not_found",
@@ -224,7 +270,7 @@ def model_entry(catalog: Catalog, created: int, model_id: str) -> dict[str, Any]
         "owned_by": "conductor",
         "conductor": {
             "pool": catalog.pool.name,
-            "kind": "conductor" if base == CONDUCTOR_MODEL else "baseline",
+            "kind": {CONDUCTOR_MODEL: "conductor", ROUTER_MODEL: "router"}.get(base, "baseline"),
             "pattern": pattern,
             "pinned": base != model_id,
             "pool_digest": catalog.digest,
@@ -239,7 +285,8 @@ def model_list(
     all): each model plain, then each pinned to the pool's digest; the patterns in
     ``conductor.patterns``."""
     ids = [w.id for w in catalog.pool.workers if workers is None or w.id in workers]
-    plain = [CONDUCTOR_MODEL, *(f"single:{w}" for w in ids), "moa"]
+    routed = [ROUTER_MODEL] if catalog.router is not None else []
+    plain = [CONDUCTOR_MODEL, *routed, *(f"single:{w}" for w in ids), "moa"]
     pinned = [f"{m}@{catalog.digest}" for m in plain]
     return {
         "object": "list",

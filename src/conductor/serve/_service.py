@@ -155,7 +155,12 @@ class Service:
         #: Where each run's record becomes a trace (``--otel``), or ``None``.
         self.tracer = tracer
         self.catalog = Catalog(
-            settings.pool, conductor, CallerSet(cache), RunSettings(), max_k=settings.max_k
+            settings.pool,
+            conductor,
+            CallerSet(cache),
+            RunSettings(),
+            max_k=settings.max_k,
+            router=settings.router,
         )
         self.slots = Slots(settings.max_concurrency, settings.max_queue)
 

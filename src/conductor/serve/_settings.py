@@ -28,7 +28,8 @@ class ServeSettings:
     ``cors_origins`` are the origins a browser may call the server from (``*``: any;
     none: no CORS headers at all).
     ``otel`` says where each run's record goes as an OpenTelemetry trace (``None``:
-    nowhere).
+    nowhere).  ``router`` is a router directory (``conductor fit-router --out``) served
+    as the model ``router`` (``None``: no such model).
 
     Limits a client cannot exceed: ``max_k`` bounds K of ``vote:K:W`` and
     ``reflect:K:W``; ``max_calls_per_request`` and ``max_usd_per_request`` are the
@@ -44,6 +45,7 @@ class ServeSettings:
     conductor: str | None = None
     records_dir: Path | None = None
     otel: OtelSettings | None = None
+    router: Path | None = None
     api_key: str | None = None
     max_concurrency: int = 16
     max_queue: int = 64

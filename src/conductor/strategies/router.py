@@ -153,13 +153,15 @@ def router_strategy(
     vote_key: AnswerKey | None = None,
     settings: RunSettings | None = None,
     pool_sha256: str | None = None,
+    name: str | None = None,
 ) -> RouterStrategy:
     """The strategy ``router:DIR`` names, its arms built over ``callers`` from ``pool``
     (``conductor`` builds the Conductor's, for a router with a ``conductor`` arm).
 
     Raises :class:`~conductor.errors.UsageError` when DIR is not a router directory or
     an arm cannot run on ``pool`` (a worker it names is not there).  Warns when the
-    router was fitted on runs of another pool file (``pool_sha256``)."""
+    router was fitted on runs of another pool file (``pool_sha256``).  ``name`` is the
+    strategy's name in its records (default: the text, ``router:DIR``)."""
     from ..router import load_router
 
     given = text.strip()[len(ROUTER_PREFIX) :]
@@ -176,16 +178,14 @@ def router_strategy(
             given,
         )
     arms: dict[str, Strategy] = {}
-    for name in routed.router.arms:
+    for arm in routed.router.arms:
         try:
-            if name == "conductor":
+            if arm == "conductor":
                 if conductor is None:
                     raise UsageError("the Conductor cannot be run here")
-                arms[name] = conductor()
+                arms[arm] = conductor()
             else:
-                arms[name] = parse_strategy(
-                    name, pool, callers, vote_key=vote_key, settings=settings
-                )
+                arms[arm] = parse_strategy(arm, pool, callers, vote_key=vote_key, settings=settings)
         except UsageError as exc:
-            raise UsageError(f"router {given}: its arm {name} cannot run: {exc}") from None
-    return RouterStrategy(f"{ROUTER_PREFIX}{given}", routed, arms)
+            raise UsageError(f"router {given}: its arm {arm} cannot run: {exc}") from None
+    return RouterStrategy(name or f"{ROUTER_PREFIX}{given}", routed, arms)
