@@ -83,6 +83,15 @@ def test_a_router_fitted_on_singles_runs_answers_what_no_single_worker_does(
     done = _bench(setup, "singles", singles)
     assert done.returncode == 0, done.stderr
 
+    # The report shows what any router of these workers could at most score.
+    chart = tmp_path / "chart.svg"
+    report = cli("report", str(singles), "--plot", str(chart), cache=setup["cache"])
+    assert report.returncode == 0, report.stderr
+    shown = " ".join(report.stdout.split())
+    assert "per-question oracle: 100.0% of the 80 questions" in shown, report.stdout
+    assert "(the best alone: 50.0%)" in shown, report.stdout
+    assert 'id="ceiling"' in chart.read_text()
+
     router_dir = tmp_path / "router"
     fitted = cli("fit-router", str(singles), "--out", str(router_dir), cache=setup["cache"])
     assert fitted.returncode == 0, fitted.stderr

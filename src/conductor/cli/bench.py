@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..bench.runner import BenchProgress
     from ..bench.session import BenchRequest
     from ..otel import RecordSink
+    from ..router import QuestionOracle
     from ..runs.summary import RunSummary
 
 __all__ = ["bench", "report"]
@@ -490,12 +491,37 @@ def _written_summaries(run_dirs: list[Path]) -> list[RunSummary]:
     return [current_summary(d) for d in run_dirs]
 
 
-def _print_report(summaries: list[RunSummary]) -> list[RunSummary]:
-    """Print the report of ``summaries``; return them."""
+def _question_oracles(summaries: list[RunSummary]) -> dict[str, QuestionOracle]:
+    """The per-question oracle of each benchmark with two or more ``single:*`` runs
+    (read from their records; a benchmark whose singles share no question has none)."""
+    from ..errors import ConductorError
+    from ..router import question_oracle, read_routing_data
+
+    by_bench: dict[str, list[str]] = {}
+    for s in summaries:
+        if s.strategy.startswith("single:") and s.n_records:
+            by_bench.setdefault(s.benchmark, []).append(s.run_dir)
+    out: dict[str, QuestionOracle] = {}
+    for bench, dirs in by_bench.items():
+        if len(set(dirs)) < 2:
+            continue
+        try:
+            out[bench] = question_oracle(read_routing_data(dirs))
+        except (ConductorError, ImportError):
+            continue  # no shared question, or numpy missing: the line is left out
+    return out
+
+
+def _print_report(
+    summaries: list[RunSummary], oracles: dict[str, QuestionOracle] | None = None
+) -> list[RunSummary]:
+    """Print the report of ``summaries`` (with the per-question oracles, worked out
+    here unless given); return them."""
     from ..render.report import report_views
 
     console = stdout()
-    for renderable in report_views(summaries):
+    known = oracles if oracles is not None else _question_oracles(summaries)
+    for renderable in report_views(summaries, known):
         console.print(renderable)
     return summaries
 
@@ -541,13 +567,18 @@ def report(
     dirs = [d for r in runs for d in (run_dirs(r) or [r])]
     # summary.json only where it was written after every file it is made from: a run
     # may have grown since (current_summary reads the records then).
-    summaries = _print_report([current_summary(d) for d in dirs])
+    summaries = [current_summary(d) for d in dirs]
+    oracles = _question_oracles(summaries)
+    _print_report(summaries, oracles)
     if plot is not None:
-        _write_plot(dirs, plot)
+        # The per-question oracle is a line across the chart where one benchmark is drawn.
+        benches = {s.benchmark for s in summaries}
+        drawn = oracles.get(benches.pop()) if len(benches) == 1 else None
+        _write_plot(dirs, plot, drawn.accuracy if drawn is not None else None)
     ci.finish(summaries, failed=False)
 
 
-def _write_plot(dirs: list[Path], plot: Path) -> None:
+def _write_plot(dirs: list[Path], plot: Path, ceiling: float | None = None) -> None:
     from ..text import printable
     from ..view.plots import accuracy_cost_plot, bench_run_points
 
@@ -561,5 +592,5 @@ def _write_plot(dirs: list[Path], plot: Path) -> None:
         )
     if not points:
         raise UsageError(f"--plot {plot}: none of the runs has an accuracy and a cost to draw")
-    accuracy_cost_plot(points, plot)
+    accuracy_cost_plot(points, plot, ceiling=ceiling)
     print_path(stdout(), f"chart of {plural(len(points), 'run')} written to", plot)

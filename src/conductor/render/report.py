@@ -9,6 +9,8 @@ out what it is given.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -20,7 +22,11 @@ from .comparison import comparison_view, summary_table
 from .fitted import Fitted
 from .format import percent
 
+if TYPE_CHECKING:
+    from ..router import QuestionOracle
+
 __all__ = [
+    "oracle_line",
     "rate_limit_table",
     "report_views",
     "summary_table",
@@ -127,11 +133,24 @@ def rate_limit_table(summary: RunSummary) -> Table | None:
     return table
 
 
-def report_views(summaries: list[RunSummary]) -> list[RenderableType]:
+def oracle_line(oracle: QuestionOracle) -> Text:
+    """The per-question oracle under a comparison: what any router of these strategies
+    could at most score, beside the best of them alone."""
+    return Text(
+        f"per-question oracle: {percent(oracle.accuracy)} of the {oracle.questions:,} "
+        f"questions every one of {len(oracle.arms)} single runs answered has a right "
+        f"answer among them (the best alone: {percent(oracle.best_single)}); no router "
+        "choosing among them scores more"
+    )
+
+
+def report_views(
+    summaries: list[RunSummary], oracles: dict[str, QuestionOracle] | None = None
+) -> list[RenderableType]:
     """What ``conductor report DIR [DIR...]`` shows of the runs ``summaries`` describe:
     the comparison (with an oracle-best run per benchmark that has several ``single:*``
-    runs), then the usage and topology tables of each Conductor run and the rate limits
-    met."""
+    runs, and under it the per-question oracle of ``oracles``, by benchmark), then the
+    usage and topology tables of each Conductor run and the rate limits met."""
     by_bench: dict[str, list[RunSummary]] = {}
     for s in summaries:
         by_bench.setdefault(s.benchmark, []).append(s)
@@ -141,6 +160,8 @@ def report_views(summaries: list[RunSummary]) -> list[RenderableType]:
         oracle = best_single(singles) if len(singles) >= 2 else None
         title = f"Bench runs: {printable(bench)}" if len(by_bench) > 1 else "Bench runs"
         out.append(comparison_view(runs, oracle, title))
+        if oracles and bench in oracles:
+            out.append(oracle_line(oracles[bench]))
     for s in summaries:
         if s.strategy == "conductor":
             if s.worker_usage:

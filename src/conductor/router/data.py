@@ -28,7 +28,7 @@ from ..text import plural, printable
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["RoutingData", "read_routing_data"]
+__all__ = ["QuestionOracle", "RoutingData", "question_oracle", "read_routing_data"]
 
 log = logging.getLogger("conductor")
 
@@ -73,6 +73,28 @@ class RoutingData:
             scores=self.scores[index],
             costs=self.costs[index],
         )
+
+
+@dataclass(frozen=True)
+class QuestionOracle:
+    """The most a router choosing among some runs' strategies can score: on each
+    question answered by every one of them, the best score any of them got."""
+
+    accuracy: float
+    questions: int
+    arms: tuple[str, ...]
+    #: The best single arm's accuracy on the same questions.
+    best_single: float
+
+
+def question_oracle(data: RoutingData) -> QuestionOracle:
+    """The per-question oracle of ``data``."""
+    return QuestionOracle(
+        accuracy=float(data.scores.max(axis=1).mean()),
+        questions=len(data),
+        arms=data.arms,
+        best_single=float(data.scores.mean(axis=0).max()),
+    )
 
 
 @dataclass

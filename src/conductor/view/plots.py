@@ -288,9 +288,12 @@ def _bars(values: Sequence[tuple[float, float, float]], scale: float) -> list[li
     ]
 
 
-def _figure(points: Sequence[RunPoint], title: str | None = None) -> Figure:
+def _figure(
+    points: Sequence[RunPoint], title: str | None = None, ceiling: float | None = None
+) -> Figure:
     """The chart as a matplotlib figure (the frontier line has gid ``pareto``, the
-    oracle marker ``oracle``)."""
+    oracle marker ``oracle``, the per-question oracle ``ceiling``, a horizontal line at
+    that accuracy, gid ``ceiling``)."""
     if not points:
         raise UsageError("there is no run to plot")
     # The plot is as tall as its labels need, one line each.
@@ -355,6 +358,16 @@ def _figure(points: Sequence[RunPoint], title: str | None = None) -> Figure:
             gid="oracle",
             zorder=4,
         )
+    if ceiling is not None:
+        ax.axhline(
+            100 * ceiling,
+            linestyle=":",
+            color="#6a3d9a",
+            linewidth=1.2,
+            label="per-question oracle (any single right)",
+            gid="ceiling",
+            zorder=2,
+        )
     ax.set_xlabel("cost per question (USD)")
     ax.set_ylabel("accuracy (%)")
     ax.set_title(_plain(title or "Accuracy against cost per question (95% intervals)"), fontsize=11)
@@ -375,16 +388,23 @@ def _save(fig: Figure, target: Any, fmt: str, text_as_paths: bool) -> None:
         fig.savefig(target, format=fmt, dpi=150, metadata=metadata)
 
 
-def accuracy_cost_plot(runs: Sequence[RunPoint], path: Path, *, title: str | None = None) -> None:
+def accuracy_cost_plot(
+    runs: Sequence[RunPoint],
+    path: Path,
+    *,
+    title: str | None = None,
+    ceiling: float | None = None,
+) -> None:
     """Write the chart to ``path``: PNG or SVG by its suffix (any other is a
-    :class:`~conductor.errors.UsageError`)."""
+    :class:`~conductor.errors.UsageError`); ``ceiling``, the per-question oracle's
+    accuracy, is drawn as a line across it."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in PLOT_SUFFIXES:
         raise UsageError(
             f"{path}: a chart is written as .png or .svg, not {suffix or 'a file without suffix'}"
         )
-    fig = _figure(runs, title)
+    fig = _figure(runs, title, ceiling)
     try:
         _save(fig, path, suffix[1:], text_as_paths=True)
     except OSError as exc:
