@@ -100,6 +100,17 @@ def test_questions_of_one_kind_are_closer_than_questions_of_two() -> None:
     assert not x[3].any()  # the empty question is a row of zeros, not NaN
 
 
+def test_a_huge_question_is_read_by_its_two_ends() -> None:
+    from conductor.router.features import READ_CHARS
+
+    f = HashedNgrams(dim=1024)
+    huge = "What is the capital of Peru? " + "blah " * 200_000 + "Answer in one word."
+    half = READ_CHARS // 2
+    clipped = f"{huge[:half]} {huge[-half:]}"
+    assert f.row(huge) == f.row(clipped)
+    assert f.row(huge) != f.row("blah " * 20)
+
+
 @pytest.mark.parametrize("dim", [0, 8, 2**21, "64", True, 12.5])
 def test_a_featurizer_setting_out_of_range_is_refused(dim: object) -> None:
     with pytest.raises(UsageError, match="dim must be"):

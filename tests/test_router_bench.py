@@ -136,6 +136,11 @@ def test_a_router_fitted_on_singles_runs_answers_what_no_single_worker_does(
         "samples": train,
     }
 
+    # A router's own run is not an arm of another router.
+    nested = cli("fit-router", str(singles), str(routed), "--out", str(tmp_path / "r2"),
+                 cache=setup["cache"])  # fmt: skip
+    assert nested.returncode == 2 and "cannot be a router's arm" in nested.stderr, nested.stderr
+
     excluded = tmp_path / "excluded"
     run = _bench(setup, f"router:{router_dir}", excluded, "--exclude-trained")
     assert run.returncode == 0, run.stderr

@@ -138,6 +138,11 @@ def read_routing_data(paths: Sequence[str | Path]) -> RoutingData:
     for run in dirs:
         config = read_run_config(run)
         arm = config.strategy or "conductor"
+        if arm.startswith("router:"):
+            raise UsageError(
+                f"{printable(str(run))}: a run of {printable(arm)} cannot be a router's arm "
+                "(a router chooses among workers, fixed workflows and the Conductor)"
+            )
         if config.pool_sha256 and config.pool_sha256 not in pools:
             pools.append(config.pool_sha256)
         for record in iter_records(run / SAMPLES, latest=True):

@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 __all__ = ["FEATURIZERS", "DEFAULT_FEATURIZER", "Featurizer", "HashedNgrams", "featurizer_from"]
 
 _WORD = re.compile(r"\w+|[^\w\s]")
+#: The characters of a question the features read: its first and last halves of this.
+#: A served conversation may be a megabyte, and routing runs before the first call, on
+#: the event loop; what kind of question it is shows at its start and its end.
+READ_CHARS = 8000
 
 
 class Featurizer(Protocol):
@@ -66,6 +70,8 @@ class HashedNgrams:
         return {"dim": self.dim}
 
     def _grams(self, text: str) -> list[str]:
+        if len(text) > READ_CHARS:
+            text = f"{text[: READ_CHARS // 2]} {text[-(READ_CHARS // 2) :]}"
         folded = " ".join(text.casefold().split())
         words = _WORD.findall(folded)
         grams = [f"w {w}" for w in words]

@@ -60,64 +60,60 @@ def _logit(p: np.ndarray) -> np.ndarray:
     return np.asarray(np.log(q / (1.0 - q)))
 
 
+def _accelerated(
+    logits: Callable[[np.ndarray], np.ndarray],
+    back: Callable[[np.ndarray], np.ndarray],
+    size: int,
+    top: float,
+    y: np.ndarray,
+    penalty: float,
+    iterations: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Nesterov's accelerated gradient (step 1/L) on the mean cross-entropy plus the L2
+    penalty, for parameters ``p`` of ``size`` rows whose logits are ``logits(p)`` plus
+    the bias and whose loss gradient is ``back(error) / n``; ``top`` is the largest
+    eigenvalue of the map.  Returns ``(p, bias)``."""
+    import numpy as np
+
+    n = y.shape[0]
+    step = _step(top, n, penalty)
+    p = np.zeros((size, y.shape[1]))
+    b = _logit(y.mean(axis=0))
+    p_prev, b_prev = p, b
+    for t in range(1, iterations + 1):
+        momentum = (t - 1) / (t + 2)
+        p_look = p + momentum * (p - p_prev)
+        b_look = b + momentum * (b - b_prev)
+        err = _sigmoid(logits(p_look) + b_look) - y
+        p_prev, b_prev = p, b
+        p = p_look - step * (back(err) / n + penalty * p_look)
+        b = b_look - step * err.mean(axis=0)
+    return p, b
+
+
 def _descend(
     gram: np.ndarray, y: np.ndarray, penalty: float, iterations: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Nesterov's accelerated gradient (step 1/L) on the mean cross-entropy plus the
-    L2 penalty, in the span of the training rows: the weights are ``x.T @ a`` (they start
-    at zero and every gradient step adds rows of ``x``), so only the Gram matrix
+    """The descent in the span of the training rows: the weights are ``x.T @ a`` (they
+    start at zero and every gradient step adds rows of ``x``; ``w - s (x.T err / n +
+    penalty w)`` is ``x.T`` of ``a - s (err / n + penalty a)``), so only the Gram matrix
     ``x @ x.T`` is needed, ``n`` by ``n`` however many features there are.  Returns
     ``(a, bias)``."""
-    import numpy as np
-
     n = gram.shape[0]
-    step = _step(_top_eigenvalue(lambda v: gram @ v, n), n, penalty)
-    a = np.zeros((n, y.shape[1]))
-    b = _logit(y.mean(axis=0))
-    a_prev, b_prev = a, b
-    for t in range(1, iterations + 1):
-        momentum = (t - 1) / (t + 2)
-        a_look = a + momentum * (a - a_prev)
-        b_look = b + momentum * (b - b_prev)
-        err = _sigmoid(gram @ a_look + b_look) - y
-        a_prev, b_prev = a, b
-        # w - s (x.T err / n + penalty w), with w = x.T a
-        a = a_look - step * (err / n + penalty * a_look)
-        b = b_look - step * err.mean(axis=0)
-    return a, b
+    top = _top_eigenvalue(lambda v: gram @ v, n)
+    return _accelerated(lambda a: gram @ a, lambda err: err, n, top, y, penalty, iterations)
 
 
 def _fit(x: np.ndarray, y: np.ndarray, penalty: float, iterations: int) -> LogisticHead:
     """One head at one penalty: in the rows' span (:func:`_descend`) while there are
-    fewer questions than features, else in the features themselves (the same descent
-    with ``x.T @ x`` in the Gram matrix's place: ``a`` is then the weights)."""
+    fewer questions than features, else in the features themselves."""
     n, dim = x.shape
     if n <= dim:
         a, b = _descend(x @ x.T, y, penalty, iterations)
         return LogisticHead(weights=x.T @ a, bias=b, penalty=penalty)
-    w, b = _descend_features(x, y, penalty, iterations)
+    top = _top_eigenvalue(lambda v: x.T @ (x @ v), dim)
+    w, b = _accelerated(lambda w: x @ w, lambda err: x.T @ err, dim, top, y, penalty, iterations)
     return LogisticHead(weights=w, bias=b, penalty=penalty)
-
-
-def _descend_features(
-    x: np.ndarray, y: np.ndarray, penalty: float, iterations: int
-) -> tuple[np.ndarray, np.ndarray]:
-    import numpy as np
-
-    n, dim = x.shape
-    step = _step(_top_eigenvalue(lambda v: x.T @ (x @ v), dim), n, penalty)
-    w = np.zeros((dim, y.shape[1]))
-    b = _logit(y.mean(axis=0))
-    w_prev, b_prev = w, b
-    for t in range(1, iterations + 1):
-        momentum = (t - 1) / (t + 2)
-        w_look = w + momentum * (w - w_prev)
-        b_look = b + momentum * (b - b_prev)
-        err = _sigmoid(x @ w_look + b_look) - y
-        w_prev, b_prev = w, b
-        w = w_look - step * (x.T @ err / n + penalty * w_look)
-        b = b_look - step * err.mean(axis=0)
-    return w, b
 
 
 def _step(top: float, n: int, penalty: float) -> float:
