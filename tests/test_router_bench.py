@@ -91,6 +91,10 @@ def test_a_router_fitted_on_singles_runs_answers_what_no_single_worker_does(
     assert "per-question oracle: 100.0% of the 80 questions" in shown, report.stdout
     assert "(the best alone: 50.0%)" in shown, report.stdout
     assert 'id="ceiling"' in chart.read_text()
+    page = tmp_path / "view.html"
+    viewed = cli("view", str(singles), "--out", str(page), cache=setup["cache"])
+    assert viewed.returncode == 0, viewed.stderr
+    assert "per-question oracle (any single right)" in page.read_text()  # the chart's line
 
     router_dir = tmp_path / "router"
     fitted = cli("fit-router", str(singles), "--out", str(router_dir), cache=setup["cache"])

@@ -26,7 +26,7 @@ from ..private import write_private
 from .companion import CALLBACK, DetailSpool, Strings, companion_dir
 from .data import ViewRun, ViewSample, compare_runs
 
-__all__ = ["page_data", "page_html", "write_view"]
+__all__ = ["page_data", "page_html", "question_ceiling", "write_view"]
 
 _INSTALL = install_hint("view")
 
@@ -129,11 +129,30 @@ def _bare_svg(svg: str) -> str:
     return svg[start:] if start >= 0 else svg
 
 
+def question_ceiling(runs: Sequence[ViewRun]) -> float | None:
+    """The per-question oracle of the single-worker runs of one benchmark: the share of
+    the (sample, epoch) pairs graded in every one of them that some single got right
+    (the most a router among them can score); ``None`` without two such runs, with runs
+    of several benchmarks, or without a pair in common."""
+    singles = [r for r in runs if r.is_single and r.kind == "bench"]
+    if len(singles) < 2 or len({r.benchmark for r in runs if r.kind == "bench"}) > 1:
+        return None
+    right: list[dict[str, bool]] = [
+        {s.key: s.correct for s in r.samples if s.verdict != "ungraded"} for r in singles
+    ]
+    common = set.intersection(*(set(r) for r in right))
+    if not common:
+        return None
+    return sum(any(r[k] for r in right) for k in common) / len(common)
+
+
 def _accuracy_cost(runs: Sequence[ViewRun]) -> str:
     from .plots import accuracy_cost_svg
 
     points = _chart_points(runs)
-    return _bare_svg(accuracy_cost_svg(points)) if points else ""
+    if not points:
+        return ""
+    return _bare_svg(accuracy_cost_svg(points, ceiling=question_ceiling(runs)))
 
 
 def _spool_of(runs: Sequence[ViewRun]) -> DetailSpool:

@@ -411,11 +411,14 @@ def accuracy_cost_plot(
         raise UsageError(f"{path}: cannot write the chart ({exc.strerror or exc})") from None
 
 
-def accuracy_cost_svg(runs: Sequence[RunPoint], *, title: str | None = None) -> str:
+def accuracy_cost_svg(
+    runs: Sequence[RunPoint], *, title: str | None = None, ceiling: float | None = None
+) -> str:
     """The chart as one ``<svg>`` element to put inside a page (no XML prolog; text as
-    text, so a page's search finds the labels)."""
+    text, so a page's search finds the labels); ``ceiling`` as for
+    :func:`accuracy_cost_plot`."""
     buffer = io.StringIO()
-    _save(_figure(runs, title), buffer, "svg", text_as_paths=False)
+    _save(_figure(runs, title, ceiling), buffer, "svg", text_as_paths=False)
     text = buffer.getvalue()
     # The prolog cannot stand inside a page; the metadata is only matplotlib's credits.
     return _METADATA.sub("", text[text.index("<svg") :]).strip()
