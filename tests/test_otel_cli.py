@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from kit.benchkit import boxed_number, make_math_file
 from kit.otlpkit import OtlpReceiver
 from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
+from kit.records import make_record, make_round, step
 
 from conductor.testing import FakeLLMServer
 
@@ -286,3 +288,24 @@ def test_the_sending_process_dying_costs_the_run_only_its_spans(
     problem = report.problem()
     assert problem is not None and "without a report" in problem, report
     assert report.records == 6
+
+
+@pytest.mark.process
+def test_a_tracer_whose_process_cannot_start_counts_and_never_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conductor.otel import open_tracer, otel_settings
+
+    settings = otel_settings("http://127.0.0.1:9/v1/traces", env={})
+    assert settings is not None
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    tracer = open_tracer(settings)
+    assert tracer.pid is None
+    record = make_record([make_round(0, [step(0, 0, "x", [], [])])])
+    for _ in range(3):
+        tracer.emit(record)
+    report = tracer.close()
+    assert tracer.close() is report
+    problem = report.problem()
+    assert problem is not None and "could not be started" in problem, problem
+    assert report.records == 3 and report.unplanned == 3

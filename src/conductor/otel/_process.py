@@ -59,29 +59,40 @@ class ProcessTracer:
         self._dir = Path(tempfile.mkdtemp(prefix="conductor-otel-"))
         self._report_path = self._dir / "report.json"
         self._stderr = open(self._dir / "stderr.txt", "wb")  # noqa: SIM115 - closed in close()
-        self._process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "conductor.otel._child",
-                json.dumps(dataclasses.asdict(settings)),
-                str(self._report_path),
-                repr(close_timeout_s),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=None,  # the console exporter writes spans to the terminal
-            stderr=self._stderr,
-            env=_child_env(),
-            close_fds=True,
-        )
-        self._pipe: IO[bytes] | None = self._process.stdin
         self._lines: queue.Queue[bytes | None] = queue.Queue(maxsize=MAX_QUEUED_RECORDS)
         self._records = 0
         self._dropped = 0
         self._broken = False
-        self._writer = threading.Thread(target=self._write, name="conductor-otel-pipe", daemon=True)
-        self._writer.start()
         self._closed: TraceReport | None = None
+        #: Why the child could not be started; its records are then only counted: a run
+        #: is never failed by its traces.
+        self._not_started: str | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        try:
+            self._process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "conductor.otel._child",
+                    json.dumps(dataclasses.asdict(settings)),
+                    str(self._report_path),
+                    repr(close_timeout_s),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=None,  # the console exporter writes spans to the terminal
+                stderr=self._stderr,
+                env=_child_env(),
+                close_fds=True,
+            )
+        except OSError as exc:  # no runnable interpreter, no process or file left
+            self._not_started = (
+                f"the process sending spans could not be started ({exc.strerror or exc})"
+            )
+            self._broken = True
+        self._pipe: IO[bytes] | None = self._process.stdin if self._process else None
+        self._writer = threading.Thread(target=self._write, name="conductor-otel-pipe", daemon=True)
+        if self._pipe is not None:
+            self._writer.start()
 
     @property
     def report(self) -> TraceReport | None:
@@ -89,9 +100,9 @@ class ProcessTracer:
         return self._closed
 
     @property
-    def pid(self) -> int:
-        """The child's process id."""
-        return self._process.pid
+    def pid(self) -> int | None:
+        """The child's process id (``None`` when it could not be started)."""
+        return self._process.pid if self._process is not None else None
 
     def emit(
         self,
@@ -149,6 +160,14 @@ class ProcessTracer:
         tracer was told) and return what was done."""
         if self._closed is not None:
             return self._closed
+        if self._process is None:
+            self._stderr.close()
+            shutil.rmtree(self._dir, ignore_errors=True)
+            report = TraceReport(self.settings.describe(), records=self._records)
+            report.unplanned = self._records
+            report.reason = self._not_started
+            self._closed = report
+            return report
         wait_s = self._close_timeout_s + _GRACE_S
         with contextlib.suppress(queue.Full):
             self._lines.put(None, timeout=wait_s)
@@ -175,6 +194,7 @@ class ProcessTracer:
             pass
         report = TraceReport(self.settings.describe(), records=self._records)
         report.unplanned = self._records
+        assert self._process is not None
         code = self._process.returncode
         said = ""
         with contextlib.suppress(OSError):
