@@ -31,6 +31,7 @@ SHIPPED = [
     "rlpr",
     "rlpr-paper",
     "smoke",
+    "smoke-route",
 ]
 PAPER_KEYS = {
     "gpqa-diamond": "GPQA-D",
@@ -57,8 +58,9 @@ def test_package_symlink_points_at_the_repository_folder() -> None:
     assert builtin_benchmarks_dir().resolve() == link.resolve()
 
 
-# Every benchmark but smoke, whose 20 questions ship as a local file (tests/test_smoke.py).
-@pytest.mark.parametrize("name", [n for n in SHIPPED if n != "smoke"])
+# Every benchmark but smoke and smoke-route, whose questions ship as local files
+# (tests/test_smoke.py, tests/test_router.py).
+@pytest.mark.parametrize("name", [n for n in SHIPPED if n not in ("smoke", "smoke-route")])
 def test_every_shipped_benchmark_loads(name: str) -> None:
     spec = load_benchmark(name)
     assert spec.name == name

@@ -216,6 +216,31 @@ def test_a_split_that_leaves_a_side_empty_is_refused() -> None:
         fit_router(complementary(40), FitSettings(fallback="conductor"))
 
 
+def test_smoke_route_ships_its_questions_marked_with_the_default_split() -> None:
+    from conductor.bench.spec import load_benchmark
+    from conductor.datasets.questions import question_key
+    from conductor.datasets.samples import iter_samples
+
+    spec = load_benchmark("smoke-route")
+    assert spec.source.kind == "file" and spec.grader == "short"
+    samples = list(iter_samples(spec))
+    assert len(samples) == 290
+    assert len({s.input["question"] for s in samples}) == 290
+    path_rows = _smoke_route_rows()
+    sides = {r["split"] for r in path_rows}
+    assert sides == {"train", "heldout"}
+    for row in path_rows:
+        assert held_out(question_key(row["question"]).full, 0.3, 0) == (row["split"] == "heldout")
+    assert sum(r["split"] == "heldout" for r in path_rows) == 81
+
+
+def _smoke_route_rows() -> list[dict[str, object]]:
+    from conductor.bench.spec import builtin_benchmarks_dir
+
+    text = (builtin_benchmarks_dir() / "smoke-route.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines()]
+
+
 # -- the router directory ---------------------------------------------------------------
 
 
