@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 from .data import RoutingData
 from .features import DEFAULT_FEATURIZER, Featurizer, featurizer_from
-from .head import fit_head
+from .head import fit_head, fold_numbers
 from .model import Router
 
 if TYPE_CHECKING:
@@ -201,9 +201,7 @@ def _out_of_fold(
     k = min(folds, n)
     if k < 2:
         return np.tile(scores.mean(axis=0), (n, 1))
-    order = np.random.default_rng(seed + 1).permutation(n)
-    fold_of = np.empty(n, dtype=int)
-    fold_of[order] = np.arange(n) % k
+    fold_of = fold_numbers(n, k, seed + 1)
     out = np.zeros_like(scores)
     for f in range(k):
         train, test = fold_of != f, fold_of == f

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["PENALTIES", "LogisticHead", "fit_head"]
+__all__ = ["PENALTIES", "LogisticHead", "fit_head", "fold_numbers"]
 
 #: The L2 penalties cross-validation chooses from (per question, on unit-length rows).
 PENALTIES: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
@@ -139,6 +139,16 @@ def _top_eigenvalue(apply: Callable[[np.ndarray], np.ndarray], size: int) -> flo
     return top
 
 
+def fold_numbers(n: int, k: int, seed: int) -> np.ndarray:
+    """Each of ``n`` questions' fold, 0 to ``k - 1``: the folds as even as they can be,
+    the questions shuffled into them by ``seed``."""
+    import numpy as np
+
+    fold_of = np.empty(n, dtype=int)
+    fold_of[np.random.default_rng(seed).permutation(n)] = np.arange(n) % k
+    return fold_of
+
+
 def _log_loss(p: np.ndarray, y: np.ndarray) -> float:
     import numpy as np
 
@@ -166,9 +176,7 @@ def fit_head(
     chosen = max(penalties)
     k = min(folds, n)
     if k >= 2 and len(penalties) > 1:
-        order = np.random.default_rng(seed).permutation(n)
-        fold_of = np.empty(n, dtype=int)
-        fold_of[order] = np.arange(n) % k
+        fold_of = fold_numbers(n, k, seed)
         dual = n <= features.shape[1]
         gram = features @ features.T if dual else None
         losses = []
