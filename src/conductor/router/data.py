@@ -105,6 +105,8 @@ class _Cell:
     key: str
     scores: dict[int, float]
     costs: dict[int, float | None]
+    #: Whether some call of the epoch's record had no known price.
+    unpriced: dict[int, bool]
 
 
 def _run_dirs(paths: Iterable[Path]) -> list[Path]:
@@ -129,12 +131,11 @@ def read_routing_data(paths: Sequence[str | Path]) -> RoutingData:
     question was answered by every arm."""
     from ..datasets.questions import question_key
     from ..runs.config import read_run_config
-    from ..runs.rundir import SAMPLES, iter_records
+    from ..runs.rundir import SAMPLES, iter_heads
 
     dirs = _run_dirs(Path(p).expanduser() for p in paths)
     cells: dict[str, dict[tuple[str, str], _Cell]] = defaultdict(dict)
     pools: list[str] = []
-    unpriced: set[str] = set()
     for run in dirs:
         config = read_run_config(run)
         arm = config.strategy or "conductor"
@@ -145,7 +146,10 @@ def read_routing_data(paths: Sequence[str | Path]) -> RoutingData:
             )
         if config.pool_sha256 and config.pool_sha256 not in pools:
             pools.append(config.pool_sha256)
-        for record in iter_records(run / SAMPLES, latest=True):
+        # Heads only (no rounds, no calls): a router needs each record's question, grade
+        # and totals, and `report` reads every single run this way.  A (sample, epoch)
+        # recorded twice keeps its last record, as `latest` reading does.
+        for record, _steps in iter_heads(run / SAMPLES):
             if record.sample_id is None:
                 continue
             benchmark = str(record.metadata.get("benchmark") or config.benchmark.name)
@@ -153,15 +157,16 @@ def read_routing_data(paths: Sequence[str | Path]) -> RoutingData:
             question = raw if isinstance(raw, str) else record.question
             cell = cells[arm].get((benchmark, record.sample_id))
             if cell is None:
-                cell = _Cell(record.question, question_key(question).full, {}, {})
+                cell = _Cell(record.question, question_key(question).full, {}, {}, {})
                 cells[arm][(benchmark, record.sample_id)] = cell
             epoch = record.epoch or 0
             score = (record.grade or {}).get("score")
             cell.scores[epoch] = _unit(score)
             cost = record.totals.cost_usd
             cell.costs[epoch] = cost if isinstance(cost, (int, float)) and cost >= 0 else None
-            if record.totals.unknown_cost_calls or cell.costs[epoch] is None:
-                unpriced.add(arm)
+            cell.unpriced[epoch] = (
+                bool(record.totals.unknown_cost_calls) or cell.costs[epoch] is None
+            )
     arms = tuple(cells)
     if len(arms) < 2:
         shown = ", ".join(printable(str(p)) for p in paths)
@@ -185,6 +190,10 @@ def read_routing_data(paths: Sequence[str | Path]) -> RoutingData:
             "no question was answered by every strategy in the runs given: run each "
             "strategy on the same benchmark and questions"
         )
+    # An arm is unpriced where the last record of some (sample, epoch) it ran was.
+    unpriced = {
+        a for a, mine in cells.items() if any(any(c.unpriced.values()) for c in mine.values())
+    }
     return _table(arms, order, cells, unpriced, dirs, pools, len(union) - len(every))
 
 
