@@ -37,6 +37,7 @@ from ..errors import UsageError
 from ..execute import RunSettings
 from ..llm.caller import CallerSet
 from ..pool import RUNTIME_FIELDS, Pool, pool_to_public_dict
+from ..router import load_router
 from ..strategies import (
     ConductorStrategy,
     Strategy,
@@ -123,6 +124,9 @@ class Catalog:
         self._conductor = conductor
         self.conductor: Strategy = ConductorStrategy(pool, conductor, settings, callers)
         self._router = router
+        #: The router directory, read once (every allowed set of workers builds its
+        #: model ``router`` from it).
+        self._routed = load_router(router) if router is not None else None
         #: The model ``router`` on the whole pool, built (and its directory checked) at
         #: once, so that a server with a bad router does not start.
         self.router: Strategy | None = (
@@ -195,6 +199,7 @@ class Catalog:
             vote_key=short_answer_key,
             settings=self.settings,
             name=ROUTER_MODEL,
+            routed=self._routed,
         )
 
     def _restricted_router(self, pool: Pool, workers: tuple[str, ...] | None) -> Strategy:

@@ -154,6 +154,7 @@ def router_strategy(
     settings: RunSettings | None = None,
     pool_sha256: str | None = None,
     name: str | None = None,
+    routed: RouterDir | None = None,
 ) -> RouterStrategy:
     """The strategy ``router:DIR`` names, its arms built over ``callers`` from ``pool``
     (``conductor`` builds the Conductor's, for a router with a ``conductor`` arm).
@@ -161,7 +162,8 @@ def router_strategy(
     Raises :class:`~conductor.errors.UsageError` when DIR is not a router directory or
     an arm cannot run on ``pool`` (a worker it names is not there).  Warns when the
     router was fitted on runs of another pool file (``pool_sha256``).  ``name`` is the
-    strategy's name in its records (default: the text, ``router:DIR``)."""
+    strategy's name in its records (default: the text, ``router:DIR``); ``routed``, the
+    router already read from DIR (a server builds one per allowed set of workers)."""
     from ..router import load_router
 
     given = text.strip()[len(ROUTER_PREFIX) :]
@@ -169,7 +171,8 @@ def router_strategy(
         raise UsageError(
             "--strategy router:DIR needs the router's directory (conductor fit-router --out DIR)"
         )
-    routed = load_router(Path(given))
+    if routed is None:
+        routed = load_router(Path(given))
     fitted_on = routed.pool_sha256
     if pool_sha256 is not None and fitted_on and pool_sha256 not in fitted_on:
         log.warning(
