@@ -357,6 +357,21 @@ def test_a_head_of_the_wrong_shape_or_values_is_refused(saved: Path, bad: str) -
         load_router(saved)
 
 
+@pytest.mark.parametrize("name", ["head.npy", "router.json"])
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_a_router_file_that_is_not_a_regular_file_is_refused_unread(
+    saved: Path, name: str, kind: str
+) -> None:
+    target = saved / name
+    target.unlink()
+    if kind == "device":
+        target.symlink_to("/dev/zero")  # endless: read whole, it would take all memory
+    else:
+        os.mkfifo(target)  # opened for reading, it would wait for a writer forever
+    with pytest.raises(RouterFileError, match="not a regular file"):
+        load_router(saved)
+
+
 def test_a_directory_without_a_router_says_how_to_make_one(tmp_path: Path) -> None:
     with pytest.raises(RouterFileError, match="not a router directory.*conductor fit-router"):
         load_router(tmp_path)

@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import math
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,14 +173,25 @@ class _Fields:
         return float(value)
 
 
+def _read_regular(path: Path, limit: int, too_big: str) -> bytes:
+    """``path``'s bytes: a regular file (a device such as ``/dev/zero`` never ends, a
+    FIFO never opens) of at most ``limit`` bytes, read no further than that even if it
+    grows meanwhile; ``too_big`` says what it is more than."""
+    status = path.stat()
+    if not stat.S_ISREG(status.st_mode):
+        raise RouterFileError(f"{printable(str(path))}: not a regular file")
+    if status.st_size > limit:
+        raise RouterFileError(f"{printable(str(path))}: {status.st_size:,} bytes, {too_big}")
+    with path.open("rb") as fh:
+        raw = fh.read(limit + 1)
+    if len(raw) > limit:
+        raise RouterFileError(f"{printable(str(path))}: more than {limit:,} bytes, {too_big}")
+    return raw
+
+
 def _read_json(path: Path) -> Any:
     try:
-        size = path.stat().st_size
-        if size > _MAX_JSON:
-            raise RouterFileError(
-                f"{printable(str(path))}: {size:,} bytes, more than a router file holds"
-            )
-        text = path.read_text(encoding="utf-8")
+        text = _read_regular(path, _MAX_JSON, "more than a router file holds").decode("utf-8")
     except FileNotFoundError:
         raise RouterFileError(
             f"{printable(str(path.parent))}: no {ROUTER_FILE}; not a router directory "
@@ -215,13 +227,7 @@ def _read_head(directory: Path, f: _Fields, head: Mapping[str, Any], dim: int, a
     path = directory / HEAD_FILE
     limit = 8 * (dim + 1) * arms + 4096  # the array and numpy's header
     try:
-        size = path.stat().st_size
-        if size > limit:
-            raise RouterFileError(
-                f"{printable(str(path))}: {size:,} bytes, more than a head of "
-                f"({dim + 1}, {arms}) takes"
-            )
-        raw = path.read_bytes()
+        raw = _read_regular(path, limit, f"more than a head of ({dim + 1}, {arms}) takes")
     except FileNotFoundError:
         raise RouterFileError(f"{printable(str(path))}: missing (router.json names it)") from None
     except OSError as exc:
