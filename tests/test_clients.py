@@ -433,3 +433,103 @@ async def test_a_new_client_kind_needs_only_its_class_and_a_registry_line(
     done = await caller.complete(ModelRequest(messages=({"role": "user", "content": "hi"},)))
     assert (done.text, done.cost_usd) == ("fake reply", 0.0)
     await caller.aclose()
+
+
+# A child process in which another thread is half-way through importing a module (it
+# sits in sys.modules with none of its attributes for a second and a half) when an SDK
+# client is made ready and used. openai 3.x looks ``httpx`` up in sys.modules on every
+# call: once an SDK import on a worker thread raced a call this way and `conductor ask`
+# died ("partially initialized module 'httpx' has no attribute 'Timeout'").
+_HALF_IMPORTED = """
+import asyncio, importlib.abc, importlib.util, json, sys, threading, time
+
+SLOW = sys.argv[1]
+started = threading.Event()
+
+class SlowFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != SLOW:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        real = spec.loader
+
+        class Slow(importlib.abc.Loader):
+            def create_module(self, spec):
+                return real.create_module(spec)
+
+            def exec_module(self, module):
+                started.set()
+                time.sleep(1.5)
+                real.exec_module(module)
+
+        spec.loader = Slow()
+        return spec
+
+assert SLOW not in sys.modules
+sys.meta_path.insert(0, SlowFinder())
+threading.Thread(target=lambda: __import__(SLOW), daemon=True).start()
+started.wait(30)
+{body}
+"""
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(("sdk", "peeked"), [("openai", "httpx"), ("google.genai", "requests")])
+def test_an_sdk_is_ready_only_once_what_it_peeks_at_is_whole(sdk: str, peeked: str) -> None:
+    import subprocess
+    import sys
+
+    body = (
+        "from conductor.llm.sdk import import_sdk\n"
+        f"import_sdk({sdk!r})\n"
+        "module = sys.modules[SLOW]\n"
+        "print(len(vars(module)) > 20 and getattr(module, '__version__', None) is not None)\n"
+    )
+    code = _HALF_IMPORTED.replace("{body}", body)
+    done = subprocess.run(
+        [sys.executable, "-c", code, peeked], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True", (sdk, peeked, done.stdout)
+
+
+@pytest.mark.process
+def test_an_openai_call_survives_another_thread_importing_httpx(server: FakeLLMServer) -> None:
+    import subprocess
+    import sys
+
+    server.script("m-race", ["The answer is 4."])
+    worker = make_worker("openai", server, "m-race")
+    body = (
+        "from conductor.llm.caller import ModelCaller\n"
+        "from conductor.llm.types import ModelRequest\n"
+        "from conductor.targets import Worker\n"
+        "worker = Worker(**json.loads(sys.argv[2]))\n"
+        "async def main():\n"
+        "    caller = ModelCaller(worker)\n"
+        "    try:\n"
+        "        done = await caller.complete(ModelRequest(\n"
+        "            messages=({'role': 'user', 'content': 'What is 2+2?'},), params={}))\n"
+        "    finally:\n"
+        "        await caller.aclose()\n"
+        "    print(done.text)\n"
+        "asyncio.run(main())\n"
+    )
+    fields = {
+        "id": worker.id,
+        "model": worker.model,
+        "client": worker.client,
+        "api_base": worker.api_base,
+        "api_key_env": worker.api_key_env,
+    }
+    code = _HALF_IMPORTED.replace("{body}", body)
+    done = subprocess.run(
+        [sys.executable, "-c", code, "httpx", json.dumps(fields)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "The answer is 4."
+    assert len(server.requests) == 1

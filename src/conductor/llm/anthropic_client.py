@@ -7,7 +7,6 @@ System text (the worker's ``system_prompt`` and any ``system`` messages) goes in
 from __future__ import annotations
 
 import asyncio
-import importlib
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ModelCallError
@@ -15,7 +14,7 @@ from .apikey import resolve_api_key
 from .capabilities import ClientCapabilities
 from .failures import classify_sdk_error
 from .replies import anthropic_reply, body_of
-from .sdk import keyword_names, strip_prefix, with_backstop
+from .sdk import import_sdk, keyword_names, strip_prefix, with_backstop
 from .tools import anthropic_tool_fields
 from .types import ModelRequest, RawCompletion
 
@@ -123,7 +122,7 @@ class AnthropicClient:
 
     async def prepare(self) -> None:
         """Import the SDK off the event loop (seconds on a busy machine)."""
-        await asyncio.to_thread(importlib.import_module, "anthropic")
+        await asyncio.to_thread(import_sdk, "anthropic")
 
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
         """Send ``request`` once; raise a ``ModelCallError`` subclass on failure."""

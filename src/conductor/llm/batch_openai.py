@@ -41,6 +41,7 @@ from .batchapi import (
 from .failures import classify_sdk_error, error_for_status, make_error, message_from_body, scrub
 from .openai_client import OpenAIClient
 from .replies import body_of, openai_reply
+from .sdk import import_sdk
 from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
@@ -161,8 +162,7 @@ class OpenAIBatchAPI:
     def _sdk(self) -> Any:
         key = resolve_api_key(self.target, self._envs)
         if self._client is None or key != self._key:
-            import openai
-
+            openai = import_sdk("openai")
             self._client = openai.AsyncOpenAI(
                 api_key=key,
                 base_url=self.target.api_base or None,

@@ -9,7 +9,6 @@ config type refuses unknown fields.
 from __future__ import annotations
 
 import asyncio
-import importlib
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ModelCallError
@@ -25,7 +24,7 @@ from .failures import (
     unreadable_body_error,
 )
 from .replies import body_of, gemini_reply
-from .sdk import strip_prefix, with_backstop
+from .sdk import import_sdk, strip_prefix, with_backstop
 from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
@@ -150,7 +149,7 @@ class GoogleClient:
 
     async def prepare(self) -> None:
         """Import the SDK off the event loop (seconds on a busy machine)."""
-        await asyncio.to_thread(importlib.import_module, "google.genai")
+        await asyncio.to_thread(import_sdk, "google.genai")
 
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
         """Send ``request`` once; raise a ``ModelCallError`` subclass on failure."""

@@ -9,7 +9,6 @@ API knows go as keyword arguments; everything else (``top_k``,
 from __future__ import annotations
 
 import asyncio
-import importlib
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ModelCallError
@@ -18,7 +17,7 @@ from .capabilities import ClientCapabilities
 from .failures import classify_sdk_error
 from .prefill_rules import continue_fields
 from .replies import body_of, openai_reply
-from .sdk import keyword_names, strip_prefix, with_backstop
+from .sdk import import_sdk, keyword_names, strip_prefix, with_backstop
 from .structured import ServerGrammar
 from .tools import openai_tool_fields
 from .types import ModelRequest, RawCompletion
@@ -141,7 +140,7 @@ class OpenAIClient:
 
     async def prepare(self) -> None:
         """Import the SDK off the event loop (seconds on a busy machine)."""
-        await asyncio.to_thread(importlib.import_module, "openai")
+        await asyncio.to_thread(import_sdk, "openai")
 
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
         """Send ``request`` once; raise a ``ModelCallError`` subclass on failure."""

@@ -1,4 +1,4 @@
-"""What the SDK clients share beyond keys: litellm's import, the model name without a
+"""What the SDK clients share beyond keys: their imports, the model name without a
 litellm provider prefix, which keywords an SDK method takes, and a bound on a call's
 whole duration.
 
@@ -8,11 +8,20 @@ No SDK is imported at module level: each is imported on first use.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib
 import os
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-__all__ = ["BACKSTOP_GRACE_S", "import_litellm", "keyword_names", "strip_prefix", "with_backstop"]
+__all__ = [
+    "BACKSTOP_GRACE_S",
+    "import_litellm",
+    "import_sdk",
+    "keyword_names",
+    "strip_prefix",
+    "with_backstop",
+]
 
 #: Extra seconds the asyncio backstop allows beyond the SDK's own time-out, so that the
 #: SDK's (better-described) time-out error normally fires first.
@@ -21,6 +30,29 @@ BACKSTOP_GRACE_S = 1.0
 T = TypeVar("T")
 
 _litellm: Any = None
+
+#: Modules an SDK looks up in ``sys.modules`` at call time without importing them (openai
+#: 3.x asks for ``httpx`` to accept the old transport's types; google-genai asks for
+#: ``requests``). The SDKs are imported on worker threads, so another client's import
+#: can be half-way through one of these while this SDK sends: it then finds a module
+#: without its attributes and the call dies ("partially initialized module 'httpx' has
+#: no attribute 'Timeout'"). Importing them to the end first closes that window for good:
+#: Python's per-module import lock makes this thread wait for an import already under way.
+_PEEKED_BY: dict[str, tuple[str, ...]] = {
+    "openai": ("httpx",),
+    "google.genai": ("requests",),
+}
+
+
+def import_sdk(name: str) -> Any:
+    """The SDK module ``name``, imported along with every module it peeks at, so that no
+    import on another thread can leave it reading a half-made one. Blocking: run it off
+    the event loop."""
+    for peeked in _PEEKED_BY.get(name, ()):
+        # Not installed: the SDK finds nothing there and takes its own path.
+        with contextlib.suppress(ImportError):
+            importlib.import_module(peeked)
+    return importlib.import_module(name)
 
 
 def import_litellm() -> Any:
