@@ -314,3 +314,47 @@ async def test_a_host_that_answered_is_restarted_after_each_later_crash(
             _request("Say yes.", max_tokens=4, temperature=0.0), timeout_s=120
         )
         assert reply.text.strip()
+
+
+# -- embeddings over the wire (a router's gguf-mean-v1 features) ----------------------
+
+
+@pytest.mark.process
+def test_a_host_embeds_beside_generations_and_refuses_what_it_cannot_do() -> None:
+    path = embedded_model_or_skip()
+    host = local_model.get_host(path)
+    talk = host.submit(
+        {"messages": [{"role": "user", "content": "Say yes."}], "max_tokens": 4,
+         "sampling": {"temperature": 0.0}}
+    )  # fmt: skip
+    vectors = host.embed(["What is 17 * 23?", "Name a colour."], timeout_s=120)
+    assert talk.result(timeout=120)["text"].strip()
+    assert [len(v) for v in vectors] == [576, 576] and vectors[0] != vectors[1]
+    assert host.embed(["What is 17 * 23?"], timeout_s=120) == vectors[:1]
+    for request, op in (({}, "summon"), ({"texts": "What is 17 * 23?"}, "embed"),
+                        ({"texts": [3]}, "embed")):  # fmt: skip
+        with pytest.raises(local_model.HostFailure) as failed:
+            host.submit(request, op=op).result(timeout=120)
+        assert failed.value.kind == "bad_request", failed.value
+    # A request cannot take another's id: the host answers this one, under its own.
+    forged = host.submit({"texts": ["hello"], "id": 0, "op": "generate"}, op="embed")
+    assert len(forged.result(timeout=120)["vectors"]) == 1
+
+
+@pytest.mark.process
+def test_a_crash_while_embedding_fails_the_embed_in_one_sentence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Not the extra buffers' fault: the calls the host held are not sent again.
+    monkeypatch.setenv("CONDUCTOR_LOCAL_EXTRA_BUFFERS", "off")
+    path = embedded_model_or_skip()
+    host = local_model.get_host(path)
+    future = host.submit({"texts": ["alpha " * 2000] * 20}, op="embed")
+    while not host._pending or all(p.started is None for p in host._pending.values()):
+        time.sleep(0.02)
+    time.sleep(0.2)
+    os.kill(host.pid, signal.SIGSEGV)
+    with pytest.raises(LocalModelCrashedError, match="SIGSEGV"):
+        future.result(timeout=120)
+    # The next request starts the host again.
+    assert len(host.embed(["Say yes."], timeout_s=120)[0]) == 576

@@ -341,3 +341,78 @@ def test_grammar_and_stop_replies_are_llama_cpp_pythons(
     ours = generator.generate(messages, SamplerSettings(temperature=0.0), max_tokens=30, stop=[","])
     assert ours.text == theirs["choices"][0]["message"]["content"]
     assert ours.finish_reason == theirs["choices"][0]["finish_reason"] == "stop"
+
+
+# -- embeddings (a router's gguf-mean-v1 features) ----------------------------------
+
+TEXTS = ["What is 17 * 23?", "Name the capital of France.", "Convert 3 km to metres."]
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    return dot / (sum(x * x for x in a) ** 0.5 * sum(y * y for y in b) ** 0.5)
+
+
+def test_embeddings_are_the_models_width_repeatable_and_tell_texts_apart(
+    generator: Generator,
+) -> None:
+    width = int(generator.model.metadata("llama.embedding_length") or 0)
+    first = generator.embed(TEXTS)
+    again = generator.embed(list(reversed(TEXTS)))
+    assert width == 576 and [len(v) for v in first.vectors] == [width] * 3
+    # The same text gives the same vector, whatever was read before it.
+    assert first.vectors == list(reversed(again.vectors))
+    assert all(0 < n < 20 for n in first.tokens)
+    pairs = [(0, 1), (0, 2), (1, 2)]
+    assert all(_cosine(first.vectors[i], first.vectors[j]) < 0.999 for i, j in pairs)
+
+
+def test_embedding_leaves_the_generations_memory_and_cache_alone(generator: Generator) -> None:
+    preamble = "You plan work for a team. " * 20
+    asked = [{"role": "user", "content": preamble + "Question: what is 2 + 3?"}]
+    before = generator.generate(asked, SamplerSettings(temperature=0), max_tokens=12)
+    generator.embed(TEXTS)
+    after = generator.generate(asked, SamplerSettings(temperature=0), max_tokens=12)
+    assert after.text == before.text
+    assert after.cached_tokens == after.prompt_tokens - 1  # the cache survived the embed
+
+
+def test_a_long_text_is_read_by_its_two_ends_and_an_empty_one_still_embeds(
+    generator: Generator,
+) -> None:
+    from conductor.llm.local_runtime import EMBED_TOKENS
+
+    long = "alpha " * 2000 + "Which planet is largest?"
+    done = generator.embed([long, ""])
+    assert done.tokens[0] == EMBED_TOKENS and done.tokens[1] >= 1
+    # The question at the end is read: another ending, another vector.
+    other = generator.embed(["alpha " * 2000 + "What is 2 + 2?"])
+    assert other.vectors[0] != done.vectors[0]
+    with pytest.raises(ValueError):
+        generator.model.embed([])
+    with pytest.raises(ValueError):
+        generator.model.embed([1] * (EMBED_TOKENS + 1))
+
+
+def test_embeddings_are_llama_cpps_own_mean_pooling(generator: Generator) -> None:
+    """Checked against llama.cpp's own mean pooling, through llama-cpp-python's ``Llama``
+    (its ``embed`` with ``pooling_type`` mean), on the same library."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    if not generator.model.__class__.__module__.endswith("local_runtime_llama_cpp"):
+        pytest.skip("cyllama bundles another llama.cpp build than llama-cpp-python")
+    reference = llama_cpp.Llama(
+        model_path=_settings().path,
+        n_ctx=512,
+        n_batch=512,
+        n_ubatch=512,
+        n_threads=1,
+        embedding=True,
+        pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN,
+        verbose=False,
+    )
+    ours = generator.embed(TEXTS).vectors
+    for text, vector in zip(TEXTS, ours, strict=True):
+        theirs = reference.embed(text, normalize=False)
+        assert len(theirs) == len(vector)
+        assert max(abs(a - b) for a, b in zip(vector, theirs, strict=True)) < 1e-3
+        assert _cosine(vector, theirs) > 0.99999

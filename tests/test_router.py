@@ -381,3 +381,87 @@ def test_a_directory_without_a_router_says_how_to_make_one(tmp_path: Path) -> No
     (tmp_path / "router.json").write_text("[" * 100000)
     with pytest.raises(RouterFileError, match="not valid JSON"):
         load_router(tmp_path)
+
+
+# -- gguf-mean-v1: a small model's hidden states ----------------------------------------
+
+_SHA = "a" * 64
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"model": "models/small.gguf"}, "the absolute path of a GGUF file"),
+        ({"model": 7}, "the absolute path"),
+        ({"sha256": "ABC"}, "64 lower-case hexadecimal"),
+        ({"dim": True}, "dim must be an integer"),
+        ({"dim": 1 << 17}, "dim must be an integer"),
+        ({"dim": 2, "center": [0.0, 1.0]}, "center and scale come together"),
+        ({"dim": 2, "center": [0.0], "scale": [1.0]}, "center is a list of 2 finite"),
+        ({"dim": 2, "center": [0.0, float("nan")], "scale": [1, 1]}, "center is a list"),
+        ({"dim": 2, "center": [0.0, 1.0], "scale": [1.0, 0.0]}, "scale is a list of 2 positive"),
+        ({"dim": 2, "center": [0.0, True], "scale": [1.0, 1.0]}, "center is a list"),
+        ({"layer": 3}, "no setting 'layer'"),
+    ],
+)
+def test_hidden_state_settings_a_router_file_may_hold_are_checked(
+    settings: dict[str, object], message: str
+) -> None:
+    with pytest.raises(UsageError, match=message):
+        featurizer_from("gguf-mean-v1", settings)
+
+
+def test_hidden_states_of_another_model_file_are_refused_before_it_loads(tmp_path: Path) -> None:
+    model = tmp_path / "other.gguf"
+    model.write_bytes(b"GGUF not the fitted weights")
+    featurizer = featurizer_from("gguf-mean-v1", {"model": str(model), "sha256": _SHA})
+    with pytest.raises(UsageError, match="not the file this router was fitted with"):
+        featurizer.transform(["What is 2 + 2?"])
+    fifo = tmp_path / "fifo.gguf"
+    os.mkfifo(fifo)
+    for path in (fifo, tmp_path):
+        featurizer = featurizer_from("gguf-mean-v1", {"model": str(path)})
+        with pytest.raises(UsageError, match="is not a model file"):
+            featurizer.transform(["What is 2 + 2?"])
+
+
+@pytest.fixture(scope="module")
+def hidden_fit() -> object:
+    from kit.poolkit import embedded_model_or_skip
+
+    embedded_model_or_skip()
+    try:
+        return fit_router(complementary(120), FitSettings(features="gguf-mean-v1"))
+    finally:
+        from conductor.llm import local_model
+
+        local_model.stop_all()
+
+
+@pytest.mark.process
+def test_a_router_on_hidden_states_learns_the_kinds_and_survives_its_directory(
+    hidden_fit: object, tmp_path: Path
+) -> None:
+    from conductor.llm.local_model import embedded_model_path
+    from conductor.router.features import HiddenStates
+
+    fit = hidden_fit
+    featurizer = fit.router.featurizer  # type: ignore[attr-defined]
+    assert isinstance(featurizer, HiddenStates) and featurizer.dim == 576
+    assert featurizer.sha256 == hashlib.sha256(embedded_model_path().read_bytes()).hexdigest()
+    assert featurizer.center is not None and len(featurizer.center) == 576
+    by = {p.name: p for p in fit.policies}  # type: ignore[attr-defined]
+    assert by["router"].accuracy > by[fit.best_single].accuracy + 0.15  # type: ignore[attr-defined]
+    out = tmp_path / "r"
+    save_router(fit, out)  # type: ignore[arg-type]
+    loaded = load_router(out)
+    assert loaded.router.featurizer == featurizer
+    for q in ("What is 5 * 6?", "What is the capital of Japan?", "Is 4 an even number?"):
+        assert loaded.router.route(q) == fit.router.route(q)  # type: ignore[attr-defined]
+    # A router file whose settings name other weights is refused, naming the field.
+    _edit(out, lambda d: d["features"]["settings"].update(sha256=_SHA))
+    with pytest.raises(UsageError, match="not the file this router was fitted with"):
+        load_router(out).router.route("What is 5 * 6?")
+    _edit(out, lambda d: d["features"]["settings"].update(dim=512))
+    with pytest.raises(RouterFileError, match="features"):
+        load_router(out)

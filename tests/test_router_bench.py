@@ -204,3 +204,39 @@ def test_fit_router_refuses_what_it_cannot_fit(tmp_path: Path, setup: dict[str, 
 
     routed = _bench(setup, f"router:{busy}", tmp_path / "x")
     assert routed.returncode == 2 and "not a router directory" in routed.stderr
+
+
+def test_a_router_on_a_small_models_hidden_states_routes_a_bench(
+    tmp_path: Path, setup: dict[str, Any]
+) -> None:
+    from kit.poolkit import embedded_model_or_skip
+
+    embedded_model_or_skip()
+    singles = tmp_path / "singles"
+    assert _bench(setup, "singles", singles).returncode == 0
+    router_dir = tmp_path / "router"
+    fitted = cli("fit-router", str(singles), "--out", str(router_dir), "--features",
+                 "gguf-mean-v1", "--json", cache=setup["cache"])  # fmt: skip
+    assert fitted.returncode == 0, fitted.stderr
+    measured = json.loads(fitted.stdout)
+    router = next(p for p in measured["policies"] if p["name"] == "router")
+    assert router["accuracy"] == 1.0, measured
+    info = json.loads((router_dir / "router.json").read_text())
+    assert info["features"]["name"] == "gguf-mean-v1"
+    assert info["features"]["settings"]["model"] == "embedded"
+    assert len(info["features"]["settings"]["center"]) == 576
+
+    routed = tmp_path / "routed"
+    run = _bench(setup, f"router:{router_dir}", routed, "--exclude-trained",
+                 cache=tmp_path / "cache2")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    records = _records(routed)
+    assert len(records) == info["training"]["heldout_questions"]
+    assert all(r["grade"]["status"] == "correct" for r in records)
+
+    wrong = cli("fit-router", str(singles), "--out", str(tmp_path / "r2"), "--features-model",
+                str(tmp_path / "x.gguf"), cache=setup["cache"])  # fmt: skip
+    assert wrong.returncode == 2 and "goes with --features gguf-mean-v1" in wrong.stderr
+    unknown = cli("fit-router", str(singles), "--out", str(tmp_path / "r3"), "--features",
+                  "bert", cache=setup["cache"])  # fmt: skip
+    assert unknown.returncode == 2 and "no featurizer 'bert'" in unknown.stderr

@@ -23,12 +23,16 @@ lines (exit 1 when one fails):
    sign-flip test p < 0.05;
 2. the live router run on the held-out questions scores what the fit measured from the
    recorded runs (routing calls nothing, so the two must agree);
-3. routing takes under 50 ms a question.
+3. routing takes under 50 ms a question (the hashed features);
+4. a router on the embedded SmolLM2's hidden states (``--features gguf-mean-v1``, one
+   forward pass of the small model a question) beats the best single worker too, p <
+   0.05 (its routing time is printed, not judged: it is a model's forward pass on
+   whatever cores the machine has free).
 
 **Embedded pool** (``--embedded``): the same, on the embedded SmolLM2-135M pool (its
 three roles, about two minutes for the singles on two cores; the Conductor about eight
 more), judged on nothing: its figures are printed, router against best single against
-the per-question oracle, to show how far apart the roles are.
+the per-question oracle, to show how far apart the roles are, with both featurizers.
 
 ``--smoke`` is what CI runs: the fake pool only (about a minute).
 """
@@ -230,6 +234,19 @@ def fake_pool(tmp: Path) -> int:
             f"[3] routing {fit['route_ms']:.2f} ms a question (< {ROUTE_MS:g})  "
             f"{'PASS' if ok else 'FAIL'}"
         )
+        done = _cli("fit-router", str(tmp / "singles"), "--out", str(tmp / "router-hidden"),
+                    "--json", "--features", "gguf-mean-v1", env=env)  # fmt: skip
+        _must(done, "fit-router (gguf-mean-v1)")
+        hidden = json.loads(done.stdout)
+        _table(hidden, "router among the three workers on SmolLM2's hidden states")
+        vs = hidden["versus_best_single"]
+        ok = vs["difference"] > 0 and vs["p_value"] < 0.05
+        failures += not ok
+        print(
+            f"\n[4] router on hidden states {100 * vs['difference']:+.1f} points over "
+            f"{vs['against']}, p = {vs['p_value']:.4f} (< 0.05); routing "
+            f"{hidden['route_ms']:.1f} ms a question  {'PASS' if ok else 'FAIL'}"
+        )
     return failures
 
 
@@ -244,13 +261,15 @@ def embedded(tmp: Path) -> None:
           "the embedded Conductor")  # fmt: skip
     print(f"embedded Conductor in {time.perf_counter() - t0:.0f} s")
     runs = [str(tmp / "local-singles"), str(tmp / "local-conductor")]
-    done = _cli("fit-router", *runs, "--out", str(tmp / "local-router"), "--json",
-                "--fallback", "conductor", env=env)  # fmt: skip
-    _must(done, "fit-router (embedded)")
-    _table(
-        json.loads(done.stdout),
-        "embedded pool: its three roles and its Conductor (cascade fallback)",
-    )
+    for features in ("hashed-ngrams-v1", "gguf-mean-v1"):
+        done = _cli("fit-router", *runs, "--out", str(tmp / f"local-router-{features}"),
+                    "--json", "--fallback", "conductor", "--features", features,
+                    env=env)  # fmt: skip
+        _must(done, f"fit-router (embedded, {features})")
+        _table(
+            json.loads(done.stdout),
+            f"embedded pool: its three roles and its Conductor (cascade fallback), {features}",
+        )
 
 
 def main() -> int:

@@ -482,7 +482,8 @@ class _Assumed:
 
         strategy = self.strategy
         if isinstance(strategy, RouterStrategy):
-            # Routing calls no model: each question is priced as the arm it goes to.
+            # Routing calls no paid model (at most the local one gguf-mean-v1 reads
+            # with): each question is priced as the arm it goes to.
             strategy = strategy.arms[strategy.route(prompt).arm]
         if isinstance(strategy, ConductorStrategy):
             calls = self._conductor_calls(prompt, strategy)

@@ -52,6 +52,23 @@ def fit_router(
             "goes to when the router is unsure of every other arm.",
         ),
     ] = None,
+    features: Annotated[
+        str,
+        typer.Option(
+            "--features",
+            help="What the router reads of a question: hashed-ngrams-v1 (words and "
+            "characters, no model) or gguf-mean-v1 (a small model's hidden states; the "
+            "embedded SmolLM2 unless --features-model).",
+        ),
+    ] = "hashed-ngrams-v1",
+    features_model: Annotated[
+        Path | None,
+        typer.Option(
+            "--features-model",
+            help="gguf-mean-v1: the GGUF file whose hidden states are the features.",
+            dir_okay=False,
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="The split's and the folds' seed.")] = 0,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace a router already in --out.")
@@ -78,10 +95,21 @@ def fit_router(
             f"--out {printable(str(out))} is a directory that holds other files: name a new "
             "or empty one"
         )
+    feature_settings: dict[str, object] = {}
+    if features_model is not None:
+        if features != "gguf-mean-v1":
+            raise UsageError("--features-model goes with --features gguf-mean-v1")
+        feature_settings["model"] = str(features_model.expanduser().resolve())
     data = read_routing_data(runs)
-    fit = fit_on(
-        data, FitSettings(cost_weight=cost_weight, holdout=holdout, seed=seed, fallback=fallback)
+    settings = FitSettings(
+        cost_weight=cost_weight,
+        holdout=holdout,
+        seed=seed,
+        fallback=fallback,
+        features=features,
+        feature_settings=feature_settings,
     )
+    fit = fit_on(data, settings)
     written = save_router(fit, target)
     if as_json:
         typer.echo(json.dumps(fit.evaluation(), indent=2))

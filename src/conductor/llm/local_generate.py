@@ -1,4 +1,5 @@
-"""One chat completion on a loaded model: the prompt, the prompt cache, the loop.
+"""One chat completion on a loaded model: the prompt, the prompt cache, the loop (and
+the pooled hidden states of plain texts, for a router's features).
 
 Runs in a model's host process (:mod:`conductor.llm.local_host`) on any runtime's
 :class:`~conductor.llm.local_runtime.NativeModel`, so every runtime renders, caches,
@@ -24,16 +25,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .local_runtime import NativeModel, SamplerSettings, sampler_links
+from .local_runtime import EMBED_TOKENS, NativeModel, SamplerSettings, sampler_links
 
 __all__ = [
     "CHATML_TEMPLATE",
     "ChatTemplate",
     "ContextOverflow",
+    "Embeddings",
     "Generation",
     "GenerationCancelled",
     "Generator",
     "TemplateError",
+    "clip_tokens",
 ]
 
 #: The template of a GGUF file that has none.
@@ -74,6 +77,25 @@ class Generation:
     cached_tokens: int  # prompt tokens the prompt cache saved
     prompt_s: float
     generate_s: float
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    """Texts' pooled hidden states (:meth:`Generator.embed`)."""
+
+    vectors: list[list[float]]
+    #: The tokens each text was read as (at most :data:`EMBED_TOKENS`).
+    tokens: list[int]
+    embed_s: float
+
+
+def clip_tokens(tokens: list[int], limit: int = EMBED_TOKENS) -> list[int]:
+    """``tokens``, or their first and last halves of ``limit`` when there are more: what
+    kind of text it is shows at its start and at its end."""
+    if len(tokens) <= limit:
+        return tokens
+    head = limit // 2
+    return tokens[:head] + tokens[len(tokens) - (limit - head) :]
 
 
 def _raise_exception(message: str) -> None:
@@ -304,6 +326,28 @@ class Generator:
             prompt_s=prompt_done - started,
             generate_s=time.perf_counter() - prompt_done,
         )
+
+    def embed(
+        self, texts: Sequence[str], *, cancelled: Callable[[], bool] = lambda: False
+    ) -> Embeddings:
+        """Each text's hidden states pooled (:meth:`NativeModel.embed`), read as it is,
+        without the chat template; raises :class:`GenerationCancelled` between texts
+        once ``cancelled()`` says so."""
+        model = self.model
+        started = time.perf_counter()
+        vectors: list[list[float]] = []
+        counts: list[int] = []
+        for done, text in enumerate(texts):
+            if cancelled():
+                raise GenerationCancelled(f"cancelled after {done} of {len(texts)} texts")
+            if not isinstance(text, str):
+                raise TypeError(f"text {done} is {type(text).__name__}, not a string")
+            tokens = clip_tokens(model.tokenize(text, add_special=True))
+            if not tokens:  # an empty text, from a tokenizer that adds nothing
+                tokens = [model.bos_token if model.bos_token >= 0 else model.eos_token]
+            vectors.append(model.embed(tokens))
+            counts.append(len(tokens))
+        return Embeddings(vectors, counts, time.perf_counter() - started)
 
     def _loop(
         self,

@@ -13,6 +13,7 @@ This module owns the wire format, one JSON object per line.  From the parent::
 
     {"op": "generate", "id": 7, "messages": [...], "sampling": {...},
      "max_tokens": 256, "grammar": "root ::= ...", "stop": ["\\n\\n"]}
+    {"op": "embed", "id": 8, "texts": ["What is 17 * 23?", ...]}
     {"op": "cancel", "id": 7}
 
 From the host, first one of ``ready`` / ``load_failed``, then for each request a
@@ -23,6 +24,7 @@ From the host, first one of ``ready`` / ``load_failed``, then for each request a
     {"event": "load_failed", "kind": "missing" | "bad_file" | "usage", "message": "..."}
     {"event": "started", "id": 7}
     {"event": "done", "id": 7, "text": "...", "prompt_tokens": 80, ...}
+    {"event": "done", "id": 8, "vectors": [[0.12, ...], ...], "tokens": [9, ...], ...}
     {"event": "failed", "id": 7, "kind": "cancelled" | "context" | "grammar" |
      "template" | "bad_request" | "internal", "message": "..."}
 
@@ -227,14 +229,7 @@ def _serve(generator: Any, wire: _Wire, source: IO[bytes]) -> None:
             continue
         wire.send({"event": "started", "id": request_id})
         try:
-            result = generator.generate(
-                job.get("messages") or [],
-                sampler_settings(job.get("sampling") or {}),
-                max_tokens=job.get("max_tokens"),
-                grammar=job.get("grammar"),
-                stop=tuple(job.get("stop") or ()),
-                cancelled=is_cancelled,
-            )
+            result = _run(generator, job, is_cancelled)
         except Exception as exc:
             kind = _failure_kind(exc)
             if kind == "internal":
@@ -245,6 +240,26 @@ def _serve(generator: Any, wire: _Wire, source: IO[bytes]) -> None:
         finally:
             with lock:
                 cancelled.discard(request_id)
+
+
+def _run(generator: Any, job: dict[str, Any], cancelled: Any) -> Any:
+    """What the request ``job`` asks of the model (a dataclass of results)."""
+    op = job.get("op", "generate")
+    if op == "embed":
+        texts = job.get("texts")
+        if not isinstance(texts, list):
+            raise ValueError("an embed request has a list of texts")
+        return generator.embed(texts, cancelled=cancelled)
+    if op != "generate":
+        raise ValueError(f"no operation {op!r} (generate, embed, cancel)")
+    return generator.generate(
+        job.get("messages") or [],
+        sampler_settings(job.get("sampling") or {}),
+        max_tokens=job.get("max_tokens"),
+        grammar=job.get("grammar"),
+        stop=tuple(job.get("stop") or ()),
+        cancelled=cancelled,
+    )
 
 
 def _arguments(argv: Sequence[str] | None) -> HostOptions:

@@ -392,11 +392,11 @@ class ModelHost:
     # -- calls ------------------------------------------------------------------
 
     def submit(
-        self, request: dict[str, Any], *, label: str = ""
+        self, request: dict[str, Any], *, label: str = "", op: str = "generate"
     ) -> concurrent.futures.Future[dict[str, Any]]:
-        """Send one ``generate`` request (without its ``id``).  Never blocks on a load:
-        a host that is not running is started in the background and the request sent
-        once it is ready."""
+        """Send one ``op`` request (``generate`` or ``embed``, without its ``id``).  Never
+        blocks on a load: a host that is not running is started in the background and
+        the request sent once it is ready."""
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
         with self._lock:
             if self._closed:
@@ -405,7 +405,7 @@ class ModelHost:
                 return future
             request_id = next(self._ids)
             item = _Pending(
-                {"op": "generate", "id": request_id, **request},
+                {**request, "op": op, "id": request_id},
                 future,
                 time.monotonic(),
                 label=label,
@@ -422,6 +422,23 @@ class ModelHost:
             self._pending[request_id] = item
             self._start_in_background()
         return future
+
+    def embed(self, texts: list[str], *, timeout_s: float) -> list[list[float]]:
+        """Each text's pooled hidden states (the host's ``embed``); blocks, so call it
+        off the event loop.  Raises :class:`HostFailure`, the crash the host's end
+        became, or ``TimeoutError`` (the request is then cancelled)."""
+        future = self.submit({"texts": list(texts)}, op="embed", label=f"{len(texts)} texts")
+        try:
+            reply = future.result(timeout=timeout_s)
+        except concurrent.futures.TimeoutError:
+            self.cancel(future)
+            raise TimeoutError(
+                f"the local model {self.name!r} did not embed {len(texts)} texts in {timeout_s:g} s"
+            ) from None
+        vectors = reply.get("vectors")
+        if not isinstance(vectors, list) or len(vectors) != len(texts):
+            raise HostFailure({"kind": "internal", "message": "an embed reply without its vectors"})
+        return vectors
 
     def _start_in_background(self) -> None:
         """Start the host in a thread (called with the lock held)."""

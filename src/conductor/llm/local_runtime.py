@@ -32,13 +32,14 @@ import importlib.util
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from ..errors import MissingDependencyError, UsageError, install_hint
 
 __all__ = [
+    "EMBED_TOKENS",
     "EXTRA_BUFFERS_ENV",
     "RUNTIMES",
     "RUNTIME_ENV",
@@ -53,12 +54,19 @@ __all__ = [
     "SamplerLink",
     "SamplerSettings",
     "choose_runtime",
+    "embedding_context_params",
     "extra_buffers_setting",
     "installed_runtimes",
     "load_runtime",
+    "mean_rows",
     "runtime_version",
     "sampler_links",
 ]
+
+#: The most tokens one :meth:`NativeModel.embed` reads: the size of the embedding
+#: context (a context of its own, so the generation's memory and prompt cache are left
+#: as they were).
+EMBED_TOKENS = 512
 
 #: Names a runtime: ``cyllama`` or ``llama-cpp-python``.
 RUNTIME_ENV = "CONDUCTOR_LOCAL_RUNTIME"
@@ -276,7 +284,39 @@ class NativeModel(Protocol):
         cannot parse."""
         ...
 
+    def embed(self, tokens: list[int]) -> list[float]:
+        """The mean over ``tokens`` (1 to :data:`EMBED_TOKENS` of them, read from
+        position 0) of the last layer's hidden state, after the output norm: what the
+        model's head reads to choose the next token.  Runs in a context of its own."""
+        ...
+
     def close(self) -> None: ...
+
+
+def embedding_context_params(params: Any, settings: LoadSettings) -> Any:
+    """``params`` (either binding's context parameters: the same llama.h fields) set for
+    the embedding context: :data:`EMBED_TOKENS` read in one batch, every token's hidden
+    state kept (pooling none: :func:`mean_rows` pools them alike on every runtime)."""
+    params.n_ctx = params.n_batch = params.n_ubatch = EMBED_TOKENS
+    params.n_threads = params.n_threads_batch = settings.n_threads
+    params.flash_attn_type = settings.flash_attention_type
+    params.n_seq_max = 1
+    params.embeddings = True
+    params.pooling_type = 0  # llama.h's LLAMA_POOLING_TYPE_NONE
+    return params
+
+
+def mean_rows(rows: Sequence[Sequence[float]]) -> list[float]:
+    """The mean of equal-length rows, summed in float64 in row order, so that every
+    runtime pools the hidden states it reads alike."""
+    if not rows:
+        raise ValueError("no hidden states to pool")
+    total = [0.0] * len(rows[0])
+    for row in rows:
+        for j, value in enumerate(row):
+            total[j] += value
+    n = float(len(rows))
+    return [value / n for value in total]
 
 
 @dataclass(frozen=True)

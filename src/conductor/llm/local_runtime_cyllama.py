@@ -11,6 +11,7 @@ import importlib.metadata
 from typing import Any
 
 from .local_runtime import (
+    EMBED_TOKENS,
     GrammarError,
     LoadSettings,
     LogCatcher,
@@ -19,6 +20,8 @@ from .local_runtime import (
     Runtime,
     RuntimeInfo,
     SamplerLink,
+    embedding_context_params,
+    mean_rows,
 )
 
 __all__ = ["runtime"]
@@ -40,6 +43,9 @@ class _Model:
     def __init__(self, cy: Any, log: LogCatcher, settings: LoadSettings) -> None:
         self._cy = cy
         self._log = log
+        self._settings = settings
+        # The embedding context and its batch, made on the first embed().
+        self._embedder: tuple[Any, Any] | None = None
         params = cy.LlamaModelParams()
         params.n_gpu_layers = settings.n_gpu_layers
         params.use_extra_bufts = settings.extra_buffers
@@ -167,7 +173,35 @@ class _Model:
         else:
             getattr(chain, f"add_{name}")(*args)
 
+    def embed(self, tokens: list[int]) -> list[float]:
+        if not 0 < len(tokens) <= EMBED_TOKENS:
+            raise ValueError(f"embed reads 1 to {EMBED_TOKENS} tokens, not {len(tokens)}")
+        ctx, batch = self._embedding_context()
+        ctx.kv_cache_clear()
+        batch.clear()
+        for i, token in enumerate(tokens):
+            batch.add(token, i, [0], True)
+        ctx.decode(batch)
+        return mean_rows([ctx.get_embeddings_ith(i) for i in range(len(tokens))])
+
+    def _embedding_context(self) -> tuple[Any, Any]:
+        if self._embedder is None:
+            cy = self._cy
+            params = embedding_context_params(cy.LlamaContextParams(), self._settings)
+            try:
+                ctx = cy.LlamaContext(self._model, params)
+            except Exception as exc:
+                detail = "; ".join(self._log.take()) or str(exc)
+                raise RuntimeError(f"cannot create the embedding context: {detail}") from exc
+            self._embedder = (ctx, cy.LlamaBatch(n_tokens=EMBED_TOKENS, embd=0, n_seq_max=1))
+        return self._embedder
+
     def close(self) -> None:
+        if self._embedder is not None:
+            ctx, batch = self._embedder
+            batch.close()
+            ctx.close()
+            self._embedder = None
         self._batch.close()
         self._ctx.close()
         self._model.close()

@@ -12,6 +12,7 @@ import ctypes
 from typing import Any
 
 from .local_runtime import (
+    EMBED_TOKENS,
     GrammarError,
     LoadSettings,
     LogCatcher,
@@ -20,6 +21,8 @@ from .local_runtime import (
     Runtime,
     RuntimeInfo,
     SamplerLink,
+    embedding_context_params,
+    mean_rows,
 )
 
 __all__ = ["runtime"]
@@ -47,6 +50,9 @@ class _Model:
     def __init__(self, lib: Any, log: LogCatcher, settings: LoadSettings) -> None:
         self._lib = lib
         self._log = log
+        self._settings = settings
+        # The embedding context and its batch, made on the first embed().
+        self._embedder: tuple[Any, Any] | None = None
         params = lib.llama_model_default_params()
         params.n_gpu_layers = settings.n_gpu_layers
         if hasattr(params, "use_extra_bufts"):  # llama.cpp since mid-2025
@@ -212,7 +218,49 @@ class _Model:
             return lib.llama_sampler_init_mirostat(self._n_vocab, *args)
         return getattr(lib, f"llama_sampler_init_{name}")(*args)
 
+    def embed(self, tokens: list[int]) -> list[float]:
+        if not 0 < len(tokens) <= EMBED_TOKENS:
+            raise ValueError(f"embed reads 1 to {EMBED_TOKENS} tokens, not {len(tokens)}")
+        lib = self._lib
+        ctx, batch = self._embedding_context()
+        lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
+        batch.n_tokens = len(tokens)
+        for i, token in enumerate(tokens):
+            batch.token[i] = token
+            batch.pos[i] = i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = True
+        code = int(lib.llama_decode(ctx, batch))
+        if code != 0:
+            detail = "; ".join(self._log.take())
+            raise RuntimeError(f"llama_decode returned {code}" + (f": {detail}" if detail else ""))
+        n_embd = int(lib.llama_model_n_embd(self._model))
+        rows = []
+        for i in range(len(tokens)):
+            row = lib.llama_get_embeddings_ith(ctx, i)
+            if not row:
+                raise RuntimeError(f"llama.cpp kept no hidden state for token {i}")
+            rows.append(row[:n_embd])
+        return mean_rows(rows)
+
+    def _embedding_context(self) -> tuple[Any, Any]:
+        if self._embedder is None:
+            lib = self._lib
+            params = embedding_context_params(lib.llama_context_default_params(), self._settings)
+            ctx = lib.llama_init_from_model(self._model, params)
+            if not ctx:
+                detail = "; ".join(self._log.take()) or "llama.cpp refused"
+                raise RuntimeError(f"cannot create the embedding context: {detail}")
+            self._embedder = (ctx, lib.llama_batch_init(EMBED_TOKENS, 0, 1))
+        return self._embedder
+
     def close(self) -> None:
+        if self._embedder is not None:
+            ctx, batch = self._embedder
+            self._lib.llama_batch_free(batch)
+            self._lib.llama_free(ctx)
+            self._embedder = None
         if self._ctx:
             self._lib.llama_batch_free(self._batch)
             self._lib.llama_free(self._ctx)

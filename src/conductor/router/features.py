@@ -12,15 +12,32 @@ cancel out on average instead of piling up), counted with ``1 + log(count)`` and
 to unit length.  A question's category shows in its words ("What is ... * ...", "capital
 of", "convert ... to"), which is what decides which worker answers it best on a pool
 whose workers differ by kind of question.
+
+``gguf-mean-v1`` reads a question with a small language model instead: the mean over
+its tokens of the model's last hidden state (after the output norm, what the model's
+head reads), from a GGUF file run by llama.cpp in the model's host process, as ``client:
+local`` workers are (:mod:`conductor.llm.local_model`; a native crash ends that process,
+not the run).  The default model is the embedded SmolLM2-135M (576 numbers a question).
+Each dimension is then centred and scaled by what it was on the training questions
+(learned at the fit, kept with the router), so that no few dimensions of large
+magnitude outweigh the rest.  The file's SHA-256 is recorded and checked before the
+first question is read: other weights would give other vectors.  A question costs one
+forward pass of the model (tens of milliseconds for a short one on two cores).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
+import os
 import re
+import stat
+import threading
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import UsageError
@@ -28,7 +45,14 @@ from ..errors import UsageError
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["FEATURIZERS", "DEFAULT_FEATURIZER", "Featurizer", "HashedNgrams", "featurizer_from"]
+__all__ = [
+    "DEFAULT_FEATURIZER",
+    "FEATURIZERS",
+    "Featurizer",
+    "HashedNgrams",
+    "HiddenStates",
+    "featurizer_from",
+]
 
 _WORD = re.compile(r"\w+|[^\w\s]")
 #: The characters of a question the features read: its first and last halves of this.
@@ -54,8 +78,20 @@ class Featurizer(Protocol):
         """What rebuilds it (JSON-ready), beside its name."""
         ...
 
+    @property
+    def blocking(self) -> bool:
+        """Whether :meth:`transform` waits on another process (a model): then a question
+        is routed off the event loop."""
+        ...
+
     def transform(self, texts: Sequence[str]) -> np.ndarray:
         """A ``(len(texts), dim)`` float64 array."""
+        ...
+
+    def learned(self, rows: np.ndarray, train: Sequence[int]) -> tuple[Featurizer, np.ndarray]:
+        """Itself fitted to the training questions ``train`` (indices into ``rows``, what
+        :meth:`transform` gave for every question), and ``rows`` as the fitted one
+        gives them; a featurizer that learns nothing returns both unchanged."""
         ...
 
 
@@ -65,9 +101,13 @@ class HashedNgrams:
 
     dim: int = 4096
     name: str = "hashed-ngrams-v1"
+    blocking: bool = False
 
     def settings(self) -> dict[str, Any]:
         return {"dim": self.dim}
+
+    def learned(self, rows: np.ndarray, train: Sequence[int]) -> tuple[Featurizer, np.ndarray]:
+        return self, rows
 
     def _grams(self, text: str) -> list[str]:
         if len(text) > READ_CHARS:
@@ -103,6 +143,137 @@ class HashedNgrams:
         return out
 
 
+#: Questions sent to the model's host in one request while fitting.
+_EMBED_CHUNK = 32
+#: Seconds one request of :data:`_EMBED_CHUNK` questions may take (a cold load of the
+#: model included).
+_EMBED_TIMEOUT_S = 600.0
+#: The largest GGUF file a router may name (its SHA-256 is read in full).
+_MAX_MODEL_BYTES = 64 << 30
+# (path, size, mtime_ns) -> SHA-256, so that a process hashes a model file once.
+_HASHED_FILES: dict[tuple[str, int, int], str] = {}
+_HASH_LOCK = threading.Lock()
+
+
+def _file_sha256(path: Path) -> str:
+    """The SHA-256 of the regular file ``path`` (a device, FIFO or huge file is refused:
+    a router's author chose the path)."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise UsageError(f"the features' model {str(path)!r}: {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_MODEL_BYTES:
+        raise UsageError(f"the features' model {str(path)!r} is not a model file")
+    key = (str(path), info.st_size, info.st_mtime_ns)
+    with _HASH_LOCK:
+        known = _HASHED_FILES.get(key)
+        if known is None:
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+            known = _HASHED_FILES[key] = digest.hexdigest()
+    return known
+
+
+@dataclass(frozen=True)
+class HiddenStates:
+    """A GGUF model's last hidden state, averaged over a question's tokens, centred and
+    scaled per dimension as on the training questions (see the module)."""
+
+    #: ``embedded`` (the embedded SmolLM2) or the absolute path of a GGUF file.
+    model: str = "embedded"
+    #: The file's SHA-256 and the vectors' length, once known (at the first transform).
+    sha256: str | None = None
+    dim: int = 0
+    #: Each dimension's mean and standard deviation on the training questions.
+    center: tuple[float, ...] | None = None
+    scale: tuple[float, ...] | None = None
+    name: str = "gguf-mean-v1"
+    blocking: bool = True
+
+    def settings(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"model": self.model, "sha256": self.sha256, "dim": self.dim}
+        if self.center is not None and self.scale is not None:
+            out["center"] = list(self.center)
+            out["scale"] = list(self.scale)
+        return out
+
+    def path(self) -> Path:
+        """The model file."""
+        if self.model == "embedded":
+            from ..llm.local_model import embedded_model_path
+
+            return embedded_model_path()
+        return Path(self.model)
+
+    def checked(self) -> HiddenStates:
+        """Itself with the file's SHA-256 (a :class:`UsageError` when the file is not
+        the one the router was fitted with)."""
+        path = self.path()
+        digest = _file_sha256(path)
+        if self.sha256 is not None and digest != self.sha256:
+            raise UsageError(
+                f"the features' model {str(path)!r} is not the file this router was fitted "
+                f"with (SHA-256 {digest[:12]}..., fitted on {self.sha256[:12]}...)"
+            )
+        return dataclasses.replace(self, sha256=digest)
+
+    def raw(self, texts: Sequence[str]) -> np.ndarray:
+        """The pooled hidden states of ``texts``, as the model gives them."""
+        import numpy as np
+
+        from ..llm.local_model import get_host
+
+        host = get_host(self.checked().path())
+        rows: list[list[float]] = []
+        for start in range(0, len(texts), _EMBED_CHUNK):
+            chunk = [_clipped(t) for t in texts[start : start + _EMBED_CHUNK]]
+            rows.extend(host.embed(chunk, timeout_s=_EMBED_TIMEOUT_S))
+        out = np.asarray(rows, dtype=np.float64).reshape(len(texts), -1)
+        if self.dim and out.shape[1] != self.dim:
+            raise UsageError(
+                f"the features' model gives {out.shape[1]} numbers a question; this router "
+                f"was fitted on {self.dim}"
+            )
+        if not np.isfinite(out).all():
+            raise UsageError("the features' model gave a hidden state that is not finite")
+        return out
+
+    def transform(self, texts: Sequence[str]) -> np.ndarray:
+        import numpy as np
+
+        out = self.raw(texts)
+        if self.center is None or self.scale is None:
+            return out
+        scaled: np.ndarray = (out - np.asarray(self.center)) / np.asarray(self.scale)
+        return scaled / math.sqrt(out.shape[1])
+
+    def learned(self, rows: np.ndarray, train: Sequence[int]) -> tuple[Featurizer, np.ndarray]:
+        import numpy as np
+
+        fitted = rows[list(train)]
+        center = fitted.mean(axis=0)
+        # A dimension that never moved on the training questions says nothing: scale 1.
+        spread = fitted.std(axis=0)
+        scale = np.where(spread > 1e-12, spread, 1.0)
+        learned = dataclasses.replace(
+            self.checked(),
+            dim=rows.shape[1],
+            center=tuple(float(v) for v in center),
+            scale=tuple(float(v) for v in scale),
+        )
+        return learned, (rows - center) / scale / math.sqrt(rows.shape[1])
+
+
+def _clipped(text: str) -> str:
+    """At most :data:`READ_CHARS` of ``text``: its start and its end (the model reads at
+    most 512 tokens of it, the same halves)."""
+    if len(text) > READ_CHARS:
+        return f"{text[: READ_CHARS // 2]} {text[-(READ_CHARS // 2) :]}"
+    return text
+
+
 def _hashed(settings: Mapping[str, Any]) -> Featurizer:
     dim = settings.get("dim", 4096)
     if not isinstance(dim, int) or isinstance(dim, bool) or not 16 <= dim <= 1 << 20:
@@ -112,9 +283,55 @@ def _hashed(settings: Mapping[str, Any]) -> Featurizer:
     return HashedNgrams(dim=dim)
 
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _hidden(settings: Mapping[str, Any]) -> Featurizer:
+    """``gguf-mean-v1`` from its settings, every one checked: a router file's author may
+    be hostile."""
+    unknown = sorted(set(settings) - {"model", "sha256", "dim", "center", "scale"})
+    if unknown:
+        raise UsageError(f"gguf-mean-v1: no setting {unknown[0]!r}")
+    model = settings.get("model", "embedded")
+    if not isinstance(model, str) or not (model == "embedded" or os.path.isabs(model)):
+        raise UsageError(
+            f"gguf-mean-v1: model is 'embedded' or the absolute path of a GGUF file, got {model!r}"
+        )
+    sha = settings.get("sha256")
+    if sha is not None and not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
+        raise UsageError("gguf-mean-v1: sha256 is 64 lower-case hexadecimal digits")
+    dim = settings.get("dim", 0)
+    if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim <= 1 << 16:
+        raise UsageError(f"gguf-mean-v1: dim must be an integer from 0 to 65536, got {dim!r}")
+    center, scale = settings.get("center"), settings.get("scale")
+    if (center is None) != (scale is None):
+        raise UsageError("gguf-mean-v1: center and scale come together")
+    if center is not None:
+        center_t = _numbers(center, dim, "center", positive=False)
+        scale_t = _numbers(scale, dim, "scale", positive=True)
+        return HiddenStates(model, sha, dim, center_t, scale_t)
+    return HiddenStates(model, sha, dim)
+
+
+def _numbers(values: Any, dim: int, field: str, *, positive: bool) -> tuple[float, ...]:
+    ok = (
+        isinstance(values, list)
+        and len(values) == dim > 0
+        and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in values
+        )
+    )
+    if not ok or (positive and min(values) <= 0):
+        kind = "positive finite" if positive else "finite"
+        raise UsageError(f"gguf-mean-v1: {field} is a list of {dim} {kind} numbers")
+    return tuple(float(v) for v in values)
+
+
 #: Each featurizer's name, and how it is built from its recorded settings.
 FEATURIZERS: dict[str, Callable[[Mapping[str, Any]], Featurizer]] = {
     "hashed-ngrams-v1": _hashed,
+    "gguf-mean-v1": _hidden,
 }
 DEFAULT_FEATURIZER = "hashed-ngrams-v1"
 

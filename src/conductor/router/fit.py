@@ -270,7 +270,7 @@ def fit_router(data: RoutingData, settings: FitSettings | None = None) -> Router
             f"out (--holdout {settings.holdout}): each side needs at least one; give more "
             "questions"
         )
-    features = featurizer.transform(data.prompts)
+    featurizer, features = featurizer.learned(featurizer.transform(data.prompts), train)
     x_train, y_train = features[train], data.scores[train]
     head = fit_head(x_train, y_train, seed=settings.seed)
     arm_costs = tuple(float(c) for c in data.costs[train].mean(axis=0))

@@ -55,6 +55,9 @@ FORMAT = "conductor-router"
 FORMAT_VERSION = 1
 #: The most a ``router.json`` may weigh (training keys of a million questions fit).
 _MAX_JSON = 256 * 1024 * 1024
+#: The most numbers a head may hold (128 MiB of float64): 2^20 hashed features for 15
+#: arms, or the default 4,096 for 256.
+_MAX_HEAD_CELLS = 1 << 24
 
 
 class RouterFileError(UsageError):
@@ -225,6 +228,12 @@ def _read_head(directory: Path, f: _Fields, head: Mapping[str, Any], dim: int, a
         raise f.fail("head.file", f"expected {HEAD_FILE!r}, got {name!r}")
     digest = f.text(head, "sha256", "head")
     path = directory / HEAD_FILE
+    if (dim + 1) * arms > _MAX_HEAD_CELLS:
+        # What router.json says fixes how much is read: a hostile one could ask for GiBs.
+        raise f.fail(
+            "features",
+            f"a head of ({dim + 1}, {arms}) is more than {_MAX_HEAD_CELLS:,} numbers",
+        )
     limit = 8 * (dim + 1) * arms + 4096  # the array and numpy's header
     try:
         raw = _read_regular(path, limit, f"more than a head of ({dim + 1}, {arms}) takes")

@@ -5,12 +5,16 @@ The router's arms are strategies by name (``single:W``, ``moa``, ``conductor``..
 is built once, over the same callers, and run as it would run alone, so a routed
 question's record is the chosen strategy's record with the route added: ``conductor``
 says ``router:DIR`` and the arm, ``metadata.route`` every arm's chance and whether a
-cascade fell back.  Routing itself calls no model and takes well under a millisecond
-(the hashed features); it happens before the first call of each question.
+cascade fell back.  Routing happens before the first call of each question: well under
+a millisecond with the hashed features, on the event loop; one forward pass of a small
+model with ``gguf-mean-v1``, on a worker thread while the model's host process works.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -82,6 +86,11 @@ class RouterStrategy:
                 "head_sha256": self.routed.head_sha256,
                 "arms": list(router.arms),
                 "features": router.featurizer.name,
+                # The features' settings decide the routes too (gguf-mean-v1's model
+                # file and its centring); a digest, not the hundreds of numbers.
+                "features_sha256": hashlib.sha256(
+                    json.dumps(router.featurizer.settings(), sort_keys=True).encode()
+                ).hexdigest(),
                 "cost_weight": router.cost_weight,
                 "fallback": router.fallback,
                 "threshold": router.threshold,
@@ -109,7 +118,10 @@ class RouterStrategy:
         budget: Budget | None = None,
         answer_format: AnswerFormat = PLAIN,
     ) -> RunRecord:
-        route = self.route(question)
+        if self.routed.router.featurizer.blocking:
+            route = await asyncio.to_thread(self.route, question)
+        else:
+            route = self.route(question)
         arm = self.arms[route.arm]
 
         def mark(record: RunRecord) -> None:
