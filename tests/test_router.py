@@ -100,6 +100,29 @@ def test_questions_of_one_kind_are_closer_than_questions_of_two() -> None:
     assert not x[3].any()  # the empty question is a row of zeros, not NaN
 
 
+def test_what_every_training_question_shares_weighs_nothing_once_learned() -> None:
+    wrapper = 'Answer the question. End with a line "ANSWER: <answer>".\n\nQuestion: {}'
+    asked = [
+        "Multiply 12 by 7.",
+        "Multiply 91 by 3.",
+        "Name Chile's capital.",
+        "Name Peru's capital.",
+    ]
+    texts = [wrapper.format(q) for q in asked]
+    plain = HashedNgrams(dim=4096)
+    rows = plain.transform(texts)
+    learned, weighted = plain.learned(rows, [0, 1, 2, 3])
+    assert learned.settings()["idf"] == list(learned.idf)  # type: ignore[attr-defined]
+    # The shared instructions made every pair alike; weighted, only the questions count.
+    assert rows[0] @ rows[2] > 0.5
+    assert weighted[0] @ weighted[2] < 0.1 < weighted[0] @ weighted[1]
+    # transform() with the learned weights gives the rows the fit saw, a new one alike.
+    assert np.allclose(learned.transform(texts), weighted)
+    alone = learned.transform([wrapper.format("Multiply 5 by 6.")])[0]
+    assert np.isclose(np.linalg.norm(alone), 1.0) and alone @ weighted[0] > alone @ weighted[2]
+    assert featurizer_from("hashed-ngrams-v1", learned.settings()) == learned
+
+
 def test_a_huge_question_is_read_by_its_two_ends() -> None:
     from conductor.router.features import READ_CHARS
 
@@ -272,6 +295,14 @@ def _edit(saved: Path, change: object) -> None:
     path.write_text(json.dumps(data))
 
 
+def _many_arms(data: dict[str, object], arms: int, dim: int) -> None:
+    """``router.json`` asking for a head of ``arms`` arms of ``dim`` features: more than
+    a router may read."""
+    template = data["arms"][0]  # type: ignore[index]
+    data["arms"] = [{**template, "strategy": f"single:w{i}"} for i in range(arms)]
+    data["features"]["settings"] = {"dim": dim}  # type: ignore[index]
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -287,7 +318,18 @@ def _edit(saved: Path, change: object) -> None:
         (lambda d: d["arms"][1].update(train_accuracy=1.5), r"arms\[1\]\.train_accuracy"),
         (lambda d: d["decision"].update(margin="0.1"), r"decision\.margin: expected a number"),
         (lambda d: d["features"].update(name="bert"), "no featurizer 'bert'"),
-        (lambda d: d["features"]["settings"].update(dim=512), "more than a head of"),
+        (lambda d: d["features"]["settings"].update(dim=512), "idf is a list of 512"),
+        (
+            lambda d: (
+                d["features"]["settings"].update(dim=512),
+                d["features"]["settings"].pop("idf"),
+            ),
+            "more than a head of",
+        ),
+        (lambda d: d["features"]["settings"]["idf"].__setitem__(5, -1.0), "non-negative finite"),
+        (lambda d: d["features"]["settings"].update(idf="all"), "idf is a list of 4096"),
+        (lambda d: d["features"]["settings"].update(ngrams=7), "no setting 'ngrams'"),
+        (lambda d: _many_arms(d, 20, 1 << 20), r"\(1048577, 20\) is more than 16,777,216"),
         (
             lambda d: d["decision"].update(fallback="conductor"),
             "decision.fallback: 'conductor' is not one of",
@@ -465,3 +507,45 @@ def test_a_router_on_hidden_states_learns_the_kinds_and_survives_its_directory(
     _edit(out, lambda d: d["features"]["settings"].update(dim=512))
     with pytest.raises(RouterFileError, match="features"):
         load_router(out)
+
+
+# -- the head against scikit-learn's LogisticRegression -----------------------------------
+
+
+def _reference_chances(x: object, y: object, test: object, penalty: float) -> object:
+    """scikit-learn's L2 logistic regression (lbfgs, the intercept unpenalised) on
+    fractional scores: each question twice, as right and as wrong, weighted by its score."""
+    sklearn = pytest.importorskip("sklearn.linear_model")
+    n = x.shape[0]  # type: ignore[attr-defined]
+    out = []
+    for j in range(y.shape[1]):  # type: ignore[attr-defined]
+        s = y[:, j]  # type: ignore[index]
+        ref = sklearn.LogisticRegression(C=1.0 / (n * penalty), tol=1e-12, max_iter=100_000)
+        ref.fit(
+            np.vstack([x, x]),
+            np.r_[np.ones(n), np.zeros(n)],
+            sample_weight=np.r_[s, 1.0 - s],
+        )
+        out.append(ref.predict_proba(test)[:, 1])
+    return np.stack(out, axis=1)
+
+
+@pytest.mark.parametrize("penalty", [1e-4, 1e-3, 1e-2, 1e-1, 1.0])
+@pytest.mark.parametrize("shape", ["dual", "primal"])
+def test_the_heads_chances_are_scikit_learns(penalty: float, shape: str) -> None:
+    rng = np.random.default_rng(3)
+    if shape == "dual":  # fewer questions than features: the descent in the rows' span
+        data = complementary(160)
+        x = HashedNgrams().transform(data.prompts)
+        test = HashedNgrams().transform(complementary(40, seed=7).prompts)
+        y = data.scores
+    else:  # dense features, more questions than features (as gguf-mean-v1's)
+        w = rng.normal(size=(24, 3))
+        x = rng.normal(size=(300, 24)) / np.sqrt(24)
+        test = rng.normal(size=(50, 24)) / np.sqrt(24)
+        chance = 1 / (1 + np.exp(-(x @ w) * 2))
+        # Two epochs a question: scores of 0, 0.5 and 1.
+        y = ((rng.random((300, 3)) < chance) + (rng.random((300, 3)) < chance)) / 2.0
+    head = fit_head(x, y, penalties=(penalty,))
+    gap = np.abs(head.predict(test) - _reference_chances(x, y, test, penalty)).max()
+    assert gap < 1e-4, gap

@@ -8,10 +8,12 @@ settings, so that the router that routes is given exactly the vectors it was fit
 millisecond a question: word unigrams and bigrams and character 3- to 5-grams of the
 case-folded text, each hashed (CRC-32, the same in every process, unlike ``hash()``)
 into one of ``dim`` buckets with a sign from another bit of the hash (so that collisions
-cancel out on average instead of piling up), counted with ``1 + log(count)`` and scaled
-to unit length.  A question's category shows in its words ("What is ... * ...", "capital
-of", "convert ... to"), which is what decides which worker answers it best on a pool
-whose workers differ by kind of question.
+cancel out on average instead of piling up), counted with ``1 + log(count)``, weighted
+by how rare each bucket is among the training questions (an inverse document frequency
+learned at the fit: the instructions every question of a benchmark shares weigh
+nothing) and scaled to unit length.  A question's category shows in its words ("What
+is ... * ...", "capital of", "convert ... to"), which is what decides which worker
+answers it best on a pool whose workers differ by kind of question.
 
 ``gguf-mean-v1`` reads a question with a small language model instead: the mean over
 its tokens of the model's last hidden state (after the output norm, what the model's
@@ -100,14 +102,31 @@ class HashedNgrams:
     """Signed hashed counts of word 1-2-grams and character 3-5-grams (see the module)."""
 
     dim: int = 4096
+    #: Each column's weight, learned at the fit: ``log((1 + n) / (1 + df))`` over the
+    #: ``n`` training questions, ``df`` of which have the column.  A gram every training
+    #: question has (the benchmark's instructions around each question) then weighs
+    #: nothing, and the question's own words fill the row.  None: every column weighs 1.
+    idf: tuple[float, ...] | None = None
     name: str = "hashed-ngrams-v1"
     blocking: bool = False
 
     def settings(self) -> dict[str, Any]:
-        return {"dim": self.dim}
+        out: dict[str, Any] = {"dim": self.dim}
+        if self.idf is not None:
+            out["idf"] = list(self.idf)
+        return out
 
     def learned(self, rows: np.ndarray, train: Sequence[int]) -> tuple[Featurizer, np.ndarray]:
-        return self, rows
+        import numpy as np
+
+        seen = (rows[list(train)] != 0).sum(axis=0)
+        idf = np.log((1.0 + len(train)) / (1.0 + seen))
+        # A row is unit length before and after: scaling by the weights and normalising
+        # again is what transform() gives with them.
+        weighted = rows * idf
+        norms = np.linalg.norm(weighted, axis=1, keepdims=True)
+        weighted = weighted / np.where(norms > 0, norms, 1.0)
+        return dataclasses.replace(self, idf=tuple(float(v) for v in idf)), weighted
 
     def _grams(self, text: str) -> list[str]:
         if len(text) > READ_CHARS:
@@ -130,6 +149,9 @@ class HashedNgrams:
             sign = 1.0 if (h >> 31) & 1 == 0 else -1.0
             counts[column] = counts.get(column, 0.0) + sign
         scaled = {c: math.copysign(1.0 + math.log(abs(v)), v) for c, v in counts.items() if v}
+        if self.idf is not None:
+            idf = self.idf
+            scaled = {c: v * idf[c] for c, v in scaled.items() if idf[c]}
         norm = math.sqrt(sum(v * v for v in scaled.values()))
         return {c: v / norm for c, v in scaled.items()} if norm else {}
 
@@ -280,7 +302,14 @@ def _hashed(settings: Mapping[str, Any]) -> Featurizer:
         raise UsageError(
             f"hashed-ngrams-v1: dim must be an integer from 16 to 1048576, got {dim!r}"
         )
-    return HashedNgrams(dim=dim)
+    unknown = sorted(set(settings) - {"dim", "idf"})
+    if unknown:
+        raise UsageError(f"hashed-ngrams-v1: no setting {unknown[0]!r}")
+    idf = settings.get("idf")
+    if idf is None:
+        return HashedNgrams(dim=dim)
+    weights = _numbers(idf, dim, "idf", kind="hashed-ngrams-v1", sign="non-negative")
+    return HashedNgrams(dim=dim, idf=weights)
 
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -307,13 +336,15 @@ def _hidden(settings: Mapping[str, Any]) -> Featurizer:
     if (center is None) != (scale is None):
         raise UsageError("gguf-mean-v1: center and scale come together")
     if center is not None:
-        center_t = _numbers(center, dim, "center", positive=False)
-        scale_t = _numbers(scale, dim, "scale", positive=True)
+        center_t = _numbers(center, dim, "center", kind="gguf-mean-v1")
+        scale_t = _numbers(scale, dim, "scale", kind="gguf-mean-v1", sign="positive")
         return HiddenStates(model, sha, dim, center_t, scale_t)
     return HiddenStates(model, sha, dim)
 
 
-def _numbers(values: Any, dim: int, field: str, *, positive: bool) -> tuple[float, ...]:
+def _numbers(values: Any, dim: int, field: str, *, kind: str, sign: str = "") -> tuple[float, ...]:
+    """``values`` as ``dim`` finite numbers (``sign``: ``positive``, ``non-negative`` or
+    any); a :class:`UsageError` naming ``kind`` and ``field`` otherwise."""
     ok = (
         isinstance(values, list)
         and len(values) == dim > 0
@@ -322,9 +353,11 @@ def _numbers(values: Any, dim: int, field: str, *, positive: bool) -> tuple[floa
             for v in values
         )
     )
-    if not ok or (positive and min(values) <= 0):
-        kind = "positive finite" if positive else "finite"
-        raise UsageError(f"gguf-mean-v1: {field} is a list of {dim} {kind} numbers")
+    if ok and sign:
+        ok = min(values) > 0 if sign == "positive" else min(values) >= 0
+    if not ok:
+        sort = f"{sign} finite" if sign else "finite"
+        raise UsageError(f"{kind}: {field} is a list of {dim} {sort} numbers")
     return tuple(float(v) for v in values)
 
 
