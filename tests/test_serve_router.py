@@ -20,12 +20,12 @@ pytest.importorskip("uvicorn")
 np = pytest.importorskip("numpy")
 openai = pytest.importorskip("openai")
 
-from conductor.router import RoutingData, fit_router, save_router  # noqa: E402
+from conductor.router import FitSettings, RoutingData, fit_router, save_router  # noqa: E402
 
 COUNTRIES = ("France", "Peru", "Japan", "Kenya", "Chile", "Norway", "Egypt", "India")
 
 
-def _router(out: Path) -> Path:
+def _router(out: Path, *, seed: int = 0) -> Path:
     """A router over single:w0 (right on products) and single:w1 (right on capitals)."""
     prompts, scores = [], []
     for i in range(160):
@@ -48,7 +48,7 @@ def _router(out: Path) -> Path:
         pool_sha256=(),
         dropped=0,
     )
-    save_router(fit_router(data), out)
+    save_router(fit_router(data, FitSettings(seed=seed)), out)
     return out
 
 
@@ -139,3 +139,32 @@ def test_serve_refuses_a_bad_router_before_it_listens(
         code = proc.wait()
     assert code == 2
     assert "its arm single:w1 cannot run" in proc.stderr, proc.stderr
+
+
+def test_a_pinned_router_is_pinned_to_its_head_not_only_the_pool(
+    tmp_path: Path, setup: dict[str, Any]
+) -> None:
+    def versions(router: Path) -> tuple[dict[str, str], int]:
+        with served(setup["pool"], router=router) as url:
+            listed = httpx.get(f"{url}/models", timeout=30).json()
+            pinned = {m["id"].split("@")[0]: m["id"] for m in listed["data"] if "@" in m["id"]}
+            pool_digest = listed["conductor"]["pool_digest"]
+            ok = _ask(url, pinned["router"], "What is 6 * 7?").status_code
+            stale = _ask(url, f"router@{pool_digest}", "What is 6 * 7?")
+            assert stale.status_code == 400
+            assert "pinned to router version" in error_of(stale)["message"]
+            return pinned, ok
+
+    first, ok = versions(setup["router"])
+    assert ok == 200
+    assert first["router"].split("@")[1] != first["conductor"].split("@")[1]
+    # Fitted again (another split): another router version, the same pool version.
+    again, _ = versions(_router(tmp_path / "r2", seed=5))
+    assert again["router"] != first["router"] and again["conductor"] == first["conductor"]
+    # The same router moved to another directory is the same version.
+    import shutil
+
+    moved = tmp_path / "moved"
+    shutil.copytree(setup["router"], moved)
+    same, _ = versions(moved)
+    assert same["router"] == first["router"]

@@ -15,6 +15,8 @@ Every id may be pinned to the pool's content, ``conductor@DIGEST``: the digest
 (:func:`pool_digest`) covers what decides answers (the workers' models, parameters and
 prompts, the Conductor's settings and template) and not how models are reached, paced
 or paid for, so a client that pins an id is refused once the pool has changed.
+``router``'s digest covers the router too (its head, arms, features and decision; not
+where its directory lies): a router fitted again is another version.
 
 A request restricted to some of the workers (an API key's ``allowed_workers``, or the
 body's ``conductor.allowed_workers``) is answered on the sub-pool of those workers
@@ -95,6 +97,12 @@ def pool_digest(pool: Pool, conductor: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:_DIGEST_CHARS]
 
 
+def _extended(digest: str, identity: dict[str, Any]) -> str:
+    """``digest`` combined with ``identity`` (what else decides a model's answers)."""
+    blob = json.dumps({"pool": digest, "identity": identity}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:_DIGEST_CHARS]
+
+
 class WorkersOutside(Exception):
     """A model names workers outside the request's allowed ones (``workers``)."""
 
@@ -133,6 +141,11 @@ class Catalog:
             self._router_on(pool, self.conductor) if router is not None else None
         )
         self.digest = pool_digest(pool, self.conductor.describe())
+        self._router_digest = (
+            _extended(self.digest, self.router.describe()["router"])
+            if self.router is not None
+            else None
+        )
         # Keyed by the allowed workers (None: all) and the model: each allowed set's
         # strategies are built once.
         self._built: dict[tuple[tuple[str, ...] | None, str], Strategy] = {}
@@ -176,16 +189,25 @@ class Catalog:
         if pinned is None:
             return model
         base, digest = pinned["base"], pinned["digest"]
-        if digest != self.digest:
+        current = self.digest_of(base)
+        if digest != current:
+            what = "router" if base == ROUTER_MODEL else "pool"
             raise ApiError(
                 400,
-                f"the model {model!r} is pinned to pool version {digest}, but this server's "
-                f"pool has changed: it is now {self.digest} (use {base}@{self.digest}, or "
-                f"{base} for the pool as it is)",
+                f"the model {model!r} is pinned to {what} version {digest}, but this "
+                f"server's {what} has changed: it is now {current} (use {base}@{current}, "
+                f"or {base} for the {what} as it is)",
                 param="model",
                 code="model_not_found",
             )
         return base
+
+    def digest_of(self, model: str) -> str:
+        """The version ``model`` (unpinned) is pinned to: the pool's digest, extended by
+        the router's identity for ``router``."""
+        if model == ROUTER_MODEL and self._router_digest is not None:
+            return self._router_digest
+        return self.digest
 
     def _router_on(self, pool: Pool, conductor: Strategy) -> Strategy:
         from ..strategies.router import ROUTER_PREFIX, router_strategy
@@ -279,6 +301,7 @@ def model_entry(catalog: Catalog, created: int, model_id: str) -> dict[str, Any]
             "pattern": pattern,
             "pinned": base != model_id,
             "pool_digest": catalog.digest,
+            "digest": catalog.digest_of(base),
         },
     }
 
@@ -292,7 +315,7 @@ def model_list(
     ids = [w.id for w in catalog.pool.workers if workers is None or w.id in workers]
     routed = [ROUTER_MODEL] if catalog.router is not None else []
     plain = [CONDUCTOR_MODEL, *routed, *(f"single:{w}" for w in ids), "moa"]
-    pinned = [f"{m}@{catalog.digest}" for m in plain]
+    pinned = [f"{m}@{catalog.digest_of(m)}" for m in plain]
     return {
         "object": "list",
         "data": [model_entry(catalog, created, m) for m in (*plain, *pinned)],
