@@ -240,3 +240,41 @@ def test_a_router_on_a_small_models_hidden_states_routes_a_bench(
     unknown = cli("fit-router", str(singles), "--out", str(tmp_path / "r3"), "--features",
                   "bert", cache=setup["cache"])  # fmt: skip
     assert unknown.returncode == 2 and "no featurizer 'bert'" in unknown.stderr
+
+
+def test_a_router_fitted_on_multiple_choice_runs_counts_its_questions_in_a_bench(
+    tmp_path: Path, setup: dict[str, Any]
+) -> None:
+    """A multiple-choice question's key covers its choices (as the bench keys its
+    samples): a router fitted on MMLU runs is known to have seen those questions."""
+    rows = []
+    for i in range(40):
+        options = [str(i), str(i + 1), str(i + 2), str(i + 3)]
+        ask = f"What is {i} + 0?" if i % 2 == 0 else f"Compute {i} times one."
+        rows.append({"question": ask, "subject": "maths", "choices": options, "answer": 0})
+    data = tmp_path / "mc.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def bench(strategy: str, out: Path, *extra: str) -> Any:
+        return cli("bench", "mmlu", "--pool", str(setup["pool"]), "--data", str(data),
+                   "--strategy", strategy, "--out", str(out), *extra,
+                   cache=setup["cache"])  # fmt: skip
+
+    singles = tmp_path / "singles"
+    assert bench("singles", singles).returncode == 0
+    record = _records(singles / "single-w0")[0]
+    assert len(record["metadata"]["choices"]) == 4
+    router_dir = tmp_path / "router"
+    fitted = cli("fit-router", str(singles), "--out", str(router_dir), cache=setup["cache"])
+    assert fitted.returncode == 0, fitted.stderr
+    info = json.loads((router_dir / "router.json").read_text())
+    train = info["training"]["questions"]
+    assert 0 < train < 40
+    routed = tmp_path / "routed"
+    run = bench(f"router:{router_dir}", routed)
+    assert run.returncode == 0, run.stderr
+    config = json.loads((routed / "config.json").read_text())
+    assert config["trained_on"]["samples"] == train
+    excluded = tmp_path / "excluded"
+    assert bench(f"router:{router_dir}", excluded, "--exclude-trained").returncode == 0
+    assert len(_records(excluded)) == 40 - train

@@ -627,13 +627,19 @@ class SampleLoop:
 
     def metadata(self, sample: Sample) -> dict[str, Any]:
         """What every record of this run says beside its prompt: the benchmark, the
-        strategy and the sample's own question.  ``record.question`` is the prompt, the
-        benchmark's template filled in; a reader (``conductor view``'s sample list) wants
-        the question without the template's instructions around it."""
+        strategy and the sample's own question (and its choices, when it has them).
+        ``record.question`` is the prompt, the benchmark's template filled in; a reader
+        (``conductor view``'s sample list) wants the question without the template's
+        instructions around it, and a router fitted on the run keys its questions as a
+        bench keys its samples (:func:`~conductor.datasets.questions.sample_key`: a
+        multiple-choice question's key covers its choices)."""
         meta: dict[str, Any] = {"benchmark": self.spec.name, "strategy": self.strategy.name}
         question = sample.input.get("question")
         if isinstance(question, str):
             meta["question"] = question
+            choices = sample.input.get("choices")
+            if isinstance(choices, (list, tuple, dict)) and choices:
+                meta["choices"] = list(choices) if isinstance(choices, tuple) else choices
         return meta
 
     def failed_result(

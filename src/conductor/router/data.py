@@ -155,9 +155,14 @@ def read_routing_data(paths: Sequence[str | Path]) -> RoutingData:
             benchmark = str(record.metadata.get("benchmark") or config.benchmark.name)
             raw = record.metadata.get("question")
             question = raw if isinstance(raw, str) else record.question
+            # Keyed as a bench keys its samples, choices and all, so that a bench with
+            # the router counts the questions it was fitted on.
+            choices = record.metadata.get("choices") if isinstance(raw, str) else None
+            options = choices if isinstance(choices, (list, dict)) and choices else None
             cell = cells[arm].get((benchmark, record.sample_id))
             if cell is None:
-                cell = _Cell(record.question, question_key(question).full, {}, {}, {})
+                key = question_key(question, options).full
+                cell = _Cell(record.question, key, {}, {}, {})
                 cells[arm][(benchmark, record.sample_id)] = cell
             epoch = record.epoch or 0
             score = (record.grade or {}).get("score")
