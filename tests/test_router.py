@@ -549,3 +549,60 @@ def test_the_heads_chances_are_scikit_learns(penalty: float, shape: str) -> None
     head = fit_head(x, y, penalties=(penalty,))
     gap = np.abs(head.predict(test) - _reference_chances(x, y, test, penalty)).max()
     assert gap < 1e-4, gap
+
+
+# -- routing that waits on a model ---------------------------------------------------------
+
+
+async def test_routing_that_waits_on_a_model_runs_off_the_loop_and_its_executor() -> None:
+    """A blocking featurizer (gguf-mean-v1 waits on its host) routes on threads of its
+    own: the event loop keeps running, and a burst of questions does not take the
+    default executor's threads that SDK imports and cache writes need."""
+    import asyncio
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from conductor.record import RunRecord
+    from conductor.router import Route
+    from conductor.strategies.router import RouterStrategy
+
+    seen: list[str] = []
+    finished: list[str] = []
+
+    def route(question: str) -> Route:
+        seen.append(threading.current_thread().name)
+        time.sleep(0.5)  # a forward pass, as the host takes it
+        finished.append(question)
+        return Route(arm="single:a", chances={"single:a": 0.9}, fell_back=False)
+
+    class Arm:
+        async def run(self, question: str, **_: object) -> RunRecord:
+            return RunRecord(question=question, pool={}, conductor={}, settings={})
+
+    router = SimpleNamespace(featurizer=SimpleNamespace(blocking=True), route=route)
+    strategy = RouterStrategy("router:x", SimpleNamespace(router=router), {"single:a": Arm()})  # type: ignore[arg-type]
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    ticker = asyncio.create_task(tick())
+    # More questions than the default executor has threads: routed there, they would
+    # hold every one of them for a whole forward pass.
+    threads = min(32, (os.cpu_count() or 1) + 4)
+    routed = [
+        asyncio.create_task(strategy.run(f"q{i}", sample_index=i)) for i in range(threads + 2)
+    ]
+    await asyncio.sleep(0.05)
+    # Routed on the default executor, this would wait for a thread: for two questions
+    # to take the next ones queued, and a third to finish before it.
+    assert await asyncio.to_thread(len, finished) < 2
+    records = await asyncio.gather(*routed)
+    ticker.cancel()
+    assert all(r.metadata["route"]["arm"] == "single:a" for r in records)
+    assert seen and all(name.startswith("route") for name in seen), seen
+    assert ticks > 20  # the loop ran while the questions were routed

@@ -13,6 +13,7 @@ model with ``gguf-mean-v1``, on a worker thread while the model's host process w
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import json
 import logging
@@ -41,6 +42,12 @@ __all__ = ["ROUTER_PREFIX", "RouterStrategy", "is_router_strategy", "router_stra
 log = logging.getLogger("conductor")
 
 ROUTER_PREFIX = "router:"
+
+# Routing that waits on a model's host runs here, not on the loop's default executor:
+# a served burst of questions queued at the host would otherwise hold every thread that
+# SDK imports and cache writes need.  The host reads one request at a time, so two
+# threads keep it busy.
+_ROUTING = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="route")
 
 
 def is_router_strategy(text: str) -> bool:
@@ -119,7 +126,8 @@ class RouterStrategy:
         answer_format: AnswerFormat = PLAIN,
     ) -> RunRecord:
         if self.routed.router.featurizer.blocking:
-            route = await asyncio.to_thread(self.route, question)
+            loop = asyncio.get_running_loop()
+            route = await loop.run_in_executor(_ROUTING, self.route, question)
         else:
             route = self.route(question)
         arm = self.arms[route.arm]
