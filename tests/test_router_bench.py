@@ -234,6 +234,16 @@ def test_a_router_on_a_small_models_hidden_states_routes_a_bench(
     assert len(records) == info["training"]["heldout_questions"]
     assert all(r["grade"]["status"] == "correct" for r in records)
 
+    # Weights other than the fitted ones are refused before anything runs.
+    server: FakeLLMServer = setup["server"]
+    asked = len(server.requests)
+    info["features"]["settings"]["sha256"] = "0" * 64
+    (router_dir / "router.json").write_text(json.dumps(info))
+    other = _bench(setup, f"router:{router_dir}", tmp_path / "other", cache=tmp_path / "cache3")
+    assert other.returncode == 2, other.stderr
+    assert "not the file this router was fitted with" in other.stderr
+    assert "Traceback" not in other.stderr and len(server.requests) == asked
+
     wrong = cli("fit-router", str(singles), "--out", str(tmp_path / "r2"), "--features-model",
                 str(tmp_path / "x.gguf"), cache=setup["cache"])  # fmt: skip
     assert wrong.returncode == 2 and "goes with --features gguf-mean-v1" in wrong.stderr

@@ -86,6 +86,11 @@ class Featurizer(Protocol):
         is routed off the event loop."""
         ...
 
+    def check(self) -> None:
+        """Raise :class:`UsageError` now if :meth:`transform` cannot run here (a model
+        file missing, or not the one fitted with), so a command fails before its run."""
+        ...
+
     def transform(self, texts: Sequence[str]) -> np.ndarray:
         """A ``(len(texts), dim)`` float64 array."""
         ...
@@ -115,6 +120,9 @@ class HashedNgrams:
         if self.idf is not None:
             out["idf"] = list(self.idf)
         return out
+
+    def check(self) -> None:
+        return None
 
     def learned(self, rows: np.ndarray, train: Sequence[int]) -> tuple[Featurizer, np.ndarray]:
         import numpy as np
@@ -240,6 +248,9 @@ class HiddenStates:
                 f"with (SHA-256 {digest[:12]}..., fitted on {self.sha256[:12]}...)"
             )
         return dataclasses.replace(self, sha256=digest)
+
+    def check(self) -> None:
+        self.checked()
 
     def raw(self, texts: Sequence[str]) -> np.ndarray:
         """The pooled hidden states of ``texts``, as the model gives them."""

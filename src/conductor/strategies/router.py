@@ -193,6 +193,10 @@ def router_strategy(
         )
     if routed is None:
         routed = load_router(Path(given))
+    try:
+        routed.router.featurizer.check()
+    except UsageError as exc:
+        raise UsageError(f"router {given}: {exc}") from None
     fitted_on = routed.pool_sha256
     if pool_sha256 is not None and fitted_on and pool_sha256 not in fitted_on:
         log.warning(
