@@ -30,7 +30,6 @@ forward pass of the model (tens of milliseconds for a short one on two cores).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 import os
 import re
@@ -137,9 +136,7 @@ class HashedNgrams:
         return dataclasses.replace(self, idf=tuple(float(v) for v in idf)), weighted
 
     def _grams(self, text: str) -> list[str]:
-        if len(text) > READ_CHARS:
-            text = f"{text[: READ_CHARS // 2]} {text[-(READ_CHARS // 2) :]}"
-        folded = " ".join(text.casefold().split())
+        folded = " ".join(_clipped(text).casefold().split())
         words = _WORD.findall(folded)
         grams = [f"w {w}" for w in words]
         grams += [f"b {a} {b}" for a, b in zip(words, words[1:], strict=False)]
@@ -194,15 +191,13 @@ def _file_sha256(path: Path) -> str:
         raise UsageError(f"the features' model {str(path)!r}: {exc.strerror}") from None
     if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_MODEL_BYTES:
         raise UsageError(f"the features' model {str(path)!r} is not a model file")
+    from ..datasets.samples import sha256_file
+
     key = (str(path), info.st_size, info.st_mtime_ns)
     with _HASH_LOCK:
         known = _HASHED_FILES.get(key)
         if known is None:
-            digest = hashlib.sha256()
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
-            known = _HASHED_FILES[key] = digest.hexdigest()
+            known = _HASHED_FILES[key] = sha256_file(path)
     return known
 
 
@@ -274,29 +269,31 @@ class HiddenStates:
         return out
 
     def transform(self, texts: Sequence[str]) -> np.ndarray:
+        return self._standardised(self.raw(texts))
+
+    def _standardised(self, rows: np.ndarray) -> np.ndarray:
+        """``rows`` centred and scaled as on the training questions (unchanged before
+        the fit), over the square root of their length so a row is about unit length."""
         import numpy as np
 
-        out = self.raw(texts)
         if self.center is None or self.scale is None:
-            return out
-        scaled: np.ndarray = (out - np.asarray(self.center)) / np.asarray(self.scale)
-        return scaled / math.sqrt(out.shape[1])
+            return rows
+        scaled: np.ndarray = (rows - np.asarray(self.center)) / np.asarray(self.scale)
+        return scaled / math.sqrt(rows.shape[1])
 
     def learned(self, rows: np.ndarray, train: Sequence[int]) -> tuple[Featurizer, np.ndarray]:
         import numpy as np
 
         fitted = rows[list(train)]
-        center = fitted.mean(axis=0)
         # A dimension that never moved on the training questions says nothing: scale 1.
         spread = fitted.std(axis=0)
-        scale = np.where(spread > 1e-12, spread, 1.0)
         learned = dataclasses.replace(
             self.checked(),
             dim=rows.shape[1],
-            center=tuple(float(v) for v in center),
-            scale=tuple(float(v) for v in scale),
+            center=tuple(float(v) for v in fitted.mean(axis=0)),
+            scale=tuple(float(v) for v in np.where(spread > 1e-12, spread, 1.0)),
         )
-        return learned, (rows - center) / scale / math.sqrt(rows.shape[1])
+        return learned, learned._standardised(rows)
 
 
 def _clipped(text: str) -> str:
