@@ -53,6 +53,7 @@ __all__ = [
     "RuntimeInfo",
     "SamplerLink",
     "SamplerSettings",
+    "check_embeddable",
     "choose_runtime",
     "embedding_context_params",
     "extra_buffers_setting",
@@ -292,6 +293,13 @@ class NativeModel(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def check_embeddable(tokens: list[int]) -> None:
+    """A ``ValueError`` unless ``tokens`` fit the embedding batch: 1 to
+    :data:`EMBED_TOKENS` of them (more would be written past the batch's end)."""
+    if not 0 < len(tokens) <= EMBED_TOKENS:
+        raise ValueError(f"embed reads 1 to {EMBED_TOKENS} tokens, not {len(tokens)}")
 
 
 def embedding_context_params(params: Any, settings: LoadSettings) -> Any:

@@ -20,6 +20,7 @@ from .local_runtime import (
     Runtime,
     RuntimeInfo,
     SamplerLink,
+    check_embeddable,
     embedding_context_params,
     mean_rows,
 )
@@ -174,8 +175,7 @@ class _Model:
             getattr(chain, f"add_{name}")(*args)
 
     def embed(self, tokens: list[int]) -> list[float]:
-        if not 0 < len(tokens) <= EMBED_TOKENS:
-            raise ValueError(f"embed reads 1 to {EMBED_TOKENS} tokens, not {len(tokens)}")
+        check_embeddable(tokens)
         ctx, batch = self._embedding_context()
         ctx.kv_cache_clear()
         batch.clear()

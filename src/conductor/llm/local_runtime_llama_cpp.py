@@ -21,6 +21,7 @@ from .local_runtime import (
     Runtime,
     RuntimeInfo,
     SamplerLink,
+    check_embeddable,
     embedding_context_params,
     mean_rows,
 )
@@ -44,6 +45,18 @@ class _Sampler:
         if self._chain is not None:
             self._lib.llama_sampler_free(self._chain)
             self._chain = None
+
+
+def _fill(batch: Any, tokens: list[int], pos: int, *, every_output: bool) -> None:
+    """``batch`` holding ``tokens`` of sequence 0 at ``pos``, ``pos + 1``, ...; each one's
+    output (logits, or hidden state) kept when ``every_output``."""
+    batch.n_tokens = len(tokens)
+    for i, token in enumerate(tokens):
+        batch.token[i] = token
+        batch.pos[i] = pos + i
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = 0
+        batch.logits[i] = every_output
 
 
 class _Model:
@@ -161,20 +174,16 @@ class _Model:
         batch = self._batch
         for start in range(0, len(tokens), self._n_batch):
             piece = tokens[start : start + self._n_batch]
-            batch.n_tokens = len(piece)
-            for i, token in enumerate(piece):
-                batch.token[i] = token
-                batch.pos[i] = pos + start + i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = 0
-                batch.logits[i] = False
+            _fill(batch, piece, pos + start, every_output=False)
             batch.logits[len(piece) - 1] = True
-            code = int(self._lib.llama_decode(self._ctx, batch))
-            if code != 0:
-                detail = "; ".join(self._log.take())
-                raise RuntimeError(
-                    f"llama_decode returned {code}" + (f": {detail}" if detail else "")
-                )
+            self._decode(self._ctx, batch)
+
+    def _decode(self, ctx: Any, batch: Any) -> None:
+        """``llama_decode``, its failure a ``RuntimeError`` with what llama.cpp logged."""
+        code = int(self._lib.llama_decode(ctx, batch))
+        if code != 0:
+            detail = "; ".join(self._log.take())
+            raise RuntimeError(f"llama_decode returned {code}" + (f": {detail}" if detail else ""))
 
     def sampler(self, links: list[SamplerLink]) -> NativeSampler:
         lib = self._lib
@@ -219,22 +228,12 @@ class _Model:
         return getattr(lib, f"llama_sampler_init_{name}")(*args)
 
     def embed(self, tokens: list[int]) -> list[float]:
-        if not 0 < len(tokens) <= EMBED_TOKENS:
-            raise ValueError(f"embed reads 1 to {EMBED_TOKENS} tokens, not {len(tokens)}")
+        check_embeddable(tokens)
         lib = self._lib
         ctx, batch = self._embedding_context()
         lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
-        batch.n_tokens = len(tokens)
-        for i, token in enumerate(tokens):
-            batch.token[i] = token
-            batch.pos[i] = i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = True
-        code = int(lib.llama_decode(ctx, batch))
-        if code != 0:
-            detail = "; ".join(self._log.take())
-            raise RuntimeError(f"llama_decode returned {code}" + (f": {detail}" if detail else ""))
+        _fill(batch, tokens, 0, every_output=True)
+        self._decode(ctx, batch)
         n_embd = int(lib.llama_model_n_embd(self._model))
         rows = []
         for i in range(len(tokens)):
