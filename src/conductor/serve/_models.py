@@ -93,13 +93,17 @@ def pool_digest(pool: Pool, conductor: dict[str, Any]) -> str:
         "workers": pool_to_public_dict(pool)["workers"],
         "conductor": conductor,
     }
-    blob = json.dumps(_answer_fields(identity), sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:_DIGEST_CHARS]
+    return _short_digest(_answer_fields(identity))
 
 
 def _extended(digest: str, identity: dict[str, Any]) -> str:
     """``digest`` combined with ``identity`` (what else decides a model's answers)."""
-    blob = json.dumps({"pool": digest, "identity": identity}, sort_keys=True, default=str)
+    return _short_digest({"pool": digest, "identity": identity})
+
+
+def _short_digest(value: Any) -> str:
+    """The first characters of the SHA-256 of ``value`` as canonical JSON."""
+    blob = json.dumps(value, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:_DIGEST_CHARS]
 
 
