@@ -162,6 +162,28 @@ def _table(fit: dict[str, Any], title: str) -> None:
         )
 
 
+def _fit(out: Path, runs: list[str], title: str, env: dict[str, str], *extra: str) -> Any:
+    """``conductor fit-router RUNS --out OUT --json EXTRA``'s figures, printed under
+    ``title``."""
+    done = _cli("fit-router", *runs, "--out", str(out), "--json", *extra, env=env)
+    _must(done, f"fit-router ({out.name})")
+    fit = json.loads(done.stdout)
+    _table(fit, title)
+    return fit
+
+
+def _beats_best(fit: dict[str, Any]) -> tuple[bool, str]:
+    """Whether the router beat the best single arm, paired test p < 0.05, and the line
+    that says by how much."""
+    vs = fit["versus_best_single"]
+    ok = vs["difference"] > 0 and vs["p_value"] < 0.05
+    said = (
+        f"{100 * vs['difference']:+.1f} points over {vs['against']}, "
+        f"p = {vs['p_value']:.4f} (< 0.05)"
+    )
+    return ok, said
+
+
 def _accuracy(run: Path) -> tuple[float, int]:
     records = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines() if x]
     scores = [float((r.get("grade") or {}).get("score") or 0.0) for r in records]
@@ -193,25 +215,15 @@ def fake_pool(tmp: Path) -> int:
             f"in {time.perf_counter() - t0:.1f} s"
         )
 
-        fits = {}
-        for name, extra in (("router", []), ("cascade", ["--fallback", "conductor"])):
-            runs = [str(tmp / "singles")] + ([str(tmp / "conductor")] if extra else [])
-            done = _cli("fit-router", *runs, "--out", str(tmp / name), "--json", *extra, env=env)
-            _must(done, f"fit-router ({name})")
-            fits[name] = json.loads(done.stdout)
-            title = "router among the three workers" if name == "router" else (
-                "the workers and the Conductor, the Conductor as the cascade's fallback"
-            )  # fmt: skip
-            _table(fits[name], title)
+        singles = [str(tmp / "singles")]
+        fit = _fit(tmp / "router", singles, "router among the three workers", env)
+        _fit(tmp / "cascade", [*singles, str(tmp / "conductor")],
+             "the workers and the Conductor, the Conductor as the cascade's fallback", env,
+             "--fallback", "conductor")  # fmt: skip
 
-        fit = fits["router"]
-        vs = fit["versus_best_single"]
-        ok = vs["difference"] > 0 and vs["p_value"] < 0.05
+        ok, said = _beats_best(fit)
         failures += not ok
-        print(
-            f"\n[1] router {100 * vs['difference']:+.1f} points over {vs['against']}, "
-            f"p = {vs['p_value']:.4f} (< 0.05)  {'PASS' if ok else 'FAIL'}"
-        )
+        print(f"\n[1] router {said}  {'PASS' if ok else 'FAIL'}")
         live = tmp / "live"
         # A cache of its own: every held-out question is asked again, of its arm.
         fresh = {**env, "CONDUCTOR_CACHE_DIR": str(tmp / "cache2")}
@@ -234,18 +246,14 @@ def fake_pool(tmp: Path) -> int:
             f"[3] routing {fit['route_ms']:.2f} ms a question (< {ROUTE_MS:g})  "
             f"{'PASS' if ok else 'FAIL'}"
         )
-        done = _cli("fit-router", str(tmp / "singles"), "--out", str(tmp / "router-hidden"),
-                    "--json", "--features", "gguf-mean-v1", env=env)  # fmt: skip
-        _must(done, "fit-router (gguf-mean-v1)")
-        hidden = json.loads(done.stdout)
-        _table(hidden, "router among the three workers on SmolLM2's hidden states")
-        vs = hidden["versus_best_single"]
-        ok = vs["difference"] > 0 and vs["p_value"] < 0.05
+        hidden = _fit(tmp / "router-hidden", singles,
+                      "router among the three workers on SmolLM2's hidden states", env,
+                      "--features", "gguf-mean-v1")  # fmt: skip
+        ok, said = _beats_best(hidden)
         failures += not ok
         print(
-            f"\n[4] router on hidden states {100 * vs['difference']:+.1f} points over "
-            f"{vs['against']}, p = {vs['p_value']:.4f} (< 0.05); routing "
-            f"{hidden['route_ms']:.1f} ms a question  {'PASS' if ok else 'FAIL'}"
+            f"\n[4] router on hidden states {said}; routing {hidden['route_ms']:.1f} ms a "
+            f"question  {'PASS' if ok else 'FAIL'}"
         )
     return failures
 
@@ -262,14 +270,9 @@ def embedded(tmp: Path) -> None:
     print(f"embedded Conductor in {time.perf_counter() - t0:.0f} s")
     runs = [str(tmp / "local-singles"), str(tmp / "local-conductor")]
     for features in ("hashed-ngrams-v1", "gguf-mean-v1"):
-        done = _cli("fit-router", *runs, "--out", str(tmp / f"local-router-{features}"),
-                    "--json", "--fallback", "conductor", "--features", features,
-                    env=env)  # fmt: skip
-        _must(done, f"fit-router (embedded, {features})")
-        _table(
-            json.loads(done.stdout),
-            f"embedded pool: its three roles and its Conductor (cascade fallback), {features}",
-        )
+        _fit(tmp / f"local-router-{features}", runs,
+             f"embedded pool: its three roles and its Conductor (cascade fallback), {features}",
+             env, "--fallback", "conductor", "--features", features)  # fmt: skip
 
 
 def main() -> int:
