@@ -100,8 +100,24 @@ tests/test_sandbox_attacks.py):
   a test's record, or a test over its time limit (counted and enforced by the driver,
   wall clock and CPU) fails the test (:mod:`conductor.sandbox.inside`, "one child for a
   sample's calls").
-* BigCodeBench: the assertions must run next to the solution, so the defences are in
-  its process (:mod:`conductor.sandbox.inside`, section "job: bcb"):
+* BigCodeBench: the assertions must run next to the solution, so whatever decides a
+  test's verdict is within the solution's reach.  The design does not rest on that
+  process keeping its secrets: a program that passes is run again against **mutant
+  copies of its test** (``bigcodebench_mutants``, 1 by default; see
+  :mod:`conductor.grading.mutants`): in each copy one check of every test method that
+  has one is changed so that a program computing the answer must fail it (an expected
+  value moved, a check turned into its opposite, an expected exception moved outside
+  its family).  Each copy runs in a sandbox started as the original's was, the job the
+  same but for the test's text, and the driver runs the next test only on the parent's
+  word, so nothing in the sandbox says which copy it holds.  A program that passes a
+  changed check did not compute its answer (it forged the verdict, read the expected
+  value out of the test, rigged a mock or a comparison), and the verdict is
+  ``incorrect`` with ``detail["outcome"] == "tampered"`` and ``detail["mutant"]`` naming
+  the copy, test, line and kind of change.  A correct verdict records
+  ``detail["differential"]``: how many copies ran and how many test methods a change
+  checked.  Copies run only for programs that passed, so a failing program costs what it
+  did; a passing one costs one run per copy more.  Inside the process, as before
+  (:mod:`conductor.sandbox.inside`, section "job: bcb"):
 
   - **the verdict is the judge's**: each test's child starts a judge thread before the
     solution runs; only it holds the test's nonce (made by the driver after the fork and
@@ -139,15 +155,16 @@ tests/test_sandbox_attacks.py):
   processes (``bigcodebench_allow_subprocess``, on by default), as in the official
   harness.  Stricter than it: a skipped test or an expected failure is not a pass.
 
-**Not defended** (BigCodeBench only; LiveCodeBench has no such in-process state):
-reading the expected values from the test's own code (it is in the solution's module)
-and returning them; rewriting the call records of the test's own mocks
-(``call_count``, ``call_args``); a patch that a thread or finaliser makes and undoes
-between two of the judge's checks (it is caught while still in place at a check);
-objects reached only past the walk's limit (10,000 objects); code the solution compiles
-under a library file's name, which passes for the library's; native memory access
-(numpy's ``__array_interface__`` onto the interpreter's memory, a C extension).  The
-OS layer still holds whatever the solution does.
+**What remains possible** (BigCodeBench only; LiveCodeBench has no such in-process
+state, and differential grading adds nothing there: the expected outputs never enter
+the sandbox): a forgery caught by neither the judge nor the copies must tell the
+original from its copies, which it can only do by knowing the original test (the data
+set is public) or by computing some tests' answers honestly and comparing them with the
+values in the copy it holds; a test method none of whose checks is sure to run (a check
+only inside a branch or a ``try``) is not checked by a copy (``detail["differential"]``
+says how many were); and a check a forgery can only pass by changing what the test
+reads from the environment (``os.path.exists`` patched to say yes, where the honest
+answer is yes as well) looks the same in every copy: that is the judge's to catch.
 
 The text side, pure functions with no sandbox (finding the code, comparing outputs,
 BigCodeBench's test names, quoting output), is :mod:`conductor.grading.code_text`.
@@ -155,8 +172,12 @@ BigCodeBench's test names, quoting output), is :mod:`conductor.grading.code_text
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
+import secrets
 import signal
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from conductor.grading.code_text import (
@@ -166,6 +187,7 @@ from conductor.grading.code_text import (
     quote_output,
     values_match,
 )
+from conductor.grading.mutants import make_mutants
 from conductor.grading.types import Sample, Verdict
 
 # The sandbox and the test decoder are loaded when a code grader is made or used: a
@@ -237,7 +259,10 @@ class CodeGrader:
     import heavy libraries; 240 s for a task's tests, the official limit),
     ``allow_subprocess`` (let solutions start processes), ``bigcodebench_allow_subprocess``
     (the same for BigCodeBench only; on by default, as in the official harness),
-    ``python`` (interpreter to run solutions; default: this one),
+    ``bigcodebench_mutants`` (mutant copies of the test a passing BigCodeBench program
+    must fail, 0 to 8; 1 by default, 0 switches differential grading off),
+    ``mutation_seed`` (where the copies' changes come from; default: a secret of this
+    grader's, so no program can work them out in advance), ``python`` (interpreter to run solutions; default: this one),
     ``confirm_run_unsafe_code`` (run even where no OS isolation is possible; without it
     the grader refuses to be built there, with a :class:`~conductor.errors.UsageError`).
     """
@@ -245,8 +270,9 @@ class CodeGrader:
     name = "code"
     # 4: BigCodeBench is judged by a judge thread with a snapshot ("tampered"), under
     # the official time limit and with subprocesses allowed; 5: a call-based sample's
-    # tests share one process and one Solution() (what one test leaves, the next sees)
-    version = "5"
+    # tests share one process and one Solution() (what one test leaves, the next sees);
+    # 6: a passing BigCodeBench program is run against mutant copies of its test
+    version = "6"
 
     def __init__(
         self,
@@ -259,6 +285,8 @@ class CodeGrader:
         bigcodebench_memory_mb: int = 4096,
         allow_subprocess: bool = False,
         bigcodebench_allow_subprocess: bool = True,
+        bigcodebench_mutants: int = 1,
+        mutation_seed: int | None = None,
         python: str | None = None,
         confirm_run_unsafe_code: bool = False,
     ) -> None:
@@ -272,6 +300,16 @@ class CodeGrader:
         self.bigcodebench_memory_mb = int(bigcodebench_memory_mb)
         self.allow_subprocess = bool(allow_subprocess)
         self.bigcodebench_allow_subprocess = bool(bigcodebench_allow_subprocess)
+        if type(bigcodebench_mutants) is not int or not 0 <= bigcodebench_mutants <= 8:
+            raise ValueError(
+                f"bigcodebench_mutants must be a whole number from 0 to 8, "
+                f"not {bigcodebench_mutants!r}"
+            )
+        self.bigcodebench_mutants = bigcodebench_mutants
+        if mutation_seed is not None and type(mutation_seed) is not int:
+            raise ValueError(f"mutation_seed must be a whole number, not {mutation_seed!r}")
+        self.mutation_seed = mutation_seed
+        self._secret = secrets.token_hex(16)
         self.python = python
         #: The sandbox engine every sample is graded in (bubblewrap unless the user
         #: opted in to a weaker one); each verdict records it as ``detail["sandbox"]``.
@@ -366,6 +404,7 @@ class CodeGrader:
         allow_subprocess: bool | None = None,
         preload: str = "",
         warm: int = 0,
+        proceed: Callable[[Mapping[str, Any]], bool] | None = None,
     ) -> SandboxResult:
         from conductor.sandbox import run_job
 
@@ -382,6 +421,7 @@ class CodeGrader:
             report_limit=_REPORT_LIMIT,
             preload=preload,
             warm=warm,
+            proceed=proceed,
         )
 
     def _base(self, result: SandboxResult) -> dict[str, Any]:
@@ -515,8 +555,6 @@ class CodeGrader:
     # -- BigCodeBench -------------------------------------------------------------------
 
     def _grade_bigcodebench(self, code: str, meta: dict[str, Any]) -> Verdict:
-        limit = self.bigcodebench_time_limit_s
-        backstop = min(limit + 10.0, max(self.max_total_s, limit + 10.0))
         test_source = str(meta["test"])
         try:
             names, imports = bcb_test_names(test_source)
@@ -529,31 +567,45 @@ class CodeGrader:
             "tests": names,
             "imports": imports,
             "entry_point": str(meta.get("entry_point") or "task_func"),
-            "time_limit": limit,
+            "time_limit": self.bigcodebench_time_limit_s,
         }
+        verdict = self._bcb_verdict(self._run_bcb(job), code, names)
+        if verdict.status != "correct" or self.bigcodebench_mutants == 0:
+            return verdict
+        return self._differential(job, code, names, verdict)
+
+    def _run_bcb(
+        self, job: dict[str, Any], proceed: Callable[[Mapping[str, Any]], bool] | None = None
+    ) -> SandboxResult:
+        limit = self.bigcodebench_time_limit_s
         # the official harness lets solutions start processes (the OS layer holds them)
-        result = self._run(
+        return self._run(
             job,
             cpu_s=limit,
-            wall_s=backstop,
+            wall_s=self._bcb_backstop(),
             mem=self.bigcodebench_memory_mb,
             allow_subprocess=self.allow_subprocess or self.bigcodebench_allow_subprocess,
+            proceed=proceed,
         )
+
+    def _bcb_backstop(self) -> float:
+        limit = self.bigcodebench_time_limit_s
+        return min(limit + 10.0, max(self.max_total_s, limit + 10.0))
+
+    def _bcb_verdict(self, result: SandboxResult, code: str, names: list[str]) -> Verdict:
+        """The verdict on one run of the original test: every method must pass."""
+        limit = self.bigcodebench_time_limit_s
         frames = result.frames
         base = {**self._base(result), "total": len(names), "passed": 0}
         failed = _compile_error(frames, code, base)
         if failed is not None:
             return failed
-        by_name = {
-            f["test"]: f
-            for f in frames
-            if f.get("event") == "test" and isinstance(f.get("test"), str)
-        }
+        by_name = _test_frames(frames)
         for passed, name in enumerate(names):
             base["passed"] = passed
             frame = by_name.get(name)
             if frame is None:
-                return self._abnormal_end(result, code, base, passed, backstop)
+                return self._abnormal_end(result, code, base, passed, self._bcb_backstop())
             outcome = frame.get("outcome")
             if outcome == "pass":
                 continue
@@ -590,6 +642,79 @@ class CodeGrader:
         base["passed"] = len(names)
         return Verdict("correct", f"all {len(names)} tests passed", extracted=code, detail=base)
 
+    def _mutation_rng(self, job: dict[str, Any]) -> random.Random:
+        """Where a sample's mutants come from: the ``mutation_seed`` option where given
+        (reproducible), else this grader's secret, so that no program can work out in
+        advance which copy of its test it holds; either way the same sample gets the
+        same mutants from one grader."""
+        seed = self.mutation_seed if self.mutation_seed is not None else self._secret
+        digest = hashlib.sha256(
+            f"{seed}\0{job['solution']}\0{job['test']}".encode("utf-8", "surrogatepass")
+        ).digest()
+        return random.Random(digest)
+
+    def _differential(
+        self, job: dict[str, Any], code: str, names: list[str], verdict: Verdict
+    ) -> Verdict:
+        """The solution against mutant copies of its test (:mod:`conductor.grading.mutants`):
+        a method that passes where its check was changed was not passed by computing the
+        answer, and the verdict is ``tampered``, whatever the original run said.
+
+        Each copy runs in a sandbox started as the original's was, with the same job but
+        for the test's text; the parent tells the driver after each test whether to go
+        on (every method of a copy runs until one passes a changed check), so nothing
+        the sandbox holds says which copy it is.
+        """
+        mutants = make_mutants(
+            job["test"],
+            names,
+            job["entry_point"],
+            self.bigcodebench_mutants,
+            self._mutation_rng(job),
+        )
+        checked: set[str] = set()
+        for n, mutant in enumerate(mutants):
+            changed = {m.method for m in mutant.mutations}
+
+            def go_on(frame: Mapping[str, Any], changed: set[str] = changed) -> bool:
+                return not (frame.get("test") in changed and frame.get("outcome") == "pass")
+
+            result = self._run_bcb({**job, "test": mutant.source}, proceed=go_on)
+            frames = _test_frames(result.frames)
+            for name in names:
+                frame = frames.get(name)
+                mutation = mutant.mutation_of(name)
+                if frame is None or mutation is None:
+                    continue
+                checked.add(name)
+                if frame.get("outcome") in ("pass", "tampered"):
+                    why = (
+                        f"it passed a copy of test {name} whose check was changed "
+                        f"({mutation.describe()})"
+                        if frame.get("outcome") == "pass"
+                        else f"the judge saw tampering in a copy of test {name}"
+                    )
+                    detail = {
+                        **(verdict.detail or {}),
+                        "passed": 0,
+                        "failed_test": name,
+                        "outcome": "tampered",
+                        "tampered": why,
+                        "mutant": {
+                            "copy": n,
+                            "test": name,
+                            "line": mutation.line,
+                            "kind": mutation.kind,
+                            "check": mutation.check,
+                        },
+                    }
+                    return Verdict(
+                        "incorrect", f"test {name}: tampered: {why}", extracted=code, detail=detail
+                    )
+        detail = dict(verdict.detail or {})
+        detail["differential"] = {"copies": len(mutants), "checked": len(checked)}
+        return Verdict(verdict.status, verdict.reason, extracted=code, detail=detail)
+
     # -- shared -------------------------------------------------------------------------
 
     def _abnormal_end(
@@ -625,6 +750,13 @@ class CodeGrader:
             extracted=code,
             detail={**base, "failed_test": at},
         )
+
+
+def _test_frames(frames: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A BigCodeBench run's test frames by test name."""
+    return {
+        f["test"]: f for f in frames if f.get("event") == "test" and isinstance(f.get("test"), str)
+    }
 
 
 def _compile_error(

@@ -141,14 +141,18 @@ class Started:
         output_limit: int,
         wall_time_s: float,
         feed: tuple[int, bytes] | None = None,
+        replies: Callable[[], bytes] | None = None,
     ) -> Launched:
         """Read the run's pipes until its first process ends, at most ``wall_time_s``
         from now, then kill everything of it.
 
         ``report`` as for :func:`launch`; ``feed`` is (the write end of a pipe the run
         reads, the bytes to write there): written as the pipe takes them, then closed, so
-        that a run that does not read cannot block the caller past the deadline.  Every
-        fd given here is closed by the time this returns or raises.
+        that a run that does not read cannot block the caller past the deadline.  With
+        ``replies``, the pipe stays open after those bytes: what ``replies`` returns,
+        asked after each read of the run's pipes (the report lines it answers have been
+        handed on by then), is written there too.  Every fd given here is closed by the
+        time this returns or raises.
         """
         if not self._open:
             raise RuntimeError("this run was already collected or discarded")
@@ -160,7 +164,7 @@ class Started:
         if report is not None:
             lines = _Lines(report[1], report[2], report[3])
             sinks[report[0]] = lines.feed
-        to_write = memoryview(feed[1]) if feed is not None else memoryview(b"")
+        to_write = bytearray(feed[1]) if feed is not None else bytearray()
         writer = feed[0] if feed is not None else -1
         if writer >= 0:
             os.set_blocking(writer, False)
@@ -178,7 +182,8 @@ class Started:
                     break
                 # with every pipe closed there is still the process to wait for
                 waits = [*sinks, *([pidfd] if pidfd >= 0 else [])]
-                writes = [writer] if writer >= 0 else []
+                # an open pipe with nothing to send is not waited on (it is always writable)
+                writes = [writer] if writer >= 0 and to_write else []
                 wait_s = min(left, 0.05 if pidfd < 0 else left)
                 ready, can_write, _ = select.select(waits, writes, [], wait_s)
                 if can_write:
@@ -188,8 +193,8 @@ class Started:
                         sent = 0
                     except OSError:  # the run no longer reads (it ended): nothing to send
                         sent = len(to_write)
-                    to_write = to_write[sent:]
-                    if not to_write:
+                    del to_write[:sent]
+                    if not to_write and replies is None:
                         os.close(writer)
                         writer = -1
                 for fd in ready:
@@ -201,6 +206,8 @@ class Started:
                     else:
                         del sinks[fd]
                         os.close(fd)
+                if replies is not None and writer >= 0:
+                    to_write += replies()
                 if pidfd in ready or (pidfd < 0 and proc.poll() is not None):
                     # The first process ended: what its children still hold open must not
                     # keep the run going; drain what is already buffered, then stop.

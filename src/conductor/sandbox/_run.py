@@ -12,7 +12,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,14 +171,26 @@ def _start_or_fail(argv: Sequence[str], **kw: Any) -> tuple[Started | None, str]
 
 
 class _Report:
-    """The driver's report lines, parsed as they arrive (see inside.py's doc)."""
+    """The driver's report lines, parsed as they arrive (see inside.py's doc).
 
-    def __init__(self) -> None:
+    ``proceed`` answers each ``test`` frame of a driver that waits for word after each
+    test (``bcb``): whether it runs the next one; the answers wait in :meth:`replies`.
+    """
+
+    def __init__(self, proceed: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
         self.blocked: list[str] = []
         self.notes: list[str] = []
         self.frames: list[dict[str, Any]] = []
         self.status: dict[str, int] | None = None
         self.mounted = False
+        self.proceed = proceed
+        self._answers = bytearray()
+
+    def replies(self) -> bytes:
+        """The answers not sent yet (one byte a test: ``g`` go on, ``s`` stop)."""
+        out = bytes(self._answers)
+        self._answers.clear()
+        return out
 
     def line(self, raw: bytes) -> None:
         kind, _, text = raw.decode("utf-8", "replace").partition(" ")
@@ -199,6 +211,8 @@ class _Report:
                 value = json.loads(text)
                 if isinstance(value, dict):
                     self.frames.append(value)
+                    if self.proceed is not None and value.get("event") == "test":
+                        self._answers += b"g" if self.proceed(value) else b"s"
 
 
 @dataclass(frozen=True)
@@ -412,12 +426,15 @@ def _run_in(
     report_limit: int,
     wall_time_s: float,
     started: float,
+    proceed: Callable[[Mapping[str, Any]], bool] | None,
 ) -> SandboxResult:
     """Send ``job`` to ``sandbox``, wait for the run's end and read its report."""
-    report = _Report()
+    report = _Report(proceed)
     notes = list(sandbox.notes)
     layers = list(sandbox.layers)
+    # one line, the driver's job (JSON escapes every newline); after it, the answers
     payload = json.dumps({"job": dict(job), "args": list(job.get("args", []))}).encode()
+    payload += b"\n"
     if sandbox.started is None:
         done = Launched(None, False, "", sandbox.failed, False, False, 0)
     else:
@@ -428,6 +445,7 @@ def _run_in(
             output_limit=output_limit,
             wall_time_s=wall_time_s,
             feed=(writer, payload),
+            replies=report.replies if proceed is not None else None,
         )
     notes += report.notes
     if done.dropped_report_lines:
@@ -499,6 +517,7 @@ def run_job(
     disk_mb: int = DEFAULT_DISK_MB,
     preload: str = "",
     warm: int = 0,
+    proceed: Callable[[Mapping[str, Any]], bool] | None = None,
 ) -> SandboxResult:
     """Run one driver job of :mod:`conductor.sandbox.inside` in a fresh sandbox.
 
@@ -517,6 +536,12 @@ def run_job(
     (:mod:`conductor.sandbox._warm`); the job takes one that is ready
     (:attr:`SandboxResult.started_ahead`) or starts its own.  A sandbox is never shared
     by two jobs, warm or not.
+
+    ``proceed`` (``bcb`` jobs, whose driver waits for word after each test): given each
+    test's frame as it arrives, whether the driver runs the next test.  The default goes
+    on while tests pass.  The word comes from here, after the test, so nothing in the
+    sandbox (the driver's memory, which every test's process starts as a copy of) holds
+    the rule it is given.
     """
     started = time.monotonic()
     chosen = NONE if not isolate else (engine or default_engine())
@@ -556,6 +581,12 @@ def run_job(
             report_limit=report_limit,
             wall_time_s=wall_time_s,
             started=started,
+            proceed=proceed if proceed is not None or job.get("kind") != "bcb" else _passed,
         )
     finally:
         sandbox.close()
+
+
+def _passed(frame: Mapping[str, Any]) -> bool:
+    """The default word after a ``bcb`` test: go on while tests pass."""
+    return frame.get("outcome") == "pass"

@@ -65,6 +65,9 @@ from typing import Any
 
 CFG: dict[str, Any] = {}
 REPORT_FD = -1
+# the job pipe, kept open for the parent's word after each test (:func:`_proceed`)
+CONTROL_FD = -1
+_WORDS = b""
 
 
 def report(kind: str, text: str) -> None:
@@ -598,6 +601,9 @@ def _fork_child(body: Callable[[], int], cpu_s: int | None = None) -> int:
         return pid
     status = 1
     try:
+        # the parent's word for the driver is not the test's to read (or to steal)
+        if CONTROL_FD >= 0:
+            os.close(CONTROL_FD)
         enter_child(CFG["workdir"], cpu_s)
         status = body()
     except SystemExit as exc:
@@ -2073,7 +2079,8 @@ def job_bcb() -> None:
                 "output_tail": out.decode("utf-8", "replace")[-3000:],
             }
         )
-        if outcome != "pass" or not _swept():
+        # the parent says whether another test runs (it knows why; the sandbox does not)
+        if not _swept() or not _proceed():
             break
 
 
@@ -2123,19 +2130,42 @@ def _iter_jobs() -> Iterator[Callable[[], None]]:
 
 
 def _read_job(fd: int) -> dict[str, Any] | None:
-    """The one job this driver runs: JSON on pipe ``fd`` up to its end (the parent
-    closes it once written).  None where the parent went away without sending one."""
-    chunks = []
+    """The one job this driver runs: a line of JSON on pipe ``fd`` (the parent writes
+    it at once).  None where the parent went away without sending one.  The pipe stays
+    open: after a ``bcb`` test the parent's word comes on it (:func:`_proceed`)."""
+    global CONTROL_FD, _WORDS
+    chunks, data = [], b""
     while True:
         chunk = os.read(fd, 1 << 20)
         if not chunk:
             break
+        end = chunk.find(b"\n")
+        if end >= 0:
+            chunks.append(chunk[:end])
+            data = chunk[end + 1 :]
+            break
         chunks.append(chunk)
-    os.close(fd)
+    CONTROL_FD, _WORDS = fd, data
     if not chunks:
         return None
     value = json.loads(b"".join(chunks))
     return value if isinstance(value, dict) else None
+
+
+def _proceed() -> bool:
+    """The parent's word after a test: run the next one (``g``) or stop (anything else,
+    or the pipe's end).  The rule behind it stays with the parent: this process, whose
+    memory every test's process starts as a copy of, only ever holds the answers."""
+    global _WORDS
+    while not _WORDS:
+        try:
+            _WORDS = os.read(CONTROL_FD, 64)
+        except OSError:
+            return False
+        if not _WORDS:
+            return False
+    word, _WORDS = _WORDS[:1], _WORDS[1:]
+    return word == b"g"
 
 
 def sweep(keep: int = 0) -> bool:
