@@ -229,4 +229,4 @@ class Solution:
 
 def test_grader_protocol_attributes() -> None:
     grader = CodeGrader()
-    assert grader.name == "code" and grader.version == "5"
+    assert grader.name == "code" and grader.version == "6"

@@ -1069,9 +1069,13 @@ _MISSING = object()
 # (request fd, answer fd) of the main thread's channel to the judge: numbers reserved
 # before the snapshot, so that this binding never changes.
 _CHAN: tuple[int, int] = (-1, -1)
+# mocks the test's own code made, by id (:func:`_mock_init`); the object is kept so that
+# an id is never reused for another
+_MOCKS_OF_THE_TEST: dict[int, Any] = {}
 _BCB_RULES: tuple[Any, ...] = ()
 _FUNCTION_TYPE = types.FunctionType
 _METHOD_TYPE = types.MethodType
+_MODULE_TYPE = types.ModuleType
 _GENERATOR_TYPE = types.GeneratorType
 
 
@@ -1173,7 +1177,7 @@ def _snapshot(driver_globals: dict[str, Any]) -> tuple[Any, ...]:
 
     classes: list[tuple[str, type]] = []
     for name, mod in list(sys.modules.items()):
-        if not isinstance(mod, module_type):
+        if not issubclass(type(mod), module_type):
             continue
         d = vars(mod)
         mine = d is driver_globals
@@ -1181,7 +1185,9 @@ def _snapshot(driver_globals: dict[str, Any]) -> tuple[Any, ...]:
             (k, v)
             for k, v in list(d.items())
             if type(k) is str
-            and (mine or callable(v) or isinstance(v, module_type))
+            # the type, not isinstance: a lazy object (django's settings) answers
+            # __class__ by setting itself up, which may raise
+            and (mine or callable(v) or issubclass(type(v), module_type))
             and (name, k) not in _VOLATILE
         )
         dicts.append(_row(name, d, items, d, builtin_names, mod))
@@ -1221,15 +1227,73 @@ def _row(
     return (label, d, names, values, frozenset(keys), frozenset(shadowable), owner)
 
 
+def _behaviour(x: Any) -> bool:
+    """Whether ``x`` acts when the test uses it (a callable, a class or a module) rather
+    than being read (data).  Judge-safe: only the object's type is looked at."""
+    t = type(x)
+    return callable(x) or issubclass(t, type) or issubclass(t, _MODULE_TYPE)
+
+
+def _plain_data(x: Any, rules: _Rules) -> bool:
+    """Data whose class the solution did not make: library caches, counters, settings.
+    (An object of a class of the solution's may rig comparisons: not plain.)"""
+    if _behaviour(x):
+        return False
+    t = type(x)
+    if t in (int, float, str, bytes, bool, complex, type(None), tuple, list, dict, set):
+        return True
+    known, codes = rules[0], rules[1]
+    return id(t) in known or _made_by(t, codes) or _library_class(t, rules[5])
+
+
+def _wraps(new: Any, old: Any, codes: frozenset[int]) -> bool:
+    """``new`` is a wrapper a library made around ``old``: a function of trusted code
+    whose closure (or ``__wrapped__``) holds ``old``, every function in it trusted
+    (sklearn's ``set_output`` wraps ``fit_transform`` so, lazily)."""
+    if type(new) is not _FUNCTION_TYPE or id(new.__code__) not in codes:
+        return False
+    held = []
+    for cell in new.__closure__ or ():
+        try:
+            held.append(cell.cell_contents)
+        except ValueError:
+            continue
+    own = new.__dict__
+    if type(own) is dict and "__wrapped__" in own:
+        held.append(own["__wrapped__"])
+    target = old.__func__ if type(old) is _METHOD_TYPE else old
+    if not any(h is old or h is target for h in held):
+        return False
+    return all(id(h.__code__) in codes for h in held if type(h) is _FUNCTION_TYPE)
+
+
+def _harmless(old: Any, new: Any, rules: _Rules) -> bool:
+    """A change of a binding that no test could be fooled by: data replaced by plain
+    data (a library filling its cache: matplotlib's ``Path._unit_rectangle``, a counter),
+    data removed, or a library's wrapper around what was there.  Behaviour replaced,
+    added over an inherited definition or removed is the solution's doing."""
+    if new is _MISSING:
+        return old is _MISSING or not _behaviour(old)
+    if old is not _MISSING and _behaviour(old):
+        return _wraps(new, old, rules[1])
+    return _plain_data(new, rules)
+
+
 def _drift(
-    dicts: tuple[Any, ...], funcs: tuple[Any, ...], exempt: dict[Any, list[Any]], full: bool
+    dicts: tuple[Any, ...],
+    funcs: tuple[Any, ...],
+    exempt: dict[Any, list[Any]],
+    full: bool,
+    rules: _Rules,
 ) -> str:
-    """The first change to the snapshot, or ``""``.  Runs in the judge thread: it only
-    compares identities and exact types, so no object of the solution's is called (the
-    keys are checked to be exact str before any lookup, and no other thread runs while
-    the judge works).  Functions' code, defaults and globals are compared only when
-    ``full`` (the guard refuses assigning them anyway); closure cells always."""
-    for label, d, names, values, keys, shadowable, _owner in dicts:
+    """The first change to the snapshot that could fool a test, or ``""``.  Runs in the
+    judge thread: it only compares identities and exact types, so no object of the
+    solution's is called (the keys are checked to be exact str before any lookup, and no
+    other thread runs while the judge works).  Functions' code, defaults and globals are
+    compared only when ``full`` (the guard refuses assigning them anyway); closure cells
+    always.  What a ``mock.patch`` the test entered put in place is the test's; what a
+    library changes as it works (:func:`_harmless`) is not counted."""
+    for label, d, names, values, keys, shadowable, owner in dicts:
         if set(map(type, d)) - {str}:
             return f"{label} has a key that is not a str"
         if not all(map(_is, map(d.get, names, _repeat(_MISSING)), values)):
@@ -1240,11 +1304,20 @@ def _drift(
                 allowed = exempt.get((id(d), k))
                 if allowed and allowed[-1] is got:
                     continue
+                if _harmless(v, got, rules):
+                    continue
                 return f"{label}.{k} was {'removed' if got is _MISSING else 'replaced'}"
         if shadowable and not keys.issuperset(d):
             for k in [k for k in d if k not in keys]:
-                if k in shadowable and k not in _CLASS_CACHES:
-                    return f"{label}.{k} was added (it shadows another definition)"
+                if k not in shadowable or k in _CLASS_CACHES:
+                    continue
+                got = d.get(k, _MISSING)
+                allowed = exempt.get((id(d), k))
+                if allowed and allowed[-1] is got:
+                    continue
+                if _harmless(_inherited(owner, k), got, rules):
+                    continue
+                return f"{label}.{k} was added (it shadows another definition)"
     for label, fn, state in funcs:
         if full:
             now = _fn_state(fn, True)
@@ -1258,6 +1331,18 @@ def _drift(
             if not same:
                 return f"a closure cell of {label} was replaced"
     return ""
+
+
+def _inherited(owner: Any, key: str) -> Any:
+    """What ``key`` meant on class ``owner`` before it was set on the class itself: the
+    first base's own definition (``_MISSING`` for a module row, or none)."""
+    if not issubclass(type(owner), type):
+        return _MISSING
+    for base in _mro(owner)[1:]:
+        found = _get(_class_dict(base), key)
+        if found is not _MISSING:
+            return found
+    return _MISSING
 
 
 def _call_lines(code: Any, name: str) -> frozenset[int]:
@@ -1538,8 +1623,8 @@ def _judge(
                     passed = True
             if not why and not tampered:
                 why = (
-                    _drift(dicts, funcs, exempt, kind == b"P")
-                    or _drift(extra[0], extra[1], {}, kind == b"P")
+                    _drift(dicts, funcs, exempt, kind == b"P", rules)
+                    or _drift(extra[0], extra[1], {}, kind == b"P", rules)
                     or (_case_drift(case_row, test_codes) if case_row else "")
                 )
         except BaseException as exc:  # noqa: BLE001 - the judge must answer whatever failed
@@ -1618,9 +1703,13 @@ def _library_class(t: type, roots: tuple[str, ...]) -> bool:
     for c in _mro(t):
         if c is object:
             continue
-        module = sys.modules.get(str(_class_dict(c).get("__module__")))
-        path = getattr(module, "__file__", None) if module is not None else None
-        if not isinstance(path, str) or not path.startswith(roots):
+        # exact types only: the judge thread calls this, where no object of the
+        # solution's may run (a rigged __module__ or a module with __getattr__)
+        name = _class_dict(c).get("__module__")
+        module = sys.modules.get(name) if type(name) is str else None
+        own = vars(module) if type(module) is _MODULE_TYPE else {}
+        path = own.get("__file__")
+        if type(path) is not str or not path.startswith(roots):
             return False
         for v in list(_class_dict(c).values()):
             if type(v) is _FUNCTION_TYPE and v.__code__.co_filename != path:
@@ -1655,9 +1744,10 @@ def _untrusted(value: Any, rules: _Rules, strict: bool, allowed: frozenset[int])
         if t in (int, float, str, bytes, bool, complex, type(None)):
             continue
         if _is_mock(t, rules) and t is not rules[3]:
-            # a mock the test made and passed in may come back; one the solution made
-            # answers whatever it is asked (and is never walked: its children are mocks)
-            if strict and id(x) not in allowed:
+            # a mock the test made may come back (passed in, or made by the test's own
+            # code that a patch calls); one the solution made answers whatever it is
+            # asked (and is never walked: its children are mocks)
+            if strict and id(x) not in allowed and not _test_made(x):
                 return "a mock object"
             continue
         why = "" if id(x) in allowed else _class_problem(t, rules, strict)
@@ -1769,6 +1859,43 @@ def _asserting(method: Callable[..., Any]) -> Callable[..., Any]:
     assertion.__name__ = method.__name__
     assertion.__qualname__ = getattr(method, "__qualname__", method.__name__)
     return assertion
+
+
+def _mock_init(
+    original: Callable[..., Any], mock_codes: frozenset[int], test_codes: frozenset[int]
+) -> Callable[..., Any]:
+    """``unittest.mock.NonCallableMock.__init__`` that remembers the mocks the test's own
+    code made (``Mock()`` in a helper of the test's that a patch's ``side_effect`` calls:
+    the solution returns it, as the official harness lets it): the nearest caller outside
+    ``unittest.mock`` is the test's code.  A mock the solution makes is not remembered;
+    a child mock is judged by its parent (:func:`_test_made`)."""
+    made = _MOCKS_OF_THE_TEST
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        frame: Any = sys._getframe(1)
+        while frame is not None and id(frame.f_code) in mock_codes:
+            frame = frame.f_back
+        if frame is not None and id(frame.f_code) in test_codes:
+            made[id(self)] = self
+
+    return __init__
+
+
+def _test_made(mock: Any) -> bool:
+    """Whether a mock (or the mock it is a child of) was made by the test's code."""
+    seen = 0
+    while mock is not None and seen < 64:
+        if _MOCKS_OF_THE_TEST.get(id(mock)) is mock:
+            return True
+        try:
+            own = object.__getattribute__(mock, "__dict__")
+        except (AttributeError, TypeError):
+            return False
+        parent = own.get("_mock_new_parent") if type(own) is dict else None
+        mock = parent if parent is not None else own.get("_mock_parent")
+        seen += 1
+    return False
 
 
 def _patch_enter(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -1979,6 +2106,7 @@ def job_bcb() -> None:
             setattr(unittest.TestCase, attr, _asserting(method))
     patch_cls: Any = getattr(unittest.mock, "_patch")  # noqa: B009 - private, untyped
     patch_cls.__enter__ = _patch_enter(patch_cls.__enter__)
+
     known = frozenset(_all_classes())
     _dicts, funcs, code_ids, codes_alive = _snapshot(globals())
     _ALIVE.append(codes_alive)
@@ -2014,6 +2142,11 @@ def job_bcb() -> None:
     )
     # the assertions read the rules from this global; the final snapshot holds it
     _BCB_RULES = rules
+    # before the final snapshot, which then holds it as unittest.mock's own
+    mock_base: Any = unittest.mock.NonCallableMock
+    mock_base.__init__ = _mock_init(
+        mock_base.__init__, frozenset(mock_ids), frozenset(test_code_ids)
+    )
     dicts, funcs, _codes, codes_alive = _snapshot(globals())
     _ALIVE.append(codes_alive)
     ask_codes = {

@@ -1,0 +1,184 @@
+"""The BigCodeBench judge does not call honest programs tampered.
+
+Run over the real data set's ground truths (benchmarks/graders/bcb_differential.py),
+the in-process judge once refused about half the programs the official harness passes:
+a library filling a cache on a class (matplotlib's ``Path._unit_rectangle``), a library
+wrapping a method lazily (scikit-learn's ``set_output``), a test's ``patch.object`` of
+an inherited method, a mock the test's own helper made coming back through a patched
+call, a lazy object (django's settings) answering ``__class__`` by raising.  Each is a
+case here, with the libraries this environment has; each forgery next to it (behaviour
+replaced, a wrapper of the solution's, a library function put in another's place) is
+still refused.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+from typing import Any
+
+import pytest
+
+from conductor.grading.code import CodeGrader
+from conductor.grading.types import Sample
+from conductor.sandbox import NONE, default_engine
+
+pytestmark = [
+    pytest.mark.process,
+    pytest.mark.skipif(
+        default_engine() == NONE, reason="no namespaces here (unshare / user namespaces)"
+    ),
+]
+
+
+def _grade(solution: str, test: str) -> Any:
+    grader = CodeGrader(bigcodebench_time_limit_s=60, bigcodebench_mutants=0)
+    sample = Sample(id="t", input={}, gold=None, metadata={"test": textwrap.dedent(test)})
+    return grader.grade(f"```python\n{textwrap.dedent(solution)}\n```", sample)
+
+
+def _needs(*names: str) -> None:
+    missing = [n for n in names if importlib.util.find_spec(n) is None]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed")
+
+
+def test_a_library_filling_a_class_cache_is_not_tampering() -> None:
+    _needs("matplotlib")
+    verdict = _grade(
+        """\
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        def task_func(n):
+            fig, ax = plt.subplots()
+            ax.bar(range(n), range(n))  # bars are unit rectangles, cached on Path
+            return ax
+        """,
+        """\
+        import unittest
+        class TestCases(unittest.TestCase):
+            def test_bars(self):
+                ax = task_func(3)
+                self.assertEqual(len(ax.patches), 3)
+        """,
+    )
+    assert verdict.status == "correct", verdict.reason
+
+
+def test_a_library_wrapping_a_method_lazily_is_not_tampering() -> None:
+    _needs("sklearn", "numpy")
+    verdict = _grade(
+        """\
+        import numpy as np
+        from sklearn.preprocessing import StandardScaler
+        def task_func(rows):
+            return StandardScaler().fit_transform(np.array(rows, dtype=float))
+        """,
+        """\
+        import unittest
+        from unittest.mock import patch
+        import numpy as np
+        class TestCases(unittest.TestCase):
+            def test_scaled(self):
+                out = task_func([[1.0], [3.0]])
+                self.assertEqual(out.tolist(), [[-1.0], [1.0]])
+            @patch("sklearn.preprocessing.StandardScaler.fit_transform")
+            def test_mocked(self, fit):
+                fit.return_value = np.zeros((2, 1))
+                self.assertEqual(task_func([[1.0], [3.0]]).tolist(), [[0.0], [0.0]])
+        """,
+    )
+    assert verdict.status == "correct", verdict.reason
+
+
+def test_a_test_patch_of_an_inherited_method_is_the_tests() -> None:
+    verdict = _grade(
+        """\
+        from email.message import EmailMessage
+        def task_func():
+            msg = EmailMessage()
+            msg.set_content("hello")
+            return msg.get_content()
+        """,
+        """\
+        import unittest
+        from unittest.mock import patch
+        from email.message import EmailMessage
+        class TestCases(unittest.TestCase):
+            @patch.object(EmailMessage, "get_content", return_value="mocked")
+            def test_patched(self, get):
+                self.assertEqual(task_func(), "mocked")
+                get.assert_called_once()
+        """,
+    )
+    assert verdict.status == "correct", verdict.reason
+
+
+def test_a_mock_the_tests_helper_made_may_come_back() -> None:
+    verdict = _grade(
+        """\
+        import json
+        import urllib.request
+        def task_func(url):
+            return urllib.request.urlopen(url)
+        """,
+        """\
+        import unittest
+        from unittest.mock import patch, Mock
+        def fake_open(*args, **kwargs):
+            response = Mock()
+            response.status = 200
+            return response
+        class TestCases(unittest.TestCase):
+            @patch("urllib.request.urlopen", side_effect=fake_open)
+            def test_response(self, opened):
+                self.assertEqual(task_func("http://x").status, 200)
+        """,
+    )
+    assert verdict.status == "correct", verdict.reason
+
+
+# ---------------------------------------------------------- what is still refused
+
+_EXISTS_TEST = """\
+    import os
+    import unittest
+    class TestCases(unittest.TestCase):
+        def test_file(self):
+            path = task_func("out.txt")
+            self.assertTrue(os.path.exists(path))
+    """
+
+
+@pytest.mark.parametrize(
+    "forgery",
+    [
+        # a function of the solution's in the library's place
+        "import os.path\nos.path.exists = lambda p: True\n",
+        # a library's own function in another's place (any absolute path 'exists')
+        "import posixpath\nposixpath.exists = posixpath.isabs\n",
+        # a builtin in its place
+        "import posixpath\nposixpath.exists = bool\n",
+        # the old function wrapped by the solution
+        "import functools, posixpath\n_old = posixpath.exists\n"
+        "posixpath.exists = functools.wraps(_old)(lambda p: True)\n",
+        # data in place of behaviour
+        "import posixpath\nposixpath.exists = True\n",
+    ],
+)
+def test_behaviour_put_in_a_librarys_place_is_tampering(forgery: str) -> None:
+    solution = forgery + "def task_func(name):\n    return '/nowhere/' + name\n"
+    verdict = _grade(solution, _EXISTS_TEST)
+    assert verdict.status == "incorrect", verdict.reason
+    assert verdict.detail["outcome"] in ("tampered", "runtime_error"), verdict.detail
+
+
+def test_the_same_test_passes_an_honest_program() -> None:
+    # the control of the test above: the check does pass where the file was made
+    solution = (
+        "import os\ndef task_func(name):\n"
+        "    open(name, 'w').close()\n    return os.path.abspath(name)\n"
+    )
+    verdict = _grade(solution, _EXISTS_TEST)
+    assert verdict.status == "correct", verdict.reason
