@@ -59,8 +59,10 @@ import time
 import traceback
 import types
 from collections.abc import Callable, Iterator
+from itertools import compress
 from itertools import repeat as _repeat
 from operator import is_ as _is
+from operator import not_
 from typing import Any
 
 CFG: dict[str, Any] = {}
@@ -1044,7 +1046,11 @@ _PLAIN_DUNDERS = frozenset(
         "__repr__", "__str__", "__orig_bases__", "__parameters__", "__classcell__",
     }
 )  # fmt: skip
-_WALK_LIMIT = 10_000
+# Objects a walk inspects (plain values are skipped in C loops and not counted): more
+# than this and the value is refused rather than passed unchecked, since a rigged object
+# behind that many others would otherwise reach the test.
+_WALK_LIMIT = 2_000_000
+_PLAIN = frozenset({int, float, str, bytes, bool, complex, type(None)})
 # Imported before the snapshot whatever the test imports: what judges (unittest and its
 # mocks) and the standard library a solution would patch to change a check's answer.
 _BCB_PRELOAD = (
@@ -1728,21 +1734,23 @@ def _untrusted(value: Any, rules: _Rules, strict: bool, allowed: frozenset[int])
 
     Walked: list, tuple, set, dict and deque contents (subclasses too, through the base
     type's own methods), numpy object arrays, pandas objects' values, index and
-    columns, and instance ``__dict__`` values; at most ``_WALK_LIMIT`` objects.
-    Refused: see :func:`_class_problem`, and library objects with a function of the
-    solution's set on the instance.  ``strict`` (the entry point's results) also
-    refuses mocks; objects whose ids are in ``allowed`` (what the test passed in) pass.
+    columns, and instance ``__dict__`` values, all of it: plain values (numbers,
+    strings) are passed over in C loops, and more than ``_WALK_LIMIT`` other objects
+    is a refusal, not a pass.  Refused: see :func:`_class_problem`, and library objects
+    with a function of the solution's set on the instance.  ``strict`` (the entry
+    point's results) also refuses mocks; objects whose ids are in ``allowed`` (what the
+    test passed in) pass.
     """
     todo = [value]
     seen: set[int] = set()
-    while todo and len(seen) < _WALK_LIMIT:
+    while todo:
         x = todo.pop()
-        if id(x) in seen:
+        t = type(x)
+        if t in _PLAIN or id(x) in seen:
             continue
         seen.add(id(x))
-        t = type(x)
-        if t in (int, float, str, bytes, bool, complex, type(None)):
-            continue
+        if len(seen) > _WALK_LIMIT:
+            return f"a value of more than {_WALK_LIMIT:,} objects to check"
         if _is_mock(t, rules) and t is not rules[3]:
             # a mock the test made may come back (passed in, or made by the test's own
             # code that a patch calls); one the solution made answers whatever it is
@@ -1755,16 +1763,16 @@ def _untrusted(value: Any, rules: _Rules, strict: bool, allowed: frozenset[int])
             return why
         mro = _mro(t)
         if dict in mro:
-            todo.extend(dict.keys(x))
-            todo.extend(dict.values(x))
+            _push(todo, dict.keys(x))
+            _push(todo, dict.values(x))
         elif list in mro or tuple in mro or set in mro or frozenset in mro:
             base = next(b for b in (list, tuple, set, frozenset) if b in mro)
-            todo.extend(base.__iter__(x))
+            _push(todo, base.__iter__(x))
         elif t.__module__ == "collections" and t.__name__ == "deque":
-            todo.extend(x)
+            _push(todo, x)
         elif t.__module__ == "numpy" and t.__name__ == "ndarray":
             if x.dtype.kind == "O":
-                todo.extend(x.ravel().tolist())
+                _push(todo, x.ravel().tolist())
         elif str(t.__module__).startswith("pandas."):
             for part in ("index", "columns"):
                 with contextlib.suppress(Exception):
@@ -1772,7 +1780,7 @@ def _untrusted(value: Any, rules: _Rules, strict: bool, allowed: frozenset[int])
             with contextlib.suppress(Exception):
                 arr = x.to_numpy()
                 if arr.dtype.kind == "O":
-                    todo.extend(arr.ravel().tolist())
+                    _push(todo, arr.ravel().tolist())
         if t is _FUNCTION_TYPE or isinstance(x, type):
             continue
         try:
@@ -1790,6 +1798,13 @@ def _untrusted(value: Any, rules: _Rules, strict: bool, allowed: frozenset[int])
             else:
                 todo.append(v)
     return ""
+
+
+def _push(todo: list[Any], items: Any) -> None:
+    """The items of a container that need a look (not plain values), in C loops: a list
+    of ten million numbers costs what its type checks cost, not a Python loop."""
+    got = list(items)
+    todo.extend(compress(got, map(not_, map(_PLAIN.__contains__, map(type, got)))))
 
 
 def _reachable(values: Any) -> frozenset[int]:
@@ -1864,11 +1879,12 @@ def _asserting(method: Callable[..., Any]) -> Callable[..., Any]:
 def _mock_init(
     original: Callable[..., Any], mock_codes: frozenset[int], test_codes: frozenset[int]
 ) -> Callable[..., Any]:
-    """``unittest.mock.NonCallableMock.__init__`` that remembers the mocks the test's own
-    code made (``Mock()`` in a helper of the test's that a patch's ``side_effect`` calls:
-    the solution returns it, as the official harness lets it): the nearest caller outside
-    ``unittest.mock`` is the test's code.  A mock the solution makes is not remembered;
-    a child mock is judged by its parent (:func:`_test_made`)."""
+    """``unittest.mock.NonCallableMock.__init__`` that remembers the mocks the test made
+    (a ``patch`` decorator's, or ``Mock()`` in a helper of the test's that a patch's
+    ``side_effect`` calls), which the solution may hand back, as the official harness
+    lets it: the nearest caller outside ``unittest.mock`` and ``contextlib`` is the
+    test's code or unittest's.  A mock the solution makes is not remembered; a child
+    mock is judged by its parent (:func:`_test_made`)."""
     made = _MOCKS_OF_THE_TEST
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -2144,9 +2160,9 @@ def job_bcb() -> None:
     _BCB_RULES = rules
     # before the final snapshot, which then holds it as unittest.mock's own
     mock_base: Any = unittest.mock.NonCallableMock
-    mock_base.__init__ = _mock_init(
-        mock_base.__init__, frozenset(mock_ids), frozenset(test_code_ids)
-    )
+    # (the driver's own wrapper of a patch's __enter__ is passed through like mock's code)
+    passed_through = frozenset({*mock_ids, id(patch_cls.__enter__.__code__)})
+    mock_base.__init__ = _mock_init(mock_base.__init__, passed_through, stack_first)
     dicts, funcs, _codes, codes_alive = _snapshot(globals())
     _ALIVE.append(codes_alive)
     ask_codes = {
