@@ -182,3 +182,47 @@ def test_the_same_test_passes_an_honest_program() -> None:
     )
     verdict = _grade(solution, _EXISTS_TEST)
     assert verdict.status == "correct", verdict.reason
+
+
+def test_a_submodule_named_like_a_builtin_may_be_imported() -> None:
+    # codecs imports encodings.ascii on first use: the package gets an attribute
+    # ``ascii``, the name of a builtin, which the import system put there
+    verdict = _grade(
+        """\
+        import codecs
+        def task_func(text):
+            return codecs.lookup("ascii").encode(text)[0]
+        """,
+        """\
+        import unittest
+        class TestCases(unittest.TestCase):
+            def test_encoded(self):
+                self.assertEqual(task_func("abc"), b"abc")
+        """,
+    )
+    assert verdict.status == "correct", verdict.reason
+
+
+def test_a_result_holding_methods_bound_from_builtins_is_walked() -> None:
+    # an instance whose __dict__ holds a method bound from a builtin, over a method of
+    # its class (matplotlib's axes keep some): there is no code to look at
+    verdict = _grade(
+        """\
+        import types
+        class Box:
+            def __init__(self):
+                self.items = [1, 2]
+                self.size = types.MethodType(len, self.items)
+            def size(self):
+                return 0
+        def task_func():
+            return Box()
+        """,
+        """\
+        import unittest
+        class TestCases(unittest.TestCase):
+            def test_box(self):
+                self.assertEqual(task_func().size(), 2)
+        """,
+    )
+    assert verdict.status == "correct", verdict.reason

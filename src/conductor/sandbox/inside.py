@@ -1273,6 +1273,16 @@ def _wraps(new: Any, old: Any, codes: frozenset[int]) -> bool:
     return all(id(h.__code__) in codes for h in held if type(h) is _FUNCTION_TYPE)
 
 
+def _submodule(label: str, key: str, new: Any) -> bool:
+    """``new`` is the submodule ``label.key`` the import system loaded (a package gets
+    its submodules as attributes, ``encodings.ascii`` among them, whose name is also a
+    builtin's) from a file under the interpreter's library directories."""
+    if type(new) is not _MODULE_TYPE or sys.modules.get(label + "." + key) is not new:
+        return False
+    path = vars(new).get("__file__")
+    return type(path) is str and path.startswith(_BCB_RULES[5]) if _BCB_RULES else False
+
+
 def _harmless(old: Any, new: Any, rules: _Rules) -> bool:
     """A change of a binding that no test could be fooled by: data replaced by plain
     data (a library filling its cache: matplotlib's ``Path._unit_rectangle``, a counter),
@@ -1321,7 +1331,7 @@ def _drift(
                 allowed = exempt.get((id(d), k))
                 if allowed and allowed[-1] is got:
                     continue
-                if _harmless(_inherited(owner, k), got, rules):
+                if _harmless(_inherited(owner, k), got, rules) or _submodule(label, k, got):
                     continue
                 return f"{label}.{k} was added (it shadows another definition)"
     for label, fn, state in funcs:
@@ -1793,6 +1803,10 @@ def _untrusted(value: Any, rules: _Rules, strict: bool, allowed: frozenset[int])
             if type(v) in (_FUNCTION_TYPE, _METHOD_TYPE):
                 fn = v.__func__ if type(v) is _METHOD_TYPE else v
                 shadows = type(k) is str and any(k in _class_dict(c) for c in mro)
+                # a method bound from a builtin (matplotlib keeps some) has no code:
+                # the solution can make no builtin, so it is not the solution's
+                if type(fn) is not _FUNCTION_TYPE:
+                    continue
                 if shadows and id(fn.__code__) not in rules[1]:
                     return f"a {t.__name__} whose {k} the solution replaced on the instance"
             else:
