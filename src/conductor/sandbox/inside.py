@@ -1064,6 +1064,8 @@ _VOLATILE = frozenset(
         ("sys", "excepthook"), ("sys", "displayhook"), ("sys", "unraisablehook"),
         ("sys", "breakpointhook"), ("warnings", "showwarning"),
         ("warnings", "formatwarning"), ("warnings", "_showwarnmsg"),
+        # warnings.catch_warnings(record=True), a test's or a library's, swaps it
+        ("warnings", "_showwarnmsg_impl"),
         ("threading", "excepthook"), ("builtins", "_"),
     }
 )  # fmt: skip
