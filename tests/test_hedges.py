@@ -127,6 +127,9 @@ CHOICE_HEDGES: list[tuple[tuple[str, ...], str]] = [
     (("A", "B"), "Answer: A | B"),
     (("B", "C"), "Answer: B (or C)"),
     (("A", "B"), "Options A or B both work."),
+    # Only where the reader found its letter: no label starts a line, the last line is
+    # something else.
+    (("A", "B"), "Having checked, my answer: A or B\n\nThat is all."),
     (("A", "B"), "A or B"),
 ]
 
@@ -159,7 +162,9 @@ ALREADY_SETS = {
 }
 
 
-def _credited(grader: str, extractions: tuple[str | None, ...], options: tuple[str, ...], reply: str) -> set[tuple[str | None, str]]:
+def _credited(
+    grader: str, extractions: tuple[str | None, ...], options: tuple[str, ...], reply: str
+) -> set[tuple[str | None, str]]:
     """The (extraction, gold) pairs under which ``reply`` grades correct."""
     return {
         (extraction, gold)
@@ -205,13 +210,19 @@ def test_positive_control_hedges_were_credited_without_the_wall(
     and most choice and math ones), so the tests above can fail."""
     with _wall_removed(monkeypatch):
         short = [
-            reply for options, reply in SHORT_HEDGES if not _credited("short", (None,), options, reply)
+            reply
+            for options, reply in SHORT_HEDGES
+            if not _credited("short", (None,), options, reply)
         ]
         choice = [
-            reply for options, reply in CHOICE_HEDGES if not _credited("choice", EXTRACTIONS, options, reply)
+            reply
+            for options, reply in CHOICE_HEDGES
+            if not _credited("choice", EXTRACTIONS, options, reply)
         ]
         maths = [
-            reply for options, reply in MATH_HEDGES if not _credited("math", EXTRACTIONS, options, reply)
+            reply
+            for options, reply in MATH_HEDGES
+            if not _credited("math", EXTRACTIONS, options, reply)
         ]
         # Credited for two different golds at once: the first/last rule of short answers.
         double = _credited("short", (None,), ("yes", "no"), "ANSWER: yes or no")
@@ -223,7 +234,10 @@ def test_positive_control_hedges_were_credited_without_the_wall(
 
 def test_the_wall_is_what_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
     """One hedge per grader that only the hedge check turns from right to wrong."""
-    cases = [("short", None, "yes", "ANSWER: yes or no"), ("choice", "official", "A", "Answer: A or B")]
+    cases = [
+        ("short", None, "yes", "ANSWER: yes or no"),
+        ("choice", "official", "A", "Answer: A or B"),
+    ]
     for grader, extraction, gold, reply in cases:
         refused = _grade(grader, extraction, gold, reply)
         assert refused.status == "incorrect" and refused.detail.get("hedge") is True
@@ -292,7 +306,10 @@ MATH_NEAR: list[tuple[str, str]] = [
     ("3", "ANSWER: 3 or 4 apples: 3"),
     ("3", "ANSWER: 3 (not 4)"),
     ("\\frac{1}{2}", "ANSWER: $\\frac{1}{2}$, or equivalently $0.5$"),
-    ("\\frac{\\sqrt{2}}{2}", "ANSWER: $\\frac{\\sqrt{2}}{2}$ or equivalently $\\frac{1}{\\sqrt{2}}$"),
+    (
+        "\\frac{\\sqrt{2}}{2}",
+        "ANSWER: $\\frac{\\sqrt{2}}{2}$ or equivalently $\\frac{1}{\\sqrt{2}}$",
+    ),
     ("3, -3", "ANSWER: x = 3 or x = -3"),
     ("3, -3", "\\boxed{3} or \\boxed{-3}"),
     ("-3, 3", "The roots are \\boxed{x = 3 \\text{ or } x = -3}."),
@@ -303,7 +320,10 @@ MATH_NEAR: list[tuple[str, str]] = [
     ("[1,3)", "The solution set is $\\boxed{[1, 3)}$."),
     ("(1,2)", "\\boxed{(1, 2)}"),
     ("1000000", "\\boxed{1,000,000}"),
-    ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "$\\boxed{\\begin{pmatrix}1 & 2 \\\\ 3 & 4\\end{pmatrix}}$"),
+    (
+        "\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}",
+        "$\\boxed{\\begin{pmatrix}1 & 2 \\\\ 3 & 4\\end{pmatrix}}$",
+    ),
     ("5", "The cases give \\boxed{4} ways, so the final answer is 5."),
     ("12", "ANSWER: 12. That is 3 rows of 4."),
     ("4", "First I wrote $\\boxed{4.0}$; as an integer that is $\\boxed{4}$."),
@@ -406,7 +426,10 @@ def test_math_options_are_values_not_prose() -> None:
 
 def test_answer_places() -> None:
     assert answer_places("Try \\boxed{4} first. <answer>5 or 6</answer>") == [["5 or 6"]]
-    assert answer_places("\\boxed{3} then \\boxed{\\boxed{4}}\nANSWER: 4") == [["3", "\\boxed{4}"], ["4"]]
+    assert answer_places("\\boxed{3} then \\boxed{\\boxed{4}}\nANSWER: 4") == [
+        ["3", "\\boxed{4}"],
+        ["4"],
+    ]
     assert answer_places("So the answer is 3 or 4.\nThanks") == [["3 or 4."]]
     assert answer_places("It is\n\nmaybe 3 or 4") == [["maybe 3 or 4"]]
     assert answer_places("<think>\\boxed{1} or \\boxed{2}</think>") == []

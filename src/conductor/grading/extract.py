@@ -504,9 +504,9 @@ class Part(NamedTuple):
 
     ``text`` is the alternative with the words around it that name nothing ("maybe",
     "I think", "the answer is", a leading "or") taken off; ``alternative`` says whether
-    its sentence joins alternatives with a word such as "or", "either", "both", "vs",
-    or a slash: a comma alone also lists ("Paris, France" is one place), so a grader of
-    open-ended words counts a part only when this is true.
+    its sentence offers a choice with a word such as "or", "either", "both", "vs", or a
+    slash.  A comma alone separates parts too, but "Paris, France" names one place: a
+    grader of open-ended words counts a part only in a sentence that offers a choice.
     """
 
     text: str
@@ -522,31 +522,34 @@ _MAX_DEPTH = 6
 
 # Words that put alternatives side by side.  Each begins a new part (and is then taken
 # off it, a denial such as "nor" marking the part as denied).
-_JOINERS = frozenset(
-    "or and either neither nor both vs versus unless but otherwise alternatively else".split()
-)
+_JOINERS = frozenset((
+    "or", "and", "either", "neither", "nor", "both", "vs", "versus", "unless", "but",
+    "otherwise", "alternatively", "else",
+))  # fmt: skip
 # Joiners that make a list a choice between alternatives rather than an enumeration.
 _ALTERNATION = _JOINERS - {"and", "but"}
 # A part whose first word (after joiners and fillers) is one of these names nothing: it
-# denies ("B, not A", "neither yes nor no", "no longer 3").
-_NEGATIONS = frozenset(
-    "not never isnt arent wasnt werent dont doesnt didnt neither nor except excluding "
-    "without hardly cannot cant".split()
-)
+# denies ("B, not A", "neither yes nor no", "B, rather than A").  "no" is no denial:
+# it is an answer.
+_NEGATIONS = frozenset((
+    "not", "never", "isnt", "arent", "wasnt", "werent", "dont", "doesnt", "didnt",
+    "neither", "nor", "except", "excluding", "without", "hardly", "cannot", "cant",
+))  # fmt: skip
 _NEGATION_PAIRS = frozenset({("rather", "than"), ("instead", "of"), ("other", "than")})
 # Words around an option that name none (hedging, lead-ins, filler); compared in lower
 # case without apostrophes.  None of them is an answer a grader reads.
-_FILLERS = frozenset(
-    """
-    maybe perhaps possibly probably likely unlikely most more less least at very quite
-    rather equivalently exactly just simply only definitely certainly surely presumably
-    possible potentially also then so thus hence therefore ie eg actually really honestly
-    approximately about around roughly nearly almost i id im ive think guess believe
-    suppose say go with would could might may should will must can be been it its is
-    was are were that thats this the an answer final my we get got ok okay well hmm um
-    uh here there theres result value gives equals
-    """.split()
-)
+_FILLERS = frozenset((
+    "maybe", "perhaps", "possibly", "probably", "likely", "unlikely", "most", "more",
+    "less", "least", "at", "very", "quite", "rather", "equivalently", "exactly", "just",
+    "simply", "only", "definitely", "certainly", "surely", "presumably", "possible",
+    "potentially", "also", "then", "so", "thus", "hence", "therefore", "ie", "eg",
+    "actually", "really", "honestly", "approximately", "about", "around", "roughly",
+    "nearly", "almost", "i", "id", "im", "ive", "think", "guess", "believe", "suppose",
+    "say", "go", "with", "would", "could", "might", "may", "should", "will", "must", "can",
+    "be", "been", "it", "its", "is", "was", "are", "were", "that", "thats", "this", "the",
+    "an", "answer", "final", "my", "we", "get", "got", "ok", "okay", "well", "hmm", "um",
+    "uh", "here", "there", "theres", "result", "value", "gives", "equals",
+))  # fmt: skip
 # LaTeX spellings of joiners: \text{ or }, \textrm{and}, \lor, \vee, and the spacing
 # around them.
 _LATEX_JOINER = re.compile(
@@ -700,13 +703,17 @@ def _trim(text: str) -> tuple[str, bool]:
 def _starts_with(text: str, words: frozenset[str]) -> bool:
     first = _PLAIN_WORD.search(text)
     return bool(
-        first and _SKIPPABLE.fullmatch(text, 0, first.start()) and _word_key(first.group(0)) in words
+        first
+        and _SKIPPABLE.fullmatch(text, 0, first.start())
+        and _word_key(first.group(0)) in words
     )
 
 
 # A later sentence joins the answer's first when it is this short ("Yes. No.", "A. Or B.")
 _SHORT_SENTENCE = 3
-_CONTINUATIONS = _JOINERS | frozenset("maybe perhaps possibly probably also could might may".split())
+_CONTINUATIONS = _JOINERS | frozenset(
+    ["maybe", "perhaps", "possibly", "probably", "also", "could", "might", "may"]
+)
 
 
 def named_options(
@@ -859,7 +866,7 @@ def _outer_boxes(text: str) -> list[str]:
     """The stripped, non-empty contents of the boxes of ``text`` not inside another."""
     contents: list[str] = []
     reach = -1
-    for start, content_start, content_end in sorted(_boxes(text), key=lambda b: (b[0], -b[2])):
+    for _start, content_start, content_end in sorted(_boxes(text), key=lambda b: (b[0], -b[2])):
         if content_end <= reach:
             continue  # inside the box before it
         reach = content_end

@@ -108,9 +108,10 @@ _YES_NO = {
 # a word with its apostrophes ("it's" is one word, so its "s" is no letter).
 _SCAN = re.compile(r"(?<![\w.])[+-]?\d+(?:,\d{3})*(?:\.\d+)?(?!\d)|[^\W\d_]+(?:['’][^\W\d_]+)*")
 _OPERATOR_SIGNS = "*×x·÷/+-−^"
-_OPERATOR_WORDS = frozenset(
-    "times plus minus divided over multiplied squared cubed mod modulo by".split()
-)
+_OPERATOR_WORDS = frozenset((
+    "times", "plus", "minus", "divided", "over", "multiplied", "squared", "cubed", "mod",
+    "modulo", "by",
+))  # fmt: skip
 # Marks a phrase gold's own spelling, whichever of its accepted forms matched.
 _GOLD = ("gold",)
 
@@ -124,7 +125,9 @@ def _is_operand(text: str, tokens: list[re.Match[str]], index: int) -> bool:
     after = after.strip()
     if before[-1:] in _OPERATOR_SIGNS and before or after[:1] in _OPERATOR_SIGNS and after:
         return True
-    neighbours = [tokens[i].group(0).lower() for i in (index - 1, index + 1) if 0 <= i < len(tokens)]
+    neighbours = [
+        tokens[i].group(0).lower() for i in (index - 1, index + 1) if 0 <= i < len(tokens)
+    ]
     return any(word in _OPERATOR_WORDS for word in neighbours)
 
 
@@ -148,7 +151,7 @@ def _kind_tokens(text: str, kind: str) -> Iterator[Hashable]:
 
 
 def _gold_kind(golds: list[list[str]]) -> str | None:
-    """"yes_no", "number" or "letter" when every gold is one option of that kind;
+    """ "yes_no", "number" or "letter" when every gold is one option of that kind;
     ``None`` for words and phrases."""
     for kind in ("yes_no", "number", "letter"):
         if all(len(gold) == 1 and len(list(_kind_tokens(gold[0], kind))) == 1 for gold in golds):
