@@ -53,7 +53,7 @@ def test_bench_conductor_end_to_end(tmp_path: Path, fake_server: FakeLLMServer) 
     assert config["benchmark"]["grader_extraction"] == "official"
     summary = json.loads((out / "summary.json").read_text())
     # The official reading is the default: only a departure from it is an option.
-    assert (summary["grader"], summary["grader_options"]) == ("math v3", {})
+    assert (summary["grader"], summary["grader_options"]) == ("math v4", {})
     assert summary["accuracy"] == pytest.approx(100.0)
     assert "100.0" in res.stdout  # the report is printed
     # The paper's MATH500 figures are for the authors' fifth of MATH-500, not the whole:

@@ -167,7 +167,7 @@ def test_normalise_answer() -> None:
 def test_registry_builds_graders_with_options() -> None:
     choice = get_grader("choice")
     assert isinstance(choice, Grader)
-    assert (choice.name, choice.version) == ("choice", "2")
+    assert (choice.name, choice.version) == ("choice", "3")
     grader = get_grader("math", {"timeout_s": 2.5})
     assert isinstance(grader, MathGrader)
     assert grader.timeout_s == 2.5

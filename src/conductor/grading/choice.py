@@ -10,6 +10,19 @@ so a GPQA or MMLU score means what the reference harness's does; ``conductor`` i
 project's stricter reader (:func:`~conductor.grading.extract.extract_letter`),
 which never takes the "A" of "After" or of "A car" for an answer and reads
 ``\\boxed{\\text{B}}`` and ``<answer>B</answer>``.
+
+Hedges are wrong, whichever reading (the rule every grader shares,
+:func:`~conductor.grading.extract.hedge_in`): a reply whose stated answer names two or
+more letters is not an answer, though the reader would take one of them.  The answer is
+looked for where the reader found its letter (from an answer label or phrase to the end
+of that line, or the whole line of a letter found without one) and wherever else the
+reply states one (an ``ANSWER:`` label, "the answer is ...", every ``\\boxed{}``
+together, an ``<answer>`` tag); in each, a letter counts when it stands alone or opens
+an option's text: "A or B", "either A or C", "A/B", "A, B", "(A) and (C)", "A B C D",
+"ABCD", "not sure: B or D", ``\\boxed{A} ... \\boxed{C}`` are wrong, while "the
+answer is B (not A)", "B) 42 J", "D. I ruled out A and B." and "B because A is too
+small" are read as before.  A later sentence counts only when it is short or opens with
+"or", "maybe" and the like ("Answer: A. Or B.").
 """
 
 from __future__ import annotations
@@ -17,14 +30,17 @@ from __future__ import annotations
 import random
 import string
 from collections.abc import Sequence
+from typing import Any
 
 from conductor.grading.extract import (
     EXTRACTIONS,
     MAX_RESPONSE_CHARS,
+    answer_places,
     check_extraction,
     clip_tail,
-    extract_letter,
-    official_letter,
+    hedge_in,
+    letter_options,
+    letter_reading,
 )
 from conductor.grading.types import Sample, Verdict
 
@@ -86,7 +102,8 @@ class ChoiceGrader:
 
     name = "choice"
     # 2: lighteval's letter rules by default (``extraction: official``).
-    version = "2"
+    # 3: hedges ("A or B") are wrong.
+    version = "3"
 
     def __init__(self, max_chars: int = MAX_RESPONSE_CHARS, extraction: str = "official") -> None:
         if max_chars <= 0:
@@ -112,11 +129,24 @@ class ChoiceGrader:
         if not response:
             return Verdict("no_answer", "no answer letter could be read", detail={"gold": gold})
         truncated = len(response) > self.max_chars
-        read = official_letter if self.extraction == "official" else extract_letter
-        letter = read(clip_tail(response, self.max_chars), n_choices)
-        detail = {"gold": gold, "n_choices": n_choices, "truncated": truncated}
+        text = clip_tail(response, self.max_chars)
+        letter, clause = letter_reading(text, n_choices, self.extraction)
+        detail: dict[str, Any] = {"gold": gold, "n_choices": n_choices, "truncated": truncated}
         if letter is None:
             return Verdict("no_answer", "no answer letter could be read", detail=detail)
+        places = [*answer_places(text), [clause or letter]]
+        several = hedge_in(
+            places, lambda part: letter_options(part, n_choices), first_sentence=True
+        )
+        if several is not None:
+            detail["hedge"] = True
+            named = ", ".join(str(key) for key in several)
+            return Verdict(
+                "incorrect",
+                f"the answer names several letters ({named}): a hedge is not an answer",
+                letter,
+                detail,
+            )
         if letter == gold:
             return Verdict("correct", f"answered {letter}, the correct letter", letter, detail)
         return Verdict(

@@ -11,22 +11,32 @@ text they are given as it is.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 import string
+from collections.abc import Callable, Hashable, Iterable
+from typing import NamedTuple
 
 from conductor.text import strip_think
 
 __all__ = [
     "EXTRACTIONS",
     "MAX_RESPONSE_CHARS",
-    "check_extraction",
+    "Part",
+    "Recognise",
     "answer_line",
+    "answer_places",
     "answer_tag",
+    "check_extraction",
     "clip_tail",
     "extract_letter",
     "extract_math_answer",
+    "hedge_in",
     "last_boxed",
+    "letter_options",
+    "letter_reading",
+    "named_options",
     "official_letter",
     "strip_think",
 ]
@@ -280,45 +290,47 @@ def _letter_in(value: str, allowed: str) -> str | None:
 def extract_letter(text: str, n_choices: int) -> str | None:
     """The multiple-choice letter a reply settles on, or ``None``.
 
-        Only the first ``n_choices`` letters count.  Explicit forms come first and the last
-        one in the text wins: ``ANSWER: X`` (``Answer: (B)``, ``**Final Answer:** C``, also
-    mid-line),
-        ``the answer is B``, ``\\boxed{B}`` / ``\\boxed{\\text{B}}`` and
-        ``<answer>B</answer>``.  Only when there is none are loose forms read, from the
-        final non-empty line alone: ``**B**``, ``(B)``, ``B.`` or ``Option B``.  A letter
-        must stand on its own: the "A" of "A car" is not an answer.
+    Only the first ``n_choices`` letters count.  Explicit forms come first and the last
+    one in the text wins: ``ANSWER: X`` (``Answer: (B)``, ``**Final Answer:** C``, also
+    mid-line), ``the answer is B``, ``\\boxed{B}`` / ``\\boxed{\\text{B}}`` and
+    ``<answer>B</answer>``.  Only when there is none are loose forms read, from the
+    final non-empty line alone: ``**B**``, ``(B)``, ``B.`` or ``Option B``.  A letter
+    must stand on its own: the "A" of "A car" is not an answer.
     """
-    if n_choices <= 0:
-        return None
-    allowed = _LETTERS[: min(n_choices, len(_LETTERS))]
-    body = strip_think(clip_tail(text))
+    return letter_reading(text, n_choices, "conductor")[0]
 
-    explicit: list[tuple[int, str]] = []
+
+def _conductor_letter(body: str, allowed: str) -> tuple[str, str] | None:
+    """:func:`extract_letter`'s reading of ``body``: ``(letter, the text it was read
+    from)``, or ``None``."""
+    explicit: list[tuple[int, str, str]] = []
     for offset, content in _answer_lines(body):
         letter = _letter_in(content, allowed)
         if letter:
-            explicit.append((offset, letter))
+            explicit.append((offset, letter, content))
     for match in _INLINE_ANSWER.finditer(body):
         letter = _letter_in(match.group(1), allowed)
         if letter:
-            explicit.append((match.start(), letter))
+            explicit.append((match.start(), letter, match.group(1)))
     for match in _ANSWER_IS.finditer(body):
         letter = _letter_in(match.group(1), allowed)
         if letter:
-            explicit.append((match.start(), letter))
+            explicit.append((match.start(), letter, match.group(1)))
     for start, content_start, content_end in _boxes(body):
         if content_end - content_start > _MAX_LETTER_BOX:
             continue  # far too long to be a letter; do not copy it
-        letter = _letter_in(body[content_start:content_end], allowed)
+        content = body[content_start:content_end]
+        letter = _letter_in(content, allowed)
         if letter:
-            explicit.append((start, letter))
+            explicit.append((start, letter, content))
     for start, content in _answer_tags(body):
         letter = _letter_in(content, allowed)
         if letter:
-            explicit.append((start, letter))
+            explicit.append((start, letter, content))
     if explicit:
         # max() keeps the first of equal offsets; all of them name the same spot.
-        return max(explicit, key=lambda item: item[0])[1]
+        _offset, letter, content = max(explicit, key=lambda item: item[0])
+        return letter, content
 
     lines = [line for line in body.splitlines() if line.strip()]
     if not lines:
@@ -331,7 +343,23 @@ def extract_letter(text: str, n_choices: int) -> str | None:
     # is more likely a stray word than an answer.
     if final.group(2) and not letter.isupper():
         return None
-    return letter.upper() if letter.upper() in allowed else None
+    return (letter.upper(), lines[-1]) if letter.upper() in allowed else None
+
+
+def letter_reading(text: str, n_choices: int, extraction: str) -> tuple[str | None, str | None]:
+    """The letter a reply settles on, read as ``extraction`` says (:data:`EXTRACTIONS`:
+    :func:`official_letter` or :func:`extract_letter`), and the text it was read from
+    (an answer's content, or the line holding the letter); ``(None, None)`` when no
+    letter is read.  The text is where the hedge rule looks (:func:`hedge_in`)."""
+    if n_choices <= 0:
+        return None, None
+    body = strip_think(clip_tail(text))
+    found = (
+        _official_letter(body, n_choices)
+        if check_extraction(extraction) == "official"
+        else _conductor_letter(body, _LETTERS[: min(n_choices, len(_LETTERS))])
+    )
+    return found if found is not None else (None, None)
 
 
 # --- multiple-choice letters as the reference harness reads them -----------------
@@ -344,7 +372,8 @@ def _official_letter_patterns(n_choices: int) -> tuple[re.Pattern[str], ...]:
     its GPQA-Diamond and MMLU generative metrics use), most trusted first.
 
     A letter is a capital ``A`` .. or the same in brackets, ``(A)``; lower case never
-    counts.  Each pattern holds one group, ``letter``.
+    counts.  Each pattern holds one group, ``letter``.  The first
+    :data:`_ANCHORED_PATTERNS` start at an answer phrase.
     """
     letters = _LETTERS[: min(n_choices, len(_LETTERS))]
     index = "(?P<letter>" + "|".join(f"{c}|\\({c}\\)" for c in letters) + ")"
@@ -369,6 +398,11 @@ def _official_letter_patterns(n_choices: int) -> tuple[re.Pattern[str], ...]:
     )
 
 
+# How many of _official_letter_patterns begin at an answer phrase ("final answer is",
+# "answer:"); the others begin at the letter.
+_ANCHORED_PATTERNS = 4
+
+
 def official_letter(text: str, n_choices: int) -> str | None:
     """The letter the reference harness (lighteval) reads from a reply, or ``None``.
 
@@ -379,16 +413,24 @@ def official_letter(text: str, n_choices: int) -> str | None:
     reference's behaviour, kept so that scores compare; ``extraction: conductor``
     (:func:`extract_letter`) refuses such replies.  Reasoning blocks are ignored.
     """
-    if n_choices <= 0:
-        return None
-    body = strip_think(clip_tail(text))
-    for pattern in _official_letter_patterns(n_choices):
+    return letter_reading(text, n_choices, "official")[0]
+
+
+def _official_letter(body: str, n_choices: int) -> tuple[str, str] | None:
+    """:func:`official_letter`'s reading of ``body``: ``(letter, the text it was read
+    from)``: from the answer phrase to the end of its line for the anchored rules, the
+    whole line holding the letter for the others."""
+    for rank, pattern in enumerate(_official_letter_patterns(n_choices)):
         best: re.Match[str] | None = None
         for match in pattern.finditer(body):
             if best is None or match.end() > best.end():
                 best = match
         if best is not None:
-            return best.group("letter").strip("()")
+            at = best.start("letter")
+            start = best.start() if rank < _ANCHORED_PATTERNS else body.rfind("\n", 0, at) + 1
+            end = body.find("\n", at)
+            clause = body[start : end if end >= 0 else len(body)]
+            return best.group("letter").strip("()"), clause
     return None
 
 
@@ -446,3 +488,453 @@ def _last_answer(text: str) -> str | None:
             found.append((offset + match.start(1), content))
         offset += len(line)
     return max(found, key=lambda item: item[0])[1] if found else None
+
+
+# --- hedges: answers that name several options ------------------------------------
+#
+# One rule for every grader: an answer that names two or more different options ("yes
+# or no", "A/B", "\boxed{3} or \boxed{4}") is wrong.  This section finds where a reply
+# states its answer (answer_places) and which options one stated answer names
+# (named_options, hedge_in); what an option is (a letter, a value, a word) is the
+# grader's, passed in as a Recognise function.
+
+
+class Part(NamedTuple):
+    """One alternative of an answer, as :func:`named_options` hands it to a grader.
+
+    ``text`` is the alternative with the words around it that name nothing ("maybe",
+    "I think", "the answer is", a leading "or") taken off; ``alternative`` says whether
+    its sentence offers a choice with a word such as "or", "either", "both", "vs", or a
+    slash.  A comma alone separates parts too, but "Paris, France" names one place: a
+    grader of open-ended words counts a part only in a sentence that offers a choice.
+    """
+
+    text: str
+    alternative: bool
+
+
+#: Turns one :class:`Part` into the options it names (hashable keys that compare equal
+#: for the same option, "3" and "3.0" alike); nothing for a part that names none.
+Recognise = Callable[[Part], Iterable[Hashable]]
+
+# Nesting deeper than this is read as plain text (bounds the recursion).
+_MAX_DEPTH = 6
+
+# Words that put alternatives side by side.  Each begins a new part (and is then taken
+# off it, a denial such as "nor" marking the part as denied).
+_JOINERS = frozenset((
+    "or", "and", "either", "neither", "nor", "both", "vs", "versus", "unless", "but",
+    "otherwise", "alternatively", "else",
+))  # fmt: skip
+# Joiners that make a list a choice between alternatives rather than an enumeration.
+_ALTERNATION = _JOINERS - {"and", "but"}
+# A part whose first word (after joiners and fillers) is one of these names nothing: it
+# denies ("B, not A", "neither yes nor no", "B, rather than A").  "no" is no denial:
+# it is an answer.
+_NEGATIONS = frozenset((
+    "not", "never", "isnt", "arent", "wasnt", "werent", "dont", "doesnt", "didnt",
+    "neither", "nor", "except", "excluding", "without", "hardly", "cannot", "cant",
+))  # fmt: skip
+_NEGATION_PAIRS = frozenset({("rather", "than"), ("instead", "of"), ("other", "than")})
+# Words around an option that name none (hedging, lead-ins, filler); compared in lower
+# case without apostrophes.  None of them is an answer a grader reads.
+_FILLERS = frozenset((
+    "maybe", "perhaps", "possibly", "probably", "likely", "unlikely", "most", "more",
+    "less", "least", "at", "very", "quite", "rather", "equivalently", "exactly", "just",
+    "simply", "only", "definitely", "certainly", "surely", "presumably", "possible",
+    "potentially", "also", "then", "so", "thus", "hence", "therefore", "ie", "eg",
+    "actually", "really", "honestly", "approximately", "about", "around", "roughly",
+    "nearly", "almost", "i", "id", "im", "ive", "think", "guess", "believe", "suppose",
+    "say", "go", "with", "would", "could", "might", "may", "should", "will", "must", "can",
+    "be", "been", "it", "its", "is", "was", "are", "were", "that", "thats", "this", "the",
+    "an", "answer", "final", "my", "we", "get", "got", "ok", "okay", "well", "hmm", "um",
+    "uh", "here", "there", "theres", "result", "value", "gives", "equals",
+))  # fmt: skip
+# LaTeX spellings of joiners: \text{ or }, \textrm{and}, \lor, \vee, and the spacing
+# around them.
+_LATEX_JOINER = re.compile(
+    r"\\(?:text|textrm|textbf|textit|mathrm|mbox)\s*\{\s*([A-Za-z][A-Za-z ,]*?)\s*\}"
+    r"|\\(?:lor|vee)(?![A-Za-z])|\\q?quad(?![A-Za-z])"
+)
+_ENVIRONMENT = re.compile(r"\\(begin|end)\s*\{[^{}]{0,40}\}")
+_BOX_BEFORE = re.compile(r"\\(?:boxed|fbox)\s*$")
+# Where a stated answer restates or settles ("3 or 4 apples: 3", "A or B? B").
+_RESTATE = re.compile(r"(?<!\\)[:：?](?=\s|$)")
+# Where a sentence ends (a full stop before a space: not a decimal point, not "e.g.").
+_SENTENCE_END = re.compile(r"(?<!\.\w)(?<!\bvs)[.!](?=\s)")
+# Where one part ends and the next begins: punctuation (not a thousands separator and
+# not LaTeX spacing), a pipe between spaces, a slash between words (tested apart), or
+# a joining or denying word (kept at the start of the next part, which it describes).
+_SEPARATING_WORDS = sorted(_JOINERS) + [
+    "not", "never", "cannot", "except", "excluding", "without", "hardly",
+    r"(?:is|are|was|were|do|does|did|ca)n['’]?t", r"rather\s+than", r"instead\s+of",
+    r"other\s+than",
+]  # fmt: skip
+_SEPARATOR = re.compile(
+    r"(?<!\\)[;\n&]|(?<!\\),(?!\d{3}(?!\d))|\s\|\s|/"
+    r"|(?<![\w\\])(?:" + "|".join(_SEPARATING_WORDS) + r")(?![\w'])",
+    re.IGNORECASE,
+)
+# A plain word (not a LaTeX command), apostrophes inside kept.
+_PLAIN_WORD = re.compile(r"(?<![\w\\])[A-Za-z]+(?:['’][A-Za-z]+)*(?!\w)")
+# What may sit between the words taken off a part's ends: space, markup, punctuation.
+_SKIPPABLE = re.compile(r"[\s*_`'\"~,;:.!?\-–—’“”]*")
+
+
+def _word_key(word: str) -> str:
+    return word.lower().replace("'", "").replace("’", "")
+
+
+def _latex_joiner(match: re.Match[str]) -> str:
+    """``\\text{ or }`` -> `` or ``; a ``\\text{}`` of other words (a unit) is kept."""
+    words = match.group(1)
+    if words is None:
+        return " or " if "q" not in match.group(0) else " "
+    if all(_word_key(w) in _JOINERS | _FILLERS for w in words.replace(",", " ").split()):
+        return f" {words} "
+    return match.group(0)
+
+
+def _groups(text: str) -> list[tuple[int, int]]:
+    """The outermost bracketed groups of ``text`` as ``(open, close)`` indices (the
+    close is one past the closing bracket), in order.  Any of ``( [ {`` pairs with any
+    of ``) ] }`` (``[1,3)`` is an interval) and ``\\begin{..}`` with ``\\end{..}``;
+    a bracket never matched is plain text.  One pass with a stack."""
+    stack: list[int] = []
+    pairs: list[tuple[int, int]] = []
+    environments = {m.start(): m for m in _ENVIRONMENT.finditer(text)}
+    index = 0
+    while index < len(text):
+        env = environments.get(index)
+        if env is not None:
+            if env.group(1) == "begin":
+                stack.append(index)
+            elif stack:
+                pairs.append((stack.pop(), env.end()))
+            index = env.end()
+            continue
+        char = text[index]
+        if char in "([{":
+            stack.append(index)
+        elif char in ")]}" and stack:
+            pairs.append((stack.pop(), index + 1))
+        index += 1
+    # Openers left on the stack were never closed: the pairs inside them are outermost.
+    outer: list[tuple[int, int]] = []
+    reach = -1
+    for start, end in sorted(pairs):
+        if start >= reach:
+            outer.append((start, end))
+            reach = end
+    return outer
+
+
+def _mask(text: str, groups: list[tuple[int, int]]) -> str:
+    """``text`` with everything inside ``groups`` blanked (same length), so that the
+    separators found in it are those outside every bracket."""
+    pieces: list[str] = []
+    last = 0
+    for start, end in groups:
+        pieces.append(text[last:start])
+        pieces.append(text[start] + "\0" * (end - start - 2) + text[end - 1])
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+def _spans(masked: str, pattern: re.Pattern[str], start: int, end: int) -> list[tuple[int, int]]:
+    """``masked[start:end]`` cut at every match of ``pattern`` (the match dropped)."""
+    spans: list[tuple[int, int]] = []
+    at = start
+    for match in pattern.finditer(masked, start, end):
+        spans.append((at, match.start()))
+        at = match.end()
+    spans.append((at, end))
+    return spans
+
+
+def _separates(masked: str, match: re.Match[str]) -> bool:
+    """Whether a separator match really separates: a slash only between words, and not
+    between two lone lower-case letters (``a/b`` is a quotient)."""
+    if match.group(0) != "/":
+        return True
+    before = masked[: match.start()].rstrip()
+    after = masked[match.end() :].lstrip()
+    if not (before[-1:].isalpha() and after[:1].isalpha()):
+        return False
+    lone_before = before[-1].islower() and not before[-2:-1].isalpha()
+    lone_after = after[0].islower() and not after[1:2].isalpha()
+    return not (lone_before and lone_after)
+
+
+def _trim(text: str) -> tuple[str, bool]:
+    """``(the part without the words around its option, whether it is a denial)``."""
+    words = list(_PLAIN_WORD.finditer(text))
+    start, end = 0, len(text)
+    first, last = 0, len(words)
+    denied = False
+    while first < last:
+        word = words[first]
+        if not _SKIPPABLE.fullmatch(text, start, word.start()):
+            break
+        key = _word_key(word.group(0))
+        following = _word_key(words[first + 1].group(0)) if first + 1 < last else ""
+        if key in _NEGATIONS or (key, following) in _NEGATION_PAIRS:
+            denied = True
+            break
+        # "I" alone may be a choice letter; "I think" is not.
+        if key not in _JOINERS and (key not in _FILLERS or (key == "i" and not following)):
+            break
+        start = word.end()
+        first += 1
+    while last > first and not denied:
+        word = words[last - 1]
+        if not _SKIPPABLE.fullmatch(text, word.end(), end):
+            break
+        key = _word_key(word.group(0))
+        if key not in _FILLERS or (key == "i" and last - 1 == first):
+            break
+        end = word.start()
+        last -= 1
+    core = text[start:end].strip()
+    return core.strip("*_`~,;:.!?-–— \t"), denied
+
+
+def _starts_with(text: str, words: frozenset[str]) -> bool:
+    first = _PLAIN_WORD.search(text)
+    return bool(
+        first
+        and _SKIPPABLE.fullmatch(text, 0, first.start())
+        and _word_key(first.group(0)) in words
+    )
+
+
+# A later sentence joins the answer's first when it is this short ("Yes. No.", "A. Or B.")
+_SHORT_SENTENCE = 3
+_CONTINUATIONS = _JOINERS | frozenset(
+    ["maybe", "perhaps", "possibly", "probably", "also", "could", "might", "may"]
+)
+
+
+def named_options(
+    clause: str, recognise: Recognise, *, first_sentence: bool = False
+) -> dict[Hashable, str]:
+    """The options one stated answer names, each with the text that named it first.
+
+    The answer is cut into alternatives at joining words ("or", "and", "either",
+    "both", "neither", "nor", "vs", "unless", "but"), commas, semicolons, slashes
+    between words, line breaks, sentence ends and ``\\\\boxed{}`` groups; a bracketed
+    group that opens with such a word ("(or 4)", "(not A)") is an alternative of its
+    own, any other bracket is part of the text around it (``(1, 2)`` is one tuple).
+    From each alternative the words that name nothing are taken off ("maybe", "at
+    least", "I think", "the answer is"); one that then begins with a denial ("not A",
+    "rather than A", "neither ... nor ...") names nothing; ``recognise`` says which
+    options each of the others names.
+
+    A colon or question mark restates: when what follows it names only options named
+    before it ("3 or 4 apples: 3", "A or B? B"), those are the answer's; otherwise both
+    sides count ("not sure: B or D", "yes: no").  With ``first_sentence``, a later
+    sentence counts only when it is short or opens with "or", "maybe", "also" and the
+    like ("Answer: D. I ruled out A and B." names D alone).
+    """
+    return _clause_options(clause, recognise, first_sentence, 0)
+
+
+def _clause_options(
+    clause: str, recognise: Recognise, first_sentence: bool, depth: int
+) -> dict[Hashable, str]:
+    text = _LATEX_JOINER.sub(_latex_joiner, clause)
+    groups = _groups(text) if depth < _MAX_DEPTH else []
+    masked = _mask(text, groups)
+    found: dict[Hashable, str] = {}
+    for seg_start, seg_end in _spans(masked, _RESTATE, 0, len(masked)):
+        named: dict[Hashable, str] = {}
+        sentences = _spans(masked, _SENTENCE_END, seg_start, seg_end)
+        for index, (start, end) in enumerate(sentences):
+            sentence = text[start:end]
+            if (
+                first_sentence
+                and index > 0
+                and len(_PLAIN_WORD.findall(sentence)) + len(re.findall(r"\d+", sentence))
+                > _SHORT_SENTENCE
+                and not _starts_with(sentence, _CONTINUATIONS)
+            ):
+                continue
+            _merge(named, _sentence_options(text, masked, groups, start, end, recognise, depth))
+        if named and found and named.keys() <= found.keys():
+            found = named  # a restatement settles on what it names
+        else:
+            _merge(found, named)
+    return found
+
+
+def _merge(into: dict[Hashable, str], more: dict[Hashable, str]) -> None:
+    """Add ``more``'s options to ``into``, keeping the text that named each first."""
+    for key, shown in more.items():
+        into.setdefault(key, shown)
+
+
+def _sentence_options(
+    text: str,
+    masked: str,
+    groups: list[tuple[int, int]],
+    start: int,
+    end: int,
+    recognise: Recognise,
+    depth: int,
+) -> dict[Hashable, str]:
+    """The options named by the sentence ``text[start:end]``."""
+    cuts: list[tuple[int, int]] = []  # (where a part ends, where the next begins)
+    alternative = False
+    for match in _SEPARATOR.finditer(masked, start, end):
+        if not _separates(masked, match):
+            continue
+        token = match.group(0)
+        if token[:1].isalpha():
+            cuts.append((match.start(), match.start()))  # the word opens the next part
+            alternative = alternative or token.lower() in _ALTERNATION
+        else:
+            cuts.append((match.start(), match.end()))
+            alternative = alternative or token.strip() in ("/", "|")
+    named: dict[Hashable, str] = {}
+    at = start
+    for part_end, next_start in [*cuts, (end, end)]:
+        _merge(named, _part_options(text, groups, at, part_end, alternative, recognise, depth))
+        at = next_start
+    return named
+
+
+def _part_options(
+    text: str,
+    groups: list[tuple[int, int]],
+    start: int,
+    end: int,
+    alternative: bool,
+    recognise: Recognise,
+    depth: int,
+) -> dict[Hashable, str]:
+    """The options named by the part ``text[start:end]`` and by the groups in it that
+    are alternatives of their own (a box's content, "(or 4)")."""
+    own: list[str] = []
+    nested: list[str] = []
+    at = start
+    # Only the groups inside this part (groups are in order and do not overlap).
+    first = bisect.bisect_left(groups, (start, start))
+    for g_start, g_end in groups[first:]:
+        if g_end > end:
+            break
+        inner = text[g_start + 1 : g_end - 1]
+        boxed = _BOX_BEFORE.search(text, at, g_start)
+        if boxed is None and not _starts_with(inner, _JOINERS | _FILLERS | _NEGATIONS):
+            continue
+        own.append(text[at : boxed.start() if boxed else g_start])
+        nested.append(inner)
+        at = g_end
+    own.append(text[at:end])
+    core, denied = _trim(" ".join(own))
+    if denied:
+        return {}
+    named: dict[Hashable, str] = {}
+    if core:
+        for key in recognise(Part(core, alternative)):
+            named.setdefault(key, core)
+    for inner in nested:
+        _merge(named, _clause_options(inner, recognise, False, depth + 1))
+    return named
+
+
+def hedge_in(
+    places: Iterable[Iterable[str]], recognise: Recognise, *, first_sentence: bool = False
+) -> dict[Hashable, str] | None:
+    """The options of the first place that names two or more different ones, or ``None``.
+
+    A place is where a reply states its answer (:func:`answer_places`), as one or more
+    texts read together (every ``\\\\boxed{}`` of a reply is one place); the options of
+    each text are :func:`named_options`'.  This is the hedge rule every grader applies:
+    an answer naming several options ("yes or no", "A/B", "3 or 4") is not an answer.
+    """
+    for place in places:
+        named: dict[Hashable, str] = {}
+        for clause in place:
+            _merge(named, named_options(clause, recognise, first_sentence=first_sentence))
+        if len(named) >= 2:
+            return named
+    return None
+
+
+def _outer_boxes(text: str) -> list[str]:
+    """The stripped, non-empty contents of the boxes of ``text`` not inside another."""
+    contents: list[str] = []
+    reach = -1
+    for _start, content_start, content_end in sorted(_boxes(text), key=lambda b: (b[0], -b[2])):
+        if content_end <= reach:
+            continue  # inside the box before it
+        reach = content_end
+        content = text[content_start:content_end].strip()
+        if content:
+            contents.append(content)
+    return contents
+
+
+def answer_places(text: str) -> list[list[str]]:
+    """Where a reply states its final answer, for the hedge rule (:func:`hedge_in`).
+
+    The last ``<answer>`` tag's content, when there is one, is the only place (its
+    boxes, if any, read together).  Otherwise: every ``\\\\boxed{}`` of the reply read
+    together (math-verify reads several boxes as one set of answers, so boxes that
+    disagree are a hedge even when the later one looks like a correction); the last
+    ``ANSWER:`` label (as :func:`extract_math_answer` finds it); the last "the answer
+    is ..." phrase; and, for a reply with none of these, its last non-empty line.
+    Reasoning blocks are ignored.
+    """
+    body = strip_think(clip_tail(text))
+    tagged = [content for _start, content in _answer_tags(body) if content.strip()]
+    if tagged:
+        boxes = _outer_boxes(tagged[-1])
+        return [boxes] if boxes else [[tagged[-1].strip()]]
+    places: list[list[str]] = []
+    boxes = _outer_boxes(body)
+    if boxes:
+        places.append(boxes)
+    label = _last_answer(body)
+    if label:
+        places.append([label])
+    phrase: str | None = None
+    for match in _ANSWER_IS.finditer(body):
+        phrase = match.group(1).strip() or phrase
+    if phrase:
+        places.append([phrase])
+    if not places:
+        lines = [line for line in body.splitlines() if line.strip()]
+        if lines:
+            places.append([lines[-1]])
+    return places
+
+
+# A run of choice letters and nothing else: "A B C D", "A/B", "(A), (C)", "ABCD".
+_LETTER_RUN = re.compile(r"[^\w\\]*(?:[A-Za-z][^\w\\]*)+")
+# A letter that opens an option's text: "B) 42", "(C) Paris", "D: none".
+_LETTER_LEAD = re.compile(r"[(\[]?([A-Z])[)\].:]\s+\S")
+_LETTER_WORDS = re.compile(r"^(?:(?:option|choice|letter)s?\s+)+", re.IGNORECASE)
+
+
+def letter_options(part: Part, n_choices: int) -> list[str]:
+    """The choice letters one part of an answer names (a :data:`Recognise` for the
+    choice grader): a letter on its own (``B``, ``(b)``, ``**B.**``, ``option B``,
+    ``\\\\text{B}``), a run of letters and punctuation only (``A B C D``, ``A/B``,
+    ``ABCD`` in capitals), or a capital letter that opens an option's text (``B) 42``).
+    Only the first ``n_choices`` letters count."""
+    allowed = _LETTERS[: min(max(n_choices, 0), len(_LETTERS))]
+    value = _LETTER_WORDS.sub("", _clean_letter_text(part.text)).strip()
+    letters: list[str] = []
+    if _LETTER_RUN.fullmatch(value):
+        words = re.findall(r"[A-Za-z]+", value)
+        if all(len(word) == 1 for word in words):
+            letters = [word.upper() for word in words]
+        elif len(words) == 1 and words[0].isupper():
+            letters = list(words[0])
+    else:
+        lead = _LETTER_LEAD.match(value)
+        if lead:
+            letters = [lead.group(1)]
+    return [letter for letter in letters if letter in allowed]

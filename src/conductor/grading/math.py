@@ -32,6 +32,39 @@ values (all integers, or more than 0.1% apart) are incorrect.  Only numbers clos
 not equal go to math-verify, whose rounding decides them.
 
 The child processes (both sides of the pipe) are :mod:`conductor.grading.math_children`.
+
+Hedges are wrong, with either extraction (the rule every grader shares,
+:func:`~conductor.grading.extract.hedge_in`): an answer that names two or more values
+not all equivalent to a gold that is one value is ``incorrect``, whatever a reader
+would take from it.  How the reference treats several answers: math-verify 0.9.0 reads
+several ``\\boxed{}`` as one *set* of answers (its greedy box pattern hands the
+normaliser every box of the reply, which joins them all; its box pattern joins boxes
+less than 10 characters apart, or joined by "and", "or", a comma or a semicolon within
+70), and two to six LaTeX spans joined by "and", "or" or a comma likewise; lighteval's
+MATH-500 extraction carries the same patterns.  So ``\\boxed{3} or \\boxed{4}``,
+``\\boxed{3 \\text{ or } 4}`` and ``$3$ or $4$`` are the set {3, 4} there, right only
+against that set, but an answer without LaTeX is read as its first or last number:
+math-verify takes 3 from ``ANSWER: 3 or 4`` and from "the final answer is 3 or 4", and
+4 from "not sure: 3 or 4" (measured).  The rule chosen here follows the sets and closes
+the rest:
+
+* the places examined are every ``\\boxed{}`` of the reply together (boxes that
+  disagree are a hedge even when the later one reads as a correction, as in
+  math-verify), the last ``ANSWER:`` label, the last "the answer is ..." phrase, an
+  ``<answer>`` tag (then alone), or the last line of a reply with none of these;
+* in each, values are separated by "or", "and", "either", "both", commas, semicolons,
+  ``\\text{ or }``, ``\\lor`` and sentence ends, outside brackets (``(1, 2)`` and
+  ``[1, 3)`` are one value); a part with words of prose in it ("3 rows of 4") is not a
+  value, "x =" before a value is dropped, "not 4" names nothing;
+* two values are one when they are equal numbers, the same after normalising, or
+  (only when needed) equivalent by math-verify: "3, or equivalently 3.0",
+  ``\\frac{1}{2} or 0.5``;
+* a gold that is itself several values (a comma, ``\\pm``, ``\\cup``, a set
+  ``\\{..\\}``, "3 or -3") or an interval is compared as today, set against set by
+  math-verify: ``x = 3 or x = -3`` is right for the gold ``3, -3`` and wrong for 3.
+
+So two boxes "first \\boxed{3}, then \\boxed{4}" are wrong with ``extraction:
+conductor`` too, which reads the last box (they were right before, for 4).
 """
 
 from __future__ import annotations
@@ -40,6 +73,7 @@ import atexit
 import importlib.util
 import re
 import time
+from collections.abc import Hashable
 from fractions import Fraction
 from typing import Any
 
@@ -47,9 +81,13 @@ from conductor.errors import MissingDependencyError
 from conductor.grading.extract import (
     EXTRACTIONS,
     MAX_RESPONSE_CHARS,
+    Part,
+    answer_places,
     check_extraction,
     clip_tail,
     extract_math_answer,
+    hedge_in,
+    named_options,
     strip_think,
 )
 from conductor.grading.math_children import ChildFailed, ChildPool
@@ -59,6 +97,7 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "EXTRACTIONS",
     "MathGrader",
+    "math_options",
     "normalise_answer",
     "plain_number",
 ]
@@ -149,6 +188,40 @@ def _numeric_verdict(golds: list[str], predicted: str) -> tuple[bool, str] | Non
     return False, golds[0]
 
 
+# What makes a part of an answer prose rather than a value: a word of two letters or
+# more that is no LaTeX command (units in \text{} are taken out first).
+_PROSE = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
+_TEXT_GROUP = re.compile(r"\\(?:text|textrm|textbf|textit|mathrm|mbox|operatorname)\s*\{[^{}]*\}")
+_COMMAND = re.compile(r"\\[A-Za-z]+")
+# "x = " or "a_1 = " before a value.
+_ASSIGNED = re.compile(r"^\s*[A-Za-z](?:_\{?\w+\}?)?\s*=\s*")
+# What makes a gold several values or a range: a comma (not a thousands separator),
+# plus-minus, a union, a set.
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))|\{,\}")
+_SEVERAL = re.compile(r",|\\pm|\\mp|\\cup|\\\{")
+
+
+def math_options(part: Part) -> list[Hashable]:
+    """The value one part of an answer names, for the hedge rule (a
+    :data:`~conductor.grading.extract.Recognise`): its exact value when it is a plain
+    number, else its normalised spelling; nothing for prose ("3 rows of 4")."""
+    value = part.text.strip().strip("$").strip()
+    bare = _COMMAND.sub(" ", _TEXT_GROUP.sub(" ", value))
+    if _PROSE.search(bare) or not re.search(r"[0-9A-Za-z]", bare):
+        return []
+    value = _ASSIGNED.sub("", value)
+    number = plain_number(value)
+    return [number[0]] if number is not None else [normalise_answer(value)]
+
+
+def _several_values(gold: str) -> bool:
+    """Whether a gold is several values or a range, compared as a whole (see the
+    module docstring)."""
+    if _SEVERAL.search(_THOUSANDS.sub("", gold)):
+        return True
+    return len(named_options(gold, math_options)) >= 2
+
+
 _POOL = ChildPool(_MAX_WORKERS)
 atexit.register(_POOL.close)
 
@@ -164,7 +237,8 @@ class MathGrader:
 
     name = "math"
     # 3: official extraction by default; dollar-valued golds are read as numbers.
-    version = "3"
+    # 4: hedges ("3 or 4", boxes that disagree) are wrong.
+    version = "4"
 
     def __init__(
         self,
@@ -204,15 +278,48 @@ class MathGrader:
         # Reasoning blocks are not the answer (lighteval grades the text after them too).
         body = strip_think(clip_tail(response, self.max_chars)) if response else ""
         if self.extraction == "official":
-            return self._grade_reply(golds, body, detail)
-        extracted = extract_math_answer(body) if body else None
-        if extracted is None:
-            return Verdict(
-                "no_answer",
-                "no answer could be read (no <answer> tag, \\boxed{} or ANSWER: line)",
-                detail=detail,
-            )
-        return self._grade_extracted(golds, extracted, detail)
+            verdict = self._grade_reply(golds, body, detail)
+        else:
+            extracted = extract_math_answer(body) if body else None
+            if extracted is None:
+                return Verdict(
+                    "no_answer",
+                    "no answer could be read (no <answer> tag, \\boxed{} or ANSWER: line)",
+                    detail=detail,
+                )
+            verdict = self._grade_extracted(golds, extracted, detail)
+        return self._refuse_hedge(golds, body, verdict)
+
+    def _refuse_hedge(self, golds: list[str], body: str, verdict: Verdict) -> Verdict:
+        """``verdict``, or ``incorrect`` when the reply names several values and the gold
+        is one (see the module docstring)."""
+        if verdict.status != "correct" or any(_several_values(gold) for gold in golds):
+            return verdict
+        several = hedge_in(answer_places(body), math_options)
+        if several is None:
+            return verdict
+        # Spellings of one value ("\\sqrt{2}/2 or \\frac{1}{\\sqrt2}") are one option.
+        if all(self._equals_gold(golds, text) for text in several.values()):
+            return verdict
+        verdict.detail["hedge"] = True
+        named = ", ".join(repr(text) for text in several.values())
+        return Verdict(
+            "incorrect",
+            f"the answer names several values ({named}): a hedge is not an answer",
+            verdict.extracted,
+            verdict.detail,
+        )
+
+    def _equals_gold(self, golds: list[str], value: str) -> bool:
+        """Whether ``value`` is equivalent to a gold (a comparison that fails or runs out
+        of time is not)."""
+        if any(normalise_answer(value) == normalise_answer(gold) for gold in golds):
+            return True
+        settled = _numeric_verdict(golds, value)
+        if settled is not None:
+            return settled[0]
+        reply = self._ask({"golds": golds, "predicted": value}, {}, value)
+        return not isinstance(reply, Verdict) and bool(reply.get("equal"))
 
     def _grade_reply(self, golds: list[str], body: str, detail: dict[str, Any]) -> Verdict:
         """The reference harness's reading: math-verify finds the answer in the reply."""
