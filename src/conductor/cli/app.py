@@ -13,6 +13,7 @@ import contextlib
 import errno
 import logging
 import sys
+import types
 from typing import Annotated, Any
 
 import typer
@@ -97,9 +98,13 @@ def _root(
     ] = False,
 ) -> None:
     """Conductor: learned orchestration of LLM teams."""
+    from ..redact import MaskingFilter
+
     state["debug"] = debug
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    # Every log line, tracebacks included, has the process's secret values masked.
+    handler.addFilter(MaskingFilter())
     logger = logging.getLogger("conductor")
     logger.handlers[:] = [handler]
     logger.setLevel(logging.DEBUG if debug else logging.WARNING)
@@ -108,6 +113,9 @@ def _root(
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the app and turn errors into exit codes."""
+    # A traceback (--debug, or a bug) quotes exception messages, which may hold a URL
+    # with a secret in it: the process's last words are masked like the rest.
+    sys.excepthook = _masked_excepthook
     try:
         app(args=argv, standalone_mode=True)
     except SystemExit as exc:
@@ -135,6 +143,17 @@ def main(argv: list[str] | None = None) -> None:
         stderr().print("interrupted")
         _abandon_local_work()
         sys.exit(EXIT_INTERRUPTED)
+
+
+def _masked_excepthook(
+    kind: type[BaseException], exc: BaseException, tb: types.TracebackType | None
+) -> None:
+    import traceback
+
+    from ..redact import mask_text
+
+    sys.stderr.write(mask_text("".join(traceback.format_exception(kind, exc, tb))))
+    sys.stderr.flush()
 
 
 def _abandon_local_work() -> None:
