@@ -31,7 +31,6 @@ that met it says so.
 from __future__ import annotations
 
 import base64
-import html
 import json
 import logging
 import os
@@ -257,9 +256,6 @@ _SECRET_ENV_WORDS = ("KEY", "TOKEN", "SECRET", "PASSW", "CREDENTIAL", "AUTH")
 # target names are read at every mask (a key set after a caller was made is the one a
 # provider may echo); the scan only widens the net to variables no target names.
 _ENV_SCAN_S = 1.0
-# ASCII punctuation a writer may put a backslash before: JSON (``\"``, ``\\``, ``\/``),
-# Markdown's escapes, rich's markup escape.
-_PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 # What a clipped text ends with (and a text cut at its start begins with).
 _ELLIPSES = ("\u2026", "...")
 
@@ -284,32 +280,53 @@ def _base64_forms(raw: bytes) -> list[str]:
 
 
 def _literal_forms(value: str) -> set[str]:
-    """``value`` as percent-encoding, entities, ``\\u`` escapes and base64 write it."""
-    forms = {
-        urllib.parse.quote(value, safe=""),
-        urllib.parse.quote(value, safe="/"),
-        urllib.parse.quote_plus(value),
-        html.escape(value, quote=True),
-        html.escape(value, quote=False),
-        # markupsafe's (jinja's) entities, and XML's attribute quoting.
-        html.escape(value, quote=False).replace('"', "&#34;").replace("'", "&#39;"),
-        html.escape(value, quote=False).replace('"', "&quot;"),
-        json.dumps(value, ensure_ascii=True)[1:-1],
-        # A JSON text inside a JSON string (a provider's error body kept as text).
-        json.dumps(json.dumps(value, ensure_ascii=True)[1:-1])[1:-1],
-        json.dumps(json.dumps(value, ensure_ascii=False)[1:-1], ensure_ascii=False)[1:-1],
-    }
-    forms |= {re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), f) for f in list(forms)}
-    # A text lower-cased for a search index, or upper-cased for a label.
-    forms |= {value.lower(), value.upper()}
-    forms.update(_base64_forms(value.encode("utf-8")))
+    """``value`` as base64 writes it (forms :func:`_lenient` cannot match character by
+    character)."""
+    forms = set(_base64_forms(value.encode("utf-8")))
     return {f for f in forms if len(f) >= MIN_SECRET_CHARS and f != value}
 
 
+# The entities HTML, XML and markupsafe write for a character.
+_ENTITIES = {
+    "&": ("&amp;", "&#38;"),
+    "<": ("&lt;", "&#60;"),
+    ">": ("&gt;", "&#62;"),
+    '"': ("&quot;", "&#34;", "&#x22;"),
+    "'": ("&#39;", "&#x27;", "&apos;"),
+}
+
+
+def _char_pattern(c: str) -> str:
+    """The ways one character of a secret may be written: itself (after up to three
+    backslashes: JSON, JSON inside JSON, Markdown and rich escapes), percent-encoded
+    (either case of hex; ``+`` for a space), as an entity, or as a ``\\u`` escape."""
+    if c.isalnum() and c.isascii():
+        return re.escape(c)
+    ways = [r"\\{0,3}" + re.escape(c)]
+    encoded = c.encode("utf-8")
+    ways.append("".join(f"%{_hex(b >> 4)}{_hex(b & 15)}" for b in encoded))
+    if c == " ":
+        ways.append(r"\+")
+    ways += [re.escape(e) for e in _ENTITIES.get(c, ())]
+    if not c.isascii() or not c.isprintable():
+        code = json.dumps(c, ensure_ascii=True)[1:-1]
+        if code.startswith("\\u"):
+            ways.append(r"\\{1,3}u" + "".join(_hex(int(d, 16)) for d in code[2:]))
+        elif code.startswith("\\"):
+            ways.append(r"\\{1,3}" + re.escape(code[1:]))
+    return "(?:" + "|".join(ways) + ")"
+
+
+def _hex(digit: int) -> str:
+    """A hex digit in either case, as a pattern."""
+    low = f"{digit:x}"
+    return low if low.isdigit() else f"[{low}{low.upper()}]"
+
+
 def _lenient(value: str) -> str:
-    """A pattern for ``value`` with a backslash allowed before each punctuation mark:
-    the raw value, its JSON string form and its Markdown-escaped form alike."""
-    return "".join(("\\\\?" if c in _PUNCTUATION else "") + re.escape(c) for c in value)
+    """A pattern for ``value`` written raw or in any mix of the forms of
+    :func:`_char_pattern` (``+`` kept and ``=`` encoded, as a re-encoded query has it)."""
+    return "".join(_char_pattern(c) for c in value)
 
 
 def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -326,8 +343,9 @@ def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 class Masker:
     """Masks a fixed set of secret values in text and in JSON-like data.
 
-    Each value is found raw, with backslashes before its punctuation, and in the
-    encoded forms of :func:`_literal_forms`; a value cut short (at least
+    Each value is found as written, lower- or upper-cased, raw or in any mix of the
+    forms of :func:`_char_pattern` (backslash escapes, percent-encoding, entities,
+    ``\\u`` escapes), and as base64 (:func:`_literal_forms`); a value cut short (at least
     :data:`MIN_SECRET_CHARS` of it) before an ellipsis, or following one, is masked
     too, since a clipped text keeps only part of what it quoted.  (A text clipped
     with no mark is masked before it is clipped, where it is clipped.)  Longer values
@@ -340,9 +358,13 @@ class Masker:
         )
         patterns: list[tuple[int, str]] = []
         for value in self.values:
-            patterns.append((len(value), _lenient(value)))
+            # As written, lower-cased (a search index) and upper-cased (a label).
+            cased = dict.fromkeys((value, value.lower(), value.upper()))
+            patterns += [(len(value), _lenient(v)) for v in cased]
             patterns += [(len(f), re.escape(f)) for f in _literal_forms(value)]
         patterns.sort(key=lambda p: -p[0])
+        # Case-sensitive, the case variants listed: re.IGNORECASE would stop the
+        # engine's literal-prefix search and make masking some fifty times slower.
         self._pattern = re.compile("|".join(p for _, p in patterns)) if patterns else None
 
     def __bool__(self) -> bool:
