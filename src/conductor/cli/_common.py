@@ -33,6 +33,7 @@ __all__ = [
     "EXIT_USAGE",
     "Group",
     "cache_unless",
+    "echo",
     "interrupted",
     "load_pool",
     "open_cache",
@@ -138,6 +139,15 @@ def stdout() -> Console:
 def stderr() -> Console:
     """Standard error, every secret value of this process masked."""
     return _masking_console_class()(stderr=True)
+
+
+def echo(text: str) -> None:
+    """Print ``text`` as it is (JSON, Mermaid, SVG: no layout), every secret value of
+    this process masked: the one way a command writes to standard output besides the
+    consoles."""
+    from ..redact import mask_text
+
+    typer.echo(mask_text(text))
 
 
 def print_path(console: Console, label: str, *paths: Path | str) -> None:
