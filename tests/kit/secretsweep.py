@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from conductor.testing import Fault, FakeLLMServer
+from conductor.testing import FakeLLMServer, Fault
 from kit.benchkit import boxed_number, make_math_file
 from kit.otlpkit import OtlpReceiver
 from kit.poolkit import invoke_cli, lists, write_pool
@@ -299,9 +299,8 @@ def run_sweep(tmp: Path, server: FakeLLMServer, *, masking: bool = True) -> Swee
 def _serve(sweep: Sweep, pool_file: Path, tmp: Path, env: dict[str, str]) -> None:
     """``conductor serve`` of the pool, in process: its records, its call cache and
     what it answers."""
-    from kit.servekit import served
-
     from conductor.pool import load_pool
+    from kit.servekit import served
 
     if SECRETS is not None:
         SECRETS.forget()
@@ -323,7 +322,9 @@ def _serve(sweep: Sweep, pool_file: Path, tmp: Path, env: dict[str, str]) -> Non
                     f"{url}/chat/completions", json=single
                 ).content
                 responses = {"model": "conductor", "input": "What is 6 + 0?"}
-                sweep.sent["serve responses"] = client.post(f"{url}/responses", json=responses).content
+                sweep.sent["serve responses"] = client.post(
+                    f"{url}/responses", json=responses
+                ).content
 
 
 # Places grouped for the table: (column, what a place's name starts with).  What a
