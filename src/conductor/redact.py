@@ -256,6 +256,10 @@ _SECRET_ENV_WORDS = ("KEY", "TOKEN", "SECRET", "PASSW", "CREDENTIAL", "AUTH")
 # target names are read at every mask (a key set after a caller was made is the one a
 # provider may echo); the scan only widens the net to variables no target names.
 _ENV_SCAN_S = 1.0
+# A masker remembers what it made of texts up to this long, this many at most: each
+# record repeats its pool's description and its prompts.
+_MEMO_CHARS = 4096
+_MEMO_ENTRIES = 4096
 # What a clipped text ends with (and a text cut at its start begins with).
 _ELLIPSES = ("\u2026", "...")
 
@@ -363,6 +367,8 @@ class Masker:
             patterns += [(len(value), _lenient(v)) for v in cased]
             patterns += [(len(f), re.escape(f)) for f in _literal_forms(value)]
         patterns.sort(key=lambda p: -p[0])
+        # The texts masked lately (a record repeats its pool's URLs, ids and prompts).
+        self._seen: dict[str, str] = {}
         # Case-sensitive, the case variants listed: re.IGNORECASE would stop the
         # engine's literal-prefix search and make masking some fifty times slower.
         self._pattern = re.compile("|".join(p for _, p in patterns)) if patterns else None
@@ -372,20 +378,29 @@ class Masker:
 
     def text(self, text: str) -> str:
         """``text`` with every secret in it replaced by ``***``."""
-        if self._pattern is None or not text:
-            return text
-        return self._clipped(self._pattern.sub(REDACTED, text))
+        if self._pattern is None or len(text) < MIN_SECRET_CHARS:
+            return text  # too short to hold a piece of a secret worth masking
+        seen = self._seen.get(text)
+        if seen is not None:
+            return seen
+        shown = self._pattern.sub(REDACTED, text)
+        if any(m in shown for m in _ELLIPSES):
+            shown = self._clipped(shown)
+        if len(text) <= _MEMO_CHARS:
+            if len(self._seen) >= _MEMO_ENTRIES:
+                self._seen.clear()
+            self._seen[text] = shown
+        return shown
 
     def _clipped(self, text: str) -> str:
         """Mask the start of a secret left before an ellipsis (a text clipped there)
         and the end of one left after an ellipsis (a text clipped at its start)."""
-        marks = [
-            (at, at + len(mark))
-            for mark in _ELLIPSES
-            for at in (m.start() for m in re.finditer(re.escape(mark), text))
-        ]
-        if not marks:
-            return text
+        marks: list[tuple[int, int]] = []
+        for mark in _ELLIPSES:
+            at = text.find(mark)
+            while at >= 0:
+                marks.append((at, at + len(mark)))
+                at = text.find(mark, at + 1)
         spans: list[tuple[int, int]] = []
         for before, after in marks:
             end = len(text[:before].rstrip())
