@@ -199,9 +199,8 @@ class ConfigReader:
         if tag == "tag:yaml.org,2002:str" and SECRETS.first_short(where):
             log.warning(
                 "%s takes ${%s} from the environment, but its value is %d characters, "
-                "fewer than the %d a value needs to be masked without masking every word "
-                "it spells: it is written as it is in records, logs and caches (write it "
-                "in the file if it is not a secret, or use a longer one if it is)",
+                "too short to mask (%d or more) without masking every word it spells: "
+                "it is written as it is (write it in the file if it is not a secret)",
                 where,
                 name,
                 len(value),

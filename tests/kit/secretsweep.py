@@ -64,6 +64,8 @@ PLACEMENTS = {
     "echoed in an error body": "SWEEP_ECHO",
     "URL of a server that is down": "SWEEP_DOWN",
     "bad URL quoted by an error": "SWEEP_BAD_URL",
+    "pool description": "SWEEP_POOL_DESCRIPTION",
+    "model name (litellm)": "SWEEP_LITELLM_MODEL",
 }
 
 
@@ -178,10 +180,15 @@ def sweep_pool(tmp: Path, server: FakeLLMServer) -> Path:
         },
         entry("w-echo", params={"user": ref("echoed in an error body")}),
         entry("w-down", api_base=f"http://127.0.0.1:9/{ref('URL of a server that is down')}/v1"),
+        {
+            **entry("w-litellm"),
+            "client": "litellm",
+            "model": f"openai/{ref('model name (litellm)')}",
+        },
     ]
     pool = {
         "name": ref("pool name"),
-        "description": "a pool for the secrets sweep",
+        "description": f"a pool for the secrets sweep {ref('pool description')}",
         "defaults": {"temperature": 0.2, "max_tokens": 256},
         "workers": workers,
         "conductor": {
@@ -194,6 +201,7 @@ def sweep_pool(tmp: Path, server: FakeLLMServer) -> Path:
             "max_steps": 12,
         },
     }
+    assert len(workers) == WORKERS
     return write_pool(tmp / "inputs" / "pool.yaml", pool)
 
 
@@ -204,15 +212,20 @@ def broken_pool(tmp: Path) -> Path:
     return write_pool(tmp / "inputs" / "broken.yaml", pool)
 
 
+#: How many workers the sweep's pool has (the Conductor plans one step for each).
+WORKERS = 11
+
+
 def script_server(server: FakeLLMServer) -> None:
     """The Conductor plans one step per worker; the workers that can be reached answer,
     and the echoing one quotes its secret back in an error body."""
-    n = 10
+    n = WORKERS
     plan = lists(list(range(n)), ["Solve it."] * n, [[] for _ in range(n)])
     server.script(SECRETS_BY_PLACEMENT["Conductor model"], lambda r: plan)
     for wid in ("w-header", "w-param", "w-userinfo", "w-id", "w-query", "w-fragment"):
         server.script(wid, boxed_number)
     server.script(SECRETS_BY_PLACEMENT["model name"], boxed_number)
+    server.script(SECRETS_BY_PLACEMENT["model name (litellm)"], boxed_number)
     echo = SECRETS_BY_PLACEMENT["echoed in an error body"]
     server.script(
         "w-echo",
