@@ -260,6 +260,8 @@ _ENV_SCAN_S = 1.0
 # record repeats its pool's description and its prompts.
 _MEMO_CHARS = 4096
 _MEMO_ENTRIES = 4096
+# How many maskers (sets of values) are kept compiled at once.
+_MASKERS = 16
 # What a clipped text ends with (and a text cut at its start begins with).
 _ELLIPSES = ("\u2026", "...")
 
@@ -475,7 +477,9 @@ class Secrets:
         self._watched: set[str] = set()
         self._short: set[str] = set()
         self._scan: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
-        self._masker = Masker(())
+        # Maskers by the values they mask: the process's, and that with a client's own
+        # key added (its error mapper's), each compiled once.
+        self._maskers: dict[frozenset[str], Masker] = {}
 
     def add(self, value: str) -> bool:
         """Hold ``value`` as a secret; False (and nothing held) when it is too short to
@@ -507,7 +511,7 @@ class Secrets:
             self._watched.clear()
             self._short.clear()
             self._scan = (float("-inf"), frozenset())
-            self._masker = Masker(())
+            self._maskers.clear()
 
     def values(self) -> frozenset[str]:
         """The values masked now."""
@@ -527,11 +531,14 @@ class Secrets:
         if not self.enabled:
             return Masker(())
         wanted = self.values() | {v for v in extra if len(v) >= MIN_SECRET_CHARS}
-        masker = self._masker
-        if frozenset(masker.values) != wanted:
+        with self._lock:
+            masker = self._maskers.get(wanted)
+        if masker is None:
             masker = Masker(wanted)
             with self._lock:
-                self._masker = masker
+                if len(self._maskers) >= _MASKERS:
+                    self._maskers.clear()
+                self._maskers[wanted] = masker
         return masker
 
 

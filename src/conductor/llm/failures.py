@@ -200,6 +200,11 @@ def message_from_body(body: Any) -> str | None:
     return None
 
 
+#: How much of a long text is scrubbed before it is clipped to a few hundred characters:
+#: far more than is kept, so no secret straddles the cut that is kept.
+_SCRUB_CHARS = 8192
+
+
 def scrub(text: str, secret: str | None) -> str:
     """``text`` with ``secret`` (a client's key) and every secret value of this process
     (:data:`conductor.redact.SECRETS`: a key in a URL's path, a project id echoed in a
@@ -335,7 +340,8 @@ def network_error(
     host, port = _dialled(links, url)
     # The operating system's own words, from the error deepest in the chain.
     root = next((x for x in reversed(links) if isinstance(x, OSError) and str(x)), links[-1])
-    detail = scrub(" ".join(str(root).split()), key)[:200] or type(root).__name__
+    # Cut to a length any secret fits well inside, scrubbed, then clipped.
+    detail = scrub(" ".join(str(root)[:_SCRUB_CHARS].split()), key)[:200] or type(root).__name__
     for link in links:
         name = type(link).__name__
         if name in _CONNECT_TIMEOUT_NAMES:
@@ -448,6 +454,6 @@ def unreadable_body_error(exc: Exception, *, target: str, key: str | None) -> Ba
     wrong shape (pydantic's ``ValidationError``) all raise ``ValueError`` subclasses.
     Anything else is returned unchanged, to be re-raised as the bug it is."""
     if isinstance(exc, ValueError):
-        detail = scrub(" ".join(str(exc).split()), key)[:300]
+        detail = scrub(" ".join(str(exc)[:_SCRUB_CHARS].split()), key)[:300]
         return bad_response(target, f"the reply could not be read ({type(exc).__name__}: {detail})")
     return exc
