@@ -17,6 +17,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 _SESSION_CACHE = tempfile.TemporaryDirectory(prefix="conductor-test-cache-")
 os.environ["CONDUCTOR_CACHE_DIR"] = _SESSION_CACHE.name
 
+from conductor.redact import SECRETS  # noqa: E402
 from conductor.testing import FakeLLMServer  # noqa: E402
 
 # Tests that run native code (the real model, torch) run in child processes, so that a
@@ -24,6 +25,15 @@ from conductor.testing import FakeLLMServer  # noqa: E402
 # a test that starts a child process and is not marked ``process`` fails
 # (tests/kit/processes.py), so that the fast subset stays fast.
 pytest_plugins = ["kit.isolation", "kit.processes"]
+
+
+@pytest.fixture(autouse=True)
+def _forget_secrets() -> Iterator[None]:
+    """Each test starts with no secret values held: those a test's pools took from the
+    environment (conductor.redact.SECRETS, one per process) would otherwise be masked
+    in every later test's output."""
+    yield
+    SECRETS.forget()
 
 
 @pytest.fixture

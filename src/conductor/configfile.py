@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import difflib
 import json
+import logging
 import re
 import urllib.parse
 from collections.abc import Mapping
@@ -23,7 +24,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigFileError
-from .redact import ENV_NAME_RE, looks_like_key, redact_url
+from .redact import ENV_NAME_RE, MIN_SECRET_CHARS, SECRETS, looks_like_key, redact_url
 
 __all__ = [
     "MAX_YAML_DEPTH",
@@ -38,6 +39,7 @@ __all__ = [
 ]
 
 _VAR_RE = re.compile(r"\$\{([^}]*)\}")
+log = logging.getLogger("conductor")
 #: How deeply collections may nest in a pool, benchmark or training file; the readers
 #: recurse, and no real file comes near this.
 MAX_YAML_DEPTH = 64
@@ -159,6 +161,10 @@ class ConfigReader:
                     field,
                 )
             value = self.environ.get(name)
+            if value:
+                # Taken from the environment: a secret wherever it lands (a default
+                # written in the file is not one).
+                self.hold_secret(value, name, node, field)
             if has_default:
                 # Shell semantics: an empty variable also takes the default.
                 return value if value else default
@@ -179,6 +185,27 @@ class ConfigReader:
                 field,
             )
         return _VAR_RE.sub(substitute, text)
+
+    def hold_secret(self, value: str, name: str, node: yaml.Node, field: str) -> None:
+        """Have :data:`conductor.redact.SECRETS` mask ``value`` (taken from the variable
+        ``name``) in everything written; one too short to mask is said once, unless it
+        reads as a number or a truth value (a setting such as ``${MAX_TOKENS}``)."""
+        if SECRETS.add(value):
+            return
+        tag = self.loader.resolve(  # type: ignore[no-untyped-call, unused-ignore]
+            yaml.ScalarNode, value.strip(), (True, False)
+        )
+        where = f"{self.source}:{node_line(node)}: {field}"
+        if tag == "tag:yaml.org,2002:str" and SECRETS.first_short(where):
+            log.warning(
+                "%s takes ${%s} from the environment, but its value is %d characters, "
+                "too short to mask (%d or more) without masking every word it spells: "
+                "it is written as it is (write it in the file if it is not a secret)",
+                where,
+                name,
+                len(value),
+                MIN_SECRET_CHARS,
+            )
 
     def scalar(self, node: yaml.ScalarNode, field: str) -> Any:
         """The Python value of a scalar, after variable expansion (where on)."""

@@ -5,7 +5,9 @@ and Conductor settings are the call targets of :mod:`conductor.targets`.  The or
 ``Pool.workers`` is the order the Conductor sees ("Model 0", "Model 1", ...).  The file
 is read with the line-aware reader of :mod:`conductor.configfile`; shipped pools are
 found by :mod:`conductor.shipped`.  What a run record, the cache or a log keeps of a pool
-is :func:`pool_to_public_dict`, redacted by :mod:`conductor.redact`.
+is :func:`pool_to_public_dict`, redacted by :mod:`conductor.redact`; every value the file
+took from the environment (``${NAME}``), and every credential the name rules find, is
+also held by :data:`conductor.redact.SECRETS`, which the writers mask by value.
 
 ``defaults:`` holds the settings every model of the pool takes unless it sets its own
 (``temperature``, ``max_tokens``, ``top_p``, ``timeout_s``, ``total_timeout_s``,
@@ -31,7 +33,7 @@ import yaml
 
 from .configfile import ConfigReader, compose_yaml, node_line, read_config_file, show_value
 from .errors import PoolError
-from .redact import public_fields
+from .redact import SECRETS, credentials_in, public_fields
 from .shipped import resolve_shipped, shipped, shipped_dir
 from .targets import (
     CONDUCTOR_BACKENDS,
@@ -572,9 +574,17 @@ def load_pool_text(
     default_name = "pool" if source.startswith("<") else Path(source).stem
     reader = _PoolReader(source, env)
     try:
-        return reader.pool(root, default_name, path)
+        pool = reader.pool(root, default_name, path)
     finally:
         reader.close()
+    # What the name rules call a credential is masked by value too, wherever it lands
+    # (a server echoing it in a reply, another field quoting it); what came from the
+    # environment the reader has given SECRETS already.
+    targets = (*pool.workers, *((pool.conductor,) if pool.conductor is not None else ()))
+    for target in targets:
+        for value in credentials_in(target.api_base, target.params):
+            SECRETS.add(value)
+    return pool
 
 
 def load_pool(path: str | Path, *, environ: Mapping[str, str] | None = None) -> Pool:

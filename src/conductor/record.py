@@ -25,6 +25,7 @@ from typing import Any, Literal
 from .errors import RecordError, UsageError
 from .llm.types import Message
 from .private import write_private
+from .redact import masked_json
 from .workflow import RECORD_FIELDS
 
 __all__ = [
@@ -517,7 +518,7 @@ def record_from_dict(data: dict[str, Any]) -> RunRecord:
 
 def write_record(record: RunRecord, path: str | Path) -> None:
     """Write ``record`` as indented JSON (atomically: a temp file, then a rename)."""
-    text = json.dumps(record_to_dict(record), indent=2, ensure_ascii=False) + "\n"
+    text = masked_json(record_to_dict(record), indent=2, ensure_ascii=False) + "\n"
     _write_atomically(Path(path), text)
 
 

@@ -48,6 +48,8 @@ class OtlpReceiver:
         self.status = status
         self.spans: list[ReceivedSpan] = []
         self.requests: list[dict[str, str]] = []
+        #: Every export request's body as sent (decompressed): what a byte search reads.
+        self.bodies: list[bytes] = []
         self._lock = threading.Lock()
         receiver = self
 
@@ -63,6 +65,7 @@ class OtlpReceiver:
                     body = gzip.decompress(body)
                 with receiver._lock:
                     receiver.requests.append({k.lower(): v for k, v in self.headers.items()})
+                    receiver.bodies.append(body)
                 if self.path != "/v1/traces" or receiver.status != 200:
                     status = 404 if self.path != "/v1/traces" else receiver.status
                     self.send_response(status)

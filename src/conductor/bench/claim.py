@@ -12,7 +12,6 @@ recorded already (first dropping failed records for ``--retry-errors``), and
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import suppress
 from pathlib import Path
@@ -31,6 +30,7 @@ from ..runs.rundir import (
     SAMPLES,
     SampleLines,
     clear_run,
+    record_line,
     repair_tail,
     sample_key,
 )
@@ -68,7 +68,7 @@ def completed_keys(out_dir: Path, *, drop_errors: bool = False) -> set[tuple[str
         with open_private(tmp, "w", encoding="utf-8") as out:
             for _number, data in lines:
                 if not is_error_record(data):
-                    out.write(json.dumps(data, ensure_ascii=False) + "\n")
+                    out.write(record_line(data))
         tmp.replace(path)
     return {sample_key(data) for _number, data in lines}
 

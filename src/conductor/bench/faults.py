@@ -14,6 +14,7 @@ from typing import Any
 from .. import errors
 from ..errors import AuthenticationError, CacheError, ConductorError
 from ..record import RunRecord
+from ..redact import SECRETS
 from ..text import plural
 
 __all__ = [
@@ -44,11 +45,13 @@ def reason(exc: BaseException, secrets: list[str]) -> str:
 
 
 def scrub(text: str, secrets: list[str]) -> str:
-    """``text`` on one line, each of ``secrets`` masked, clipped to
+    """``text`` on one line, each of ``secrets`` and every secret value of this
+    process masked (before it is clipped, so that no part of one is left), clipped to
     :data:`MAX_REASON_CHARS`."""
     text = text.replace("\n", " ")
     for secret in secrets:
         text = text.replace(secret, "***")
+    text = SECRETS.masker().text(text)
     return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 3] + "..."
 
 

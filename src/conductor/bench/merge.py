@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 from ..errors import UsageError
 from ..private import make_private_dir, open_private, write_private
 from ..record import now_iso
 from ..runs.config import BenchConfig, read_run_config
-from ..runs.rundir import CONFIG, SAMPLES, SampleLines, sample_key
+from ..runs.rundir import CONFIG, SAMPLES, SampleLines, record_line, sample_key
 from .runconfig import check_same_run
 
 __all__ = ["merge_runs", "merged_config"]
@@ -41,7 +40,7 @@ def merge_runs(run_dirs: list[Path], out_dir: Path) -> int:
         for di, d in enumerate(run_dirs):
             for li, data in SampleLines(d / SAMPLES):
                 if last.get(sample_key(data)) == (di, li):
-                    out.write(json.dumps(data, ensure_ascii=False) + "\n")
+                    out.write(record_line(data))
                     written += 1
     write_private(out_dir / CONFIG, merged_config(configs, run_dirs).to_json())
     return written

@@ -22,6 +22,7 @@ from ..errors import UsageError
 from ..grading import Grader
 from ..pool import RUNTIME_FIELDS
 from ..record import now_iso
+from ..redact import mask
 from ..runs.config import BenchConfig, BenchmarkInfo, Invocation, TrainedOn
 from ..strategies import Strategy
 
@@ -228,9 +229,14 @@ def run_difference(old: BenchConfig, new: BenchConfig, *, shards: bool = False) 
     samples (``the seed was 0, now 5``), or ``None`` when it continues that run.
 
     ``shards`` compares the shards of one run, which differ in ``shard`` (and may reach
-    their models at other addresses)."""
+    their models at other addresses).
+
+    Both sides are compared masked (:func:`conductor.redact.mask`): ``config.json`` is
+    written with the process's secret values masked, the config of the run now in
+    memory holds them, and a value taken from the environment must not make a resume
+    look like another run.  (So a resume whose secret changed is not told apart.)"""
     for name, value_of in _SAME_RUN:
-        was, now = value_of(old), value_of(new)
+        was, now = mask(value_of(old)), mask(value_of(new))
         if name == _FILE_SHA and was is None:
             continue  # a downloaded file not yet fetched when the run started
         if was != now:
@@ -243,7 +249,7 @@ def run_difference(old: BenchConfig, new: BenchConfig, *, shards: bool = False) 
         was_tree = tree_of(old)
         if was_tree is None:
             continue  # not recorded by the run that wrote the config
-        diff = _first_difference(was_tree, tree_of(new))
+        diff = _first_difference(mask(was_tree), mask(tree_of(new)))
         if diff is not None:
             return f"the {name} changed ({diff})"
     return None

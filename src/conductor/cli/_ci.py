@@ -94,7 +94,11 @@ def _check_writable(option: str, path: Path) -> None:
 
 
 def _write_file(option: str, what: str, path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all (a temporary file, then a rename)."""
+    """Write ``text`` to ``path`` whole or not at all (a temporary file, then a rename),
+    every secret value of this process masked."""
+    from ..redact import mask_text
+
+    text = mask_text(text)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,8 @@ loads none of them.
 from __future__ import annotations
 
 import contextlib
+import functools
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -31,6 +33,7 @@ __all__ = [
     "EXIT_USAGE",
     "Group",
     "cache_unless",
+    "echo",
     "interrupted",
     "load_pool",
     "open_cache",
@@ -81,19 +84,70 @@ class Group(TyperGroup):
 state: dict[str, bool] = {"debug": False}
 
 
+@functools.cache
+def _masking_console_class() -> type[Console]:
+    """A rich console that masks every secret value of this process
+    (:data:`conductor.redact.SECRETS`) in all it prints: each text is masked before it
+    is laid out, so a secret wrapped or cropped at a line's end cannot slip through in
+    pieces, and each piece of output a view makes itself (a segment) as it goes out.
+    Made on first use: rich is not imported for ``--help``."""
+    from rich.console import Console
+    from rich.segment import Segment
+    from rich.text import Text
+
+    from ..redact import SECRETS
+
+    class MaskingConsole(Console):
+        def render_str(self, text: str, **kwargs: Any) -> Text:
+            return super().render_str(SECRETS.masker().text(text), **kwargs)
+
+        def render(self, renderable: Any, options: Any = None) -> Iterator[Segment]:
+            masker = SECRETS.masker()
+            if masker and isinstance(renderable, str):
+                renderable = masker.text(renderable)
+            elif masker and isinstance(renderable, Text):
+                shown = masker.text(renderable.plain)
+                if shown != renderable.plain:
+                    # The styles of parts of the text are dropped with what they styled.
+                    renderable = Text(
+                        shown,
+                        style=renderable.style,
+                        justify=renderable.justify,
+                        overflow=renderable.overflow,
+                        no_wrap=renderable.no_wrap,
+                        end=renderable.end,
+                        tab_size=renderable.tab_size,
+                    )
+            for segment in super().render(renderable, options):
+                if masker and segment.text and not segment.control:
+                    shown = masker.text(segment.text)
+                    if shown != segment.text:
+                        segment = Segment(shown, segment.style, segment.control)
+                yield segment
+
+    return MaskingConsole
+
+
 def stdout() -> Console:
     """Standard output.  Piped, rich lays it out for 80 columns unless COLUMNS says
     otherwise: an unbounded width would set free text on one endless line.  Every view
-    keeps ids and paths whole at any width, so a pipe into grep still finds them."""
-    from rich.console import Console
-
-    return Console(soft_wrap=False)
+    keeps ids and paths whole at any width, so a pipe into grep still finds them.
+    Every secret value of this process is masked (:func:`_masking_console_class`)."""
+    return _masking_console_class()(soft_wrap=False)
 
 
 def stderr() -> Console:
-    from rich.console import Console
+    """Standard error, every secret value of this process masked."""
+    return _masking_console_class()(stderr=True)
 
-    return Console(stderr=True)
+
+def echo(text: str) -> None:
+    """Print ``text`` as it is (JSON, Mermaid, SVG: no layout), every secret value of
+    this process masked: the one way a command writes to standard output besides the
+    consoles."""
+    from ..redact import mask_text
+
+    typer.echo(mask_text(text))
 
 
 def print_path(console: Console, label: str, *paths: Path | str) -> None:

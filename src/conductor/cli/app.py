@@ -1,7 +1,8 @@
 """The ``conductor`` application: the command tree, the root options, and
 :func:`main`, which turns the errors the library raises on purpose into one sentence
 on stderr and an exit code (2 for bad input, 1 for a failed run, 130 for ``Ctrl-C``);
-a traceback is shown only with ``--debug``.
+a traceback is shown only with ``--debug`` (or for a bug), and like everything a command
+prints, with every secret value of the process masked (:mod:`conductor.redact`).
 
 Each command lives in a module of its own and imports the heavy libraries it needs
 when it runs, so that ``conductor --help`` and ``conductor trace`` start instantly.
@@ -13,7 +14,7 @@ import contextlib
 import errno
 import logging
 import sys
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -97,9 +98,13 @@ def _root(
     ] = False,
 ) -> None:
     """Conductor: learned orchestration of LLM teams."""
+    from ..redact import MaskingFilter
+
     state["debug"] = debug
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    # Every log line, tracebacks included, has the process's secret values masked.
+    handler.addFilter(MaskingFilter())
     logger = logging.getLogger("conductor")
     logger.handlers[:] = [handler]
     logger.setLevel(logging.DEBUG if debug else logging.WARNING)
@@ -116,25 +121,41 @@ def main(argv: list[str] | None = None) -> None:
         raise
     except UsageError as exc:
         if state["debug"]:
-            raise
+            _traceback_exit(EXIT_USAGE)
         print_error(str(exc))
         sys.exit(EXIT_USAGE)
     except ConductorError as exc:
         if state["debug"]:
-            raise
+            _traceback_exit(EXIT_FAILED)
         print_error(str(exc))
         sys.exit(EXIT_FAILED)
     except OSError as exc:
         # A file or directory the command was pointed at (an --out under a read-only
         # directory, a path through a regular file): one line, not a traceback.
         if state["debug"]:
-            raise
+            _traceback_exit(EXIT_USAGE if exc.errno in _USER_PATH_ERRNOS else EXIT_FAILED)
         print_error(_describe_os_error(exc))
         sys.exit(EXIT_USAGE if exc.errno in _USER_PATH_ERRNOS else EXIT_FAILED)
     except KeyboardInterrupt:
         stderr().print("interrupted")
         _abandon_local_work()
         sys.exit(EXIT_INTERRUPTED)
+    except Exception:  # noqa: BLE001 - a bug: its traceback, masked, as Python would print it
+        _traceback_exit(EXIT_FAILED)
+
+
+def _traceback_exit(code: int) -> NoReturn:
+    """Print the exception being handled as Python would (``--debug``, or a bug), every
+    secret value of the process masked (a message may quote a URL), and exit ``code``.
+    Written here rather than left to ``sys.excepthook``: typer replaces the hook with
+    its own when the app is called."""
+    import traceback
+
+    from ..redact import mask_text
+
+    sys.stderr.write(mask_text(traceback.format_exc()))
+    sys.stderr.flush()
+    sys.exit(code)
 
 
 def _abandon_local_work() -> None:

@@ -14,6 +14,7 @@ from ._common import (
     EXIT_FAILED,
     PoolOption,
     cache_unless,
+    echo,
     interrupted,
     load_pool,
     print_error,
@@ -142,7 +143,7 @@ def ask(
         if tracer is not None:
             tracer.emit(record, source=str(out) if out is not None else None)
     if as_json:
-        typer.echo(to_json(record))
+        echo(to_json(record))
     else:
         console = stdout()
         console.print(topology(record))

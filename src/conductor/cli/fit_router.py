@@ -10,7 +10,7 @@ import typer
 
 from ..errors import UsageError
 from ..text import printable
-from ._common import print_path, stderr, stdout
+from ._common import echo, print_path, stderr, stdout
 
 __all__ = ["fit_router"]
 
@@ -112,7 +112,7 @@ def fit_router(
     fit = fit_on(data, settings)
     written = save_router(fit, target)
     if as_json:
-        typer.echo(json.dumps(fit.evaluation(), indent=2))
+        echo(json.dumps(fit.evaluation(), indent=2))
     else:
         from ..render.router import fit_view
 

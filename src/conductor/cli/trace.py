@@ -10,7 +10,7 @@ import typer
 
 from ..errors import UsageError
 from ..text import printable
-from ._common import stdout
+from ._common import echo, stdout
 
 if TYPE_CHECKING:
     from ..record import RunRecord
@@ -105,13 +105,13 @@ def trace(
         shown.append((None, record))
     for sub_run, record in shown:
         if fmt == "json":
-            typer.echo(to_json(record))
+            echo(to_json(record))
         elif fmt == "mermaid":
-            typer.echo(to_mermaid(record))
+            echo(to_mermaid(record))
         elif fmt == "svg":
             from ..view.graph import workflow_svg
 
-            typer.echo(workflow_svg(record))
+            echo(workflow_svg(record))
         else:
             if sub_run is not None:
                 console.print(Rule(Text(printable(sub_run.name), style="bold")))

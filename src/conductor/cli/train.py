@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ._common import stderr
+from ._common import echo, stderr
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -73,8 +73,8 @@ def train(
             on_warm_start=lambda w: _print_warm(err, w),
         )
     # Plain echo: paths must not be wrapped or highlighted, scripts copy them.
-    typer.echo(f"checkpoint written to {checkpoint}  (use: --conductor {checkpoint})")
-    typer.echo(f"metrics written to {Path(config.output_dir).expanduser() / METRICS_FILE}")
+    echo(f"checkpoint written to {checkpoint}  (use: --conductor {checkpoint})")
+    echo(f"metrics written to {Path(config.output_dir).expanduser() / METRICS_FILE}")
 
 
 def _print_warm(console: Console, report: WarmStartReport) -> None:

@@ -9,6 +9,7 @@ import typer
 
 from ..errors import MissingDependencyError, install_hint
 from ..text import printable
+from ._common import echo
 
 __all__ = ["view"]
 
@@ -50,7 +51,7 @@ def view(
     from ..view.page import write_view
 
     written = write_view(load_runs(runs), out)
-    typer.echo(printable(str(written)))
+    echo(printable(str(written)))
     if open_:
         import webbrowser
 

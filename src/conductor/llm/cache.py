@@ -3,8 +3,12 @@
 The key is a SHA-256 over the canonical JSON of everything that decides a reply:
 client kind, model, endpoint, messages, sampling parameters, grammar / response
 format, tools and tool choice, and the sample index (so that repeated samples differ on
-purpose).  API keys are never part of the key or the value.  diskcache stores entries
-in SQLite, which is safe when several processes share one directory.
+purpose).  API keys are never part of the key or the value.  A value taken from the
+environment into the endpoint, the model or a param (``?project=${P}``) is part of the
+key as it is, so that two such values never share an entry; the stored values are masked
+by value (:data:`conductor.redact.SECRETS`), so the database never holds one in clear.
+diskcache stores entries in SQLite, which is safe when several processes share one
+directory.
 
 Only complete answers are kept: errors, empty replies and replies cut off at the token
 limit (``finish_reason`` ``length`` or a provider's equivalent) are never stored, and
@@ -51,6 +55,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import CacheError, UsageError
 from ..private import FILE_MODE, make_private_dir, own_dir, private_file
+from ..redact import SECRETS
 from .tools import openai_tool_fields
 from .types import ModelRequest, RawCompletion, ReportedCost, ToolCall, Usage
 
@@ -465,6 +470,11 @@ class ResponseCache:
         return self._guard(lambda: self._cache.get(key))
 
     def _write(self, key: str, value: dict[str, Any]) -> None:
+        # The one door into the database: what is stored has every secret value of the
+        # process masked (a reply echoing a project id, a kept record quoting a URL).
+        # Keys are SHA-256 digests of what was asked, secrets included, so that two
+        # secrets never share an entry; a digest does not hold the value.
+        value = SECRETS.masker().data(value)
         if self._writer is not None:
             self._writer.put(key, value)
         else:

@@ -36,6 +36,7 @@ from ..errors import (
     ServerError,
     host_port,
 )
+from ..redact import SECRETS
 from .replies import bad_response
 
 __all__ = [
@@ -199,23 +200,31 @@ def message_from_body(body: Any) -> str | None:
     return None
 
 
+#: How much of a long text is scrubbed before it is clipped to a few hundred characters:
+#: far more than is kept, so no secret straddles the cut that is kept.
+_SCRUB_CHARS = 8192
+
+
 def scrub(text: str, secret: str | None) -> str:
-    """``text`` with ``secret`` masked, so that a key never reaches a message or log."""
+    """``text`` with ``secret`` (a client's key) and every secret value of this process
+    (:data:`conductor.redact.SECRETS`: a key in a URL's path, a project id echoed in a
+    provider's error body) masked, so that none reaches a message or a log.  A text is
+    scrubbed before it is clipped: clipping first could leave part of a secret."""
     if secret and len(secret) >= 4 and secret in text:
-        return text.replace(secret, "***")
-    return text
+        text = text.replace(secret, "***")
+    return SECRETS.masker((secret,) if secret else ()).text(text)
 
 
 def mask_error(exc: ModelCallError, secrets: tuple[str, ...]) -> ModelCallError:
-    """``exc`` with every secret masked in its provider message and its text."""
-    if not secrets:
+    """``exc`` with ``secrets`` and every secret value of this process masked in its
+    provider message and its text."""
+    masker = SECRETS.masker(secrets)
+    if not masker:
         return exc
     message = exc.provider_message
     args_text = " ".join(str(a) for a in exc.args)
-    if any(secret in message or secret in args_text for secret in secrets):
-        for secret in secrets:
-            message = message.replace(secret, "***")
-        return exc.replace(provider_message=message, described=True)
+    if masker.text(message) != message or masker.text(args_text) != args_text:
+        return exc.replace(provider_message=masker.text(message), described=True)
     return exc
 
 
@@ -331,7 +340,8 @@ def network_error(
     host, port = _dialled(links, url)
     # The operating system's own words, from the error deepest in the chain.
     root = next((x for x in reversed(links) if isinstance(x, OSError) and str(x)), links[-1])
-    detail = scrub(" ".join(str(root).split())[:200], key) or type(root).__name__
+    # Cut to a length any secret fits well inside, scrubbed, then clipped.
+    detail = scrub(" ".join(str(root)[:_SCRUB_CHARS].split()), key)[:200] or type(root).__name__
     for link in links:
         name = type(link).__name__
         if name in _CONNECT_TIMEOUT_NAMES:
@@ -444,8 +454,6 @@ def unreadable_body_error(exc: Exception, *, target: str, key: str | None) -> Ba
     wrong shape (pydantic's ``ValidationError``) all raise ``ValueError`` subclasses.
     Anything else is returned unchanged, to be re-raised as the bug it is."""
     if isinstance(exc, ValueError):
-        detail = " ".join(str(exc).split())[:300]
-        return bad_response(
-            target, scrub(f"the reply could not be read ({type(exc).__name__}: {detail})", key)
-        )
+        detail = scrub(" ".join(str(exc)[:_SCRUB_CHARS].split()), key)[:300]
+        return bad_response(target, f"the reply could not be read ({type(exc).__name__}: {detail})")
     return exc

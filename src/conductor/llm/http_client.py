@@ -143,11 +143,12 @@ class HttpClient:
         if status >= 400:
             reason = message_from_body(data if data is not None else payload) or f"HTTP {status}"
             raise error_for_status(
-                status, scrub(reason[:500], self._key), target=target, headers=headers
+                status, scrub(reason, self._key)[:500], target=target, headers=headers
             )
         if data is None:
-            text = payload[:200].decode("utf-8", "replace")
-            raise bad_response(target, scrub(f"the reply is not JSON: {text!r}", self._key))
+            # Scrubbed, then clipped: a secret cut in two would not be found.
+            text = scrub(payload[:4096].decode("utf-8", "replace"), self._key)[:200]
+            raise bad_response(target, f"the reply is not JSON: {text!r}")
         raw = openai_reply(data, target, headers)
         await self._grammar.check(raw, request, api_key=self._key)
         return raw

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..errors import MissingKeysError
-from ..redact import credentials_in
+from ..redact import SECRETS, credentials_in
 from ..text import joined, targets_named
 from .apikey import PLACEHOLDER_KEY, PROVIDER_KEY_ENVS
 from .factory import capabilities_of
@@ -127,13 +127,18 @@ class KnownSecrets:
     credentials written into its ``api_base`` and ``extra_headers`` (a target does not
     change).  The variables themselves are read at each :meth:`values`: litellm reads
     its key from the environment when it calls, so a key set or changed after the
-    caller was made is the one a provider could echo.
+    caller was made is the one a provider could echo.  Both are handed to
+    :data:`conductor.redact.SECRETS` too, so that every writer of the process masks
+    them (a key variable whose name does not sound like one included).
     """
 
     def __init__(self, target: Worker) -> None:
         self._names = key_env_names(target)
         # Keys written into the URL or the headers, which a message quoting them would show.
         self._written = credentials_in(target.api_base, target.params)
+        SECRETS.watch(*self._names)
+        for value in self._written:
+            SECRETS.add(value)
 
     def values(self) -> tuple[str, ...]:
         """The values to mask now, each once, in a stable order."""

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MissingDependencyError, UsageError
+from ..redact import masked_json
 from .local_runtime import EXTRA_BUFFERS_ENV, RUNTIME_ENV, choose_runtime
 
 logger = logging.getLogger("conductor")
@@ -167,7 +168,8 @@ def remember_crash(path: str, what: str) -> None:
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
         tmp = file.with_name(f"{file.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(known, indent=1), encoding="utf-8")
+        # A model path may have come from the environment: masked like every writer's.
+        tmp.write_text(masked_json(known, indent=1), encoding="utf-8")
         os.replace(tmp, file)
     except OSError as exc:  # a read-only cache: the fallback still holds for this run
         logger.debug("cannot remember the local model crash in %s: %s", file, exc)

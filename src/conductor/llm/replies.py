@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import BadResponseError
+from ..redact import SECRETS
 from .tools import read_anthropic_tool_calls, read_tool_calls
 from .types import RawCompletion, ReportedCost, Usage
 
@@ -268,25 +269,9 @@ def gemini_reply(body: Any, target: str | None, model: str | None) -> RawComplet
 
 
 def mask_secrets(value: Any, secrets: Iterable[str]) -> Any:
-    """``value`` (a string, or JSON-like data) with every secret in it replaced by ``***``."""
-    found = [s for s in secrets if s]
-    if not found:
-        return value
-    if isinstance(value, str):
-        for secret in found:
-            if secret in value:
-                value = value.replace(secret, "***")
-        return value
-    if isinstance(value, dict):
-        return {k: mask_secrets(v, found) for k, v in value.items()}
-    if isinstance(value, list):
-        return [mask_secrets(v, found) for v in value]
-    return value
-
-
-def _holds_secret(value: Any, secrets: Iterable[str]) -> bool:
-    blob = json.dumps(value, ensure_ascii=False, default=str)
-    return any(secret in blob for secret in secrets)
+    """``value`` (a string, or JSON-like data) with ``secrets`` and every secret value
+    of this process (:data:`conductor.redact.SECRETS`) replaced by ``***``."""
+    return SECRETS.masker(tuple(s for s in secrets if s)).data(value)
 
 
 def check_reply(
@@ -306,10 +291,9 @@ def check_reply(
     if not deterministic and not raw.text.strip() and not raw.tool_calls:
         why = f" (finish_reason {raw.finish_reason})" if raw.finish_reason else ""
         raise bad_response(target, f"the reply is empty{why}")
-    if secrets and (
-        _holds_secret(raw.raw, secrets) or any(secret in raw.text for secret in secrets)
-    ):
-        return dataclasses.replace(
-            raw, text=mask_secrets(raw.text, secrets), raw=mask_secrets(raw.raw, secrets)
-        )
+    masker = SECRETS.masker(secrets)
+    if masker:
+        text, body = masker.text(raw.text), masker.data(raw.raw)
+        if text != raw.text or body != raw.raw:
+            return dataclasses.replace(raw, text=text, raw=body)
     return raw

@@ -19,6 +19,7 @@ from pathlib import Path
 
 def main(argv: list[str]) -> int:
     from ..record import record_from_dict
+    from ..redact import masked_json
     from ._config import OtelSettings
     from ._export import RecordTracer
 
@@ -44,7 +45,7 @@ def main(argv: list[str]) -> int:
         tracer.emit(record, source=source, traceparent=traceparent)
     report = tracer.close(timeout_s)
     partial = report_path.with_suffix(".partial")
-    partial.write_text(json.dumps(dataclasses.asdict(report)), encoding="utf-8")
+    partial.write_text(masked_json(dataclasses.asdict(report)), encoding="utf-8")
     os.replace(partial, report_path)
     return 0
 

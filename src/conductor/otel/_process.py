@@ -30,6 +30,7 @@ import threading
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from ..redact import mask_text, masked_json
 from ._config import OtelSettings
 from ._report import TraceReport
 
@@ -112,7 +113,8 @@ class ProcessTracer:
         traceparent: str | None = None,
         line: str | None = None,
     ) -> None:
-        """Hand ``record`` over (``line``: its JSON, one line, when the caller has it)."""
+        """Hand ``record`` over (``line``: its JSON, one line, when the caller has it),
+        every secret value of this process masked: the spans leave the process."""
         self._records += 1
         if self._closed is not None or self._broken:
             self._dropped += 1
@@ -120,7 +122,9 @@ class ProcessTracer:
         if line is None:
             from ..record import record_to_dict
 
-            line = json.dumps(record_to_dict(record), ensure_ascii=False)
+            line = masked_json(record_to_dict(record), ensure_ascii=False)
+        else:
+            line = mask_text(line)
         # JSON escapes tabs and newlines inside strings, so the first raw tab ends the
         # header, and a raw newline in a record can only be white space: the one at
         # the end ends the record.

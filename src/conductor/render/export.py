@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 from ..record import RunRecord, record_to_dict
+from ..redact import masked_json
 from ..shapes import round_plan, topology_kind
 from .format import EXCERPT, one_line, shown
 
@@ -74,7 +74,8 @@ def to_json(record: RunRecord) -> str:
     JSON already escapes the C0 controls; DEL, the C1 controls and the bidirectional
     overrides are escaped too (``\\u009b``), so printing it cannot drive a terminal.
     """
-    text = json.dumps(record_to_dict(record), indent=2, ensure_ascii=False)
+    # Masked as data, so that a number holding a secret becomes a string, not bad JSON.
+    text = masked_json(record_to_dict(record), indent=2, ensure_ascii=False)
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 

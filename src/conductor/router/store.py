@@ -32,6 +32,7 @@ from .. import __version__
 from ..errors import UsageError
 from ..private import make_private_dir, write_private
 from ..record import now_iso
+from ..redact import masked_json
 from ..text import printable
 from .features import featurizer_from
 from .head import LogisticHead
@@ -134,7 +135,7 @@ def save_router(fit: RouterFit, directory: str | Path) -> Path:
     data = _fit_dict(fit)
     data["head"]["sha256"] = hashlib.sha256(raw).hexdigest()
     path = target / ROUTER_FILE
-    write_private(path, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    write_private(path, masked_json(data, indent=1, ensure_ascii=False) + "\n")
     return path
 
 

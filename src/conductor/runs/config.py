@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import UsageError
+from ..redact import masked_json
 from .rundir import CONFIG
 
 __all__ = [
@@ -190,8 +191,10 @@ class BenchConfig:
         return data
 
     def to_json(self) -> str:
-        """The text of ``config.json``."""
-        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n"
+        """The text of ``config.json``, every secret value of this process masked (the
+        config in memory keeps them: the sample cache's key is made from it, so that
+        two secrets never share an entry)."""
+        return masked_json(self.to_dict(), indent=2, ensure_ascii=False) + "\n"
 
 
 def _plain(value: Mapping[str, Any] | None) -> dict[str, Any] | None:

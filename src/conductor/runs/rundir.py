@@ -39,6 +39,7 @@ from typing import IO, Any
 from ..errors import RecordError, UsageError
 from ..private import open_private
 from ..record import RunRecord, record_from_dict
+from ..redact import SECRETS
 
 __all__ = [
     "BATCHES",
@@ -361,9 +362,11 @@ def write_line(fh: IO[bytes], line: str) -> None:
 
 
 def record_line(data: dict[str, Any]) -> str:
-    """One JSON line for ``data``.  Text that is not valid Unicode (a lone surrogate read
-    from the data) is written as ``\\u`` escapes, so it neither fails the write nor is
-    altered on reading back."""
+    """One JSON line for ``data``, every secret value of this process masked (the one
+    line writer of ``samples.jsonl``, serve's records and ``batches.jsonl``).  Text
+    that is not valid Unicode (a lone surrogate read from the data) is written as
+    ``\\u`` escapes, so it neither fails the write nor is altered on reading back."""
+    data = SECRETS.masker().data(data, str)
     line = json.dumps(data, ensure_ascii=False, default=str)
     try:
         line.encode("utf-8")

@@ -28,6 +28,7 @@ from typing import Any
 from ..errors import RecordError, UsageError
 from ..private import write_private
 from ..record import RunRecord, now_iso
+from ..redact import masked_json
 from ..shapes import topology_kind
 from .config import BenchmarkInfo, read_run_config
 from .rundir import (
@@ -536,7 +537,9 @@ def write_summary(run_dir: Path) -> RunSummary:
 
 def _write_summary_file(run_dir: Path, summary: RunSummary) -> None:
     target = Path(run_dir) / SUMMARY
-    write_private(target, json.dumps(summary_to_dict(summary), indent=2, ensure_ascii=False) + "\n")
+    write_private(
+        target, masked_json(summary_to_dict(summary), indent=2, ensure_ascii=False) + "\n"
+    )
 
 
 def _read_rate_limits(path: Path) -> list[dict[str, Any]]:
@@ -570,7 +573,8 @@ def record_rate_limits(run_dir: Path, providers: dict[str, dict[str, Any]]) -> b
     runs.append({"recorded_at": now_iso(), "providers": providers})
     data = {"schema_version": 1, "invocations": runs[-MAX_LIMIT_INVOCATIONS:]}
     try:
-        write_private(path, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+        # A provider's label is its redacted URL: a secret in its path is masked here.
+        write_private(path, masked_json(data, indent=1, ensure_ascii=False) + "\n")
     except OSError as exc:
         log.warning("%s: rate-limit history not written (%s)", path, exc)
         return False

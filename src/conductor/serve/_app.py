@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import time
 import weakref
@@ -36,6 +35,7 @@ from ..conductors.spec import resolve_conductor
 from ..errors import ConductorError, UsageError
 from ..llm.cache import ResponseCache
 from ..record import RunRecord, new_run_id
+from ..redact import masked_json
 from ..strategies import Strategy
 from ..text import check_question
 from ._completions import CompletionRenderer, parse_completion_request
@@ -416,8 +416,9 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    # Every secret value of the process is masked in what a client is sent.
     return Response(
-        json.dumps(body, ensure_ascii=False).encode(),
+        masked_json(body, ensure_ascii=False).encode(),
         status_code=status,
         headers=headers,
         media_type="application/json",

@@ -20,6 +20,7 @@ from ..events import Event
 from ..llm.answer_format import PLAIN, AnswerFormat, schema_problem
 from ..llm.types import ForcedTool, ToolCall, ToolChoice, ToolSpec
 from ..record import RunRecord
+from ..redact import mask_text, masked_json
 
 __all__ = [
     "BUDGET_KEY",
@@ -704,8 +705,8 @@ def pieces(text: str, size: int = PIECE_CHARS) -> list[str]:
 
 def sse(data: dict[str, Any] | str, event: str | None = None) -> bytes:
     """One server-sent event: ``data: JSON`` (after ``event: NAME`` where named) and a
-    blank line."""
-    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    blank line, every secret value of the process masked."""
+    text = mask_text(data) if isinstance(data, str) else masked_json(data, ensure_ascii=False)
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {text}\n\n".encode()
 

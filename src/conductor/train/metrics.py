@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..private import make_private_dir, open_private
+from ..redact import masked_json
 
 __all__ = [
     "METRIC_KEYS",
@@ -95,7 +96,7 @@ class MetricsLog:
         merged: dict[str, Any] = {key: None for key in METRIC_KEYS}
         merged.update(row)
         full: MetricsLine = _clean(merged)
-        self._fh.write(json.dumps(full, ensure_ascii=False) + "\n")
+        self._fh.write(masked_json(full, ensure_ascii=False) + "\n")
         # Flush per line: the file is the record of a run that may be killed at any time.
         self._fh.flush()
         self.rows.append(full)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import logging
 import os
 import time
@@ -42,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..private import make_private_dir, tighten, write_private
+from ..redact import masked_json
 from ..text import plural
 from .grpo import grpo_trainer_class, require_trl_version
 from .grpo_recursion import recursion_trainer
@@ -407,7 +407,9 @@ def train(
                 max_steps=conductor.max_steps,
                 seed=config.seed,
             )
-            write_private(output_dir / WARM_START_FILE, json.dumps(warm.to_dict(), indent=2) + "\n")
+            write_private(
+                output_dir / WARM_START_FILE, masked_json(warm.to_dict(), indent=2) + "\n"
+            )
             if on_warm_start is not None:
                 on_warm_start(warm)
         render = opens_with_prefill(config)
@@ -451,7 +453,7 @@ def train(
         cache.close()
     write_private(
         output_dir / "train_config.json",
-        json.dumps(_config_dict(config), indent=2, default=str) + "\n",
+        masked_json(_config_dict(config), indent=2, default=str) + "\n",
     )
     # The trainer and the tokenizer save with the process umask: the checkpoint holds
     # what the Conductor learnt from the training data, private like the rest.

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from ..private import write_private
+from ..redact import mask
 
 #: A sample's details (:class:`conductor.view.data.SampleDetail`, which imports this
 #: module: named here by its fields only, so that the two do not import each other).
@@ -199,7 +200,10 @@ class DetailSpool:
         details = {"texts": self._texts.items, "items": self._items}
         for kind, payload in (("d", details), ("s", self._search)):
             call = f"{CALLBACK}({_js_json(self.token)},{_js_json(kind)},{number},"
-            write_private(self._dir / chunk_name(kind, number), f"{call}{_js_json(payload)});\n")
+            # Masked as it leaves: every secret value of this process, in any case
+            # (the search texts are lower-cased).
+            text = f"{call}{_js_json(mask(payload))});\n"
+            write_private(self._dir / chunk_name(kind, number), text)
         self._texts = Strings()
         self._items = []
         self._search = []

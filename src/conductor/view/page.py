@@ -23,6 +23,7 @@ from urllib.parse import quote
 from .. import __version__
 from ..errors import MissingDependencyError, install_hint
 from ..private import write_private
+from ..redact import mask, mask_text
 from .companion import CALLBACK, DetailSpool, Strings, companion_dir
 from .data import ViewRun, ViewSample, compare_runs
 
@@ -212,7 +213,7 @@ def page_html(runs: Sequence[ViewRun], companion: str = "") -> str:
         version=__version__,
         css=Markup(_asset("page.css")),
         script=Markup(_asset("page.js")),
-        data=Markup(_script_json(main)),
+        data=Markup(_script_json(mask(main))),
     )
 
 
@@ -225,5 +226,6 @@ def write_view(runs: Sequence[ViewRun], out: Path) -> Path:
     spool = _spool_of(runs)
     html = page_html(runs, companion_dir(out).name)
     spool.publish(out)
-    write_private(out, html)
+    # The data was masked as JSON; the page's other text (its title) is masked here.
+    write_private(out, mask_text(html))
     return out
