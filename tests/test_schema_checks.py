@@ -14,14 +14,8 @@ import pytest
 
 from conductor.llm import schema_checks
 from conductor.llm.check_workers import InlineRunner, Job, RequestChecks
-from conductor.llm.schema_checks import (
-    LIMITS,
-    Problem,
-    canonical,
-    check_reply,
-    check_schema,
-    size_problem,
-)
+from conductor.llm.schema_checks import Problem, canonical, check_reply, check_schema
+from conductor.llm.schema_limits import LIMITS, size_problem
 
 jsonschema = pytest.importorskip("jsonschema")
 

@@ -29,7 +29,8 @@ from typing import Any
 
 from ..targets import Worker
 from .check_workers import INLINE, Job, RequestChecks, run_job
-from .schema_checks import LIMITS, Problem, check_reply, size_problem
+from .schema_checks import Problem, check_reply
+from .schema_limits import LIMITS, size_problem
 from .tools import openai_tool, openai_tool_choice
 from .types import ForcedTool, ModelRequest, ToolCall, ToolChoice, ToolSpec
 

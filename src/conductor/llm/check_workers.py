@@ -15,7 +15,8 @@ check past its budget, or whose request was cancelled (its client left), is ende
 SIGKILL at once, whatever it was doing.  The workers stay up between checks (a fresh
 interpreter with jsonschema costs a few hundred milliseconds), at most ``size`` at once;
 each limits its own memory (``RLIMIT_AS``) and its CPU per check (``RLIMIT_CPU``, a
-backstop that also ends a worker whose server died mid-check).
+backstop that also ends a worker whose server died mid-check), and runs at a lower
+priority (``nice``), so that on a machine short of cores the server's loop comes first.
 
 The wire between them: a job is one JSON line (``op``: ``reply`` or ``schema``, the
 schema, ``need_object``, ``budget_s`` and the ``size`` of the text) followed by the
@@ -35,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .schema_checks import LIMITS, CheckTimeout, Problem, check_reply, check_schema, timed_out
+from .schema_checks import CheckTimeout, Problem, check_reply, check_schema, timed_out
+from .schema_limits import LIMITS
 
 __all__ = [
     "CheckRunner",
@@ -50,6 +52,8 @@ __all__ = [
 GRACE_S = 0.5
 #: How long a new worker may take to import what it needs and say it is ready.
 START_TIMEOUT_S = 60.0
+#: How much less CPU a worker is given than the server when both want it (nice(2)).
+WORKER_NICENESS = 10
 #: The longest text checked as JSON without a schema in the caller's own thread.
 INLINE_CHARS = 64 << 10
 #: The memory a worker may map (``RLIMIT_AS``): a reply of the largest size checked,
@@ -329,6 +333,10 @@ def main() -> None:
 
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, WORKER_MEMORY))
+    # A check is background work: on a busy machine the server's own process (its
+    # event loop, /health) comes first.
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICENESS)
     # The wire is a copy of fd 1; fd 1 itself goes to stderr, so that nothing a library
     # prints can break it.
     wire = os.fdopen(os.dup(1), "wb")
