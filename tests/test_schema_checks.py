@@ -269,6 +269,20 @@ def test_a_remote_ref_is_never_fetched() -> None:
     thread.join(10)
 
 
+@pytest.mark.parametrize(
+    ("schema", "reply"),
+    [
+        ({"multipleOf": int("9" * 4000)}, "1.5"),  # jsonschema raises OverflowError
+        ({"multipleOf": 1e308}, str(int("9" * 4000))),
+    ],
+)
+def test_a_validator_that_fails_leaves_the_reply_unchecked(schema: Any, reply: str) -> None:
+    """Never passed, never an exception out of the check (a 500, or a dead worker)."""
+    found = check_reply(reply, schema, need_object=False)
+    assert found is not None and found.kind == "unchecked"
+    assert "the validator failed on it (OverflowError" in found.detail
+
+
 def test_check_schema_keeps_the_validators_verdicts() -> None:
     assert check_schema(obj(a={"type": "string"})) is None
     assert "is not valid" in (check_schema({"type": 3}) or "")

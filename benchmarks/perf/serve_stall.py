@@ -97,7 +97,9 @@ def attacks() -> dict[str, Attack]:
                 "patterns",
                 {
                     "type": "object",
-                    "patternProperties": {f"^(a|aa)+{c}$": {"type": "integer"} for c in "bcdefghij"},
+                    "patternProperties": {
+                        f"^(a|aa)+{c}$": {"type": "integer"} for c in "bcdefghij"
+                    },
                 },
                 json.dumps(keys),
             ),
@@ -233,6 +235,8 @@ def measure(attack: Attack, server: Server, window_s: float) -> dict[str, Any]:
             outcome["message"] = (message or "")[:200]
         except httpx.TimeoutException:
             outcome["status"] = "client left"
+        except httpx.HTTPError:  # the server was stopped at the end of the window
+            outcome["status"] = "no answer"
         outcome["request_s"] = round(time.monotonic() - t0, 2)
         done.set()
 

@@ -123,6 +123,10 @@ def check_schema(schema: dict[str, Any], budget_s: float = LIMITS.check_s) -> st
             error = next(iter(checker.iter_errors(schema)), None)
         except RecursionError:
             return "it is nested too deeply to check"
+        except (CheckTimeout, MemoryError):
+            raise
+        except Exception as exc:  # noqa: BLE001  (the metaschema's check failed on it)
+            return _failed(exc)
         if error is not None:
             return short(error.message)
     if {"unevaluatedProperties", "patternProperties"} <= _keywords_used(schema):
@@ -186,6 +190,15 @@ def check_reply(
         return Problem("unchecked", "checking it needed more memory than the checker has")
     except _Unusable as exc:
         return Problem("unchecked", str(exc))
+    except Exception as exc:  # noqa: BLE001
+        # The validator itself failed on this value (jsonschema's multipleOf raises
+        # OverflowError for a float against an integer past a float's range): the reply
+        # could not be checked, so it is not passed.
+        return Problem("unchecked", _failed(exc))
+
+
+def _failed(exc: Exception) -> str:
+    return f"the validator failed on it ({type(exc).__name__}: {short(str(exc))})"
 
 
 def _invalid(value: Any, schema: dict[str, Any]) -> str | None:

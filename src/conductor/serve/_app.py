@@ -4,10 +4,12 @@
 (:mod:`._protocol`), ``POST /v1/responses`` (:mod:`._responses`) and
 ``POST /v1/completions`` (:mod:`._completions`) each check the bearer token and the
 body's size, read the body into one :class:`~._protocol.ChatRequest` in their own
-format, and hand a :class:`_Job` the renderer of that format; the job turns the
-conversation into a question (:mod:`._conversation`), takes a place among the slots
-(429 when the queue is full) and runs the orchestration on the shared
-:class:`~._service.Service`, answering at once or as server-sent events.
+format, check its JSON schemas off the event loop on the request's own budget
+(:func:`~._protocol.check_schemas`, in the service's checker processes, which check its
+replies later on the same budget), and hand a :class:`_Job` the renderer of that
+format; the job turns the conversation into a question (:mod:`._conversation`), takes a
+place among the slots (429 when the queue is full) and runs the orchestration on the
+shared :class:`~._service.Service`, answering at once or as server-sent events.
 
 A client that goes away cancels its runs: a plain request watches its connection while
 the runs go; a streamed one is cancelled by Starlette when the connection drops, and
