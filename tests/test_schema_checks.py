@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -237,6 +238,21 @@ def test_a_check_ends_at_its_deadline(schema: dict[str, Any], reply: str) -> Non
 def test_a_ref_cycle_is_unchecked(schema: dict[str, Any]) -> None:
     found = check_reply('{"a": 1}', schema, need_object=False)
     assert found is not None and found.kind == "unchecked" and "too deep" in found.detail
+
+
+def test_a_file_ref_is_never_read(tmp_path: Path) -> None:
+    """A ``file:`` $ref is not read either: jsonschema's urlopen reads local files (the
+    positive control: the old path validates against the file's schema), and
+    ``file:///dev/zero`` would read without end."""
+    local = tmp_path / "schema.json"
+    local.write_text('{"type": "string"}')
+    schema = {"$ref": local.as_uri()}
+    found = check_reply("1", schema, need_object=False)
+    assert found is not None and found.kind == "unchecked" and "not fetched" in found.detail
+    with pytest.warns(DeprecationWarning):
+        assert not jsonschema.Draft202012Validator(schema).is_valid(1)  # it read the file
+    zero = check_reply("1", {"$ref": "file:///dev/zero"}, need_object=False, budget_s=1)
+    assert zero is not None and zero.kind == "unchecked" and "not fetched" in zero.detail
 
 
 def test_a_remote_ref_is_never_fetched() -> None:

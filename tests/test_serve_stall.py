@@ -5,9 +5,10 @@ server on the fake provider.  The attacks are issue 37's two (``uniqueItems`` ov
 6,000 objects, an enum of 10,000 numbers over 3,000 items) and variants of the class:
 work that is linear but large, work that is exponential in a small schema (``anyOf``,
 ``allOf``, ``contains`` fan-out, catastrophic patterns), recursion (``$ref`` cycles,
-deep replies), a pattern slow to compile, big numbers, a big ``const``, and a remote
-``$ref``.  The positive control runs the same checks on the event loop and shows the
-probes failing; a client that leaves has its check's process killed at once."""
+deep replies), a pattern slow to compile, big numbers, a big ``const``, and a ``$ref``
+to a remote server that never answers or to ``/dev/zero``.  The positive control runs
+the same checks on the event loop and shows the probes failing; a client that leaves
+has its check's process killed at once."""
 
 from __future__ import annotations
 
@@ -126,6 +127,7 @@ def _attacks(silent_port: int) -> dict[str, tuple[dict[str, Any], str]]:
             _object({"$ref": f"http://127.0.0.1:{silent_port}/schema.json"}),
             json.dumps({"v": 1}),
         ),
+        "file-ref": (_object({"$ref": "file:///dev/zero"}), json.dumps({"v": 1})),
     }
 
 
@@ -145,6 +147,7 @@ EXPECTED: dict[str, tuple[set[int], str]] = {
     "big-const": ({200}, ""),
     "slow-compile": ({502}, "could not be checked"),
     "remote-ref": ({502}, "not fetched"),
+    "file-ref": ({502}, "not fetched"),
 }
 
 
