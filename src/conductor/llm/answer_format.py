@@ -19,7 +19,7 @@ extra), through :mod:`conductor.llm.schema_checks`: linear, under size limits an
 budget.  Where the checks run is the format's ``checks``: ``conductor serve`` gives each
 request its own :class:`~conductor.llm.check_workers.RequestChecks` (worker processes,
 one budget for all the request's checks); without one they run in the calling thread,
-each under :data:`~conductor.llm.schema_checks.LIMITS`' budget.
+each under :data:`~conductor.llm.schema_limits.LIMITS`' budget.
 """
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ class _JsonCheck:
 
 def schema_problem(schema: dict[str, Any]) -> str | None:
     """Why ``schema`` is not a JSON Schema its validator can use (over a size limit of
-    :data:`~conductor.llm.schema_checks.LIMITS`, not valid, or not checkable within the
+    :data:`~conductor.llm.schema_limits.LIMITS`, not valid, or not checkable within the
     check budget), or ``None``.  Checked here, in the calling thread; ``conductor
     serve`` checks through :class:`~conductor.llm.check_workers.RequestChecks`."""
     over = size_problem(schema)

@@ -426,7 +426,7 @@ def _response_format(raw: Any) -> dict[str, Any] | None:
 
 def _check_size(schema: dict[str, Any], where: str, param: str) -> None:
     """A 400 naming the size limit ``schema`` passes (see
-    :data:`~conductor.llm.schema_checks.LIMITS`): one walk, stopped at the limit, so
+    :data:`~conductor.llm.schema_limits.LIMITS`): one walk, stopped at the limit, so
     that it is cheap enough for the event loop.  Whether the schema is valid is asked
     of the request's checks afterwards (:func:`check_schemas`)."""
     over = size_problem(schema)
