@@ -177,6 +177,94 @@ def test_unknown_or_unstored_previous_response_is_a_400(
     assert len(fake_server.requests_for("w0")) == 1  # the refused requests made no call
 
 
+#: Two keys' servers: a keys file of two, and a --api-key-env key beside a keys-file key
+#: of the same name (a conversation is the key's, not the name's).
+KEY_SETUPS = {
+    "keys file": {"keys": ("A", "B")},
+    "api-key-env beside a key of its name": {"api_key": "A", "keys": ("B",)},
+}
+
+
+def two_keys(setup: str) -> dict[str, Any]:
+    from conductor.serve import ApiKey
+
+    settings = dict(KEY_SETUPS[setup])
+    names = {"A": "team-a", "B": "api-key-env" if "api_key" in settings else "team-b"}
+    settings["keys"] = tuple(ApiKey(names[k], f"token-{k}") for k in settings["keys"])
+    if "api_key" in settings:
+        settings["api_key"] = f"token-{settings['api_key']}"
+    return settings
+
+
+def previous_refused(client: Any, previous: str, stream: bool = False) -> dict[str, Any]:
+    with pytest.raises(openai.BadRequestError) as refused:
+        list(client.responses.create(
+            model="single:w0", input="What was asked before?", previous_response_id=previous,
+            stream=True,
+        )) if stream else client.responses.create(
+            model="single:w0", input="What was asked before?", previous_response_id=previous
+        )  # fmt: skip
+    assert refused.value.status_code == 400
+    body = refused.value.body
+    assert isinstance(body, dict)
+    return body
+
+
+@pytest.mark.parametrize("setup", sorted(KEY_SETUPS))
+def test_a_stored_conversation_belongs_to_the_key_that_made_it(
+    tmp_path: Path, fake_server: FakeLLMServer, setup: str
+) -> None:
+    """Key B naming key A's response gets exactly what an id never answered gets (so it
+    learns nothing, not even that it exists), streamed or not, and no call is made; A
+    continues its own conversation; no route reads or deletes a response by id."""
+    fake_server.script("w0", ["A's answer SECRET-ANSWER-5.", "A again."])
+    with served(make_pool(tmp_path, fake_server), **two_keys(setup)) as url:
+        a = openai.OpenAI(base_url=url, api_key="token-A", max_retries=0)
+        b = openai.OpenAI(base_url=url, api_key="token-B", max_retries=0)
+        first = a.responses.create(model="single:w0", input="A asks SECRET-QUESTION-4")
+        never = "resp_" + "0" * len(first.id.removeprefix("resp_"))
+        other = previous_refused(b, first.id)
+        unknown = previous_refused(b, never)
+        streamed = previous_refused(b, first.id, stream=True)
+        again = a.responses.create(model="single:w0", input="And?", previous_response_id=first.id)
+        routes = [
+            method(f"{url}/responses/{first.id}{tail}", headers={"authorization": f"Bearer {t}"})
+            for method in (httpx.get, httpx.delete)
+            for tail in ("", "/input_items")
+            for t in ("token-A", "token-B")
+        ]
+    assert json.dumps(other).replace(first.id, never) == json.dumps(unknown)
+    assert streamed == other
+    assert other["code"] == "previous_response_not_found"
+    assert again.output_text == "A again."
+    asked = [text_of(r) for r in fake_server.requests_for("w0")]
+    assert len(asked) == 2  # B's refused requests made no call
+    assert "SECRET-QUESTION-4" in asked[1] and "SECRET-ANSWER-5" in asked[1]
+    assert {r.status_code for r in routes} == {404}
+    assert all("SECRET" not in r.text for r in routes)
+
+
+def test_the_positive_control_a_store_without_owners_leaks(
+    tmp_path: Path, fake_server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same request with the store's owner check removed: key B's follow-up sends
+    A's question and answer to the worker (what issue 37 found)."""
+    from conductor.serve._responses import Conversations
+
+    def any_owner(self: Conversations, response_id: str, owner: Any = None) -> Any:
+        kept = self._kept.get(response_id)
+        return None if kept is None else kept.messages
+
+    monkeypatch.setattr(Conversations, "get", any_owner)
+    fake_server.script("w0", ["A's answer SECRET-ANSWER-5.", "leaked"])
+    with served(make_pool(tmp_path, fake_server), **two_keys("keys file")) as url:
+        a = openai.OpenAI(base_url=url, api_key="token-A", max_retries=0)
+        b = openai.OpenAI(base_url=url, api_key="token-B", max_retries=0)
+        first = a.responses.create(model="single:w0", input="A asks SECRET-QUESTION-4")
+        b.responses.create(model="single:w0", input="What?", previous_response_id=first.id)
+    assert "SECRET-QUESTION-4" in text_of(fake_server.requests_for("w0")[1])
+
+
 def test_instructions_and_message_items_reach_the_workers(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:

@@ -47,6 +47,7 @@ def client_of(url: str) -> Any:
     return openai.OpenAI(base_url=url, api_key=KEY, max_retries=0)
 
 
+@pytest.mark.process  # the request's schema is checked in a checker process
 def test_function_call_then_its_output_by_previous_response_id(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -89,6 +90,7 @@ def test_function_call_then_its_output_by_previous_response_id(
     assert "Result of call_a (get_weather): 18 C, sunny" in final
 
 
+@pytest.mark.process  # the request's schema is checked in a checker process
 def test_function_call_items_in_the_input(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     """Without a kept conversation: the client sends the call and its output itself."""
     fake_server.script("w0", "Sunny.")
@@ -118,6 +120,7 @@ def test_function_call_items_in_the_input(tmp_path: Path, fake_server: FakeLLMSe
     assert "Result of c1 (get_weather): -3 C" in asked.last_user_message
 
 
+@pytest.mark.process  # the request's schema is checked in a checker process
 def test_function_call_streamed(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script(
         "w0", Reply("", tool_calls=[FakeToolCall("get_weather", '{"city": "Rome"}', "call_s")])
@@ -151,6 +154,7 @@ def test_function_call_streamed(tmp_path: Path, fake_server: FakeLLMServer) -> N
     assert (call.type, call.call_id, call.name) == ("function_call", "call_s", "get_weather")
 
 
+@pytest.mark.process  # the request's schema is checked in a checker process
 def test_parse_with_a_pydantic_model(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     plan_two_steps(fake_server)
     fake_server.script("w1", '{"country": "France", "capital": "Paris"}')
@@ -191,10 +195,11 @@ def test_json_object_format(tmp_path: Path, fake_server: FakeLLMServer) -> None:
         ({"tool_choice": {"type": "web_search_preview"}}, "tool_choice", '"name": ...}'),
         ({"tools": [{**WEATHER, "strict": "yes"}]}, "tools", "tools[0].strict must be"),
         ({"text": {"format": {"type": "json_schema"}}}, "text.format", "with a name"),
-        (
+        pytest.param(
             {"text": {"format": {"type": "json_schema", "name": "n", "schema": {"type": 3}}}},
             "text.format",
             "not a valid JSON Schema",
+            marks=pytest.mark.process,  # checked in a checker process
         ),
         ({"text": {"format": {"type": "grammar"}}}, "text.format", "json_object"),
         ({"parallel_tool_calls": "yes"}, "parallel_tool_calls", "true or false"),
@@ -247,6 +252,7 @@ def test_a_refused_json_format_names_text_format(
     assert fake_server.requests == []
 
 
+@pytest.mark.process  # the request's schema is checked in a checker process
 def test_output_items_sent_back_as_input(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     """The SDK's usual loop without a kept conversation: the first response's output
     items, as the SDK parsed them, go back in the next input beside the call's output."""

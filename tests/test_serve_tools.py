@@ -50,6 +50,7 @@ class Capital(pydantic.BaseModel):
     capital: str
 
 
+@pytest.mark.process  # the request's schema is checked in a checker process
 def test_parse_with_a_pydantic_model(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     plan_two_steps(fake_server)
     fake_server.script("w1", '{"country": "France", "capital": "Paris"}')
@@ -72,6 +73,7 @@ def test_parse_with_a_pydantic_model(tmp_path: Path, fake_server: FakeLLMServer)
     assert "JSON schema Capital" in plan.last_user_message
 
 
+@pytest.mark.process  # the request's schema is checked in a checker process
 def test_a_reply_that_breaks_the_schema_is_asked_again(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -87,6 +89,7 @@ def test_a_reply_that_breaks_the_schema_is_asked_again(
     assert len(fake_server.requests_for("w1")) == 2
 
 
+@pytest.mark.process  # the request's schema is checked in a checker process
 def test_a_schema_broken_twice_fails_with_502(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script("w1", "Paris, of course")
     with served(make_pool(tmp_path, fake_server)) as url:
@@ -150,6 +153,7 @@ def _next_turn(call: Any) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.process  # the request's schema is checked in a checker process
 def test_tool_round_trip(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     plan_two_steps(fake_server)
     fake_server.script(
@@ -185,6 +189,7 @@ def test_tool_round_trip(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     assert "Result of call_a (get_weather): 18 C and sunny" in final
 
 
+@pytest.mark.process  # the request's schema is checked in a checker process
 def test_tool_call_streamed(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script(
         "w0", Reply("", tool_calls=[FakeToolCall("get_weather", '{"city": "Paris"}', "call_s")])
@@ -208,6 +213,7 @@ def test_tool_call_streamed(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     assert call.function.parsed_arguments == {"city": "Paris"}
 
 
+@pytest.mark.process  # the request's schema is checked in a checker process
 def test_tool_round_trip_streamed_with_raw_chunks(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -234,6 +240,7 @@ def test_tool_round_trip_streamed_with_raw_chunks(
     assert text == "Sunny."
 
 
+@pytest.mark.process  # the request's schema is checked in a checker process
 def test_strict_arguments_that_break_the_schema_are_asked_again(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -252,6 +259,7 @@ def test_strict_arguments_that_break_the_schema_are_asked_again(
     assert len(fake_server.requests_for("w0")) == 2
 
 
+@pytest.mark.process  # the request's schema is checked in a checker process
 def test_required_tool_choice_not_honoured_fails(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
@@ -265,6 +273,7 @@ def test_required_tool_choice_not_honoured_fails(
     assert fake_server.requests_for("w0")[0].body["tool_choice"] == "required"
 
 
+@pytest.mark.process  # the request's schema is checked in a checker process
 async def test_litellm_tool_call(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     litellm = pytest.importorskip("litellm")
     # The worker is a litellm client too: tools go out and come back through litellm.
@@ -319,6 +328,7 @@ def test_a_worker_whose_client_cannot_honour_the_format_is_refused(
     assert fake_server.requests == []
 
 
+@pytest.mark.process  # the request's schema is checked in a checker process
 def test_anthropic_worker_calls_tools(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     fake_server.script(
         "claude",
@@ -352,7 +362,7 @@ def test_anthropic_worker_calls_tools(tmp_path: Path, fake_server: FakeLLMServer
             {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "x"}}},
             "not one of the tools",
         ),
-        (
+        pytest.param(
             {
                 "response_format": {
                     "type": "json_schema",
@@ -360,6 +370,7 @@ def test_anthropic_worker_calls_tools(tmp_path: Path, fake_server: FakeLLMServer
                 }
             },
             "not a valid JSON Schema",
+            marks=pytest.mark.process,  # checked in a checker process
         ),
         ({"response_format": {"type": "xml"}}, "response_format must be"),
         ({"functions": [{"name": "f"}]}, "functions is not supported"),
@@ -432,6 +443,7 @@ async def test_the_fake_provider_streams_tool_calls(fake_server: FakeLLMServer) 
     assert fake_server.requests[-1].tools == ["get_weather"]
 
 
+@pytest.mark.process  # the request's schema is checked in a checker process
 def test_parallel_tool_calls_false_allows_one_call(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:

@@ -265,7 +265,8 @@ class StepRunner:
         )
         records[i] = rec
         label = f"{round_index}.{i}"
-        refusal = self.budget.refusal()
+        # A reply that could not be checked could not be the answer: not asked for.
+        refusal = self.budget.refusal() or fmt.check_refusal()
         if refusal is not None:
             rec.status = "skipped"
             call.error = refusal
@@ -295,12 +296,12 @@ class StepRunner:
             # worker wrote it, its prefill included.
             reply = join_prefill(messages, completion.text)
             rec.answer = strip_think(reply).strip()
-            violation = fmt.violation(rec.answer, completion.tool_calls)
+            violation = await fmt.check(rec.answer, completion.tool_calls)
             if violation is None:
                 break
             call.error_kind = "AnswerFormatError"
             call.error = f"the reply breaks the requested answer format: {violation}"
-            refusal = self.budget.refusal()
+            refusal = self.budget.refusal() or fmt.check_refusal()
             if attempt == ANSWER_RETRIES or refusal is not None:
                 tries = plural(attempt + 1, "try", "tries")
                 call.error = (

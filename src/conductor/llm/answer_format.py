@@ -6,7 +6,7 @@ A caller (``conductor serve``, for a request with ``tools``, ``tool_choice`` or 
 that answers (the last step of each round's workflow, a baseline's answering step) and
 to no other step, and never to the Conductor.  That step's request carries the tools and
 the response format (:meth:`AnswerFormat.apply`), and its reply is checked
-(:meth:`AnswerFormat.violation`): a reply that breaks the format is asked again
+(:meth:`AnswerFormat.check`): a reply that breaks the format is asked again
 (:data:`ANSWER_RETRIES` times, as a new sample) and then fails the step, so it is never
 returned as if it were valid.
 
@@ -15,17 +15,22 @@ must be JSON that validates against the schema; a tool call must name one of the
 and carry JSON-object arguments, which, for a ``strict`` tool, validate against its
 ``parameters``; ``tool_choice`` ``required`` wants at least one call, a named function
 its call, ``none`` no call.  JSON Schema validation uses ``jsonschema`` (in the ``serve``
-extra).
+extra), through :mod:`conductor.llm.schema_checks`: linear, under size limits and a time
+budget.  Where the checks run is the format's ``checks``: ``conductor serve`` gives each
+request its own :class:`~conductor.llm.check_workers.RequestChecks` (worker processes,
+one budget for all the request's checks); without one they run in the calling thread,
+each under :data:`~conductor.llm.schema_limits.LIMITS`' budget.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import MissingDependencyError, install_hint
 from ..targets import Worker
+from .check_workers import INLINE, Job, RequestChecks, run_job
+from .schema_checks import Problem, check_reply
+from .schema_limits import LIMITS, size_problem
 from .tools import openai_tool, openai_tool_choice
 from .types import ForcedTool, ModelRequest, ToolCall, ToolChoice, ToolSpec
 
@@ -33,9 +38,6 @@ __all__ = ["ANSWER_RETRIES", "PLAIN", "AnswerFormat", "schema_problem"]
 
 #: How many more times the answering step is asked when its reply breaks the format.
 ANSWER_RETRIES = 1
-
-#: The most of a schema error a violation's sentence quotes.
-_QUOTE = 160
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,9 @@ class AnswerFormat:
     tool_choice: ToolChoice | None = None
     response_format: dict[str, Any] | None = None
     parallel_tool_calls: bool = True
+    #: Where the JSON checks run and the budget they share (``None``: in the calling
+    #: thread, each check under the default budget).  Not part of the format.
+    checks: RequestChecks | None = field(default=None, compare=False, repr=False)
 
     @property
     def plain(self) -> bool:
@@ -123,179 +128,113 @@ class AnswerFormat:
 
     def violation(self, text: str, calls: tuple[ToolCall, ...]) -> str | None:
         """How a reply (its answer ``text`` and its tool ``calls``) breaks the format, in
-        one sentence, or ``None`` when it keeps to it."""
+        one sentence, or ``None`` when it keeps to it; the JSON checks are made here, in
+        the calling thread (see :meth:`check`)."""
+        found, checks = self._plan(text, calls)
+        for job in checks:
+            problem = check_reply(job.text, job.schema, need_object=job.need_object)
+            if problem is not None:
+                return job.say(problem)
+        return found
+
+    async def check(self, text: str, calls: tuple[ToolCall, ...]) -> str | None:
+        """:meth:`violation`, the JSON checks made by the format's ``checks`` (a
+        server's worker processes, within its request's budget)."""
+        found, checks = self._plan(text, calls)
+        runner = self.checks or RequestChecks(INLINE)
+        for job in checks:
+            problem = await runner.reply(job.text, job.schema, need_object=job.need_object)
+            if problem is not None:
+                return job.say(problem)
+        return found
+
+    def check_refusal(self) -> str | None:
+        """Why no more replies can be checked (the request's check budget is spent),
+        or ``None``: a step that answers is then not asked at all."""
+        return self.checks.refusal() if self.checks is not None else None
+
+    def _plan(self, text: str, calls: tuple[ToolCall, ...]) -> tuple[str | None, list[_JsonCheck]]:
+        """What the rules without JSON say of a reply (a violation or ``None``), and the
+        JSON checks to make, in order, when they say nothing."""
         if calls:
-            return self._calls_violation(calls)
+            return self._calls_plan(calls)
         if self.tools and self.tool_choice == "required":
-            return "tool_choice is required but the reply called no tool"
+            return "tool_choice is required but the reply called no tool", []
         if isinstance(self.tool_choice, ForcedTool):
-            return f"tool_choice names {self.tool_choice.name} but the reply called no tool"
+            return f"tool_choice names {self.tool_choice.name} but the reply called no tool", []
         fmt = self.response_format
         if fmt is None:
-            return None
-        try:
-            value = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            return f"the reply is not JSON ({exc})"
-        if fmt.get("type") == "json_object":
-            return None if isinstance(value, dict) else "the reply is JSON but not an object"
-        spec = fmt.get("json_schema") or {}
+            return None, []
+        spec = fmt.get("json_schema") if fmt.get("type") == "json_schema" else None
         schema = spec.get("schema") if isinstance(spec, dict) else None
         if not isinstance(schema, dict):
-            return None if isinstance(value, dict) else "the reply is JSON but not an object"
-        problem = _invalid(value, schema)
-        return f"the reply does not match the JSON schema: {problem}" if problem else None
+            return None, [_JsonCheck(text, None, need_object=True)]
+        return None, [_JsonCheck(text, schema, need_object=False)]
 
-    def _calls_violation(self, calls: tuple[ToolCall, ...]) -> str | None:
+    def _calls_plan(self, calls: tuple[ToolCall, ...]) -> tuple[str | None, list[_JsonCheck]]:
         if not self.tools:
-            return "the reply called a tool, but no tools were given"
+            return "the reply called a tool, but no tools were given", []
         if self.tool_choice == "none":
-            return "tool_choice is none but the reply called a tool"
+            return "tool_choice is none but the reply called a tool", []
         if not self.parallel_tool_calls and len(calls) > 1:
-            return f"parallel_tool_calls is false but the reply made {len(calls)} calls"
+            return f"parallel_tool_calls is false but the reply made {len(calls)} calls", []
         tools = {t.name: t for t in self.tools}
         forced = self.tool_choice.name if isinstance(self.tool_choice, ForcedTool) else None
         if forced is not None and all(c.name != forced for c in calls):
-            return f"tool_choice names {forced} but the reply did not call it"
+            return f"tool_choice names {forced} but the reply did not call it", []
+        checks: list[_JsonCheck] = []
         for call in calls:
             tool = tools.get(call.name)
             if tool is None:
-                return f"the reply called {call.name!r}, which is not one of the tools"
-            try:
-                arguments = json.loads(call.arguments or "{}")
-            except (json.JSONDecodeError, RecursionError) as exc:
-                return f"the arguments of the call of {call.name} are not JSON ({exc})"
-            if not isinstance(arguments, dict):
-                return f"the arguments of the call of {call.name} are not a JSON object"
-            if tool.strict and tool.parameters is not None:
-                problem = _invalid(arguments, tool.parameters)
-                if problem:
-                    return (
-                        f"the arguments of the call of {call.name} do not match its "
-                        f"schema: {problem}"
-                    )
-        return None
+                return f"the reply called {call.name!r}, which is not one of the tools", []
+            schema = tool.parameters if tool.strict else None
+            checks.append(_JsonCheck(call.arguments or "{}", schema, True, call.name))
+        return None, checks
 
 
 #: Free text and no tools: what a run answers with when nothing else is asked.
 PLAIN = AnswerFormat()
 
 
-def _jsonschema() -> Any:
-    try:
-        import jsonschema
-    except ImportError:
-        raise MissingDependencyError(
-            f"checking a reply against a JSON schema needs jsonschema: {install_hint('serve')}"
-        ) from None
-    return jsonschema
+@dataclass(frozen=True)
+class _JsonCheck:
+    """One JSON check a reply needs: ``text`` parsed, an object where ``need_object``,
+    valid against ``schema`` where given; ``call`` names the tool call it is of
+    (``None``: the reply's text), for the sentence that says how it failed."""
+
+    text: str
+    schema: dict[str, Any] | None
+    need_object: bool
+    call: str | None = None
+
+    def say(self, problem: Problem) -> str:
+        """How the reply breaks the format, in one sentence."""
+        kind, detail = problem.kind, problem.detail
+        if kind == "timeout":  # out of time: unchecked, as a reply too large to check
+            kind = "unchecked"
+        if self.call is None:
+            return {
+                "not_json": f"the reply is not JSON ({detail})",
+                "not_object": "the reply is JSON but not an object",
+                "mismatch": f"the reply does not match the JSON schema: {detail}",
+                "unchecked": f"the reply could not be checked against the JSON schema: {detail}",
+            }[kind]
+        of = f"the arguments of the call of {self.call}"
+        return {
+            "not_json": f"{of} are not JSON ({detail})",
+            "not_object": f"{of} are not a JSON object",
+            "mismatch": f"{of} do not match its schema: {detail}",
+            "unchecked": f"{of} could not be checked against its schema: {detail}",
+        }[kind]
 
 
 def schema_problem(schema: dict[str, Any]) -> str | None:
-    """Why ``schema`` is not a JSON Schema its validator can use, or ``None``."""
-    jsonschema = _jsonschema()
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.exceptions.SchemaError as exc:
-        return _short(exc.message)
-    used = _keywords_in(schema)
-    if {"unevaluatedProperties", "patternProperties"} <= used:
-        # jsonschema matches patternProperties for unevaluatedProperties with Python's
-        # re, outside the time-out of _search: the two together are refused.
-        return "unevaluatedProperties beside patternProperties is not supported"
-    return None
-
-
-def _keywords_in(node: Any, depth: int = 0) -> set[str]:
-    """Every object key anywhere in ``node`` (a schema's keywords, and property names,
-    which only make the check stricter)."""
-    if depth > 64:  # deeper than any real schema; JSON bodies are bounded anyway
-        return set()
-    if isinstance(node, dict):
-        found = set(node)
-        for value in node.values():
-            found |= _keywords_in(value, depth + 1)
-        return found
-    if isinstance(node, list):
-        return set().union(*(_keywords_in(v, depth + 1) for v in node)) if node else set()
-    return set()
-
-
-#: How long one regular expression of a schema may take on one string.  The schema is
-#: the client's and the string a worker's reply, which the client's question steers: a
-#: catastrophic pattern (``^(a+)+$``) on Python's ``re`` holds the GIL for minutes and
-#: stalls every request of the server, so patterns run on ``regex`` with a time-out.
-PATTERN_TIMEOUT_S = 0.05
-
-
-def _search(pattern: str, text: str) -> bool:
-    """Whether ``pattern`` matches somewhere in ``text``; a match that takes longer than
-    :data:`PATTERN_TIMEOUT_S` counts as no match (the reply is then refused, never
-    passed unchecked)."""
-    import regex
-
-    try:
-        return regex.search(pattern, text, timeout=PATTERN_TIMEOUT_S) is not None
-    except TimeoutError:
-        return False
-
-
-def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
-    from jsonschema.exceptions import ValidationError
-
-    if validator.is_type(instance, "string") and not _search(pattern, instance):
-        yield ValidationError(f"{_short(repr(instance))} does not match {pattern!r}")
-
-
-def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Any:
-    if not validator.is_type(instance, "object"):
-        return
-    for pattern, subschema in patterns.items():
-        for key, value in instance.items():
-            if _search(pattern, key):
-                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
-
-
-def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: Any) -> Any:
-    from jsonschema.exceptions import ValidationError
-
-    if not validator.is_type(instance, "object"):
-        return
-    known = schema.get("properties", {})
-    patterns = list(schema.get("patternProperties", {}))
-    extras = [k for k in instance if k not in known and not any(_search(p, k) for p in patterns)]
-    if validator.is_type(allowed, "object"):
-        for key in extras:
-            yield from validator.descend(instance[key], allowed, path=key)
-    elif allowed is False and extras:
-        shown = ", ".join(repr(k) for k in sorted(extras, key=str))
-        yield ValidationError(f"Additional properties are not allowed ({shown})")
-
-
-def _validator(schema: dict[str, Any]) -> Any:
-    """A validator of ``schema`` (its draft as ``$schema`` says) whose regular
-    expressions run under :data:`PATTERN_TIMEOUT_S`."""
-    jsonschema = _jsonschema()
-    base = jsonschema.validators.validator_for(schema)
-    keywords = {
-        "pattern": _pattern,
-        "patternProperties": _pattern_properties,
-        "additionalProperties": _additional_properties,
-    }
-    return jsonschema.validators.extend(base, keywords)(schema)
-
-
-def _invalid(value: Any, schema: dict[str, Any]) -> str | None:
-    """The most telling way ``value`` breaks ``schema``, or ``None`` when it validates."""
-    jsonschema = _jsonschema()
-    validator = _validator(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
-    if error is None:
-        return None
-    where = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
-    return _short(f"{where.lstrip('.') or 'the value'}: {error.message}")
-
-
-def _short(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _QUOTE else text[: _QUOTE - 3] + "..."
+    """Why ``schema`` is not a JSON Schema its validator can use (over a size limit of
+    :data:`~conductor.llm.schema_limits.LIMITS`, not valid, or not checkable within the
+    check budget), or ``None``.  Checked here, in the calling thread; ``conductor
+    serve`` checks through :class:`~conductor.llm.check_workers.RequestChecks`."""
+    over = size_problem(schema)
+    if over is not None:
+        return f"the schema {over}"
+    found = run_job(Job("schema", schema), LIMITS.check_s)
+    return found.detail if found is not None else None

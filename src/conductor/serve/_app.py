@@ -4,10 +4,12 @@
 (:mod:`._protocol`), ``POST /v1/responses`` (:mod:`._responses`) and
 ``POST /v1/completions`` (:mod:`._completions`) each check the bearer token and the
 body's size, read the body into one :class:`~._protocol.ChatRequest` in their own
-format, and hand a :class:`_Job` the renderer of that format; the job turns the
-conversation into a question (:mod:`._conversation`), takes a place among the slots
-(429 when the queue is full) and runs the orchestration on the shared
-:class:`~._service.Service`, answering at once or as server-sent events.
+format, check its JSON schemas off the event loop on the request's own budget
+(:func:`~._protocol.check_schemas`, in the service's checker processes, which check its
+replies later on the same budget), and hand a :class:`_Job` the renderer of that
+format; the job turns the conversation into a question (:mod:`._conversation`), takes a
+place among the slots (429 when the queue is full) and runs the orchestration on the
+shared :class:`~._service.Service`, answering at once or as server-sent events.
 
 A client that goes away cancels its runs: a plain request watches its connection while
 the runs go; a streamed one is cancelled by Starlette when the connection drops, and
@@ -22,7 +24,8 @@ import functools
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
@@ -48,6 +51,7 @@ from ._protocol import (
     ChatRenderer,
     ChatRequest,
     broken_body,
+    check_schemas,
     cost_of,
     error_body,
     failure_body,
@@ -132,6 +136,13 @@ def create_app(settings: ServeSettings) -> FastAPI:
             raise ApiError(
                 400, f"{chat.model}: {refused}", param=param, code="unsupported_parameter"
             )
+        if not chat.answer_format.plain:
+            # The request's checks (its schemas now, its replies later) run in the
+            # service's checker processes, on one budget.
+            checks = service.request_checks()
+            chat = replace(chat, answer_format=replace(chat.answer_format, checks=checks))
+            if not await _unless_gone(request.receive, check_schemas(chat, checks)):
+                return Response(status_code=499)  # the client is gone: nobody reads this
         ticket = service.slots.admit()
         run_ids = [new_run_id() for _ in range(chat.n)]
         job = _Job(service, strategy, chat, question, run_ids, ticket, renderer(run_ids))
@@ -161,9 +172,9 @@ def create_app(settings: ServeSettings) -> FastAPI:
     @app.post("/v1/responses")
     async def responses(request: Request) -> Response:
         key, raw = await body(request)
-        asked = parse_responses_request(raw, kept)
+        asked = parse_responses_request(raw, kept, key)
         return await answer(
-            request, key, asked.chat, lambda ids: ResponsesRenderer(asked, ids, kept)
+            request, key, asked.chat, lambda ids: ResponsesRenderer(asked, ids, kept, key)
         )
 
     @app.post("/v1/completions")
@@ -364,6 +375,23 @@ class _Job:
 
 def _finished(queue: asyncio.Queue[tuple[str, int, Any]], index: int, task: Any) -> None:
     queue.put_nowait(("done", index, task))
+
+
+async def _unless_gone(receive: Receive, work: Awaitable[None]) -> bool:
+    """Await ``work`` while watching the connection: ``False`` (``work`` cancelled) when
+    the client went away first."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (task, gone):
+            if not pending.done():
+                pending.cancel()
+        for ended in (gone, task):
+            with contextlib.suppress(asyncio.CancelledError):
+                await ended
+    return not task.cancelled()
 
 
 async def _disconnected(receive: Receive) -> None:

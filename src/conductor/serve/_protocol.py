@@ -17,7 +17,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..events import Event
-from ..llm.answer_format import PLAIN, AnswerFormat, schema_problem
+from ..llm.answer_format import PLAIN, AnswerFormat
+from ..llm.check_workers import RequestChecks
+from ..llm.schema_limits import LIMITS, size_problem
 from ..llm.types import ForcedTool, ToolCall, ToolChoice, ToolSpec
 from ..record import RunRecord
 from ..redact import mask_text, masked_json
@@ -33,6 +35,7 @@ __all__ = [
     "MAX_N",
     "broken_body",
     "budget_of",
+    "check_schemas",
     "chat_message",
     "RequestBudget",
     "chunk",
@@ -343,6 +346,12 @@ def _tools(raw: Any) -> tuple[ToolSpec, ...]:
         return ()
     if not isinstance(raw, list):
         raise _bad("tools must be a list of function tools", "tools")
+    if len(raw) > LIMITS.tools:
+        raise _bad(
+            f"tools has {len(raw):,} tools, over the limit of {LIMITS.tools}",
+            "tools",
+            "schema_over_limit",
+        )
     out: list[ToolSpec] = []
     for i, tool in enumerate(raw):
         where = f"tools[{i}]"
@@ -363,11 +372,7 @@ def _tools(raw: Any) -> tuple[ToolSpec, ...]:
         if parameters is not None:
             if not isinstance(parameters, dict):
                 raise _bad(f"{where}.function.parameters must be a JSON Schema object", "tools")
-            problem = schema_problem(parameters)
-            if problem:
-                raise _bad(
-                    f"{where}.function.parameters is not a valid JSON Schema: {problem}", where
-                )
+            _check_size(parameters, f"{where}.function.parameters", where)
         strict = fn.get("strict")
         if strict is not None and not isinstance(strict, bool):
             raise _bad(f"{where}.function.strict must be true or false", "tools")
@@ -416,13 +421,51 @@ def _response_format(raw: Any) -> dict[str, Any] | None:
     if schema is not None:
         if not isinstance(schema, dict):
             raise _bad("response_format.json_schema.schema must be an object", "response_format")
-        problem = schema_problem(schema)
-        if problem:
-            raise _bad(
-                f"response_format.json_schema.schema is not a valid JSON Schema: {problem}",
-                "response_format",
-            )
+        _check_size(schema, "response_format.json_schema.schema", "response_format")
     return {"type": "json_schema", "json_schema": spec}
+
+
+def _check_size(schema: dict[str, Any], where: str, param: str) -> None:
+    """A 400 naming the size limit ``schema`` passes (see
+    :data:`~conductor.llm.schema_limits.LIMITS`): one walk, stopped at the limit, so
+    that it is cheap enough for the event loop.  Whether the schema is valid is asked
+    of the request's checks afterwards (:func:`check_schemas`)."""
+    over = size_problem(schema)
+    if over is not None:
+        raise _bad(f"{where} {over}", param, "schema_over_limit")
+
+
+def _schema_sites(chat: ChatRequest) -> list[tuple[str, str, dict[str, Any]]]:
+    """Each JSON Schema of ``chat``: the field holding it as its endpoint names it, the
+    parameter an error names, and the schema."""
+    responses = chat.format_param == "text.format"  # the Responses API's flat shapes
+    sites: list[tuple[str, str, dict[str, Any]]] = []
+    for i, tool in enumerate(chat.answer_format.tools):
+        if tool.parameters is not None:
+            field = f"tools[{i}].parameters" if responses else f"tools[{i}].function.parameters"
+            sites.append((field, f"tools[{i}]", tool.parameters))
+    fmt = chat.answer_format.response_format or {}
+    spec = fmt.get("json_schema") if fmt.get("type") == "json_schema" else None
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if isinstance(schema, dict):
+        field = "text.format.schema" if responses else "response_format.json_schema.schema"
+        sites.append((field, chat.format_param, schema))
+    return sites
+
+
+async def check_schemas(chat: ChatRequest, checks: RequestChecks) -> None:
+    """A 400 for the first JSON Schema of ``chat`` its validator cannot use, or whose
+    check took over the request's budget; made by ``checks`` (off the event loop, on
+    the request's budget, which its replies' checks then draw on)."""
+    for field, param, schema in _schema_sites(chat):
+        found = await checks.schema(schema)
+        if found is None:
+            continue
+        if found.kind in ("unchecked", "timeout"):
+            raise _bad(
+                f"{field} could not be checked: {found.detail}", param, "schema_check_timeout"
+            )
+        raise _bad(f"{field} is not a valid JSON Schema: {found.detail}", param)
 
 
 def _asks(value: Any) -> bool:

@@ -27,7 +27,10 @@ each with its ``sequence_number``, counted from 0.
 of each response it answered (input items and answer, its function calls included, so
 a follow-up may send just their ``function_call_output`` items; not ``instructions``,
 which a follow-up gives afresh, as OpenAI's API does) in a bounded
-:class:`Conversations`, in memory; ``store: false`` keeps nothing.
+:class:`Conversations`, in memory; ``store: false`` keeps nothing.  A conversation
+belongs to the API key that made it: another key's ``previous_response_id`` gets the
+answer an unknown id gets (OpenAI's 400 ``previous_response_not_found``), so it learns
+nothing of it, not even that it exists.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from typing import Any
 from ..llm.answer_format import AnswerFormat
 from ..llm.types import ToolCall
 from ..record import RunRecord
+from ._keys import ApiKey
 from ._protocol import (
     ApiError,
     ChatMessage,
@@ -85,35 +89,57 @@ _UNSUPPORTED = (
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
 
+@dataclass(frozen=True)
+class _Kept:
+    """One response's conversation, the key that made it, and its size."""
+
+    messages: tuple[ChatMessage, ...]
+    owner: ApiKey | None
+    chars: int
+
+
 class Conversations:
     """The conversations of the last ``limit`` responses answered, by response id (the
     oldest is forgotten first), holding at most ``max_chars`` characters of messages in
     all: a client sending many large inputs must not grow the server without bound
     (each conversation counts whole, shared earlier turns included, so a long chain is
-    forgotten sooner than its memory would need; the newest is always kept)."""
+    forgotten sooner than its memory would need; the newest is always kept).
+
+    A conversation belongs to the API key that made it (``None``: a server without
+    keys): :meth:`get` with another key finds nothing, exactly as for an id never
+    answered, so a key can neither read another's conversation nor learn that it
+    exists."""
 
     def __init__(self, limit: int = MAX_KEPT, max_chars: int = MAX_KEPT_CHARS) -> None:
         self.limit = limit
         self.max_chars = max_chars
-        self._kept: OrderedDict[str, tuple[tuple[ChatMessage, ...], int]] = OrderedDict()
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()
         self._chars = 0
 
-    def get(self, response_id: str) -> tuple[ChatMessage, ...] | None:
+    def get(self, response_id: str, owner: ApiKey | None = None) -> tuple[ChatMessage, ...] | None:
+        """The conversation of ``response_id`` if ``owner`` made it, else ``None``
+        (``owner`` left out: the anonymous caller of a server without keys, who on a
+        server with keys owns nothing)."""
         found = self._kept.get(response_id)
-        return found[0] if found is not None else None
+        # The very key object the server's key ring handed out: one per token.
+        if found is None or found.owner is not owner:
+            return None
+        return found.messages
 
-    def keep(self, response_id: str, messages: tuple[ChatMessage, ...]) -> None:
+    def keep(
+        self, response_id: str, messages: tuple[ChatMessage, ...], owner: ApiKey | None = None
+    ) -> None:
         size = sum(len(m.content) for m in messages)
         old = self._kept.pop(response_id, None)
         if old is not None:
-            self._chars -= old[1]
-        self._kept[response_id] = (messages, size)
+            self._chars -= old.chars
+        self._kept[response_id] = _Kept(messages, owner, size)
         self._chars += size
         while len(self._kept) > 1 and (
             len(self._kept) > self.limit or self._chars > self.max_chars
         ):
-            _, (_, freed) = self._kept.popitem(last=False)
-            self._chars -= freed
+            _, freed = self._kept.popitem(last=False)
+            self._chars -= freed.chars
 
 
 @dataclass(frozen=True)
@@ -136,9 +162,12 @@ def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:
     return ApiError(400, message, param=param, code=code)
 
 
-def parse_responses_request(raw: bytes, kept: Conversations) -> ResponsesRequest:
+def parse_responses_request(
+    raw: bytes, kept: Conversations, owner: ApiKey | None = None
+) -> ResponsesRequest:
     """The request in ``raw``, or an :class:`ApiError` (400) naming what is wrong;
-    ``previous_response_id`` is looked up in ``kept``."""
+    ``previous_response_id`` is looked up in ``kept`` among the conversations of the
+    caller's key, ``owner`` (another key's is "not found", as an unknown id is)."""
     body = json_object(raw)
     refuse_unsupported(body, _UNSUPPORTED)
     answer_format = _answer_format(body)
@@ -157,7 +186,7 @@ def parse_responses_request(raw: bytes, kept: Conversations) -> ResponsesRequest
     if previous_id is not None:
         if not isinstance(previous_id, str):
             raise _bad("previous_response_id must be a string", "previous_response_id")
-        found = kept.get(previous_id)
+        found = kept.get(previous_id, owner)
         if found is None:
             raise ApiError(
                 400,
@@ -218,7 +247,7 @@ def _answer_format(body: dict[str, Any]) -> AnswerFormat:
         message = exc.message.replace(".function.", ".")
         message = message.replace("response_format.json_schema", "text.format")
         param = "text.format" if exc.param == "response_format" else exc.param
-        raise _bad(message, param) from None
+        raise _bad(message, param, exc.code) from None
 
 
 def _format_echo(body: dict[str, Any], answer_format: AnswerFormat) -> dict[str, Any]:
@@ -413,9 +442,16 @@ class ResponsesRenderer:
     A completed response's conversation is kept in ``kept`` for a follow-up, unless
     the request said ``store: false``."""
 
-    def __init__(self, asked: ResponsesRequest, run_ids: list[str], kept: Conversations) -> None:
+    def __init__(
+        self,
+        asked: ResponsesRequest,
+        run_ids: list[str],
+        kept: Conversations,
+        owner: ApiKey | None = None,
+    ) -> None:
         self.asked = asked
         self.kept = kept
+        self.owner = owner
         self.id = "resp_" + run_ids[0]
         self.created_at = int(time.time())
         self._sequence = 0
@@ -468,7 +504,7 @@ class ResponsesRenderer:
         (record,) = records
         output = output_items(record)
         if self.asked.store:
-            self.kept.keep(self.id, (*self.asked.turn, _answer_message(record)))
+            self.kept.keep(self.id, (*self.asked.turn, _answer_message(record)), self.owner)
         return self.response("completed", records, output)
 
     def body(self, records: list[RunRecord]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """What a running server holds, apart from HTTP: the shared callers and cache, the
-catalog of models, the slots requests wait for, and the records file.
+catalog of models, the slots requests wait for, the processes that check structured
+answers, and the records file.
 
 One :class:`Service` lives from the app's startup to its shutdown, in the server's
 event loop.  Every request's runs go through :meth:`Service.run_all`, so they share one
@@ -23,6 +24,7 @@ from ..execute import RunSettings
 from ..llm.answer_format import PLAIN, AnswerFormat
 from ..llm.cache import ResponseCache
 from ..llm.caller import CallerSet
+from ..llm.check_workers import CheckerPool, CheckRunner, RequestChecks
 from ..pool import Pool
 from ..private import own_dir
 from ..record import RunRecord, record_to_dict
@@ -163,6 +165,9 @@ class Service:
             router=settings.router,
         )
         self.slots = Slots(settings.max_concurrency, settings.max_queue)
+        #: Where requests' JSON checks run: processes that can be killed at a budget,
+        #: so that no check holds the event loop (see :mod:`conductor.llm.check_workers`).
+        self.checkers: CheckRunner = CheckerPool()
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -186,7 +191,12 @@ class Service:
             try:
                 yield service
             finally:
+                await service.checkers.aclose()
                 await service.catalog.aclose()
+
+    def request_checks(self) -> RequestChecks:
+        """The checks of one request, on one budget, in the service's checkers."""
+        return RequestChecks(self.checkers)
 
     def budget(self, asked: RequestBudget) -> Budget:
         """One request's budget, for all its runs: what it asked, capped by the server's
