@@ -53,8 +53,10 @@ from ._engine import (
     weaker_refusal,
 )
 from ._namespaces import ns_mode
+from ._paths import missing_module
 from ._result import SandboxResult
 from ._run import DEFAULT_DISK_MB, DEFAULT_OUTPUT_LIMIT, run_job, run_sandboxed
+from ._walls import WALLS, walls_removed
 
 __all__ = [
     "BUBBLEWRAP",
@@ -66,12 +68,15 @@ __all__ = [
     "NAMESPACES",
     "NONE",
     "SandboxResult",
+    "WALLS",
     "bubblewrap_available",
     "default_engine",
+    "missing_module",
     "ns_mode",
     "requested_engine",
     "require_engine",
     "run_job",
     "run_sandboxed",
+    "walls_removed",
     "weaker_refusal",
 ]
