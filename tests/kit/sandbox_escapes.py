@@ -11,6 +11,7 @@ in the way.  Set ``SANDBOX_ESCAPES_ENGINE`` to try them on another engine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -499,9 +500,49 @@ _PROBE = (
 )
 
 
+def nobody_venv() -> str | None:
+    """A venv uid 65534 can run, made once (outside any private home directory): the
+    system's interpreter of this Python version, seeing this interpreter's
+    site-packages (numpy, pandas, conductor's dependencies) through a ``.pth`` file.
+    None where there is no such system interpreter or those directories are private."""
+    import hashlib
+    import site
+
+    base = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    sites = [p for p in site.getsitepackages() if os.path.isdir(p)]
+    if not os.access(base, os.X_OK) or not sites:
+        return None
+    key = hashlib.sha256(json.dumps([base, sites]).encode()).hexdigest()[:12]
+    top = Path(tempfile.gettempdir()) / f"conductor-nobody-venv-{key}"
+    python = top / "bin" / "python"
+    if python.exists():
+        return str(python)
+    work = Path(tempfile.mkdtemp(prefix="conductor-nobody-venv-"))
+    try:
+        made = subprocess.run(
+            [base, "-m", "venv", "--without-pip", str(work / "v")],
+            capture_output=True,
+            timeout=120,
+        )
+        if made.returncode != 0:
+            return None
+        (own,) = (work / "v" / "lib").glob("python*/site-packages")
+        lines = "".join(f"site.addsitedir({p!r}); " for p in sites)
+        (own / "_conductor_tests.pth").write_text(f"import site; {lines}\n")
+        subprocess.run(["chmod", "-R", "a+rX", str(work)], check=True)
+        with contextlib.suppress(OSError):  # another test process made it first
+            (work / "v").rename(top)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return str(python) if python.exists() else None
+
+
 def nobody_python(env: dict[str, str]) -> str | None:
-    """An interpreter uid 65534 can run that imports conductor from this checkout."""
-    candidates = [sys.executable, getattr(sys, "_base_executable", ""), "/usr/bin/python3"]
+    """An interpreter uid 65534 can run that imports conductor from this checkout: this
+    one where it can, else :func:`nobody_venv` (this interpreter living under a private
+    home, as in a pyenv or a venv under /root), else the system's."""
+    candidates = [sys.executable, getattr(sys, "_base_executable", "")]
+    candidates += [nobody_venv() or "", "/usr/bin/python3"]
     for python in dict.fromkeys(c for c in candidates if c):
         probe = subprocess.run(
             [*_drop(), python, "-c", _PROBE], env=env, capture_output=True, timeout=60
