@@ -53,7 +53,7 @@ from ._engine import (
     weaker_refusal,
 )
 from ._namespaces import ns_mode
-from ._paths import missing_module
+from ._paths import PythonPaths, missing_module, python_paths
 from ._result import SandboxResult
 from ._run import DEFAULT_DISK_MB, DEFAULT_OUTPUT_LIMIT, run_job, run_sandboxed
 from ._walls import WALLS, walls_removed
@@ -67,12 +67,14 @@ __all__ = [
     "ISOLATION_ENV",
     "NAMESPACES",
     "NONE",
+    "PythonPaths",
     "SandboxResult",
     "WALLS",
     "bubblewrap_available",
     "default_engine",
     "missing_module",
     "ns_mode",
+    "python_paths",
     "requested_engine",
     "require_engine",
     "run_job",
