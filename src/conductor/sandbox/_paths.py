@@ -36,7 +36,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["PythonPaths", "interpreter_dirs", "missing_module", "python_paths"]
+__all__ = ["PythonPaths", "missing_module", "python_paths"]
 
 _ASK = r"""
 import json, os, site, sys, sysconfig
@@ -162,11 +162,6 @@ def _python_paths(python: str, env: tuple[tuple[str, str], ...]) -> PythonPaths:
     bind = tuple(p for p in found if not any(_inside(p, q) for q in found if q != p))
     sys_path = tuple(p for p in entries if p not in hidden)
     return PythonPaths(bind, sys_path, tuple(site_dirs), tuple(dict.fromkeys(hidden)))
-
-
-def interpreter_dirs(python: str) -> tuple[str, ...]:
-    """The host paths a sandbox binds for ``python`` (:attr:`PythonPaths.bind`)."""
-    return python_paths(python).bind
 
 
 def _existing_dirs(path: str) -> set[str]:

@@ -35,10 +35,17 @@ What it does, in order:
      the judge, holding a nonce the parent sent after the fork, checks a snapshot of
      the loaded modules and writes the verdict on a private fd (see "job: bcb").
 
-3. **Each child** before model code runs: drops privileges (a fresh uid as root; every
-   capability, including the bounding set, inside a user namespace), sets
-   ``PR_SET_NO_NEW_PRIVS`` and resource limits, closes the report fd, and installs the
-   audit-hook guard (:func:`install_guard`).
+0. **Hardening** (bubblewrap), before anything else: every writable mount re-mounted
+   ``noexec``, bubblewrap's init hidden from ``/proc``, every capability given up (as
+   root, the run's fresh uid taken), ``no_new_privs``, not dumpable (:func:`harden`).
+
+3. **Each child** before model code runs: drops privileges (the namespaces engine: a
+   fresh uid as root; every capability, including the bounding set, inside a user
+   namespace), sets ``PR_SET_NO_NEW_PRIVS``, not dumpable and resource limits, closes
+   the report fd, installs the parent's seccomp filter for model code
+   (:class:`_Filters`, :mod:`conductor.sandbox._seccomp`) and the audit-hook guard
+   (:func:`install_guard`); a BigCodeBench test's main thread adds the verdict filter
+   once its judge thread runs (:func:`_bcb_child`).
 
 Results reach the parent as lines in the report fd: ``B`` (an operation the guard
 refused), ``N`` (a note), ``S`` (the ``program`` child's exit status), ``R`` (one JSON
