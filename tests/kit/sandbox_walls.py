@@ -58,7 +58,12 @@ def _forged(solution: str) -> Effect:
         gold=None,
         metadata={"test": BCB_SUM, "entry_point": "task_func"},
     )
-    grader = CodeGrader(bigcodebench_time_limit_s=30)
+    # the kernel's walls alone: differential grading (mutant copies of the test), where
+    # the grader has it, is a wall of its own, with its own attack suite
+    try:
+        grader = CodeGrader(bigcodebench_time_limit_s=30, bigcodebench_mutants=0)  # type: ignore[call-arg]
+    except TypeError:
+        grader = CodeGrader(bigcodebench_time_limit_s=30)
     verdict = grader.grade(f"```python\n{textwrap.dedent(solution)}\n```", sample)
     outcome = verdict.detail.get("outcome", "")
     return verdict.status == "correct", f"{verdict.status} ({outcome}): {verdict.reason[:200]}"
