@@ -2085,7 +2085,13 @@ def _bcb_child(
     starts can neither write to, read, copy, close nor replace that fd (the judge
     thread, started before, can).  The guard's lines and the main thread's account of
     a failure go to ``notes_fd``, which the solution can write too (and can only fail
-    a test with)."""
+    a test with).
+
+    The filter does not cover the judge thread itself: a finaliser of the solution's
+    that ran there would be outside it.  What holds that is the judge's own discipline
+    (see :func:`_judge`): between requests it waits in ``read()``, where no Python code
+    runs; while it works the collector is off and no other thread is switched in, and
+    it drops no last reference to anything the solution made."""
     import builtins
     import types
     import unittest
