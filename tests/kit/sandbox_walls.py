@@ -542,6 +542,41 @@ def _close_and_replace() -> Effect:
     )
 
 
+def _numpy_reads_the_nonce() -> Effect:
+    """Pure Python with numpy: a view of the process's own memory (``__array_interface__``
+    takes any address; no audit event) finds the judge's nonce, and a pass is written
+    for every candidate.  The read is not stopped (see conductor.sandbox's doc): the
+    positive control shows it finds the nonce; the verdict filter stops the write."""
+    return _forged(
+        textwrap.dedent(
+            f"""
+            import os, re
+            import numpy as np
+            class _View:
+                def __init__(self, addr, n):
+                    self.__array_interface__ = {{
+                        "data": (addr, True), "shape": (n,), "typestr": "|u1", "version": 3
+                    }}
+            def task_func(xs):
+                found = set()
+                for line in open("/proc/self/maps"):
+                    parts = line.split()
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    if not parts[1].startswith("rw") or "[v" in line or hi - lo > 512 << 20:
+                        continue
+                    data = np.asarray(_View(lo, hi - lo)).tobytes()
+                    found.update(re.findall(rb"(?<![0-9a-f])([0-9a-f]{{32}})\\x00", data))
+                for nonce in found:
+                    try:
+                        os.write({VERDICT_FD}, b"V " + nonce + b" pass 00\\n")
+                    except OSError:
+                        pass
+                os._exit(0)
+            """
+        )
+    )
+
+
 # ------------------------------------------------------------- code objects, ctypes
 
 
@@ -683,6 +718,9 @@ ATTACKS: dict[str, WallAttack] = {
     ),
     "verdict: a copy through SCM_RIGHTS, close the channel, a pipe in its place (hook down)": (
         WallAttack(_close_and_replace, ("verdict-seccomp",), base=("guard",))
+    ),
+    "verdict: numpy reads the judge's nonce from memory (not stopped), writes a pass": (
+        WallAttack(_numpy_reads_the_nonce, ("verdict-seccomp",))
     ),
     # the audit hook
     "code: code.replace makes a code object": WallAttack(_code_replace, ("guard",)),
