@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kit.sandbox_attacks import ATTACKS, grading_attack
+from kit.sandbox_attacks import ATTACKS, OS_CONTROLS, grading_attack, run_os_control
 from kit.sandbox_escapes import NOBODY, run_as_nobody
 
 from conductor.errors import UsageError
@@ -60,6 +60,36 @@ def test_attack_is_stopped_for_an_ordinary_user(as_nobody: dict[str, Any], name:
     if detail.startswith("not run:"):
         pytest.skip(detail)
     assert defended, f"{name} (uid {NOBODY}): {detail}"
+
+
+# Each OS attack's positive control: the same program with its wall taken down (no
+# OS isolation, or the named walls removed) does what it is after.
+
+
+@pytest.mark.process
+@needs_os
+@pytest.mark.parametrize("name", list(OS_CONTROLS))
+def test_os_attack_works_without_its_wall(name: str) -> None:
+    happened, detail = run_os_control(name)
+    assert happened, f"{name}: the positive control failed: {detail}"
+
+
+@pytest.fixture(scope="module")
+def controls_as_nobody() -> dict[str, Any]:
+    got = run_as_nobody(REPO / "tests" / "kit" / "sandbox_attacks.py", ["--controls"])
+    if isinstance(got, str):
+        pytest.skip(got)
+    return got
+
+
+@pytest.mark.process
+@needs_os
+@pytest.mark.parametrize("name", list(OS_CONTROLS))
+def test_os_attack_works_without_its_wall_for_an_ordinary_user(
+    controls_as_nobody: dict[str, Any], name: str
+) -> None:
+    happened, detail = controls_as_nobody[name]
+    assert happened, f"{name} (uid {NOBODY}): the positive control failed: {detail}"
 
 
 # ------------------------------------------------------------ without OS isolation

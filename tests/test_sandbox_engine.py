@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kit.sandbox_escapes import ATTACKS, run_as_nobody
+from kit.sandbox_escapes import ATTACKS, CONTROLS, run_as_nobody, run_control
 
 from conductor.errors import UsageError
 from conductor.grading.code import CodeGrader
@@ -58,6 +58,37 @@ def as_nobody() -> dict[str, Any]:
 def test_attack_fails_for_an_ordinary_user(as_nobody: dict[str, Any], name: str) -> None:
     defended, detail = as_nobody[name]
     assert defended, f"{name} (uid 65534): {detail}"
+
+
+# Each attack's positive control: the same program, with its wall taken down (no OS
+# isolation, or the named walls removed), does what it is after; a sandbox broken to
+# run nothing cannot pass the tests above and these.
+
+
+@pytest.mark.process
+@needs_bwrap
+@pytest.mark.parametrize("name", list(CONTROLS))
+def test_attack_works_without_its_wall(name: str) -> None:
+    happened, detail = run_control(name)
+    assert happened, f"{name}: the positive control failed: {detail}"
+
+
+@pytest.fixture(scope="module")
+def controls_as_nobody() -> dict[str, Any]:
+    got = run_as_nobody(REPO / "tests" / "kit" / "sandbox_escapes.py", ["--controls"])
+    if isinstance(got, str):
+        pytest.skip(got)
+    return got
+
+
+@pytest.mark.process
+@needs_bwrap
+@pytest.mark.parametrize("name", list(CONTROLS))
+def test_attack_works_without_its_wall_for_an_ordinary_user(
+    controls_as_nobody: dict[str, Any], name: str
+) -> None:
+    happened, detail = controls_as_nobody[name]
+    assert happened, f"{name} (uid 65534): the positive control failed: {detail}"
 
 
 @pytest.mark.process

@@ -508,6 +508,9 @@ class CodeGrader:
                 else f"exited with status {status.get('exit')}"
             )
             last = tail.strip().splitlines()[-1:] if tail.strip() else []
+            hidden = self._hidden_module(tail, f"test {i}", code, fail)
+            if hidden is not None:
+                return hidden
             return Verdict(
                 "incorrect",
                 f"test {i}: runtime error: {quote_output(last[0], 300) if last else why}",
@@ -631,6 +634,9 @@ class CodeGrader:
                 )
             kind = "wrong_answer" if outcome == "failure" else "runtime_error"
             label = "failed" if kind == "wrong_answer" else "error"
+            hidden = self._hidden_module(frame.get("error"), f"test {name}", code, fail)
+            if hidden is not None and kind == "runtime_error":
+                return hidden
             if outcome == "no_report":
                 err = err or "no verdict came back from the test"
             return Verdict(
@@ -716,6 +722,23 @@ class CodeGrader:
         return Verdict(verdict.status, verdict.reason, extracted=code, detail=detail)
 
     # -- shared -------------------------------------------------------------------------
+
+    def _hidden_module(
+        self, text: object, where: str, code: str, detail: dict[str, Any]
+    ) -> Verdict | None:
+        """A grader error where a test failed importing a module that the interpreter
+        has outside, somewhere the sandbox did not show (the sandbox's fault, not the
+        solution's: see :func:`conductor.sandbox.missing_module`); else None."""
+        if not isinstance(text, str) or "No module named" not in text:
+            return None
+        import sys
+
+        from conductor.sandbox import missing_module
+
+        why = missing_module(text, self.python or sys.executable)
+        if why is None:
+            return None
+        return Verdict("grader_error", f"{where}: {why}", extracted=code, detail=detail)
 
     def _abnormal_end(
         self,

@@ -18,31 +18,49 @@ What one run gets (each bind justified; nothing else of the host is there):
 
 * namespaces: network (only a down loopback: no host, 127.0.0.1 or internet, and no
   abstract unix sockets of the host), PID (a fresh ``/proc``; every process dies with
-  the first), IPC, UTS, cgroup; a user namespace for an ordinary user, with no further
-  one allowed inside (``--disable-userns`` and the seccomp filter); ``--new-session``
-  (no controlling terminal) and ``--die-with-parent``;
-* as root, no user namespace (it could only map root) but a fresh uid per run, taken
-  by ``setpriv`` with every capability and the bounding set dropped and
-  ``no_new_privs``; so ``RLIMIT_NPROC`` counts this run alone and nothing it starts
-  can signal or read a process or file of another user;
+  the first), IPC, UTS, cgroup; a user namespace for an ordinary user (no further one
+  may be made inside: the seccomp filter); ``--new-session`` (no controlling terminal)
+  and ``--die-with-parent``;
+* bubblewrap's own init (PID 1, which kills everything when the caller dies) runs
+  outside the seccomp filter and, for an ordinary user, as the run's uid and dumpable:
+  its ``/proc/1`` (``mem``, ``fd``) is covered with an empty read-only tmpfs by the
+  driver, and ``pidfd_getfd`` / ``ptrace`` / ``process_vm_*`` are refused (the driver
+  as PID 1, ``--as-pid-1``, would not be killed when bubblewrap is: the kernel does
+  not deliver the parent-death signal to a namespace's init here);
+* ``/tmp`` ``noexec``: bubblewrap 0.8 cannot mount a tmpfs ``noexec``, so the driver is
+  started holding ``CAP_SYS_ADMIN`` and ``CAP_SETPCAP`` (and, as root, ``CAP_SETUID`` /
+  ``CAP_SETGID``; every other capability dropped), re-mounts every writable mount
+  ``noexec,nosuid`` first thing, and then gives every capability up for good before
+  it reads its job (see :func:`conductor.sandbox.inside.harden`).  Bubblewrap's
+  ``--disable-userns`` is not used because it moves the run into a nested user
+  namespace, where that re-mount is not allowed;
+* as root, no user namespace (it could only map root) but a fresh uid per run, taken by
+  the driver with every capability and the bounding set dropped and ``no_new_privs``;
+  so ``RLIMIT_NPROC`` counts this run alone and nothing it starts can signal or read a
+  process or file of another user.  For an ordinary user, the user namespace makes
+  ``RLIMIT_NPROC`` count only the processes inside it (the kernel counts per user
+  namespace and uid);
 * ``/usr`` read-only (the C library, the dynamic loader, tools a solution may start
   when subprocesses are allowed) and the host's ``/bin``, ``/lib*``, ``/sbin``
-  symlinks into it; the interpreter's own directories read-only
-  (:func:`~conductor.sandbox._paths.interpreter_dirs`: prefixes, standard library,
-  site-packages, nothing from ``PYTHONPATH``);
+  symlinks into it; the interpreter's own directories and every directory on its
+  ``sys.path``, read-only (:func:`~conductor.sandbox._paths.python_paths`: prefixes,
+  standard library, site-packages, the user's site-packages, ``PYTHONPATH`` and
+  ``.pth`` entries, but not this project's own source checkout, nor anything in a
+  ``PYTHONPATH`` directory that Python cannot import);
 * ``/etc``: only ``ld.so.cache`` (where the loader finds libraries), ``localtime``
   and ``alternatives`` (symlinks of tools in ``/usr/bin``), and a made-up ``passwd`` /
   ``group`` holding the sandbox's one user (libraries look their user up);
 * ``/dev``: ``null``, ``zero``, ``urandom`` and the ``fd``/``stdin``/``stdout``/
   ``stderr`` links on a read-only tmpfs (not ``--dev``, which adds ``tty``, ``ptmx``
-  and ``pts``); ``/dev/shm`` is a link into ``/tmp``;
+  and ``pts``); ``/dev/shm`` is a link into ``/tmp``; the three nodes are ``noexec``
+  too (a shared mapping of ``/dev/zero`` is memory that could be mapped twice);
 * ``/tmp``: a fresh tmpfs of ``disk_mb`` (``--size``), holding the work directory
   ``/tmp/work``, ``/dev/shm`` and the driver's scratch files; everything else,
   ``/`` included, is read-only;
 * the driver's source is a read-only copy; its job (tests, solution) comes on a pipe
   it closes once read; no host file descriptor other than stdin, the two output pipes
   and the report pipe is passed in;
-* the seccomp filter of :mod:`conductor.sandbox._seccomp`.
+* the seccomp filters of :mod:`conductor.sandbox._seccomp`.
 """
 
 from __future__ import annotations
@@ -52,10 +70,10 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ._paths import interpreter_dirs
+from ._paths import python_paths
 from ._seccomp import seccomp_filter
 
-__all__ = ["BwrapPlan", "WORKDIR", "bwrap_path", "plan_bwrap"]
+__all__ = ["BwrapPlan", "WORKDIR", "bwrap_path", "namespace_flags", "plan_bwrap"]
 
 #: Where the run's files are inside the sandbox.
 WORKDIR = "/tmp/work"
@@ -75,10 +93,42 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin:/usr/sbin:/sbin")
 
 
-def _setpriv_path() -> str | None:
-    path = shutil.which("setpriv", path="/usr/bin:/bin")
-    # it runs inside, where only /usr is: it must live there
-    return path if path and os.path.realpath(path).startswith("/usr/") else None
+# What the driver holds when it starts, and gives up before its job (see the doc):
+# re-mounting needs CAP_SYS_ADMIN, emptying the bounding set CAP_SETPCAP, and as root
+# taking the run's uid CAP_SETUID and CAP_SETGID.
+_DRIVER_CAPS = ("CAP_SYS_ADMIN", "CAP_SETPCAP")
+_ROOT_CAPS = ("CAP_SETUID", "CAP_SETGID")
+
+
+def namespace_flags(root: bool) -> list[str]:
+    """The namespaces and capabilities of a run (as root: no user namespace, every
+    capability but the driver's dropped; otherwise a user namespace, where bubblewrap
+    keeps only the capabilities it is asked for)."""
+    caps: tuple[str, ...] = _DRIVER_CAPS
+    if root:
+        flags = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
+        flags += ["--unshare-cgroup-try", "--cap-drop", "ALL"]
+        caps += _ROOT_CAPS
+    else:
+        flags = ["--unshare-all", "--unshare-user"]
+    for cap in caps:
+        flags += ["--cap-add", cap]
+    return flags
+
+
+# The sandbox's own places: a host path on or above one is never bound, nor one inside
+# any but /tmp (a venv in /tmp is bound over the sandbox's tmpfs).
+_OWN = ("/usr", "/tmp", WORKDIR, SCRATCH, _SHM, "/dev", "/proc", "/etc", "/.sandbox")
+
+
+def _bindable(path: str) -> bool:
+    """Whether host path ``path`` may be bound at the same place inside."""
+    for own in _OWN:
+        if own == path or own.startswith(path.rstrip("/") + "/"):
+            return False
+        if own != "/tmp" and path.startswith(own + "/"):
+            return False
+    return True
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -110,6 +160,7 @@ def plan_bwrap(
     fresh_uid: int | None,
     inner_uid: int,
     driver_is_bytecode: bool = False,
+    removed: frozenset[str] = frozenset(),
 ) -> BwrapPlan:
     """The ``bwrap`` command running ``driver_source`` on ``config`` (which it reads from
     a pipe named by its one argument) with ``files`` in :data:`WORKDIR`.
@@ -117,17 +168,18 @@ def plan_bwrap(
     ``driver_is_bytecode``: ``driver_source`` is a ``.pyc`` for ``python`` (see
     :func:`conductor.sandbox._run.driver_bytecode`), run as such.
 
-    ``fresh_uid`` (root only) is the uid the run takes inside; otherwise the run keeps
-    the caller's uid (``inner_uid``) in a user namespace.
+    ``fresh_uid`` (root only) is the uid the driver takes inside (it starts as root and
+    drops to it, see :func:`conductor.sandbox.inside.harden`); otherwise the run keeps
+    the caller's uid (``inner_uid``) in a user namespace.  ``removed`` names walls left
+    out (tests only, see :func:`conductor.sandbox.walls_removed`): ``bwrap-seccomp``
+    (no ``--seccomp``).
     """
     plan = BwrapPlan(argv=[bwrap])
     a = plan.argv
+    a += namespace_flags(root=fresh_uid is not None)
     if fresh_uid is None:
-        a += ["--unshare-all", "--unshare-user", "--disable-userns"]
         plan.layers += ["userns", "no-capabilities"]
     else:
-        a += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
-        a += ["--unshare-cgroup-try"]
         plan.layers += ["uid-drop", "no-capabilities"]
     a += ["--new-session", "--die-with-parent", "--hostname", "sandbox"]
     plan.layers += ["netns", "pidns", "ipcns", "utsns", "mountns", "new-session"]
@@ -145,7 +197,7 @@ def plan_bwrap(
             a += ["--symlink", os.readlink(host), host]
         elif os.path.isdir(host):
             a += ["--ro-bind", host, host]
-    bound = [p for p in interpreter_dirs(python) if p != "/usr" and not p.startswith("/usr/")]
+    bound = [p for p in python_paths(python).bind if _bindable(p)]
     # bwrap makes missing parents of a mount point 0700 (as root: owned by root), which
     # the run's uid could not pass through: make them first, open to all (read-only /)
     parents: set[str] = set()
@@ -206,7 +258,7 @@ def plan_bwrap(
     program = seccomp_filter()
     if program is None:
         plan.notes.append("no seccomp filter for this machine's architecture")
-    else:
+    elif "bwrap-seccomp" not in removed:
         fd = _memfd("seccomp", program)
         plan.fds.append(fd)
         a += ["--seccomp", str(fd)]
@@ -215,12 +267,7 @@ def plan_bwrap(
 
     config_fd = _memfd("config", config)
     plan.fds.append(config_fd)
-    if fresh_uid is not None:
-        setpriv = _setpriv_path()
-        if setpriv is None:
-            raise OSError("setpriv (util-linux) is missing from /usr/bin")
-        a += [setpriv, f"--reuid={fresh_uid}", f"--regid={fresh_uid}", "--clear-groups"]
-        a += ["--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--pdeathsig=keep"]
-        a += ["--"]
+    if "noexec" not in removed:
+        plan.layers.append("noexec-tmp")
     a += [python, "-I", driver, f"/proc/self/fd/{config_fd}"]
     return plan

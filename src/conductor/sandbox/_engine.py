@@ -24,7 +24,7 @@ import threading
 import time
 
 from ..errors import UsageError
-from ._bwrap import bwrap_path
+from ._bwrap import bwrap_path, namespace_flags
 from ._namespaces import ns_mode
 
 __all__ = [
@@ -92,11 +92,7 @@ def _probe_bwrap() -> tuple[bool, str]:
     if bwrap is None:
         return False, "bwrap is not installed"
     root = os.geteuid() == 0
-    flags = (
-        ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
-        if root
-        else ["--unshare-all", "--unshare-user", "--disable-userns"]
-    )
+    flags = namespace_flags(root)
     cmd = [bwrap, *flags, "--new-session", "--die-with-parent", "--ro-bind", "/usr", "/usr"]
     cmd += ["--size", str(1 << 20), "--tmpfs", "/tmp", "--proc", "/proc"]
     for top in ("bin", "lib", "lib64"):
@@ -104,14 +100,13 @@ def _probe_bwrap() -> tuple[bool, str]:
             cmd += ["--symlink", os.readlink("/" + top), "/" + top]
         elif os.path.isdir("/" + top):
             cmd += ["--ro-bind", "/" + top, "/" + top]
-    inner = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if root else []
     why = ""
     # Tried a few times: one failure on a busy machine must not make every code
     # benchmark refuse for the whole life of the process.
     for attempt in range(3):
         try:
             done = subprocess.run(
-                [*cmd, "--", *inner, "/usr/bin/true"],
+                [*cmd, "--", "/usr/bin/true"],
                 env={"PATH": "/usr/bin:/bin"},
                 capture_output=True,
                 timeout=30,

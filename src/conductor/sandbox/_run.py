@@ -21,7 +21,10 @@ from ._bwrap import SCRATCH, WORKDIR, BwrapPlan, bwrap_path, plan_bwrap
 from ._engine import BUBBLEWRAP, NAMESPACES, NONE, default_engine
 from ._launch import Launched, Started, start
 from ._namespaces import fresh_uid, hidden_homes, ns_command, ns_mode, user_tasks, visible_dirs
+from ._paths import python_paths
 from ._result import SandboxResult
+from ._seccomp import VERDICT_FD, child_filter, verdict_filter
+from ._walls import removed_walls
 from ._warm import warm_pool
 
 __all__ = ["DEFAULT_OUTPUT_LIMIT", "run_job", "run_sandboxed"]
@@ -60,6 +63,28 @@ def _compiled(source: bytes) -> bytes:
 
 
 _BASE_LAYERS = ["rlimits", "audit-hook", "minimal-env", "separate-judge", "bounded-output"]
+#: Processes of a bubblewrap run that are not model code's but count towards its
+#: RLIMIT_NPROC: the driver, a test's child forked ahead of its turn, and a spare.
+_TRUSTED_TASKS = 3
+
+
+def _child_filters(settings: _Settings) -> dict[str, str]:
+    """The seccomp programs the driver installs (:mod:`conductor.sandbox._seccomp`), as
+    hex: ``child`` in every process that runs model code, ``verdict`` on the threads
+    of a BigCodeBench test; none on an unknown machine or where a test removed them."""
+    programs = {
+        "child": child_filter(allow_subprocess=settings.allow_subprocess),
+        "verdict": verdict_filter(VERDICT_FD),
+    }
+    out = {}
+    for name, program in programs.items():
+        if program is not None and f"{name}-seccomp" not in settings.removed:
+            out[name] = program.hex()
+    return out
+
+
+def _filter_layers(cfg: Mapping[str, Any]) -> list[str]:
+    return [f"seccomp-{name}" for name in sorted(cfg["seccomp"])]
 
 
 def _signal_name(num: int) -> str:
@@ -230,6 +255,7 @@ class _Settings:
     env: tuple[tuple[str, str], ...]
     disk_mb: int
     preload: str
+    removed: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -295,7 +321,12 @@ def _start_sandbox(
         "allow_subprocess": settings.allow_subprocess,
         "preload": settings.preload,
         "own_pidns": chosen == BUBBLEWRAP,
+        "removed": sorted(settings.removed),
+        "verdict_fd": VERDICT_FD,
+        "seccomp": _child_filters(settings),
     }
+    if settings.removed:
+        notes.append("walls removed for a test: " + ", ".join(sorted(settings.removed)))
     sandbox = _Sandbox(None, "", chosen, mode, report_r, job_w, layers, notes, cleanup)
     try:
         if chosen == BUBBLEWRAP:
@@ -303,10 +334,11 @@ def _start_sandbox(
             if bwrap is None:
                 raise OSError("bwrap is not installed")
             run_uid = fresh_uid() if root else None
-            if not root:
-                nproc = user_tasks(os.getuid()) + int(settings.max_processes)
+            # as root the run's uid is fresh; otherwise the user namespace has the
+            # kernel count only the tasks inside it (RLIMIT_NPROC counts per namespace)
+            nproc = int(settings.max_processes) + _TRUSTED_TASKS
             work, tmp, cwd = WORKDIR, "/tmp", "/"
-            cfg.update(workdir=work, control=SCRATCH)
+            cfg.update(workdir=work, control=SCRATCH, harden={"uid": run_uid})
         else:
             mode = ns_mode() if chosen == NAMESPACES else "none"
             if chosen == NAMESPACES and mode == "none":
@@ -347,6 +379,10 @@ def _start_sandbox(
                 # unshare --pid --fork: the driver is the first process of its own
                 own_pidns=mode != "none",
             )
+        with contextlib.suppress(OSError):
+            # the interpreter's sys.path outside, put back inside (see _paths)
+            paths = python_paths(interpreter)
+            cfg.update(sys_path=list(paths.sys_path), site_dirs=list(paths.site_dirs))
         cfg["limits"] = {
             "cpu": max(1, int(settings.cpu_time_s + 0.999)),
             "as": int(settings.memory_mb) * 1024 * 1024,
@@ -368,6 +404,7 @@ def _start_sandbox(
                     disk_mb=settings.disk_mb,
                     fresh_uid=run_uid,
                     inner_uid=run_uid if run_uid is not None else os.getuid(),
+                    removed=settings.removed,
                 )
             except OSError as exc:
                 # started as a command that fails the same way, so that the result
@@ -377,7 +414,7 @@ def _start_sandbox(
             fds += plan.fds
             argv = plan.argv
             notes += plan.notes
-            layers += [*plan.layers, *_BASE_LAYERS]
+            layers += [*plan.layers, *_BASE_LAYERS, *_filter_layers(cfg)]
         else:
             config_fd = _memfd("config", config)
             fds.append(config_fd)
@@ -387,7 +424,7 @@ def _start_sandbox(
                 cfg["control"] + "/inside.py",
                 f"/proc/self/fd/{config_fd}",
             ]
-            layers += ["tempdir", *_BASE_LAYERS]
+            layers += ["tempdir", *_BASE_LAYERS, *_filter_layers(cfg)]
             if mode != "none":
                 argv = [*ns_command(mode), *argv]
                 ns_layers = ["netns", "mountns", "pidns"]
@@ -396,6 +433,8 @@ def _start_sandbox(
             else:
                 layers.append("unisolated")
                 notes.append("OS isolation unavailable or turned off")
+        if "guard" in settings.removed:
+            layers.remove("audit-hook")
         # from here the starter owns (and closes) these fds, whatever happens
         passed, fds = [*fds, report_w, job_r], []
         report_w = job_r = -1
@@ -558,6 +597,7 @@ def run_job(
         env=tuple(sorted((env or {}).items())),
         disk_mb=int(disk_mb),
         preload=preload,
+        removed=removed_walls(),
     )
     sandbox: _Sandbox | None = None
     if warm > 0 and not files and not stdin:

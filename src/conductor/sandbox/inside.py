@@ -35,10 +35,17 @@ What it does, in order:
      the judge, holding a nonce the parent sent after the fork, checks a snapshot of
      the loaded modules and writes the verdict on a private fd (see "job: bcb").
 
-3. **Each child** before model code runs: drops privileges (a fresh uid as root; every
-   capability, including the bounding set, inside a user namespace), sets
-   ``PR_SET_NO_NEW_PRIVS`` and resource limits, closes the report fd, and installs the
-   audit-hook guard (:func:`install_guard`).
+0. **Hardening** (bubblewrap), before anything else: every writable mount re-mounted
+   ``noexec``, bubblewrap's init hidden from ``/proc``, every capability given up (as
+   root, the run's fresh uid taken), ``no_new_privs``, not dumpable (:func:`harden`).
+
+3. **Each child** before model code runs: drops privileges (the namespaces engine: a
+   fresh uid as root; every capability, including the bounding set, inside a user
+   namespace), sets ``PR_SET_NO_NEW_PRIVS``, not dumpable and resource limits, closes
+   the report fd, installs the parent's seccomp filter for model code
+   (:class:`_Filters`, :mod:`conductor.sandbox._seccomp`) and the audit-hook guard
+   (:func:`install_guard`); a BigCodeBench test's main thread adds the verdict filter
+   once its judge thread runs (:func:`_bcb_child`).
 
 Results reach the parent as lines in the report fd: ``B`` (an operation the guard
 refused), ``N`` (a note), ``S`` (the ``program`` child's exit status), ``R`` (one JSON
@@ -173,6 +180,10 @@ def setup_mounts() -> None:
     work = CFG["workdir"]
     m.mount("none", "/", None, m.MS_REC | m.MS_PRIVATE)
     m.mount(work, work, None, m.MS_BIND | m.MS_REC)
+    if "noexec" not in CFG["removed"]:
+        # what the run writes is never executed or mapped executable
+        flags = m.MS_REMOUNT | m.MS_BIND | m.MS_NOEXEC | m.MS_NOSUID | m.MS_NODEV
+        m.mount(None, work, None, flags)
     hidden = list(CFG["hide"])
     if CFG["uid"] is not None:  # root: the fresh uid must still reach the interpreter
         for path in CFG["expose"]:
@@ -215,34 +226,53 @@ def setup_mounts() -> None:
 
 # ------------------------------------------------------------------------ privileges
 
-_PR_SET_NO_NEW_PRIVS = 38
-_PR_CAPBSET_DROP = 24
+_PR_SET_PDEATHSIG, _PR_GET_PDEATHSIG = 1, 2
 _PR_SET_DUMPABLE = 4
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
+
+
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _prctl(*args: int) -> int:
     """``prctl(2)``; -1 where there is none (not Linux)."""
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = _libc()
     if not hasattr(libc, "prctl"):
         return -1
     return int(libc.prctl(*[ctypes.c_ulong(a) for a in args]))
+
+
+def _check(ok: bool, what: str) -> None:
+    import ctypes
+
+    if not ok:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _drop_bounding_set() -> None:
+    """Empty the capability bounding set (where ``CAP_SETPCAP`` is held)."""
+    import ctypes
+
+    libc = _libc()
+    for cap in range(64):
+        if libc.prctl(ctypes.c_int(_PR_CAPBSET_DROP), ctypes.c_ulong(cap), 0, 0, 0) != 0:
+            break  # past the last capability this kernel knows, or not allowed
 
 
 def _drop_all_caps() -> None:
     """Empty the bounding, permitted, effective and inheritable capability sets."""
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    last = 40
-    try:
-        with open("/proc/sys/kernel/cap_last_cap") as fh:
-            last = int(fh.read())
-    except (OSError, ValueError):
-        pass
-    for cap in range(last + 1):
-        libc.prctl(ctypes.c_int(_PR_CAPBSET_DROP), ctypes.c_ulong(cap), 0, 0, 0)
+    libc = _libc()
+    _drop_bounding_set()
 
     class Header(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
@@ -256,8 +286,124 @@ def _drop_all_caps() -> None:
 
     header = Header(0x20080522, 0)
     data = (Data * 2)()
-    if libc.capset(ctypes.byref(header), data) != 0:
-        raise OSError(ctypes.get_errno(), "capset failed")
+    _check(libc.capset(ctypes.byref(header), data) == 0, "capset")
+
+
+def _mount_flags(opts: str) -> int:
+    """The per-mount flags of a mountinfo options field that a bind re-mount must
+    repeat (a user namespace may not clear the ones its parent locked)."""
+    m = _Mounter
+    flags = 0
+    for name, bit in (
+        ("ro", m.MS_RDONLY), ("nosuid", m.MS_NOSUID), ("nodev", m.MS_NODEV),
+        ("noexec", m.MS_NOEXEC), ("noatime", m.MS_NOATIME),
+        ("nodiratime", m.MS_NODIRATIME), ("relatime", m.MS_RELATIME),
+    ):  # fmt: skip
+        if name in opts.split(","):
+            flags |= bit
+    return flags
+
+
+def _noexec_mounts(m: _Mounter) -> None:
+    """Re-mount every writable mount ``noexec,nosuid`` (bubblewrap's ``/tmp`` and the
+    three device nodes): nothing the run writes can be executed or mapped executable.
+    Fails closed: a writable mount left executable raises."""
+    with open("/proc/self/mountinfo") as fh:
+        rows = [line.split() for line in fh]
+    for row in rows:
+        point, opts = _unescape(row[4]), row[5]
+        flags = _mount_flags(opts)
+        if flags & m.MS_RDONLY or (flags & m.MS_NOEXEC and flags & m.MS_NOSUID):
+            continue
+        flags |= m.MS_REMOUNT | m.MS_BIND | m.MS_NOEXEC | m.MS_NOSUID
+        m.mount(None, point, None, flags)
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            row = line.split()
+            flags = _mount_flags(row[5])
+            if not flags & m.MS_RDONLY and not flags & m.MS_NOEXEC:
+                raise OSError(f"{_unescape(row[4])} is still writable and executable")
+
+
+def _drop_privileges(uid: int | None) -> None:
+    """Give up every capability for good; as root (``uid``), take the run's fresh uid
+    first, keeping the parent-death signal (a uid change clears it).  Checked after."""
+    import ctypes
+
+    libc = _libc()
+    _drop_bounding_set()  # while CAP_SETPCAP is still held (a uid change drops it)
+    if uid is not None:
+        death = ctypes.c_int(0)
+        libc.prctl(_PR_GET_PDEATHSIG, ctypes.byref(death), 0, 0, 0)
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        if death.value:
+            libc.prctl(_PR_SET_PDEATHSIG, death.value, 0, 0, 0)
+    _drop_all_caps()
+    _check(_prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "no_new_privs")
+    with open("/proc/self/status") as fh:
+        status = dict(line.rstrip("\n").split(":\t", 1) for line in fh if ":\t" in line)
+    for key in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        if int(status.get(key, "0"), 16):
+            raise OSError(f"the driver still holds capabilities ({key} {status[key]})")
+    if status.get("NoNewPrivs") != "1":
+        raise OSError("no_new_privs is not set")
+    if uid is not None and set(map(int, status["Uid"].split())) != {uid}:
+        raise OSError(f"the driver did not take uid {uid}: {status['Uid']}")
+
+
+def harden() -> None:
+    """Bubblewrap's driver, first thing: every writable mount ``noexec`` (bubblewrap
+    cannot mount it so), ``/proc/1`` covered, then every capability given up (as root:
+    the run's fresh uid taken too), ``no_new_privs``, not dumpable.  Everything after
+    this, the preload and the job included, runs without privileges.  Raises where any
+    step fails."""
+    plan = CFG.get("harden")
+    if not plan:
+        return
+    m = _Mounter()
+    if "noexec" not in CFG["removed"]:
+        _noexec_mounts(m)
+    if "proc1-hidden" not in CFG["removed"]:
+        # bubblewrap's init runs outside the seccomp filter and, for an ordinary user,
+        # as the run's uid: its /proc/1 (mem, fd, ...) is not for the run to open
+        m.mount("tmpfs", "/proc/1", "tmpfs", m.MS_RDONLY | m.MS_NOSUID | m.MS_NODEV
+                | m.MS_NOEXEC)  # fmt: skip
+    _drop_privileges(plan.get("uid"))
+
+
+class _Filters:
+    """The seccomp programs the parent built (:mod:`conductor.sandbox._seccomp`), ready
+    to install with ``prctl(PR_SET_SECCOMP)`` in a child before model code runs."""
+
+    def __init__(self, programs: dict[str, str]) -> None:
+        import ctypes
+
+        class Fprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        self._libc = _libc()
+        self._ctypes = ctypes
+        self._progs: dict[str, Any] = {}
+        for name, text in programs.items():
+            code = bytes.fromhex(text)
+            buf = ctypes.create_string_buffer(code, len(code))
+            self._progs[name] = (buf, Fprog(len(code) // 8, ctypes.addressof(buf)))
+
+    def install(self, name: str) -> None:
+        """Install program ``name`` on the calling thread (and every thread and process
+        it starts later); nothing where the parent sent none (an unknown machine, or a
+        wall a test removed).  Raises where the kernel refuses it."""
+        prog = self._progs.get(name)
+        if prog is None:
+            return
+        ref = self._ctypes.byref(prog[1])
+        ok = self._libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ref, 0, 0) == 0
+        _check(ok, "seccomp " + name)
+
+
+FILTERS: _Filters | None = None
 
 
 def enter_child(work: str, cpu_s: int | None = None) -> None:
@@ -272,6 +418,8 @@ def enter_child(work: str, cpu_s: int | None = None) -> None:
     elif CFG["userns"]:
         _drop_all_caps()
     _prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    # not dumpable: /proc/self/mem and the process's other /proc files belong to root
+    _prctl(_PR_SET_DUMPABLE, int("dumpable" in CFG["removed"]), 0, 0, 0)
     lim = CFG["limits"]
     cpu = lim["cpu"] if cpu_s is None else cpu_s
     pairs = [
@@ -288,6 +436,8 @@ def enter_child(work: str, cpu_s: int | None = None) -> None:
             resource.setrlimit(res, value)
     os.umask(0o077)
     os.close(REPORT_FD)
+    if FILTERS is not None:
+        FILTERS.install("child")
 
 
 # ----------------------------------------------------------------------------- guard
@@ -326,9 +476,11 @@ def install_guard(work: str, allow_subprocess: bool, fd: int, judge: int = -1) -
     )  # fmt: skip
     refused_events = frozenset(
         {
-            "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.cdata", "ctypes.call_function",
-            "ctypes.string_at", "ctypes.wstring_at", "ctypes.set_errno", "ctypes.dlopen",
+            # every use of ctypes is refused too (any event named ctypes.*, below)
             "gc.get_objects", "gc.get_referrers", "gc.get_referents",
+            # code objects the compiler did not make (a crafted one reads and writes
+            # memory); marshal.loads is let through only for a library's own .pyc
+            "code.__new__", "marshal.load",
             "sys.settrace", "sys.setprofile", "sys._current_frames",
             # a hook of the solution's would run inside the judge thread, and monitoring
             # callbacks (3.12+) are a tracer by another name
@@ -338,7 +490,52 @@ def install_guard(work: str, allow_subprocess: bool, fd: int, judge: int = -1) -
     )  # fmt: skip
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
     func_attrs = frozenset({"__code__", "__defaults__", "__kwdefaults__", "__globals__"})
+    native = frozenset({"ctypes", "_ctypes"})
     me: list[Any] = []
+
+    def trusted_pyc(
+        data: Any,
+        caller: Any,
+        _roots: tuple[str, ...] = _library_roots(),
+        _ws: str = work.rstrip("/") + "/",
+        _ro: bool = bool(CFG.get("harden") or CFG.get("mount")),
+        _open: Callable[..., int] = os.open,
+        _read: Callable[[int, int], bytes] = os.read,
+        _close: Callable[[int], None] = os.close,
+        _fstatvfs: Callable[[int], Any] = os.fstatvfs,
+        _readlink: Callable[[str], str] = os.readlink,
+        _rdonly: int = os.ST_RDONLY | 0,
+        _flags: int = os.O_RDONLY | os.O_CLOEXEC,
+        _bytes: type[bytes] = bytes,
+        _str: type[str] = str,
+    ) -> bool:
+        """Whether ``marshal.loads(data)``, called from frame ``caller``, loads a
+        library's own bytecode: the caller names the ``.pyc`` it read (importlib's
+        ``_compile_bytecode``: ``bytecode_path``), the file opened there lies under a
+        library directory (never the work dir) on a read-only mount (where the engine
+        has one), and ``data`` is exactly its code.  Only C functions are called."""
+        try:
+            path = caller.f_locals.get("bytecode_path") if caller is not None else None
+            if type(path) is not _str:
+                return False
+            fd = _open(path, _flags)
+            try:
+                real = _readlink("/proc/self/fd/" + _str(fd))
+                if not real.endswith(".pyc") or not real.startswith(_roots):
+                    return False
+                if real.startswith(_ws) or (_ro and not _fstatvfs(fd).f_flag & _rdonly):
+                    return False
+                chunks = []
+                while True:
+                    chunk = _read(fd, 1 << 20)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+            finally:
+                _close(fd)
+            return _bytes(data) == b"".join(chunks)[16:]
+        except Exception:  # noqa: BLE001 - anything odd is untrusted
+            return False
 
     def hook(
         event: str,
@@ -368,8 +565,12 @@ def install_guard(work: str, allow_subprocess: bool, fd: int, judge: int = -1) -
         _len: Callable[[Any], int] = len,
         _judge: int = judge,
         _ident: Callable[[], int] = _thread.get_ident,
+        _native: frozenset[str] = native,
+        _mie: type[ModuleNotFoundError] = ModuleNotFoundError,
+        _trusted_pyc: Callable[[Any, Any], bool] = trusted_pyc,
+        _frame: Callable[[int], Any] = sys._getframe,
     ) -> None:
-        def refuse(detail: str) -> None:
+        def refuse(detail: str, error: type[Exception] = _pe) -> None:
             try:  # noqa: SIM105 - nothing may be looked up at call time (no contextlib)
                 _write(
                     _fd,
@@ -379,7 +580,7 @@ def install_guard(work: str, allow_subprocess: bool, fd: int, judge: int = -1) -
                 )
             except _oe:
                 pass
-            raise _pe("sandbox: " + event + " not allowed (" + detail[:200] + ")")
+            raise error("sandbox: " + event + " not allowed (" + detail[:200] + ")")
 
         def resolve(path: Any, dir_fd: Any = None) -> str | None:
             if _isinst(path, _bytes):
@@ -492,13 +693,27 @@ def install_guard(work: str, allow_subprocess: bool, fd: int, judge: int = -1) -
             return
         if event == "sys._current_frames" and _judge >= 0 and _ident() == _judge:
             return
-        if event in _dns or event in _refused:
+        if event == "import":
+            name = args[0] if args else ""
+            if _isinst(name, _str) and (name in _native or name.startswith("ctypes.")):
+                # an ImportError: libraries that treat ctypes as optional go on without
+                refuse(name, _mie)
+            return
+        if event == "marshal.loads":
+            # importlib's _compile_bytecode, loading a .pyc of a read-only library
+            # directory, is the one caller let through: the bytes must be that file's
+            if not (args and _trusted_pyc(args[0], _frame(1))):
+                refuse("bytes that are not a library's .pyc")
+            return
+        if event in _dns or event in _refused or event.startswith("ctypes."):
             refuse(_str(args[0])[:100] if args else "")
         if event == "object.__setattr__":
             if _len(args) > 1 and args[1] in _fattrs:
                 refuse("set " + _str(args[1]))
             return
 
+    if "guard" in CFG["removed"]:
+        return
     me.append(hook)
     sys.addaudithook(hook)
 
@@ -2023,16 +2238,34 @@ def _bcb_child(
     test_code: Any,
     test_stores: tuple[str, ...],
     test_reads: frozenset[str],
-    fds: tuple[int, int, int],
+    fds: tuple[int, int, int, int],
     info: tuple[Any, ...],
     rules: _Rules,
 ) -> int:
-    """One test, in its own child: start the judge, run the solution, then the test."""
+    """One test, in its own child: start the judge, run the solution, then the test.
+
+    The verdict channel (``chan_fd``, see :func:`_verdict_channel`) is moved to the fd
+    number the parent's verdict filter names; once the judge thread runs, the main
+    thread installs that filter on itself, so that it and every thread or process it
+    starts can neither write to, read, copy, close nor replace that fd (the judge
+    thread, started before, can).  The guard's lines and the main thread's account of
+    a failure go to ``notes_fd``, which the solution can write too (and can only fail
+    a test with).
+
+    The filter does not cover the judge thread itself: a finaliser of the solution's
+    that ran there would be outside it.  What holds that is the judge's own discipline
+    (see :func:`_judge`): between requests it waits in ``read()``, where no Python code
+    runs; while it works the collector is off and no other thread is switched in, and
+    it drops no last reference to anything the solution made."""
     import builtins
     import types
     import unittest
 
-    nonce_fd, verdict_fd, out_fd = fds
+    nonce_fd, chan_fd, notes_fd, out_fd = fds
+    verdict_fd = int(CFG.get("verdict_fd") or chan_fd)
+    if verdict_fd != chan_fd:
+        os.dup2(chan_fd, verdict_fd, inheritable=False)
+        os.close(chan_fd)
     os.dup2(out_fd, 1)
     os.dup2(out_fd, 2)
     os.close(out_fd)
@@ -2050,9 +2283,11 @@ def _bcb_child(
     if os.read(ready_r, 1) != b"1":
         return 1
     os.close(ready_r)
+    if FILTERS is not None:
+        FILTERS.install("verdict")
     work = CFG["workdir"]
     sys.path.insert(0, work)
-    install_guard(work, CFG["allow_subprocess"], verdict_fd, judge)
+    install_guard(work, CFG["allow_subprocess"], notes_fd, judge)
     _ask_begin()
     module = types.ModuleType("__test__")
     ns = module.__dict__
@@ -2087,7 +2322,7 @@ def _bcb_child(
             kind = "error"
         with contextlib.suppress(BaseException):
             os.write(
-                verdict_fd, ("E " + json.dumps({"outcome": kind, "error": text}) + "\n").encode()
+                notes_fd, ("E " + json.dumps({"outcome": kind, "error": text}) + "\n").encode()
             )
         return 0
     _ask_pass()
@@ -2198,7 +2433,8 @@ def job_bcb() -> None:
 
     for name in job["tests"]:
         nonce_r, nonce_w = os.pipe()
-        verdict_fd, out_fd = _memfd("verdict"), _memfd("out")
+        verdict_fd, chan_w = _verdict_channel()
+        notes_fd, out_fd = _memfd("notes"), _memfd("out")
         info = (
             dicts, funcs, name, _bcb_child.__code__, ask_codes,
             (enter_code, patch_cls, stack_allowed, stack_first), frozenset(test_code_ids),
@@ -2206,16 +2442,19 @@ def job_bcb() -> None:
         )  # fmt: skip
 
         def body(
-            name: str = name, fds: tuple[int, int, int] = (nonce_r, verdict_fd, out_fd),
-            info: tuple[Any, ...] = info, writer: int = nonce_w,
+            name: str = name,
+            fds: tuple[int, int, int, int] = (nonce_r, chan_w, notes_fd, out_fd),
+            info: tuple[Any, ...] = info, writer: int = nonce_w, mine: int = verdict_fd,
         ) -> int:  # fmt: skip
             os.close(writer)
+            os.close(mine)
             return _bcb_child(
                 name, job, sol_code, test_code, test_stores, test_reads, fds, info, rules
             )
 
         pid = _fork_child(body)
         os.close(nonce_r)
+        os.close(chan_w)
         # made after the fork: the child's copy of this process never held it
         import secrets
 
@@ -2223,11 +2462,11 @@ def job_bcb() -> None:
         os.write(nonce_w, nonce)
         os.close(nonce_w)
         status, timed_out = _wait(pid, deadline - time.monotonic())
-        res, _ = _read_fd(verdict_fd, 1 << 20)
+        res = _read_verdict(verdict_fd, notes_fd)
         out, _ = _read_fd(out_fd, 1 << 14)
-        os.close(verdict_fd)
-        os.close(out_fd)
-        outcome, error, blocked = _bcb_outcome(res.decode("utf-8", "replace"), nonce.hex())
+        for fd in (verdict_fd, notes_fd, out_fd):
+            os.close(fd)
+        outcome, error, blocked = _bcb_outcome(res, nonce.hex())
         if timed_out:
             outcome = "time_limit"
         elif status is None or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
@@ -2247,6 +2486,39 @@ def job_bcb() -> None:
         # the parent says whether another test runs (it knows why; the sandbox does not)
         if not _swept() or not _proceed():
             break
+
+
+def _verdict_channel() -> tuple[int, int]:
+    """(the driver's end, the test child's end) of a test's verdict channel: a socket
+    pair, so that the child's end cannot be opened again through ``/proc/self/fd``
+    (``ENXIO``) and nothing written into it can be read back or rewritten from there.
+    (A pipe where a test removed that wall.)"""
+    import socket
+
+    if "verdict-socket" in CFG["removed"]:
+        r, w = os.pipe()
+        return r, w
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    mine.shutdown(socket.SHUT_WR)
+    return mine.detach(), theirs.detach()
+
+
+def _read_verdict(chan: int, notes: int) -> str:
+    """A test's verdict lines: what the judge wrote on the channel (read without
+    waiting: a process the test left behind may still hold the other end) after the
+    lines of the notes file that are not verdicts (those only come on the channel)."""
+    text, _ = _read_fd(notes, 1 << 20)
+    lines = [line for line in text.split(b"\n") if not line.startswith(b"V ")]
+    os.set_blocking(chan, False)
+    got, size = [], 0
+    with contextlib.suppress(OSError):
+        while size <= 1 << 20:
+            chunk = os.read(chan, 1 << 16)
+            if not chunk:
+                break
+            got.append(chunk)
+            size += len(chunk)
+    return (b"\n".join(lines) + b"\n" + b"".join(got)).decode("utf-8", "replace")
 
 
 def _bcb_outcome(text: str, nonce: str) -> tuple[str, str, list[str]]:
@@ -2383,6 +2655,22 @@ def _zombie(pid: str) -> bool:
     return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
 
 
+def _extend_path() -> None:
+    """The grading interpreter's ``sys.path`` as it is outside (the parent sends it, see
+    :func:`conductor.sandbox._paths.python_paths`): ``PYTHONPATH``, the user's
+    site-packages (its ``.pth`` files processed), ``.pth`` entries; ``-I`` left them out."""
+    wanted = CFG.get("sys_path")
+    if not wanted:
+        return
+    import site
+
+    for path in CFG.get("site_dirs") or []:
+        with contextlib.suppress(Exception):
+            site.addsitedir(path)
+    added = [p for p in sys.path if p not in wanted]
+    sys.path[:] = [*wanted, *added]
+
+
 def main(argv: list[str]) -> int:
     """Entry point inside the sandbox: ``inside.py CONFIG``."""
     global REPORT_FD
@@ -2393,13 +2681,22 @@ def main(argv: list[str]) -> int:
         with contextlib.suppress(OSError, ValueError):
             os.close(int(argv[1].rsplit("/", 1)[1]))
     REPORT_FD = int(CFG["report_fd"])
+    CFG.setdefault("removed", [])
+    try:
+        harden()
+    except Exception as exc:
+        # a wall that could not be built: nothing runs (the run ends without a result,
+        # which a grader records as its own error)
+        report("N", f"driver failed: the sandbox could not be hardened: {exc!r}"[:600])
+        return 1
     if CFG["mount"]:
         try:
             setup_mounts()
         except Exception as exc:
             report("N", f"read-only mounts unavailable: {exc!r}")
     with contextlib.suppress(OSError):
-        _prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+        _prctl(_PR_SET_DUMPABLE, int("dumpable" in CFG["removed"]), 0, 0, 0)
+    _extend_path()
     if CFG.get("preload"):
         # what every job of this kind imports, done before the job is here: a warm
         # sandbox waits with it loaded (trusted code of the parent's, not the job's)
@@ -2413,9 +2710,10 @@ def main(argv: list[str]) -> int:
     if job is None:
         return 0
     CFG["job"], CFG["args"] = job["job"], job.get("args", [])
-    # ctypes is what every child uses before its guard (no_new_privs, capabilities):
-    # imported once here rather than once per test
-    import ctypes  # noqa: F401
+    # ctypes is what every child uses before its guard (no_new_privs, capabilities,
+    # seccomp): imported and set up once here rather than once per test
+    global FILTERS
+    FILTERS = _Filters(CFG.get("seccomp") or {})
 
     for run in _iter_jobs():
         try:
