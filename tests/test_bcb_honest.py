@@ -226,3 +226,55 @@ def test_a_result_holding_methods_bound_from_builtins_is_walked() -> None:
         """,
     )
     assert verdict.status == "correct", verdict.reason
+
+
+def test_a_library_defining_a_namedtuple_with_defaults_lazily_is_not_refused() -> None:
+    # namedtuple sets __new__.__defaults__ on the function it just made (pandas'
+    # plotting does so when it is first used): a new function is its maker's
+    verdict = _grade(
+        """\
+        import collections
+        def task_func(n):
+            Point = collections.namedtuple("Point", ["x", "y"], defaults=[0])
+            return Point(n).y
+        """,
+        """\
+        import unittest
+        class TestCases(unittest.TestCase):
+            def test_default(self):
+                self.assertEqual(task_func(3), 0)
+        """,
+    )
+    assert verdict.status == "correct", verdict.reason
+
+
+def test_a_librarys_function_defaults_stay_the_librarys() -> None:
+    # the control of the test above: the defaults of a function loaded before the
+    # solution (here json.dumps') may not be rewritten by it
+    verdict = _grade(
+        """\
+        import json
+        def task_func(n):
+            json.dumps.__kwdefaults__ = {"sort_keys": True}
+            return n
+        """,
+        """\
+        import unittest
+        class TestCases(unittest.TestCase):
+            def test_same(self):
+                self.assertEqual(task_func(3), 3)
+        """,
+    )
+    assert verdict.status == "incorrect", verdict.reason
+    assert verdict.detail["outcome"] == "runtime_error", verdict.detail
+
+
+def test_a_library_imported_lazily_may_set_a_code_flag() -> None:
+    # asyncio's import runs types.coroutine, which sets a flag through code.replace:
+    # a library's own code, not a crafted code object
+    from conductor.sandbox import run_sandboxed
+
+    res = run_sandboxed("import asyncio\nprint(asyncio.run(asyncio.sleep(0, 'ok')))")
+    assert res.ok and res.stdout.strip() == "ok", res.stderr[-800:]
+    crafted = run_sandboxed("c = (lambda: 1).__code__\nprint(c.replace(co_consts=(None, 2)))")
+    assert not crafted.ok and crafted.blocked, crafted

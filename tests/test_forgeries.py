@@ -50,6 +50,16 @@ def test_positive_control_the_judge_alone_passes_it(name: str) -> None:
     assert grade(forgery.forged, forgery.test, mutants=0) == ("correct", "")
 
 
+@pytest.mark.parametrize("name", [n for n, f in FORGERIES.items() if f.caught_by == "guard"])
+def test_positive_control_without_the_guard_only_the_copies_catch_it(name: str) -> None:
+    forgery = FORGERIES[name]
+    assert grade(forgery.forged, forgery.test, mutants=0, walls=("guard",)) == ("correct", "")
+    assert grade(forgery.forged, forgery.test, mutants=1, walls=("guard",)) == (
+        "incorrect",
+        "tampered",
+    )
+
+
 @pytest.mark.parametrize("name", list(FORGERIES))
 def test_the_honest_program_of_each_task_stays_correct(name: str) -> None:
     forgery = FORGERIES[name]

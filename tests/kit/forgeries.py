@@ -228,7 +228,9 @@ class Forgery:
     test: str
     forged: str
     honest: str
-    #: what catches it: "differential" (the judge alone passes it) or "judge"
+    #: what catches it: "differential" (the judge alone passes it), "judge" (its walk),
+    #: or "guard" (the audit hook refuses what it does; without the guard the mutant
+    #: copies still catch it)
     caught_by: str
 
 
@@ -237,7 +239,7 @@ FORGERIES: dict[str, Forgery] = {
         SUM_TEST, VALUE_READER, SUM_HONEST, "differential"
     ),
     "always-equal class compiled under a library file's name": Forgery(
-        SUM_TEST, LIBRARY_NAME, SUM_HONEST, "differential"
+        SUM_TEST, LIBRARY_NAME, SUM_HONEST, "guard"
     ),
     "rigged values past the judge's walk, in a truth check": Forgery(
         TOTAL_TEST, PAST_THE_WALK, TOTAL_HONEST, "judge"
@@ -260,8 +262,16 @@ FORGERIES: dict[str, Forgery] = {
 }
 
 
-def grade(code: str, test: str, mutants: int, seed: int | None = None) -> tuple[str, str]:
-    """(status, outcome) of ``code`` against ``test`` with ``mutants`` copies."""
+def grade(
+    code: str, test: str, mutants: int, seed: int | None = None, walls: tuple[str, ...] = ()
+) -> tuple[str, str]:
+    """(status, outcome) of ``code`` against ``test`` with ``mutants`` copies, with the
+    sandbox's ``walls`` taken down (a positive control)."""
+    if walls:
+        from conductor.sandbox import walls_removed
+
+        with walls_removed(*walls):
+            return grade(code, test, mutants, seed)
     try:
         grader = CodeGrader(
             bigcodebench_time_limit_s=30, bigcodebench_mutants=mutants, mutation_seed=seed

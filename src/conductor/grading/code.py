@@ -262,7 +262,8 @@ class CodeGrader:
     ``bigcodebench_mutants`` (mutant copies of the test a passing BigCodeBench program
     must fail, 0 to 8; 1 by default, 0 switches differential grading off),
     ``mutation_seed`` (where the copies' changes come from; default: a secret of this
-    grader's, so no program can work them out in advance), ``python`` (interpreter to run solutions; default: this one),
+    grader's, so no program can work them out in advance), ``python`` (interpreter to
+    run solutions; default: this one),
     ``confirm_run_unsafe_code`` (run even where no OS isolation is possible; without it
     the grader refuses to be built there, with a :class:`~conductor.errors.UsageError`).
     """

@@ -16,8 +16,9 @@ Why bubblewrap (``bwrap``, 0.8.0 in Debian 12), of what can be installed here:
 
 What one run gets (each bind justified; nothing else of the host is there):
 
-* namespaces: network (only a down loopback: no host, 127.0.0.1 or internet, and no
-  abstract unix sockets of the host), PID (a fresh ``/proc``; every process dies with
+* namespaces: network (only the sandbox's own loopback, up, which a test's server on
+  ``localhost`` may use: no host, no host's 127.0.0.1, no internet, and no abstract
+  unix sockets of the host), PID (a fresh ``/proc``; every process dies with
   the first), IPC, UTS, cgroup; a user namespace for an ordinary user (no further one
   may be made inside: the seccomp filter); ``--new-session`` (no controlling terminal)
   and ``--die-with-parent``;
@@ -49,7 +50,8 @@ What one run gets (each bind justified; nothing else of the host is there):
   ``PYTHONPATH`` directory that Python cannot import);
 * ``/etc``: only ``ld.so.cache`` (where the loader finds libraries), ``localtime``
   and ``alternatives`` (symlinks of tools in ``/usr/bin``), and a made-up ``passwd`` /
-  ``group`` holding the sandbox's one user (libraries look their user up);
+  ``group`` holding the sandbox's one user (libraries look their user up) and
+  ``hosts`` naming its loopback (``localhost``, ``sandbox``);
 * ``/dev``: ``null``, ``zero``, ``urandom`` and the ``fd``/``stdin``/``stdout``/
   ``stderr`` links on a read-only tmpfs (not ``--dev``, which adds ``tty``, ``ptmx``
   and ``pts``); ``/dev/shm`` is a link into ``/tmp``; the three nodes are ``noexec``
@@ -217,7 +219,10 @@ def plan_bwrap(
     name = "sandbox"
     passwd = f"{name}:x:{inner_uid}:{inner_uid}:{name}:{WORKDIR}:/bin/sh\n".encode()
     group = f"{name}:x:{inner_uid}:\n".encode()
-    for dest, data in (("/etc/passwd", passwd), ("/etc/group", group)):
+    # the sandbox's own names: a test's server on localhost resolves without a lookup
+    # anywhere (its network namespace has nothing but the loopback)
+    hosts = f"127.0.0.1 localhost\n::1 localhost ip6-localhost\n127.0.1.1 {name}\n".encode()
+    for dest, data in (("/etc/passwd", passwd), ("/etc/group", group), ("/etc/hosts", hosts)):
         fd = _memfd(dest, data)
         plan.fds.append(fd)
         a += ["--perms", "0644", "--ro-bind-data", str(fd), dest]

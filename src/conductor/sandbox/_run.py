@@ -321,6 +321,10 @@ def _start_sandbox(
         "allow_subprocess": settings.allow_subprocess,
         "preload": settings.preload,
         "own_pidns": chosen == BUBBLEWRAP,
+        # a private /tmp and a network of its own (nothing but its loopback): the kernel
+        # holds writes and connections there, the guard need not (inside.install_guard)
+        "own_tmp": chosen == BUBBLEWRAP,
+        "own_net": chosen == BUBBLEWRAP,
         "removed": sorted(settings.removed),
         "verdict_fd": VERDICT_FD,
         "seccomp": _child_filters(settings),

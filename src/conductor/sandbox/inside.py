@@ -443,14 +443,49 @@ def enter_child(work: str, cpu_s: int | None = None) -> None:
 # ----------------------------------------------------------------------------- guard
 
 
-def install_guard(work: str, allow_subprocess: bool, fd: int, judge: int = -1) -> None:
+def importlib_file() -> str:
+    """Where the import system's Python code lives (its frames are passed over when the
+    guard asks who raised an event)."""
+    import importlib
+
+    return str(importlib.__file__)
+
+
+def install_guard(
+    work: str,
+    allow_subprocess: bool,
+    fd: int,
+    judge: int = -1,
+    known: frozenset[int] = frozenset(),
+) -> None:
     """Register the audit hook that refuses what model code may not do.
 
     Everything the hook needs is bound as a default argument (so patching ``os`` or
     ``builtins`` later changes nothing) and it uses only str/bytes methods otherwise.
     Refused operations raise :class:`PermissionError` and are written as ``B`` lines to
     ``fd``.  ``judge`` is the thread id of the BigCodeBench judge thread, the one thread
-    that may read other threads' frames (see :func:`_judge_thread`).
+    that may read other threads' frames (see :func:`_judge_thread`).  ``known``: ids of
+    the functions whose code, defaults and globals may not be set (a BigCodeBench
+    test's snapshot: the libraries' and the driver's); a function made later (a
+    ``namedtuple`` a library defines lazily, the solution's own) is its maker's.
+
+    Where the run has a file system and a network of its own (bubblewrap:
+    ``CFG["own_tmp"]``, ``CFG["own_net"]``) the kernel holds what the guard would
+    otherwise hold by path and by address: writes anywhere on the sandbox's private
+    ``/tmp`` are let through (a test writing ``/tmp/test_data.json``, as tests do under
+    the official harness), and sockets and name lookups too (a test's own server on
+    ``localhost`` works; nothing beyond the sandbox's loopback exists to reach).
+
+    ``ctypes`` is refused to model code, not to libraries: an event whose caller (the
+    code that called into ``ctypes``, or imported it) is a library's, compiled from a
+    file under the interpreter's library directories, which are read-only, is let
+    through (threadpoolctl finds numpy's BLAS with ``ctypes.CDLL`` when the solution
+    fits a model); one the solution's or the test's own code raises is refused, and so
+    is compiling code under a library file's name from such code (a class of the
+    solution's would pass for the library's).  A library that hands raw memory to its
+    caller still does (numpy's ``__array_interface__`` did before): what is read that
+    way cannot be written to the verdict (the seccomp filter of a test's threads), and
+    what forges a pass is caught by the mutant copies.
     """
     proc_events = frozenset(
         {
@@ -479,8 +514,9 @@ def install_guard(work: str, allow_subprocess: bool, fd: int, judge: int = -1) -
             # every use of ctypes is refused too (any event named ctypes.*, below)
             "gc.get_objects", "gc.get_referrers", "gc.get_referents",
             # code objects the compiler did not make (a crafted one reads and writes
-            # memory); marshal.loads is let through only for a library's own .pyc
-            "code.__new__", "marshal.load",
+            # memory; code.__new__ below, where a library's own code.replace is let
+            # through); marshal.loads is let through only for a library's own .pyc
+            "marshal.load",
             "sys.settrace", "sys.setprofile", "sys._current_frames",
             # a hook of the solution's would run inside the judge thread, and monitoring
             # callbacks (3.12+) are a tracer by another name
@@ -537,11 +573,85 @@ def install_guard(work: str, allow_subprocess: bool, fd: int, judge: int = -1) -
         except Exception:  # noqa: BLE001 - anything odd is untrusted
             return False
 
+    roots = _library_roots()
+    writable = "/tmp" if CFG.get("own_tmp") else work
+
+    import ctypes
+
+    def library_caller(
+        frame: Any,
+        _roots: tuple[str, ...] = roots,
+        _ws: str = work.rstrip("/") + "/",
+        _str: type[str] = str,
+        _passed: tuple[str, ...] = (
+            "<frozen importlib",
+            os.path.dirname(importlib_file()) + "/",
+            os.path.dirname(str(ctypes.__file__)) + "/",
+        ),
+        _driver: str = install_guard.__code__.co_filename,
+    ) -> bool:
+        """Whether the code that raised an event is a library's: compiled from a file
+        under the library directories (read-only), never the work dir's.  The import
+        system and ctypes' own Python code are passed over: what counts is the module
+        that imports, the code that called into ctypes."""
+        depth = 0
+        while frame is not None and depth < 64:
+            name = frame.f_code.co_filename
+            if type(name) is not _str:
+                return False
+            if name == _driver:
+                # this driver's own code (formatting a traceback reads and parses lines
+                # of the files it names)
+                return True
+            if not name.startswith(_passed):
+                return name.startswith(_roots) and not name.startswith(_ws)
+            frame = frame.f_back
+            depth += 1
+        return False
+
+    def from_import_system(
+        frame: Any,
+        _passed: tuple[str, ...] = ("<frozen importlib", os.path.dirname(importlib_file()) + "/"),
+        _str: type[str] = str,
+    ) -> bool:
+        name = frame.f_code.co_filename if frame is not None else None
+        return type(name) is _str and name.startswith(_passed)
+
+    def source_of(
+        source: Any,
+        path: str,
+        _open: Callable[..., int] = os.open,
+        _read: Callable[[int, int], bytes] = os.read,
+        _close: Callable[[int], None] = os.close,
+        _flags: int = os.O_RDONLY | os.O_CLOEXEC,
+        _bytes: type[bytes] = bytes,
+        _str: type[str] = str,
+    ) -> bool:
+        """Whether ``source`` (bytes or text) is exactly the file at ``path``."""
+        try:
+            if type(source) is _str:
+                source = source.encode("utf-8", "surrogateescape")
+            if type(source) is not _bytes:
+                return False
+            fd = _open(path, _flags)
+            try:
+                chunks = []
+                while True:
+                    chunk = _read(fd, 1 << 20)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+            finally:
+                _close(fd)
+            return source == b"".join(chunks)
+        except Exception:  # noqa: BLE001 - anything odd is untrusted
+            return False
+
     def hook(
         event: str,
         args: tuple[Any, ...],
-        _w: str = work,
-        _ws: str = work + "/",
+        _w: str = writable,
+        _ws: str = writable.rstrip("/") + "/",
         _cwd: Callable[[], str] = os.getcwd,
         _write: Callable[[int, bytes], int] = os.write,
         _readlink: Callable[[str], str] = os.readlink,
@@ -569,6 +679,13 @@ def install_guard(work: str, allow_subprocess: bool, fd: int, judge: int = -1) -
         _mie: type[ModuleNotFoundError] = ModuleNotFoundError,
         _trusted_pyc: Callable[[Any, Any], bool] = trusted_pyc,
         _frame: Callable[[int], Any] = sys._getframe,
+        _known: frozenset[int] = known,
+        _id: Callable[[Any], int] = id,
+        _net: bool = bool(CFG.get("own_net")),
+        _library_caller: Callable[[Any], bool] = library_caller,
+        _from_import_system: Callable[[Any], bool] = from_import_system,
+        _source_of: Callable[[Any, str], bool] = source_of,
+        _roots: tuple[str, ...] = roots,
     ) -> None:
         def refuse(detail: str, error: type[Exception] = _pe) -> None:
             try:  # noqa: SIM105 - nothing may be looked up at call time (no contextlib)
@@ -684,18 +801,24 @@ def install_guard(work: str, allow_subprocess: bool, fd: int, judge: int = -1) -
                 refuse("signal to pid " + _str(args[0]))
             return
         if event == "socket.__new__":
-            if _len(args) > 1 and args[1] != 1 and args[1] != -1:  # 1 = AF_UNIX
+            if not _net and _len(args) > 1 and args[1] != 1 and args[1] != -1:  # 1 = AF_UNIX
                 refuse("socket family " + _str(args[1]))
             return
         if event in ("socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg"):
-            if _len(args) > 1 and not _isinst(args[1], (_str, _bytes)):
+            if not _net and _len(args) > 1 and not _isinst(args[1], (_str, _bytes)):
                 refuse(_str(args[1]))
+            return
+        if _net and event in _dns:
             return
         if event == "sys._current_frames" and _judge >= 0 and _ident() == _judge:
             return
         if event == "import":
             name = args[0] if args else ""
-            if _isinst(name, _str) and (name in _native or name.startswith("ctypes.")):
+            if (
+                _isinst(name, _str)
+                and (name in _native or name.startswith("ctypes."))
+                and not _library_caller(_frame(1))
+            ):
                 # an ImportError: libraries that treat ctypes as optional go on without
                 refuse(name, _mie)
             return
@@ -705,10 +828,33 @@ def install_guard(work: str, allow_subprocess: bool, fd: int, judge: int = -1) -
             if not (args and _trusted_pyc(args[0], _frame(1))):
                 refuse("bytes that are not a library's .pyc")
             return
-        if event in _dns or event in _refused or event.startswith("ctypes."):
+        if event.startswith("ctypes."):
+            if not _library_caller(_frame(1)):
+                refuse(_str(args[0])[:100] if args else "")
+            return
+        if event == "code.__new__":
+            # types.coroutine (asyncio, imported lazily) sets a flag with code.replace
+            if not _library_caller(_frame(1)):
+                refuse(_str(args[0])[:100] if args else "")
+            return
+        if event == "compile":
+            given: Any = args[1] if _len(args) > 1 else None
+            if _isinst(given, _bytes):
+                given = given.decode("utf-8", "surrogateescape")
+            if _isinst(given, _str) and given.startswith(_roots):
+                caller = _frame(1)
+                # the import system compiles a module's source under its file's name:
+                # trusted when the source is that file's; other code must be a library's
+                if _from_import_system(caller):
+                    if not _source_of(args[0] if args else None, given):
+                        refuse("compile under a library's file name " + given)
+                elif not _library_caller(caller):
+                    refuse("compile under a library's file name " + given)
+            return
+        if event in _dns or event in _refused:
             refuse(_str(args[0])[:100] if args else "")
         if event == "object.__setattr__":
-            if _len(args) > 1 and args[1] in _fattrs:
+            if _len(args) > 1 and args[1] in _fattrs and _id(args[0]) in _known:
                 refuse("set " + _str(args[1]))
             return
 
@@ -2287,7 +2433,9 @@ def _bcb_child(
         FILTERS.install("verdict")
     work = CFG["workdir"]
     sys.path.insert(0, work)
-    install_guard(work, CFG["allow_subprocess"], notes_fd, judge)
+    # the snapshot's functions: their code, defaults and globals are the judge's to keep
+    known = frozenset(id(fn) for _label, fn, _state in info[1])
+    install_guard(work, CFG["allow_subprocess"], notes_fd, judge, known)
     _ask_begin()
     module = types.ModuleType("__test__")
     ns = module.__dict__
