@@ -36,7 +36,7 @@ Imports = Mapping[str, list[tuple[str, str | None]]]
 #: ARCHITECTURE.md's floors, bottom up: a module imports only from its own floor and the
 #: floors below it.  Each names the units (``conductor.NAME``, a package or a module) on it.
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
-    ("words and errors", ("errors", "text", "events", "private")),
+    ("words and errors", ("errors", "text", "events", "private", "userfiles", "bounds")),
     ("configuration", ("targets", "configfile", "shipped", "redact", "pool", "benchmark")),
     ("model calls", ("llm",)),
     ("the Conductor", ("conductors",)),

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from ..bounds import SEED
 from ..errors import UsageError
 from ..text import printable
 from ._common import print_path, stderr, stdout
@@ -69,7 +70,12 @@ def fit_router(
             dir_okay=False,
         ),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="The split's and the folds' seed.")] = 0,
+    seed: Annotated[
+        int,
+        typer.Option(
+            "--seed", min=SEED.low, max=SEED.high, help="The split's and the folds' seed."
+        ),
+    ] = 0,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace a router already in --out.")
     ] = False,

@@ -61,6 +61,7 @@ from typing import Any, NoReturn
 from ..errors import UsageError
 from ..private import make_private_dir, write_private
 from ..text import plural
+from ..userfiles import MAX_CONFIG_BYTES, is_regular, read_regular, utf8_text
 
 __all__ = [
     "META_FILE",
@@ -155,18 +156,18 @@ def read_checkpoint_meta(path: Path) -> CheckpointMeta | None:
     must name an existing file inside the checkpoint directory.
     """
     file = _meta_file(Path(path))
-    if not file.is_file():
+    if not os.path.lexists(file):
         return None
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{file}: not UTF-8 text ({exc.reason})") from None
+        # What is there is read only when it is a regular file (a FIFO would wait).
+        text = utf8_text(read_regular(file, "conductor.json", MAX_CONFIG_BYTES), file, "file")
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(
             f"{file}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})"
         ) from None
-    except OSError as exc:
-        raise UsageError(f"{file}: cannot be read ({exc.strerror or exc})") from None
+    except RecursionError:
+        raise UsageError(f"{file}: not valid JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise UsageError(f"{file}: expected a JSON object, got {type(data).__name__}")
 
@@ -208,7 +209,7 @@ def read_checkpoint_meta(path: Path) -> CheckpointMeta | None:
         target = (root / template).resolve()
         if os.path.isabs(template) or root not in target.parents:
             raise _bad(file, "template", f"{template!r} must be a file name inside {file.parent}")
-        if not target.is_file():
+        if not is_regular(target):
             raise _bad(file, "template", f"template file {template!r} not found in {root}")
 
     pool_order: tuple[str, ...] | None = None
@@ -387,6 +388,8 @@ def _cached_template(text: str, suffix: str) -> str:
 #: The side file with the training questions' hashes, referenced from ``conductor.json``.
 TRAINING_QUESTIONS_FILE = "training_questions.json"
 _TRAINING_KEY = "training_questions"
+#: The most a training-questions file is read up to (a key per question trained on).
+_MAX_TRAINED_BYTES = 256 << 20
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -447,11 +450,12 @@ def _training_file(directory: Path) -> tuple[Path, dict[str, Any]] | None:
     ):
         raise _bad(meta_file, _TRAINING_KEY, f"{name!r} must be a file name inside {root}")
     file = root / name
+    if not os.path.lexists(file):
+        raise _bad(meta_file, _TRAINING_KEY, f"{name!r} not found in {root}")
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise _bad(meta_file, _TRAINING_KEY, f"{name!r} not found in {root}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raw = read_regular(file, "training-questions file", _MAX_TRAINED_BYTES)
+        data = json.loads(utf8_text(raw, file, "training-questions file"))
+    except (ValueError, RecursionError) as exc:
         raise UsageError(f"{file}: cannot be read as training questions ({exc})") from None
     if not isinstance(data, dict) or data.get("format_version") != 1:
         raise UsageError(f"{file}: not a training-questions file of format_version 1")

@@ -18,12 +18,14 @@ owners.  Fields of the file this version does not know are not kept.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import UsageError
+from ..userfiles import MAX_CONFIG_BYTES, UnreadableFileError, read_regular
 from .rundir import CONFIG
 
 __all__ = [
@@ -208,12 +210,12 @@ def read_run_config(run_dir: Path) -> BenchConfig:
     cannot be read, is not UTF-8, is not JSON, has a field of the wrong type, or was
     written by a newer version (a schema this one does not know)."""
     path = run_dir / CONFIG
+    if not os.path.lexists(path):
+        raise RunConfigError(f"{run_dir}: no {CONFIG}; not a bench run directory", path)
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise RunConfigError(f"{run_dir}: no {CONFIG}; not a bench run directory", path) from None
-    except OSError as exc:
-        raise RunConfigError(f"{path}: cannot be read ({exc.strerror or exc})", path) from None
+        raw = read_regular(path, "run config", MAX_CONFIG_BYTES)
+    except UnreadableFileError as exc:
+        raise RunConfigError(str(exc), path) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

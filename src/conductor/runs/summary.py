@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -29,6 +30,7 @@ from ..errors import RecordError, UsageError
 from ..private import write_private
 from ..record import RunRecord, now_iso
 from ..shapes import topology_kind
+from ..userfiles import MAX_CONFIG_BYTES, UnreadableFileError, read_regular, utf8_text
 from .config import BenchmarkInfo, read_run_config
 from .rundir import (
     CONFIG,
@@ -541,11 +543,13 @@ def _write_summary_file(run_dir: Path, summary: RunSummary) -> None:
 
 def _read_rate_limits(path: Path) -> list[dict[str, Any]]:
     """The invocations kept in ``rate_limits.json`` (none if absent or unreadable)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return []
-    except (OSError, ValueError) as exc:
+    try:
+        data = json.loads(
+            utf8_text(read_regular(path, "limits file", MAX_CONFIG_BYTES), path, "limits file")
+        )
+    except (UnreadableFileError, ValueError, RecursionError) as exc:
         log.warning("%s: ignored (%s)", path, exc)
         return []
     runs = data.get("invocations") if isinstance(data, dict) else None
@@ -605,9 +609,11 @@ def read_summary(path: Path) -> RunSummary:
     if p.is_dir():
         p = p / SUMMARY
     try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise RecordError(f"{p}: no such file") from None
+        data = json.loads(utf8_text(read_regular(p, "summary", MAX_CONFIG_BYTES), p, "summary"))
+    except UnreadableFileError as exc:
+        raise RecordError(str(exc)) from None
+    except RecursionError:
+        raise RecordError(f"{p}: JSON nested too deeply") from None
     except json.JSONDecodeError as exc:
         raise RecordError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg})") from None
     if not isinstance(data, dict):
