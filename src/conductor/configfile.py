@@ -338,7 +338,13 @@ class ConfigReader:
         if value is None:
             return None
         if value not in bound:
-            shown = shown_number(value) if isinstance(value, int) else show_value(value)
+            shown = (
+                show_value(value)
+                if isinstance(value, bool)
+                else shown_number(value)
+                if isinstance(value, int)
+                else show_value(value)
+            )
             raise self.error(f"{field} must be {bound.describe()}, got {shown}", node, field)
         return int(value)
 
@@ -364,7 +370,13 @@ class ConfigReader:
         if not ok:
             top = f"{maximum if maximum is not None else _LARGEST_NUMBER:g}"
             kind = f"a positive number up to {top}" if positive else f"a number between 0 and {top}"
-            shown = shown_number(value) if isinstance(value, int) else show_value(value)
+            shown = (
+                show_value(value)
+                if isinstance(value, bool)
+                else shown_number(value)
+                if isinstance(value, int)
+                else show_value(value)
+            )
             raise self.error(f"{field} must be {kind}, got {shown}", node, field)
         return float(value)
 

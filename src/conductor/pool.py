@@ -167,6 +167,8 @@ _PRICE_KEYS = ("input_per_mtok", "output_per_mtok")
 _BATCH_PRICE_KEYS = ("batch_input_per_mtok", "batch_output_per_mtok")
 # The defaults a conductor: section takes where it sets none (every one, so far).
 _CONDUCTOR_DEFAULT_KEYS = tuple(k for k in _DEFAULT_KEYS if k in _CONDUCTOR_KEYS)
+#: The highest sampling temperature a pool may set (providers take 0 to 2).
+MAX_TEMPERATURE = 100.0
 #: The range of each count of the conductor section (:mod:`conductor.bounds`).
 _CONDUCTOR_COUNTS = {
     "max_steps": STEPS,
@@ -233,7 +235,7 @@ class _PoolReader(ConfigReader):
     def common_setting(self, key: str, node: yaml.Node, field: str) -> Any:
         """The settings shared by ``defaults`` and workers."""
         if key == "temperature":
-            return self.number(node, field)
+            return self.number(node, field, maximum=MAX_TEMPERATURE)
         if key == "top_p":
             return self.number(node, field, maximum=1.0)
         if key in ("timeout_s", "total_timeout_s"):

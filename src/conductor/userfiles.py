@@ -235,27 +235,40 @@ def read_text(path: str | Path, what: str, limit: int = MAX_CONFIG_BYTES) -> str
 
 def bounded_lines(fh: BinaryIO, limit: int) -> Iterator[tuple[int, bytes | None]]:
     """``(line number, bytes)`` of each line of ``fh`` (from 1, its newline kept), or
-    ``(line number, None)`` for a line longer than ``limit`` bytes: at most ``limit + 1``
-    bytes of such a line are held, and the rest is skipped in blocks, never read whole.
-    The last line may lack its newline (a torn write)."""
+    ``(line number, None)`` for a line of more than ``limit`` bytes before its newline.
+    A line is read in blocks, so such a line costs at most ``limit`` bytes held (then
+    dropped) and the rest of it is skipped a block at a time, never read whole; a line
+    within the bound is held twice at most, while its blocks are joined.  The last line
+    may lack its newline (a torn write)."""
+    block = max(1, min(LINE_READ_BLOCK, limit + 1))
     number = 0
     while True:
-        try:
-            raw = fh.readline(limit + 1)
-        except BlockingIOError:
-            return
-        if not raw:
+        piece = _readline(fh, block)
+        if not piece:
             return
         number += 1
-        if len(raw) <= limit or raw.endswith(b"\n"):
-            yield number, raw
-            continue
-        del raw
-        while True:  # the rest of the long line, dropped a block at a time
-            try:
-                rest = fh.readline(LINE_READ_BLOCK)
-            except BlockingIOError:
-                rest = b""
-            if not rest or rest.endswith(b"\n"):
+        pieces = [piece]
+        held = len(piece)
+        # More of the line while it goes on and is still within the bound (its newline
+        # may be the one byte past the bound).
+        while not piece.endswith(b"\n") and held <= limit:
+            piece = _readline(fh, block)
+            if not piece:
                 break
+            pieces.append(piece)
+            held += len(piece)
+        line_length = held - piece.endswith(b"\n")
+        if line_length <= limit:
+            yield number, pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            continue
+        pieces.clear()
+        while piece and not piece.endswith(b"\n"):  # the rest, dropped a block at a time
+            piece = _readline(fh, LINE_READ_BLOCK)
         yield number, None
+
+
+def _readline(fh: BinaryIO, size: int) -> bytes:
+    try:
+        return fh.readline(size)
+    except BlockingIOError:  # opened O_NONBLOCK: see the module's docstring
+        return b""

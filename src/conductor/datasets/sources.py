@@ -100,7 +100,7 @@ def source_rows(
 #: carry their large, encoded tests): a longer line is refused after this much of it.
 MAX_LINE_BYTES = 1 << 30
 #: The most a ``.json`` data file may hold: it is parsed whole (JSONL is streamed).
-MAX_JSON_BYTES = 512 << 20
+MAX_JSON_BYTES = 256 << 20
 
 
 def file_rows(path: Path, max_line: int | None) -> Iterator[LocatedRow]:

@@ -189,7 +189,13 @@ class _TrainReader(ConfigReader):
                 kind = f"a number > {low:g}" if low_open else f"a number >= {low:g}"
             else:
                 kind = "a number"
-            shown = shown_number(value) if isinstance(value, int) else show_value(value)
+            shown = (
+                show_value(value)
+                if isinstance(value, bool)
+                else shown_number(value)
+                if isinstance(value, int)
+                else show_value(value)
+            )
             raise self.error(f"{field} must be {kind}, got {shown}", node, field)
         return float(value)
 
