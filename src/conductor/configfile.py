@@ -30,6 +30,7 @@ from .userfiles import UnreadableFileError, check_regular, read_text
 
 __all__ = [
     "MAX_TIMEOUT_S",
+    "HugeNumber",
     "MAX_YAML_DEPTH",
     "ConfigReader",
     "close_match",
@@ -214,6 +215,12 @@ class ConfigReader:
         except (ValueError, OverflowError) as exc:
             # PyYAML's constructors let these through: an integer of thousands of
             # digits (int() refuses to read it), a date such as 2024-13-45.
+            digits = str(node.value).lstrip("+-").replace("_", "")
+            if digits.isdigit():
+                # Read as a number too large for any setting: each reader of a value
+                # then refuses it with its own range ("must be an integer from 1 to
+                # 1,000, got a number of 5,000 digits").
+                return HugeNumber(len(digits))
             raise self.error(
                 f"{field} has an invalid value {_scalar_shown(node)}: {_first_line(exc)}",
                 where or node,
@@ -229,7 +236,10 @@ class ConfigReader:
     def plain(self, node: yaml.Node, field: str) -> Any:
         """Any value as plain Python (used for pass-through ``params``)."""
         if isinstance(node, yaml.ScalarNode):
-            return self.scalar(node, field)
+            value = self.scalar(node, field)
+            if isinstance(value, HugeNumber):  # passed on, nothing would check it
+                raise self.error(f"{field} is {value}, larger than any value it takes", node, field)
+            return value
         if isinstance(node, yaml.SequenceNode):
             return [self.plain(item, f"{field}[{i}]") for i, item in enumerate(node.value)]
         assert isinstance(node, yaml.MappingNode)  # the only other kind of node
@@ -466,6 +476,18 @@ class ConfigReader:
         result = self.plain(node, field)
         assert isinstance(result, dict)
         return result
+
+
+class HugeNumber:
+    """An integer written with more digits than ``int()`` reads (see
+    :meth:`ConfigReader.construct`): it stands in the value's place so that the reader
+    of that value refuses it as out of its range, naming it by its length."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+    def __str__(self) -> str:
+        return f"a number of {self.digits:,} digits"
 
 
 def _scalar_shown(node: yaml.ScalarNode) -> str:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from .errors import RecordError, UsageError
 from .llm.types import Message
 from .private import write_private
-from .userfiles import UnreadableFileError, read_regular, utf8_text
+from .userfiles import UnreadableFileError, parse_json, read_regular, utf8_text
 from .workflow import RECORD_FIELDS
 
 __all__ = [
@@ -558,13 +558,9 @@ def read_record(path: str | Path) -> RunRecord:
     p = Path(path)
     try:
         text = utf8_text(read_regular(p, "run record", MAX_RECORD_BYTES), p, "run record")
-        data = json.loads(text)
+        data = parse_json(text, p)
     except UnreadableFileError as exc:
         raise RecordError(str(exc)) from None
-    except json.JSONDecodeError as exc:
-        raise RecordError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    except RecursionError:
-        raise RecordError(f"{p}: JSON nested too deeply") from None
     try:
         return record_from_dict(data)
     except RecordError as exc:

@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import os
 import stat
+import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import Any, BinaryIO, Literal
 
 from .errors import UsageError
 from .text import printable
@@ -47,6 +49,7 @@ __all__ = [
     "file_kind",
     "is_regular",
     "open_regular",
+    "parse_json",
     "read_regular",
     "read_text",
     "utf8_text",
@@ -60,8 +63,9 @@ LINE_READ_BLOCK = 1 << 16
 
 
 #: Why a file cannot be read: nothing there, not a regular file, more than its bound,
-#: not UTF-8 text, or the system refused (permissions, I/O).
-Unreadable = Literal["missing", "not_regular", "too_big", "not_utf8", "refused"]
+#: not UTF-8 text, not JSON (where JSON is wanted), or the system refused (permissions,
+#: I/O).
+Unreadable = Literal["missing", "not_regular", "too_big", "not_utf8", "not_json", "refused"]
 
 
 class UnreadableFileError(UsageError):
@@ -224,6 +228,28 @@ def utf8_text(data: bytes, path: str | Path, what: str, first_line: int = 1) -> 
             "not_utf8",
             line,
         ) from None
+
+
+def parse_json(text: str | bytes, path: str | Path, line: int | None = None) -> Any:
+    """The JSON value of ``text`` (read from ``path``; ``line`` the line it starts on,
+    for a line of a JSONL file).  Every way ``json.loads`` fails is one sentence naming
+    the line: a syntax error, nesting deeper than the parser recurses, and a number of
+    thousands of digits (``int()`` refuses it with a ``ValueError`` of its own)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        at = exc.lineno if line is None else line + exc.lineno - 1
+        raise UnreadableFileError(path, f"not valid JSON ({exc.msg})", "not_json", at) from None
+    except RecursionError:
+        raise UnreadableFileError(
+            path, "not valid JSON (nested too deeply)", "not_json", line
+        ) from None
+    except ValueError as exc:
+        # int() refuses numbers of thousands of digits (its own guard against slow
+        # conversions), and says so in a sentence too long to repeat.
+        digits = sys.get_int_max_str_digits()
+        why = f"a number of more than {digits:,} digits" if "digits" in str(exc) else str(exc)
+        raise UnreadableFileError(path, f"not valid JSON ({why})", "not_json", line) from None
 
 
 def read_text(path: str | Path, what: str, limit: int = MAX_CONFIG_BYTES) -> str:

@@ -61,7 +61,14 @@ from typing import Any, NoReturn
 from ..errors import UsageError
 from ..private import make_private_dir, write_private
 from ..text import plural
-from ..userfiles import MAX_CONFIG_BYTES, is_regular, read_regular, utf8_text
+from ..userfiles import (
+    MAX_CONFIG_BYTES,
+    UnreadableFileError,
+    is_regular,
+    parse_json,
+    read_regular,
+    utf8_text,
+)
 
 __all__ = [
     "META_FILE",
@@ -158,16 +165,10 @@ def read_checkpoint_meta(path: Path) -> CheckpointMeta | None:
     file = _meta_file(Path(path))
     if not os.path.lexists(file):
         return None
-    try:
-        # What is there is read only when it is a regular file (a FIFO would wait).
-        text = utf8_text(read_regular(file, "conductor.json", MAX_CONFIG_BYTES), file, "file")
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"{file}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})"
-        ) from None
-    except RecursionError:
-        raise UsageError(f"{file}: not valid JSON (nested too deeply)") from None
+    # What is there is read only when it is a regular file (a FIFO would wait); every
+    # way it fails is an UnreadableFileError, a UsageError naming the file.
+    text = utf8_text(read_regular(file, "conductor.json", MAX_CONFIG_BYTES), file, "file")
+    data = parse_json(text, file)
     if not isinstance(data, dict):
         raise UsageError(f"{file}: expected a JSON object, got {type(data).__name__}")
 
@@ -454,9 +455,9 @@ def _training_file(directory: Path) -> tuple[Path, dict[str, Any]] | None:
         raise _bad(meta_file, _TRAINING_KEY, f"{name!r} not found in {root}")
     try:
         raw = read_regular(file, "training-questions file", _MAX_TRAINED_BYTES)
-        data = json.loads(utf8_text(raw, file, "training-questions file"))
-    except (ValueError, RecursionError) as exc:
-        raise UsageError(f"{file}: cannot be read as training questions ({exc})") from None
+        data = parse_json(utf8_text(raw, file, "training-questions file"), file)
+    except UnreadableFileError as exc:
+        raise UsageError(f"{exc} (not a training-questions file)") from None
     if not isinstance(data, dict) or data.get("format_version") != 1:
         raise UsageError(f"{file}: not a training-questions file of format_version 1")
     return file, data

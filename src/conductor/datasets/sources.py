@@ -16,7 +16,6 @@ import csv
 import functools
 import hashlib
 import importlib
-import json
 import logging
 import os
 import socket
@@ -36,6 +35,7 @@ from ..userfiles import (
     check_regular,
     describe_size,
     open_regular,
+    parse_json,
     read_regular,
     utf8_text,
 )
@@ -157,9 +157,11 @@ def _text_lines(path: Path, fh: BinaryIO, limit: int) -> Iterator[tuple[int, str
         if raw is None:
             raise _too_long(path, lineno, limit)
         try:
-            yield lineno, raw.decode("utf-8")
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise _not_utf8(f"{path}:{lineno}", exc) from None
+        # A byte-order mark some editors (Excel) write first is not part of the data.
+        yield lineno, text.removeprefix("\ufeff") if lineno == 1 else text
 
 
 def _jsonl_rows(path: Path, max_line: int = MAX_LINE_BYTES) -> Iterator[LocatedRow]:
@@ -170,11 +172,9 @@ def _jsonl_rows(path: Path, max_line: int = MAX_LINE_BYTES) -> Iterator[LocatedR
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataFileError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            except RecursionError:
-                raise DataFileError(f"{path}:{lineno}: JSON nested too deeply") from None
+                row = parse_json(line, path, lineno)
+            except UnreadableFileError as exc:
+                raise DataFileError(str(exc)) from None
             del line
             if not isinstance(row, dict):
                 raise DataFileError(f"{path}:{lineno}: each line must be a JSON object")
@@ -185,14 +185,10 @@ def _json_rows(path: Path) -> Iterator[LocatedRow]:
     # A JSON array has to be parsed whole (so it is bounded); use JSONL for large sets.
     try:
         raw = read_regular(path, "data file", MAX_JSON_BYTES)
-        data = json.loads(utf8_text(raw, path, "data file"))
+        data = parse_json(utf8_text(raw, path, "data file").removeprefix("\ufeff"), path)
     except UnreadableFileError as exc:
         more = "; larger sets go in a .jsonl file" if exc.kind == "too_big" else ""
         raise DataFileError(f"{exc}{more}") from None
-    except json.JSONDecodeError as exc:
-        raise DataFileError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    except RecursionError:
-        raise DataFileError(f"{path}: JSON nested too deeply") from None
     del raw
     if isinstance(data, dict) and isinstance(data.get("data"), list):
         data = data["data"]
@@ -211,14 +207,19 @@ def _csv_rows(path: Path, max_line: int = MAX_LINE_BYTES) -> Iterator[LocatedRow
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1, max_line))
     with _open_data(path) as fh:
         lines = (text for _n, text in _text_lines(path, fh, max_line))
-        reader = csv.DictReader(lines)
+        # strict: a quote left open to the end of the file, or text after a closing
+        # quote, is a damaged file, not one last cell holding the rest of it.
+        reader = csv.DictReader(lines, strict=True)
         while True:
             try:
                 row = next(reader)
             except StopIteration:
                 return
             except csv.Error as exc:
-                raise DataFileError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
+                # The csv module counts a record's lines once it has read it whole: the
+                # one it failed on starts on the line after those counted.
+                start = reader.line_num + 1
+                raise DataFileError(f"{path}:{start}: not valid CSV ({exc})") from None
             yield f"{path}:{reader.line_num}", row
 
 
@@ -248,7 +249,10 @@ def _parquet_rows(path: Path) -> Iterator[LocatedRow]:
     )
     with _open_data(path) as fh:
         try:
-            batches = pq.ParquetFile(fh).iter_batches(batch_size=64)
+            # Pages written with a checksum are checked: a damaged page is named as such
+            # rather than read as other values.
+            parquet = pq.ParquetFile(fh, page_checksum_verification=True)
+            batches = parquet.iter_batches(batch_size=64)
         except damaged as exc:
             raise _corrupt_parquet(path, exc) from None
         n = 0

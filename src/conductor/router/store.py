@@ -34,7 +34,7 @@ from ..errors import UsageError
 from ..private import make_private_dir, write_private
 from ..record import now_iso
 from ..text import printable
-from ..userfiles import UnreadableFileError, read_regular
+from ..userfiles import UnreadableFileError, parse_json, read_regular
 from .features import featurizer_from
 from .head import LogisticHead
 from .model import Router
@@ -207,15 +207,9 @@ def _read_json(path: Path) -> Any:
             f"{printable(str(path))}: cannot be read ({exc.strerror or exc})"
         ) from None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RouterFileError(
-            f"{printable(str(path))}:{exc.lineno}: not valid JSON ({exc.msg})"
-        ) from None
-    except RecursionError:
-        raise RouterFileError(
-            f"{printable(str(path))}: not valid JSON (nested too deeply)"
-        ) from None
+        return parse_json(text, path)
+    except UnreadableFileError as exc:
+        raise RouterFileError(str(exc)) from None
 
 
 def _read_head(directory: Path, f: _Fields, head: Mapping[str, Any], dim: int, arms: int) -> Any:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import UsageError
-from ..userfiles import MAX_CONFIG_BYTES, UnreadableFileError, read_regular
+from ..userfiles import MAX_CONFIG_BYTES, UnreadableFileError, parse_json, read_regular
 from .rundir import CONFIG
 
 __all__ = [
@@ -223,11 +223,9 @@ def read_run_config(run_dir: Path) -> BenchConfig:
             f"{path}: not UTF-8 text (byte {exc.start}); not a readable run config", path
         ) from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RunConfigError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})", path) from None
-    except RecursionError:
-        raise RunConfigError(f"{path}: not valid JSON (nested too deeply)", path) from None
+        data = parse_json(text, path)
+    except UnreadableFileError as exc:
+        raise RunConfigError(str(exc), path) from None
     return _Reader(path).config(data)
 
 

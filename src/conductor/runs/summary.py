@@ -30,7 +30,7 @@ from ..errors import RecordError, UsageError
 from ..private import write_private
 from ..record import RunRecord, now_iso
 from ..shapes import topology_kind
-from ..userfiles import MAX_CONFIG_BYTES, UnreadableFileError, read_regular, utf8_text
+from ..userfiles import MAX_CONFIG_BYTES, UnreadableFileError, parse_json, read_regular, utf8_text
 from .config import BenchmarkInfo, read_run_config
 from .rundir import (
     CONFIG,
@@ -546,10 +546,9 @@ def _read_rate_limits(path: Path) -> list[dict[str, Any]]:
     if not os.path.lexists(path):
         return []
     try:
-        data = json.loads(
-            utf8_text(read_regular(path, "limits file", MAX_CONFIG_BYTES), path, "limits file")
-        )
-    except (UnreadableFileError, ValueError, RecursionError) as exc:
+        text = utf8_text(read_regular(path, "limits file", MAX_CONFIG_BYTES), path, "limits file")
+        data = parse_json(text, path)
+    except UnreadableFileError as exc:
         log.warning("%s: ignored (%s)", path, exc)
         return []
     runs = data.get("invocations") if isinstance(data, dict) else None
@@ -609,13 +608,10 @@ def read_summary(path: Path) -> RunSummary:
     if p.is_dir():
         p = p / SUMMARY
     try:
-        data = json.loads(utf8_text(read_regular(p, "summary", MAX_CONFIG_BYTES), p, "summary"))
+        text = utf8_text(read_regular(p, "summary", MAX_CONFIG_BYTES), p, "summary")
+        data = parse_json(text, p)
     except UnreadableFileError as exc:
         raise RecordError(str(exc)) from None
-    except RecursionError:
-        raise RecordError(f"{p}: JSON nested too deeply") from None
-    except json.JSONDecodeError as exc:
-        raise RecordError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg})") from None
     if not isinstance(data, dict):
         raise RecordError(f"{p}: not a run summary")
     try:
