@@ -478,6 +478,11 @@ def _download(spec: BenchmarkSpec, url: str) -> Path:
     # Only a download needs urllib.request (and the http and email packages it loads).
     import urllib.request
 
+    if urllib.parse.urlsplit(url).scheme == "file":
+        # A local file copied into the cache: it must be a regular file (a copy of
+        # /dev/zero or of a FIFO would never end).
+        _check_data_file(Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path)))
+
     partial = target.with_name(target.name + f".part{os.getpid()}")
     try:
         with urllib.request.urlopen(url, timeout=60) as resp, open_private(partial, "xb") as out:
