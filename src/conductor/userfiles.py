@@ -44,6 +44,7 @@ __all__ = [
     "MAX_CONFIG_BYTES",
     "UnreadableFileError",
     "bounded_lines",
+    "check_appendable",
     "check_regular",
     "describe_size",
     "file_kind",
@@ -183,6 +184,15 @@ def check_regular(path: str | Path, what: str = "file") -> None:
     """Refuse ``path`` now, as :func:`open_regular` would when it is read later (a
     command that checks every path before it starts)."""
     open_regular(path, what).close()
+
+
+def check_appendable(path: str | Path, what: str = "file") -> None:
+    """Refuse ``path`` for appending when something other than a regular file is there
+    (opening a FIFO to write waits for a reader; a device would take the lines); a
+    path with nothing there is fine: it will be created."""
+    if not os.path.lexists(path):
+        return
+    check_regular(path, what)
 
 
 def _read_block(fh: BinaryIO, size: int) -> bytes:

@@ -39,7 +39,14 @@ from typing import IO, Any
 from ..errors import RecordError, UsageError
 from ..private import open_private
 from ..record import MAX_RECORD_BYTES, RunRecord, record_from_dict
-from ..userfiles import UnreadableFileError, bounded_lines, describe_size, open_regular
+from ..userfiles import (
+    UnreadableFileError,
+    bounded_lines,
+    check_appendable,
+    describe_size,
+    is_regular,
+    open_regular,
+)
 
 __all__ = [
     "BATCHES",
@@ -334,8 +341,8 @@ def clear_run(path: Path) -> list[str]:
 
 def repair_tail(path: Path) -> None:
     """Cut a torn last line (a process killed mid-write) so appends stay line-aligned."""
-    if not path.exists() or path.stat().st_size == 0:
-        return
+    if not is_regular(path) or path.stat().st_size == 0:
+        return  # nothing to cut (what is not a file, its reader or writer refuses)
     with path.open("rb+") as fh:
         fh.seek(-1, os.SEEK_END)
         if fh.read(1) == b"\n":
@@ -358,7 +365,9 @@ def repair_tail(path: Path) -> None:
 
 def open_samples(path: Path) -> IO[bytes]:
     """The samples file, opened unbuffered for appending: a failed write leaves nothing
-    in a buffer to be written later by someone else."""
+    in a buffer to be written later by someone else.  Anything there but a regular file
+    is refused (a FIFO's open would wait for a reader)."""
+    check_appendable(path, "samples file")
     return open_private(path, "ab", buffering=0)
 
 
