@@ -92,6 +92,10 @@ FILE_COMMANDS = {
     "train": ["train", "{P}.yaml"],
     "serve --pool": ["serve", "--pool", "{P}", "--port", "0"],
     "serve --keys": ["serve", "--keys", "{P}", "--port", "0"],
+    "fit-router --features-model": [
+        *("fit-router", "{OUT}", "--features", "gguf-mean-v1", "--features-model", "{P}"),
+        *("--out", "{OUT}/router"),
+    ],
 }
 #: Commands that read a directory; ``{P}`` is the directory, or a run directory whose
 #: ``samples.jsonl`` and ``config.json`` are the hostile thing.
@@ -160,6 +164,10 @@ def test_a_path_that_is_not_a_regular_file_is_refused_in_one_line(
     monkeypatch.chdir(tmp_path)
     code, err = run_cli(_fill(FILE_COMMANDS[command], hostile / kind, tmp_path), capsys)
     assert code == 2, err
+    if command == "fit-router --features-model" and kind == "dir":
+        # The option itself refuses a directory (typer's usage error, before us).
+        assert "is a directory" in err
+        return
     assert err.startswith("error: ") and "\n" not in err, err
     assert str(hostile / kind) in err, err
     if not (command.startswith(("trace", "export", "view")) and kind == "dir"):
@@ -345,6 +353,19 @@ def test_a_fifo_given_to_trace_and_export_ends_at_once_in_a_real_process(tmp_pat
             assert got.rc == 2, got
             assert got.stderr.strip().count("\n") == 0 and "not a regular file" in got.stderr, got
             assert got.peak_mb < 200, got
+
+
+def test_a_looping_link_where_a_path_is_resolved_is_one_sentence(hostile: Path) -> None:
+    """Path.resolve raises RuntimeError on a loop (Python 3.11): the places that resolve
+    a path the user gave say what it is instead."""
+    from conductor.cli._ci import CiOutputs
+    from conductor.llm.local_model import get_host
+
+    loop = hostile / "loop"
+    with pytest.raises(UnreadableFileError, match="symbolic link that loops"):
+        CiOutputs.of(None, loop, hostile / "loop.txt")
+    with pytest.raises(UnreadableFileError, match="symbolic link that loops"):
+        get_host(loop)
 
 
 def test_a_huge_record_file_is_refused_naming_its_bound(tmp_path: Path) -> None:

@@ -76,13 +76,16 @@ EXCEPTIONS: dict[tuple[str, str], str] = {}
 #: Modules outside ``conductor.llm`` that it may import, and why: the exception
 #: hierarchy, the text helpers, the private files, what a call is aimed at
 #: (``targets``: Worker, Price, the client kinds) and the redaction of credentials in
-#: URLs (``redact``, which imports only ``targets``), for labels that name an endpoint.
+#: URLs (``redact``, which imports only ``targets``), for labels that name an endpoint,
+#: and the files the user names (``userfiles``, which imports only ``errors`` and
+#: ``text``): a model file's path resolved, a looping link one sentence.
 LEAVES = {
     "conductor.errors",
     "conductor.text",
     "conductor.targets",
     "conductor.private",
     "conductor.redact",
+    "conductor.userfiles",
 }
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "parse_json",
     "read_regular",
     "read_text",
+    "resolved",
     "utf8_text",
 ]
 
@@ -178,6 +179,20 @@ def is_regular(path: str | Path) -> bool:
         return stat.S_ISREG(os.stat(path).st_mode)
     except (OSError, ValueError):
         return False
+
+
+def resolved(path: str | os.PathLike[str]) -> Path:
+    """``path`` made absolute with its symbolic links followed (as ``Path.resolve``); a
+    link that loops is an :class:`UnreadableFileError` rather than the ``RuntimeError``
+    (``OSError`` on newer Pythons) ``resolve`` raises."""
+    try:
+        return Path(path).expanduser().resolve()
+    except (RuntimeError, OSError):
+        raise UnreadableFileError(
+            os.fspath(path),
+            "is a symbolic link that loops (or a chain of links too long)",
+            "refused",
+        ) from None
 
 
 def check_regular(path: str | Path, what: str = "file") -> None:

@@ -67,6 +67,7 @@ from ..userfiles import (
     is_regular,
     parse_json,
     read_regular,
+    resolved,
     utf8_text,
 )
 
@@ -206,8 +207,8 @@ def read_checkpoint_meta(path: Path) -> CheckpointMeta | None:
     if (template is not None or template_chat is not None) and template_text is not None:
         raise _bad(file, "template", "set either 'template' or 'template_text', not both")
     if template is not None:
-        root = file.parent.resolve()
-        target = (root / template).resolve()
+        root = resolved(file.parent)
+        target = resolved(root / template)
         if os.path.isabs(template) or root not in target.parents:
             raise _bad(file, "template", f"{template!r} must be a file name inside {file.parent}")
         if not is_regular(target):
@@ -358,7 +359,7 @@ def template_ref(checkpoint_dir: Path, meta: CheckpointMeta | None) -> str | Non
     if meta is None:
         return None
     if meta.template is not None:
-        return str((Path(checkpoint_dir).expanduser() / meta.template).resolve())
+        return str(resolved(Path(checkpoint_dir).expanduser() / meta.template))
     if meta.template_text is not None:
         return _cached_template(meta.template_text, ".txt")
     if meta.template_chat is not None:
@@ -443,11 +444,11 @@ def _training_file(directory: Path) -> tuple[Path, dict[str, Any]] | None:
     if meta is None or meta.extra.get(_TRAINING_KEY) is None:
         return None
     name = meta.extra[_TRAINING_KEY]
-    root = meta_file.parent.resolve()
+    root = resolved(meta_file.parent)
     if (
         not isinstance(name, str)
         or os.path.isabs(name)
-        or root not in (root / name).resolve().parents
+        or root not in resolved(root / name).parents
     ):
         raise _bad(meta_file, _TRAINING_KEY, f"{name!r} must be a file name inside {root}")
     file = root / name

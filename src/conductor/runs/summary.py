@@ -17,6 +17,7 @@ Units: ``accuracy``, ``stderr`` and the per-epoch accuracies are percentages; ev
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -30,7 +31,14 @@ from ..errors import RecordError, UsageError
 from ..private import write_private
 from ..record import RunRecord, now_iso
 from ..shapes import topology_kind
-from ..userfiles import MAX_CONFIG_BYTES, UnreadableFileError, parse_json, read_regular, utf8_text
+from ..userfiles import (
+    MAX_CONFIG_BYTES,
+    UnreadableFileError,
+    file_kind,
+    parse_json,
+    read_regular,
+    utf8_text,
+)
 from .config import BenchmarkInfo, read_run_config
 from .rundir import (
     CONFIG,
@@ -151,10 +159,13 @@ class RunSummary:
 def _check_dir(run_dir: Path) -> tuple[Path, Path]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise UsageError(f"{run_dir}: not a bench run directory (no such directory)")
+        what = "no such directory"
+        with contextlib.suppress(OSError, ValueError):
+            what = f"{file_kind(os.stat(run_dir).st_mode)}, not a directory"
+        raise UsageError(f"{run_dir}: not a bench run directory ({what})")
     config, samples = run_dir / CONFIG, run_dir / SAMPLES
     for p in (config, samples):
-        if not p.is_file():
+        if not os.path.lexists(p):  # what is there, its reader checks and names
             raise UsageError(f"{run_dir}: not a bench run directory (no {p.name})")
     return config, samples
 
