@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -383,3 +384,64 @@ def test_a_huge_record_file_is_refused_naming_its_bound(tmp_path: Path) -> None:
     path.write_text(json.dumps([1]))
     with pytest.raises(RecordError):
         read_record(path)
+
+
+def _as_nobody() -> tuple[list[str], dict[str, str]] | None:
+    """How to run ``python -m conductor`` as uid 65534 (root only): this interpreter
+    when that user may run it, else the system's one of the same version with this
+    checkout and its packages on the path; None when neither works."""
+    import sysconfig
+
+    import conductor
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        return None
+    drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    src = str(Path(conductor.__file__).parent.parent)
+    paths = sysconfig.get_paths()
+    candidates = [
+        (sys.executable, {}),
+        (
+            f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}",
+            {"PYTHONPATH": f"{src}:{paths['purelib']}:{paths['platlib']}"},
+        ),
+    ]
+    for python, extra in candidates:
+        env = {**os.environ, **extra, "HOME": "/tmp"}
+        seen = subprocess.run(
+            [*drop, python, "-c", "import conductor; print(conductor.__file__)"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            cwd="/",
+        )
+        if seen.returncode == 0 and seen.stdout.strip() == conductor.__file__:
+            return [*drop, python, "-m", "conductor"], env
+    return None
+
+
+@pytest.mark.process
+def test_an_ordinary_user_is_refused_the_same_way(hostile: Path) -> None:
+    """As uid 65534 (where root can run a child as that user): the same refusals, in a
+    real process, each within its timeout."""
+    runner = _as_nobody()
+    if runner is None:
+        pytest.skip("not root, or uid 65534 cannot run this checkout's conductor")
+    prefix, env = runner
+    hostile.chmod(0o755)  # mkdtemp made it 0700: the other user must reach its paths
+    for kind, said in KINDS.items():
+        path = hostile / kind
+        for argv in (
+            ["trace", str(path)],
+            ["pools", "show", str(path)],
+            ["ask", "--file", str(path)],
+        ):
+            done = subprocess.run(
+                [*prefix, *argv], capture_output=True, text=True, env=env, timeout=60, cwd="/"
+            )
+            err = done.stderr.strip()
+            assert done.returncode == 2, (argv, err)
+            assert err.startswith("error: ") and "\n" not in err, (argv, err)
+            if kind != "dir" or argv[0] != "trace":
+                assert said in err, (argv, err)
