@@ -19,6 +19,7 @@ from .errors import UsageError
 
 __all__ = [
     "BATCH",
+    "BODY_BYTES",
     "CALLS",
     "CHARS",
     "CONCURRENCY",
@@ -39,6 +40,7 @@ __all__ = [
     "THREADS",
     "TOKENS",
     "TRAIN_STEPS",
+    "VOTES",
     "Bound",
     "parse_count",
     "shown_number",
@@ -78,6 +80,10 @@ CALLS = Bound(1, 1_000_000)
 CONCURRENCY = Bound(1, 100_000)
 #: Requests waiting for a slot.
 QUEUE = Bound(0, 1_000_000)
+#: The K of ``vote:K:W`` and ``reflect:K:W``: runs of one question.
+VOTES = Bound(1, 1_000)
+#: The largest request body a server accepts.
+BODY_BYTES = Bound(1, 1 << 31)
 #: Retries of a failed call or of a reply that did not parse.
 RETRIES = Bound(0, 1_000)
 #: Tokens of one reply (``max_tokens``, ``worker_max_tokens``).
