@@ -60,6 +60,7 @@ def parquet_mutants(folder: Path) -> Iterator[tuple[str, bytes, bool]]:
     yield "magic only", b"PAR1", True
     yield "two magics", b"PAR1PAR1", True
     yield "wrong magic at the end", data[:-4] + b"PARX", True
+    yield "wrong magic at the start", b"PARX" + data[4:], True  # pyarrow never reads it
     yield "footer length 2**31-1", data[:-8] + (2**31 - 1).to_bytes(4, "little") + b"PAR1", True
     yield "footer length 0", data[:-8] + bytes(4) + b"PAR1", True
     yield "footer length + 1", data[:-8] + (footer + 1).to_bytes(4, "little") + b"PAR1", True

@@ -223,6 +223,9 @@ def _csv_rows(path: Path, max_line: int = MAX_LINE_BYTES) -> Iterator[LocatedRow
             yield f"{path}:{reader.line_num}", row
 
 
+_PARQUET_MAGIC = b"PAR1"
+
+
 def _parquet_rows(path: Path) -> Iterator[LocatedRow]:
     try:
         import pyarrow as pa
@@ -248,10 +251,14 @@ def _parquet_rows(path: Path) -> Iterator[LocatedRow]:
         OverflowError,
     )
     with _open_data(path) as fh:
+        # pyarrow reads a file from its end and never looks at its first four bytes.
+        if fh.read(4) != _PARQUET_MAGIC:
+            raise _corrupt_parquet(path, ValueError("it does not begin with PAR1"))
         try:
             # Pages written with a checksum are checked: a damaged page is named as such
             # rather than read as other values.
             parquet = pq.ParquetFile(fh, page_checksum_verification=True)
+            stated = parquet.metadata.num_rows
             batches = parquet.iter_batches(batch_size=64)
         except damaged as exc:
             raise _corrupt_parquet(path, exc) from None
@@ -260,6 +267,10 @@ def _parquet_rows(path: Path) -> Iterator[LocatedRow]:
             try:
                 rows = next(batches).to_pylist()
             except StopIteration:
+                if n != stated:
+                    # A damaged row-group entry: fewer (or more) rows than the footer says.
+                    why = ValueError(f"{n:,} rows read where its footer says {stated:,}")
+                    raise _corrupt_parquet(path, why, n) from None
                 return
             except damaged as exc:
                 raise _corrupt_parquet(path, exc, n) from None
