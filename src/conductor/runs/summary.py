@@ -161,7 +161,10 @@ def _check_dir(run_dir: Path) -> tuple[Path, Path]:
     if not run_dir.is_dir():
         what = "no such directory"
         with contextlib.suppress(OSError, ValueError):
-            what = f"{file_kind(os.stat(run_dir).st_mode)}, not a directory"
+            if os.path.lexists(run_dir) and not os.path.exists(run_dir):
+                what = "a symbolic link that loops or leads nowhere"
+            else:
+                what = f"{file_kind(os.stat(run_dir).st_mode)}, not a directory"
         raise UsageError(f"{run_dir}: not a bench run directory ({what})")
     config, samples = run_dir / CONFIG, run_dir / SAMPLES
     for p in (config, samples):
