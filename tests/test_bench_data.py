@@ -397,7 +397,7 @@ def test_data_files_that_are_not_utf8_are_refused_with_their_line(tmp_path: Path
     with pytest.raises(UsageError, match=r"d.csv:\d+: is not UTF-8 text"):
         list(iter_samples(spec, data_file=csv_file))
     json_file = _latin1(tmp_path / "d.json", '[{"problem": "caf\u00e9", "answer": "1"}]')
-    with pytest.raises(UsageError, match=r"d.json: is not UTF-8 text"):
+    with pytest.raises(UsageError, match=r"d.json:1: is not UTF-8 text"):
         list(iter_samples(spec, data_file=json_file))
 
 
@@ -476,5 +476,10 @@ def test_a_huge_csv_cell_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(data_mod, "MAX_ROW_BYTES", 1000)
     path = tmp_path / "d.csv"
     path.write_text("problem,answer\nfine,1\n" + "x" * 5000 + ",2\n", encoding="utf-8")
+    # The line is over the bound before the csv module sees the cell.
+    with pytest.raises(UsageError, match=r"d.csv:3: the line is longer than 1,000 bytes"):
+        count_samples(load_benchmark("math500"), data_file=path)
+    # A quoted cell over many short lines is refused by the csv module's own bound.
+    path.write_text('problem,answer\nfine,1\n"' + "x\n" * 2500 + '",2\n', encoding="utf-8")
     with pytest.raises(UsageError, match=r"d.csv:\d+: not valid CSV \(field larger than"):
         count_samples(load_benchmark("math500"), data_file=path)

@@ -147,7 +147,7 @@ BAD_CASES = [
         "${problem}, which the math loader does not give",
     ),
     (GOOD_HEAD + "prompt: |\n  Costs 5$ each\n  ${question}\ngrader: math\n", 5, "$$"),
-    (GOOD_HEAD + "prompt: x\ngrader: math\nepochs: 0\n", 6, "positive integer"),
+    (GOOD_HEAD + "prompt: x\ngrader: math\nepochs: 0\n", 6, "an integer from 1 to 1,000"),
     (GOOD_HEAD + "prompt: x\ngrader: math\nfields:\n  questoin: q\n", 7, 'did you mean "question"'),
     (GOOD_HEAD + "prompt: x\ngrader: choice\nfields:\n  question: q\n", 7, "where the options are"),
     (GOOD_HEAD + "prompt: x\ngrader: choice\nfields:\n  choices: c\n", 7, "needs answer"),

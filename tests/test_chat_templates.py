@@ -442,9 +442,9 @@ async def test_orchestrator_refuses_before_calling_a_model_that_cannot_continue(
 @pytest.mark.parametrize(
     ("setting", "words"),
     [
-        ("temperature: -1", "conductor.temperature must be a number >= 0"),
+        ("temperature: -1", "conductor.temperature must be a number between 0 and 100"),
         ("top_p: 2", "conductor.top_p must be a number between 0 and 1"),
-        ("max_tokens: 0", "conductor.max_tokens must be a positive integer"),
+        ("max_tokens: 0", "conductor.max_tokens must be an integer from 1 to 100,000,000"),
     ],
 )
 def test_bad_conductor_sampling_names_line(setting: str, words: str) -> None:

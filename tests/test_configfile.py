@@ -12,6 +12,7 @@ import yaml
 
 import conductor
 from conductor.bench.spec import load_benchmark_text, resolve_benchmark_path
+from conductor.bounds import Bound
 from conductor.conductors.prompt import load_conductor_template
 from conductor.configfile import ConfigReader, compose_yaml, did_you_mean, node_line
 from conductor.errors import (
@@ -71,7 +72,7 @@ class _ServeFile(ConfigReader):
 
     def port(self, root: yaml.Node | None) -> int:
         get = self.document(root, ("port", "host"), empty="empty", required=("port",))
-        port = self.integer(get["port"], "port", 1)
+        port = self.integer(get["port"], "port", Bound(1, 65535))
         assert port is not None
         return port
 
@@ -91,7 +92,9 @@ def test_a_new_file_kind_gets_lines_did_you_mean_and_variables_from_the_reader()
         _read_port("host: x\nprot: 1\n", {})
     with pytest.raises(TrainConfigError, match=r'did you mean "port"\?'):
         _read_port("prot: 1\n", {})
-    with pytest.raises(TrainConfigError, match=r"^serve.yaml:3: port must be a positive integer"):
+    with pytest.raises(
+        TrainConfigError, match=r"^serve.yaml:3: port must be an integer from 1 to 65,535"
+    ):
         _read_port("host: x\n\nport: 0\n", {})
     root = compose_yaml("a: 1\nb:\n  c: 2\n", "x.yaml", ConfigFileError)
     assert isinstance(root, yaml.MappingNode) and node_line(root.value[1][1]) == 3

@@ -36,7 +36,7 @@ Imports = Mapping[str, list[tuple[str, str | None]]]
 #: ARCHITECTURE.md's floors, bottom up: a module imports only from its own floor and the
 #: floors below it.  Each names the units (``conductor.NAME``, a package or a module) on it.
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
-    ("words and errors", ("errors", "text", "events", "private")),
+    ("words and errors", ("errors", "text", "events", "private", "userfiles", "bounds")),
     ("configuration", ("targets", "configfile", "shipped", "redact", "pool", "benchmark")),
     ("model calls", ("llm",)),
     ("the Conductor", ("conductors",)),
@@ -76,13 +76,16 @@ EXCEPTIONS: dict[tuple[str, str], str] = {}
 #: Modules outside ``conductor.llm`` that it may import, and why: the exception
 #: hierarchy, the text helpers, the private files, what a call is aimed at
 #: (``targets``: Worker, Price, the client kinds) and the redaction of credentials in
-#: URLs (``redact``, which imports only ``targets``), for labels that name an endpoint.
+#: URLs (``redact``, which imports only ``targets``), for labels that name an endpoint,
+#: and the files the user names (``userfiles``, which imports only ``errors`` and
+#: ``text``): a model file's path resolved, a looping link one sentence.
 LEAVES = {
     "conductor.errors",
     "conductor.text",
     "conductor.targets",
     "conductor.private",
     "conductor.redact",
+    "conductor.userfiles",
 }
 
 

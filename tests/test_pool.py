@@ -47,9 +47,13 @@ def test_error_carries_field_path() -> None:
     with pytest.raises(PoolError) as info:
         load_pool_text(text, source="pools/x.yaml", environ={})
     assert info.value.field == "workers[1].max_concurrency"
-    assert info.value.reason == 'workers[1].max_concurrency must be a positive integer, got "many"'
+    assert (
+        info.value.reason
+        == 'workers[1].max_concurrency must be an integer from 1 to 100,000, got "many"'
+    )
     assert str(info.value) == (
-        'pools/x.yaml:6: workers[1].max_concurrency must be a positive integer, got "many"'
+        "pools/x.yaml:6: workers[1].max_concurrency must be an integer from 1 to 100,000, "
+        'got "many"'
     )
 
 

@@ -67,8 +67,11 @@ def test_bad_templates_are_usage_errors(tmp_path: Path) -> None:
     assert '(did you mean "compact"?)' in message
     assert "shipped templates: chat, choose, compact, default, paper;" in message
     bad = tmp_path / "bad.txt"
-    bad.write_text("${nonsense}")
-    with pytest.raises(UsageError, match="bad placeholder"):
+    bad.write_text("Question:\n${question} and ${nonsense}")
+    # Refused when read, naming the line, not when first filled.
+    with pytest.raises(
+        TemplateFileError, match=r"bad.txt:2: uses an unknown placeholder \$\{nonsense\}"
+    ):
         text(template=str(bad))
 
 

@@ -333,7 +333,7 @@ def test_shipped_configs_train_on_the_papers_held_out_mix() -> None:
     [
         ("grpo:\n  loss_type: bnp0\n", 'did you mean "bnpo"'),
         ("grpo:\n  vllm_gpu_memory_utilization: 1.5\n", "between 0 and 1"),
-        ("grpo:\n  per_device_batch_size: 0\n", "must be a positive integer"),
+        ("grpo:\n  per_device_batch_size: 0\n", "must be an integer from 1 to 1,000,000"),
     ],
 )
 def test_grpo_knob_mistakes(tmp_path: Path, body: str, needle: str) -> None:

@@ -23,10 +23,15 @@ from typing import Any
 
 import yaml
 
+from .bounds import Bound, shown_number
 from .errors import ConfigFileError
 from .redact import ENV_NAME_RE, MIN_SECRET_CHARS, SECRETS, looks_like_key, redact_url
+from .text import printable
+from .userfiles import UnreadableFileError, check_regular, read_text
 
 __all__ = [
+    "MAX_TIMEOUT_S",
+    "HugeNumber",
     "MAX_YAML_DEPTH",
     "ConfigReader",
     "close_match",
@@ -40,6 +45,11 @@ __all__ = [
 
 _VAR_RE = re.compile(r"\$\{([^}]*)\}")
 log = logging.getLogger("conductor")
+#: The largest number a setting may be (a price): beyond it is a mistake.
+_LARGEST_NUMBER = 1e15
+#: The longest timeout a setting may give, in seconds (a week): longer is no timeout,
+#: and some waits refuse timeouts much longer (``threading``'s at about 292 years).
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
 #: How deeply collections may nest in a pool, benchmark or training file; the readers
 #: recurse, and no real file comes near this.
 MAX_YAML_DEPTH = 64
@@ -229,6 +239,20 @@ class ConfigReader:
             raise self.error(
                 f"{field} has an invalid value: {exc.problem}", where or node, field
             ) from None
+        except (ValueError, OverflowError) as exc:
+            # PyYAML's constructors let these through: an integer of thousands of
+            # digits (int() refuses to read it), a date such as 2024-13-45.
+            digits = str(node.value).lstrip("+-").replace("_", "")
+            if digits.isdigit():
+                # Read as a number too large for any setting: each reader of a value
+                # then refuses it with its own range ("must be an integer from 1 to
+                # 1,000, got a number of 5,000 digits").
+                return HugeNumber(len(digits))
+            raise self.error(
+                f"{field} has an invalid value {_scalar_shown(node)}: {_first_line(exc)}",
+                where or node,
+                field,
+            ) from None
         if isinstance(value, (datetime.date, datetime.datetime)):
             # Keep params JSON-ready for records and cache keys.
             return value.isoformat()
@@ -239,7 +263,10 @@ class ConfigReader:
     def plain(self, node: yaml.Node, field: str) -> Any:
         """Any value as plain Python (used for pass-through ``params``)."""
         if isinstance(node, yaml.ScalarNode):
-            return self.scalar(node, field)
+            value = self.scalar(node, field)
+            if isinstance(value, HugeNumber):  # passed on, nothing would check it
+                raise self.error(f"{field} is {value}, larger than any value it takes", node, field)
+            return value
         if isinstance(node, yaml.SequenceNode):
             return [self.plain(item, f"{field}[{i}]") for i, item in enumerate(node.value)]
         assert isinstance(node, yaml.MappingNode)  # the only other kind of node
@@ -341,13 +368,21 @@ class ConfigReader:
             )
         return value
 
-    def integer(self, node: yaml.Node, field: str, minimum: int) -> int | None:
+    def integer(self, node: yaml.Node, field: str, bound: Bound) -> int | None:
+        """An integer within ``bound`` (every count a user gives has one: see
+        :mod:`conductor.bounds`), or None for nothing."""
         value = self.value(node, field)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-            raise self.error(f"{field} must be {kind}, got {show_value(value)}", node, field)
+        if value not in bound:
+            shown = (
+                show_value(value)
+                if isinstance(value, bool)
+                else shown_number(value)
+                if isinstance(value, int)
+                else show_value(value)
+            )
+            raise self.error(f"{field} must be {bound.describe()}, got {shown}", node, field)
         return int(value)
 
     def number(
@@ -362,20 +397,24 @@ class ConfigReader:
         if value is None:
             return None
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        # Finite: NaN compares false with everything, infinity is no setting, and an
+        # integer too large for a float cannot become one.
+        ok = ok and abs(value) <= _LARGEST_NUMBER
         if ok and (value <= 0 if positive else value < 0):
             ok = False
         if ok and maximum is not None and value > maximum:
             ok = False
-        if ok and value != value:  # NaN
-            ok = False
         if not ok:
-            if maximum is not None:
-                kind = f"a number between 0 and {maximum:g}"
-            elif positive:
-                kind = "a positive number"
-            else:
-                kind = "a number >= 0"
-            raise self.error(f"{field} must be {kind}, got {show_value(value)}", node, field)
+            top = f"{maximum if maximum is not None else _LARGEST_NUMBER:g}"
+            kind = f"a positive number up to {top}" if positive else f"a number between 0 and {top}"
+            shown = (
+                show_value(value)
+                if isinstance(value, bool)
+                else shown_number(value)
+                if isinstance(value, int)
+                else show_value(value)
+            )
+            raise self.error(f"{field} must be {kind}, got {shown}", node, field)
         return float(value)
 
     def boolean(self, node: yaml.Node, field: str) -> bool | None:
@@ -396,6 +435,15 @@ class ConfigReader:
                 f"{field} must be one of {key_list(allowed)}; got {show_value(value)}{hint}",
                 node,
                 field,
+            )
+        return value
+
+    def required_choice(self, node: yaml.Node, field: str, allowed: tuple[str, ...]) -> str:
+        """One of ``allowed``, where nothing (null) is no answer either."""
+        value = self.choice(node, field, allowed)
+        if value is None:
+            raise self.error(
+                f"{field} must be one of {key_list(allowed)}; got nothing (null)", node, field
             )
         return value
 
@@ -436,6 +484,16 @@ class ConfigReader:
             )
         return value
 
+    def regular_file(self, path: Path, node: yaml.Node, field: str) -> Path:
+        """``path`` (named by ``field``) when it is a regular file; anything else (none
+        there, a FIFO, a device, a directory) is refused naming the line."""
+        try:
+            check_regular(path, "file")
+        except UnreadableFileError as exc:
+            where = printable(str(path))
+            raise self.error(f"{field}: {exc.reason} ({where})", node, field) from None
+        return path
+
     def params(self, node: yaml.Node, field: str) -> dict[str, Any]:
         value = self.value(node, field)
         if value is None:
@@ -447,19 +505,38 @@ class ConfigReader:
         return result
 
 
+class HugeNumber:
+    """An integer written with more digits than ``int()`` reads (see
+    :meth:`ConfigReader.construct`): it stands in the value's place so that the reader
+    of that value refuses it as out of its range, naming it by its length."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+    def __str__(self) -> str:
+        return f"a number of {self.digits:,} digits"
+
+
+def _scalar_shown(node: yaml.ScalarNode) -> str:
+    text = str(node.value)
+    if len(text) > 40:
+        return f"of {len(text):,} characters"
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:200]
+
+
 def read_config_file(path: Path, what: str, error_class: type[ConfigFileError]) -> str:
-    """The text of a YAML file the user named; each way reading fails is one sentence
-    (``what`` names the kind of file, e.g. ``"pool file"``)."""
+    """The text of a YAML file the user named (a regular file of at most
+    :data:`~conductor.userfiles.MAX_CONFIG_BYTES`, UTF-8); each way reading fails is one
+    sentence (``what`` names the kind of file, e.g. ``"pool file"``)."""
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error_class(f"no such {what}", path=str(path)) from None
-    except IsADirectoryError:
-        raise error_class(f"is a directory, not a {what}", path=str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise error_class(f"is not UTF-8 text ({exc.reason})", path=str(path)) from None
-    except OSError as exc:
-        raise error_class(f"cannot be read: {exc.strerror}", path=str(path)) from None
+        return read_text(path, what)
+    except UnreadableFileError as exc:
+        raise error_class(exc.reason, path=str(path), line=exc.line) from None
 
 
 def compose_yaml(text: str, source: str, error_class: type[ConfigFileError]) -> yaml.Node | None:
@@ -476,8 +553,17 @@ def compose_yaml(text: str, source: str, error_class: type[ConfigFileError]) -> 
             path=source,
             line=(mark.line + 1) if mark is not None else None,
         ) from None
+    except yaml.reader.ReaderError as exc:
+        # A character YAML does not allow (NUL, most control characters): named with
+        # its line, in one sentence (the error's own text spans two lines).
+        line = text.count("\n", 0, exc.position) + 1
+        raise error_class(
+            f"invalid YAML: the character {exc.character!r} is not allowed in YAML text",
+            path=source,
+            line=line,
+        ) from None
     except yaml.YAMLError as exc:
-        raise error_class(f"invalid YAML: {exc}", path=source) from None
+        raise error_class(f"invalid YAML: {_first_line(exc)}", path=source) from None
     except RecursionError:
         # PyYAML composes nested collections recursively.
         raise error_class(

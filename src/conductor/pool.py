@@ -31,7 +31,25 @@ from typing import Any, cast
 
 import yaml
 
-from .configfile import ConfigReader, compose_yaml, node_line, read_config_file, show_value
+from .bounds import (
+    CHARS,
+    CONCURRENCY,
+    CONTEXT_TOKENS,
+    GPU_LAYERS,
+    LENGTH,
+    RETRIES,
+    STEPS,
+    THREADS,
+    TOKENS,
+)
+from .configfile import (
+    MAX_TIMEOUT_S,
+    ConfigReader,
+    compose_yaml,
+    node_line,
+    read_config_file,
+    show_value,
+)
 from .errors import PoolError
 from .redact import SECRETS, credentials_in, public_fields
 from .shipped import resolve_shipped, shipped, shipped_dir
@@ -151,6 +169,21 @@ _PRICE_KEYS = ("input_per_mtok", "output_per_mtok")
 _BATCH_PRICE_KEYS = ("batch_input_per_mtok", "batch_output_per_mtok")
 # The defaults a conductor: section takes where it sets none (every one, so far).
 _CONDUCTOR_DEFAULT_KEYS = tuple(k for k in _DEFAULT_KEYS if k in _CONDUCTOR_KEYS)
+#: The highest sampling temperature a pool may set (providers take 0 to 2).
+MAX_TEMPERATURE = 100.0
+#: The range of each count of the conductor section (:mod:`conductor.bounds`).
+_CONDUCTOR_COUNTS = {
+    "max_steps": STEPS,
+    "n_ctx": CONTEXT_TOKENS,
+    "n_threads": THREADS,
+    "max_concurrency": CONCURRENCY,
+    "parse_retries": RETRIES,
+    "max_retries": RETRIES,
+    "max_reasoning_chars": CHARS,
+    "min_subtask_chars": LENGTH,
+    "max_subtask_chars": LENGTH,
+    "n_gpu_layers": GPU_LAYERS,
+}
 _LOCAL_DEFAULT_MODEL = "smollm2"
 # The clients that send a grammar to an OpenAI-compatible server, so the only ones a
 # structured_outputs setting means anything to.
@@ -204,15 +237,17 @@ class _PoolReader(ConfigReader):
     def common_setting(self, key: str, node: yaml.Node, field: str) -> Any:
         """The settings shared by ``defaults`` and workers."""
         if key == "temperature":
-            return self.number(node, field)
+            return self.number(node, field, maximum=MAX_TEMPERATURE)
         if key == "top_p":
             return self.number(node, field, maximum=1.0)
         if key in ("timeout_s", "total_timeout_s"):
-            return self.number(node, field, positive=True)
-        if key in ("max_tokens", "max_concurrency"):
-            return self.integer(node, field, 1)
+            return self.number(node, field, positive=True, maximum=MAX_TIMEOUT_S)
+        if key == "max_tokens":
+            return self.integer(node, field, TOKENS)
+        if key == "max_concurrency":
+            return self.integer(node, field, CONCURRENCY)
         if key == "max_retries":
-            return self.integer(node, field, 0)
+            return self.integer(node, field, RETRIES)
         raise AssertionError(key)  # pragma: no cover
 
     def subtask_choices(self, node: yaml.Node, field: str) -> tuple[str, ...] | None:
@@ -364,10 +399,10 @@ class _PoolReader(ConfigReader):
             elif key in ("description", "system_prompt", "model_path"):
                 kwargs[key] = self.string(vn, sub)
             elif key in ("n_ctx", "n_threads"):
-                kwargs[key] = self.integer(vn, sub, 1)
+                kwargs[key] = self.integer(vn, sub, CONTEXT_TOKENS if key == "n_ctx" else THREADS)
             elif key == "n_gpu_layers":
                 # llama.cpp reads -1 as "all layers".
-                kwargs[key] = self.integer(vn, sub, -1)
+                kwargs[key] = self.integer(vn, sub, GPU_LAYERS)
             elif key == "context":
                 kwargs[key] = self.context(vn, sub, kwargs["context"])
             elif key == "structured_outputs":
@@ -445,18 +480,12 @@ class _PoolReader(ConfigReader):
             elif key in ("model", "template", "model_path"):
                 value = self.string(vn, sub)
                 value = value.strip() if value else None
-            elif key in ("max_steps", "n_ctx", "n_threads", "max_concurrency"):
-                value = self.integer(vn, sub, 1)
-            elif key in ("parse_retries", "max_retries", "max_reasoning_chars"):
-                value = self.integer(vn, sub, 0)
-            elif key in ("min_subtask_chars", "max_subtask_chars"):
-                value = self.integer(vn, sub, 1)
-            elif key == "n_gpu_layers":
-                value = self.integer(vn, sub, -1)
+            elif key in _CONDUCTOR_COUNTS:
+                value = self.integer(vn, sub, _CONDUCTOR_COUNTS[key])
             elif key in ("show_descriptions", "constrained"):
                 value = self.boolean(vn, sub)
             elif key in ("timeout_s", "total_timeout_s"):
-                value = self.number(vn, sub, positive=True)
+                value = self.number(vn, sub, positive=True, maximum=MAX_TIMEOUT_S)
                 value = float(value) if value is not None else None
             elif key == "subtasks":
                 value = self.subtask_choices(vn, sub)

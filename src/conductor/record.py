@@ -26,9 +26,11 @@ from .errors import RecordError, UsageError
 from .llm.types import Message
 from .private import write_private
 from .redact import masked_json
+from .userfiles import UnreadableFileError, parse_json, read_regular, utf8_text
 from .workflow import RECORD_FIELDS
 
 __all__ = [
+    "MAX_RECORD_BYTES",
     "SCHEMA_VERSION",
     "CallRecord",
     "RoundRecord",
@@ -47,6 +49,10 @@ __all__ = [
 
 #: Bumped whenever a field changes meaning or is removed.
 SCHEMA_VERSION = 1
+#: The most one run record (a record file, a line of ``samples.jsonl``) is read up to:
+#: a question is at most 4 MB of UTF-8 and a record holds it in a few prompts, so a
+#: record past this is damage, refused without being held whole.
+MAX_RECORD_BYTES = 256 << 20
 
 RunStatus = Literal["ok", "partial", "failed"]
 
@@ -548,20 +554,14 @@ def _write_atomically(target: Path, text: str | None) -> None:
 
 
 def read_record(path: str | Path) -> RunRecord:
-    """Read one record written by :func:`write_record` (or by ``conductor ask --out``)."""
+    """Read one record written by :func:`write_record` (or by ``conductor ask --out``):
+    a regular file of at most :data:`MAX_RECORD_BYTES`."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RecordError(f"{p}: no such file") from None
-    except json.JSONDecodeError as exc:
-        raise RecordError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    except UnicodeDecodeError as exc:
-        raise RecordError(f"{p}: is not UTF-8 text ({exc.reason})") from None
-    except RecursionError:
-        raise RecordError(f"{p}: JSON nested too deeply") from None
-    except OSError as exc:
-        raise RecordError(f"{p}: cannot be read ({exc.strerror or exc})") from None
+        text = utf8_text(read_regular(p, "run record", MAX_RECORD_BYTES), p, "run record")
+        data = parse_json(text, p)
+    except UnreadableFileError as exc:
+        raise RecordError(str(exc)) from None
     try:
         return record_from_dict(data)
     except RecordError as exc:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from .errors import BenchmarkFileError, ConfigFileError, PoolError, TemplateFileError
+from .userfiles import is_regular
 
 __all__ = [
     "ShippedKind",
@@ -117,7 +118,7 @@ def resolve_shipped(kind: ShippedKind, name_or_path: str) -> Path:
     if spec.names_first and name_or_path in by_name:
         return by_name[name_or_path]
     candidate = Path(name_or_path).expanduser()
-    if candidate.is_file():
+    if is_regular(candidate):
         return candidate
     stem = next(
         (name_or_path[: -len(s)] for s in spec.suffixes if name_or_path.endswith(s)),
@@ -125,6 +126,10 @@ def resolve_shipped(kind: ShippedKind, name_or_path: str) -> Path:
     )
     if stem in by_name:
         return by_name[stem]
+    if os.path.lexists(candidate):
+        # Something is there but not a file (a directory, a FIFO, a device, a looping
+        # link): its reader refuses it, saying what it is, rather than "no such file".
+        return candidate
     names = shipped_names(kind)
     listed = ", ".join(names) or "none"
     # A path is matched by its file name: "./pools/frontir.yaml" still means frontier.

@@ -48,6 +48,7 @@ from ..benchmark import (
     LOADERS,
     lcb_release_files,
 )
+from ..bounds import LENGTH
 from ..configfile import ConfigReader, did_you_mean, node_line, show_value
 from ..errors import BenchmarkFileError
 
@@ -179,7 +180,7 @@ class LoaderSections(ConfigReader):
         for key, (_kn, vn) in keys.items():
             sub = f"{prefix}.{key}"
             if key == "max_answer_chars":
-                limit = self.integer(vn, sub, 1)
+                limit = self.integer(vn, sub, LENGTH)
                 if limit is not None:
                     out[key] = limit
             elif key in ("contest_date_from", "contest_date_to"):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
 import re
 import time
 from collections.abc import Callable
@@ -25,12 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..benchmark import BenchmarkSpec
+from ..bounds import SAMPLES, SHARDS, Bound, parse_count, shown_number
 from ..errors import UsageError
 from ..execute import RunSettings
 from ..pool import Pool
 from ..runs.config import Invocation, read_run_config
 from ..runs.summary import RunSummary, SummaryBuilder, write_summary
 from ..strategies import DEFAULT_CONCURRENCY
+from ..userfiles import check_regular, is_regular
 from .faults import BenchStopped
 from .runconfig import BenchOptions
 from .runner import BenchProgress
@@ -155,6 +156,9 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
     if benchmark is None:
         raise UsageError("name a benchmark, or give --resume DIR to continue a run")
     data = args.data if args.data is not None else _opt_path(stored.data)
+    if data is not None:
+        # Checked before its path is resolved (a looping link) or recorded.
+        check_regular(data, "data file")
     invocation = _resolve(args, stored, data)
     spec = load_benchmark(benchmark)
     if spec.training_only and data is None:
@@ -216,6 +220,11 @@ def _check_pilot(args: BenchArgs) -> None:
         raise UsageError(
             "--pilot N runs the first N (sample, epoch) pairs: N must be 1 or more, "
             f"got {args.pilot}"
+        )
+    if args.pilot not in SAMPLES:
+        raise UsageError(
+            f"--pilot N runs the first N (sample, epoch) pairs: N must be {SAMPLES.describe()}, "
+            f"got {shown_number(args.pilot)}"
         )
 
 
@@ -430,10 +439,17 @@ def merge_bench(dirs: list[Path], out: Path) -> int:
 def _parse_shard(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
-    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
-    if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
-        raise UsageError(f"--shard {text!r} must be I/N with 0 <= I < N, e.g. 0/4")
-    return int(m.group(1)), int(m.group(2))
+    index, _slash, count = text.partition("/")
+    try:
+        # Each number read within its range before int() sees it: any length of text
+        # is one sentence.
+        n = parse_count(count, SHARDS, "N")
+        return parse_count(index, Bound(0, n - 1), "I"), n
+    except UsageError:
+        shown = repr(text) if len(text) <= 40 else f"of {len(text):,} characters"
+        raise UsageError(
+            f"--shard {shown} must be I/N with 0 <= I < N and N at most {SHARDS.high:,}, e.g. 0/4"
+        ) from None
 
 
 def _router(
@@ -535,7 +551,7 @@ def _as_given(name_or_path: str | None) -> str | None:
     if name_or_path is None:
         return None
     path = Path(name_or_path).expanduser()
-    return str(path.resolve()) if path.is_file() else name_or_path
+    return str(path.resolve()) if is_regular(path) else name_or_path
 
 
 def _opt_path(value: Any) -> Path | None:
@@ -545,7 +561,9 @@ def _opt_path(value: Any) -> Path | None:
 def _file_sha256(path: Path | None) -> str | None:
     if path is None:
         return None
+    from ..datasets.samples import sha256_file
+
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
+        return sha256_file(path)  # in blocks, a regular file only
+    except (OSError, UsageError):
         return None

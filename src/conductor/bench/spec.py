@@ -84,6 +84,7 @@ from ..benchmark import (
     lcb_release_files,
     loader_of,
 )
+from ..bounds import EPOCHS, SEED
 from ..configfile import compose_yaml, read_config_file, show_value
 from ..datasets.columns import DataColumns, data_columns
 from ..datasets.selection import REST
@@ -223,7 +224,7 @@ class _BenchReader(LoaderSections):
             if key not in get:
                 raise self.error(f"{field} needs {key}", node, f"{field}.{key}")
         shuffle = self.choice(get["shuffle"], f"{field}.shuffle", SELECT_SHUFFLES)
-        seed = self.integer(get["seed"], f"{field}.seed", 0)
+        seed = self.integer(get["seed"], f"{field}.seed", SEED)
         if shuffle is None or seed is None:
             raise self.error(f"{field} needs shuffle and seed", node, field)
         cut_field = f"{field}.cut"
@@ -314,8 +315,7 @@ class _BenchReader(LoaderSections):
                 )
         base = path.parent if path is not None else None
         source = self.data_source(get["source"], "source", base) if "source" in get else None
-        grader = self.choice(get["grader"], "grader", GRADERS)
-        assert grader is not None
+        grader = self.required_choice(get["grader"], "grader", GRADERS)
         answer_format = {"choice": "letter", "math": "math", "code": "code", "short": "short"}[
             grader
         ]
@@ -342,7 +342,7 @@ class _BenchReader(LoaderSections):
                 grader_options = self.plain(node, "grader_options")
         epochs = 1
         if "epochs" in get:
-            epochs = self.integer(get["epochs"], "epochs", 1) or 1
+            epochs = self.integer(get["epochs"], "epochs", EPOCHS) or 1
         filters = self.filters(get["filters"], loader) if "filters" in get else {}
         self._check_filter_fields(filters, fields, get.get("filters"), "filters")
         train_source = None

@@ -19,6 +19,7 @@ import typer
 
 from ..errors import UsageError
 from ..text import printable
+from ..userfiles import resolved
 from ._common import EXIT_BELOW, EXIT_FAILED, print_path, stderr, stdout
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ class CiOutputs:
     @classmethod
     def of(cls, fail_under: str | None, junit: Path | None, markdown: Path | None) -> CiOutputs:
         threshold = None if fail_under is None else parse_fail_under(fail_under)
-        if junit is not None and markdown is not None and junit.resolve() == markdown.resolve():
+        if junit is not None and markdown is not None and resolved(junit) == resolved(markdown):
             raise UsageError(f"--junit and --markdown both name {junit}; give two files")
         for option, path in (("--junit", junit), ("--markdown", markdown)):
             if path is not None:

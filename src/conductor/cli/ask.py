@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, TypeVar
 
 import typer
 
+from ..bounds import CALLS, ROUNDS, STEPS
 from ..errors import UsageError
 from ._common import (
     EXIT_FAILED,
@@ -71,12 +72,16 @@ def ask(
         Path | None, typer.Option("--out", "-o", help="Write the run record (JSON) here.")
     ] = None,
     max_steps: Annotated[
-        int | None, typer.Option("--max-steps", min=1, help="Most steps per workflow.")
+        int | None,
+        typer.Option("--max-steps", min=STEPS.low, max=STEPS.high, help="Most steps per workflow."),
     ] = None,
     rounds: Annotated[
         int,
         typer.Option(
-            "--rounds", min=1, help="Most Conductor rounds; above 1 the Conductor may revise."
+            "--rounds",
+            min=ROUNDS.low,
+            max=ROUNDS.high,
+            help="Most Conductor rounds; above 1 the Conductor may revise.",
         ),
     ] = 1,
     budget_usd: Annotated[
@@ -85,7 +90,12 @@ def ask(
     ] = None,
     max_calls: Annotated[
         int | None,
-        typer.Option("--max-calls", min=1, help="Most model calls, the Conductor's included."),
+        typer.Option(
+            "--max-calls",
+            min=CALLS.low,
+            max=CALLS.high,
+            help="Most model calls, the Conductor's included.",
+        ),
     ] = None,
     template: Annotated[
         str | None,
@@ -268,13 +278,17 @@ def _question_text(question: str | None, path: Path | None) -> str:
     if question is not None and path is not None:
         raise UsageError("give the question either as an argument or with --file, not both")
     if path is not None:
+        from ..userfiles import UnreadableFileError, open_regular
+
         try:
-            with path.open("rb") as stream:
-                return _read_question(stream, str(path))
-        except OSError as exc:
-            raise UsageError(
-                f"cannot read the question file {path}: {exc.strerror or exc}"
-            ) from None
+            # A regular file only: a pipe is read with `conductor ask -`.
+            stream = open_regular(path, "question file")
+        except UnreadableFileError as exc:
+            if exc.kind != "not_regular":
+                raise
+            raise UsageError(f"{exc} (a question from a pipe: conductor ask -)") from None
+        with stream:
+            return _read_question(stream, str(path))
     if question == "-":
         if sys.stdin is None:
             raise UsageError("there is no standard input to read the question from")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ..bounds import CALLS, CONCURRENCY, EPOCHS, ROUNDS, SAMPLES, SEED, STEPS
 from ..errors import UsageError
 from ..text import plural, printable
 from ._ci import CiOutputs, FailUnderOption, JunitOption, MarkdownOption
@@ -59,18 +60,26 @@ def bench(
     data: Annotated[
         Path | None, typer.Option("--data", help="Run on a local file in the same schema.")
     ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", min=1, help="First N samples.")] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", min=SAMPLES.low, max=SAMPLES.high, help="First N samples."),
+    ] = None,
     epochs: Annotated[
-        int | None, typer.Option("--epochs", min=1, help="Repeats per sample.")
+        int | None,
+        typer.Option("--epochs", min=EPOCHS.low, max=EPOCHS.high, help="Repeats per sample."),
     ] = None,
     seed: Annotated[
-        int | None, typer.Option("--seed", help="Seed for choice shuffling (default 0).")
+        int | None,
+        typer.Option(
+            "--seed", min=SEED.low, max=SEED.high, help="Seed for choice shuffling (default 0)."
+        ),
     ] = None,
     concurrency: Annotated[
         int | None,
         typer.Option(
             "--concurrency",
-            min=1,
+            min=CONCURRENCY.low,
+            max=CONCURRENCY.high,
             help="Samples in flight at once (default: as many as the pool's models serve "
             "at once, at most 16).",
         ),
@@ -103,13 +112,19 @@ def bench(
     ] = None,
     max_steps: Annotated[
         int | None,
-        typer.Option("--max-steps", min=1, help="Most steps per workflow, per question."),
+        typer.Option(
+            "--max-steps",
+            min=STEPS.low,
+            max=STEPS.high,
+            help="Most steps per workflow, per question.",
+        ),
     ] = None,
     rounds: Annotated[
         int | None,
         typer.Option(
             "--rounds",
-            min=1,
+            min=ROUNDS.low,
+            max=ROUNDS.high,
             help="Most Conductor rounds per question (default 1); above 1 the Conductor "
             "may revise.",
         ),
@@ -123,7 +138,10 @@ def bench(
     max_calls: Annotated[
         int | None,
         typer.Option(
-            "--max-calls", min=1, help="Most model calls per question, the Conductor's included."
+            "--max-calls",
+            min=CALLS.low,
+            max=CALLS.high,
+            help="Most model calls per question, the Conductor's included.",
         ),
     ] = None,
     no_cache: Annotated[

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -10,6 +11,7 @@ import typer
 
 from ..errors import UsageError
 from ..text import plural, printable
+from ..userfiles import check_regular
 from ._common import EXIT_FAILED, Group, stderr
 from ._tracing import OtelContentOption, OtelOption, otel_from_options, tracing
 
@@ -85,7 +87,7 @@ def _sources(run: Path) -> Iterator[tuple[str, RunRecord | None]]:
     from ..record import read_record
     from ..runs.rundir import SAMPLES, sample_dirs
 
-    if not run.exists():
+    if not os.path.lexists(run):
         raise UsageError(f"{run}: no such file or directory")
     if run.is_dir():
         files = [d / SAMPLES for d in sample_dirs(run)]
@@ -94,6 +96,8 @@ def _sources(run: Path) -> Iterator[tuple[str, RunRecord | None]]:
     else:
         record = read_record(run)  # an ask record: one error for the one record
         return iter([(str(run), record)])
+    for path in files:
+        check_regular(path, "samples file")  # a FIFO or a device refused before sending
     return _lines(files)
 
 

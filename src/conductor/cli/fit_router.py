@@ -8,8 +8,10 @@ from typing import Annotated
 
 import typer
 
+from ..bounds import SEED
 from ..errors import UsageError
 from ..text import printable
+from ..userfiles import check_regular, resolved
 from ._common import echo, print_path, stderr, stdout
 
 __all__ = ["fit_router"]
@@ -69,7 +71,12 @@ def fit_router(
             dir_okay=False,
         ),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="The split's and the folds' seed.")] = 0,
+    seed: Annotated[
+        int,
+        typer.Option(
+            "--seed", min=SEED.low, max=SEED.high, help="The split's and the folds' seed."
+        ),
+    ] = 0,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace a router already in --out.")
     ] = False,
@@ -99,7 +106,8 @@ def fit_router(
     if features_model is not None:
         if features != "gguf-mean-v1":
             raise UsageError("--features-model goes with --features gguf-mean-v1")
-        feature_settings["model"] = str(features_model.expanduser().resolve())
+        check_regular(features_model.expanduser(), "model file")  # a FIFO, a looping link
+        feature_settings["model"] = str(resolved(features_model))
     data = read_routing_data(runs)
     settings = FitSettings(
         cost_weight=cost_weight,

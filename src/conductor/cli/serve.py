@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ..bounds import BODY_BYTES, CALLS, CONCURRENCY, QUEUE, VOTES
 from ..errors import UsageError
 from ..text import plural
 from ._common import PoolOption, load_pool, stderr
@@ -70,16 +71,31 @@ def serve(
         ),
     ] = None,
     max_concurrency: Annotated[
-        int, typer.Option("--max-concurrency", min=1, help="Requests run at once.")
+        int,
+        typer.Option(
+            "--max-concurrency",
+            min=CONCURRENCY.low,
+            max=CONCURRENCY.high,
+            help="Requests run at once.",
+        ),
     ] = 16,
     max_queue: Annotated[
         int,
         typer.Option(
-            "--max-queue", min=0, help="Requests waiting for a slot; more get 429 Retry-After."
+            "--max-queue",
+            min=QUEUE.low,
+            max=QUEUE.high,
+            help="Requests waiting for a slot; more get 429 Retry-After.",
         ),
     ] = 64,
     max_body_bytes: Annotated[
-        int, typer.Option("--max-body-bytes", min=1, help="Largest request body (413 beyond).")
+        int,
+        typer.Option(
+            "--max-body-bytes",
+            min=BODY_BYTES.low,
+            max=BODY_BYTES.high,
+            help="Largest request body (413 beyond).",
+        ),
     ] = 1 << 20,
     grace_s: Annotated[
         float,
@@ -102,13 +118,20 @@ def serve(
         ),
     ] = None,
     max_k: Annotated[
-        int, typer.Option("--max-k", min=1, help="Largest K of the models vote:K:W, reflect:K:W.")
+        int,
+        typer.Option(
+            "--max-k",
+            min=VOTES.low,
+            max=VOTES.high,
+            help="Largest K of the models vote:K:W, reflect:K:W.",
+        ),
     ] = 16,
     max_calls_per_request: Annotated[
         int,
         typer.Option(
             "--max-calls-per-request",
-            min=1,
+            min=CALLS.low,
+            max=CALLS.high,
             help="Most model calls one request makes, all its runs together; a request's "
             "conductor.max_calls may ask fewer.",
         ),
@@ -146,7 +169,8 @@ def serve(
         int,
         typer.Option(
             "--max-connections",
-            min=1,
+            min=CONCURRENCY.low,
+            max=CONCURRENCY.high,
             help="Connections open at once; beyond it the longest-waiting one without a "
             "request in progress is closed (503 when none).",
         ),

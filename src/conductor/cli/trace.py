@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
+from ..bounds import SAMPLES
 from ..errors import UsageError
 from ..text import printable
+from ..userfiles import is_regular
 from ._common import echo, stdout
 
 if TYPE_CHECKING:
@@ -47,7 +49,8 @@ def trace(
         typer.Option("--verdict", help="List only the samples with this verdict (e.g. incorrect)."),
     ] = None,
     limit: Annotated[
-        int | None, typer.Option("--limit", min=1, help="List at most N samples.")
+        int | None,
+        typer.Option("--limit", min=SAMPLES.low, max=SAMPLES.high, help="List at most N samples."),
     ] = None,
 ) -> None:
     """Replay a recorded run step by step, or list the samples of a bench run."""
@@ -58,7 +61,7 @@ def trace(
     from ..render import SampleListing, to_json, to_mermaid, trace_renderable
     from ..runs.rundir import SAMPLES, find_sample, iter_heads, sample_dirs
 
-    if run.name == SAMPLES and run.is_file():
+    if run.name == SAMPLES and is_regular(run):
         run = run.parent  # the file of a run directory: read as the directory
     listing = run.is_dir() and sample is None
     if not listing and (verdict is not None or limit is not None):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ..bounds import TRAIN_STEPS
 from ._common import echo, stderr
 
 if TYPE_CHECKING:
@@ -26,7 +27,12 @@ def train(
     ],
     steps: Annotated[
         int | None,
-        typer.Option("--steps", min=1, help="Override grpo.steps (optimizer steps)."),
+        typer.Option(
+            "--steps",
+            min=TRAIN_STEPS.low,
+            max=TRAIN_STEPS.high,
+            help="Override grpo.steps (optimizer steps).",
+        ),
     ] = None,
     output: Annotated[
         Path | None,

@@ -61,6 +61,15 @@ from typing import Any, NoReturn
 from ..errors import UsageError
 from ..private import make_private_dir, write_private
 from ..text import plural
+from ..userfiles import (
+    MAX_CONFIG_BYTES,
+    UnreadableFileError,
+    is_regular,
+    parse_json,
+    read_regular,
+    resolved,
+    utf8_text,
+)
 
 __all__ = [
     "META_FILE",
@@ -155,18 +164,12 @@ def read_checkpoint_meta(path: Path) -> CheckpointMeta | None:
     must name an existing file inside the checkpoint directory.
     """
     file = _meta_file(Path(path))
-    if not file.is_file():
+    if not os.path.lexists(file):
         return None
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{file}: not UTF-8 text ({exc.reason})") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"{file}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})"
-        ) from None
-    except OSError as exc:
-        raise UsageError(f"{file}: cannot be read ({exc.strerror or exc})") from None
+    # What is there is read only when it is a regular file (a FIFO would wait); every
+    # way it fails is an UnreadableFileError, a UsageError naming the file.
+    text = utf8_text(read_regular(file, "conductor.json", MAX_CONFIG_BYTES), file, "file")
+    data = parse_json(text, file)
     if not isinstance(data, dict):
         raise UsageError(f"{file}: expected a JSON object, got {type(data).__name__}")
 
@@ -204,11 +207,11 @@ def read_checkpoint_meta(path: Path) -> CheckpointMeta | None:
     if (template is not None or template_chat is not None) and template_text is not None:
         raise _bad(file, "template", "set either 'template' or 'template_text', not both")
     if template is not None:
-        root = file.parent.resolve()
-        target = (root / template).resolve()
+        root = resolved(file.parent)
+        target = resolved(root / template)
         if os.path.isabs(template) or root not in target.parents:
             raise _bad(file, "template", f"{template!r} must be a file name inside {file.parent}")
-        if not target.is_file():
+        if not is_regular(target):
             raise _bad(file, "template", f"template file {template!r} not found in {root}")
 
     pool_order: tuple[str, ...] | None = None
@@ -356,7 +359,7 @@ def template_ref(checkpoint_dir: Path, meta: CheckpointMeta | None) -> str | Non
     if meta is None:
         return None
     if meta.template is not None:
-        return str((Path(checkpoint_dir).expanduser() / meta.template).resolve())
+        return str(resolved(Path(checkpoint_dir).expanduser() / meta.template))
     if meta.template_text is not None:
         return _cached_template(meta.template_text, ".txt")
     if meta.template_chat is not None:
@@ -387,6 +390,8 @@ def _cached_template(text: str, suffix: str) -> str:
 #: The side file with the training questions' hashes, referenced from ``conductor.json``.
 TRAINING_QUESTIONS_FILE = "training_questions.json"
 _TRAINING_KEY = "training_questions"
+#: The most a training-questions file is read up to (a key per question trained on).
+_MAX_TRAINED_BYTES = 256 << 20
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -439,20 +444,21 @@ def _training_file(directory: Path) -> tuple[Path, dict[str, Any]] | None:
     if meta is None or meta.extra.get(_TRAINING_KEY) is None:
         return None
     name = meta.extra[_TRAINING_KEY]
-    root = meta_file.parent.resolve()
+    root = resolved(meta_file.parent)
     if (
         not isinstance(name, str)
         or os.path.isabs(name)
-        or root not in (root / name).resolve().parents
+        or root not in resolved(root / name).parents
     ):
         raise _bad(meta_file, _TRAINING_KEY, f"{name!r} must be a file name inside {root}")
     file = root / name
+    if not os.path.lexists(file):
+        raise _bad(meta_file, _TRAINING_KEY, f"{name!r} not found in {root}")
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise _bad(meta_file, _TRAINING_KEY, f"{name!r} not found in {root}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise UsageError(f"{file}: cannot be read as training questions ({exc})") from None
+        raw = read_regular(file, "training-questions file", _MAX_TRAINED_BYTES)
+        data = parse_json(utf8_text(raw, file, "training-questions file"), file)
+    except UnreadableFileError as exc:
+        raise UsageError(f"{exc} (not a training-questions file)") from None
     if not isinstance(data, dict) or data.get("format_version") != 1:
         raise UsageError(f"{file}: not a training-questions file of format_version 1")
     return file, data

@@ -144,10 +144,11 @@ def builtin_templates() -> list[str]:
 @lru_cache(maxsize=32)
 def load_template(name_or_path: str) -> str:
     """The text of a built-in template (by name) or of a template file (by path)."""
-    path = resolve_shipped("template", name_or_path)
-    if path.suffix in CHAT_SUFFIXES:
-        return read_config_file(path, "template file", TemplateFileError)
-    return path.read_text(encoding="utf-8")
+    # Either form is read alike: a regular file, bounded, UTF-8 (a bad byte is named
+    # by its line).
+    return read_config_file(
+        resolve_shipped("template", name_or_path), "template file", TemplateFileError
+    )
 
 
 @lru_cache(maxsize=32)
@@ -158,6 +159,11 @@ def load_conductor_template(name_or_path: str) -> ConductorTemplate:
     path = resolve_shipped("template", name_or_path)
     text = load_template(name_or_path)
     if path.suffix not in CHAT_SUFFIXES:
+        # Checked here, not when it is first filled, so that a mistake names its line.
+        problem = _placeholder_problem(text, PLACEHOLDERS)
+        if problem is not None:
+            line = text.count("\n", 0, problem[1]) + 1
+            raise TemplateFileError(problem[0], path=str(path), line=line)
         return ConductorTemplate(name_or_path, text)
     return ConductorTemplate(name_or_path, text, _read_chat_yaml(text, str(path)))
 

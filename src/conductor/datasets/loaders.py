@@ -118,7 +118,7 @@ def _maybe_json_list(value: Any) -> Any:
     if isinstance(value, str) and value.lstrip().startswith("["):
         try:
             return json.loads(value)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON after all: a 5,000-digit number too
             return value
     return value
 
@@ -248,7 +248,7 @@ def _lcb_sample(spec: BenchmarkSpec, row: Row, seed: int, seen: dict[str, int]) 
     if isinstance(raw_meta, str):
         try:
             meta = json.loads(raw_meta) if raw_meta.strip() else {}
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             meta = {}
     fn_name = meta.get("func_name") if isinstance(meta, dict) else None
     public = decode_lcb_tests(column_value(spec, row, fields["public_tests"], required=False))

@@ -47,6 +47,7 @@ from ..benchmark import BenchmarkSpec, DataSource, is_pinned, lcb_release_files,
 from ..errors import UsageError
 from ..grading.types import Sample
 from ..text import check_question
+from ..userfiles import is_regular, open_regular
 from .columns import data_columns
 from .loaders import MAKERS, cell_text, column_value, hidden_tests_sha256, math_gold, split_hidden
 from .selection import selected_positions
@@ -232,7 +233,7 @@ def dataset_provenance(spec: BenchmarkSpec, data_file: str | Path | None = None)
         "benchmark": spec.name,
         "benchmark_file": str(spec.path) if spec.path is not None else None,
         "benchmark_file_sha256": (
-            sha256_file(spec.path) if spec.path is not None and spec.path.is_file() else None
+            sha256_file(spec.path) if spec.path is not None and is_regular(spec.path) else None
         ),
         "loader": loader_of(spec),
         "source_kind": source.kind,
@@ -254,7 +255,7 @@ def dataset_provenance(spec: BenchmarkSpec, data_file: str | Path | None = None)
     if source.kind == "file" and source.path is not None:
         path = Path(source.path)
         out["file"] = str(path.resolve())
-        out["file_sha256"] = sha256_file(path) if path.is_file() else None
+        out["file_sha256"] = sha256_file(path) if is_regular(path) else None
     elif source.kind == "url" and source.url is not None:
         cached = url_cache_path(source.url)
         if cached.is_file():
@@ -264,9 +265,10 @@ def dataset_provenance(spec: BenchmarkSpec, data_file: str | Path | None = None)
 
 
 def sha256_file(path: str | Path) -> str:
-    """The SHA-256 of a file, read in 1 MiB blocks."""
+    """The SHA-256 of a regular file, read in 1 MiB blocks (anything else is refused as
+    :func:`~conductor.userfiles.open_regular` refuses it)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

@@ -16,7 +16,6 @@ import csv
 import functools
 import hashlib
 import importlib
-import json
 import logging
 import os
 import socket
@@ -24,15 +23,28 @@ import sys
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, BinaryIO, TypeAlias
 
 from ..benchmark import DATA_FORMATS, BenchmarkSpec, DataSource, lcb_release_files, loader_of
 from ..errors import ConductorError, MissingDependencyError, UsageError
 from ..private import open_private, own_dir
+from ..text import printable
+from ..userfiles import (
+    UnreadableFileError,
+    bounded_lines,
+    check_regular,
+    describe_size,
+    open_regular,
+    parse_json,
+    read_regular,
+    utf8_text,
+)
 from .columns import data_columns
 
 __all__ = [
     "HUB_PROBE_TIMEOUT_S",
+    "MAX_JSON_BYTES",
+    "MAX_LINE_BYTES",
     "DataFileError",
     "DatasetError",
     "LocatedRow",
@@ -84,22 +96,45 @@ def source_rows(
     return _hf_rows(spec, source)
 
 
+#: The longest line read where the benchmark sets no row limit (LiveCodeBench's rows
+#: carry their large, encoded tests): a longer line is refused after this much of it.
+MAX_LINE_BYTES = 1 << 30
+#: The most a ``.json`` data file may hold: it is parsed whole (JSONL is streamed).
+MAX_JSON_BYTES = 256 << 20
+
+
 def file_rows(path: Path, max_line: int | None) -> Iterator[LocatedRow]:
     """The rows of a local ``.jsonl``, ``.json``, ``.csv`` or ``.parquet`` file, by its
-    suffix; JSONL, CSV and Parquet are streamed.  A JSONL line (or CSV cell) longer than
-    ``max_line`` bytes (None: no limit) is refused without being read whole."""
-    if not path.is_file():
-        raise UsageError(f"{path}: no such data file")
+    suffix; JSONL, CSV and Parquet are streamed.  A JSONL line (or CSV line) longer than
+    ``max_line`` bytes (None: :data:`MAX_LINE_BYTES`) is refused without being read
+    whole; a path that is not a regular file (a FIFO, a device, a directory) is refused
+    before anything is read."""
+    _check_data_file(path)
     suffix = path.suffix.lower()
+    limit = MAX_LINE_BYTES if max_line is None else max_line
     if suffix == ".jsonl":
-        return _jsonl_rows(path, max_line)
+        return _jsonl_rows(path, limit)
     if suffix == ".json":
         return _json_rows(path)
     if suffix == ".csv":
-        return _csv_rows(path, max_line)
+        return _csv_rows(path, limit)
     if suffix == ".parquet":
         return _parquet_rows(path)
     raise UsageError(f"{path}: data files must be .jsonl, .json, .csv or .parquet")
+
+
+def _check_data_file(path: Path) -> None:
+    try:
+        check_regular(path, "data file")
+    except UnreadableFileError as exc:
+        raise DataFileError(str(exc)) from None
+
+
+def _open_data(path: Path) -> BinaryIO:
+    try:
+        return open_regular(path, "data file")
+    except UnreadableFileError as exc:
+        raise DataFileError(str(exc)) from None
 
 
 def _not_utf8(where: str, exc: UnicodeDecodeError) -> DataFileError:
@@ -109,92 +144,148 @@ def _not_utf8(where: str, exc: UnicodeDecodeError) -> DataFileError:
     )
 
 
-def _jsonl_rows(path: Path, max_line: int | None = None) -> Iterator[LocatedRow]:
+def _too_long(path: Path, lineno: int, limit: int) -> DataFileError:
+    return DataFileError(
+        f"{path}:{lineno}: the line is longer than {describe_size(limit)}; "
+        "a data row must be smaller (split long texts into several rows)"
+    )
+
+
+def _text_lines(path: Path, fh: BinaryIO, limit: int) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of each line of ``fh``, none held past ``limit`` bytes."""
+    for lineno, raw in bounded_lines(fh, limit):
+        if raw is None:
+            raise _too_long(path, lineno, limit)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(f"{path}:{lineno}", exc) from None
+        # A byte-order mark some editors (Excel) write first is not part of the data.
+        yield lineno, text.removeprefix("\ufeff") if lineno == 1 else text
+
+
+def _jsonl_rows(path: Path, max_line: int = MAX_LINE_BYTES) -> Iterator[LocatedRow]:
     # Bytes, line by line, with a cap: a huge line is refused after reading at most
     # ``max_line`` bytes of it instead of being held (and copied) whole.
-    with open(path, "rb") as fh:
-        lineno = 0
-        while True:
-            raw = fh.readline(max_line + 1) if max_line is not None else fh.readline()
-            if not raw:
-                return
-            lineno += 1
-            if max_line is not None and len(raw) > max_line and not raw.endswith(b"\n"):
-                raise DataFileError(
-                    f"{path}:{lineno}: the line is longer than {max_line:,} bytes; "
-                    "a data row must be smaller (split long texts into several rows)"
-                )
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise _not_utf8(f"{path}:{lineno}", exc) from None
-            del raw
+    with _open_data(path) as fh:
+        for lineno, line in _text_lines(path, fh, max_line):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UsageError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            except RecursionError:
-                raise DataFileError(f"{path}:{lineno}: JSON nested too deeply") from None
+                row = parse_json(line, path, lineno)
+            except UnreadableFileError as exc:
+                raise DataFileError(str(exc)) from None
             del line
             if not isinstance(row, dict):
-                raise UsageError(f"{path}:{lineno}: each line must be a JSON object")
+                raise DataFileError(f"{path}:{lineno}: each line must be a JSON object")
             yield f"{path}:{lineno}", row
 
 
 def _json_rows(path: Path) -> Iterator[LocatedRow]:
-    # A JSON array has to be parsed whole; use JSONL for large sets.
+    # A JSON array has to be parsed whole (so it is bounded); use JSONL for large sets.
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    except UnicodeDecodeError as exc:
-        raise _not_utf8(str(path), exc) from None
-    except RecursionError:
-        raise DataFileError(f"{path}: JSON nested too deeply") from None
+        raw = read_regular(path, "data file", MAX_JSON_BYTES)
+        data = parse_json(utf8_text(raw, path, "data file").removeprefix("\ufeff"), path)
+    except UnreadableFileError as exc:
+        more = "; larger sets go in a .jsonl file" if exc.kind == "too_big" else ""
+        raise DataFileError(f"{exc}{more}") from None
+    del raw
     if isinstance(data, dict) and isinstance(data.get("data"), list):
         data = data["data"]
     if not isinstance(data, list):
-        raise UsageError(f"{path}: a .json data file must hold a list of objects")
+        raise DataFileError(f"{path}: a .json data file must hold a list of objects")
     for i, row in enumerate(data):
         if not isinstance(row, dict):
-            raise UsageError(f"{path}: item {i} is not a JSON object")
+            raise DataFileError(f"{path}: item {i} is not a JSON object")
         yield f"{path}: item {i}", row
 
 
-def _csv_rows(path: Path, max_field: int | None = None) -> Iterator[LocatedRow]:
-    # Some benchmark cells are long (whole problem statements with code), but a cell
-    # over the row limit is refused as soon as the reader sees it is too long.
-    csv.field_size_limit(min(sys.maxsize, 2**31 - 1, max_field or sys.maxsize))
-    with open(path, encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh)
+def _csv_rows(path: Path, max_line: int = MAX_LINE_BYTES) -> Iterator[LocatedRow]:
+    # Some benchmark cells are long (whole problem statements with code), but a line
+    # over the row limit is refused as soon as the reader sees it is too long, and a
+    # cell (which may span lines) as soon as the csv module does.
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1, max_line))
+    with _open_data(path) as fh:
+        lines = (text for _n, text in _text_lines(path, fh, max_line))
+        # strict: a quote left open to the end of the file, or text after a closing
+        # quote, is a damaged file, not one last cell holding the rest of it.
+        reader = csv.DictReader(lines, strict=True)
         while True:
             try:
                 row = next(reader)
             except StopIteration:
                 return
-            except UnicodeDecodeError as exc:
-                raise _not_utf8(f"{path}:{reader.line_num + 1}", exc) from None
             except csv.Error as exc:
-                raise UsageError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
+                # The csv module counts a record's lines once it has read it whole: the
+                # one it failed on starts on the line after those counted.
+                start = reader.line_num + 1
+                raise DataFileError(f"{path}:{start}: not valid CSV ({exc})") from None
             yield f"{path}:{reader.line_num}", row
+
+
+_PARQUET_MAGIC = b"PAR1"
 
 
 def _parquet_rows(path: Path) -> Iterator[LocatedRow]:
     try:
+        import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         raise MissingDependencyError(
             "reading .parquet data needs pyarrow: pip install 'datasets>=3,<5'"
         ) from None
-    parquet = pq.ParquetFile(path)
-    n = 0
-    for batch in parquet.iter_batches(batch_size=64):
-        for row in batch.to_pylist():
-            yield f"{path}: row {n}", row
-            n += 1
+    # What pyarrow raises for a damaged file: its own errors (ArrowInvalid is also a
+    # ValueError, ArrowIOError an OSError: a thrift error in the footer is one), and
+    # the builtin ones its readers let through.  Caught around pyarrow's calls only,
+    # never around the ``yield``: a consumer's error is its own.
+    damaged = (
+        pa.ArrowException,
+        OSError,
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        NotImplementedError,
+        EOFError,
+        MemoryError,
+        OverflowError,
+    )
+    with _open_data(path) as fh:
+        # pyarrow reads a file from its end and never looks at its first four bytes.
+        if fh.read(4) != _PARQUET_MAGIC:
+            raise _corrupt_parquet(path, ValueError("it does not begin with PAR1"))
+        try:
+            # Pages written with a checksum are checked: a damaged page is named as such
+            # rather than read as other values.
+            parquet = pq.ParquetFile(fh, page_checksum_verification=True)
+            stated = parquet.metadata.num_rows
+            batches = parquet.iter_batches(batch_size=64)
+        except damaged as exc:
+            raise _corrupt_parquet(path, exc) from None
+        n = 0
+        while True:
+            try:
+                rows = next(batches).to_pylist()
+            except StopIteration:
+                if n != stated:
+                    # A damaged row-group entry: fewer (or more) rows than the footer says.
+                    why = ValueError(f"{n:,} rows read where its footer says {stated:,}")
+                    raise _corrupt_parquet(path, why, n) from None
+                return
+            except damaged as exc:
+                raise _corrupt_parquet(path, exc, n) from None
+            for row in rows:
+                yield f"{path}: row {n}", row
+                n += 1
+
+
+def _corrupt_parquet(path: Path, exc: BaseException, row: int | None = None) -> DataFileError:
+    why = " ".join(str(exc).split())[:200] or type(exc).__name__
+    at = f" at row {row}" if row else ""
+    return DataFileError(
+        f"{path}: is not a readable Parquet file (corrupt or truncated{at}: {printable(why)}); "
+        "write it again or use a .jsonl copy"
+    )
 
 
 #: How long the reachability check waits for the Hub to accept a connection.
@@ -371,7 +462,7 @@ def _lcb_hub_rows(spec: BenchmarkSpec, source: DataSource) -> Iterator[LocatedRo
                 f"cannot download {name} of {source.id} (revision {source.revision}): "
                 f"{why}; {local_copy_hint(spec)}"
             ) from None
-        yield from _jsonl_rows(Path(local))
+        yield from _jsonl_rows(Path(local))  # bounded by MAX_LINE_BYTES
 
 
 def url_cache_path(url: str) -> Path:
@@ -397,6 +488,11 @@ def _download(spec: BenchmarkSpec, url: str) -> Path:
         return target
     # Only a download needs urllib.request (and the http and email packages it loads).
     import urllib.request
+
+    if urllib.parse.urlsplit(url).scheme == "file":
+        # A local file copied into the cache: it must be a regular file (a copy of
+        # /dev/zero or of a FIFO would never end).
+        _check_data_file(Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path)))
 
     partial = target.with_name(target.name + f".part{os.getpid()}")
     try:

@@ -54,6 +54,7 @@ from ..errors import (
     UsageError,
     target_name,
 )
+from ..userfiles import resolved as resolved_path
 from .local_crashes import (
     crash_file,
     crash_sentence,
@@ -651,7 +652,7 @@ def get_host(
     The key is the resolved path, ``n_ctx`` and ``n_gpu_layers``; ``n_threads`` is taken
     from whichever caller starts the host first.
     """
-    resolved = Path(path).expanduser().resolve()
+    resolved = resolved_path(path)  # a looping link: one sentence, not a RuntimeError
     ctx = int(n_ctx or DEFAULT_N_CTX)
     gpu = int(n_gpu_layers or 0)
     key = (str(resolved), ctx, gpu)

@@ -18,11 +18,11 @@ have the shape the features give and hold finite numbers, its SHA-256 must be th
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
-import json
 import math
-import stat
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,7 @@ from ..private import make_private_dir, write_private
 from ..record import now_iso
 from ..redact import masked_json
 from ..text import printable
+from ..userfiles import UnreadableFileError, parse_json, read_regular
 from .features import featurizer_from
 from .head import LogisticHead
 from .model import Router
@@ -177,25 +178,21 @@ class _Fields:
         return float(value)
 
 
-def _read_regular(path: Path, limit: int, too_big: str) -> bytes:
+def _read_regular(path: Path, limit: int, what: str) -> bytes:
     """``path``'s bytes: a regular file (a device such as ``/dev/zero`` never ends, a
     FIFO never opens) of at most ``limit`` bytes, read no further than that even if it
-    grows meanwhile; ``too_big`` says what it is more than."""
-    status = path.stat()
-    if not stat.S_ISREG(status.st_mode):
-        raise RouterFileError(f"{printable(str(path))}: not a regular file")
-    if status.st_size > limit:
-        raise RouterFileError(f"{printable(str(path))}: {status.st_size:,} bytes, {too_big}")
-    with path.open("rb") as fh:
-        raw = fh.read(limit + 1)
-    if len(raw) > limit:
-        raise RouterFileError(f"{printable(str(path))}: more than {limit:,} bytes, {too_big}")
-    return raw
+    grows meanwhile; ``FileNotFoundError`` when nothing is there."""
+    if not os.path.lexists(path):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+    try:
+        return read_regular(path, what, limit)
+    except UnreadableFileError as exc:
+        raise RouterFileError(str(exc)) from None
 
 
 def _read_json(path: Path) -> Any:
     try:
-        text = _read_regular(path, _MAX_JSON, "more than a router file holds").decode("utf-8")
+        text = _read_regular(path, _MAX_JSON, "router file").decode("utf-8")
     except FileNotFoundError:
         raise RouterFileError(
             f"{printable(str(path.parent))}: no {ROUTER_FILE}; not a router directory "
@@ -210,15 +207,9 @@ def _read_json(path: Path) -> Any:
             f"{printable(str(path))}: cannot be read ({exc.strerror or exc})"
         ) from None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RouterFileError(
-            f"{printable(str(path))}:{exc.lineno}: not valid JSON ({exc.msg})"
-        ) from None
-    except RecursionError:
-        raise RouterFileError(
-            f"{printable(str(path))}: not valid JSON (nested too deeply)"
-        ) from None
+        return parse_json(text, path)
+    except UnreadableFileError as exc:
+        raise RouterFileError(str(exc)) from None
 
 
 def _read_head(directory: Path, f: _Fields, head: Mapping[str, Any], dim: int, arms: int) -> Any:
@@ -237,7 +228,7 @@ def _read_head(directory: Path, f: _Fields, head: Mapping[str, Any], dim: int, a
         )
     limit = 8 * (dim + 1) * arms + 4096  # the array and numpy's header
     try:
-        raw = _read_regular(path, limit, f"more than a head of ({dim + 1}, {arms}) takes")
+        raw = _read_regular(path, limit, f"head of ({dim + 1}, {arms})")
     except FileNotFoundError:
         raise RouterFileError(f"{printable(str(path))}: missing (router.json names it)") from None
     except OSError as exc:

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from ..private import open_private
-from ..record import now_iso
+from ..record import MAX_RECORD_BYTES, now_iso
+from ..userfiles import bounded_lines, open_regular
 from .rundir import BATCHES, record_line, repair_tail, write_line
 
 __all__ = ["BatchJournal", "JournalBatch"]
@@ -68,11 +70,16 @@ class BatchJournal:
         self._read()
 
     def _read(self) -> None:
-        if not self.path.exists():
+        if not os.path.lexists(self.path):
             return
-        repair_tail(self.path)
-        with self.path.open("rb") as fh:
-            for number, raw in enumerate(fh, 1):
+        with open_regular(self.path, "batch journal") as fh:
+            repair_tail(self.path)
+            for number, raw in bounded_lines(fh, MAX_RECORD_BYTES):
+                if raw is None:
+                    log.warning(
+                        "%s:%d: a line too long to be an event was skipped", self.path, number
+                    )
+                    continue
                 if not raw.strip():
                     continue
                 try:

@@ -18,6 +18,7 @@ owners.  Fields of the file this version does not know are not kept.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any, TypeVar
 
 from ..errors import UsageError
 from ..redact import masked_json
+from ..userfiles import MAX_CONFIG_BYTES, UnreadableFileError, parse_json, read_regular
 from .rundir import CONFIG
 
 __all__ = [
@@ -211,12 +213,12 @@ def read_run_config(run_dir: Path) -> BenchConfig:
     cannot be read, is not UTF-8, is not JSON, has a field of the wrong type, or was
     written by a newer version (a schema this one does not know)."""
     path = run_dir / CONFIG
+    if not os.path.lexists(path):
+        raise RunConfigError(f"{run_dir}: no {CONFIG}; not a bench run directory", path)
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise RunConfigError(f"{run_dir}: no {CONFIG}; not a bench run directory", path) from None
-    except OSError as exc:
-        raise RunConfigError(f"{path}: cannot be read ({exc.strerror or exc})", path) from None
+        raw = read_regular(path, "run config", MAX_CONFIG_BYTES)
+    except UnreadableFileError as exc:
+        raise RunConfigError(str(exc), path) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -224,11 +226,9 @@ def read_run_config(run_dir: Path) -> BenchConfig:
             f"{path}: not UTF-8 text (byte {exc.start}); not a readable run config", path
         ) from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RunConfigError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})", path) from None
-    except RecursionError:
-        raise RunConfigError(f"{path}: not valid JSON (nested too deeply)", path) from None
+        data = parse_json(text, path)
+    except UnreadableFileError as exc:
+        raise RunConfigError(str(exc), path) from None
     return _Reader(path).config(data)
 
 

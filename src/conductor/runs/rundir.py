@@ -38,8 +38,16 @@ from typing import IO, Any
 
 from ..errors import RecordError, UsageError
 from ..private import open_private
-from ..record import RunRecord, record_from_dict
+from ..record import MAX_RECORD_BYTES, RunRecord, record_from_dict
 from ..redact import SECRETS
+from ..userfiles import (
+    UnreadableFileError,
+    bounded_lines,
+    check_appendable,
+    describe_size,
+    is_regular,
+    open_regular,
+)
 
 __all__ = [
     "BATCHES",
@@ -116,15 +124,26 @@ class SampleLines:
     def __iter__(self) -> Iterator[tuple[int, dict[str, Any]]]:
         self.skipped = 0
         self.last_line = 0
-        try:
-            fh = self.path.open("rb")
-        except FileNotFoundError:
+        if not os.path.lexists(self.path):
             return
-        except OSError as exc:
-            raise RecordError(f"{self.path}: cannot be read ({exc.strerror or exc})") from None
+        try:
+            # A regular file only (a FIFO would wait, a device never end), one line at
+            # a time with a bound (a line of gigabytes is skipped, not held).
+            fh = open_regular(self.path, "samples file")
+        except UnreadableFileError as exc:
+            raise RecordError(str(exc)) from None
         with fh:
-            for number, raw in enumerate(fh, 1):
+            for number, raw in bounded_lines(fh, MAX_RECORD_BYTES):
                 self.last_line = number
+                if raw is None:
+                    self.skipped += 1
+                    log.warning(
+                        "%s:%d: skipped a line longer than %s (not a run record)",
+                        self.path,
+                        number,
+                        describe_size(MAX_RECORD_BYTES),
+                    )
+                    continue
                 if not raw.strip():
                     continue
                 data = self._parse(raw, number)
@@ -135,7 +154,7 @@ class SampleLines:
         where = f"{self.path}:{number}"
         try:
             data = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:  # JSON, UTF-8, a 5,000-digit number
             self.skipped += 1
             if not raw.endswith(b"\n"):
                 log.warning("%s: skipped a torn last line (a run cut short?)", where)
@@ -163,7 +182,7 @@ def iter_records(path: str | Path, *, latest: bool = False) -> Iterator[RunRecor
     record of each (sample, epoch)).  A line that is JSON but not a run record is an
     error naming its line (:class:`~conductor.errors.RecordError`)."""
     lines = SampleLines(path)
-    if not lines.path.is_file():
+    if not os.path.lexists(lines.path):
         raise RecordError(f"{lines.path}: no such file")
     keep = latest_lines(lines) if latest else None
     for _number, record in numbered_records(lines, keep):
@@ -188,7 +207,7 @@ def iter_heads(path: str | Path) -> Iterator[tuple[RunRecord, int]]:
     reads that record whole and names it.
     """
     lines = SampleLines(path)
-    if not lines.path.is_file():
+    if not os.path.lexists(lines.path):
         raise RecordError(f"{lines.path}: no such file")
     for number, data in lines:
         rounds = data.get("rounds")
@@ -251,7 +270,7 @@ def run_dirs(path: Path, holding: str = CONFIG) -> list[Path]:
     """The bench run directories ``path`` stands for, found by the file ``holding``:
     ``path`` itself, or, for a ``singles`` run, its ``single-WORKER`` directories
     (sorted by name); none when it holds neither."""
-    if (path / holding).is_file():
+    if os.path.lexists(path / holding):  # what it is, its reader checks and names
         return [path]
     return sorted(p.parent for p in path.glob(f"single-*/{holding}"))
 
@@ -275,7 +294,7 @@ def find_sample(path: Path, sample: str) -> list[tuple[Path, RunRecord]]:
     ids: set[str] = set()
     for d in dirs:
         lines = SampleLines(d / SAMPLES)
-        if not lines.path.is_file():
+        if not os.path.lexists(lines.path):
             raise RecordError(f"{lines.path}: no such file")
         # Only the sample's own lines are read as records: building all 100,000 records
         # of a run to show one took ten seconds.
@@ -323,8 +342,8 @@ def clear_run(path: Path) -> list[str]:
 
 def repair_tail(path: Path) -> None:
     """Cut a torn last line (a process killed mid-write) so appends stay line-aligned."""
-    if not path.exists() or path.stat().st_size == 0:
-        return
+    if not is_regular(path) or path.stat().st_size == 0:
+        return  # nothing to cut (what is not a file, its reader or writer refuses)
     with path.open("rb+") as fh:
         fh.seek(-1, os.SEEK_END)
         if fh.read(1) == b"\n":
@@ -347,7 +366,9 @@ def repair_tail(path: Path) -> None:
 
 def open_samples(path: Path) -> IO[bytes]:
     """The samples file, opened unbuffered for appending: a failed write leaves nothing
-    in a buffer to be written later by someone else."""
+    in a buffer to be written later by someone else.  Anything there but a regular file
+    is refused (a FIFO's open would wait for a reader)."""
+    check_appendable(path, "samples file")
     return open_private(path, "ab", buffering=0)
 
 

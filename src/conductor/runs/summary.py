@@ -17,9 +17,10 @@ Units: ``accuracy``, ``stderr`` and the per-epoch accuracies are percentages; ev
 
 from __future__ import annotations
 
-import json
+import contextlib
 import logging
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -30,6 +31,14 @@ from ..private import write_private
 from ..record import RunRecord, now_iso
 from ..redact import masked_json
 from ..shapes import topology_kind
+from ..userfiles import (
+    MAX_CONFIG_BYTES,
+    UnreadableFileError,
+    file_kind,
+    parse_json,
+    read_regular,
+    utf8_text,
+)
 from .config import BenchmarkInfo, read_run_config
 from .rundir import (
     CONFIG,
@@ -150,10 +159,16 @@ class RunSummary:
 def _check_dir(run_dir: Path) -> tuple[Path, Path]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise UsageError(f"{run_dir}: not a bench run directory (no such directory)")
+        what = "no such directory"
+        with contextlib.suppress(OSError, ValueError):
+            if os.path.lexists(run_dir) and not os.path.exists(run_dir):
+                what = "a symbolic link that loops or leads nowhere"
+            else:
+                what = f"{file_kind(os.stat(run_dir).st_mode)}, not a directory"
+        raise UsageError(f"{run_dir}: not a bench run directory ({what})")
     config, samples = run_dir / CONFIG, run_dir / SAMPLES
     for p in (config, samples):
-        if not p.is_file():
+        if not os.path.lexists(p):  # what is there, its reader checks and names
             raise UsageError(f"{run_dir}: not a bench run directory (no {p.name})")
     return config, samples
 
@@ -544,11 +559,12 @@ def _write_summary_file(run_dir: Path, summary: RunSummary) -> None:
 
 def _read_rate_limits(path: Path) -> list[dict[str, Any]]:
     """The invocations kept in ``rate_limits.json`` (none if absent or unreadable)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return []
-    except (OSError, ValueError) as exc:
+    try:
+        text = utf8_text(read_regular(path, "limits file", MAX_CONFIG_BYTES), path, "limits file")
+        data = parse_json(text, path)
+    except UnreadableFileError as exc:
         log.warning("%s: ignored (%s)", path, exc)
         return []
     runs = data.get("invocations") if isinstance(data, dict) else None
@@ -609,11 +625,10 @@ def read_summary(path: Path) -> RunSummary:
     if p.is_dir():
         p = p / SUMMARY
     try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise RecordError(f"{p}: no such file") from None
-    except json.JSONDecodeError as exc:
-        raise RecordError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+        text = utf8_text(read_regular(p, "summary", MAX_CONFIG_BYTES), p, "summary")
+        data = parse_json(text, p)
+    except UnreadableFileError as exc:
+        raise RecordError(str(exc)) from None
     if not isinstance(data, dict):
         raise RecordError(f"{p}: not a run summary")
     try:

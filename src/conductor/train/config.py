@@ -58,9 +58,23 @@ from typing import Any
 
 import yaml
 
+from ..bounds import (
+    BATCH,
+    EPOCHS,
+    GROUP_SIZE,
+    NGRAM,
+    POOL_SIZE,
+    SAMPLES,
+    SEED,
+    STEPS,
+    TOKENS,
+    TRAIN_STEPS,
+    shown_number,
+)
 from ..configfile import ConfigReader, compose_yaml, read_config_file, show_value
 from ..errors import ConfigFileError, TrainConfigError
 from ..shipped import ShippedKind, resolve_shipped
+from ..userfiles import is_regular
 from .settings import (
     LOSS_TYPES,
     LR_SCHEDULERS,
@@ -118,6 +132,17 @@ _TOP_KEYS = (
 _MIX_KEYS = tuple(f.name for f in fields(DataMix))
 _REWARD_KEYS = tuple(f.name for f in fields(RewardSettings))
 _GRPO_KEYS = tuple(f.name for f in fields(GRPOSettings))
+#: The range of each count of the grpo section (:mod:`conductor.bounds`).
+_GRPO_COUNTS = {
+    "group_size": GROUP_SIZE,
+    "questions_per_step": BATCH,
+    "max_completion_tokens": TOKENS,
+    "steps": TRAIN_STEPS,
+    "gradient_accumulation_steps": BATCH,
+    "per_device_batch_size": BATCH,
+    "logging_steps": TRAIN_STEPS,
+    "save_steps": TRAIN_STEPS,
+}
 _SAMPLING_KEYS = ("k_min", "k_max")
 _RECURSION_KEYS = tuple(f.name for f in fields(RecursionSettings))
 _WARM_START_KEYS = tuple(f.name for f in fields(WarmStartSettings))
@@ -149,7 +174,10 @@ class _TrainReader(ConfigReader):
         value = self.value(node, field)
         if value is None:
             return None
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        # Finite (NaN compares false with everything; an integer too large for a float
+        # cannot become one): a setting beyond 1e15 is a mistake whatever it is.
+        ok = ok and abs(value) <= 1e15
         if ok and low is not None and (value <= low if low_open else value < low):
             ok = False
         if ok and high is not None and value > high:
@@ -161,7 +189,14 @@ class _TrainReader(ConfigReader):
                 kind = f"a number > {low:g}" if low_open else f"a number >= {low:g}"
             else:
                 kind = "a number"
-            raise self.error(f"{field} must be {kind}, got {show_value(value)}", node, field)
+            shown = (
+                show_value(value)
+                if isinstance(value, bool)
+                else shown_number(value)
+                if isinstance(value, int)
+                else show_value(value)
+            )
+            raise self.error(f"{field} must be {kind}, got {shown}", node, field)
         return float(value)
 
     def local_path(self, text: str) -> Path:
@@ -178,7 +213,7 @@ class _TrainReader(ConfigReader):
         then that file's absolute path), else an existing path or a shipped name."""
         text = self.required_string(node, field).strip()
         beside = self.local_path(text)
-        if beside.is_file():
+        if is_regular(beside):
             return str(beside.resolve()), beside.resolve()
         try:
             return text, resolve_shipped(kind, text)
@@ -213,13 +248,9 @@ class _TrainReader(ConfigReader):
         if "file" in get:
             raw = self.string(get["file"], f"{field}.file")
             if raw is not None:
-                path = self.local_path(raw.strip())
-                if not path.is_file():
-                    raise self.error(
-                        f"{field}.file: no such file: {path}", get["file"], f"{field}.file"
-                    )
+                path = self.regular_file(self.local_path(raw.strip()), get["file"], f"{field}.file")
                 file = str(path.resolve())
-        limit = self.integer(get["limit"], f"{field}.limit", 1) if "limit" in get else None
+        limit = self.integer(get["limit"], f"{field}.limit", SAMPLES) if "limit" in get else None
         return DataMix(benchmark=benchmark, split=split, file=file, limit=limit)  # type: ignore[arg-type]
 
     def _check_train_source(self, benchmark: str, node: yaml.Node, field: str) -> None:
@@ -271,18 +302,8 @@ class _TrainReader(ConfigReader):
         for key, (_kn, vn) in keys.items():
             sub = f"grpo.{key}"
             value: Any
-            if key == "group_size":
-                value = self.integer(vn, sub, 2)
-            elif key in (
-                "questions_per_step",
-                "max_completion_tokens",
-                "steps",
-                "gradient_accumulation_steps",
-                "per_device_batch_size",
-                "logging_steps",
-                "save_steps",
-            ):
-                value = self.integer(vn, sub, 1)
+            if key in _GRPO_COUNTS:
+                value = self.integer(vn, sub, _GRPO_COUNTS[key])
             elif key == "loss_type":
                 value = self.choice(vn, sub, LOSS_TYPES)
             elif key == "vllm_gpu_memory_utilization":
@@ -314,9 +335,9 @@ class _TrainReader(ConfigReader):
             sub = f"randomise_pool.{key}"
             if key not in keys:
                 raise self.error(f'randomise_pool is missing required key "{key}"', node, sub)
-            value = self.integer(keys[key][1], sub, 1)
+            value = self.integer(keys[key][1], sub, POOL_SIZE)
             if value is None:
-                raise self.error(f"{sub} must be a positive integer", keys[key][1], sub)
+                raise self.error(f"{sub} must be {POOL_SIZE.describe()}", keys[key][1], sub)
             values[key] = value
         if values["k_min"] > values["k_max"]:
             raise self.error(
@@ -356,7 +377,7 @@ class _TrainReader(ConfigReader):
             if key == "learning_rate":
                 value: Any = self.real(vn, sub, low=0.0, low_open=True)
             else:
-                value = self.integer(vn, sub, 1)
+                value = self.integer(vn, sub, EPOCHS if key == "passes" else BATCH)
             if value is not None:
                 kwargs[key] = value
         return WarmStartSettings(**kwargs)
@@ -376,9 +397,7 @@ class _TrainReader(ConfigReader):
             text = self.required_string(node, field).strip()
             beside = self.local_path(text)
             if beside.suffix.lower() in (".jsonl", ".json", ".csv", ".parquet"):
-                if not beside.is_file():
-                    raise self.error(f"{field}: no such file: {beside}", node, field)
-                return HoldoutSet(file=str(beside.resolve()))
+                return HoldoutSet(file=str(self.regular_file(beside, node, field).resolve()))
             return HoldoutSet(benchmark=self.benchmark_ref(node, field))
         keys = self.mapping(node, field, ("benchmark", "file"), "a benchmark, a file or a mapping")
         get = {k: vn for k, (_kn, vn) in keys.items()}
@@ -390,11 +409,7 @@ class _TrainReader(ConfigReader):
         file = None
         if "file" in get:
             path = self.local_path(self.required_string(get["file"], f"{field}.file").strip())
-            if not path.is_file():
-                raise self.error(
-                    f"{field}.file: no such file: {path}", get["file"], f"{field}.file"
-                )
-            file = str(path.resolve())
+            file = str(self.regular_file(path, get["file"], f"{field}.file").resolve())
         if benchmark is None and file is None:
             raise self.error(f"{field} needs a benchmark or a file", node, field)
         return HoldoutSet(benchmark=benchmark, file=file)
@@ -405,7 +420,7 @@ class _TrainReader(ConfigReader):
         keys = self.mapping(node, "holdout_ngram", ("n", "threshold"))
         kwargs: dict[str, Any] = {}
         if "n" in keys:
-            kwargs["n"] = self.integer(keys["n"][1], "holdout_ngram.n", 1)
+            kwargs["n"] = self.integer(keys["n"][1], "holdout_ngram.n", NGRAM)
         if "threshold" in keys:
             kwargs["threshold"] = self.real(
                 keys["threshold"][1], "holdout_ngram.threshold", low=0.0, high=1.0, low_open=True
@@ -447,7 +462,7 @@ class _TrainReader(ConfigReader):
         if "warm_start" in get:
             kwargs["warm_start"] = self.warm_start(get["warm_start"])
         if "max_steps" in get:
-            value = self.integer(get["max_steps"], "max_steps", 1)
+            value = self.integer(get["max_steps"], "max_steps", STEPS)
             if value is not None:
                 kwargs["max_steps"] = value
         if "template" in get:
@@ -456,14 +471,14 @@ class _TrainReader(ConfigReader):
                 template = template.strip()
                 beside = self.local_path(template)
                 # A template file next to the config wins over a built-in name.
-                kwargs["template"] = str(beside.resolve()) if beside.is_file() else template
+                kwargs["template"] = str(beside.resolve()) if is_regular(beside) else template
         if "seed" in get:
-            value = self.integer(get["seed"], "seed", 0)
+            value = self.integer(get["seed"], "seed", SEED)
             if value is not None:
                 kwargs["seed"] = value
         if "worker_max_tokens" in get:
             kwargs["worker_max_tokens"] = self.integer(
-                get["worker_max_tokens"], "worker_max_tokens", 1
+                get["worker_max_tokens"], "worker_max_tokens", TOKENS
             )
         if "confirm_run_unsafe_code" in get:
             flag = self.boolean(get["confirm_run_unsafe_code"], "confirm_run_unsafe_code")

@@ -34,6 +34,10 @@ from typing import Any
 
 from ..private import make_private_dir, open_private
 from ..redact import masked_json
+from ..userfiles import bounded_lines, open_regular
+
+#: The longest line :func:`read_metrics` reads: a metrics line is a few hundred bytes.
+_MAX_METRICS_LINE = 1 << 20
 
 __all__ = [
     "METRIC_KEYS",
@@ -115,16 +119,18 @@ class MetricsLog:
 
 
 def read_metrics(path: Path | str) -> list[MetricsLine]:
-    """The lines of a ``metrics.jsonl`` file (a torn last line is skipped)."""
+    """The lines of a ``metrics.jsonl`` file (a torn last line, or one that is not
+    JSON or longer than a metrics line could be, is skipped); a path that is not a
+    regular file is refused (:func:`~conductor.userfiles.open_regular`)."""
     rows = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+    with open_regular(path, "metrics file") as fh:
+        for _number, raw in bounded_lines(fh, _MAX_METRICS_LINE):
+            if raw is None or not raw.strip():
+                continue
+            try:
+                rows.append(json.loads(raw))
+            except (ValueError, RecursionError):
+                continue
     return rows
 
 

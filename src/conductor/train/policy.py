@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingDependencyError, UsageError, install_hint
+from ..userfiles import is_regular
 
 if TYPE_CHECKING:
     from .settings import TrainConfig
@@ -68,7 +69,7 @@ def _gguf_file(spec: str) -> Path:
     if name == EMBEDDED_MODEL:
         return embedded_model_path()
     path = Path(name).expanduser()
-    if not path.is_file():
+    if not is_regular(path):
         raise UsageError(f"base_model {spec!r}: GGUF file {str(path)!r} does not exist")
     return path.resolve()
 

@@ -210,6 +210,8 @@ def _loads(text: Any, what: str) -> Any:
         return json.loads(text) if text else None
     except json.JSONDecodeError as exc:
         raise UsageError(f"dataset column {what!r} is not valid JSON: {exc.msg}") from None
+    except (ValueError, RecursionError):  # a number of thousands of digits, deep nesting
+        raise UsageError(f"dataset column {what!r} is not JSON that can be read") from None
 
 
 def sample_from_row(sample_id: str, sample_json: Any, gold_json: Any) -> Sample:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RecordError, UsageError
-from ..record import RunRecord, read_record
+from ..record import MAX_RECORD_BYTES, RunRecord, read_record
 from ..runs.rundir import (
     CONFIG,
     SAMPLES,
@@ -55,6 +55,7 @@ from ..runs.rundir import (
     sample_key,
 )
 from ..shapes import topology_kind
+from ..userfiles import bounded_lines, is_regular, open_regular
 from .companion import DetailSpool
 
 if TYPE_CHECKING:
@@ -406,8 +407,11 @@ def _each_line_distinct(lines: SampleLines, summary: RunSummary) -> bool:
     epoch) recorded once), read from its summary's counts: then every line is read and
     the pass that finds the last line of each pair (a second parse of a file that may
     hold a gigabyte) is not needed."""
-    with lines.path.open("rb") as fh:
-        written = sum(1 for raw in fh if raw.strip())
+    with open_regular(lines.path, "samples file") as fh:
+        # A line over the bound counts: the reader skips it, and the summary counted it.
+        written = sum(
+            1 for _n, raw in bounded_lines(fh, MAX_RECORD_BYTES) if raw is None or raw.strip()
+        )
     return written == summary.n_records + summary.skipped_lines
 
 
@@ -417,7 +421,7 @@ def _bench_run(run_dir: Path, spool: DetailSpool) -> ViewRun:
     summary = saved_summary(run_dir)
     samples: list[ViewSample] = []
     lines = SampleLines(run_dir / SAMPLES)
-    if not lines.path.is_file():
+    if not os.path.lexists(lines.path):
         raise RecordError(f"{lines.path}: no such file")
     keep: set[int] | None = None
     boilerplate: _Boilerplate | None = None
@@ -590,12 +594,15 @@ def load_run(path: Path, spool: DetailSpool | None = None) -> list[ViewRun]:
     their samples' details spooled to ``spool`` (a new one when not given)."""
     path = Path(path)
     spool = spool if spool is not None else DetailSpool()
-    if path.name == SAMPLES and path.is_file():
+    if path.name == SAMPLES and is_regular(path):
         path = path.parent
-    if path.is_file():
-        return [_records_run([read_record(path)], "ask", path, spool)]
     if not path.is_dir():
-        raise UsageError(f"{path}: no such file or directory; give a run.json or a run directory")
+        if not os.path.lexists(path):
+            raise UsageError(
+                f"{path}: no such file or directory; give a run.json or a run directory"
+            )
+        # Anything else is read as a record, whose reader refuses what is not a file.
+        return [_records_run([read_record(path)], "ask", path, spool)]
     dirs = run_dirs(path, holding=CONFIG)
     if dirs:
         return [_bench_run(d, spool) for d in dirs]
