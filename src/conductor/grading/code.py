@@ -165,6 +165,11 @@ only inside a branch or a ``try``) is not checked by a copy (``detail["different
 says how many were); and a check a forgery can only pass by changing what the test
 reads from the environment (``os.path.exists`` patched to say yes, where the honest
 answer is yes as well) looks the same in every copy: that is the judge's to catch.
+The process's memory is readable without any audit event (numpy's
+``__array_interface__``, a library that hands out raw pointers), so the judge's secret
+can be read; the kernel refuses a test's threads every write to the verdict channel
+(:mod:`conductor.sandbox`), so what remains is to corrupt the judge thread's memory
+into writing a pass, and a program that did would pass the copies too.
 
 The text side, pure functions with no sandbox (finding the code, comparing outputs,
 BigCodeBench's test names, quoting output), is :mod:`conductor.grading.code_text`.
@@ -261,6 +266,9 @@ class CodeGrader:
     (the same for BigCodeBench only; on by default, as in the official harness),
     ``bigcodebench_mutants`` (mutant copies of the test a passing BigCodeBench program
     must fail, 0 to 8; 1 by default, 0 switches differential grading off),
+    ``bigcodebench_max_processes`` (processes a BigCodeBench sample may run at once, 16
+    by default: with ``bigcodebench_memory_mb`` this bounds the sample's memory, 16 x
+    4,096 MiB; without subprocesses a sample is one process and its threads),
     ``mutation_seed`` (where the copies' changes come from; default: a secret of this
     grader's, so no program can work them out in advance), ``python`` (interpreter to
     run solutions; default: this one),
@@ -287,6 +295,7 @@ class CodeGrader:
         allow_subprocess: bool = False,
         bigcodebench_allow_subprocess: bool = True,
         bigcodebench_mutants: int = 1,
+        bigcodebench_max_processes: int = 16,
         mutation_seed: int | None = None,
         python: str | None = None,
         confirm_run_unsafe_code: bool = False,
@@ -307,6 +316,15 @@ class CodeGrader:
                 f"not {bigcodebench_mutants!r}"
             )
         self.bigcodebench_mutants = bigcodebench_mutants
+        if (
+            type(bigcodebench_max_processes) is not int
+            or not 1 <= bigcodebench_max_processes <= 256
+        ):
+            raise ValueError(
+                f"bigcodebench_max_processes must be a whole number from 1 to 256, "
+                f"not {bigcodebench_max_processes!r}"
+            )
+        self.bigcodebench_max_processes = bigcodebench_max_processes
         if mutation_seed is not None and type(mutation_seed) is not int:
             raise ValueError(f"mutation_seed must be a whole number, not {mutation_seed!r}")
         self.mutation_seed = mutation_seed
@@ -406,6 +424,7 @@ class CodeGrader:
         preload: str = "",
         warm: int = 0,
         proceed: Callable[[Mapping[str, Any]], bool] | None = None,
+        max_processes: int = 64,
     ) -> SandboxResult:
         from conductor.sandbox import run_job
 
@@ -414,6 +433,7 @@ class CodeGrader:
             cpu_time_s=cpu_s,
             wall_time_s=wall_s,
             memory_mb=mem,
+            max_processes=max_processes,
             allow_subprocess=self.allow_subprocess
             if allow_subprocess is None
             else allow_subprocess,
@@ -590,6 +610,8 @@ class CodeGrader:
             mem=self.bigcodebench_memory_mb,
             allow_subprocess=self.allow_subprocess or self.bigcodebench_allow_subprocess,
             proceed=proceed,
+            # the sample's memory is at most this many processes of the limit each
+            max_processes=self.bigcodebench_max_processes,
         )
 
     def _bcb_backstop(self) -> float:
