@@ -1445,6 +1445,13 @@ _BCB_RULES: tuple[Any, ...] = ()
 _FUNCTION_TYPE = types.FunctionType
 _METHOD_TYPE = types.MethodType
 _MODULE_TYPE = types.ModuleType
+# what a C type's own slots, methods and attributes are in its class dict
+_C_SLOTS = (
+    type(object.__eq__),  # wrapper_descriptor
+    type(str.join),  # method_descriptor
+    type(types.FunctionType.__dict__["__code__"]),  # getset_descriptor
+    type(types.FunctionType.__dict__["__globals__"]),  # member_descriptor
+)
 _GENERATOR_TYPE = types.GeneratorType
 
 
@@ -1646,6 +1653,19 @@ def _submodule(label: str, key: str, new: Any) -> bool:
     return type(path) is str and path.startswith(_BCB_RULES[5]) if _BCB_RULES else False
 
 
+def _own_alternative(label: str, key: str, new: Any, values: tuple[Any, ...]) -> bool:
+    """A library class switching a private slot to another of its own methods, as
+    libraries keep modes (pyparsing turns its packrat cache on when matplotlib first
+    parses a label: ``ParserElement._parse`` becomes its ``_parseCache``): ``new`` was
+    already one of the class's own values in the snapshot.  Never for unittest, its
+    mocks or the builtins, and never a public name or a dunder (what a test calls)."""
+    if not key.startswith("_") or key.endswith("__"):
+        return False
+    if any(label == h or label.startswith(h + ".") for h in ("unittest", "builtins")):
+        return False
+    return any(v is new for v in values)
+
+
 def _harmless(old: Any, new: Any, rules: _Rules) -> bool:
     """A change of a binding that no test could be fooled by: data replaced by plain
     data (a library filling its cache: matplotlib's ``Path._unit_rectangle``, a counter),
@@ -1683,7 +1703,7 @@ def _drift(
                 allowed = exempt.get((id(d), k))
                 if allowed and allowed[-1] is got:
                     continue
-                if _harmless(v, got, rules):
+                if _harmless(v, got, rules) or _own_alternative(label, k, got, values):
                     continue
                 return f"{label}.{k} was {'removed' if got is _MISSING else 'replaced'}"
         if shadowable and not keys.issuperset(d):
@@ -1768,6 +1788,10 @@ def _ask_pass() -> None:
 
 def _ask_check() -> None:
     _ask(b"C")
+
+
+def _ask_assert() -> None:
+    _ask(b"A")
 
 
 def _private(fns: tuple[str, ...]) -> dict[str, Any]:
@@ -1888,7 +1912,7 @@ def _judge(
 ) -> None:
     """Answer the main thread's requests and write the verdict (see the notes at the top
     of this section).  Runs as a private clone: every global it reads is its own."""
-    dicts, funcs, test_name, child_code, ask_codes, patch_info, test_codes, rules = info
+    dicts, funcs, test_name, child_code, ask_codes, patch_info, test_codes, rules, hot = info
     enter_code, patch_cls, stack_allowed, stack_first = patch_info
     read, write, close, frames = os.read, os.write, os.close, sys._current_frames
     ask_code = ask_codes[b"*"]
@@ -2001,11 +2025,16 @@ def _judge(
                 else:
                     passed = True
             if not why and not tampered:
+                # at an assertion, what the machinery of checks stands on (a full
+                # check of every loaded module costs 25-50 ms with pandas loaded, and
+                # a test makes dozens): the full check after each call of the entry
+                # point and before the pass
                 why = (
-                    _drift(dicts, funcs, exempt, kind == b"P", rules)
+                    _drift(hot if kind == b"A" else dicts, funcs if kind != b"A" else (),
+                           exempt, kind == b"P", rules)
                     or _drift(extra[0], extra[1], {}, kind == b"P", rules)
                     or (_case_drift(case_row, test_codes) if case_row else "")
-                )
+                )  # fmt: skip
         except BaseException as exc:  # noqa: BLE001 - the judge must answer whatever failed
             why = why or "the judge could not check: " + type(exc).__name__
         say = ""
@@ -2056,6 +2085,8 @@ def _class_problem(t: type, rules: _Rules, strict: bool) -> str:
         return ""
     if id(type(t)) not in known:
         return "an object whose metaclass was made by the solution"
+    if _c_level(mro, known):
+        return ""
     for c in mro:
         if id(c) in known:
             if c is not object:
@@ -2068,6 +2099,26 @@ def _class_problem(t: type, rules: _Rules, strict: bool) -> str:
     return ""
 
 
+def _c_level(mro: tuple[type, ...], known: frozenset[int]) -> bool:
+    """Whether every class of ``mro`` made after the snapshot holds only C slots of its
+    own, each under its own name (a Cython type a library made lazily: scipy's fused
+    functions), and plain entries: no code of the solution's is behind any of it.  (A
+    class statement always adds a Python function for each method it defines, and a
+    slot moved to another name, ``__eq__ = int.__ne__``, is refused.)"""
+    made = [c for c in mro if id(c) not in known]
+    slots = 0
+    for c in made:
+        for k, v in list(_class_dict(c).items()):
+            if type(k) is not str or k in _PLAIN_DUNDERS or v is None:
+                continue
+            if type(v) not in _C_SLOTS or not any(b is v.__objclass__ for b in mro):
+                return False
+            if getattr(v, "__name__", None) != k:
+                return False
+            slots += 1
+    return slots > 0
+
+
 def _made_by(t: type, codes: frozenset[int]) -> bool:
     """Whether every function of ``t`` (made after the snapshot) is trusted code (the
     test's own helper classes)."""
@@ -2078,7 +2129,7 @@ def _made_by(t: type, codes: frozenset[int]) -> bool:
 def _library_class(t: type, roots: tuple[str, ...]) -> bool:
     """A class a library defined after the snapshot (a module it imports lazily): its
     module is a file under the interpreter's library directories and every function
-    of it, and of its bases made after the snapshot, was compiled from that file."""
+    of it, and of its bases made after the snapshot, was compiled from a file there."""
     for c in _mro(t):
         if c is object:
             continue
@@ -2091,7 +2142,11 @@ def _library_class(t: type, roots: tuple[str, ...]) -> bool:
         if type(path) is not str or not path.startswith(roots):
             return False
         for v in list(_class_dict(c).values()):
-            if type(v) is _FUNCTION_TYPE and v.__code__.co_filename != path:
+            # a library's decorators live in other files of it (matplotlib's
+            # _api.deprecation): any library file, none the solution could name
+            # (the guard refuses compiling under a library file's name)
+            origin = v.__code__.co_filename if type(v) is _FUNCTION_TYPE else path
+            if type(origin) is not str or not origin.startswith(roots):
                 return False
         if c is t:
             return True
@@ -2170,6 +2225,12 @@ def _untrusted(value: Any, rules: _Rules, strict: bool, allowed: frozenset[int])
                 # the solution can make no builtin, so it is not the solution's
                 if type(fn) is not _FUNCTION_TYPE:
                     continue
+                # a library module's own functions (a module's __dir__, a lazy
+                # loader's __getattr__) are compiled from its file, which the solution
+                # cannot name when it compiles (the guard)
+                origin = fn.__code__.co_filename
+                if type(origin) is str and origin.startswith(rules[5]):
+                    continue
                 if shadows and id(fn.__code__) not in rules[1]:
                     return f"a {t.__name__} whose {k} the solution replaced on the instance"
             else:
@@ -2242,7 +2303,7 @@ def _asserting(method: Callable[..., Any]) -> Callable[..., Any]:
         caller = sys._getframe(1).f_code.co_filename
         rules = _BCB_RULES
         if rules and not caller.endswith(("unittest/case.py", "unittest\\case.py")):
-            _ask_check()
+            _ask_assert()
             why = _untrusted((args[1:], kwargs), rules, False, frozenset())
             if why:
                 raise UntrustedResultError("a checked value is " + why)
@@ -2564,9 +2625,11 @@ def job_bcb() -> None:
     mock_base.__init__ = _mock_init(mock_base.__init__, passed_through, stack_first)
     dicts, funcs, _codes, codes_alive = _snapshot(globals())
     _ALIVE.append(codes_alive)
+    hot = _hot_rows(dicts, job["imports"])
     ask_codes = {
         b"B": _ask_begin.__code__, b"N": _ask_ns.__code__, b"X": _ask_patch.__code__,
-        b"P": _ask_pass.__code__, b"C": _ask_check.__code__, b"*": _ask.__code__,
+        b"P": _ask_pass.__code__, b"C": _ask_check.__code__, b"A": _ask_assert.__code__,
+        b"*": _ask.__code__,
     }  # fmt: skip
     enter_code = patch_cls.__enter__.__code__
     import builtins
@@ -2586,7 +2649,7 @@ def job_bcb() -> None:
         info = (
             dicts, funcs, name, _bcb_child.__code__, ask_codes,
             (enter_code, patch_cls, stack_allowed, stack_first), frozenset(test_code_ids),
-            rules,
+            rules, hot,
         )  # fmt: skip
 
         def body(
@@ -2667,6 +2730,23 @@ def _read_verdict(chan: int, notes: int) -> str:
             got.append(chunk)
             size += len(chunk)
     return (b"\n".join(lines) + b"\n" + b"".join(got)).decode("utf-8", "replace")
+
+
+# What an assertion stands on, checked at every one (the rest at the entry point's
+# calls and at the pass): unittest and its mocks, the builtins, the path functions
+# tests ask the file system with, and which module a name imports.
+_HOT = ("unittest", "builtins", "os", "posixpath", "genericpath", "sys.modules", "sys")
+
+
+def _hot_rows(dicts: tuple[Any, ...], imports: list[str]) -> tuple[Any, ...]:
+    """The rows of the snapshot :data:`_HOT` names, and the modules the test imports
+    (their own bindings: ``numpy.testing``'s functions, not all of numpy)."""
+    exact = set(imports)
+    return tuple(
+        row
+        for row in dicts
+        if row[0] in exact or any(row[0] == h or row[0].startswith(h + ".") for h in _HOT)
+    )
 
 
 def _bcb_outcome(text: str, nonce: str) -> tuple[str, str, list[str]]:
