@@ -53,7 +53,8 @@ _attempts: dict[str, list[str]] = {}
 
 #: Children that belong to the session, not to the test that happens to need them
 #: first: the math grader's comparison processes (one pool per process, started on
-#: first use and replaced after a timeout) and the sandbox engines' one-time probes
+#: first use and replaced after a timeout), the code grader's warm sandboxes (refilled
+#: by a thread of their own) and the sandbox engines' one-time probes
 #: (cached per process), and matplotlib's font list, built once per machine (then cached
 #: under ~/.cache/matplotlib) by asking ``fc-list`` where fontconfig is installed (a
 #: machine with Chromium has it).  Blaming whichever unmarked test comes first would make the
@@ -64,6 +65,9 @@ SESSION_CHILDREN: frozenset[tuple[str, str]] = frozenset(
         ("conductor/grading/math_children.py", "_Child.__init__"),
         ("conductor/sandbox/_engine.py", "_probe_bwrap"),
         ("conductor/sandbox/_namespaces.py", "_probe"),
+        # the warm sandboxes' refill thread: it may start the next one after the test
+        # that took the last has ended, while an unmarked test runs
+        ("conductor/sandbox/_warm.py", "WarmPool._fill"),
         ("matplotlib/font_manager.py", "_get_fontconfig_fonts"),
     }
 )
