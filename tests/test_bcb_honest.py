@@ -320,3 +320,23 @@ def test_a_public_method_swapped_for_another_of_its_class_is_tampering() -> None
         """,
     )
     assert verdict.status == "incorrect" and verdict.detail["outcome"] == "tampered", verdict
+
+
+def test_a_name_bound_to_the_builtin_it_shadows_is_not_tampering() -> None:
+    # six.moves binds range to range the first time it is asked (a lazy module)
+    _needs("six")
+    verdict = _grade(
+        """\
+        from six.moves import range as six_range
+        def task_func(n):
+            return list(six_range(n))
+        """,
+        """\
+        import unittest
+        import six
+        class TestCases(unittest.TestCase):
+            def test_range(self):
+                self.assertEqual(task_func(3), [0, 1, 2])
+        """,
+    )
+    assert verdict.status == "correct", verdict.reason

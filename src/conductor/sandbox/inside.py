@@ -1643,6 +1643,14 @@ def _wraps(new: Any, old: Any, codes: frozenset[int]) -> bool:
     return all(id(h.__code__) in codes for h in held if type(h) is _FUNCTION_TYPE)
 
 
+def _same_builtin(key: str, new: Any) -> bool:
+    """A name bound to the very builtin it shadows (six's lazy ``six.moves`` binds
+    ``range`` to ``range`` when first asked): nothing changes."""
+    import builtins
+
+    return vars(builtins).get(key, _MISSING) is new
+
+
 def _submodule(label: str, key: str, new: Any) -> bool:
     """``new`` is the submodule ``label.key`` the import system loaded (a package gets
     its submodules as attributes, ``encodings.ascii`` among them, whose name is also a
@@ -1714,7 +1722,11 @@ def _drift(
                 allowed = exempt.get((id(d), k))
                 if allowed and allowed[-1] is got:
                     continue
-                if _harmless(_inherited(owner, k), got, rules) or _submodule(label, k, got):
+                if (
+                    _harmless(_inherited(owner, k), got, rules)
+                    or _submodule(label, k, got)
+                    or _same_builtin(k, got)
+                ):
                     continue
                 return f"{label}.{k} was added (it shadows another definition)"
     for label, fn, state in funcs:
