@@ -14,6 +14,10 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# numpy's OpenBLAS starts a thread per core for each product: beside the other pytest-xdist
+# workers (one per core) those threads only wait on each other (the router tests took
+# twice the CPU time with them on a busy two-core machine).  Set before numpy is imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 _SESSION_CACHE = tempfile.TemporaryDirectory(prefix="conductor-test-cache-")
 os.environ["CONDUCTOR_CACHE_DIR"] = _SESSION_CACHE.name
 

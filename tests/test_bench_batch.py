@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from kit.benchkit import make_math_file, number_in, read_samples
+from kit.clock import scaled
 from kit.poolkit import CONDUCTOR_MODEL, invoke_cli, lists, pool_dict, worker, write_pool
 
 from conductor.testing import BatchPlan, FakeLLMServer, Fault
@@ -197,7 +198,7 @@ def test_a_run_killed_in_wave_one_resumes_without_paying_twice_or_losing_a_sampl
          str(data), "--out", str(run), "--batch"],
         env=child_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + scaled(120)
     while time.monotonic() < deadline:
         if (run / "batches.jsonl").exists() and any(
             e["event"] == "submitted" and "-w1-" in e["label"] for e in journal(run)
@@ -208,7 +209,7 @@ def test_a_run_killed_in_wave_one_resumes_without_paying_twice_or_losing_a_sampl
     proc.wait(10)
     assert len(fake_server.batches) == 2 and not fake_server.batches[1].terminal
     res = subprocess.run([*args, "--resume", str(run)], env=child_env, capture_output=True,
-                         text=True, timeout=180)  # fmt: skip
+                         text=True, timeout=scaled(180))  # fmt: skip
     assert res.returncode == 0, res.stderr
     # Wave 1 was collected, not sent again; wave 2 followed.
     assert len(fake_server.batches) == 3

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.clock import scaled
 
 from conductor.bench.spec import (
     builtin_benchmarks_dir,
@@ -45,7 +46,7 @@ def test_the_table_command_prints_the_table() -> None:
         [sys.executable, "-m", "conductor.bench.spec", "--readme-table"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout == data_columns_table()

@@ -17,6 +17,7 @@ from typing import IO, Any
 
 import pytest
 from kit.benchkit import bench_pool, cli, make_math_file, number_in, read_samples, script_math
+from kit.clock import scaled
 from kit.poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
 
 from conductor.bench import runner
@@ -305,7 +306,7 @@ async def test_grading_frees_the_slot_and_runs_in_its_own_pool(
     opts = BenchOptions(out_dir=tmp_path / "run", data_file=data, concurrency=1,
                         grader_concurrency=3)  # fmt: skip
     run = asyncio.create_task(run_benchmark(MATH, strat, grader, pool, opts))
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + scaled(20)
     while len(fake_server.requests) < 4 and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
     # One slot, yet every sample's call was made while the first grade still waits.
@@ -334,7 +335,7 @@ def test_a_second_process_on_a_run_directory_is_refused(
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         while time.monotonic() < deadline and not (out / "samples.jsonl").exists():
             time.sleep(0.05)
         second = cli("bench", "--resume", str(out), cache=tmp_path / "c")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from kit.benchkit import boxed_number, make_math
+from kit.clock import scaled
 from kit.poolkit import pool_dict, run_cli, worker, write_pool
 
 from conductor.bench.runner import BenchProgress
@@ -146,7 +147,7 @@ def test_piped_bench_prints_progress_lines_while_it_runs(
         records = tmp_path / "run" / "samples.jsonl"
         written = len(records.read_text().splitlines()) if records.exists() else 0
         seen.append((line.rstrip("\n"), written < SAMPLES))
-    child.wait(timeout=120)
+    child.wait(timeout=scaled(120))
     err = child.stderr.read() if child.stderr else ""
     assert child.returncode == 0, err
     out = "\n".join(line for line, _ in seen)
@@ -187,7 +188,7 @@ def test_terminal_bench_is_unchanged(tmp_path: Path, fake_server: FakeLLMServer)
     )
     os.close(sub)
     chunks = []
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + scaled(120)
     while time.monotonic() < deadline:
         try:
             data = os.read(main, 65536)
@@ -196,7 +197,7 @@ def test_terminal_bench_is_unchanged(tmp_path: Path, fake_server: FakeLLMServer)
         if not data:
             break
         chunks.append(data)
-    child.wait(timeout=60)
+    child.wait(timeout=scaled(60))
     os.close(main)
     out = b"".join(chunks).decode("utf-8", "replace")
     assert child.returncode == 0, child.stderr.read() if child.stderr else ""

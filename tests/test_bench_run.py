@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from kit.benchkit import bench_pool, cli, make_math_file, number_in, read_samples, script_math
+from kit.clock import scaled
 from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
 
 from conductor.bench.runconfig import BenchOptions
@@ -174,7 +175,7 @@ def test_killed_run_resumes_with_every_sample_once(
         [*args, "--out", str(out)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     samples = out / "samples.jsonl"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + scaled(120)
     while time.monotonic() < deadline:
         if samples.exists() and samples.read_text().count("\n") >= 5:
             break

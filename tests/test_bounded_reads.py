@@ -31,6 +31,7 @@ from pathlib import Path
 from types import FrameType
 
 import pytest
+from kit.clock import scaled
 
 from conductor.cli.app import main
 from conductor.record import MAX_RECORD_BYTES
@@ -413,7 +414,7 @@ def _as_nobody() -> tuple[list[str], dict[str, str]] | None:
             capture_output=True,
             text=True,
             env=env,
-            timeout=60,
+            timeout=scaled(60),
             cwd="/",
         )
         if seen.returncode == 0 and seen.stdout.strip() == conductor.__file__:
@@ -438,7 +439,12 @@ def test_an_ordinary_user_is_refused_the_same_way(hostile: Path) -> None:
             ["ask", "--file", str(path)],
         ):
             done = subprocess.run(
-                [*prefix, *argv], capture_output=True, text=True, env=env, timeout=60, cwd="/"
+                [*prefix, *argv],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=scaled(60),
+                cwd="/",
             )
             err = done.stderr.strip()
             assert done.returncode == 2, (argv, err)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from kit.cachefaults import full_after
+from kit.clock import scaled
 from kit.poolkit import pool_dict, worker, write_pool
 
 from conductor.errors import CacheError
@@ -172,7 +173,7 @@ def test_a_process_that_never_closes_its_cache_still_writes_it(tmp_path: Path) -
         """
     )
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=scaled(120))
     with ResponseCache(tmp_path, write_behind=False) as cache:
         assert cache.stats().entries == 2000
 

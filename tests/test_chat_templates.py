@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.clock import scaled
 from kit.poolkit import CONDUCTOR_MODEL, pool_dict, worker, write_pool
 from rich.console import Console
 
@@ -673,7 +674,7 @@ def test_cli_ask_with_a_chat_template(tmp_path: Path, fake_server: FakeLLMServer
             [sys.executable, "-m", "conductor", "ask", QUESTION, *args],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=scaled(120),
             env={**os.environ, "COLUMNS": "120"},
         )
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.clock import scaled
 from kit.poolkit import CONDUCTOR_MODEL, invoke_cli, lists, pool_dict, run_cli, worker, write_pool
 
 from conductor import __version__
@@ -176,7 +177,9 @@ def test_help_is_fast_and_does_not_import_litellm() -> None:
         " if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(60)
+    )
     assert "HEAVY []" in res.stdout, res.stdout
     assert "ask" in res.stdout and "trace" in res.stdout
 
@@ -193,7 +196,9 @@ def test_help_imports_no_command_library() -> None:
         " 'datasets', 'torch', 'rich.live', 'rich.progress')\n"
         "print('LOADED', [m for m in libs if m in sys.modules])\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(60)
+    )
     assert "LOADED []" in res.stdout, res.stdout + res.stderr
 
 
@@ -204,7 +209,7 @@ def test_the_cli_package_runs_as_a_module() -> None:
         [sys.executable, "-m", "conductor.cli", "--version"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == f"conductor {__version__}"
@@ -392,7 +397,7 @@ def test_read_only_output_and_cache_directories_exit_2(
             [*denied.prefix(read_only_dirs), sys.executable, "-m", "conductor", *args],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=scaled(120),
             env=env,
             cwd=shared_dir,
         )
@@ -463,7 +468,7 @@ def _read_only_runner(shared: Path) -> _ReadOnlyRunner:
             done = subprocess.run(
                 [*_UNSHARE, "sh", "-c", script, "sh", str(probe), "--", str(probe)],
                 capture_output=True,
-                timeout=30,
+                timeout=scaled(30),
             )
             if done.returncode == 0:
                 return _ReadOnlyRunner("mount", "Read-only file system")
@@ -480,7 +485,7 @@ def _read_only_runner(shared: Path) -> _ReadOnlyRunner:
         [*nobody.prefix(()), sys.executable, "-c", "import conductor; print(conductor.__file__)"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         cwd=shared,
     )
     if seen.returncode != 0 or seen.stdout.strip() != conductor.__file__:

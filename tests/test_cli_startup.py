@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from kit.clock import scaled
 
 #: Not one of these is needed to print help.  The help is plain click text
 #: (``rich_markup_mode=None``), so rich is only for what commands print.
@@ -92,7 +93,7 @@ def test_no_help_imports_a_heavy_library() -> None:
             [sys.executable, "-X", "importtime", "-m", "conductor", *command, "--help"],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=scaled(60),
         )
         assert res.returncode == 0, (command, res.stderr[-2000:])
         assert "Usage:" in res.stdout, command
@@ -140,7 +141,9 @@ def test_a_cached_bench_rerun_imports_nothing_it_does_not_use(tmp_path: Path) ->
 
         def run(out: str, *flags: str) -> subprocess.CompletedProcess[str]:
             argv = [sys.executable, *flags, "-m", "conductor", *bench, "--out", str(tmp_path / out)]
-            return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+            return subprocess.run(
+                argv, capture_output=True, text=True, timeout=scaled(120), env=env
+            )
 
         cold = run("cold")
         assert cold.returncode == 0, cold.stderr[-2000:]

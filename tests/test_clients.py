@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import ClassVar
 
 import pytest
+from kit.clock import scaled
 from kit.poolkit import no_pause_limiter
 
 from conductor.errors import (
@@ -488,7 +489,7 @@ def test_an_sdk_is_ready_only_once_what_it_peeks_at_is_whole(sdk: str, peeked: s
     )
     code = _HALF_IMPORTED.replace("{body}", body)
     done = subprocess.run(
-        [sys.executable, "-c", code, peeked], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code, peeked], capture_output=True, text=True, timeout=scaled(120)
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "True", (sdk, peeked, done.stdout)
@@ -528,7 +529,7 @@ def test_an_openai_call_survives_another_thread_importing_httpx(server: FakeLLMS
         [sys.executable, "-c", code, "httpx", json.dumps(fields)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "The answer is 4."

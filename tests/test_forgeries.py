@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.clock import scaled
 from kit.forgeries import FORGERIES, grade
 from kit.sandbox_escapes import NOBODY, run_as_nobody
 
@@ -137,7 +138,7 @@ def test_bench_and_report_count_only_the_honest(tmp_path: Path, fake_server: Fak
             assert grade_["status"] == "incorrect", (key, grade_)
     report = subprocess.run(
         [sys.executable, "-m", "conductor", "report", str(out)],
-        capture_output=True, text=True, timeout=300, env=env,
+        capture_output=True, text=True, timeout=scaled(300), env=env,
     )  # fmt: skip
     assert report.returncode == 0, report.stderr[-2000:]
     assert "50.00" in report.stdout or "50.0" in report.stdout, report.stdout[-2000:]

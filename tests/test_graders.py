@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.clock import scaled
 
 from conductor import grading as graders_pkg
 from conductor.errors import UsageError
@@ -409,7 +410,7 @@ def test_building_the_grader_starts_children_before_any_answer() -> None:
     math_mod._POOL = pool
     try:
         MathGrader()
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + scaled(120)
         while len(pool._idle) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(pool._idle) == 2, "both children should be warm without a comparison"

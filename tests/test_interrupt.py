@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.clock import scaled
 from kit.poolkit import (
     CONDUCTOR_MODEL,
     embedded_model_or_skip,
@@ -80,7 +81,7 @@ def interrupt(proc: subprocess.Popen[str]) -> tuple[float, str, str]:
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
     try:
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=scaled(30))
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
@@ -123,7 +124,7 @@ def test_ask_dash_reads_the_question_from_standard_input(
         input=question + "\n\n",
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         env={**os.environ, "CONDUCTOR_CACHE_DIR": str(tmp_path / "cache")},
     )
     assert res.returncode == 0, res.stderr
@@ -140,7 +141,7 @@ def test_ask_dash_with_empty_standard_input_is_the_blank_error(tmp_path: Path) -
         input=" \n",
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     assert res.returncode == 2
     assert error_line(res) == "error: the question is empty; give the question to answer"
@@ -210,7 +211,7 @@ def test_the_question_limit_holds_for_files_and_standard_input(tmp_path: Path) -
         input=huge,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         env={**os.environ, **env},
     )
     assert res.returncode == 2
@@ -332,7 +333,7 @@ def test_stop_all_ends_a_busy_host_at_once_and_fails_its_calls() -> None:
     future = host.submit(
         {"messages": [{"role": "user", "content": "Count from 1 to 500."}], "max_tokens": 500}
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while not any(p.started for p in host._pending.values()) and time.monotonic() < deadline:
         time.sleep(0.02)
     pid = host.pid
@@ -359,9 +360,9 @@ def test_a_call_cancelled_while_queued_never_generates(caplog: pytest.LogCapture
         first = host.submit({"messages": messages, "max_tokens": 60}, label="first")
         queued = host.submit({"messages": messages, "max_tokens": 60}, label="queued")
         host.cancel(queued)
-        assert first.result(timeout=120)["completion_tokens"] > 0
+        assert first.result(timeout=scaled(120))["completion_tokens"] > 0
         with pytest.raises(Exception, match="cancelled"):
-            queued.result(timeout=120)
+            queued.result(timeout=scaled(120))
     said = caplog.text
     assert "generating for 'first'" in said
     assert "generating for 'queued'" not in said  # it never started

@@ -20,6 +20,7 @@ no exception: make it public or move it).
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
 import re
@@ -103,10 +104,18 @@ def all_modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
+@functools.cache
+def _import_statements(path: Path) -> tuple[ast.Import | ast.ImportFrom, ...]:
+    """The import statements of ``path``, parsed once a session: most tests here read
+    every module, and parsing them was most of this file's time."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return tuple(n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
+
+
 def imports_of(name: str, path: Path, known: set[str]) -> Iterator[tuple[str, str | None]]:
     """(module imported, name taken from it or None) for every import in ``path``."""
     is_package = path.name == "__init__.py"
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _import_statements(path):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, None

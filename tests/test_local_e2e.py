@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from kit.clock import scaled
 from kit.poolkit import have_local_model
 
 
@@ -51,7 +52,9 @@ def test_missing_local_extra_is_one_clear_sentence(tmp_path: Path) -> None:
         "from conductor.cli import main\n"
         "main(['ask', 'What is 2 + 2?', '--no-cache'])\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(120)
+    )
     assert res.returncode == 2, res.stderr
     err = " ".join(res.stderr.split())
     assert "pip install" in err and "[local]" in err

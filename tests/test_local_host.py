@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.clock import scaled
 from kit.poolkit import embedded_model_or_skip
 
 from conductor.errors import LocalModelCrashedError
@@ -242,7 +243,7 @@ def test_ask_on_a_crashing_model_exits_1_with_one_sentence(tmp_path: Path) -> No
         [sys.executable, "-m", "conductor", "ask", "What is 2 + 2?", "--no-cache"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
         env=env,
     )
     assert res.returncode == 1, (res.stdout, res.stderr)
@@ -286,7 +287,7 @@ def test_serve_on_the_local_pool_survives_a_crash_of_its_model(
             target=lambda: results.append(http.post("/chat/completions", json=body))
         )
         call.start()
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + scaled(120)
         while not any(p.started for p in host._pending.values()) and time.monotonic() < deadline:
             time.sleep(0.02)
         os.kill(host.pid, signal.SIGSEGV)
@@ -328,17 +329,17 @@ def test_a_host_embeds_beside_generations_and_refuses_what_it_cannot_do() -> Non
          "sampling": {"temperature": 0.0}}
     )  # fmt: skip
     vectors = host.embed(["What is 17 * 23?", "Name a colour."], timeout_s=120)
-    assert talk.result(timeout=120)["text"].strip()
+    assert talk.result(timeout=scaled(120))["text"].strip()
     assert [len(v) for v in vectors] == [576, 576] and vectors[0] != vectors[1]
     assert host.embed(["What is 17 * 23?"], timeout_s=120) == vectors[:1]
     for request, op in (({}, "summon"), ({"texts": "What is 17 * 23?"}, "embed"),
                         ({"texts": [3]}, "embed")):  # fmt: skip
         with pytest.raises(local_model.HostFailure) as failed:
-            host.submit(request, op=op).result(timeout=120)
+            host.submit(request, op=op).result(timeout=scaled(120))
         assert failed.value.kind == "bad_request", failed.value
     # A request cannot take another's id: the host answers this one, under its own.
     forged = host.submit({"texts": ["hello"], "id": 0, "op": "generate"}, op="embed")
-    assert len(forged.result(timeout=120)["vectors"]) == 1
+    assert len(forged.result(timeout=scaled(120))["vectors"]) == 1
 
 
 @pytest.mark.process
@@ -355,6 +356,6 @@ def test_a_crash_while_embedding_fails_the_embed_in_one_sentence(
     time.sleep(0.2)
     os.kill(host.pid, signal.SIGSEGV)
     with pytest.raises(LocalModelCrashedError, match="SIGSEGV"):
-        future.result(timeout=120)
+        future.result(timeout=scaled(120))
     # The next request starts the host again.
     assert len(host.embed(["Say yes."], timeout_s=120)[0]) == 576

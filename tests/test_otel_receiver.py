@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from kit.benchkit import boxed_number, make_math_file
+from kit.clock import scaled
 from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, run_cli, worker, write_pool
 
 from conductor.testing import FakeLLMServer, Fault
@@ -58,7 +59,7 @@ def mlflow_server(tmp_path: Path) -> Iterator[str]:
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + scaled(120)
         while True:
             try:
                 if httpx.get(f"{url}/health", timeout=2).status_code == 200:
@@ -84,7 +85,7 @@ def mlflow_server(tmp_path: Path) -> Iterator[str]:
 def _stored(url: str) -> list[dict[str, Any]]:
     python = _need_mlflow()
     done = subprocess.run(
-        [python, str(QUERY), url, "0"], capture_output=True, text=True, timeout=120
+        [python, str(QUERY), url, "0"], capture_output=True, text=True, timeout=scaled(120)
     )
     assert done.returncode == 0, done.stderr[-3000:]
     traces: list[dict[str, Any]] = json.loads(done.stdout)
@@ -92,7 +93,7 @@ def _stored(url: str) -> list[dict[str, Any]]:
 
 
 def _wait_stored(url: str, n: int) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while True:
         traces = _stored(url)
         if len(traces) >= n or time.monotonic() > deadline:

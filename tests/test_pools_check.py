@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kit.clock import scaled
 from kit.poolkit import CONDUCTOR_MODEL, pool_dict, run_cli, worker, write_pool
 
 from conductor.testing import FakeLLMServer, Reply
@@ -80,7 +81,7 @@ def test_piped_each_model_is_a_line_as_soon_as_it_answers(
         first = [proc.stdout.readline(), proc.stdout.readline()]
     finally:
         gate.set()
-    rest, err = proc.communicate(timeout=60)
+    rest, err = proc.communicate(timeout=scaled(60))
     assert proc.returncode == 0, err
     # The two quick models, each on its line, while w1 had not answered yet.
     assert sorted(line.split("  ")[1] for line in first) == ["conductor", "w0"], first
@@ -105,7 +106,7 @@ def test_on_a_terminal_the_rows_fill_in_as_results_come(
     )
     os.close(sub)
     seen = b""
-    deadline = time.monotonic() + 60  # a hang guard, not a speed bound
+    deadline = time.monotonic() + scaled(60)  # a hang guard, not a speed bound
     while time.monotonic() < deadline:
         try:
             chunk = os.read(main, 65536)
@@ -115,7 +116,7 @@ def test_on_a_terminal_the_rows_fill_in_as_results_come(
             break
         seen += chunk
     os.close(main)
-    assert proc.wait(60) == 0, proc.stderr.read() if proc.stderr else ""
+    assert proc.wait(scaled(60)) == 0, proc.stderr.read() if proc.stderr else ""
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode("utf-8", "replace"))
     # A frame while w1 was still out, then the last one with every result.
     waiting = [line for line in text.splitlines() if "w1" in line and "waiting" in line]

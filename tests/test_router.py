@@ -19,6 +19,7 @@ from conductor.errors import UsageError  # noqa: E402
 from conductor.router import (  # noqa: E402
     FitSettings,
     RouterFileError,
+    RouterFit,
     RoutingData,
     fit_router,
     held_out,
@@ -181,8 +182,14 @@ def test_the_split_is_by_question_and_stable() -> None:
 # -- fit and measures -------------------------------------------------------------------
 
 
-def test_the_router_beats_the_best_single_arm_on_held_out_questions() -> None:
-    fit = fit_router(complementary(400))
+# Fitted once per module: a fit is a second of numpy, and the tests only read it.
+@pytest.fixture(scope="module")
+def fit400() -> RouterFit:
+    return fit_router(complementary(400))
+
+
+def test_the_router_beats_the_best_single_arm_on_held_out_questions(fit400: RouterFit) -> None:
+    fit = fit400
     by = {p.name: p for p in fit.policies}
     assert set(by) == {"single:a", "single:b", "single:c", "router", "oracle"}
     best = by[fit.best_single]
@@ -199,15 +206,14 @@ def test_the_router_beats_the_best_single_arm_on_held_out_questions() -> None:
     assert fit.route_seconds < 0.05
 
 
-def test_the_best_single_arm_is_chosen_on_the_training_questions() -> None:
-    data = complementary(400)
-    fit = fit_router(data)
+def test_the_best_single_arm_is_chosen_on_the_training_questions(fit400: RouterFit) -> None:
+    data, fit = fit400.data, fit400
     train_acc = data.scores[list(fit.train_rows)].mean(axis=0)
     assert fit.best_single == data.arms[int(np.argmax(train_acc))]
 
 
-def test_a_cost_weight_trades_accuracy_for_cost_along_the_frontier() -> None:
-    fit = fit_router(complementary(400))
+def test_a_cost_weight_trades_accuracy_for_cost_along_the_frontier(fit400: RouterFit) -> None:
+    fit = fit400
     costs = [p.cost_usd for p in fit.frontier]
     assert costs == sorted(costs, reverse=True)  # dearer weight, cheaper routes
     assert fit.frontier[0].cost_weight == 0
@@ -267,15 +273,23 @@ def _smoke_route_rows() -> list[dict[str, object]]:
 # -- the router directory ---------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def fit200() -> RouterFit:
+    return fit_router(complementary(200))
+
+
 @pytest.fixture
-def saved(tmp_path: Path) -> Path:
+def saved(tmp_path: Path, fit200: RouterFit) -> Path:
+    """The module's router saved afresh for this test (which may spoil it)."""
     out = tmp_path / "router"
-    save_router(fit_router(complementary(200)), out)
+    save_router(fit200, out)
     return out
 
 
-def test_a_saved_router_routes_as_the_fitted_one_and_is_private(tmp_path: Path) -> None:
-    fit = fit_router(complementary(200))
+def test_a_saved_router_routes_as_the_fitted_one_and_is_private(
+    tmp_path: Path, fit200: RouterFit
+) -> None:
+    fit = fit200
     out = tmp_path / "r"
     save_router(fit, out)
     loaded = load_router(out)
@@ -514,7 +528,21 @@ def test_a_router_on_hidden_states_learns_the_kinds_and_survives_its_directory(
 
 def _reference_chances(x: object, y: object, test: object, penalty: float) -> object:
     """scikit-learn's L2 logistic regression (lbfgs, the intercept unpenalised) on
-    fractional scores: each question twice, as right and as wrong, weighted by its score."""
+    fractional scores: each question twice, as right and as wrong, weighted by its score.
+
+    With more features than questions (the ``dual`` shape: 4,096 hashed features, 160
+    questions) it is fitted in the span of the questions' rows, where the optimum of an
+    L2 penalty lies (a weight's part outside the span changes no question's score and
+    only adds to the penalty): the same chances, a 160-column problem that lbfgs solves
+    in a fraction of a second instead of a minute.
+    :func:`test_the_reference_in_the_rows_span_is_the_full_one` keeps the two equal."""
+    if x.shape[1] > x.shape[0]:  # type: ignore[attr-defined]
+        span = np.linalg.svd(x, full_matrices=False)[2].T  # orthonormal columns
+        return _sklearn_chances(x @ span, y, test @ span, penalty)  # type: ignore[operator]
+    return _sklearn_chances(x, y, test, penalty)
+
+
+def _sklearn_chances(x: object, y: object, test: object, penalty: float) -> object:
     sklearn = pytest.importorskip("sklearn.linear_model")
     n = x.shape[0]  # type: ignore[attr-defined]
     out = []
@@ -530,15 +558,20 @@ def _reference_chances(x: object, y: object, test: object, penalty: float) -> ob
     return np.stack(out, axis=1)
 
 
+def _dual_problem() -> tuple[object, object, object]:
+    """Fewer questions than features: hashed n-grams of 160 questions, and 40 others."""
+    data = complementary(160)
+    x = HashedNgrams().transform(data.prompts)
+    test = HashedNgrams().transform(complementary(40, seed=7).prompts)
+    return x, data.scores, test
+
+
 @pytest.mark.parametrize("penalty", [1e-4, 1e-3, 1e-2, 1e-1, 1.0])
 @pytest.mark.parametrize("shape", ["dual", "primal"])
 def test_the_heads_chances_are_scikit_learns(penalty: float, shape: str) -> None:
     rng = np.random.default_rng(3)
     if shape == "dual":  # fewer questions than features: the descent in the rows' span
-        data = complementary(160)
-        x = HashedNgrams().transform(data.prompts)
-        test = HashedNgrams().transform(complementary(40, seed=7).prompts)
-        y = data.scores
+        x, y, test = _dual_problem()
     else:  # dense features, more questions than features (as gguf-mean-v1's)
         w = rng.normal(size=(24, 3))
         x = rng.normal(size=(300, 24)) / np.sqrt(24)
@@ -549,6 +582,14 @@ def test_the_heads_chances_are_scikit_learns(penalty: float, shape: str) -> None
     head = fit_head(x, y, penalties=(penalty,))
     gap = np.abs(head.predict(test) - _reference_chances(x, y, test, penalty)).max()
     assert gap < 1e-4, gap
+
+
+def test_the_reference_in_the_rows_span_is_the_full_one() -> None:
+    """The reference fitted in the rows' span gives the chances of the one fitted on all
+    4,096 features (at the penalty where the full fit is quick)."""
+    x, y, test = _dual_problem()
+    full = _sklearn_chances(x, y, test, 1.0)
+    assert np.abs(_reference_chances(x, y, test, 1.0) - full).max() < 1e-6  # type: ignore[operator]
 
 
 # -- routing that waits on a model ---------------------------------------------------------

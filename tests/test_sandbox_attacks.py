@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.clock import scaled
 from kit.sandbox_attacks import ATTACKS, OS_CONTROLS, grading_attack, run_os_control
 from kit.sandbox_escapes import NOBODY, run_as_nobody
 
@@ -198,7 +199,7 @@ def _bench_cli(tmp_path: Path, server: Any, *extra: str) -> subprocess.Completed
         [sys.executable, "-m", "conductor", "bench", "livecodebench", "--pool", str(pool),
          "--data", str(data), "--limit", "1", "--strategy", "single:w0",
          "--out", str(tmp_path / "run"), *extra],
-        capture_output=True, text=True, timeout=300, env=env,
+        capture_output=True, text=True, timeout=scaled(300), env=env,
     )  # fmt: skip
 
 

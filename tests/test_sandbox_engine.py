@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.clock import scaled
 from kit.sandbox_escapes import ATTACKS, CONTROLS, run_as_nobody, run_control
 
 from conductor.errors import UsageError
@@ -163,7 +164,7 @@ def test_control_byte_flood_keeps_the_grader_small() -> None:
     )
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=scaled(300), env=env
     )
     assert done.returncode == 0, done.stderr[-2000:]
     status, engine, rss_kb = done.stdout.split()
@@ -206,7 +207,7 @@ def test_bench_cli_grades_an_attack_in_bubblewrap(tmp_path: Path, fake_server: A
     res = subprocess.run(
         [sys.executable, "-m", "conductor", "bench", "livecodebench", "--pool", str(pool),
          "--data", str(data), "--limit", "1", "--strategy", "single:w0", "--out", str(run_dir)],
-        capture_output=True, text=True, timeout=300, env=env,
+        capture_output=True, text=True, timeout=scaled(300), env=env,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     record = json.loads((run_dir / "samples.jsonl").read_text().splitlines()[0])
@@ -214,7 +215,7 @@ def test_bench_cli_grades_an_attack_in_bubblewrap(tmp_path: Path, fake_server: A
     assert record["grade"]["detail"]["sandbox"] == BUBBLEWRAP
     shown = subprocess.run(
         [sys.executable, "-m", "conductor", "report", str(run_dir)],
-        capture_output=True, text=True, timeout=120, env=env,
+        capture_output=True, text=True, timeout=scaled(120), env=env,
     )  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     assert "sandbox" in shown.stdout and BUBBLEWRAP in shown.stdout, shown.stdout

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import textwrap
+import threading
 import time
 from typing import Any
 
@@ -50,9 +51,14 @@ def _job(code: str, tests: int = 1) -> dict[str, Any]:
     }
 
 
-def _wait_until(pool_ready: Any, timeout: float = 30.0) -> None:
+#: How long a wait on the pool's own thread may take before the test calls it a hang.
+HANG_S = 30.0
+
+
+def _wait_until(pool_ready: Any, timeout: float = HANG_S) -> None:
     deadline = time.monotonic() + timeout
-    while not pool_ready() and time.monotonic() < deadline:
+    while not pool_ready():
+        assert time.monotonic() < deadline, "the pool's thread did not get there: a hang"
         time.sleep(0.02)
 
 
@@ -148,14 +154,32 @@ def test_a_pool_hands_each_item_out_once() -> None:
 
 
 def test_a_dead_item_is_not_handed_out() -> None:
-    made = itertools.count()
+    """An item that dies while it waits in the pool (a sandbox killed by the OOM killer)
+    is ended by :meth:`WarmPool.take`, and the live one behind it is handed out."""
+    dead: set[int] = set()
     ended: list[int] = []
-    pool: WarmPool[int] = WarmPool(lambda: next(made), lambda i: i % 2 == 1, ended.append, 1)
+    two_ready, release = threading.Event(), threading.Event()
+    made = itertools.count()
+
+    def start() -> int:
+        n = next(made)
+        if n == 2:
+            # The fill thread asks for a third only once the first two are in the pool;
+            # it waits here until the test is done, so the pool holds exactly those two.
+            two_ready.set()
+            release.wait(HANG_S)
+        return n
+
+    pool: WarmPool[int] = WarmPool(start, lambda i: i not in dead, ended.append, size=3)
     try:
-        _wait_until(lambda: pool.started >= 3)
-        taken = [pool.take() for _ in range(3)]
-        assert all(t is None or t % 2 == 1 for t in taken), taken
+        assert two_ready.wait(HANG_S), "the pool never asked for a third item"
+        dead.add(0)  # the first ready item dies while it waits
+        assert pool.take() == 1
+        assert ended == [0]
+        assert pool.take() is None  # the third is not made yet: nothing dead comes out
+        assert pool.taken == 1
     finally:
+        release.set()
         pool.close()
 
 

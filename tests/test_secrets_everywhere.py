@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from kit.clock import scaled
 from kit.poolkit import invoke_cli, write_pool
 from kit.secretsweep import PLACEMENTS, SECRETS_BY_PLACEMENT, leaks, run_sweep, table
 
@@ -93,7 +94,7 @@ def test_a_traceback_is_masked(tmp_path: Path) -> None:
         [sys.executable, "-m", "conductor", "--debug", "pools", "show", str(pool)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         env={**__import__("os").environ, "SWEEP_BAD_URL": bad},
     )
     assert res.returncode != 0 and "Traceback" in res.stderr, res.stderr

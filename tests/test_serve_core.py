@@ -27,6 +27,7 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
+from kit.clock import scaled
 from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool  # noqa: E402
 
 from conductor.pool import load_pool  # noqa: E402
@@ -112,7 +113,7 @@ def test_a_completion_answers_with_usage_records_and_the_workflow(
         [sys.executable, "-m", "conductor", "trace", str(records), "--sample", run_id],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     assert shown.returncode == 0, shown.stderr
     assert "w1" in shown.stdout
@@ -235,7 +236,7 @@ def test_the_cli_listens_answers_and_exits_0_on_sigterm(
         )
         assert ok.status_code == 200, ok.text
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=scaled(30)) == 0
         rest = proc.stderr.read()
         assert "Traceback" not in rest and "ERROR" not in rest, rest
     finally:
@@ -258,7 +259,7 @@ def test_the_cli_refuses_a_bad_conductor_or_unset_key_before_listening(
             [sys.executable, "-m", "conductor", "serve", "--pool", str(pool), *extra],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=scaled(60),
             env=env,
         )
         assert res.returncode == 2, res.stderr

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from kit.clock import scaled
 from kit.poolkit import CONDUCTOR_MODEL, lists, run_cli, write_pool
 from kit.servekit import ServeProcess, make_pool, make_pool_file, served, wait_for
 
@@ -255,7 +256,9 @@ def test_help_does_not_import_the_server_stack() -> None:
         "print('LOADED', [m for m in ('fastapi', 'uvicorn', 'starlette', 'conductor.serve')"
         " if m in sys.modules])\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(60)
+    )
     assert "LOADED []" in res.stdout, res.stdout + res.stderr
     assert "serve" in res.stdout
 
@@ -284,6 +287,8 @@ def test_without_the_serve_extra_the_command_names_what_to_install(
         "from conductor.cli import main\n"
         f"main(['serve', '--pool', {pool!r}, '--port', '0'])\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(60)
+    )
     assert res.returncode == 2, res.stderr
     assert "pip install 'conductor-orchestrate[serve]'" in res.stderr

@@ -52,8 +52,14 @@ def _router(out: Path, *, seed: int = 0) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The router, fitted once for the module (the tests only read its directory)."""
+    return _router(tmp_path_factory.mktemp("router") / "r")
+
+
 @pytest.fixture
-def setup(tmp_path: Path, fake_server: FakeLLMServer) -> dict[str, Any]:
+def setup(tmp_path: Path, fake_server: FakeLLMServer, fitted: Path) -> dict[str, Any]:
     for w in ("w0", "w1", "w2"):
         fake_server.script(w, f"from {w}")
     workers = [worker(fake_server, w) for w in ("w0", "w1", "w2")]
@@ -61,7 +67,7 @@ def setup(tmp_path: Path, fake_server: FakeLLMServer) -> dict[str, Any]:
     return {
         "pool_file": pool_file,
         "pool": load_pool(pool_file),
-        "router": _router(tmp_path / "r"),
+        "router": fitted,
         "server": fake_server,
     }
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 import pytest
+from kit.clock import scaled
 from kit.servekit import error_of, make_pool, served
 
 from conductor.llm.check_workers import InlineRunner, RequestChecks
@@ -319,7 +320,7 @@ def test_a_client_that_leaves_stops_its_check(
 
         thread = threading.Thread(target=client, daemon=True)
         thread.start()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         busy: dict[int, float] = {}
         while time.monotonic() < deadline and not busy:
             first = _checkers()

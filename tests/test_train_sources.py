@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.clock import scaled
 
 from conductor.bench.spec import load_benchmark, load_benchmark_text, training_spec
 from conductor.benchmark import BenchmarkSpec
@@ -167,7 +168,7 @@ def test_rlpr_cannot_be_benchmarked_without_data() -> None:
         [sys.executable, "-m", "conductor", "bench", "rlpr", "--pool", "local"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         env=env,
     )
     assert result.returncode == 2, result.stderr
@@ -283,7 +284,7 @@ def test_conductor_train_exits_2_before_loading_anything(tmp_path: Path) -> None
         [sys.executable, "-m", "conductor", "train", str(path)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         env={**os.environ, "COLUMNS": "200"},
     )
     assert result.returncode == 2, result.stderr

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from kit.clock import scaled
 from kit.poolkit import CONDUCTOR_MODEL, lists, run_cli
 from kit.records import (
     VIEW_WORKERS,
@@ -225,7 +226,9 @@ def test_help_loads_neither_jinja2_nor_matplotlib_nor_numpy() -> None:
         "print('LOADED', [m for m in ('jinja2', 'matplotlib', 'numpy', 'conductor.view.data')"
         " if m in sys.modules])\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(60)
+    )
     assert "LOADED []" in res.stdout, res.stdout + res.stderr
     assert "view" in run_cli("--help").stdout
 

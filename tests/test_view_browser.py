@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.clock import scaled
 from kit.records import chain, fan, planned_record, write_bench
 
 from conductor.record import RunRecord
@@ -69,7 +70,7 @@ def browse(page: Path, *args: str, fragment: str = "") -> str:
     ``--dump-dom``)."""
     url = page.resolve().as_uri() + (f"#{fragment}" if fragment else "")
     res = subprocess.run(
-        [_chromium(), *FLAGS, *args, url], capture_output=True, text=True, timeout=120
+        [_chromium(), *FLAGS, *args, url], capture_output=True, text=True, timeout=scaled(120)
     )
     assert res.returncode == 0, res.stderr[-2000:]
     return res.stdout

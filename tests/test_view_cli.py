@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from kit.clock import scaled
 from kit.poolkit import invoke_cli, run_cli
 from kit.records import ALL, JUDGE, record, round_of, single_dir, write_run
 
@@ -137,7 +138,9 @@ def test_help_does_not_load_the_drawing_libraries() -> None:
         "libs = ('matplotlib', 'jinja2', 'conductor.view')\n"
         "print('LOADED', [m for m in libs if m in sys.modules])\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(60)
+    )
     assert "LOADED []" in res.stdout, res.stdout + res.stderr
     assert "--plot" in res.stdout and "svg" in res.stdout
 

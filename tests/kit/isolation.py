@@ -11,7 +11,12 @@ module's remaining tests go on in a new child.
 
 ``crash``-marked tests crash on purpose, to show all this; they run only when asked
 (``python -m pytest -m crash``).
-"""
+
+Under pytest-xdist each worker does this for the tests it is sent.  A module's isolated
+tests share one child only where the worker is sure to run all of them (``--dist
+loadfile``); under any other distribution (``-n 2`` alone is ``--dist load``) each runs
+in a child of its own, so that no test runs twice.  The child itself runs in one process
+(``-n 0``)."""
 
 from __future__ import annotations
 
@@ -86,6 +91,26 @@ class _ChildReports:
         self.out.flush()
 
 
+#: The key of pytest-xdist's ``workerinput`` that tells a worker how tests are
+#: distributed (a worker's own ``--dist`` reads ``no``).
+_DIST = "conductor_isolation_dist"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist, in the controller, for each worker it starts."""
+    node.workerinput[_DIST] = node.config.getoption("dist")
+
+
+def _runs_whole_files(config: pytest.Config) -> bool:
+    """Whether this process runs all of each module it runs a test of: it is no
+    pytest-xdist worker, or one sent whole files (``--dist loadfile``)."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return True
+    return bool(workerinput.get(_DIST) == "loadfile")
+
+
 def _describe_death(returncode: int) -> str:
     if returncode < 0:
         try:
@@ -129,7 +154,10 @@ class _Isolator:
         return True
 
     def _group(self, item: pytest.Item) -> list[pytest.Item]:
-        """``item`` and the isolated tests of its module after it, in order."""
+        """``item`` and the isolated tests of its module after it, in order (``item``
+        alone where this process may not be the one to run the others)."""
+        if not _runs_whole_files(self.config):
+            return [item]
         start = self.items.index(item)
         return [
             other
@@ -181,6 +209,7 @@ class _Isolator:
                 "no:cacheprovider",
                 "-q",
                 "--capture=tee-sys",
+                *(["-n", "0"] if self.config.pluginmanager.hasplugin("xdist") else []),
                 *nodeids,
             ]
             with (Path(tmp) / "output.txt").open("w+b") as output:

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from kit.clock import scaled
+
 __all__ = ["Peak", "peak"]
 
 _WRAPPER = r"""
@@ -44,7 +46,8 @@ class Peak:
 
 def peak(argv: list[str], *, timeout: float = 120.0, limit_mb: int = 3072) -> Peak:
     """Run ``argv`` under an address-space limit of ``limit_mb`` (0: none) and return
-    its :class:`Peak`."""
+    its :class:`Peak`.  ``timeout``: seconds on an idle core (:func:`kit.clock.scaled`)."""
+    timeout = scaled(timeout)
     arg = json.dumps([argv, limit_mb << 20, timeout])
     done = subprocess.run(
         [sys.executable, "-c", _WRAPPER, arg],

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from conductor.testing import FakeLLMServer
+from kit.clock import scaled
 
 CONDUCTOR_MODEL = "conductor-7b"
 
@@ -79,7 +80,9 @@ def run_cli(
     """``python -m conductor ARGS`` in a child process, as a user runs it: this test
     process's environment plus ``env``, and a terminal width (``columns``) that the
     output's assertions were written for.  ``columns=None`` leaves COLUMNS unset, as
-    when the output is piped: rich then lays it out for 80 columns."""
+    when the output is piped: rich then lays it out for 80 columns.  ``timeout`` is
+    the limit on an idle core, scaled to this machine's speed now
+    (:func:`kit.clock.scaled`): it catches a hang, never a busy machine."""
     child = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     if columns is not None:
         child["COLUMNS"] = str(columns)
@@ -87,7 +90,7 @@ def run_cli(
         [sys.executable, "-m", "conductor", *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=scaled(timeout),
         env={**child, **(env or {})},
         cwd=cwd,
     )

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from conductor.sandbox import SandboxResult, run_sandboxed
+from kit.clock import scaled
 
 Outcome = tuple[bool, str]
 REPO = Path(__file__).resolve().parents[2]
@@ -203,7 +204,7 @@ def _terminal() -> Outcome:
         finally:
             os._exit(127)
     seen = b""
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while time.monotonic() < deadline:
         try:
             chunk = os.read(master, 65536)
@@ -590,7 +591,7 @@ def nobody_venv() -> str | None:
         made = subprocess.run(
             [base, "-m", "venv", "--without-pip", str(work / "v")],
             capture_output=True,
-            timeout=120,
+            timeout=scaled(120),
         )
         if made.returncode != 0:
             return None
@@ -613,7 +614,7 @@ def nobody_python(env: dict[str, str]) -> str | None:
     candidates += [nobody_venv() or "", "/usr/bin/python3"]
     for python in dict.fromkeys(c for c in candidates if c):
         probe = subprocess.run(
-            [*_drop(), python, "-c", _PROBE], env=env, capture_output=True, timeout=60
+            [*_drop(), python, "-c", _PROBE], env=env, capture_output=True, timeout=scaled(60)
         )
         if probe.returncode == 0:
             return python

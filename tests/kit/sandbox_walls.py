@@ -34,6 +34,7 @@ from pathlib import Path
 from conductor.grading.code import CodeGrader
 from conductor.grading.types import Sample
 from conductor.sandbox import SandboxResult, run_sandboxed, walls_removed
+from kit.clock import scaled
 
 Effect = tuple[bool, str]
 
@@ -203,7 +204,7 @@ def native_module(mode: int) -> bytes | None:
         done = subprocess.run(
             [cc, "-shared", "-fPIC", "-O1", f"-DMODE={mode}", f"-DFUNC=PyInit_forge{mode}",
              "-o", str(out), str(c)],
-            capture_output=True, timeout=120,
+            capture_output=True, timeout=scaled(120),
         )  # fmt: skip
         if done.returncode != 0:
             return None

@@ -18,6 +18,7 @@ import httpx
 
 from conductor.pool import Pool, load_pool
 from conductor.testing import FakeLLMServer
+from kit.clock import scaled
 from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
 
 URL_RE = re.compile(r"http://\S+/v1")
@@ -113,14 +114,16 @@ class ServeProcess:
         return "".join(self.lines)
 
     def wait_url(self, timeout: float = 60.0) -> str:
-        self._url_seen.wait(timeout)
+        """The URL the child listens on, waited for up to ``timeout`` seconds on an idle
+        core (:func:`kit.clock.scaled`: a busy machine starts it slower)."""
+        self._url_seen.wait(scaled(timeout))
         if self.url is None:
             self.stop()
             raise AssertionError(f"conductor serve did not listen; stderr:\n{self.stderr}")
         return self.url
 
     def wait(self, timeout: float = 60.0) -> int:
-        code = self.proc.wait(timeout)
+        code = self.proc.wait(scaled(timeout))
         self._reader.join(10)
         self._out_reader.join(10)
         return code
