@@ -94,7 +94,7 @@ def test_a_router_fitted_on_singles_runs_answers_what_no_single_worker_does(
     page = tmp_path / "view.html"
     viewed = cli("view", str(singles), "--out", str(page), cache=setup["cache"])
     assert viewed.returncode == 0, viewed.stderr
-    assert "per-question oracle (any single right)" in page.read_text()  # the chart's line
+    assert "per-question oracle (the best single on each question)" in page.read_text()  # the chart's line
 
     router_dir = tmp_path / "router"
     fitted = cli("fit-router", str(singles), "--out", str(router_dir), cache=setup["cache"])

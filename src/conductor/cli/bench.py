@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..bench.runner import BenchProgress
     from ..bench.session import BenchRequest
     from ..otel import RecordSink
-    from ..router import QuestionOracle
+    from ..runs.oracle import QuestionOracle
     from ..runs.summary import RunSummary
 
 __all__ = ["bench", "report"]
@@ -513,7 +513,7 @@ def _question_oracles(summaries: list[RunSummary]) -> dict[str, QuestionOracle]:
     """The per-question oracle of each benchmark with two or more ``single:*`` runs
     (read from their records; a benchmark whose singles share no question has none)."""
     from ..errors import ConductorError
-    from ..router import question_oracle, read_routing_data
+    from ..router import read_routing_data
 
     by_bench: dict[str, list[str]] = {}
     for s in summaries:
@@ -524,7 +524,7 @@ def _question_oracles(summaries: list[RunSummary]) -> dict[str, QuestionOracle]:
         if len(set(dirs)) < 2:
             continue
         try:
-            out[bench] = question_oracle(read_routing_data(dirs))
+            out[bench] = read_routing_data(dirs).oracle()
         except (ConductorError, ImportError):
             continue  # no shared question, or numpy missing: the line is left out
     return out

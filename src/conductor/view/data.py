@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import RecordError, UsageError
 from ..record import MAX_RECORD_BYTES, RunRecord, read_record
+from ..runs.oracle import unit_score
 from ..runs.rundir import (
     CONFIG,
     SAMPLES,
@@ -127,6 +128,9 @@ class ViewSample:
     kind: str
     cost: float | None
     disagree: bool = False
+    #: The grade's score as the per-question oracle counts it
+    #: (:func:`conductor.runs.oracle.unit_score`).
+    score: float = 0.0
 
     @property
     def correct(self) -> bool:
@@ -324,6 +328,7 @@ def sample_of(record: RunRecord, number: int) -> tuple[ViewSample, SampleDetail]
         steps=sum(1 for s in steps if s.status != "skipped"),
         kind=topology_kind(record.rounds[0]) if record.rounds else "no rounds",
         cost=record.totals.cost_usd,
+        score=unit_score(grade.get("score")),
     )
     return row, detail
 
