@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import hashlib
 import json
 import logging
@@ -30,7 +31,7 @@ from ..record import RunRecord
 from ..steps import Budget
 from ..targets import Worker
 from .answers import AnswerKey
-from .base import Strategy
+from .base import CallPlan, PlannedCall, Strategy
 from .baselines import parse_strategy
 
 if TYPE_CHECKING:
@@ -82,6 +83,29 @@ class RouterStrategy:
                 if seen is None or count > seen[1]:
                     most[target.id] = (target, count)
         return tuple(most.values())
+
+    @property
+    def call_roles(self) -> tuple[tuple[str, Worker], ...]:
+        # Any arm may answer: each of their roles, in the order the arms list them.
+        roles: dict[str, Worker] = {}
+        for arm in self.arms.values():
+            roles.update(arm.call_roles)
+        return tuple(roles.items())
+
+    def planned_calls(self, question: str, *, workflow_steps: int) -> CallPlan | None:
+        # Routing calls no paid model (at most the local one gguf-mean-v1 reads with):
+        # each question is planned as the arm it goes to.
+        arm = self.arms[self.route(question).arm]
+        plan = arm.planned_calls(question, workflow_steps=workflow_steps)
+        if plan is None:
+            return None
+        basis = "routed: {calls}, each question priced as the arm it goes to"
+        return CallPlan(
+            tuple(
+                PlannedCall(tuple(dataclasses.replace(s, basis=basis) for s in call.shares))
+                for call in plan.calls
+            )
+        )
 
     def describe(self) -> dict[str, Any]:
         # What decides the routes, not where the files lie: a run's cached samples are
