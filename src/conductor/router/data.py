@@ -136,13 +136,13 @@ def read_routing_data(paths: Sequence[str | Path]) -> RoutingData:
         for record, _steps in iter_heads(run / SAMPLES):
             if record.sample_id is None:
                 continue
-            benchmark = str(record.metadata.get("benchmark") or config.benchmark.name)
-            raw = record.metadata.get("question")
-            question = raw if isinstance(raw, str) else record.question
+            benchmark = record.benchmark or config.benchmark.name
+            own = record.sample_question
+            question = own if own is not None else record.question
             # Keyed as a bench keys its samples, choices and all, so that a bench with
             # the router counts the questions it was fitted on.
-            choices = record.metadata.get("choices") if isinstance(raw, str) else None
-            options = choices if isinstance(choices, (list, dict)) and choices else None
+            choices = record.sample_choices if own is not None else None
+            options = choices or None
             cell = cells[arm].get((benchmark, record.sample_id))
             if cell is None:
                 key = question_key(question, options).full

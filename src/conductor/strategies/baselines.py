@@ -203,7 +203,7 @@ class FixedStrategy:
             epoch=epoch,
         )
         if not answer_format.plain:
-            record.metadata["answer_format"] = answer_format.describe()
+            record.answer_format = answer_format.describe()
         rnd = RoundRecord(index=0, workflow=workflow_to_dict(self._workflow))
         record.rounds.append(rnd)
         if on_record is not None:
@@ -223,7 +223,7 @@ class FixedStrategy:
             await runner.run_round(rnd, self._steps, self._compose(question))
             answers = [s.answer if s.status == "ok" else None for s in rnd.steps]
             if self.vote_key is not None:
-                record.final_answer, record.metadata["votes"] = _majority(answers, self.vote_key)
+                record.final_answer, record.votes = _majority(answers, self.vote_key)
             elif answer_format.plain:
                 record.final_answer = next((a for a in reversed(answers) if a), None)
             else:

@@ -4,8 +4,8 @@ the strategy that answers it: a worker alone, a fixed workflow, or the Conductor
 The router's arms are strategies by name (``single:W``, ``moa``, ``conductor``...); each
 is built once, over the same callers, and run as it would run alone, so a routed
 question's record is the chosen strategy's record with the route added: ``conductor``
-says ``router:DIR`` and the arm, ``metadata.route`` every arm's chance and whether a
-cascade fell back.  Routing happens before the first call of each question: well under
+says ``router:DIR`` and the arm, ``route`` every arm's chance and whether a cascade
+fell back.  Routing happens before the first call of each question: well under
 a millisecond with the hashed features, on the event loop; one forward pass of a small
 model with ``gguf-mean-v1``, on a worker thread while the model's host process works.
 """
@@ -27,7 +27,7 @@ from ..events import EventSink
 from ..llm.answer_format import PLAIN, AnswerFormat
 from ..llm.caller import CallerSet
 from ..pool import Pool
-from ..record import RunRecord
+from ..record import RouteRecord, RunRecord
 from ..steps import Budget
 from ..targets import Worker
 from .answers import AnswerKey
@@ -159,11 +159,7 @@ class RouterStrategy:
         def mark(record: RunRecord) -> None:
             record.conductor = {**record.conductor, "strategy": self.name, "arm": route.arm}
             record.settings["strategy"] = self.name
-            record.metadata["route"] = {
-                "arm": route.arm,
-                "chances": route.chances,
-                "fell_back": route.fell_back,
-            }
+            record.route = RouteRecord(route.arm, route.chances, route.fell_back)
 
         def forward(record: RunRecord) -> None:
             mark(record)
