@@ -11,11 +11,21 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..bounds import CALLS, CONCURRENCY, EPOCHS, ROUNDS, SAMPLES, SEED, STEPS
+from ..bounds import CONCURRENCY, EPOCHS, SAMPLES, SEED
 from ..errors import UsageError
 from ..text import plural, printable
 from ._ci import CiOutputs, FailUnderOption, JunitOption, MarkdownOption
 from ._common import EXIT_FAILED, interrupted, print_path, stderr, stdout
+from ._options import (
+    BudgetUsdOption,
+    ConductorOption,
+    MaxCallsOption,
+    MaxStepsOption,
+    NoCacheOption,
+    PoolOption,
+    RoundsOption,
+    StrategyOption,
+)
 from ._tracing import NoOtelOption, OtelContentOption, OtelOption, otel_from_options, tracing
 
 if TYPE_CHECKING:
@@ -42,21 +52,9 @@ def bench(
     dirs: Annotated[
         list[Path] | None, typer.Argument(help="With `merge`: the shard directories.")
     ] = None,
-    pool: Annotated[
-        str | None, typer.Option("--pool", "-p", help="Pool file or shipped pool name.")
-    ] = None,
-    conductor: Annotated[
-        str | None,
-        typer.Option("--conductor", "-c", help="Conductor SPEC (as for ask)."),
-    ] = None,
-    strategy: Annotated[
-        str | None,
-        typer.Option(
-            "--strategy",
-            help="conductor, single:WORKER, vote:K:WORKER, moa, moa:AGGREGATOR, "
-            "reflect:K:WORKER, or singles (every worker alone).  Default: conductor.",
-        ),
-    ] = None,
+    pool: PoolOption = None,
+    conductor: ConductorOption = None,
+    strategy: StrategyOption = None,
     data: Annotated[
         Path | None, typer.Option("--data", help="Run on a local file in the same schema.")
     ] = None,
@@ -110,43 +108,11 @@ def bench(
     shard: Annotated[
         str | None, typer.Option("--shard", help="Run shard I of N (I/N, from 0).")
     ] = None,
-    max_steps: Annotated[
-        int | None,
-        typer.Option(
-            "--max-steps",
-            min=STEPS.low,
-            max=STEPS.high,
-            help="Most steps per workflow, per question.",
-        ),
-    ] = None,
-    rounds: Annotated[
-        int | None,
-        typer.Option(
-            "--rounds",
-            min=ROUNDS.low,
-            max=ROUNDS.high,
-            help="Most Conductor rounds per question (default 1); above 1 the Conductor "
-            "may revise.",
-        ),
-    ] = None,
-    budget_usd: Annotated[
-        float | None,
-        typer.Option(
-            "--budget-usd", min=0.0, help="Per question: stop starting calls past this spend."
-        ),
-    ] = None,
-    max_calls: Annotated[
-        int | None,
-        typer.Option(
-            "--max-calls",
-            min=CALLS.low,
-            max=CALLS.high,
-            help="Most model calls per question, the Conductor's included.",
-        ),
-    ] = None,
-    no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="Do not use the call cache.")
-    ] = False,
+    max_steps: MaxStepsOption = None,
+    rounds: RoundsOption = None,
+    budget_usd: BudgetUsdOption = None,
+    max_calls: MaxCallsOption = None,
+    no_cache: NoCacheOption = False,
     batch: Annotated[
         bool | None,
         typer.Option(
