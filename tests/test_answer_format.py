@@ -192,7 +192,7 @@ async def test_only_the_final_step_gets_the_tools(
     ]
     # A tool-call answer ends the run: no revision round is planned.
     assert len(record.rounds) == 1 and record.rounds[0].stop_reason == "the answer calls tools"
-    assert record.metadata["answer_format"]["tools"][0]["function"]["name"] == "get_weather"
+    assert record.answer_format["tools"][0]["function"]["name"] == "get_weather"
     assert fake_server.requests_for("w0")[0].tools == []
     assert fake_server.requests_for(CONDUCTOR_MODEL)[0].tools == []
     assert fake_server.requests_for("w1")[0].tools == ["get_weather"]

@@ -50,7 +50,7 @@ def test_a_vote_is_recorded_and_shown_like_a_conductor_run(
     assert [s["worker_id"] for s in steps] == ["w0", "w0", "w0"]
     # The majority of the short final answers, the earliest step's reply giving it (the
     # three calls run at once, so which step got which scripted reply is not fixed).
-    assert record["metadata"]["votes"] == {"8": 2, "7": 1}
+    assert record["votes"] == {"8": 2, "7": 1}
     eights = [s["answer"] for s in steps if s["answer"].endswith("ANSWER: 8")]
     assert len(eights) == 2 and record["final_answer"] == eights[0]
     assert record["status"] == "ok"

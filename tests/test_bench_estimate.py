@@ -15,17 +15,19 @@ import pytest
 from kit.benchkit import read_samples
 from kit.poolkit import CONDUCTOR_MODEL, invoke_cli, lists, pool_dict, worker, write_pool
 
-from conductor.bench.estimate import (
-    ASSUMED,
-    CONDUCTOR_ROLE,
-    RunEstimate,
-    estimate_run,
-    without_pilot,
-)
+from conductor.bench.estimate import ASSUMED, RunEstimate, estimate_run, without_pilot
 from conductor.bench.session import BenchArgs, BenchRequest, BenchSession, plan_bench
 from conductor.conductors.prompt import build_conductor_messages
 from conductor.context import SharedStep, build_worker_messages
 from conductor.errors import UsageError
+from conductor.strategies import (
+    CONDUCTOR_ROLE,
+    CallPlan,
+    EarlierReplies,
+    PlannedCall,
+    PlannedShare,
+)
+from conductor.targets import Worker
 from conductor.testing import FakeLLMServer, Fault
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bench"
@@ -153,6 +155,130 @@ def test_max_calls_bounds_the_assumed_calls(tmp_path: Path, fake_server: FakeLLM
     # Of the Conductor's call and three steps a round, the first two are made.
     assert role(got, CONDUCTOR_ROLE).calls == 2
     assert role(got, "w0").calls + role(got, "w1").calls == pytest.approx(2)
+
+
+# -- a strategy the estimator has never heard of ---------------------------------------------
+
+
+class _AskTwice:
+    """A strategy of this test's own (no class the estimator knows): ``w0`` answers the
+    plain prompt, then ``w1`` is asked again with ``w0``'s answer shown.  ``plans``
+    says whether it declares those calls, declares none (it makes none), or cannot
+    say (``None``)."""
+
+    def __init__(self, pool: Any, plans: str) -> None:
+        self.name = "ask-twice"
+        self.pool = pool
+        self.plans = plans
+
+    @property
+    def targets(self) -> tuple[Worker, ...]:
+        return tuple(self.pool.workers)
+
+    @property
+    def call_demand(self) -> tuple[tuple[Worker, int], ...]:
+        return tuple((w, 1) for w in self.pool.workers)
+
+    @property
+    def call_roles(self) -> tuple[tuple[str, Worker], ...]:
+        return tuple((w.id, w) for w in self.pool.workers)
+
+    def planned_calls(self, question: str, *, workflow_steps: int) -> CallPlan | None:
+        if self.plans == "unknown":
+            return None
+        if self.plans == "nothing":
+            return CallPlan(())
+        w0, w1 = self.pool.workers
+        ask = [{"role": "user", "content": question}]
+        again = [{"role": "user", "content": f"{question}\nAnother answer is shown; check it."}]
+        return CallPlan(
+            (
+                PlannedCall((PlannedShare("w0", w0, 1.0, ask, "asked: {calls}"),)),
+                PlannedCall(
+                    (
+                        PlannedShare(
+                            "w1", w1, 1.0, again, "asked: {calls}",
+                            replies=(EarlierReplies(1, (w0,)),),
+                        ),
+                    )
+                ),
+            )
+        )  # fmt: skip
+
+    def describe(self) -> dict[str, Any]:
+        return {"strategy": self.name}
+
+    def answer_refusal(self, answer: Any) -> str | None:
+        return None
+
+    async def run(self, question: str, **kw: Any) -> Any:
+        raise AssertionError("an estimate runs nothing")
+
+    async def aclose(self) -> None:
+        return None
+
+
+@pytest.fixture
+def ask_twice(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``--strategy single:w0`` built as :class:`_AskTwice` instead, planning as asked."""
+    from conductor.bench import session
+
+    chosen = {"plans": "calls"}
+
+    def build(request: BenchRequest, callers: Any, options: Any) -> Any:
+        return _AskTwice(request.pool, chosen["plans"]), options
+
+    monkeypatch.setattr(session, "build_strategy", build)
+    return chosen
+
+
+def test_a_strategy_of_any_class_is_estimated_by_the_calls_it_plans(
+    tmp_path: Path, fake_server: FakeLLMServer, ask_twice: Any
+) -> None:
+    sizes = [3, 6, 9]
+    bench_file = words_benchmark(tmp_path, sizes)
+    pool = priced_pool(tmp_path, fake_server)
+    (request,) = plan(tmp_path, bench_file, pool, strategy="single:w0")
+    got = estimate_run(request)
+    cpt = ASSUMED.chars_per_token
+    prompts = [" ".join(["abcd"] * k) for k in sizes]
+    first, second = role(got, "w0"), role(got, "w1")
+    assert (first.calls, second.calls) == (3, 3)
+    assert first.input_tokens == pytest.approx(sum(len(p) for p in prompts) / cpt)
+    shown = len("\nAnother answer is shown; check it.")
+    # w1 is sent the prompt, the check and w0's reply, as long as its max_tokens.
+    expected = sum(len(p) + shown for p in prompts) / cpt + 3 * MAX_TOKENS
+    assert second.input_tokens == pytest.approx(expected)
+    assert got.usd is not None and got.usd > 0
+    assert first.basis.startswith("asked: 1 call a question")
+
+
+def test_a_strategy_that_cannot_say_its_calls_is_refused_not_priced_at_nothing(
+    tmp_path: Path, fake_server: FakeLLMServer, ask_twice: Any
+) -> None:
+    bench_file = words_benchmark(tmp_path, [3, 6])
+    pool = priced_pool(tmp_path, fake_server)
+    # Positive control: a strategy that plans no call is estimated at $0, as it says;
+    # that is what a strategy the estimator knew nothing of was estimated at before.
+    ask_twice["plans"] = "nothing"
+    (request,) = plan(tmp_path, bench_file, pool, strategy="single:w0")
+    assert estimate_run(request).usd == 0
+    code, out, _ = bench(
+        tmp_path, str(bench_file), "--pool", str(pool), "--strategy", "single:w0",
+        "--out", str(tmp_path / "run"), "--estimate",
+    )  # fmt: skip
+    assert code == 0 and "$0" in out, out
+
+    ask_twice["plans"] = "unknown"
+    with pytest.raises(UsageError, match=r"ask-twice cannot say .*\(--pilot N\)"):
+        estimate_run(request)
+    code, out, err = bench(
+        tmp_path, str(bench_file), "--pool", str(pool), "--strategy", "single:w0",
+        "--out", str(tmp_path / "run"), "--estimate",
+    )  # fmt: skip
+    assert code == 2, out + err
+    assert "cannot say before it runs which calls it will make" in err
+    assert "$" not in out
 
 
 # -- measured figures ---------------------------------------------------------------------

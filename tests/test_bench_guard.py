@@ -148,7 +148,7 @@ async def test_a_lone_surrogate_in_the_data_is_recorded(
         MATH, strat, get_grader("math"), pool, BenchOptions(out_dir=out, data_file=data)
     )
     assert progress.done == 3 == len(read_samples(out))
-    assert read_samples(out)[0]["metadata"]["sample"]["subject"] == "Alg\udc80ebra"
+    assert read_samples(out)[0]["sample_metadata"]["subject"] == "Alg\udc80ebra"
 
 
 async def test_a_deeply_nested_conductor_reply_is_a_failed_record(

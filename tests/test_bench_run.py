@@ -92,7 +92,7 @@ async def test_baseline_strategies(
     assert all(r["conductor"]["strategy"] == strategy for r in records)
     assert not fake_server.requests_for(CONDUCTOR_MODEL)  # baselines never plan
     if strategy.startswith("vote"):
-        assert all(sum(r["metadata"]["votes"].values()) == 3 for r in records)
+        assert all(sum(r["votes"].values()) == 3 for r in records)
     if strategy == "moa":
         agg = records[0]["rounds"][0]["steps"][-1]
         assert agg["visible_steps"] == [0, 1] and agg["worker_id"] == "w0"
@@ -104,7 +104,7 @@ async def test_vote_takes_the_majority(tmp_path: Path, fake_server: FakeLLMServe
     strat = parse_strategy("vote:3:w0", pool, CallerSet(None), vote_key=answer_key_for("math"))
     record = await strat.run("What is 3?", sample_index=0)
     assert record.final_answer == "\\boxed{3}"
-    assert record.metadata["votes"] == {"7": 1, "3": 2}
+    assert record.votes == {"7": 1, "3": 2}
 
 
 @pytest.mark.process  # the math grader's comparison children
@@ -297,14 +297,14 @@ def test_multiple_choice_and_code_benchmarks_run(
     asyncio.run(run_benchmark(spec, strat, get_grader("choice"), {}, opts))
     records = read_samples(tmp_path / "mc")
     assert [r["grade"]["status"] for r in records] == ["correct", "correct"]
-    assert all("permutation" in r["metadata"]["sample"] for r in records)
+    assert all("permutation" in r["sample_metadata"] for r in records)
     # The record's question is the prompt (template and options); the question itself
     # is kept beside it, for readers that list questions (conductor view).
     asked = ["What is 7 times 8?", "Which gas do plants take in for photosynthesis?"]
     # Graded on several threads: the lines come in the order their grades ended.
-    assert sorted(r["metadata"]["question"] for r in records) == sorted(asked)
+    assert sorted(r["sample_question"] for r in records) == sorted(asked)
     for r in records:
-        question = r["metadata"]["question"]
+        question = r["sample_question"]
         assert question in r["question"] and "A) " in r["question"]
         assert "A) " not in question
 
@@ -328,8 +328,8 @@ async def test_a_sample_whose_run_raised_keeps_its_question(tmp_path: Path) -> N
     await run_benchmark(spec, Raising(), get_grader("math"), {}, opts)  # type: ignore[arg-type]
     records = read_samples(tmp_path / "run")
     assert [r["status"] for r in records] == ["failed", "failed"]
-    assert [r["metadata"]["question"] for r in records] == ["What is 0 + 0?", "What is 1 + 0?"]
-    assert all(r["metadata"]["strategy"] == "raising" for r in records)
+    assert [r["sample_question"] for r in records] == ["What is 0 + 0?", "What is 1 + 0?"]
+    assert all(r["strategy"] == "raising" for r in records)
 
 
 async def test_identical_rerun_replays_samples_from_the_cache(

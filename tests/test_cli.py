@@ -76,7 +76,7 @@ def test_ask_end_to_end_with_every_client(tmp_path: Path, fake_server: FakeLLMSe
     assert all(r.api_key == SECRET for r in fake_server.requests)
 
     record = json.loads(out.read_text())
-    assert record["schema_version"] == 1
+    assert record["schema_version"] == 2
     assert record["final_answer"] == "ANSWER: 391"
     assert [s["worker_id"] for s in record["rounds"][0]["steps"]] == [
         "via-litellm",

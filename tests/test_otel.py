@@ -388,7 +388,7 @@ def test_hostile_records_export_what_they_can(three_steps: FakeLLMServer) -> Non
     data["rounds"][0]["steps"][1]["call"]["started_at"] = "2026-13-45"
     data["rounds"][0]["steps"][1]["call"]["retries"] = [{"at": 5, "attempt": "x"}, {}]
     data["pool"]["workers"][0]["api_base"] = "http://[::1"
-    data["metadata"] = {"strategy": "conductor\nx" * 3}
+    data["strategy"] = "conductor\nx" * 3
     hostile = record_from_dict(data)
     spans = _export(hostile)
     assert len(spans) == 10

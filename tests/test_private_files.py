@@ -275,7 +275,7 @@ def test_records_and_the_sample_cache_keep_no_hidden_tests_and_can_be_regraded(
     assert SECRET.encode() not in cached
     (record,) = [json.loads(line) for line in text.splitlines()]
     assert record["run_id"].encode() in cached, "the sample cache holds no entry"
-    kept = record["metadata"]["sample"]
+    kept = record["sample_metadata"]
     (sample,) = iter_samples(spec, data_file=data)
     assert kept["tests"] == sample.metadata["tests"][:1]
     hidden = kept["hidden_tests"]

@@ -644,6 +644,6 @@ async def test_routing_that_waits_on_a_model_runs_off_the_loop_and_its_executor(
     assert await asyncio.to_thread(len, finished) < 2
     records = await asyncio.gather(*routed)
     ticker.cancel()
-    assert all(r.metadata["route"]["arm"] == "single:a" for r in records)
+    assert all(r.route is not None and r.route.arm == "single:a" for r in records)
     assert seen and all(name.startswith("route") for name in seen), seen
     assert ticks > 20  # the loop ran while the questions were routed

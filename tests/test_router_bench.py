@@ -94,7 +94,8 @@ def test_a_router_fitted_on_singles_runs_answers_what_no_single_worker_does(
     page = tmp_path / "view.html"
     viewed = cli("view", str(singles), "--out", str(page), cache=setup["cache"])
     assert viewed.returncode == 0, viewed.stderr
-    assert "per-question oracle (any single right)" in page.read_text()  # the chart's line
+    # The chart's line.
+    assert "per-question oracle (the best single on each question)" in page.read_text()
 
     router_dir = tmp_path / "router"
     fitted = cli("fit-router", str(singles), "--out", str(router_dir), cache=setup["cache"])
@@ -124,10 +125,10 @@ def test_a_router_fitted_on_singles_runs_answers_what_no_single_worker_does(
     for r in records:
         number = int(re.findall(r"\d+", r["sample_id"])[-1])
         arm = "single:w0" if number % 2 == 0 else "single:w1"
-        assert r["metadata"]["route"]["arm"] == arm
+        assert r["route"]["arm"] == arm
         assert r["conductor"]["arm"] == arm
         assert r["conductor"]["strategy"] == f"router:{router_dir}"
-        assert r["metadata"]["strategy"] == f"router:{router_dir}"
+        assert r["strategy"] == f"router:{router_dir}"
         (step,) = r["rounds"][0]["steps"]
         assert step["worker_id"] == arm.split(":")[1]
     # Each question called the one worker it was routed to, and nothing else.
@@ -176,7 +177,7 @@ def test_ask_routes_one_question(tmp_path: Path, setup: dict[str, Any]) -> None:
     )  # fmt: skip
     assert asked.returncode == 0, asked.stderr
     record = json.loads(out.read_text())
-    assert record["metadata"]["route"]["arm"] == "single:w1"
+    assert record["route"]["arm"] == "single:w1"
     assert "31" in (record["final_answer"] or "")
 
 
@@ -273,7 +274,7 @@ def test_a_router_fitted_on_multiple_choice_runs_counts_its_questions_in_a_bench
     singles = tmp_path / "singles"
     assert bench("singles", singles).returncode == 0
     record = _records(singles / "single-w0")[0]
-    assert len(record["metadata"]["choices"]) == 4
+    assert len(record["sample_choices"]) == 4
     router_dir = tmp_path / "router"
     fitted = cli("fit-router", str(singles), "--out", str(router_dir), cache=setup["cache"])
     assert fitted.returncode == 0, fitted.stderr

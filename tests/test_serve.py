@@ -321,7 +321,7 @@ def test_records_hold_every_run(tmp_path: Path, fake_server: FakeLLMServer) -> N
     assert [r.status for r in saved] == ["ok", "ok", "failed"]
     assert "Incorrect API key provided" in (saved[2].error or "")
     # Each record names the model that answered, as a bench record names its strategy.
-    assert [r.metadata["strategy"] for r in saved] == ["conductor", "conductor", "single:w1"]
+    assert [r.strategy for r in saved] == ["conductor", "conductor", "single:w1"]
 
 
 def _all_text(request: FakeRequest) -> str:

@@ -95,7 +95,7 @@ def test_the_conductor_is_shown_only_the_allowed_workers(
     (run,) = (reply.model_extra or {})["conductor"]["runs"]
     assert [s["worker"] for s in run["workflow"]["rounds"][0]["steps"]] == ["w2"]
     (record,) = iter_records(records / "samples.jsonl")
-    assert record.metadata["allowed_workers"] == ["w0", "w2"]
+    assert record.allowed_workers == ["w0", "w2"]
     assert [s.worker_id for s in record.rounds[0].steps] == ["w2"]
 
 
@@ -109,7 +109,7 @@ def test_an_unrestricted_request_records_every_worker(
         client(url).chat.completions.create(model="conductor", messages=QUESTION)
     assert "- Model 2: worker number 2" in conductor_prompt(fake_server)
     (record,) = iter_records(records / "samples.jsonl")
-    assert record.metadata["allowed_workers"] == ["w0", "w1", "w2"]
+    assert record.allowed_workers == ["w0", "w1", "w2"]
 
 
 def test_baselines_only_over_the_allowed_workers(

@@ -98,7 +98,7 @@ def test_responses_create_answers_with_the_spec_fields(
     assert raw.headers["x-conductor-run-id"] == run_id and reply.id == f"resp_{run_id}"
     (saved,) = iter_records(records / "samples.jsonl")
     assert saved.sample_id == run_id and saved.status == "ok"
-    assert saved.metadata["strategy"] == "conductor"
+    assert saved.strategy == "conductor"
 
 
 def test_responses_stream_sends_the_events_in_order(

@@ -97,7 +97,7 @@ def test_the_model_router_sends_each_question_to_its_arm(
     assert entry["conductor"]["kind"] == "router"
     from conductor.runs.rundir import iter_records
 
-    routes = [r.metadata["route"]["arm"] for r in iter_records(records / "samples.jsonl")]
+    routes = [r.route.arm if r.route else None for r in iter_records(records / "samples.jsonl")]
     assert routes == ["single:w0", "single:w1"]
     # The server's path to the router is not what a record calls the strategy.
     assert all(r.settings["strategy"] == "router" for r in iter_records(records / "samples.jsonl"))

@@ -66,7 +66,7 @@ async def test_vote_under_a_call_budget_makes_exactly_that_many_calls(
         assert skipped.call.error_kind == "BudgetExceeded"
         assert skipped.call.cost_usd == 0.0 and skipped.call.response is None
     assert record.totals.calls == 2
-    assert record.metadata["votes"] == {"3": 2}
+    assert record.votes == {"3": 2}
     assert record.final_answer == "Three. \\boxed{3}"
     assert record.status == "partial"
     assert "step 2 (w0): call budget reached" in (record.error or "")

@@ -148,8 +148,10 @@ def _record(
             wall_s=rng.uniform(0.5, 8.0),
         ),
         gold=str(i),
-        # What the bench runner keeps beside every record (its SampleLoop.metadata).
-        metadata={"benchmark": "perf", "strategy": "conductor", "question": question},
+        # What the bench runner keeps beside every record (its SampleLoop.describe).
+        benchmark="perf",
+        strategy="conductor",
+        sample_question=question,
         grade={
             "status": status,
             "score": float(right),

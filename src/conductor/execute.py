@@ -15,7 +15,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from .conductors.prompt import (
     PreviousRound,
@@ -321,7 +320,6 @@ class Orchestrator:
         events: EventSink | None = None,
         sample_id: str | None = None,
         epoch: int | None = None,
-        metadata: dict[str, Any] | None = None,
         plan: str | None = None,
         continue_from: RunRecord | None = None,
         on_record: Callable[[RunRecord], None] | None = None,
@@ -363,10 +361,9 @@ class Orchestrator:
             },
             sample_id=sample_id,
             epoch=epoch,
-            metadata=dict(metadata or {}),
         )
         if not answer_format.plain:
-            record.metadata["answer_format"] = answer_format.describe()
+            record.answer_format = answer_format.describe()
         runner = StepRunner(
             self.pool.workers,
             self.callers,

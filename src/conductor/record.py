@@ -6,6 +6,14 @@ workflow, every step (worker, messages sent, response, usage, cost, latency, cac
 flag, error), the final answer and totals.  ``conductor trace`` reads these and nothing
 else.  Records are plain dataclasses; :func:`record_to_dict` / :func:`record_from_dict`
 convert them to and from JSON-ready dicts.
+
+What the packages that run a question add to its record are typed fields of it, each
+written by one owner: the benchmark, the strategy and the sample's own question,
+choices and metadata (the bench runner; ``serve`` names the strategy too), the answer
+form asked for (the strategies), a vote's tally (the baselines), a router's route
+(``router:DIR``), and a served request's allowed workers and budget (``serve``).
+Schema version 1 kept them untyped in one ``metadata`` object; such records are read
+into the same fields (:data:`METADATA_FIELDS`), and records are written in version 2.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import logging
 import types
 import typing
 import uuid
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,9 +40,13 @@ from .workflow import RECORD_FIELDS
 
 __all__ = [
     "MAX_RECORD_BYTES",
+    "METADATA_FIELDS",
+    "READABLE_VERSIONS",
     "SCHEMA_VERSION",
+    "BudgetRecord",
     "CallRecord",
     "RoundRecord",
+    "RouteRecord",
     "RunRecord",
     "RunStatus",
     "StepRecord",
@@ -41,14 +54,18 @@ __all__ = [
     "check_record_path",
     "new_run_id",
     "now_iso",
+    "raw_field",
     "read_record",
     "record_from_dict",
     "record_to_dict",
     "write_record",
 ]
 
-#: Bumped whenever a field changes meaning or is removed.
-SCHEMA_VERSION = 1
+#: Bumped whenever a field changes meaning or is removed (2: ``metadata``'s keys became
+#: fields of their own).
+SCHEMA_VERSION = 2
+#: The versions :func:`record_from_dict` reads.
+READABLE_VERSIONS = (1, 2)
 #: The most one run record (a record file, a line of ``samples.jsonl``) is read up to:
 #: a question is at most 4 MB of UTF-8 and a record holds it in a few prompts, so a
 #: record past this is damage, refused without being held whole.
@@ -179,6 +196,28 @@ class Totals:
 
 
 @dataclass
+class RouteRecord:
+    """Where ``router:DIR`` sent a question: the arm, every arm's chance of a right
+    answer as the router put it, and whether a cascade fell back."""
+
+    arm: str
+    chances: dict[str, float] = field(default_factory=dict)
+    fell_back: bool = False
+
+
+@dataclass
+class BudgetRecord:
+    """A served request's budget (all its runs together): its ceilings (``None``: none),
+    what its runs had drawn on it when this one was recorded, and its first refusal."""
+
+    max_calls: int | None = None
+    max_usd: float | None = None
+    calls: int = 0
+    usd: float = 0.0
+    stopped: str | None = None
+
+
+@dataclass
 class RunRecord:
     """The whole story of one question."""
 
@@ -199,7 +238,26 @@ class RunRecord:
     totals: Totals = field(default_factory=Totals)
     gold: Any = None
     grade: dict[str, Any] | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    #: The benchmark a bench record is a sample of (its name).
+    benchmark: str | None = None
+    #: The strategy that answered, as ``--strategy`` and ``serve``'s model ids spell it
+    #: (bench and serve records: one ``serve`` records file holds every model's runs).
+    strategy: str | None = None
+    #: A bench sample's own question (``question`` is the prompt: the benchmark's
+    #: template filled in), its choices, and its dataset metadata less the hidden tests
+    #: (:func:`conductor.datasets.samples.recorded_metadata`).
+    sample_question: str | None = None
+    sample_choices: list[Any] | dict[str, Any] | None = None
+    sample_metadata: dict[str, Any] | None = None
+    #: The form the answer was asked in (tools, a JSON schema), when not plain text.
+    answer_format: dict[str, Any] | None = None
+    #: ``vote:K:W``: how many replies gave each answer key.
+    votes: dict[str, int] | None = None
+    #: ``router:DIR``: the arm the question went to.
+    route: RouteRecord | None = None
+    #: ``serve``: the workers the request could use, and its budget.
+    allowed_workers: list[str] | None = None
+    budget: BudgetRecord | None = None
     #: Set when a benchmark rerun reused this sample's record: the original run id and
     #: when it was reused.
     replayed_from: dict[str, Any] | None = None
@@ -503,22 +561,89 @@ def _check_workflow(wf: dict[str, Any], where: str) -> None:
             _check(wf[key], list[item], f"{where}.{key}")  # type: ignore[valid-type]
 
 
+#: Where version 1's ``metadata`` keys are read into: the field each became (no other
+#: key was written there).
+METADATA_FIELDS: dict[str, str] = {
+    "benchmark": "benchmark",
+    "strategy": "strategy",
+    "question": "sample_question",
+    "choices": "sample_choices",
+    "sample": "sample_metadata",
+    "answer_format": "answer_format",
+    "votes": "votes",
+    "route": "route",
+    "allowed_workers": "allowed_workers",
+    "budget": "budget",
+}
+#: The fields that are records of their own.
+_NESTED: dict[str, Any] = {"route": RouteRecord, "budget": BudgetRecord}
+
+
+def _from_metadata(data: dict[str, Any]) -> dict[str, Any]:
+    """A version 1 record's ``data`` with its ``metadata`` keys as the fields they became.
+
+    Leniently: version 1 held any value there and its readers passed over one of the
+    wrong kind (a question that was not a string), so such a value is left out here
+    rather than making the whole record unreadable."""
+    metadata = data.get("metadata")
+    if not isinstance(metadata, dict):
+        return data
+    out = dict(data)
+    types = {name: hint for name, hint, _fits, _required in _fields_of(RunRecord)}
+    for key, name in METADATA_FIELDS.items():
+        value = metadata.get(key)
+        if value is None or name in data:
+            continue
+        try:
+            if name in _NESTED:
+                _build(_NESTED[name], value, f"record.metadata.{key}")
+            else:
+                _check(value, types[name], f"record.metadata.{key}")
+        except RecordError:
+            continue
+        out[name] = value
+    return out
+
+
+def raw_field(data: Mapping[str, Any], name: str) -> Any:
+    """The field ``name`` of a record as read from JSON, of either version, unchecked
+    (``None`` when it has none): for a reader that looks at one field of many lines
+    without building each record."""
+    if name in data:
+        return data[name]
+    metadata = data.get("metadata") if data.get("schema_version") == 1 else None
+    if isinstance(metadata, Mapping):
+        for key, became in METADATA_FIELDS.items():
+            if became == name:
+                return metadata.get(key)
+    return None
+
+
 def record_from_dict(data: dict[str, Any]) -> RunRecord:
     """Rebuild a :class:`RunRecord`; raises :class:`RecordError` on a foreign schema or
-    on any field of the wrong shape (the message names the field's place)."""
+    on any field of the wrong shape (the message names the field's place).  A record of
+    an earlier version readable here is returned in this version's form."""
     if not isinstance(data, dict) or "schema_version" not in data or "rounds" not in data:
         raise RecordError("this is not a conductor run record (no schema_version or rounds)")
     version = data["schema_version"]
-    if version != SCHEMA_VERSION:
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
         raise RecordError(
             f"run record schema version {version} is not supported "
-            f"(this conductor reads version {SCHEMA_VERSION})"
+            f"(this conductor reads versions {READABLE_VERSIONS[0]} to {SCHEMA_VERSION})"
         )
+    if version == 1:
+        data = _from_metadata(data)
     rounds = [
         _build_round(r, f"rounds[{i}]") for i, r in enumerate(_list_of(data, "rounds", "record"))
     ]
     totals = _build(Totals, data.get("totals", {}), "totals")
-    record: RunRecord = _build(RunRecord, data, "record", {"rounds": rounds, "totals": totals})
+    nested: dict[str, Any] = {"rounds": rounds, "totals": totals}
+    for name, cls in _NESTED.items():
+        value = data.get(name)
+        if value is not None:
+            nested[name] = _build(cls, value, f"record.{name}")
+    record: RunRecord = _build(RunRecord, data, "record", nested)
+    record.schema_version = SCHEMA_VERSION
     return record
 
 

@@ -452,7 +452,7 @@ def planned_record(
         ),
         gold=gold,
         grade=None if verdict is None else grade_of(verdict, f"graded {verdict}", answer),
-        metadata={"question": question} if template is not None else {},
+        sample_question=question if template is not None else None,
     )
 
 

@@ -20,12 +20,15 @@ The figures come from the best source at hand:
    their ratio to the prompt's tokens.  Dollars are tokens at the pool's prices now.
    A record none of whose calls was answered (a provider down, a model refused) is
    left out, and said to be: it would have the rest cost nothing.
-2. **Assumed**, where nothing of the run has been measured: the requests are built as
-   the run would build them (the benchmark's prompt for each question, the Conductor's
-   first request from its template, a worker's step from its context settings) and
-   counted by :class:`Assumptions`, which holds every assumption in one place: how
-   many characters make a token, how many steps a workflow has (the paper's average)
-   and how long a subtask is.  A reply is taken to be as long as the target's
+2. **Assumed**, where nothing of the run has been measured: the calls are those the
+   strategy plans for each question
+   (:meth:`~conductor.strategies.Strategy.planned_calls`: the benchmark's prompt, the
+   Conductor's requests from its template, a worker's step from its context settings,
+   each built as the run would build it; the estimate never asks which class a
+   strategy is, and refuses one that cannot say what it will call rather than price it
+   at nothing), counted by :class:`Assumptions`, which holds every assumption in one
+   place: how many characters make a token, how many steps a workflow has (the paper's
+   average) and how long a subtask is.  A reply is taken to be as long as the target's
    ``max_tokens`` allows, so an assumed figure is a ceiling rather than a guess.
 
 Prices are :func:`~conductor.llm.cost.price_for`'s; a target whose price is unknown is
@@ -43,23 +46,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..context import SharedStep
 from ..datasets.samples import render_prompt
+from ..errors import UsageError
 from ..llm.types import Message
 from ..record import CallRecord, RunRecord
+from ..strategies.base import CONDUCTOR_ROLE, PlannedShare
 from ..targets import Worker
-from ..text import plural
+from ..text import plural, printable
 
 if TYPE_CHECKING:
     from ..execute import RunSettings
     from ..llm.cache import ResponseCache
-    from ..strategies import ConductorStrategy, FixedStrategy, Strategy
+    from ..strategies import Strategy
     from .runconfig import BenchOptions
     from .session import BenchRequest
 
 __all__ = [
     "ASSUMED",
-    "CONDUCTOR_ROLE",
     "Assumptions",
     "RoleEstimate",
     "RunEstimate",
@@ -67,9 +70,6 @@ __all__ = [
     "message_chars",
     "without_pilot",
 ]
-
-#: The role of the Conductor's calls (a worker's role is its id).
-CONDUCTOR_ROLE = "Conductor"
 
 
 @dataclass(frozen=True)
@@ -448,18 +448,18 @@ class _Share:
 
 
 class _Assumed:
-    """The calls a question is assumed to make, in order, built from the run's own
-    request builders and counted by :class:`Assumptions`."""
+    """The calls a question is assumed to make, in order: the calls the strategy plans
+    (:meth:`~conductor.strategies.Strategy.planned_calls`), counted by
+    :class:`Assumptions`."""
 
     def __init__(self, strategy: Strategy, settings: RunSettings, assumed: Assumptions) -> None:
-        from ..strategies import ConductorStrategy
-
         self.strategy = strategy
         self.settings = settings
         self.assumed = assumed
         self.cpt = assumed.chars_per_token
-        self.conductor = strategy if isinstance(strategy, ConductorStrategy) else None
         self.notes: dict[str, str] = {}
+        #: How each role's calls are known, in words (``{calls}`` left to fill in).
+        self.bases: dict[str, str] = {}
 
     def tokens(self, messages: Sequence[Message], target: Worker) -> float:
         return message_chars(messages, target) / self.cpt
@@ -476,71 +476,32 @@ class _Assumed:
 
     def calls(self, prompt: str) -> list[list[_Share]]:
         """The calls one question makes, each as the roles that share it; at most
-        ``--max-calls`` of them."""
-        from ..strategies import ConductorStrategy, FixedStrategy
-        from ..strategies.router import RouterStrategy
-
+        ``--max-calls`` of them.  Refuses a strategy that cannot say what it will call:
+        an estimate of nothing would read as a run that costs nothing."""
         strategy = self.strategy
-        if isinstance(strategy, RouterStrategy):
-            # Routing calls no paid model (at most the local one gguf-mean-v1 reads
-            # with): each question is priced as the arm it goes to.
-            strategy = strategy.arms[strategy.route(prompt).arm]
-        if isinstance(strategy, ConductorStrategy):
-            calls = self._conductor_calls(prompt, strategy)
-        elif isinstance(strategy, FixedStrategy):
-            calls = self._plan_calls(prompt, strategy)
-        else:
-            calls = []  # a strategy of another kind: nothing is known of its calls
+        plan = strategy.planned_calls(prompt, workflow_steps=self.assumed.workflow_steps)
+        if plan is None:
+            raise UsageError(
+                f"--estimate: --strategy {printable(strategy.name)} cannot say before it "
+                "runs which calls it will make, so there is nothing to assume its cost "
+                "from; run a pilot (--pilot N), whose records the rest is measured on"
+            )
+        calls = [[self._share(share) for share in call.shares] for call in plan.calls]
         cap = self.settings.max_calls
         return calls[:cap] if cap is not None else calls
 
-    def _conductor_calls(self, prompt: str, strategy: ConductorStrategy) -> list[list[_Share]]:
-        from ..conductors.prompt import PreviousRound
-
-        orchestrator = strategy.orchestrator
-        cond = orchestrator.conductor
-        workers = strategy.pool.workers
-        max_steps = self.settings.max_steps or cond.max_steps
-        steps = max(1, min(self.assumed.workflow_steps, max_steps))
-        outputs = [self.output(w.id, w) for w in workers]
-        answer = sum(outputs) / len(outputs)  # the reply a later step sees, any worker's
-        plan_out = self.output(CONDUCTOR_ROLE, cond.target)
-        subtask = self.assumed.subtask_tokens
-        calls: list[list[_Share]] = []
-        for rnd in range(max(1, self.settings.rounds)):
-            if rnd == 0:
-                messages = orchestrator.conductor_messages(prompt, max_steps)
-                extra = 0.0
-            else:
-                # A revision round also shows the plan before it and its answer.
-                previous = PreviousRound(workflow_text="", final_answer="")
-                messages = orchestrator.conductor_messages(prompt, max_steps, previous)
-                extra = steps * subtask + answer
-            plan_in = self.tokens(messages, cond.target) + extra
-            calls.append([_Share(CONDUCTOR_ROLE, 1.0, plan_in, plan_out)])
-            for k in range(steps):
-                seen = [SharedStep(f"{rnd}.{j}", 0, "", "") for j in range(k)]
-                shares = []
-                for i, worker in enumerate(workers):
-                    built = orchestrator.worker_messages(prompt, i, "", seen)
-                    inp = self.tokens(built, worker) + (k + 1) * subtask + k * answer
-                    shares.append(_Share(worker.id, 1 / len(workers), inp, outputs[i]))
-                calls.append(shares)
-        return calls
-
-    def _plan_calls(self, prompt: str, strategy: FixedStrategy) -> list[list[_Share]]:
-        workers = strategy.pool.workers
-        steps = strategy.workflow.steps
-        outputs = [self.output(workers[s.worker].id, workers[s.worker]) for s in steps]
-        calls: list[list[_Share]] = []
-        for i, step in enumerate(steps):
-            seen = step.visible(i)
-            shared = [SharedStep(f"0.{j}", steps[j].worker, steps[j].subtask, "") for j in seen]
-            worker = workers[step.worker]
-            inp = self.tokens(strategy.step_messages(prompt, i, shared), worker)
-            inp += sum(outputs[j] for j in seen)  # the earlier answers it sees
-            calls.append([_Share(worker.id, 1.0, inp, outputs[i])])
-        return calls
+    def _share(self, share: PlannedShare) -> _Share:
+        """A planned share in tokens: its request as built, the subtasks the Conductor
+        writes for it and the earlier replies it sees, each as long as its writer's
+        ``max_tokens`` allows (the mean over the workers that may write it)."""
+        self.bases.setdefault(share.role, share.basis)
+        output = self.output(share.role, share.target)
+        inp = self.tokens(share.messages, share.target)
+        inp += share.subtasks * self.assumed.subtask_tokens
+        for seen in share.replies:
+            lengths = [self.output(w.id, w) for w in seen.writers]
+            inp += seen.count * (sum(lengths) / len(lengths))
+        return _Share(share.role, share.weight, inp, output)
 
     def roles(self, pending: Sequence[str]) -> dict[str, tuple[float, float, float, str]]:
         """Each role's expected (calls, input, output) over the ``pending`` prompts."""
@@ -559,23 +520,9 @@ class _Assumed:
         n = max(1, len(pending))
         out = {}
         for role, (count, inp, output) in totals.items():
-            how = self._how(role, count / n)
+            how = self.bases[role].replace("{calls}", _a_question(count / n))
             out[role] = (count, inp, output, f"{how}; {self.notes.get(role, '')}".rstrip("; "))
         return out
-
-    def _how(self, role: str, per_question: float) -> str:
-        from ..strategies.router import RouterStrategy
-
-        a_question = _a_question(per_question)
-        if isinstance(self.strategy, RouterStrategy):
-            return f"routed: {a_question}, each question priced as the arm it goes to"
-        if self.conductor is None:
-            return f"the plan's {a_question}, its requests as built"
-        if role == CONDUCTOR_ROLE:
-            return f"assumed: {a_question} (one a round), its request as built"
-        n = len(self.strategy.pool.workers)
-        steps = self.assumed.workflow_steps
-        return f"assumed: {a_question} ({steps} steps a workflow, shared by {n} workers)"
 
 
 def _a_question(calls: float) -> str:
@@ -615,24 +562,6 @@ def _assumption_lines(
 # -- the estimate -----------------------------------------------------------------------
 
 
-def _targets(strategy: Strategy) -> dict[str, Worker]:
-    """Each role's target, in the order a table lists them: the Conductor's and every
-    worker of the pool (any may be given a step), or the workers a baseline's plan
-    calls."""
-    from ..strategies import ConductorStrategy
-    from ..strategies.router import RouterStrategy
-
-    if isinstance(strategy, ConductorStrategy):
-        workers = {w.id: w for w in strategy.pool.workers}
-        return {CONDUCTOR_ROLE: strategy.orchestrator.conductor.target, **workers}
-    if isinstance(strategy, RouterStrategy):
-        roles: dict[str, Worker] = {}
-        for arm in strategy.arms.values():
-            roles.update(_targets(arm))
-        return roles
-    return {t.id: t for t in strategy.targets}
-
-
 def estimate_run(request: BenchRequest, assumed: Assumptions = ASSUMED) -> RunEstimate:
     """The expected spend of the run ``request`` asks for, without calling a model or
     writing anything (see the module's docstring).
@@ -648,7 +577,8 @@ def estimate_run(request: BenchRequest, assumed: Assumptions = ASSUMED) -> RunEs
     from .session import bench_options, build_strategy
 
     strategy, options = build_strategy(request, CallerSet(None), bench_options(request))
-    targets = _targets(strategy)
+    # Each role's target, in the order a table lists them.
+    targets = dict(strategy.call_roles)
     found = _Measurements(targets)
     pairs = _pairs_left(request, strategy, options, found)
     from_cache = len(found.records)

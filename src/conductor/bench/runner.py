@@ -578,11 +578,9 @@ class SampleLoop:
         """Grade ``record`` on the grader threads, and keep it in the cache under ``key``
         unless it failed or an answer it was built on was cut off."""
         record.gold = sample.gold
+        self.describe(record, sample)
         # Without the hidden tests: the next program graded on this machine could read them.
-        record.metadata.update(
-            self.metadata(sample),
-            sample=recorded_metadata(self.spec, sample, self.options.data_file),
-        )
+        record.sample_metadata = recorded_metadata(self.spec, sample, self.options.data_file)
         if record.status != "failed":
             loop = asyncio.get_running_loop()
             try:
@@ -625,7 +623,7 @@ class SampleLoop:
         progress.cost_usd += cost
         self.notify(progress)
 
-    def metadata(self, sample: Sample) -> dict[str, Any]:
+    def describe(self, record: RunRecord, sample: Sample) -> None:
         """What every record of this run says beside its prompt: the benchmark, the
         strategy and the sample's own question (and its choices, when it has them).
         ``record.question`` is the prompt, the benchmark's template filled in; a reader
@@ -633,14 +631,14 @@ class SampleLoop:
         instructions around it, and a router fitted on the run keys its questions as a
         bench keys its samples (:func:`~conductor.datasets.questions.sample_key`: a
         multiple-choice question's key covers its choices)."""
-        meta: dict[str, Any] = {"benchmark": self.spec.name, "strategy": self.strategy.name}
+        record.benchmark = self.spec.name
+        record.strategy = self.strategy.name
         question = sample.input.get("question")
         if isinstance(question, str):
-            meta["question"] = question
+            record.sample_question = question
             choices = sample.input.get("choices")
             if isinstance(choices, (list, tuple, dict)) and choices:
-                meta["choices"] = list(choices) if isinstance(choices, tuple) else choices
-        return meta
+                record.sample_choices = list(choices) if isinstance(choices, tuple) else choices
 
     def failed_result(
         self, question: str, sample: Sample, epoch: int, exc: BaseException
@@ -658,6 +656,6 @@ class SampleLoop:
             error=f"the run raised {reason(exc, self.secrets)}",
             finished_at=now_iso(),
             gold=sample.gold,
-            metadata=self.metadata(sample),
         )
+        self.describe(record, sample)
         return _Result(record_line(record_to_dict(record)), "run_failed", 0.0, record)

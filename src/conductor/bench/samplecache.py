@@ -17,8 +17,16 @@ from typing import Any
 from ..errors import CacheError, RecordError
 from ..grading.types import Sample
 from ..llm.cache import ResponseCache
-from ..record import RunRecord, new_run_id, now_iso, record_from_dict
+from ..record import (
+    SCHEMA_VERSION,
+    RunRecord,
+    new_run_id,
+    now_iso,
+    record_from_dict,
+    record_to_dict,
+)
 from ..runs.config import BenchConfig
+from ..runs.rundir import record_line
 
 __all__ = ["cache_get", "cache_set", "replayed_line", "replayed_record", "run_key", "sample_key"]
 
@@ -90,9 +98,14 @@ def replayed_record(kept: Any) -> tuple[str, RunRecord] | None:
         return None
     line = replayed_line(kept)
     try:
-        return line, record_from_dict(json.loads(line))
+        data = json.loads(line)
+        record = record_from_dict(data)
     except (ValueError, RecordError):
         return None
+    if data.get("schema_version") != SCHEMA_VERSION:
+        # Kept by an earlier version: the run's file gets this version's form.
+        line = record_line(record_to_dict(record))
+    return line, record
 
 
 def replayed_line(kept: dict[str, Any]) -> str:

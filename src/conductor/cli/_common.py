@@ -12,7 +12,7 @@ import contextlib
 import functools
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_BELOW",
     "EXIT_FAILED",
-    "PoolOption",
     "EXIT_INTERRUPTED",
     "EXIT_USAGE",
     "Group",
@@ -51,17 +50,6 @@ EXIT_USAGE = 2
 EXIT_BELOW = 3
 #: 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C.
 EXIT_INTERRUPTED = 130
-
-#: ``--pool``, as every command that runs a pool takes it.
-PoolOption = Annotated[
-    str | None,
-    typer.Option(
-        "--pool",
-        "-p",
-        help="Pool file, or the name of a shipped pool. Default: the embedded offline "
-        "pool (local).",
-    ),
-]
 
 
 class Group(TyperGroup):

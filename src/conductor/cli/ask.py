@@ -9,11 +9,9 @@ from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, TypeVar
 
 import typer
 
-from ..bounds import CALLS, ROUNDS, STEPS
 from ..errors import UsageError
 from ._common import (
     EXIT_FAILED,
-    PoolOption,
     cache_unless,
     echo,
     interrupted,
@@ -22,6 +20,16 @@ from ._common import (
     print_path,
     stderr,
     stdout,
+)
+from ._options import (
+    BudgetUsdOption,
+    ConductorOption,
+    MaxCallsOption,
+    MaxStepsOption,
+    NoCacheOption,
+    PoolOption,
+    RoundsOption,
+    StrategyOption,
 )
 from ._tracing import NoOtelOption, OtelContentOption, OtelOption, otel_from_options, tracing
 
@@ -49,61 +57,20 @@ def ask(
         typer.Option("--file", help="Read the question from this file (UTF-8 text)."),
     ] = None,
     pool: PoolOption = None,
-    conductor: Annotated[
-        str | None,
-        typer.Option(
-            "--conductor",
-            "-c",
-            help="Who writes the workflow: http(s)://HOST/v1[#MODEL], prompted:WORKER_ID, "
-            "prompted:LITELLM_MODEL, local, hf:ORG/NAME or a checkpoint directory. "
-            "Default: the pool's conductor.",
-        ),
-    ] = None,
-    strategy: Annotated[
-        str | None,
-        typer.Option(
-            "--strategy",
-            help="conductor, single:WORKER, vote:K:WORKER, moa, moa:AGGREGATOR or "
-            "reflect:K:WORKER (the baselines of bench; a vote counts each reply's short "
-            "final answer).  Default: conductor.",
-        ),
-    ] = None,
+    conductor: ConductorOption = None,
+    strategy: StrategyOption = None,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Write the run record (JSON) here.")
     ] = None,
-    max_steps: Annotated[
-        int | None,
-        typer.Option("--max-steps", min=STEPS.low, max=STEPS.high, help="Most steps per workflow."),
-    ] = None,
-    rounds: Annotated[
-        int,
-        typer.Option(
-            "--rounds",
-            min=ROUNDS.low,
-            max=ROUNDS.high,
-            help="Most Conductor rounds; above 1 the Conductor may revise.",
-        ),
-    ] = 1,
-    budget_usd: Annotated[
-        float | None,
-        typer.Option("--budget-usd", min=0.0, help="Stop starting calls past this spend."),
-    ] = None,
-    max_calls: Annotated[
-        int | None,
-        typer.Option(
-            "--max-calls",
-            min=CALLS.low,
-            max=CALLS.high,
-            help="Most model calls, the Conductor's included.",
-        ),
-    ] = None,
+    max_steps: MaxStepsOption = None,
+    rounds: RoundsOption = None,
+    budget_usd: BudgetUsdOption = None,
+    max_calls: MaxCallsOption = None,
     template: Annotated[
         str | None,
         typer.Option("--template", help="Conductor prompt template: a built-in name or a file."),
     ] = None,
-    no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="Neither read nor write the call cache.")
-    ] = False,
+    no_cache: NoCacheOption = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the run record as JSON on stdout.")
     ] = False,
@@ -126,7 +93,10 @@ def ask(
         check_record_path(out)
     pool_obj = load_pool(pool)
     settings = RunSettings(
-        max_steps=max_steps, rounds=rounds, budget_usd=budget_usd, max_calls=max_calls
+        max_steps=max_steps,
+        rounds=rounds if rounds is not None else 1,
+        budget_usd=budget_usd,
+        max_calls=max_calls,
     )
     plan: Conductor | str
     if strategy is None or strategy.strip() == "conductor":
@@ -168,7 +138,11 @@ def ask(
 
 
 def _check_baseline_options(
-    strategy: str, conductor: str | None, template: str | None, max_steps: int | None, rounds: int
+    strategy: str,
+    conductor: str | None,
+    template: str | None,
+    max_steps: int | None,
+    rounds: int | None,
 ) -> None:
     """Refuse what only the Conductor uses beside a baseline, and ``singles``."""
     if strategy.strip() == "singles":
@@ -182,6 +156,7 @@ def _check_baseline_options(
             ("--conductor", conductor),
             ("--template", template),
             ("--max-steps", max_steps),
+            # ``--rounds 1`` is every run's, a baseline's too.
             ("--rounds", None if rounds == 1 else rounds),
         )
         if value is not None

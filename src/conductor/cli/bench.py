@@ -11,11 +11,21 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..bounds import CALLS, CONCURRENCY, EPOCHS, ROUNDS, SAMPLES, SEED, STEPS
+from ..bounds import CONCURRENCY, EPOCHS, SAMPLES, SEED
 from ..errors import UsageError
 from ..text import plural, printable
 from ._ci import CiOutputs, FailUnderOption, JunitOption, MarkdownOption
 from ._common import EXIT_FAILED, interrupted, print_path, stderr, stdout
+from ._options import (
+    BudgetUsdOption,
+    ConductorOption,
+    MaxCallsOption,
+    MaxStepsOption,
+    NoCacheOption,
+    PoolOption,
+    RoundsOption,
+    StrategyOption,
+)
 from ._tracing import NoOtelOption, OtelContentOption, OtelOption, otel_from_options, tracing
 
 if TYPE_CHECKING:
@@ -24,7 +34,7 @@ if TYPE_CHECKING:
     from ..bench.runner import BenchProgress
     from ..bench.session import BenchRequest
     from ..otel import RecordSink
-    from ..router import QuestionOracle
+    from ..runs.oracle import QuestionOracle
     from ..runs.summary import RunSummary
 
 __all__ = ["bench", "report"]
@@ -42,21 +52,9 @@ def bench(
     dirs: Annotated[
         list[Path] | None, typer.Argument(help="With `merge`: the shard directories.")
     ] = None,
-    pool: Annotated[
-        str | None, typer.Option("--pool", "-p", help="Pool file or shipped pool name.")
-    ] = None,
-    conductor: Annotated[
-        str | None,
-        typer.Option("--conductor", "-c", help="Conductor SPEC (as for ask)."),
-    ] = None,
-    strategy: Annotated[
-        str | None,
-        typer.Option(
-            "--strategy",
-            help="conductor, single:WORKER, vote:K:WORKER, moa, moa:AGGREGATOR, "
-            "reflect:K:WORKER, or singles (every worker alone).  Default: conductor.",
-        ),
-    ] = None,
+    pool: PoolOption = None,
+    conductor: ConductorOption = None,
+    strategy: StrategyOption = None,
     data: Annotated[
         Path | None, typer.Option("--data", help="Run on a local file in the same schema.")
     ] = None,
@@ -110,43 +108,11 @@ def bench(
     shard: Annotated[
         str | None, typer.Option("--shard", help="Run shard I of N (I/N, from 0).")
     ] = None,
-    max_steps: Annotated[
-        int | None,
-        typer.Option(
-            "--max-steps",
-            min=STEPS.low,
-            max=STEPS.high,
-            help="Most steps per workflow, per question.",
-        ),
-    ] = None,
-    rounds: Annotated[
-        int | None,
-        typer.Option(
-            "--rounds",
-            min=ROUNDS.low,
-            max=ROUNDS.high,
-            help="Most Conductor rounds per question (default 1); above 1 the Conductor "
-            "may revise.",
-        ),
-    ] = None,
-    budget_usd: Annotated[
-        float | None,
-        typer.Option(
-            "--budget-usd", min=0.0, help="Per question: stop starting calls past this spend."
-        ),
-    ] = None,
-    max_calls: Annotated[
-        int | None,
-        typer.Option(
-            "--max-calls",
-            min=CALLS.low,
-            max=CALLS.high,
-            help="Most model calls per question, the Conductor's included.",
-        ),
-    ] = None,
-    no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="Do not use the call cache.")
-    ] = False,
+    max_steps: MaxStepsOption = None,
+    rounds: RoundsOption = None,
+    budget_usd: BudgetUsdOption = None,
+    max_calls: MaxCallsOption = None,
+    no_cache: NoCacheOption = False,
     batch: Annotated[
         bool | None,
         typer.Option(
@@ -513,7 +479,7 @@ def _question_oracles(summaries: list[RunSummary]) -> dict[str, QuestionOracle]:
     """The per-question oracle of each benchmark with two or more ``single:*`` runs
     (read from their records; a benchmark whose singles share no question has none)."""
     from ..errors import ConductorError
-    from ..router import question_oracle, read_routing_data
+    from ..router import read_routing_data
 
     by_bench: dict[str, list[str]] = {}
     for s in summaries:
@@ -524,7 +490,7 @@ def _question_oracles(summaries: list[RunSummary]) -> dict[str, QuestionOracle]:
         if len(set(dirs)) < 2:
             continue
         try:
-            out[bench] = question_oracle(read_routing_data(dirs))
+            out[bench] = read_routing_data(dirs).oracle()
         except (ConductorError, ImportError):
             continue  # no shared question, or numpy missing: the line is left out
     return out

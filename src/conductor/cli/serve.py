@@ -11,7 +11,8 @@ import typer
 from ..bounds import BODY_BYTES, CALLS, CONCURRENCY, QUEUE, VOTES
 from ..errors import UsageError
 from ..text import plural
-from ._common import PoolOption, load_pool, stderr
+from ._common import load_pool, stderr
+from ._options import ConductorOption, NoCacheOption, PoolOption
 from ._tracing import NoOtelOption, OtelContentOption, OtelOption, otel_from_options
 
 if TYPE_CHECKING:
@@ -23,15 +24,7 @@ __all__ = ["serve"]
 
 def serve(
     pool: PoolOption = None,
-    conductor: Annotated[
-        str | None,
-        typer.Option(
-            "--conductor",
-            "-c",
-            help="Who writes the workflows of the model `conductor` (as for ask). "
-            "Default: the pool's conductor.",
-        ),
-    ] = None,
+    conductor: ConductorOption = None,
     router: Annotated[
         Path | None,
         typer.Option(
@@ -105,9 +98,7 @@ def serve(
             help="On SIGTERM or Ctrl-C, how long requests in flight may still finish.",
         ),
     ] = 30.0,
-    no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="Neither read nor write the call cache.")
-    ] = False,
+    no_cache: NoCacheOption = False,
     cors_origin: Annotated[
         list[str] | None,
         typer.Option(

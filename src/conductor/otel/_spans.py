@@ -257,9 +257,7 @@ class _Planner:
         conductor = record.conductor if isinstance(record.conductor, Mapping) else {}
         target = conductor.get("target")
         self.conductor: Mapping[str, Any] = target if isinstance(target, Mapping) else {}
-        meta = record.metadata if isinstance(record.metadata, Mapping) else {}
-        self.workflow_name = str(meta.get("strategy") or "conductor")
-        self.meta = meta
+        self.workflow_name = record.strategy or "conductor"
 
     def add(self, span: PlannedSpan) -> int:
         self.spans.append(span)
@@ -318,9 +316,8 @@ class _Planner:
             attrs["conductor.epoch"] = r.epoch
         if source:
             attrs["conductor.record"] = source
-        for key in ("benchmark", "strategy", "model"):
-            value = self.meta.get(key)
-            if isinstance(value, str):
+        for key, value in (("benchmark", r.benchmark), ("strategy", r.strategy)):
+            if value is not None:
                 attrs[f"conductor.{key}"] = value
         if isinstance(r.grade, Mapping):
             status = r.grade.get("status")

@@ -23,7 +23,7 @@ from .fitted import Fitted
 from .format import percent
 
 if TYPE_CHECKING:
-    from ..router import QuestionOracle
+    from ..runs.oracle import QuestionOracle
 
 __all__ = [
     "oracle_line",

@@ -18,7 +18,7 @@ route.
 
 from __future__ import annotations
 
-from .data import QuestionOracle, RoutingData, question_oracle, read_routing_data
+from .data import RoutingData, read_routing_data
 from .fit import Comparison, FitSettings, FrontierPoint, Policy, RouterFit, fit_router, held_out
 from .model import Route, Router
 from .store import ROUTER_FILE, RouterDir, RouterFileError, load_router, save_router
@@ -29,7 +29,6 @@ __all__ = [
     "FitSettings",
     "FrontierPoint",
     "Policy",
-    "QuestionOracle",
     "Route",
     "Router",
     "RouterDir",
@@ -39,7 +38,6 @@ __all__ = [
     "fit_router",
     "held_out",
     "load_router",
-    "question_oracle",
     "read_routing_data",
     "save_router",
 ]

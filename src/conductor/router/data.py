@@ -5,8 +5,9 @@ workflows (``moa``, ``vote:K:W``, ``reflect:K:W``) and of the Conductor may stan
 them.  Each run's strategy is an *arm*; each question answered by every arm is a row:
 its prompt (what the strategy was given, so the router sees at routing time what it saw
 in training), its key (:func:`conductor.datasets.questions.question_key` of the
-benchmark's question, what a bench compares trained questions by), and per arm the
-mean score over the question's epochs and the mean cost of one run.
+benchmark's question, what a bench compares trained questions by), and per arm its
+score on the question as :mod:`conductor.runs.oracle` defines it (the mean over the
+question's epochs) and the mean cost of one run.
 
 A run that failed scores 0 for its arm (a worker that cannot answer is a bad choice);
 a question some arm never answered is left out, and counted.
@@ -15,7 +16,6 @@ a question some arm never answered is left out, and counted.
 from __future__ import annotations
 
 import logging
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
+from ..runs.oracle import QuestionOracle, question_oracle, question_score, unit_score
 from ..text import plural, printable
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["QuestionOracle", "RoutingData", "question_oracle", "read_routing_data"]
+__all__ = ["RoutingData", "read_routing_data"]
 
 log = logging.getLogger("conductor")
 
@@ -74,27 +75,10 @@ class RoutingData:
             costs=self.costs[index],
         )
 
-
-@dataclass(frozen=True)
-class QuestionOracle:
-    """The most a router choosing among some runs' strategies can score: on each
-    question answered by every one of them, the best score any of them got."""
-
-    accuracy: float
-    questions: int
-    arms: tuple[str, ...]
-    #: The best single arm's accuracy on the same questions.
-    best_single: float
-
-
-def question_oracle(data: RoutingData) -> QuestionOracle:
-    """The per-question oracle of ``data``."""
-    return QuestionOracle(
-        accuracy=float(data.scores.max(axis=1).mean()),
-        questions=len(data),
-        arms=data.arms,
-        best_single=float(data.scores.mean(axis=0).max()),
-    )
+    def oracle(self) -> QuestionOracle:
+        """The per-question oracle of these arms on these questions
+        (:func:`conductor.runs.oracle.question_oracle`)."""
+        return question_oracle(self.arms, self.scores.tolist())
 
 
 @dataclass
@@ -152,13 +136,13 @@ def read_routing_data(paths: Sequence[str | Path]) -> RoutingData:
         for record, _steps in iter_heads(run / SAMPLES):
             if record.sample_id is None:
                 continue
-            benchmark = str(record.metadata.get("benchmark") or config.benchmark.name)
-            raw = record.metadata.get("question")
-            question = raw if isinstance(raw, str) else record.question
+            benchmark = record.benchmark or config.benchmark.name
+            own = record.sample_question
+            question = own if own is not None else record.question
             # Keyed as a bench keys its samples, choices and all, so that a bench with
             # the router counts the questions it was fitted on.
-            choices = record.metadata.get("choices") if isinstance(raw, str) else None
-            options = choices if isinstance(choices, (list, dict)) and choices else None
+            choices = record.sample_choices if own is not None else None
+            options = choices or None
             cell = cells[arm].get((benchmark, record.sample_id))
             if cell is None:
                 key = question_key(question, options).full
@@ -166,7 +150,7 @@ def read_routing_data(paths: Sequence[str | Path]) -> RoutingData:
                 cells[arm][(benchmark, record.sample_id)] = cell
             epoch = record.epoch or 0
             score = (record.grade or {}).get("score")
-            cell.scores[epoch] = _unit(score)
+            cell.scores[epoch] = unit_score(score)
             cost = record.totals.cost_usd
             cell.costs[epoch] = cost if isinstance(cost, (int, float)) and cost >= 0 else None
             cell.unpriced[epoch] = (
@@ -202,12 +186,6 @@ def read_routing_data(paths: Sequence[str | Path]) -> RoutingData:
     return _table(arms, order, cells, unpriced, dirs, pools, len(union) - len(every))
 
 
-def _unit(score: object) -> float:
-    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-        return 0.0
-    return min(1.0, max(0.0, float(score)))
-
-
 def _table(
     arms: tuple[str, ...],
     order: list[tuple[str, str]],
@@ -224,7 +202,7 @@ def _table(
     for i, where in enumerate(order):
         for j, arm in enumerate(arms):
             cell = cells[arm][where]
-            scores[i, j] = sum(cell.scores.values()) / len(cell.scores)
+            scores[i, j] = question_score(cell.scores)
             known = [c for c in cell.costs.values() if c is not None]
             costs[i, j] = sum(known) / len(known) if known else 0.0
     first = cells[arms[0]]

@@ -13,7 +13,8 @@
    going to the larger margin: the router leaves its best arm only where that paid on
    questions the head had not seen.
 3. **Measure**: on the held-out questions, each arm alone, the router, the cascade,
-   and the oracle (the best arm of each question: what no router can beat), each with
+   and the per-question oracle (the best arm of each question: what no router can
+   beat, as :mod:`conductor.runs.oracle` defines it), each with
    its accuracy, a 95% bootstrap interval and its mean cost; the router against the
    best single arm as a paired difference with its bootstrap interval and a two-sided
    sign-flip permutation test; and the accuracy-cost frontier across cost weights.
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..runs.oracle import oracle_picks
 from .data import RoutingData
 from .features import DEFAULT_FEATURIZER, Featurizer, featurizer_from
 from .head import fit_head, fold_numbers
@@ -319,7 +321,7 @@ def fit_router(data: RoutingData, settings: FitSettings | None = None) -> Router
     cascade = None
     if settings.fallback is not None:
         cascade = add("cascade", router.choose(chances), True)
-    add("oracle", np.argmax(y_held - 1e-9 * c_held, axis=1), True)
+    add("oracle", np.asarray(oracle_picks(y_held.tolist(), c_held.tolist()), dtype=int), True)
 
     versus_best = _compare(data.arms[best], cascade if cascade is not None else routed,
                            singles[data.arms[best]], rng)  # fmt: skip

@@ -13,7 +13,7 @@ import json
 import math
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..events import Event
@@ -21,11 +21,10 @@ from ..llm.answer_format import PLAIN, AnswerFormat
 from ..llm.check_workers import RequestChecks
 from ..llm.schema_limits import LIMITS, size_problem
 from ..llm.types import ForcedTool, ToolCall, ToolChoice, ToolSpec
-from ..record import RunRecord
+from ..record import BudgetRecord, RunRecord
 from ..redact import mask_text, masked_json
 
 __all__ = [
-    "BUDGET_KEY",
     "ApiError",
     "answer_format_of",
     "ChatMessage",
@@ -623,20 +622,21 @@ def _run_summary(record: RunRecord) -> dict[str, Any]:
         "calls": record.totals.calls,
         "cached_calls": record.totals.cached_calls,
         "workflow": {"rounds": rounds},
-        "budget": record.metadata.get(BUDGET_KEY),
+        "budget": _budget(record.budget),
     }
 
 
-#: Where a served run's record keeps its request's budget (see ``Service``): the
-#: limits, and the calls, spend and refusal of the whole request when the run ended.
-BUDGET_KEY = "budget"
+def _budget(budget: BudgetRecord | None) -> dict[str, Any] | None:
+    """A served run's request budget as a response shows it (see ``Service``): the
+    limits, and the calls, spend and refusal of the whole request when the run ended."""
+    return asdict(budget) if budget is not None else None
 
 
 def conductor_field(records: list[RunRecord]) -> dict[str, Any]:
     """The ``conductor`` field of a response: run ids, cost and what each run did, and
     the request's ``budget`` (its limits, what was spent, and ``stopped``: why the
     budget refused a call, ``null`` when it refused none)."""
-    budgets = [b for r in records if isinstance(b := r.metadata.get(BUDGET_KEY), dict)]
+    budgets = [b for r in records if (b := _budget(r.budget)) is not None]
     budget = max(budgets, key=lambda b: int(b.get("calls") or 0), default=None)
     if budget is not None:
         stopped = next((b["stopped"] for b in budgets if b.get("stopped")), None)

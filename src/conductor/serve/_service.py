@@ -27,14 +27,14 @@ from ..llm.caller import CallerSet
 from ..llm.check_workers import CheckerPool, CheckRunner, RequestChecks
 from ..pool import Pool
 from ..private import own_dir
-from ..record import RunRecord, record_to_dict
+from ..record import BudgetRecord, RunRecord, record_to_dict
 from ..runs.rundir import SAMPLES, open_samples, record_line, repair_tail, write_line
 from ..steps import Budget
 from ..strategies import Strategy
 from ..text import plural
 from ..workflow import workflow_from_dict
 from ._models import Catalog
-from ._protocol import BUDGET_KEY, ApiError, RequestBudget, event_payload
+from ._protocol import ApiError, RequestBudget, event_payload
 from ._settings import ServeSettings
 
 if TYPE_CHECKING:
@@ -292,17 +292,19 @@ class Service:
         # The model the request named, as a bench record names its strategy: one
         # records file holds every model's runs, and a reader (conductor view) tells
         # them apart by it.
-        record.metadata["strategy"] = strategy.name
+        record.strategy = strategy.name
         # The workers the request could use (its key's and its own allowed_workers):
         # a restricted request runs on the sub-pool of just those.
-        record.metadata["allowed_workers"] = [w.id for w in strategy.pool.workers]
-        record.metadata[BUDGET_KEY] = {
-            "max_calls": budget.max_calls,
-            "max_usd": budget.max_usd,
-            "calls": budget.calls,
-            "usd": round(budget.usd, 8),
-            "stopped": budget.stopped,
-        }
+        record.allowed_workers = [w.id for w in strategy.pool.workers]
+        # The request's budget (its limits, and the calls, spend and refusal of the
+        # whole request when this run ended), which the response's conductor field shows.
+        record.budget = BudgetRecord(
+            max_calls=budget.max_calls,
+            max_usd=budget.max_usd,
+            calls=budget.calls,
+            usd=round(budget.usd, 8),
+            stopped=budget.stopped,
+        )
         if self.tracer is not None:
             self.tracer.emit(record, traceparent=traceparent)
         if self.records is None:

@@ -15,7 +15,14 @@ read answers is :mod:`.answers`; how many samples to run at once, :mod:`.capacit
 from __future__ import annotations
 
 from .answers import AnswerKey, answer_key_for, short_answer_key
-from .base import Strategy
+from .base import (
+    CONDUCTOR_ROLE,
+    CallPlan,
+    EarlierReplies,
+    PlannedCall,
+    PlannedShare,
+    Strategy,
+)
 from .baselines import MOA_INSTRUCTION, REFLECT_INSTRUCTION, FixedStrategy, parse_strategy
 from .capacity import (
     DEFAULT_CONCURRENCY,
@@ -27,12 +34,17 @@ from .capacity import (
 from .conductor import ConductorStrategy
 
 __all__ = [
+    "CONDUCTOR_ROLE",
     "DEFAULT_CONCURRENCY",
     "MOA_INSTRUCTION",
     "REFLECT_INSTRUCTION",
     "AnswerKey",
+    "CallPlan",
     "ConductorStrategy",
+    "EarlierReplies",
     "FixedStrategy",
+    "PlannedCall",
+    "PlannedShare",
     "Strategy",
     "answer_key_for",
     "capped_warning",

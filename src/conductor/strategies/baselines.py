@@ -37,6 +37,7 @@ from ..steps import Budget, Compose, StepPlan, StepRunner, run_to_record
 from ..targets import Worker
 from ..workflow import Step, Workflow, workflow_to_dict
 from .answers import AnswerKey
+from .base import CallPlan, EarlierReplies, PlannedCall, PlannedShare
 
 __all__ = ["MOA_INSTRUCTION", "REFLECT_INSTRUCTION", "FixedStrategy", "parse_strategy"]
 
@@ -119,6 +120,28 @@ class FixedStrategy:
         used = dict.fromkeys(step.worker for step in self.plan)
         return tuple((self.pool.workers[i], first.get(i, 1)) for i in used)
 
+    @property
+    def call_roles(self) -> tuple[tuple[str, Worker], ...]:
+        return tuple((t.id, t) for t in self.targets)
+
+    def planned_calls(self, question: str, *, workflow_steps: int) -> CallPlan:
+        # The plan is fixed: each step's request as built, shown the earlier answers
+        # its step sees (not written yet, so counted apart).
+        workers = self.pool.workers
+        steps = self._workflow.steps
+        calls = []
+        for i, step in enumerate(steps):
+            seen = step.visible(i)
+            shared = [SharedStep(f"0.{j}", steps[j].worker, steps[j].subtask, "") for j in seen]
+            worker = workers[step.worker]
+            share = PlannedShare(
+                worker.id, worker, 1.0, self.step_messages(question, i, shared),
+                "the plan's {calls}, its requests as built",
+                replies=tuple(EarlierReplies(1, (workers[steps[j].worker],)) for j in seen),
+            )  # fmt: skip
+            calls.append(PlannedCall((share,)))
+        return CallPlan(tuple(calls))
+
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "strategy": self.name,
@@ -143,7 +166,7 @@ class FixedStrategy:
     def step_messages(self, question: str, i: int, visible: list[SharedStep]) -> list[Message]:
         """The messages step ``i`` of the plan is sent, seeing the earlier steps
         ``visible``: the plain prompt, or the question with those steps and the step's
-        instruction (also what a spend estimate counts, before any call is made)."""
+        instruction (also what :meth:`planned_calls` builds, before any call is made)."""
         step = self.plan[i]
         if step.subtask is None:
             return [{"role": "user", "content": question}]
@@ -180,7 +203,7 @@ class FixedStrategy:
             epoch=epoch,
         )
         if not answer_format.plain:
-            record.metadata["answer_format"] = answer_format.describe()
+            record.answer_format = answer_format.describe()
         rnd = RoundRecord(index=0, workflow=workflow_to_dict(self._workflow))
         record.rounds.append(rnd)
         if on_record is not None:
@@ -200,7 +223,7 @@ class FixedStrategy:
             await runner.run_round(rnd, self._steps, self._compose(question))
             answers = [s.answer if s.status == "ok" else None for s in rnd.steps]
             if self.vote_key is not None:
-                record.final_answer, record.metadata["votes"] = _majority(answers, self.vote_key)
+                record.final_answer, record.votes = _majority(answers, self.vote_key)
             elif answer_format.plain:
                 record.final_answer = next((a for a in reversed(answers) if a), None)
             else:

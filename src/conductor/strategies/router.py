@@ -4,8 +4,8 @@ the strategy that answers it: a worker alone, a fixed workflow, or the Conductor
 The router's arms are strategies by name (``single:W``, ``moa``, ``conductor``...); each
 is built once, over the same callers, and run as it would run alone, so a routed
 question's record is the chosen strategy's record with the route added: ``conductor``
-says ``router:DIR`` and the arm, ``metadata.route`` every arm's chance and whether a
-cascade fell back.  Routing happens before the first call of each question: well under
+says ``router:DIR`` and the arm, ``route`` every arm's chance and whether a cascade
+fell back.  Routing happens before the first call of each question: well under
 a millisecond with the hashed features, on the event loop; one forward pass of a small
 model with ``gguf-mean-v1``, on a worker thread while the model's host process works.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import hashlib
 import json
 import logging
@@ -26,11 +27,11 @@ from ..events import EventSink
 from ..llm.answer_format import PLAIN, AnswerFormat
 from ..llm.caller import CallerSet
 from ..pool import Pool
-from ..record import RunRecord
+from ..record import RouteRecord, RunRecord
 from ..steps import Budget
 from ..targets import Worker
 from .answers import AnswerKey
-from .base import Strategy
+from .base import CallPlan, PlannedCall, Strategy
 from .baselines import parse_strategy
 
 if TYPE_CHECKING:
@@ -82,6 +83,29 @@ class RouterStrategy:
                 if seen is None or count > seen[1]:
                     most[target.id] = (target, count)
         return tuple(most.values())
+
+    @property
+    def call_roles(self) -> tuple[tuple[str, Worker], ...]:
+        # Any arm may answer: each of their roles, in the order the arms list them.
+        roles: dict[str, Worker] = {}
+        for arm in self.arms.values():
+            roles.update(arm.call_roles)
+        return tuple(roles.items())
+
+    def planned_calls(self, question: str, *, workflow_steps: int) -> CallPlan | None:
+        # Routing calls no paid model (at most the local one gguf-mean-v1 reads with):
+        # each question is planned as the arm it goes to.
+        arm = self.arms[self.route(question).arm]
+        plan = arm.planned_calls(question, workflow_steps=workflow_steps)
+        if plan is None:
+            return None
+        basis = "routed: {calls}, each question priced as the arm it goes to"
+        return CallPlan(
+            tuple(
+                PlannedCall(tuple(dataclasses.replace(s, basis=basis) for s in call.shares))
+                for call in plan.calls
+            )
+        )
 
     def describe(self) -> dict[str, Any]:
         # What decides the routes, not where the files lie: a run's cached samples are
@@ -135,11 +159,7 @@ class RouterStrategy:
         def mark(record: RunRecord) -> None:
             record.conductor = {**record.conductor, "strategy": self.name, "arm": route.arm}
             record.settings["strategy"] = self.name
-            record.metadata["route"] = {
-                "arm": route.arm,
-                "chances": route.chances,
-                "fell_back": route.fell_back,
-            }
+            record.route = RouteRecord(route.arm, route.chances, route.fell_back)
 
         def forward(record: RunRecord) -> None:
             mark(record)

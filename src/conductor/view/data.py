@@ -28,7 +28,7 @@ record whole) go straight to the runs' :class:`~conductor.view.companion.DetailS
 a run of 100,000 samples holds 100,000 rows, not 100,000 records.
 
 A bench record's question is its prompt: the benchmark's template filled in.  The list
-shows the question itself, which the bench runner keeps in ``metadata["question"]``;
+shows the question itself, which the bench runner keeps in ``sample_question``;
 for records written before it did, the text every prompt of the run starts and ends with
 (the template's, cut at line breaks) is taken off instead (:class:`_Boilerplate`).
 """
@@ -37,14 +37,15 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RecordError, UsageError
-from ..record import MAX_RECORD_BYTES, RunRecord, read_record
+from ..record import MAX_RECORD_BYTES, RunRecord, raw_field, read_record
+from ..runs.oracle import unit_score
 from ..runs.rundir import (
     CONFIG,
     SAMPLES,
@@ -127,6 +128,9 @@ class ViewSample:
     kind: str
     cost: float | None
     disagree: bool = False
+    #: The grade's score as the per-question oracle counts it
+    #: (:func:`conductor.runs.oracle.unit_score`).
+    score: float = 0.0
 
     @property
     def correct(self) -> bool:
@@ -239,19 +243,18 @@ def _message_text(content: Any) -> str:
 def own_question(record: RunRecord) -> str | None:
     """The question a bench record was asked, apart from the benchmark's prompt
     template (``None``: the record does not keep it, and its question is its prompt)."""
-    return _own_question(record.metadata)
+    return _own_question(record.sample_question)
 
 
-def _own_question(metadata: Any) -> str | None:
-    question = metadata.get("question") if isinstance(metadata, Mapping) else None
+def _own_question(question: Any) -> str | None:
     return question if isinstance(question, str) and question.strip() else None
 
 
 def strategy_of(record: RunRecord) -> str:
-    """The strategy that answered ``record``: the one its metadata names (bench and
-    ``serve`` records), else a baseline's own (``conductor ask --strategy``, and serve
-    records written before they named it), else the Conductor."""
-    for named in (record.metadata.get("strategy"), record.conductor.get("strategy")):
+    """The strategy that answered ``record``: the one it names (bench and ``serve``
+    records), else a baseline's own (``conductor ask --strategy``, and serve records
+    written before they named it), else the Conductor."""
+    for named in (record.strategy, record.conductor.get("strategy")):
         if isinstance(named, str) and named:
             return named
     return "conductor"
@@ -324,6 +327,7 @@ def sample_of(record: RunRecord, number: int) -> tuple[ViewSample, SampleDetail]
         steps=sum(1 for s in steps if s.status != "skipped"),
         kind=topology_kind(record.rounds[0]) if record.rounds else "no rounds",
         cost=record.totals.cost_usd,
+        score=unit_score(grade.get("score")),
     )
     return row, detail
 
@@ -397,7 +401,7 @@ def _first_pass(lines: SampleLines) -> tuple[set[int], _Boilerplate]:
     for number, data in lines:
         last[sample_key(data, number)] = number
         prompt = data.get("question")
-        if _own_question(data.get("metadata")) is None and isinstance(prompt, str):
+        if _own_question(raw_field(data, "sample_question")) is None and isinstance(prompt, str):
             boilerplate.add(prompt)
     return set(last.values()), boilerplate
 

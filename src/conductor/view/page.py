@@ -131,20 +131,24 @@ def _bare_svg(svg: str) -> str:
 
 
 def question_ceiling(runs: Sequence[ViewRun]) -> float | None:
-    """The per-question oracle of the single-worker runs of one benchmark: the share of
-    the (sample, epoch) pairs graded in every one of them that some single got right
+    """The per-question oracle (:mod:`conductor.runs.oracle`, as ``report`` and
+    ``fit-router`` count it) of the single-worker runs of one benchmark: on each sample
+    graded in every one of them, the best single's mean score over the sample's epochs
     (the most a router among them can score); ``None`` without two such runs, with runs
-    of several benchmarks, or without a pair in common."""
+    of several benchmarks, or without a sample in common."""
+    from ..runs.oracle import oracle_of_runs
+
     singles = [r for r in runs if r.is_single and r.kind == "bench"]
     if len(singles) < 2 or len({r.benchmark for r in runs if r.kind == "bench"}) > 1:
         return None
-    right: list[dict[str, bool]] = [
-        {s.key: s.correct for s in r.samples if s.verdict != "ungraded"} for r in singles
-    ]
-    common = set.intersection(*(set(r) for r in right))
-    if not common:
-        return None
-    return sum(any(r[k] for r in right) for k in common) / len(common)
+    scores: dict[str, dict[str, dict[int, float]]] = {}
+    for i, run in enumerate(singles):
+        mine = scores[str(i)] = {}
+        for s in run.samples:
+            if s.verdict != "ungraded":
+                mine.setdefault(s.sample_id, {})[s.epoch] = s.score
+    oracle = oracle_of_runs(scores)
+    return oracle.accuracy if oracle is not None else None
 
 
 def _accuracy_cost(runs: Sequence[ViewRun]) -> str:

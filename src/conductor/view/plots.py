@@ -364,7 +364,7 @@ def _figure(
             linestyle=":",
             color="#6a3d9a",
             linewidth=1.2,
-            label="per-question oracle (any single right)",
+            label="per-question oracle (the best single on each question)",
             gid="ceiling",
             zorder=2,
         )
