@@ -238,7 +238,8 @@ def _open_cache(request: BenchRequest) -> ResponseCache | None:
     yet (nothing could be replayed, and an estimate creates nothing)."""
     if request.no_cache:
         return None
-    from ..llm.cache import DB_FILE, ResponseCache, default_cache_dir
+    from ..llm.cache import DB_FILE, ResponseCache
+    from ..private import default_cache_dir
 
     directory = default_cache_dir()
     if not (directory / DB_FILE).is_file():

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MissingDependencyError, UsageError
+from ..private import default_cache_dir
 from ..redact import masked_json
 from .local_runtime import EXTRA_BUFFERS_ENV, RUNTIME_ENV, choose_runtime
 
@@ -119,8 +120,6 @@ def crash_sentence(
 
 
 def crash_file() -> Path:
-    from .cache import default_cache_dir
-
     return default_cache_dir() / "local-model-crashes.json"
 
 
