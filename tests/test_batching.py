@@ -18,12 +18,12 @@ from kit.batchkit import MemoryBatchAPI, MemoryPlan, answer_of
 
 from conductor.errors import BadRequestError, RateLimitError
 from conductor.llm.batchapi import BatchEntry
+from conductor.llm.batcher import SendLive
 from conductor.llm.batching import (
     LINE_RETRIES,
     BatchBoard,
     BatchPoll,
     SampleTicket,
-    SendLive,
     WaveBatcher,
 )
 from conductor.llm.cache import ResponseCache, cache_key

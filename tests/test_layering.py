@@ -460,6 +460,7 @@ def test_no_client_imports_the_factory() -> None:
     importers = sorted(m for m, targets in graph.items() if "conductor.llm.factory" in targets)
     assert importers == [
         "conductor.llm.answer_format",
+        "conductor.llm.batcher",
         "conductor.llm.batching",
         "conductor.llm.caller",
         "conductor.llm.cost",

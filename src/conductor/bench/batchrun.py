@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from ..llm.batching import BatchBoard, WaveBatcher, batched, check_batch_targets
+from ..llm.batcher import batched
+from ..llm.batching import BatchBoard, WaveBatcher, check_batch_targets
 
 if TYPE_CHECKING:
     from ..llm.cache import ResponseCache

@@ -642,7 +642,7 @@ def estimate_run(request: BenchRequest, assumed: Assumptions = ASSUMED) -> RunEs
     start: another run's records in its directory, or a resume that does not continue
     the run there.
     """
-    from ..llm.batching import batched
+    from ..llm.batcher import batched
     from ..llm.caller import CallerSet
     from ..llm.cost import cost_usd, price_for
     from ..llm.types import Usage

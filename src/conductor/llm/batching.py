@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..errors import BadResponseError, ModelCallError, RetryableError, UsageError, target_name
 from .batchapi import BatchAPI, BatchEntry, BatchStatus, LineOutcome
+from .batcher import BatchAnswer, SendLive
 from .keys import KnownSecrets
 from .replies import check_reply
 from .types import ModelRequest, RawCompletion
@@ -67,16 +68,13 @@ if TYPE_CHECKING:
 __all__ = [
     "LINE_RETRIES",
     "POLL_ENV",
-    "BatchAnswer",
     "BatchBoard",
     "BatchPoll",
     "BatchView",
     "Journal",
     "JournalEntry",
     "SampleTicket",
-    "SendLive",
     "WaveBatcher",
-    "batched",
     "check_batch_targets",
 ]
 
@@ -100,17 +98,6 @@ _T = TypeVar("_T")
 #: The variable that sets the seconds between reads of a batch's status (a fixed
 #: wait; unset: :class:`BatchPoll`'s growing one).
 POLL_ENV = "CONDUCTOR_BATCH_POLL_S"
-
-
-def batched(target: Worker, flag: bool) -> bool:
-    """Whether ``target``'s calls go through its provider's batch API in a bench: as its
-    ``batch:`` setting says, else as ``--batch`` (``flag``) says for a client that has
-    one."""
-    from .factory import batch_protocol
-
-    if target.batch is not None:
-        return target.batch
-    return flag and batch_protocol(target) is not None
 
 
 def check_batch_targets(targets: Iterable[Worker]) -> None:
@@ -159,15 +146,6 @@ class Journal(Protocol):
     def collected(self, label: str, state: str, succeeded: int, failed: int) -> None: ...
     def abandoned(self, label: str, reason: str) -> None: ...
     def close(self) -> None: ...
-
-
-class SendLive(Exception):
-    """Not an error: the call is to be made live, for ``reason`` (its lines went
-    unanswered too often, or its target's batch API refuses batches)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -224,15 +202,6 @@ class BatchBoard:
     in_flight: tuple[BatchView, ...]
     held: int
     live: int = 0
-
-
-@dataclass(frozen=True)
-class BatchAnswer:
-    """A call's answer from a batch (``raw.batch`` is set) and when its line was sent
-    (``time.perf_counter()``; a line a resumed batch holds: when this run took it up)."""
-
-    raw: RawCompletion
-    sent_at: float
 
 
 class SampleTicket:

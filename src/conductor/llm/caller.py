@@ -22,7 +22,7 @@ from ..errors import (
     ModelCallError,
     RequestTimeoutError,
 )
-from .batching import SendLive, batched
+from .batcher import SendLive, batched
 from .cache import cache_key
 from .cost import SpendMeter, cost_usd, price_for
 from .factory import capabilities_of, make_client
@@ -36,7 +36,7 @@ from .types import Completion, ModelRequest, RawCompletion, Retry
 if TYPE_CHECKING:
     from ..targets import Price, Worker
     from .base import ModelClient
-    from .batching import WaveBatcher
+    from .batcher import Batcher
     from .cache import ResponseCache
 
 __all__ = ["REFUSED_AFTER_ANSWER_RETRIES", "CallerSet", "ModelCaller", "server_key"]
@@ -71,7 +71,7 @@ class ModelCaller:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         limiter: AdaptiveLimiter | None = None,
         answered: set[str] | None = None,
-        batcher: WaveBatcher | None = None,
+        batcher: Batcher | None = None,
         batch: bool = False,
         meter: SpendMeter | None = None,
     ) -> None:
@@ -357,10 +357,10 @@ class CallerSet:
         self._answered: set[str] = set()
         self.limits = ProviderLimits(start=start_limit, max_pause_s=MAX_RETRY_AFTER_S)
         self.meter = meter
-        self._batcher: WaveBatcher | None = None
+        self._batcher: Batcher | None = None
         self._batch_flag = False
 
-    def use_batches(self, batcher: WaveBatcher | None, flag: bool) -> None:
+    def use_batches(self, batcher: Batcher | None, flag: bool) -> None:
         """Send the calls of batched targets (their ``batch:`` setting, else ``flag``,
         ``--batch``) through ``batcher`` from now on (``None``: none)."""
         self._batcher, self._batch_flag = batcher, flag
