@@ -461,7 +461,7 @@ def test_no_client_imports_the_factory() -> None:
     assert importers == [
         "conductor.llm.answer_format",
         "conductor.llm.batcher",
-        "conductor.llm.batching",
+        "conductor.batches.waves",
         "conductor.llm.caller",
         "conductor.llm.cost",
         "conductor.llm.keys",

@@ -1,7 +1,7 @@
 """Provider batch calls in workflow waves, written down before they are sent.
 
 A ``bench --batch`` run sends the calls of batch-capable workers through their
-provider's batch API (:mod:`conductor.llm.batchapi`) at half the live price.  A batch
+provider's batch API (:mod:`conductor.batches.api`) at half the live price.  A batch
 takes minutes to hours, so what matters is how many *rounds* a run needs, not how many
 calls: :class:`WaveBatcher` holds each call until every sample in flight waits on one
 (the samples are *parked*) and no batch is out, then sends all the held calls at once,
@@ -55,15 +55,15 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..errors import BadResponseError, ModelCallError, RetryableError, UsageError, target_name
-from .batchapi import BatchAPI, BatchEntry, BatchStatus, LineOutcome
-from .batcher import BatchAnswer, SendLive
-from .keys import KnownSecrets
-from .replies import check_reply
-from .types import ModelRequest, RawCompletion
+from ..llm.batcher import BatchAnswer, SendLive
+from ..llm.keys import KnownSecrets
+from ..llm.replies import check_reply
+from ..llm.types import ModelRequest, RawCompletion
+from .api import BatchAPI, BatchEntry, BatchStatus, LineOutcome
 
 if TYPE_CHECKING:
+    from ..llm.cache import ResponseCache
     from ..targets import Worker
-    from .cache import ResponseCache
 
 __all__ = [
     "LINE_RETRIES",
@@ -102,7 +102,7 @@ POLL_ENV = "CONDUCTOR_BATCH_POLL_S"
 
 def check_batch_targets(targets: Iterable[Worker]) -> None:
     """Refuse a ``batch: true`` on a worker whose client has no batch API, naming it."""
-    from .factory import batch_protocol
+    from ..llm.factory import batch_protocol
 
     for target in targets:
         if target.batch and batch_protocol(target) is None:
@@ -299,7 +299,7 @@ class WaveBatcher:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
         if api_for is None:
-            from .factory import batch_api
+            from ..llm.factory import batch_api
 
             api_for = batch_api
         self._targets = {(t.id, t.model): t for t in targets}

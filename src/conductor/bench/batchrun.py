@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..batches.waves import BatchBoard, WaveBatcher, check_batch_targets
 from ..errors import UsageError
 from ..llm.batcher import batched
-from ..llm.batching import BatchBoard, WaveBatcher, check_batch_targets
 
 if TYPE_CHECKING:
     from ..llm.cache import ResponseCache

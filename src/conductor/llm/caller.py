@@ -56,7 +56,7 @@ class ModelCaller:
 
     With a ``batcher`` (a ``bench --batch`` run), a call of a target that ``batch``
     says is batched waits for its answer from a provider batch
-    (:mod:`conductor.llm.batching`), outside the concurrency limit and the call's
+    (:mod:`conductor.batches.waves`), outside the concurrency limit and the call's
     time-outs (a batch takes hours); it is made live when the batcher says so.  Every
     other call is made live, and the batcher told, so that a wave waits for it.  A
     ``meter`` is charged what each call that was not cached cost.
@@ -340,7 +340,7 @@ class CallerSet:
     that key; ``start_limit`` caps where each key's limit starts (default: the sum of
     its targets' ``max_concurrency``).  ``limits.history()`` is what a bench records.
     ``meter`` is charged by every caller (a run's spend cap); :meth:`use_batches` sends
-    the calls of batched targets through a :class:`~conductor.llm.batching.WaveBatcher`.
+    the calls of batched targets through a :class:`~conductor.batches.waves.WaveBatcher`.
     """
 
     def __init__(

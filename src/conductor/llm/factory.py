@@ -24,9 +24,9 @@ from ..targets import POOL_CLIENT_KINDS, ClientKind
 from .capabilities import NO_CAPABILITIES, ClientCapabilities
 
 if TYPE_CHECKING:
+    from ..batches.api import BatchAPI
     from ..targets import Worker
     from .base import ModelClient
-    from .batchapi import BatchAPI
 
 __all__ = [
     "BATCH_APIS",
@@ -61,9 +61,9 @@ BatchProtocol = Literal["openai", "anthropic", "google"]
 #: Each batch protocol and the class that speaks it (module in this package, class
 #: name), imported only when first asked for; the class is made with the worker.
 BATCH_APIS: dict[BatchProtocol, tuple[str, str]] = {
-    "openai": (".batch_openai", "OpenAIBatchAPI"),
-    "anthropic": (".batch_anthropic", "AnthropicBatchAPI"),
-    "google": (".batch_google", "GoogleBatchAPI"),
+    "openai": ("..batches.openai", "OpenAIBatchAPI"),
+    "anthropic": ("..batches.anthropic", "AnthropicBatchAPI"),
+    "google": ("..batches.google", "GoogleBatchAPI"),
 }
 
 #: The batch protocol of a litellm model's provider prefix (``hosted_vllm/`` is a
@@ -132,7 +132,7 @@ def batch_protocol(target: Worker) -> BatchProtocol | None:
 
 
 def batch_api(target: Worker) -> BatchAPI | None:
-    """A fresh :class:`~conductor.llm.batchapi.BatchAPI` for ``target``'s provider key
+    """A fresh :class:`~conductor.batches.api.BatchAPI` for ``target``'s provider key
     and model, or ``None`` when its calls have no batch API."""
     protocol = batch_protocol(target)
     if protocol is None:

@@ -4,22 +4,22 @@ Two Python bindings of llama.cpp can run ``client: local`` models, each behind o
 adapter module with the same face (:class:`Runtime` -> :class:`NativeModel` ->
 :class:`NativeSampler`):
 
-- ``cyllama`` (:mod:`conductor.llm.local_runtime_cyllama`): binary wheels on PyPI for
+- ``cyllama`` (:mod:`conductor.localmodel.runtime_cyllama`): binary wheels on PyPI for
   Linux x86-64, macOS on Apple silicon and Windows, installed in seconds.  Its CPU build
   is portable (``GGML_NATIVE=OFF``: AVX2, no AVX-512 or AMX code), which also keeps it
   clear of llama.cpp's AMX matrix kernels that crash on some Xeons (llama.cpp issue
   #20824).  The default where it is installed.
-- ``llama-cpp-python`` (:mod:`conductor.llm.local_runtime_llama_cpp`): built from source
+- ``llama-cpp-python`` (:mod:`conductor.localmodel.runtime_llama_cpp`): built from source
   for the machine it is installed on (minutes of compiling), so it runs where no
   cyllama wheel exists (Linux on Arm, CPUs without AVX2) and with GPU builds.
 
 Only the low-level, llama.h-shaped part of each binding is used: load a model, tokenize,
 evaluate a batch, sample from a chain.  Everything above that (chat templates, the
 prompt cache, stop strings, usage) is written once, in
-:mod:`conductor.llm.local_generate`, so both runtimes behave the same.
+:mod:`conductor.localmodel.generate`, so both runtimes behave the same.
 
 ``CONDUCTOR_LOCAL_RUNTIME`` picks one by name when both are installed; the choice is
-made in the model's host process (:mod:`conductor.llm.local_host`), never in the
+made in the model's host process (:mod:`conductor.localmodel.host`), never in the
 process that runs the orchestration.
 """
 
@@ -115,7 +115,7 @@ class LoadSettings:
 
     ``extra_buffers`` turns on llama.cpp's extra CPU buffer types (weights repacked for
     the CPU's matrix instructions, the AMX buffer on Xeons that have it); see
-    :func:`conductor.llm.local_host.load_native_model` for when they are used.
+    :func:`conductor.localmodel.host.load_native_model` for when they are used.
     """
 
     path: str
@@ -224,7 +224,7 @@ class NativeSampler(Protocol):
 class NativeModel(Protocol):
     """A loaded model with one context of a runtime: one sequence of up to ``n_ctx``
     positions, which can be saved and restored (the prompt cache keeps other prompts
-    that way, :mod:`conductor.llm.local_generate`)."""
+    that way, :mod:`conductor.localmodel.generate`)."""
 
     @property
     def n_ctx(self) -> int: ...
@@ -374,9 +374,9 @@ class _Entry:
 
 #: Each runtime by name, in order of preference.
 RUNTIMES: dict[str, _Entry] = {
-    "cyllama": _Entry(".local_runtime_cyllama", "cyllama", "cyllama", install_hint("local")),
+    "cyllama": _Entry(".runtime_cyllama", "cyllama", "cyllama", install_hint("local")),
     "llama-cpp-python": _Entry(
-        ".local_runtime_llama_cpp",
+        ".runtime_llama_cpp",
         "llama_cpp",
         "llama-cpp-python",
         "pip install llama-cpp-python (a source build: a C/C++ compiler and CMake, minutes)",
