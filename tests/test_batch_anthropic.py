@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from conductor.batches import batch_api
 from conductor.batches.anthropic import ANTHROPIC_BATCH_LIMITS, AnthropicBatchAPI
 from conductor.batches.api import BatchAPI, BatchEntry, BatchLimits, BatchStatus, LineOutcome
 from conductor.batches.waves import BatchPoll, SampleTicket, WaveBatcher
@@ -31,7 +32,6 @@ from conductor.errors import (
 )
 from conductor.llm.anthropic_client import AnthropicClient
 from conductor.llm.cache import ResponseCache, cache_key
-from conductor.llm.factory import batch_api
 from conductor.llm.types import ModelRequest
 from conductor.runs.batches import BatchJournal
 from conductor.targets import Worker

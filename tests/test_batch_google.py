@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from conductor.batches import batch_api
 from conductor.batches.api import BatchAPI, BatchEntry, BatchLimits, BatchStatus, LineOutcome
 from conductor.batches.google import (
     GEMINI_BATCH_LIMITS,
@@ -33,7 +34,6 @@ from conductor.errors import (
     RetryableError,
     ServerError,
 )
-from conductor.llm.factory import batch_api
 from conductor.llm.google_client import GoogleClient
 from conductor.llm.types import ModelRequest
 from conductor.targets import Worker

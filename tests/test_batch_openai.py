@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from conductor.batches import batch_api
 from conductor.batches.api import BatchAPI, BatchEntry, BatchLimits, LineOutcome
 from conductor.batches.openai import (
     LABEL_KEY,
@@ -33,7 +34,6 @@ from conductor.errors import (
     ServerError,
 )
 from conductor.llm.cache import ResponseCache, cache_key
-from conductor.llm.factory import batch_api
 from conductor.llm.openai_client import OpenAIClient
 from conductor.llm.types import ModelRequest, ToolSpec
 from conductor.runs.batches import BatchJournal

@@ -8,11 +8,14 @@
 - No module imports another module's ``_private`` name, and no ``_private`` module is
   imported from outside its package (``sandbox/__init__.py`` importing
   ``sandbox/_engine.py`` is the package's own business).
-- ``conductor.llm`` imports nothing outside itself but its leaves.
+- ``conductor.llm`` imports nothing outside itself but its leaves and the local-model
+  runtime; the runtime (``conductor.localmodel``) imports nothing of the model calls; the
+  batch APIs (``conductor.batches``) are reached only through their registry.
 
 The graph is read from the source with ``ast`` (every import counts: at module level,
-inside functions and under ``TYPE_CHECKING``), plus the client registry's entries, which
-:mod:`conductor.llm.factory` imports by name.  The documented exceptions are the one
+inside functions and under ``TYPE_CHECKING``), plus the entries of the two registries,
+which :mod:`conductor.llm.factory` (client kinds) and :mod:`conductor.batches` (batch
+protocols) import by name.  The documented exceptions are the one
 table :data:`EXCEPTIONS`, which the circle and floor checks honour (a private name has
 no exception: make it public or move it).
 """
@@ -26,6 +29,8 @@ import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import pytest
+
 import conductor
 
 PACKAGE = Path(conductor.__file__).parent
@@ -38,7 +43,12 @@ Imports = Mapping[str, list[tuple[str, str | None]]]
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("words and errors", ("errors", "text", "events", "private", "userfiles", "bounds")),
     ("configuration", ("targets", "configfile", "shipped", "redact", "pool", "benchmark")),
+    # GGUF models in host processes: the local client and the router's features use it.
+    ("local models", ("localmodel",)),
     ("model calls", ("llm",)),
+    # The batch APIs build their lines with the clients' own builders; the caller knows
+    # the batcher only through a protocol of its own (llm/batcher.py).
+    ("provider batches", ("batches",)),
     ("the Conductor", ("conductors",)),
     # The workflow type (the three lists, parsed from a reply or read from a record)
     # sits with the records that hold it.
@@ -88,6 +98,22 @@ LEAVES = {
     "conductor.userfiles",
 }
 
+#: Packages outside ``conductor.llm`` that it may import, and why: the local-model
+#: runtime, which ``client: local``'s client runs its calls on.
+LEAF_PACKAGES = {"conductor.localmodel"}
+
+#: What the local-model runtime may import outside itself: the exception hierarchy, the
+#: private files and where the cache lives (the crashes it remembers), the masking of
+#: secrets (a model path in a crash record), the files the user names (a model file's
+#: path resolved) and what a call is aimed at (a worker, the local Conductor).
+LOCALMODEL_LEAVES = {
+    "conductor.errors",
+    "conductor.private",
+    "conductor.redact",
+    "conductor.userfiles",
+    "conductor.targets",
+}
+
 
 # --- reading the graph --------------------------------------------------------------
 
@@ -126,18 +152,26 @@ def imports_of(name: str, path: Path, known: set[str]) -> Iterator[tuple[str, st
                     yield source, alias.name
 
 
+#: Each registry that imports modules by name: (the module holding it, its name, the
+#: package its relative names are resolved in).
+REGISTRIES = [
+    ("conductor.llm.factory", "CLIENTS", "conductor.llm"),
+    ("conductor.batches", "BATCH_APIS", "conductor.batches"),
+]
+
+
 def registry_edges() -> dict[str, set[str]]:
-    """The client and batch API modules :mod:`conductor.llm.factory` imports through its
-    registries."""
-    factory = importlib.import_module("conductor.llm.factory")
-    clients: dict[str, tuple[str, str]] = getattr(factory, "CLIENTS", {})
-    batch_apis: dict[str, tuple[str, str]] = getattr(factory, "BATCH_APIS", {})
-    entries = [*clients.values(), *batch_apis.values()]
-    return {
-        "conductor.llm.factory": {
-            importlib.util.resolve_name(module, "conductor.llm") for module, _ in entries
-        }
-    }
+    """The modules each registry imports by name: the client modules of
+    :mod:`conductor.llm.factory`'s ``CLIENTS``, the batch API modules of
+    :mod:`conductor.batches`' ``BATCH_APIS``."""
+    edges: dict[str, set[str]] = {}
+    for holder, name, package in REGISTRIES:
+        entries: dict[str, tuple[str, str]] = getattr(importlib.import_module(holder), name)
+        assert entries, f"{holder}.{name} is empty"
+        edges.setdefault(holder, set()).update(
+            importlib.util.resolve_name(module, package) for module, _ in entries.values()
+        )
+    return edges
 
 
 def is_ours(target: str) -> bool:
@@ -157,13 +191,14 @@ def package_imports() -> dict[str, list[tuple[str, str | None]]]:
     return out
 
 
+def imports_within(package: str) -> dict[str, list[tuple[str, str | None]]]:
+    """Each module of ``package`` and what it imports from ``conductor``."""
+    return {name: targets for name, targets in package_imports().items() if within(name, package)}
+
+
 def llm_imports() -> dict[str, list[tuple[str, str | None]]]:
     """Each module of ``conductor.llm`` and what it imports from ``conductor``."""
-    return {
-        name: targets
-        for name, targets in package_imports().items()
-        if name == "conductor.llm" or name.startswith("conductor.llm.")
-    }
+    return imports_within("conductor.llm")
 
 
 # --- the checks, on any graph (the tests below feed them small ones too) -------------
@@ -291,6 +326,10 @@ def test_the_graph_sees_the_imports_it_should() -> None:
     assert ("conductor.errors", "ModelCallError") in imports["conductor.llm.caller"]
     assert ("conductor.llm.retry", "send_with_retries") in imports["conductor.llm.caller"]
     assert ("conductor.llm.openai_client", None) in imports["conductor.llm.factory"]
+    assert ("conductor.batches.openai", None) in imports["conductor.batches"]
+    assert ("conductor.localmodel.runtime", "choose_runtime") in imports[
+        "conductor.localmodel.crashes"
+    ]
     # A relative import of the package itself, and one inside a function.
     assert ("conductor", "__version__") in imports["conductor.cli.app"]
     assert any(t == "conductor.sandbox._engine" for t, _ in imports["conductor.sandbox"])
@@ -409,20 +448,43 @@ def test_no_module_imports_a_private_name_or_another_packages_private_module() -
     assert private_imports(package_imports()) == []
 
 
-# --- the model-call layer ------------------------------------------------------------------
+# --- the model-call layer and the rooms beside it ------------------------------------------
 
 
-def test_no_import_circle_inside_the_model_call_layer() -> None:
-    imports = llm_imports()
+def outside_imports(
+    imports: Imports,
+    package: str,
+    leaves: set[str],
+    leaf_packages: frozenset[str] | set[str] = frozenset(),
+) -> list[str]:
+    """Every import by a module of ``package`` of a module outside it that is neither one
+    of ``leaves`` nor inside one of ``leaf_packages``."""
+    return sorted(
+        f"{name} imports {target}" + (f".{what}" if what else "")
+        for name, targets in imports.items()
+        if within(name, package)
+        for target, what in targets
+        if not within(target, package)
+        and target not in leaves
+        and not any(within(target, p) for p in leaf_packages)
+    )
+
+
+@pytest.mark.parametrize("package", ["conductor.llm", "conductor.localmodel", "conductor.batches"])
+def test_no_import_circle_inside_the_package(package: str) -> None:
+    imports = imports_within(package)
+    assert len(imports) > 5
     graph = {
-        name: {t for t, _ in targets if t.startswith("conductor.llm.")}
+        name: {t for t, _ in targets if t.startswith(package + ".")}
         for name, targets in imports.items()
     }
     assert cycles(graph) == []
 
 
 def test_no_import_climbs_up_out_of_the_model_call_layer() -> None:
-    above = [unit for _, names in FLOORS[3:] for unit in names]
+    level = [floor for floor, _ in FLOORS].index("model calls")
+    above = [unit for _, names in FLOORS[level + 1 :] for unit in names]
+    assert "batches" in above and "llm" not in above
     found = sorted(
         f"{name} imports {target}" + (f".{what}" if what else "")
         for name, targets in llm_imports().items()
@@ -433,13 +495,54 @@ def test_no_import_climbs_up_out_of_the_model_call_layer() -> None:
 
 
 def test_the_model_call_layer_imports_only_its_leaves() -> None:
-    outside = sorted(
-        f"{name} imports {target}" + (f".{what}" if what else "")
-        for name, targets in llm_imports().items()
-        for target, what in targets
-        if not within(target, "conductor.llm") and target not in LEAVES
-    )
-    assert outside == []
+    assert outside_imports(package_imports(), "conductor.llm", LEAVES, LEAF_PACKAGES) == []
+
+
+def test_the_local_model_runtime_imports_only_its_leaves() -> None:
+    """The runtime knows nothing of the model calls: a client, a cache, a caller."""
+    found = outside_imports(package_imports(), "conductor.localmodel", LOCALMODEL_LEAVES)
+    assert found == []
+
+
+def test_a_layer_reaching_past_its_leaves_is_found() -> None:
+    imports: Imports = {
+        "conductor.localmodel.crashes": [
+            ("conductor.private", "default_cache_dir"),
+            ("conductor.llm.cache", "default_cache_dir"),
+        ],
+        "conductor.llm.local_client": [("conductor.localmodel.models", "get_host")],
+    }
+    assert outside_imports(imports, "conductor.localmodel", LOCALMODEL_LEAVES) == [
+        "conductor.localmodel.crashes imports conductor.llm.cache.default_cache_dir"
+    ]
+    assert outside_imports(imports, "conductor.llm", LEAVES, LEAF_PACKAGES) == []
+    assert outside_imports(imports, "conductor.llm", LEAVES) == [
+        "conductor.llm.local_client imports conductor.localmodel.models.get_host"
+    ]
+
+
+def test_the_batch_apis_are_reached_only_through_their_registry() -> None:
+    """As the clients are through the factory: only ``conductor.batches``' registry
+    imports a protocol's module, and nothing those modules import, directly or not,
+    imports the registry (which would make a circle through it)."""
+    imports = package_imports()
+    apis = registry_edges()["conductor.batches"]
+    assert apis == {
+        "conductor.batches.openai",
+        "conductor.batches.anthropic",
+        "conductor.batches.google",
+    }
+    importers = sorted(name for name, targets in imports.items() for t, _ in targets if t in apis)
+    assert importers == ["conductor.batches"] * len(apis)
+    graph = {name: {t for t, _ in targets} for name, targets in imports.items()}
+    below: set[str] = set()
+    todo = list(apis)
+    while todo:
+        name = todo.pop()
+        if name not in below:
+            below.add(name)
+            todo.extend(graph.get(name, ()))
+    assert sorted(m for m in below if "conductor.batches" in graph.get(m, ())) == []
 
 
 def test_no_client_imports_the_factory() -> None:
@@ -461,7 +564,6 @@ def test_no_client_imports_the_factory() -> None:
     assert importers == [
         "conductor.llm.answer_format",
         "conductor.llm.batcher",
-        "conductor.batches.waves",
         "conductor.llm.caller",
         "conductor.llm.cost",
         "conductor.llm.keys",

@@ -13,7 +13,7 @@ What to put in a batch and when (waves), what is written to the run directory be
 a submission, and what is retried are decided one level up, in
 :mod:`conductor.batches.waves`: an implementation here makes no decision of its own.
 Implementations: :mod:`conductor.batches.openai`, :mod:`conductor.batches.anthropic`
-and :mod:`conductor.batches.google`, made by :func:`conductor.llm.factory.batch_api`.
+and :mod:`conductor.batches.google`, made by :func:`conductor.batches.batch_api`.
 """
 
 from __future__ import annotations

@@ -299,7 +299,7 @@ class WaveBatcher:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
         if api_for is None:
-            from ..llm.factory import batch_api
+            from . import batch_api
 
             api_for = batch_api
         self._targets = {(t.id, t.model): t for t in targets}
