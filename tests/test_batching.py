@@ -462,7 +462,7 @@ async def test_a_fault_no_one_foresaw_makes_the_calls_live_instead_of_hanging(
     assert isinstance(results[0], SendLive) and "could not be followed" in caplog.text
 
     def no_client(_t: Worker) -> Any:
-        raise ModuleNotFoundError("conductor.llm.batch_nowhere")
+        raise ModuleNotFoundError("conductor.batches.nowhere")
 
     cache = ResponseCache(tmp_path / "c2")
     batcher = WaveBatcher([A], BatchJournal(tmp_path / "j2"), cache, poll=POLL, api_for=no_client)
