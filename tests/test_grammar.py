@@ -37,7 +37,8 @@ def embedded() -> Any:
     from kit.poolkit import embedded_model_or_skip
 
     from conductor.localmodel.generate import Generator
-    from conductor.localmodel.runtime import LoadSettings, choose_runtime, load_runtime
+    from conductor.localmodel.runtime import LoadSettings
+    from conductor.localmodel.runtimes import choose_runtime, load_runtime
 
     path = embedded_model_or_skip()
     model = load_runtime(choose_runtime()).load(

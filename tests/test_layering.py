@@ -13,16 +13,19 @@
   batch APIs (``conductor.batches``) are reached only through their registry.
 
 The graph is read from the source with ``ast`` (every import counts: at module level,
-inside functions and under ``TYPE_CHECKING``), plus the entries of the two registries,
-which :mod:`conductor.llm.factory` (client kinds) and :mod:`conductor.batches` (batch
-protocols) import by name.  The documented exceptions are the one
-table :data:`EXCEPTIONS`, which the circle and floor checks honour (a private name has
-no exception: make it public or move it).
+inside functions and under ``TYPE_CHECKING``), plus the entries of every registry that
+imports modules by name, found by its shape (:func:`registry_targets`): the client
+kinds of :mod:`conductor.llm.factory`, the batch protocols of :mod:`conductor.batches`,
+the llama.cpp bindings of :mod:`conductor.localmodel.runtimes` and the graders of
+:mod:`conductor.grading`.  The documented exceptions are the one table
+:data:`EXCEPTIONS`, which the circle and floor checks honour (a private name has no
+exception: make it public or move it).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
 import re
@@ -129,10 +132,16 @@ def all_modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """``path``'s syntax tree, read once per test session (every check walks them all)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imports_of(name: str, path: Path, known: set[str]) -> Iterator[tuple[str, str | None]]:
     """(module imported, name taken from it or None) for every import in ``path``."""
     is_package = path.name == "__init__.py"
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, None
@@ -152,25 +161,40 @@ def imports_of(name: str, path: Path, known: set[str]) -> Iterator[tuple[str, st
                     yield source, alias.name
 
 
-#: Each registry that imports modules by name: (the module holding it, its name, the
-#: package its relative names are resolved in).
-REGISTRIES = [
-    ("conductor.llm.factory", "CLIENTS", "conductor.llm"),
-    ("conductor.batches", "BATCH_APIS", "conductor.batches"),
-]
+def _first_string(node: ast.expr) -> str | None:
+    """The first item of a tuple, or the first argument of a call, when it is a string."""
+    items = node.elts if isinstance(node, ast.Tuple) else None
+    items = node.args if isinstance(node, ast.Call) else items
+    if items and isinstance(items[0], ast.Constant) and isinstance(items[0].value, str):
+        return items[0].value
+    return None
+
+
+def registry_targets(source: str | ast.Module, package: str) -> set[str]:
+    """The modules the registries of a module's ``source`` import by name: each
+    module-level dict whose every value starts with a relative module name, as a tuple
+    (``"openai": (".openai_client", "OpenAIClient")``) or as a call's first argument
+    (``_Entry(".runtime_cyllama", ...)``), resolved in ``package``."""
+    found: set[str] = set()
+    tree = ast.parse(source) if isinstance(source, str) else source
+    for node in tree.body:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        if not isinstance(value, ast.Dict) or not value.values:
+            continue
+        names = [_first_string(v) for v in value.values]
+        if all(n is not None and n.startswith(".") for n in names):
+            found.update(importlib.util.resolve_name(n, package) for n in names if n)
+    return found
 
 
 def registry_edges() -> dict[str, set[str]]:
-    """The modules each registry imports by name: the client modules of
-    :mod:`conductor.llm.factory`'s ``CLIENTS``, the batch API modules of
-    :mod:`conductor.batches`' ``BATCH_APIS``."""
+    """Each module holding a registry, and the modules its registries import by name."""
     edges: dict[str, set[str]] = {}
-    for holder, name, package in REGISTRIES:
-        entries: dict[str, tuple[str, str]] = getattr(importlib.import_module(holder), name)
-        assert entries, f"{holder}.{name} is empty"
-        edges.setdefault(holder, set()).update(
-            importlib.util.resolve_name(module, package) for module, _ in entries.values()
-        )
+    for name, path in all_modules().items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = registry_targets(parsed(path), package)
+        if targets:
+            edges[name] = targets
     return edges
 
 
@@ -327,12 +351,47 @@ def test_the_graph_sees_the_imports_it_should() -> None:
     assert ("conductor.llm.retry", "send_with_retries") in imports["conductor.llm.caller"]
     assert ("conductor.llm.openai_client", None) in imports["conductor.llm.factory"]
     assert ("conductor.batches.openai", None) in imports["conductor.batches"]
-    assert ("conductor.localmodel.runtime", "choose_runtime") in imports[
+    assert ("conductor.localmodel.runtime_cyllama", None) in imports[
+        "conductor.localmodel.runtimes"
+    ]
+    assert ("conductor.localmodel.runtimes", "choose_runtime") in imports[
         "conductor.localmodel.crashes"
     ]
     # A relative import of the package itself, and one inside a function.
     assert ("conductor", "__version__") in imports["conductor.cli.app"]
     assert any(t == "conductor.sandbox._engine" for t, _ in imports["conductor.sandbox"])
+
+
+def test_every_registry_is_found_by_its_shape() -> None:
+    """The four registries that import by name, and only they, with every entry."""
+    edges = registry_edges()
+    assert sorted(edges) == [
+        "conductor.batches",
+        "conductor.grading",
+        "conductor.llm.factory",
+        "conductor.localmodel.runtimes",
+    ]
+    clients = importlib.import_module("conductor.llm.factory").CLIENTS
+    assert edges["conductor.llm.factory"] == {
+        importlib.util.resolve_name(module, "conductor.llm") for module, _ in clients.values()
+    }
+    assert len(edges["conductor.llm.factory"]) == 7
+    assert len(edges["conductor.grading"]) == 4
+    assert len(edges["conductor.batches"]) == 3
+    assert len(edges["conductor.localmodel.runtimes"]) == 2
+    # The shapes it takes, and what it leaves.
+    source = (
+        'A = {"x": (".one", "One"), "y": (".two", "Two")}\n'
+        'B: dict[str, E] = {"z": E("..up.three", "t")}\n'
+        'C = {"n": ("not-a-module", 1)}\n'
+        'D = {"m": (".four", 1), "k": ("plain", 2)}\n'
+        "def f():\n    E = {'q': ('.five', 1)}\n"
+    )
+    assert registry_targets(source, "conductor.p") == {
+        "conductor.p.one",
+        "conductor.p.two",
+        "conductor.up.three",
+    }
 
 
 def test_every_import_names_a_module_that_exists() -> None:

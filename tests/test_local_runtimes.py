@@ -27,10 +27,9 @@ from conductor.localmodel.runtime import (
     GrammarError,
     LoadSettings,
     SamplerSettings,
-    installed_runtimes,
-    load_runtime,
     sampler_links,
 )
+from conductor.localmodel.runtimes import installed_runtimes, load_runtime
 
 # llama.cpp runs in this process here: a crash fails one test, not the run.
 pytestmark = pytest.mark.isolated

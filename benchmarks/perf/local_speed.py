@@ -41,12 +41,8 @@ from conductor.llm.types import ModelRequest
 from conductor.localmodel import models
 from conductor.localmodel.generate import Generator
 from conductor.localmodel.models import default_n_threads, embedded_model_path
-from conductor.localmodel.runtime import (
-    LoadSettings,
-    SamplerSettings,
-    installed_runtimes,
-    load_runtime,
-)
+from conductor.localmodel.runtime import LoadSettings, SamplerSettings
+from conductor.localmodel.runtimes import installed_runtimes, load_runtime
 from conductor.targets import Worker
 
 PROMPT = "Explain in a few sentences why the sky looks blue during the day."

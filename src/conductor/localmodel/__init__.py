@@ -12,7 +12,8 @@ own.
   the prompt cache, the token loop) and the pooled hidden states a router reads;
 - :mod:`~conductor.localmodel.runtime`: the seam every llama.cpp binding is reached
   through, with one adapter per binding (:mod:`~conductor.localmodel.runtime_cyllama`,
-  :mod:`~conductor.localmodel.runtime_llama_cpp`).
+  :mod:`~conductor.localmodel.runtime_llama_cpp`), chosen and imported through
+  :mod:`~conductor.localmodel.runtimes`, the registry of bindings.
 
 It is a floor below the model calls: ``client: local``'s
 :class:`~conductor.llm.local_client.LocalClient` and the ``gguf-mean-v1`` router

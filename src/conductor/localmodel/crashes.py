@@ -21,7 +21,8 @@ from typing import Any
 from ..errors import MissingDependencyError, UsageError
 from ..private import default_cache_dir
 from ..redact import masked_json
-from .runtime import EXTRA_BUFFERS_ENV, RUNTIME_ENV, choose_runtime
+from .runtime import EXTRA_BUFFERS_ENV
+from .runtimes import RUNTIME_ENV, choose_runtime
 
 logger = logging.getLogger("conductor")
 
@@ -126,7 +127,7 @@ def crash_file() -> Path:
 def _crash_key(path: str) -> str:
     """The model file (by path, size and time) and the runtime (by version) that would
     run it now: a crash is remembered for that pair only."""
-    from .runtime import runtime_version
+    from .runtimes import runtime_version
 
     try:
         stat = os.stat(path)

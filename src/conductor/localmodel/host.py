@@ -287,7 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     wire = _Wire(_protocol_stream())
     from ..errors import MissingDependencyError, UsageError
     from .generate import Generator, TemplateError
-    from .runtime import LoadSettings, choose_runtime, load_runtime
+    from .runtime import LoadSettings
+    from .runtimes import choose_runtime, load_runtime
 
     started = time.perf_counter()
     try:

@@ -64,7 +64,8 @@ from .crashes import (
     signal_name,
 )
 from .host import HostOptions, decode, encode, host_command
-from .runtime import choose_runtime, extra_buffers_setting
+from .runtime import extra_buffers_setting
+from .runtimes import choose_runtime
 
 if TYPE_CHECKING:
     from ..targets import ConductorConfig, Worker
