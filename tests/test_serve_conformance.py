@@ -35,7 +35,9 @@ REQUIRE = "CONDUCTOR_REQUIRE_CONFORMANCE"
 SPEC = "CONDUCTOR_OPENAI_OPENAPI"
 FIXTURES = Path(__file__).parent / "fixtures" / "conformance"
 
-# What the other builds of issue 22 bring; the lead removes each mark once its build is in.
+# Real clients against a served app: structured replies and strict tools' arguments are
+# checked in serve's checker processes, lm-eval runs `git describe`, so all are process tests.
+pytestmark = pytest.mark.process
 
 
 def _absent(what: str, hint: str = "pip install -e '.[conformance]'") -> None:
@@ -303,7 +305,6 @@ def test_openapi_models_and_errors(url: str, tee: Tee, openapi: OpenApi) -> None
     openapi.check("ErrorResponse", refused)
 
 
-@pytest.mark.process  # a structured reply is checked in serve's checker processes
 def test_openai_parse(tmp_path: Path, fake_server: FakeLLMServer, openapi: OpenApi) -> None:
     pydantic = need("pydantic")
 
@@ -482,12 +483,10 @@ def _assert_exact(results: Any) -> None:
     assert [s["filtered_resps"] for s in samples] == [["4"], ["8"]]
 
 
-@pytest.mark.process  # lm-eval runs `git describe` for its results
 def test_lm_eval_chat_completions(url: str, tmp_path: Path) -> None:
     _assert_exact(_lm_eval(url, tmp_path, "local-chat-completions", "chat/completions", True))
 
 
-@pytest.mark.process
 def test_lm_eval_completions(url: str, tmp_path: Path) -> None:
     _assert_exact(_lm_eval(url, tmp_path, "local-completions", "completions", False))
 
@@ -586,7 +585,6 @@ def test_the_schemas_can_refuse(openapi: OpenApi) -> None:
     assert openapi.errors(nullable, {**asked, "max_completion_tokens": "9"}) != []
 
 
-@pytest.mark.process  # a strict tool's arguments are checked in serve's checker processes
 def test_openai_responses_function_call(
     tmp_path: Path, fake_server: FakeLLMServer, openapi: OpenApi
 ) -> None:
