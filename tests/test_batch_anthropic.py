@@ -1,5 +1,5 @@
 """Anthropic's Message Batches: the fake server's routes driven by the real anthropic
-SDK, and :class:`~conductor.llm.batch_anthropic.AnthropicBatchAPI` end to end against
+SDK, and :class:`~conductor.batches.anthropic.AnthropicBatchAPI` end to end against
 them (real HTTP to 127.0.0.1; nothing mocked)."""
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ from typing import Any
 
 import pytest
 
+from conductor.batches import batch_api
+from conductor.batches.anthropic import ANTHROPIC_BATCH_LIMITS, AnthropicBatchAPI
+from conductor.batches.api import BatchAPI, BatchEntry, BatchLimits, BatchStatus, LineOutcome
+from conductor.batches.waves import BatchPoll, SampleTicket, WaveBatcher
 from conductor.errors import (
     AuthenticationError,
     BadRequestError,
@@ -27,11 +31,7 @@ from conductor.errors import (
     ServerError,
 )
 from conductor.llm.anthropic_client import AnthropicClient
-from conductor.llm.batch_anthropic import ANTHROPIC_BATCH_LIMITS, AnthropicBatchAPI
-from conductor.llm.batchapi import BatchAPI, BatchEntry, BatchLimits, BatchStatus, LineOutcome
-from conductor.llm.batching import BatchPoll, SampleTicket, WaveBatcher
 from conductor.llm.cache import ResponseCache, cache_key
-from conductor.llm.factory import batch_api
 from conductor.llm.types import ModelRequest
 from conductor.runs.batches import BatchJournal
 from conductor.targets import Worker

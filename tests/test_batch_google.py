@@ -1,5 +1,5 @@
 """Gemini's batch mode: the fake server's routes driven by the raw google-genai SDK, and
-:class:`~conductor.llm.batch_google.GoogleBatchAPI` end to end against them.
+:class:`~conductor.batches.google.GoogleBatchAPI` end to end against them.
 
 Everything is real HTTP to the fake server on 127.0.0.1; nothing is mocked.  A batch
 moves only when its status is read (``BatchPlan``), so each test says exactly when
@@ -17,6 +17,14 @@ from typing import Any
 
 import pytest
 
+from conductor.batches import batch_api
+from conductor.batches.api import BatchAPI, BatchEntry, BatchLimits, BatchStatus, LineOutcome
+from conductor.batches.google import (
+    GEMINI_BATCH_LIMITS,
+    GEMINI_INLINE_LIMIT_BYTES,
+    METADATA_KEY,
+    GoogleBatchAPI,
+)
 from conductor.errors import (
     AuthenticationError,
     BadRequestError,
@@ -26,14 +34,6 @@ from conductor.errors import (
     RetryableError,
     ServerError,
 )
-from conductor.llm.batch_google import (
-    GEMINI_BATCH_LIMITS,
-    GEMINI_INLINE_LIMIT_BYTES,
-    METADATA_KEY,
-    GoogleBatchAPI,
-)
-from conductor.llm.batchapi import BatchAPI, BatchEntry, BatchLimits, BatchStatus, LineOutcome
-from conductor.llm.factory import batch_api
 from conductor.llm.google_client import GoogleClient
 from conductor.llm.types import ModelRequest
 from conductor.targets import Worker

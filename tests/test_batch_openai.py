@@ -1,5 +1,5 @@
 """OpenAI's batch API: the fake server's Files and Batch routes driven by the real openai
-SDK, and :class:`~conductor.llm.batch_openai.OpenAIBatchAPI` end to end against them.
+SDK, and :class:`~conductor.batches.openai.OpenAIBatchAPI` end to end against them.
 
 Everything talks real HTTP to the fake server on 127.0.0.1; batches move only when
 their status is read (``BatchPlan`` says how), so each test decides when one ends.
@@ -15,6 +15,15 @@ from typing import Any
 
 import pytest
 
+from conductor.batches import batch_api
+from conductor.batches.api import BatchAPI, BatchEntry, BatchLimits, LineOutcome
+from conductor.batches.openai import (
+    LABEL_KEY,
+    OPENAI_BATCH_LIMITS,
+    OpenAIBatchAPI,
+    status_of,
+)
+from conductor.batches.waves import BatchPoll, SampleTicket, WaveBatcher
 from conductor.errors import (
     AuthenticationError,
     BadRequestError,
@@ -24,16 +33,7 @@ from conductor.errors import (
     RetryableError,
     ServerError,
 )
-from conductor.llm.batch_openai import (
-    LABEL_KEY,
-    OPENAI_BATCH_LIMITS,
-    OpenAIBatchAPI,
-    status_of,
-)
-from conductor.llm.batchapi import BatchAPI, BatchEntry, BatchLimits, LineOutcome
-from conductor.llm.batching import BatchPoll, SampleTicket, WaveBatcher
 from conductor.llm.cache import ResponseCache, cache_key
-from conductor.llm.factory import batch_api
 from conductor.llm.openai_client import OpenAIClient
 from conductor.llm.types import ModelRequest, ToolSpec
 from conductor.runs.batches import BatchJournal

@@ -1,4 +1,4 @@
-"""The wave batcher (conductor.llm.batching): what is sent when, what each kind of
+"""The wave batcher (conductor.batches.waves): what is sent when, what each kind of
 answer leads to, the journal a resume reads, and the caller's side of it.
 
 The provider is a batch API held in memory at the seam (tests/kit/batchkit.py); the
@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 from kit.batchkit import MemoryBatchAPI, MemoryPlan, answer_of
 
-from conductor.errors import BadRequestError, RateLimitError
-from conductor.llm.batchapi import BatchEntry
-from conductor.llm.batching import (
+from conductor.batches.api import BatchEntry
+from conductor.batches.waves import (
     LINE_RETRIES,
     BatchBoard,
     BatchPoll,
     SampleTicket,
-    SendLive,
     WaveBatcher,
 )
+from conductor.errors import BadRequestError, RateLimitError
+from conductor.llm.batcher import SendLive
 from conductor.llm.cache import ResponseCache, cache_key
 from conductor.llm.caller import CallerSet
 from conductor.llm.types import ModelRequest
@@ -462,7 +462,7 @@ async def test_a_fault_no_one_foresaw_makes_the_calls_live_instead_of_hanging(
     assert isinstance(results[0], SendLive) and "could not be followed" in caplog.text
 
     def no_client(_t: Worker) -> Any:
-        raise ModuleNotFoundError("conductor.llm.batch_nowhere")
+        raise ModuleNotFoundError("conductor.batches.nowhere")
 
     cache = ResponseCache(tmp_path / "c2")
     batcher = WaveBatcher([A], BatchJournal(tmp_path / "j2"), cache, poll=POLL, api_for=no_client)
@@ -511,7 +511,7 @@ class Flaky(MemoryBatchAPI):
 async def test_results_that_never_read_make_the_calls_live_and_an_outage_is_waited_out(
     tmp_path: Path,
 ) -> None:
-    from conductor.llm.batching import UNREADABLE_READS
+    from conductor.batches.waves import UNREADABLE_READS
 
     unreadable = Unreadable()
     run = Run(tmp_path, {"a": unreadable})

@@ -214,8 +214,8 @@ def test_terminal_bench_is_unchanged(tmp_path: Path, fake_server: FakeLLMServer)
 
 
 def test_a_batched_run_says_where_its_batches_stand_as_soon_as_they_move() -> None:
-    from conductor.llm.batchapi import BatchStatus
-    from conductor.llm.batching import BatchBoard, BatchView
+    from conductor.batches.api import BatchStatus
+    from conductor.batches.waves import BatchBoard, BatchView
     from conductor.render.bench_progress import format_board
 
     lines = ProgressLines("math500 · conductor", start=0.0)

@@ -361,7 +361,7 @@ def test_a_looping_link_where_a_path_is_resolved_is_one_sentence(hostile: Path) 
     """Path.resolve raises RuntimeError on a loop (Python 3.11): the places that resolve
     a path the user gave say what it is instead."""
     from conductor.cli._ci import CiOutputs
-    from conductor.llm.local_model import get_host
+    from conductor.localmodel.models import get_host
 
     loop = hostile / "loop"
     with pytest.raises(UnreadableFileError, match="symbolic link that loops"):

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from conductor.llm.cache import ResponseCache, cache_key, default_cache_dir
+from conductor.llm.cache import ResponseCache, cache_key
 from conductor.llm.types import ModelRequest, RawCompletion, Usage
+from conductor.private import default_cache_dir
 from conductor.targets import Worker
 
 W = Worker(id="w", model="openai/gpt-4o", api_base="http://localhost:1/v1")

@@ -33,11 +33,12 @@ def _rules(grammar: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def embedded() -> Any:
     """The embedded model on the default llama.cpp runtime, in this process (a
-    :class:`~conductor.llm.local_generate.Generator`)."""
+    :class:`~conductor.localmodel.generate.Generator`)."""
     from kit.poolkit import embedded_model_or_skip
 
-    from conductor.llm.local_generate import Generator
-    from conductor.llm.local_runtime import LoadSettings, choose_runtime, load_runtime
+    from conductor.localmodel.generate import Generator
+    from conductor.localmodel.runtime import LoadSettings
+    from conductor.localmodel.runtimes import choose_runtime, load_runtime
 
     path = embedded_model_or_skip()
     model = load_runtime(choose_runtime()).load(
@@ -158,7 +159,7 @@ def test_llama_cpp_compiles_the_grammar(
 
 @pytest.mark.isolated  # llama.cpp in this process
 def test_llama_cpp_refuses_a_broken_grammar(embedded: Any) -> None:
-    from conductor.llm.local_runtime import GrammarError
+    from conductor.localmodel.runtime import GrammarError
 
     with pytest.raises(GrammarError, match="GBNF"):
         embedded.model.sampler([("grammar", ('root ::= "unterminated', "root"))])
@@ -258,7 +259,7 @@ def test_a_subtask_choice_that_cannot_be_a_quoted_line_is_refused(bad: str) -> N
 
 @pytest.mark.isolated  # llama.cpp in this process
 def test_llama_cpp_keeps_the_model_to_the_subtask_choices(embedded: Any) -> None:
-    from conductor.llm.local_runtime import SamplerSettings
+    from conductor.localmodel.runtime import SamplerSettings
 
     text = workflow_grammar(3, 2, max_reasoning_chars=40, subtask_choices=CHOICES)
     prompt = (
@@ -296,7 +297,7 @@ def test_the_reply_check_admits_whatever_llama_cpp_decodes_with_the_grammar(
     the beginning of one); the same model without the grammar writes replies the
     matcher refuses, so the check tells the two apart."""
     from conductor.llm.gbnf import GbnfMatcher
-    from conductor.llm.local_runtime import SamplerSettings
+    from conductor.localmodel.runtime import SamplerSettings
 
     text = workflow_grammar(3, 3, **options)
     matcher = GbnfMatcher(text)

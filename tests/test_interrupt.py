@@ -326,7 +326,7 @@ def _embedded_model() -> Path:
 
 @pytest.mark.process
 def test_stop_all_ends_a_busy_host_at_once_and_fails_its_calls() -> None:
-    from conductor.llm.local_model import get_host, stop_all
+    from conductor.localmodel.models import get_host, stop_all
 
     stop_all()
     host = get_host(_embedded_model())
@@ -351,7 +351,7 @@ def test_stop_all_ends_a_busy_host_at_once_and_fails_its_calls() -> None:
 def test_a_call_cancelled_while_queued_never_generates(caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
-    from conductor.llm.local_model import get_host, stop_all
+    from conductor.localmodel.models import get_host, stop_all
 
     stop_all()
     host = get_host(_embedded_model())

@@ -166,10 +166,10 @@ def test_a_bench_on_a_busy_model_reports_its_queue_apart_from_its_latency(
 async def test_a_local_model_busy_with_another_call_is_queue_and_its_load_is_neither() -> None:
     from kit.poolkit import embedded_model_or_skip
 
-    from conductor.llm import local_model
+    from conductor.localmodel import models
 
     embedded_model_or_skip()
-    local_model.stop_all()  # so this caller's set-up really loads the model
+    models.stop_all()  # so this caller's set-up really loads the model
     params = {"max_tokens": 24, "temperature": 0.0}
     callers = [
         ModelCaller(Worker(id=f"w{i}", model="smollm2", client="local", params=params))

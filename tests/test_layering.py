@@ -8,13 +8,18 @@
 - No module imports another module's ``_private`` name, and no ``_private`` module is
   imported from outside its package (``sandbox/__init__.py`` importing
   ``sandbox/_engine.py`` is the package's own business).
-- ``conductor.llm`` imports nothing outside itself but its leaves.
+- ``conductor.llm`` imports nothing outside itself but its leaves and the local-model
+  runtime; the runtime (``conductor.localmodel``) imports nothing of the model calls; the
+  batch APIs (``conductor.batches``) are reached only through their registry.
 
 The graph is read from the source with ``ast`` (every import counts: at module level,
-inside functions and under ``TYPE_CHECKING``), plus the client registry's entries, which
-:mod:`conductor.llm.factory` imports by name.  The documented exceptions are the one
-table :data:`EXCEPTIONS`, which the circle and floor checks honour (a private name has
-no exception: make it public or move it).
+inside functions and under ``TYPE_CHECKING``), plus the entries of every registry that
+imports modules by name, found by its shape (:func:`registry_targets`): the client
+kinds of :mod:`conductor.llm.factory`, the batch protocols of :mod:`conductor.batches`,
+the llama.cpp bindings of :mod:`conductor.localmodel.runtimes` and the graders of
+:mod:`conductor.grading`.  The documented exceptions are the one table
+:data:`EXCEPTIONS`, which the circle and floor checks honour (a private name has no
+exception: make it public or move it).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import importlib.util
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+
+import pytest
 
 import conductor
 
@@ -39,7 +46,12 @@ Imports = Mapping[str, list[tuple[str, str | None]]]
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("words and errors", ("errors", "text", "events", "private", "userfiles", "bounds")),
     ("configuration", ("targets", "configfile", "shipped", "redact", "pool", "benchmark")),
+    # GGUF models in host processes: the local client and the router's features use it.
+    ("local models", ("localmodel",)),
     ("model calls", ("llm",)),
+    # The batch APIs build their lines with the clients' own builders; the caller knows
+    # the batcher only through a protocol of its own (llm/batcher.py).
+    ("provider batches", ("batches",)),
     ("the Conductor", ("conductors",)),
     # The workflow type (the three lists, parsed from a reply or read from a record)
     # sits with the records that hold it.
@@ -89,6 +101,22 @@ LEAVES = {
     "conductor.userfiles",
 }
 
+#: Packages outside ``conductor.llm`` that it may import, and why: the local-model
+#: runtime, which ``client: local``'s client runs its calls on.
+LEAF_PACKAGES = {"conductor.localmodel"}
+
+#: What the local-model runtime may import outside itself: the exception hierarchy, the
+#: private files and where the cache lives (the crashes it remembers), the masking of
+#: secrets (a model path in a crash record), the files the user names (a model file's
+#: path resolved) and what a call is aimed at (a worker, the local Conductor).
+LOCALMODEL_LEAVES = {
+    "conductor.errors",
+    "conductor.private",
+    "conductor.redact",
+    "conductor.userfiles",
+    "conductor.targets",
+}
+
 
 # --- reading the graph --------------------------------------------------------------
 
@@ -105,11 +133,18 @@ def all_modules() -> dict[str, Path]:
 
 
 @functools.cache
+def parsed(path: Path) -> ast.Module:
+    """``path``'s syntax tree, read once per test session (every check walks them all)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+@functools.cache
 def _import_statements(path: Path) -> tuple[ast.Import | ast.ImportFrom, ...]:
-    """The import statements of ``path``, parsed once a session: most tests here read
-    every module, and parsing them was most of this file's time."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    return tuple(n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    """The import statements of ``path``: most tests here read every module's, and
+    walking the trees was most of this file's time."""
+    return tuple(
+        n for n in ast.walk(parsed(path)) if isinstance(n, (ast.Import, ast.ImportFrom))
+    )
 
 
 def imports_of(name: str, path: Path, known: set[str]) -> Iterator[tuple[str, str | None]]:
@@ -135,18 +170,41 @@ def imports_of(name: str, path: Path, known: set[str]) -> Iterator[tuple[str, st
                     yield source, alias.name
 
 
+def _first_string(node: ast.expr) -> str | None:
+    """The first item of a tuple, or the first argument of a call, when it is a string."""
+    items = node.elts if isinstance(node, ast.Tuple) else None
+    items = node.args if isinstance(node, ast.Call) else items
+    if items and isinstance(items[0], ast.Constant) and isinstance(items[0].value, str):
+        return items[0].value
+    return None
+
+
+def registry_targets(source: str | ast.Module, package: str) -> set[str]:
+    """The modules the registries of a module's ``source`` import by name: each
+    module-level dict whose every value starts with a relative module name, as a tuple
+    (``"openai": (".openai_client", "OpenAIClient")``) or as a call's first argument
+    (``_Entry(".runtime_cyllama", ...)``), resolved in ``package``."""
+    found: set[str] = set()
+    tree = ast.parse(source) if isinstance(source, str) else source
+    for node in tree.body:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        if not isinstance(value, ast.Dict) or not value.values:
+            continue
+        names = [_first_string(v) for v in value.values]
+        if all(n is not None and n.startswith(".") for n in names):
+            found.update(importlib.util.resolve_name(n, package) for n in names if n)
+    return found
+
+
 def registry_edges() -> dict[str, set[str]]:
-    """The client and batch API modules :mod:`conductor.llm.factory` imports through its
-    registries."""
-    factory = importlib.import_module("conductor.llm.factory")
-    clients: dict[str, tuple[str, str]] = getattr(factory, "CLIENTS", {})
-    batch_apis: dict[str, tuple[str, str]] = getattr(factory, "BATCH_APIS", {})
-    entries = [*clients.values(), *batch_apis.values()]
-    return {
-        "conductor.llm.factory": {
-            importlib.util.resolve_name(module, "conductor.llm") for module, _ in entries
-        }
-    }
+    """Each module holding a registry, and the modules its registries import by name."""
+    edges: dict[str, set[str]] = {}
+    for name, path in all_modules().items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = registry_targets(parsed(path), package)
+        if targets:
+            edges[name] = targets
+    return edges
 
 
 def is_ours(target: str) -> bool:
@@ -166,13 +224,14 @@ def package_imports() -> dict[str, list[tuple[str, str | None]]]:
     return out
 
 
+def imports_within(package: str) -> dict[str, list[tuple[str, str | None]]]:
+    """Each module of ``package`` and what it imports from ``conductor``."""
+    return {name: targets for name, targets in package_imports().items() if within(name, package)}
+
+
 def llm_imports() -> dict[str, list[tuple[str, str | None]]]:
     """Each module of ``conductor.llm`` and what it imports from ``conductor``."""
-    return {
-        name: targets
-        for name, targets in package_imports().items()
-        if name == "conductor.llm" or name.startswith("conductor.llm.")
-    }
+    return imports_within("conductor.llm")
 
 
 # --- the checks, on any graph (the tests below feed them small ones too) -------------
@@ -300,9 +359,48 @@ def test_the_graph_sees_the_imports_it_should() -> None:
     assert ("conductor.errors", "ModelCallError") in imports["conductor.llm.caller"]
     assert ("conductor.llm.retry", "send_with_retries") in imports["conductor.llm.caller"]
     assert ("conductor.llm.openai_client", None) in imports["conductor.llm.factory"]
+    assert ("conductor.batches.openai", None) in imports["conductor.batches"]
+    assert ("conductor.localmodel.runtime_cyllama", None) in imports[
+        "conductor.localmodel.runtimes"
+    ]
+    assert ("conductor.localmodel.runtimes", "choose_runtime") in imports[
+        "conductor.localmodel.crashes"
+    ]
     # A relative import of the package itself, and one inside a function.
     assert ("conductor", "__version__") in imports["conductor.cli.app"]
     assert any(t == "conductor.sandbox._engine" for t, _ in imports["conductor.sandbox"])
+
+
+def test_every_registry_is_found_by_its_shape() -> None:
+    """The four registries that import by name, and only they, with every entry."""
+    edges = registry_edges()
+    assert sorted(edges) == [
+        "conductor.batches",
+        "conductor.grading",
+        "conductor.llm.factory",
+        "conductor.localmodel.runtimes",
+    ]
+    clients = importlib.import_module("conductor.llm.factory").CLIENTS
+    assert edges["conductor.llm.factory"] == {
+        importlib.util.resolve_name(module, "conductor.llm") for module, _ in clients.values()
+    }
+    assert len(edges["conductor.llm.factory"]) == 7
+    assert len(edges["conductor.grading"]) == 4
+    assert len(edges["conductor.batches"]) == 3
+    assert len(edges["conductor.localmodel.runtimes"]) == 2
+    # The shapes it takes, and what it leaves.
+    source = (
+        'A = {"x": (".one", "One"), "y": (".two", "Two")}\n'
+        'B: dict[str, E] = {"z": E("..up.three", "t")}\n'
+        'C = {"n": ("not-a-module", 1)}\n'
+        'D = {"m": (".four", 1), "k": ("plain", 2)}\n'
+        "def f():\n    E = {'q': ('.five', 1)}\n"
+    )
+    assert registry_targets(source, "conductor.p") == {
+        "conductor.p.one",
+        "conductor.p.two",
+        "conductor.up.three",
+    }
 
 
 def test_every_import_names_a_module_that_exists() -> None:
@@ -418,20 +516,42 @@ def test_no_module_imports_a_private_name_or_another_packages_private_module() -
     assert private_imports(package_imports()) == []
 
 
-# --- the model-call layer ------------------------------------------------------------------
+# --- the model-call layer and the rooms beside it ------------------------------------------
 
 
-def test_no_import_circle_inside_the_model_call_layer() -> None:
-    imports = llm_imports()
-    graph = {
-        name: {t for t, _ in targets if t.startswith("conductor.llm.")}
+def outside_imports(
+    imports: Imports,
+    package: str,
+    leaves: set[str],
+    leaf_packages: frozenset[str] | set[str] = frozenset(),
+) -> list[str]:
+    """Every import by a module of ``package`` of a module outside it that is neither one
+    of ``leaves`` nor inside one of ``leaf_packages``."""
+    return sorted(
+        f"{name} imports {target}" + (f".{what}" if what else "")
         for name, targets in imports.items()
+        if within(name, package)
+        for target, what in targets
+        if not within(target, package)
+        and target not in leaves
+        and not any(within(target, p) for p in leaf_packages)
+    )
+
+
+@pytest.mark.parametrize("package", ["conductor.llm", "conductor.localmodel", "conductor.batches"])
+def test_no_import_circle_inside_the_package(package: str) -> None:
+    imports = imports_within(package)
+    assert len(imports) > 5
+    graph = {
+        name: {t for t, _ in targets if within(t, package)} for name, targets in imports.items()
     }
     assert cycles(graph) == []
 
 
 def test_no_import_climbs_up_out_of_the_model_call_layer() -> None:
-    above = [unit for _, names in FLOORS[3:] for unit in names]
+    level = [floor for floor, _ in FLOORS].index("model calls")
+    above = [unit for _, names in FLOORS[level + 1 :] for unit in names]
+    assert "batches" in above and "llm" not in above
     found = sorted(
         f"{name} imports {target}" + (f".{what}" if what else "")
         for name, targets in llm_imports().items()
@@ -442,13 +562,54 @@ def test_no_import_climbs_up_out_of_the_model_call_layer() -> None:
 
 
 def test_the_model_call_layer_imports_only_its_leaves() -> None:
-    outside = sorted(
-        f"{name} imports {target}" + (f".{what}" if what else "")
-        for name, targets in llm_imports().items()
-        for target, what in targets
-        if not within(target, "conductor.llm") and target not in LEAVES
-    )
-    assert outside == []
+    assert outside_imports(package_imports(), "conductor.llm", LEAVES, LEAF_PACKAGES) == []
+
+
+def test_the_local_model_runtime_imports_only_its_leaves() -> None:
+    """The runtime knows nothing of the model calls: a client, a cache, a caller."""
+    found = outside_imports(package_imports(), "conductor.localmodel", LOCALMODEL_LEAVES)
+    assert found == []
+
+
+def test_a_layer_reaching_past_its_leaves_is_found() -> None:
+    imports: Imports = {
+        "conductor.localmodel.crashes": [
+            ("conductor.private", "default_cache_dir"),
+            ("conductor.llm.cache", "default_cache_dir"),
+        ],
+        "conductor.llm.local_client": [("conductor.localmodel.models", "get_host")],
+    }
+    assert outside_imports(imports, "conductor.localmodel", LOCALMODEL_LEAVES) == [
+        "conductor.localmodel.crashes imports conductor.llm.cache.default_cache_dir"
+    ]
+    assert outside_imports(imports, "conductor.llm", LEAVES, LEAF_PACKAGES) == []
+    assert outside_imports(imports, "conductor.llm", LEAVES) == [
+        "conductor.llm.local_client imports conductor.localmodel.models.get_host"
+    ]
+
+
+def test_the_batch_apis_are_reached_only_through_their_registry() -> None:
+    """As the clients are through the factory: only ``conductor.batches``' registry
+    imports a protocol's module, and nothing those modules import, directly or not,
+    imports the registry (which would make a circle through it)."""
+    imports = package_imports()
+    apis = registry_edges()["conductor.batches"]
+    assert apis == {
+        "conductor.batches.openai",
+        "conductor.batches.anthropic",
+        "conductor.batches.google",
+    }
+    importers = sorted(name for name, targets in imports.items() for t, _ in targets if t in apis)
+    assert importers == ["conductor.batches"] * len(apis)
+    graph = {name: {t for t, _ in targets} for name, targets in imports.items()}
+    below: set[str] = set()
+    todo = list(apis)
+    while todo:
+        name = todo.pop()
+        if name not in below:
+            below.add(name)
+            todo.extend(graph.get(name, ()))
+    assert sorted(m for m in below if "conductor.batches" in graph.get(m, ())) == []
 
 
 def test_no_client_imports_the_factory() -> None:
@@ -469,7 +630,7 @@ def test_no_client_imports_the_factory() -> None:
     importers = sorted(m for m, targets in graph.items() if "conductor.llm.factory" in targets)
     assert importers == [
         "conductor.llm.answer_format",
-        "conductor.llm.batching",
+        "conductor.llm.batcher",
         "conductor.llm.caller",
         "conductor.llm.cost",
         "conductor.llm.keys",

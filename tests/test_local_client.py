@@ -19,13 +19,13 @@ from conductor.errors import (
     RequestTimeoutError,
     UsageError,
 )
-from conductor.llm.local_model import (
+from conductor.llm.types import ModelRequest
+from conductor.localmodel.models import (
     EMBEDDED_MODEL_FILE,
     embedded_model_path,
     get_host,
     resolve_model_path,
 )
-from conductor.llm.types import ModelRequest
 from conductor.targets import ConductorConfig, Worker
 
 
@@ -83,7 +83,7 @@ def test_the_runtime_variable_is_checked_before_anything_starts(
 
 
 def test_cyllama_comes_first_and_either_runtime_will_do(monkeypatch: pytest.MonkeyPatch) -> None:
-    from conductor.llm.local_runtime import choose_runtime
+    from conductor.localmodel.runtimes import choose_runtime
 
     monkeypatch.delenv("CONDUCTOR_LOCAL_RUNTIME", raising=False)
     real = importlib.util.find_spec

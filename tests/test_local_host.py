@@ -24,10 +24,10 @@ from kit.clock import scaled
 from kit.poolkit import embedded_model_or_skip
 
 from conductor.errors import LocalModelCrashedError
-from conductor.llm import local_model
-from conductor.llm.local_host import HostOptions, decode, encode, resolve_extra_buffers
-from conductor.llm.local_model import crash_sentence
 from conductor.llm.types import ModelRequest
+from conductor.localmodel import models
+from conductor.localmodel.host import HostOptions, decode, encode, resolve_extra_buffers
+from conductor.localmodel.models import crash_sentence
 from conductor.targets import Worker
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -39,9 +39,9 @@ def _fresh_hosts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[No
     monkeypatch.setenv("CONDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("CONDUCTOR_LOCAL_EXTRA_BUFFERS", raising=False)
     monkeypatch.delenv("CONDUCTOR_LOCAL_HOST_PREFIX", raising=False)
-    local_model.stop_all()
+    models.stop_all()
     yield
-    local_model.stop_all()
+    models.stop_all()
 
 
 def _client(worker_id: str = "w", **kwargs: Any) -> Any:
@@ -116,7 +116,7 @@ def test_each_way_of_dying_gets_its_own_sentence() -> None:
 
 
 def test_host_options_go_over_the_command_line_and_back() -> None:
-    from conductor.llm.local_host import _arguments
+    from conductor.localmodel.host import _arguments
 
     options = HostOptions(
         path="/m.gguf",
@@ -147,7 +147,7 @@ async def test_a_crash_with_extra_buffers_on_is_survived_and_remembered(tmp_path
     (entry,) = remembered.values()
     assert entry["path"] == host.options.path and "SIGSEGV" in entry["crash"]
     # The next run on this machine loads without them from the start.
-    local_model.stop_all()
+    models.stop_all()
     again = await _client()._loaded()
     assert again.ready["extra_buffers"] is False
 
@@ -281,7 +281,7 @@ def test_serve_on_the_local_pool_survives_a_crash_of_its_model(
     }
     with served(pool) as url, httpx.Client(base_url=url, timeout=300) as http:
         assert http.post("/chat/completions", json={**body, "max_tokens": 4}).status_code == 200
-        (host,) = local_model.loaded_hosts()
+        (host,) = models.loaded_hosts()
         results: list[httpx.Response] = []
         call = threading.Thread(
             target=lambda: results.append(http.post("/chat/completions", json=body))
@@ -308,7 +308,7 @@ async def test_a_host_that_answered_is_restarted_after_each_later_crash(
     monkeypatch.setenv("CONDUCTOR_LOCAL_EXTRA_BUFFERS", "off")
     client = _client()
     # More crashes than the restarts allowed in a row, each followed by an answer.
-    for _ in range(local_model._MAX_RESTARTS + 2):
+    for _ in range(models._MAX_RESTARTS + 2):
         outcome = await _kill_while_generating(client, signal.SIGSEGV)
         assert isinstance(outcome, LocalModelCrashedError)
         reply = await client.send(
@@ -323,7 +323,7 @@ async def test_a_host_that_answered_is_restarted_after_each_later_crash(
 @pytest.mark.process
 def test_a_host_embeds_beside_generations_and_refuses_what_it_cannot_do() -> None:
     path = embedded_model_or_skip()
-    host = local_model.get_host(path)
+    host = models.get_host(path)
     talk = host.submit(
         {"messages": [{"role": "user", "content": "Say yes."}], "max_tokens": 4,
          "sampling": {"temperature": 0.0}}
@@ -334,7 +334,7 @@ def test_a_host_embeds_beside_generations_and_refuses_what_it_cannot_do() -> Non
     assert host.embed(["What is 17 * 23?"], timeout_s=120) == vectors[:1]
     for request, op in (({}, "summon"), ({"texts": "What is 17 * 23?"}, "embed"),
                         ({"texts": [3]}, "embed")):  # fmt: skip
-        with pytest.raises(local_model.HostFailure) as failed:
+        with pytest.raises(models.HostFailure) as failed:
             host.submit(request, op=op).result(timeout=scaled(120))
         assert failed.value.kind == "bad_request", failed.value
     # A request cannot take another's id: the host answers this one, under its own.
@@ -349,7 +349,7 @@ def test_a_crash_while_embedding_fails_the_embed_in_one_sentence(
     # Not the extra buffers' fault: the calls the host held are not sent again.
     monkeypatch.setenv("CONDUCTOR_LOCAL_EXTRA_BUFFERS", "off")
     path = embedded_model_or_skip()
-    host = local_model.get_host(path)
+    host = models.get_host(path)
     future = host.submit({"texts": ["alpha " * 2000] * 20}, op="embed")
     while not host._pending or all(p.started is None for p in host._pending.values()):
         time.sleep(0.02)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kit.poolkit import embedded_model_or_skip
 
-from conductor.llm.local_generate import (
+from conductor.localmodel.generate import (
     CHATML_TEMPLATE,
     ChatTemplate,
     ContextOverflow,
@@ -23,14 +23,13 @@ from conductor.llm.local_generate import (
     Generator,
     TemplateError,
 )
-from conductor.llm.local_runtime import (
+from conductor.localmodel.runtime import (
     GrammarError,
     LoadSettings,
     SamplerSettings,
-    installed_runtimes,
-    load_runtime,
     sampler_links,
 )
+from conductor.localmodel.runtimes import installed_runtimes, load_runtime
 
 # llama.cpp runs in this process here: a crash fails one test, not the run.
 pytestmark = pytest.mark.isolated
@@ -299,7 +298,7 @@ def test_replies_are_llama_cpp_pythons_on_the_same_library(
 ) -> None:
     # Only where both run one llama.cpp build: another build rounds differently.
     runtime = generator.model.__class__.__module__
-    if not runtime.endswith("local_runtime_llama_cpp"):
+    if not runtime.endswith("runtime_llama_cpp"):
         pytest.skip("cyllama bundles another llama.cpp build than llama-cpp-python")
     for messages in CONVERSATIONS[1:]:
         # Both from an empty cache: a prompt read in other pieces rounds differently.
@@ -317,7 +316,7 @@ def test_grammar_and_stop_replies_are_llama_cpp_pythons(
 ) -> None:
     import llama_cpp
 
-    if not generator.model.__class__.__module__.endswith("local_runtime_llama_cpp"):
+    if not generator.model.__class__.__module__.endswith("runtime_llama_cpp"):
         pytest.skip("cyllama bundles another llama.cpp build than llama-cpp-python")
     messages = [{"role": "user", "content": "Name a colour and a fruit."}]
     grammar = 'root ::= "Colour: " [a-z]+ ", fruit: " [a-z]+'
@@ -380,7 +379,7 @@ def test_embedding_leaves_the_generations_memory_and_cache_alone(generator: Gene
 def test_a_long_text_is_read_by_its_two_ends_and_an_empty_one_still_embeds(
     generator: Generator,
 ) -> None:
-    from conductor.llm.local_runtime import EMBED_TOKENS
+    from conductor.localmodel.runtime import EMBED_TOKENS
 
     long = "alpha " * 2000 + "Which planet is largest?"
     done = generator.embed([long, ""])
@@ -398,7 +397,7 @@ def test_embeddings_are_llama_cpps_own_mean_pooling(generator: Generator) -> Non
     """Checked against llama.cpp's own mean pooling, through llama-cpp-python's ``Llama``
     (its ``embed`` with ``pooling_type`` mean), on the same library."""
     llama_cpp = pytest.importorskip("llama_cpp")
-    if not generator.model.__class__.__module__.endswith("local_runtime_llama_cpp"):
+    if not generator.model.__class__.__module__.endswith("runtime_llama_cpp"):
         pytest.skip("cyllama bundles another llama.cpp build than llama-cpp-python")
     reference = llama_cpp.Llama(
         model_path=_settings().path,

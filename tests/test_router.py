@@ -489,16 +489,16 @@ def hidden_fit() -> object:
     try:
         return fit_router(complementary(120), FitSettings(features="gguf-mean-v1"))
     finally:
-        from conductor.llm import local_model
+        from conductor.localmodel import models
 
-        local_model.stop_all()
+        models.stop_all()
 
 
 @pytest.mark.process
 def test_a_router_on_hidden_states_learns_the_kinds_and_survives_its_directory(
     hidden_fit: object, tmp_path: Path
 ) -> None:
-    from conductor.llm.local_model import embedded_model_path
+    from conductor.localmodel.models import embedded_model_path
     from conductor.router.features import HiddenStates
 
     fit = hidden_fit

@@ -36,17 +36,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conductor.llm import local_model
 from conductor.llm.local_client import LocalClient
-from conductor.llm.local_generate import Generator
-from conductor.llm.local_model import default_n_threads, embedded_model_path
-from conductor.llm.local_runtime import (
-    LoadSettings,
-    SamplerSettings,
-    installed_runtimes,
-    load_runtime,
-)
 from conductor.llm.types import ModelRequest
+from conductor.localmodel import models
+from conductor.localmodel.generate import Generator
+from conductor.localmodel.models import default_n_threads, embedded_model_path
+from conductor.localmodel.runtime import LoadSettings, SamplerSettings
+from conductor.localmodel.runtimes import installed_runtimes, load_runtime
 from conductor.targets import Worker
 
 PROMPT = "Explain in a few sentences why the sky looks blue during the day."
@@ -113,7 +109,7 @@ def _interleaved(variants: dict[str, Callable[[], float]], repeats: int) -> dict
 def runtime_rates(runtime: str, repeats: int) -> None:
     os.environ["CONDUCTOR_LOCAL_RUNTIME"] = runtime
     os.environ["CONDUCTOR_LOCAL_EXTRA_BUFFERS"] = "off"
-    local_model.stop_all()
+    models.stop_all()
     client = LocalClient(Worker(id="w", model="smollm2", client="local"))
     loop = asyncio.new_event_loop()
     bare = _in_process(runtime, extra=False)
@@ -148,7 +144,7 @@ def runtime_rates(runtime: str, repeats: int) -> None:
         variants["llama"] = llama_rate
     rates = _interleaved(variants, repeats)
     loop.close()
-    local_model.stop_all()
+    models.stop_all()
     name = f"{runtime} ({default_n_threads()} thread(s), {MAX_TOKENS} tokens)"
     print(
         f"[1] {name}: in process {rates['bare']:.1f} tok/s, through the host process "

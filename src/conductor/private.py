@@ -10,6 +10,10 @@ the same way, so the renamed file is private from its first byte.
 
 Directories written by older versions (``0755`` / ``0644``) are tightened when they are
 opened again: :func:`tighten` says what it changed so the caller can log it.
+
+Where conductor keeps its own files between runs is here too (:func:`default_cache_dir`):
+the call cache, the local models' crash memory and the templates of checkpoints live
+under it, and the packages that own them sit on different floors.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import IO, Any, Literal
 __all__ = [
     "DIR_MODE",
     "FILE_MODE",
+    "default_cache_dir",
     "make_private_dir",
     "open_private",
     "own_dir",
@@ -208,3 +213,13 @@ def own_dir(path: str | Path, what: str, names: tuple[str, ...]) -> Path:
             changed,
         )
     return target
+
+
+def default_cache_dir() -> Path:
+    """``$CONDUCTOR_CACHE_DIR``, else the platform's user cache directory."""
+    env = os.environ.get("CONDUCTOR_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("conductor", appauthor=False)) / "calls"

@@ -1,5 +1,5 @@
-"""A provider batch API held in memory, at the seam :class:`~conductor.llm.batchapi.
-BatchAPI` draws, for the tests of the wave logic (:mod:`conductor.llm.batching`).
+"""A provider batch API held in memory, at the seam :class:`~conductor.batches.api.
+BatchAPI` draws, for the tests of the wave logic (:mod:`conductor.batches.waves`).
 
 The wire protocols themselves are tested against the fake server's batch routes with the
 real SDKs (``test_batch_openai``, ``test_batch_anthropic``, ``test_batch_google``); here
@@ -15,14 +15,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from conductor.errors import ModelCallError
-from conductor.llm.batchapi import (
+from conductor.batches.api import (
     BatchEntry,
     BatchLimits,
     BatchState,
     BatchStatus,
     LineOutcome,
 )
+from conductor.errors import ModelCallError
 from conductor.llm.types import ModelRequest, RawCompletion, Usage
 
 __all__ = ["MemoryBatch", "MemoryBatchAPI", "MemoryPlan", "answer_of"]

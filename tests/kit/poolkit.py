@@ -164,7 +164,7 @@ def embedded_model_or_skip() -> Path:
     import pytest
 
     from conductor.errors import ConductorError
-    from conductor.llm.local_model import embedded_model_path, require_local_runtime
+    from conductor.localmodel.models import embedded_model_path, require_local_runtime
 
     try:
         require_local_runtime()
@@ -179,7 +179,7 @@ def embedded_model_or_skip() -> Path:
 def have_local_model() -> bool:
     """Whether the embedded model can run here (for ``pytest.mark.skipif``)."""
     try:
-        from conductor.llm.local_model import embedded_model_path, require_local_runtime
+        from conductor.localmodel.models import embedded_model_path, require_local_runtime
 
         require_local_runtime()
         embedded_model_path()

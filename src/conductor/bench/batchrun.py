@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..batches.waves import BatchBoard, WaveBatcher, check_batch_targets
 from ..errors import UsageError
-from ..llm.batching import BatchBoard, WaveBatcher, batched, check_batch_targets
+from ..llm.batcher import batched
 
 if TYPE_CHECKING:
     from ..llm.cache import ResponseCache

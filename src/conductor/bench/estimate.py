@@ -238,7 +238,8 @@ def _open_cache(request: BenchRequest) -> ResponseCache | None:
     yet (nothing could be replayed, and an estimate creates nothing)."""
     if request.no_cache:
         return None
-    from ..llm.cache import DB_FILE, ResponseCache, default_cache_dir
+    from ..llm.cache import DB_FILE, ResponseCache
+    from ..private import default_cache_dir
 
     directory = default_cache_dir()
     if not (directory / DB_FILE).is_file():
@@ -570,7 +571,7 @@ def estimate_run(request: BenchRequest, assumed: Assumptions = ASSUMED) -> RunEs
     start: another run's records in its directory, or a resume that does not continue
     the run there.
     """
-    from ..llm.batching import batched
+    from ..llm.batcher import batched
     from ..llm.caller import CallerSet
     from ..llm.cost import cost_usd, price_for
     from ..llm.types import Usage

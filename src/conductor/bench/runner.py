@@ -83,7 +83,7 @@ from .faults import (
 from .runconfig import BenchOptions, build_config
 
 if TYPE_CHECKING:
-    from ..llm.batching import BatchBoard, SampleTicket, WaveBatcher
+    from ..batches.waves import BatchBoard, SampleTicket, WaveBatcher
     from ..llm.cost import SpendMeter
     from ..otel import RecordSink
     from .batchrun import BatchSetup
@@ -154,7 +154,7 @@ async def run_benchmark(
     up before it is graded; grading runs on its own ``grader_concurrency`` threads.
 
     With ``batching``, calls of batched targets wait for provider batches sent in waves
-    (:mod:`conductor.llm.batching`), whose journal is the directory's
+    (:mod:`conductor.batches.waves`), whose journal is the directory's
     ``batches.jsonl``; batches an earlier invocation left in flight are collected, not
     sent again.  With ``meter`` (``--max-usd``), which starts at what the records
     already written cost, no sample is started (and, batched, no wave sent) once the

@@ -166,7 +166,7 @@ def _abandon_local_work() -> None:
     host processes of their own: ending them stops whatever they were doing (a load, a
     long prompt) at once, so the process can exit without waiting for any of it.
     """
-    local = sys.modules.get("conductor.llm.local_model")
+    local = sys.modules.get("conductor.localmodel.models")
     if local is None:
         return
     with contextlib.suppress(Exception):

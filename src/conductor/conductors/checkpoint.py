@@ -372,7 +372,7 @@ def template_ref(checkpoint_dir: Path, meta: CheckpointMeta | None) -> str | Non
 def _cached_template(text: str, suffix: str) -> str:
     """The path of a file holding ``text`` under conductor's cache directory (named by
     its hash, written once)."""
-    from ..llm.cache import default_cache_dir
+    from ..private import default_cache_dir
 
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
     folder = default_cache_dir().parent / "templates"

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import CacheError, UsageError
-from ..private import FILE_MODE, make_private_dir, own_dir, private_file
+from ..private import FILE_MODE, default_cache_dir, make_private_dir, own_dir, private_file
 from ..redact import SECRETS
 from .tools import openai_tool_fields
 from .types import ModelRequest, RawCompletion, ReportedCost, ToolCall, Usage
@@ -68,7 +68,6 @@ __all__ = [
     "ResponseCache",
     "cache_fault",
     "cache_key",
-    "default_cache_dir",
     "discard_cache",
     "storable",
 ]
@@ -146,16 +145,6 @@ def discard_cache(directory: str | Path | None = None) -> None:
     for sub in root.glob("[0-9a-f][0-9a-f]"):
         if sub.is_dir() and all(p.suffix == ".val" for p in sub.glob("*/*")):
             shutil.rmtree(sub)
-
-
-def default_cache_dir() -> Path:
-    """``$CONDUCTOR_CACHE_DIR``, else the platform's user cache directory."""
-    env = os.environ.get("CONDUCTOR_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("conductor", appauthor=False)) / "calls"
 
 
 def _reported(value: Any) -> ReportedCost | None:

@@ -22,7 +22,7 @@ from ..errors import (
     ModelCallError,
     RequestTimeoutError,
 )
-from .batching import SendLive, batched
+from .batcher import SendLive, batched
 from .cache import cache_key
 from .cost import SpendMeter, cost_usd, price_for
 from .factory import capabilities_of, make_client
@@ -36,7 +36,7 @@ from .types import Completion, ModelRequest, RawCompletion, Retry
 if TYPE_CHECKING:
     from ..targets import Price, Worker
     from .base import ModelClient
-    from .batching import WaveBatcher
+    from .batcher import Batcher
     from .cache import ResponseCache
 
 __all__ = ["REFUSED_AFTER_ANSWER_RETRIES", "CallerSet", "ModelCaller", "server_key"]
@@ -56,7 +56,7 @@ class ModelCaller:
 
     With a ``batcher`` (a ``bench --batch`` run), a call of a target that ``batch``
     says is batched waits for its answer from a provider batch
-    (:mod:`conductor.llm.batching`), outside the concurrency limit and the call's
+    (:mod:`conductor.batches.waves`), outside the concurrency limit and the call's
     time-outs (a batch takes hours); it is made live when the batcher says so.  Every
     other call is made live, and the batcher told, so that a wave waits for it.  A
     ``meter`` is charged what each call that was not cached cost.
@@ -71,7 +71,7 @@ class ModelCaller:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         limiter: AdaptiveLimiter | None = None,
         answered: set[str] | None = None,
-        batcher: WaveBatcher | None = None,
+        batcher: Batcher | None = None,
         batch: bool = False,
         meter: SpendMeter | None = None,
     ) -> None:
@@ -340,7 +340,7 @@ class CallerSet:
     that key; ``start_limit`` caps where each key's limit starts (default: the sum of
     its targets' ``max_concurrency``).  ``limits.history()`` is what a bench records.
     ``meter`` is charged by every caller (a run's spend cap); :meth:`use_batches` sends
-    the calls of batched targets through a :class:`~conductor.llm.batching.WaveBatcher`.
+    the calls of batched targets through a :class:`~conductor.batches.waves.WaveBatcher`.
     """
 
     def __init__(
@@ -357,10 +357,10 @@ class CallerSet:
         self._answered: set[str] = set()
         self.limits = ProviderLimits(start=start_limit, max_pause_s=MAX_RETRY_AFTER_S)
         self.meter = meter
-        self._batcher: WaveBatcher | None = None
+        self._batcher: Batcher | None = None
         self._batch_flag = False
 
-    def use_batches(self, batcher: WaveBatcher | None, flag: bool) -> None:
+    def use_batches(self, batcher: Batcher | None, flag: bool) -> None:
         """Send the calls of batched targets (their ``batch:`` setting, else ``flag``,
         ``--batch``) through ``batcher`` from now on (``None``: none)."""
         self._batcher, self._batch_flag = batcher, flag

@@ -49,7 +49,7 @@ PrefillRule = Literal["native", "api_base", "model_prefix", "chat_template", "no
 GrammarSupport = Literal["decoder", "server", "server_model_prefix", "none"]
 
 #: Which provider batch API a kind's calls can be sent through (half price, answered
-#: within hours; :mod:`conductor.llm.batchapi`): ``openai`` (OpenAI's ``/v1/files`` and
+#: within hours; :mod:`conductor.batches.api`): ``openai`` (OpenAI's ``/v1/files`` and
 #: ``/v1/batches``, also at an ``api_base`` server that speaks them), ``anthropic``
 #: (Message Batches), ``google`` (Gemini's batch mode), ``model_prefix`` (the model's
 #: provider prefix picks one of them: litellm), or ``none``.

@@ -11,6 +11,10 @@ helpers the clients share live below them (:mod:`conductor.llm.apikey`,
 :mod:`conductor.llm.prefill_rules`, :mod:`conductor.llm.sdk`,
 :mod:`conductor.llm.failures`), so no client imports this module; the modules that ask
 about kinds (keys, prefill, cost, limits, the caller) import it from above.
+
+Which batch protocol a worker's calls can go through is a kind's capability too
+(:func:`batch_protocol`); the batch APIs that speak each protocol are built on the
+clients, a floor up, and registered there (:data:`conductor.batches.BATCH_APIS`).
 """
 
 from __future__ import annotations
@@ -26,13 +30,10 @@ from .capabilities import NO_CAPABILITIES, ClientCapabilities
 if TYPE_CHECKING:
     from ..targets import Worker
     from .base import ModelClient
-    from .batchapi import BatchAPI
 
 __all__ = [
-    "BATCH_APIS",
     "CLIENTS",
     "BatchProtocol",
-    "batch_api",
     "batch_protocol",
     "capabilities",
     "capabilities_of",
@@ -57,14 +58,6 @@ CLIENTS: dict[ClientKind, tuple[str, str]] = {
 #: A provider batch API's wire protocol (:data:`~conductor.llm.capabilities.BatchSupport`
 #: less its rules).
 BatchProtocol = Literal["openai", "anthropic", "google"]
-
-#: Each batch protocol and the class that speaks it (module in this package, class
-#: name), imported only when first asked for; the class is made with the worker.
-BATCH_APIS: dict[BatchProtocol, tuple[str, str]] = {
-    "openai": (".batch_openai", "OpenAIBatchAPI"),
-    "anthropic": (".batch_anthropic", "AnthropicBatchAPI"),
-    "google": (".batch_google", "GoogleBatchAPI"),
-}
 
 #: The batch protocol of a litellm model's provider prefix (``hosted_vllm/`` is a
 #: server named by api_base, asked in OpenAI's protocol).
@@ -129,14 +122,3 @@ def batch_protocol(target: Worker) -> BatchProtocol | None:
         prefix = target.model.split("/", 1)[0] if "/" in target.model else ""
         return _PREFIX_BATCH.get(prefix)
     return support
-
-
-def batch_api(target: Worker) -> BatchAPI | None:
-    """A fresh :class:`~conductor.llm.batchapi.BatchAPI` for ``target``'s provider key
-    and model, or ``None`` when its calls have no batch API."""
-    protocol = batch_protocol(target)
-    if protocol is None:
-        return None
-    module_name, class_name = BATCH_APIS[protocol]
-    module = importlib.import_module(module_name, __package__)
-    return cast("BatchAPI", getattr(module, class_name)(target))

@@ -81,7 +81,7 @@ class GoogleClient:
 
     def sdk_client(self) -> Any:
         """The ``google.genai.Client`` for the worker's key as it is now (made again
-        when the key changes); the batch API (:mod:`conductor.llm.batch_google`) sends
+        when the key changes); the batch API (:mod:`conductor.batches.google`) sends
         through the same one."""
         key = resolve_api_key(self.target, self.capabilities.key_envs)
         if self._client is None or key != self._key:

@@ -1,7 +1,7 @@
 """A :class:`ModelClient` for a GGUF model run by llama.cpp (``client: local``).
 
 Every worker naming the same GGUF file shares one model host process (see
-:mod:`conductor.llm.local_model`).  Calls to one model run one at a time, in the order
+:mod:`conductor.localmodel.models`).  Calls to one model run one at a time, in the order
 they came, in that process, so generation never blocks the event loop: other workers'
 HTTP calls, progress bars and time-outs keep going while the CPU generates.
 
@@ -22,14 +22,14 @@ import logging
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import BadRequestError, ModelCallError, RequestTimeoutError
-from .capabilities import ClientCapabilities
-from .local_model import (
+from ..localmodel.models import (
     HostFailure,
     ModelHost,
     load_host,
     require_local_runtime,
     resolve_model_path,
 )
+from .capabilities import ClientCapabilities
 from .types import ModelRequest, RawCompletion, Usage
 
 if TYPE_CHECKING:

@@ -87,7 +87,7 @@ class OpenAIClient:
     @property
     def grammar(self) -> ServerGrammar:
         """How this client sends a request's grammar to its server: the batch API
-        (:mod:`conductor.llm.batch_openai`) builds its lines with :meth:`build_kwargs`
+        (:mod:`conductor.batches.openai`) builds its lines with :meth:`build_kwargs`
         and so settles the field with this first, as :meth:`send` does."""
         return self._grammar
 

@@ -138,7 +138,7 @@ class RawCompletion:
     reported_cost: ReportedCost | None = None
     #: The functions the reply calls (``text`` may then be empty).
     tool_calls: tuple[ToolCall, ...] = ()
-    #: Answered through the provider's batch API (:mod:`conductor.llm.batchapi`), so
+    #: Answered through the provider's batch API (:mod:`conductor.batches.api`), so
     #: priced at its batch rate; kept in the cache, so a replay is priced the same.
     batch: bool = False
 

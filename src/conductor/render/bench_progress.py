@@ -22,8 +22,8 @@ import dataclasses
 import math
 from collections import Counter
 
+from ..batches.waves import BatchBoard
 from ..bench.runner import BenchProgress
-from ..llm.batching import BatchBoard
 from ..text import plural
 from .format import format_usd
 

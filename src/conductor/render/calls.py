@@ -260,7 +260,7 @@ def _demo_note(record: RunRecord) -> str | None:
     """A word under an answer that the embedded 135M model wrote, which reads like
     nonsense often enough ("1. The capital of France is Paris. 2. The answer is 3.")
     to be taken for a bug of the orchestration rather than of the model."""
-    from ..llm.local_model import EMBEDDED_MODEL
+    from ..localmodel.models import EMBEDDED_MODEL
 
     answered = [s for rnd in record.rounds for s in rnd.steps if s.status == "ok"]
     if not answered:

@@ -18,7 +18,7 @@ answers it best on a pool whose workers differ by kind of question.
 ``gguf-mean-v1`` reads a question with a small language model instead: the mean over
 its tokens of the model's last hidden state (after the output norm, what the model's
 head reads), from a GGUF file run by llama.cpp in the model's host process, as ``client:
-local`` workers are (:mod:`conductor.llm.local_model`; a native crash ends that process,
+local`` workers are (:mod:`conductor.localmodel.models`; a native crash ends that process,
 not the run).  The default model is the embedded SmolLM2-135M (576 numbers a question).
 Each dimension is then centred and scaled by what it was on the training questions
 (learned at the fit, kept with the router), so that no few dimensions of large
@@ -227,7 +227,7 @@ class HiddenStates:
     def path(self) -> Path:
         """The model file."""
         if self.model == "embedded":
-            from ..llm.local_model import embedded_model_path
+            from ..localmodel.models import embedded_model_path
 
             return embedded_model_path()
         return Path(self.model)
@@ -251,7 +251,7 @@ class HiddenStates:
         """The pooled hidden states of ``texts``, as the model gives them."""
         import numpy as np
 
-        from ..llm.local_model import get_host
+        from ..localmodel.models import get_host
 
         host = get_host(self.checked().path())
         rows: list[list[float]] = []

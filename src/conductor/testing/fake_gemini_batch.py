@@ -55,7 +55,7 @@ GEMINI_LIST_PAGE = 50
 GEMINI_LIST_PAGE_MAX = 1000
 
 # The API versions batch mode is served under: v1beta, where the API reference documents
-# it (and conductor.llm.batch_google asks), and v1alpha.  google-genai 3 sends /v1/ by
+# it (and conductor.batches.google asks), and v1alpha.  google-genai 3 sends /v1/ by
 # default, but /v1/batches is OpenAI's on this server.
 _VERSION = "{version:v1beta|v1alpha}"
 

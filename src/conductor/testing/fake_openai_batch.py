@@ -44,7 +44,7 @@ __all__ = ["BATCH_ENDPOINT", "LABEL_KEY", "OpenAIBatchRoutes", "StoredFile"]
 BATCH_ENDPOINT = "/v1/chat/completions"
 
 #: The metadata key conductor's batch client names its batches with
-#: (:mod:`conductor.llm.batch_openai`): its value is the batch's
+#: (:mod:`conductor.batches.openai`): its value is the batch's
 #: :attr:`~conductor.testing.FakeBatch.label`.
 LABEL_KEY = "conductor_label"
 

@@ -61,7 +61,7 @@ def cuda_available() -> bool:
 
 def _gguf_file(spec: str) -> Path:
     """The GGUF file named by ``gguf:smollm2`` or ``gguf:PATH``."""
-    from ..llm.local_model import EMBEDDED_MODEL, embedded_model_path
+    from ..localmodel.models import EMBEDDED_MODEL, embedded_model_path
 
     name = spec[len("gguf:") :].strip()
     if not name:

@@ -4,7 +4,7 @@ machine remembers.
 A host that dies of a native crash while llama.cpp's extra CPU buffer types are on is
 remembered (per model file and runtime, in ``<cache>/local-model-crashes.json``), so the
 next run on this machine loads that model without them from the start
-(:mod:`conductor.llm.local_model` restarts the host and asks here).
+(:mod:`conductor.localmodel.models` restarts the host and asks here).
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MissingDependencyError, UsageError
+from ..private import default_cache_dir
 from ..redact import masked_json
-from .local_runtime import EXTRA_BUFFERS_ENV, RUNTIME_ENV, choose_runtime
+from .runtime import EXTRA_BUFFERS_ENV
+from .runtimes import RUNTIME_ENV, choose_runtime
 
 logger = logging.getLogger("conductor")
 
@@ -119,15 +121,13 @@ def crash_sentence(
 
 
 def crash_file() -> Path:
-    from .cache import default_cache_dir
-
     return default_cache_dir() / "local-model-crashes.json"
 
 
 def _crash_key(path: str) -> str:
     """The model file (by path, size and time) and the runtime (by version) that would
     run it now: a crash is remembered for that pair only."""
-    from .local_runtime import runtime_version
+    from .runtimes import runtime_version
 
     try:
         stat = os.stat(path)

@@ -1,4 +1,4 @@
-"""Anthropic's Message Batches as a :class:`~conductor.llm.batchapi.BatchAPI`, over the
+"""Anthropic's Message Batches as a :class:`~conductor.batches.api.BatchAPI`, over the
 ``anthropic`` SDK's ``messages.batches``.
 
 Each line's ``params`` is the body the live call of the same request sends: the
@@ -8,7 +8,7 @@ batch answer is the answer the live call would get, at half the price.  It serve
 ``client: anthropic`` worker and a litellm worker whose model is ``anthropic/...``
 alike: the live client strips the prefix and reads the key from the same variables.
 
-Where Anthropic differs from the common terms of :mod:`~conductor.llm.batchapi`:
+Where Anthropic differs from the common terms of :mod:`~conductor.batches.api`:
 
 - it keeps no name for a batch, so :meth:`AnthropicBatchAPI.find` has nothing to look
   a label up by and always answers ``None``;
@@ -28,17 +28,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelCallError, RetryableError
-from .anthropic_client import AnthropicClient
-from .apikey import resolve_api_key
-from .batchapi import (
-    BatchEntry,
-    BatchLimits,
-    BatchState,
-    BatchStatus,
-    LineOutcome,
-    chunk_entries,
-)
-from .failures import (
+from ..llm.anthropic_client import AnthropicClient
+from ..llm.apikey import resolve_api_key
+from ..llm.failures import (
     classify_sdk_error,
     connection_error,
     error_for_status,
@@ -46,9 +38,17 @@ from .failures import (
     network_error,
     scrub,
 )
-from .replies import anthropic_reply, bad_response, body_of
-from .sdk import with_backstop
-from .types import RawCompletion
+from ..llm.replies import anthropic_reply, bad_response, body_of
+from ..llm.sdk import with_backstop
+from ..llm.types import RawCompletion
+from .api import (
+    BatchEntry,
+    BatchLimits,
+    BatchState,
+    BatchStatus,
+    LineOutcome,
+    chunk_entries,
+)
 
 if TYPE_CHECKING:
     from ..targets import Worker

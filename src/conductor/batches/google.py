@@ -1,5 +1,5 @@
 """Gemini's batch mode (the Gemini Developer API's ``batchGenerateContent``) as a
-:class:`~conductor.llm.batchapi.BatchAPI`, over google-genai's async client.
+:class:`~conductor.batches.api.BatchAPI`, over google-genai's async client.
 
 A batch's requests go inline, in the one request that creates it (Gemini's other way
 in, an uploaded JSONL file, is not used), so a batch holds at most 20 MB of them:
@@ -32,8 +32,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import BadResponseError, ModelCallError
-from .apikey import resolve_api_key
-from .batchapi import (
+from ..llm.apikey import resolve_api_key
+from ..llm.failures import error_for_status, scrub
+from ..llm.google_client import GoogleClient, classify_google_error
+from ..llm.replies import bad_response, body_of, gemini_reply
+from ..llm.sdk import with_backstop
+from .api import (
     BatchEntry,
     BatchLimits,
     BatchState,
@@ -41,10 +45,6 @@ from .batchapi import (
     LineOutcome,
     chunk_entries,
 )
-from .failures import error_for_status, scrub
-from .google_client import GoogleClient, classify_google_error
-from .replies import bad_response, body_of, gemini_reply
-from .sdk import with_backstop
 
 if TYPE_CHECKING:
     from ..targets import Worker

@@ -4,45 +4,40 @@ Two Python bindings of llama.cpp can run ``client: local`` models, each behind o
 adapter module with the same face (:class:`Runtime` -> :class:`NativeModel` ->
 :class:`NativeSampler`):
 
-- ``cyllama`` (:mod:`conductor.llm.local_runtime_cyllama`): binary wheels on PyPI for
+- ``cyllama`` (:mod:`conductor.localmodel.runtime_cyllama`): binary wheels on PyPI for
   Linux x86-64, macOS on Apple silicon and Windows, installed in seconds.  Its CPU build
   is portable (``GGML_NATIVE=OFF``: AVX2, no AVX-512 or AMX code), which also keeps it
   clear of llama.cpp's AMX matrix kernels that crash on some Xeons (llama.cpp issue
   #20824).  The default where it is installed.
-- ``llama-cpp-python`` (:mod:`conductor.llm.local_runtime_llama_cpp`): built from source
+- ``llama-cpp-python`` (:mod:`conductor.localmodel.runtime_llama_cpp`): built from source
   for the machine it is installed on (minutes of compiling), so it runs where no
   cyllama wheel exists (Linux on Arm, CPUs without AVX2) and with GPU builds.
 
 Only the low-level, llama.h-shaped part of each binding is used: load a model, tokenize,
 evaluate a batch, sample from a chain.  Everything above that (chat templates, the
 prompt cache, stop strings, usage) is written once, in
-:mod:`conductor.llm.local_generate`, so both runtimes behave the same.
+:mod:`conductor.localmodel.generate`, so both runtimes behave the same.
 
-``CONDUCTOR_LOCAL_RUNTIME`` picks one by name when both are installed; the choice is
-made in the model's host process (:mod:`conductor.llm.local_host`), never in the
-process that runs the orchestration.
+Which binding is installed, which one runs (``CONDUCTOR_LOCAL_RUNTIME`` picks one by
+name when both are) and loading it is :mod:`conductor.localmodel.runtimes`, the registry
+of the adapters, apart from this seam that the adapters import.
 """
 
 from __future__ import annotations
 
 import collections
-import importlib
-import importlib.metadata
-import importlib.util
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from ..errors import MissingDependencyError, UsageError, install_hint
+from ..errors import UsageError
 
 __all__ = [
     "EMBED_TOKENS",
     "EXTRA_BUFFERS_ENV",
-    "RUNTIMES",
-    "RUNTIME_ENV",
     "ExtraBuffers",
     "GrammarError",
     "LoadSettings",
@@ -54,13 +49,9 @@ __all__ = [
     "SamplerLink",
     "SamplerSettings",
     "check_embeddable",
-    "choose_runtime",
     "embedding_context_params",
     "extra_buffers_setting",
-    "installed_runtimes",
-    "load_runtime",
     "mean_rows",
-    "runtime_version",
     "sampler_links",
     "usable_cores",
 ]
@@ -70,8 +61,6 @@ __all__ = [
 #: as they were).
 EMBED_TOKENS = 512
 
-#: Names a runtime: ``cyllama`` or ``llama-cpp-python``.
-RUNTIME_ENV = "CONDUCTOR_LOCAL_RUNTIME"
 #: ``auto`` (the default), ``on`` or ``off``: llama.cpp's extra CPU buffer types.
 EXTRA_BUFFERS_ENV = "CONDUCTOR_LOCAL_EXTRA_BUFFERS"
 
@@ -115,7 +104,7 @@ class LoadSettings:
 
     ``extra_buffers`` turns on llama.cpp's extra CPU buffer types (weights repacked for
     the CPU's matrix instructions, the AMX buffer on Xeons that have it); see
-    :func:`conductor.llm.local_host.load_native_model` for when they are used.
+    :func:`conductor.localmodel.host.resolve_extra_buffers` for when they are used.
     """
 
     path: str
@@ -224,7 +213,7 @@ class NativeSampler(Protocol):
 class NativeModel(Protocol):
     """A loaded model with one context of a runtime: one sequence of up to ``n_ctx``
     positions, which can be saved and restored (the prompt cache keeps other prompts
-    that way, :mod:`conductor.llm.local_generate`)."""
+    that way, :mod:`conductor.localmodel.generate`)."""
 
     @property
     def n_ctx(self) -> int: ...
@@ -362,87 +351,6 @@ class Runtime(Protocol):
     def load(self, settings: LoadSettings) -> NativeModel:
         """Load a GGUF file; ``ValueError`` when llama.cpp cannot."""
         ...
-
-
-@dataclass(frozen=True)
-class _Entry:
-    module: str  # this package's adapter module
-    package: str  # the binding's import name, to see whether it is installed
-    distribution: str  # its name on PyPI, for its version
-    install: str  # the command that installs it
-
-
-#: Each runtime by name, in order of preference.
-RUNTIMES: dict[str, _Entry] = {
-    "cyllama": _Entry(".local_runtime_cyllama", "cyllama", "cyllama", install_hint("local")),
-    "llama-cpp-python": _Entry(
-        ".local_runtime_llama_cpp",
-        "llama_cpp",
-        "llama-cpp-python",
-        "pip install llama-cpp-python (a source build: a C/C++ compiler and CMake, minutes)",
-    ),
-}
-
-
-def runtime_version(name: str) -> str:
-    """The installed version of runtime ``name`` (no import), or ``?``."""
-    try:
-        return importlib.metadata.version(RUNTIMES[name].distribution)
-    except (importlib.metadata.PackageNotFoundError, KeyError):
-        return "?"
-
-
-def _installed(package: str) -> bool:
-    try:
-        return importlib.util.find_spec(package) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def installed_runtimes() -> list[str]:
-    """The runtimes whose binding is installed, in order of preference (no import)."""
-    return [name for name, entry in RUNTIMES.items() if _installed(entry.package)]
-
-
-def _requested(environ: dict[str, str] | os._Environ[str]) -> str | None:
-    value = environ.get(RUNTIME_ENV, "").strip()
-    if not value:
-        return None
-    if value not in RUNTIMES:
-        raise UsageError(
-            f"{RUNTIME_ENV}={value!r} names no local runtime "
-            f"(expected {' or '.join(repr(name) for name in RUNTIMES)})"
-        )
-    return value
-
-
-def choose_runtime(environ: dict[str, str] | os._Environ[str] | None = None) -> str:
-    """The runtime a local model will use: ``CONDUCTOR_LOCAL_RUNTIME`` when set, else
-    the first installed one; raises a one-sentence install hint when none is (or when
-    the one asked for is not).  Imports nothing."""
-    env = os.environ if environ is None else environ
-    requested = _requested(env)
-    if requested is not None:
-        if not _installed(RUNTIMES[requested].package):
-            raise MissingDependencyError(
-                f"{RUNTIME_ENV} asks for {requested!r}, which is not installed: "
-                f"{RUNTIMES[requested].install}"
-            )
-        return requested
-    installed = installed_runtimes()
-    if not installed:
-        raise MissingDependencyError(
-            f"the local extra is not installed (no llama.cpp runtime): {install_hint('local')}"
-        )
-    return installed[0]
-
-
-def load_runtime(name: str) -> Runtime:
-    """Import the adapter of runtime ``name`` (and with it the binding)."""
-    entry = RUNTIMES[name]
-    module = importlib.import_module(entry.module, __package__)
-    factory: Callable[[], Runtime] = module.runtime
-    return factory()
 
 
 #: The values of ``CONDUCTOR_LOCAL_EXTRA_BUFFERS``.

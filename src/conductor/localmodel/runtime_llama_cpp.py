@@ -2,7 +2,7 @@
 
 Only the module-level functions that mirror llama.h are used (``llama_cpp.llama_*``),
 not its ``Llama`` class or its private ``_internals``: the generation loop above the
-seam is the project's own (:mod:`conductor.llm.local_generate`), the same for every
+seam is the project's own (:mod:`conductor.localmodel.generate`), the same for every
 runtime.  Imported only inside a model's host process.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from .local_runtime import (
+from .runtime import (
     EMBED_TOKENS,
     GrammarError,
     LoadSettings,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 from typing import Any
 
-from .local_runtime import (
+from .runtime import (
     EMBED_TOKENS,
     GrammarError,
     LoadSettings,

@@ -17,7 +17,7 @@ the live client reads a reply (:func:`~conductor.llm.replies.openai_reply`) or i
 error (:func:`~conductor.llm.failures.error_for_status`); a line never run has no
 outcome, so that the caller sends it again.
 
-Nothing here decides what to batch or when: that is :mod:`conductor.llm.batching`'s.
+Nothing here decides what to batch or when: that is :mod:`conductor.batches.waves`'s.
 """
 
 from __future__ import annotations
@@ -29,8 +29,19 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import BadRequestError, ModelCallError
-from .apikey import PROVIDER_KEY_ENVS, resolve_api_key
-from .batchapi import (
+from ..llm.apikey import PROVIDER_KEY_ENVS, resolve_api_key
+from ..llm.failures import (
+    classify_sdk_error,
+    error_for_status,
+    make_error,
+    message_from_body,
+    scrub,
+)
+from ..llm.openai_client import OpenAIClient
+from ..llm.replies import body_of, openai_reply
+from ..llm.sdk import import_sdk
+from ..llm.types import ModelRequest, RawCompletion
+from .api import (
     BatchEntry,
     BatchLimits,
     BatchState,
@@ -38,11 +49,6 @@ from .batchapi import (
     LineOutcome,
     chunk_entries,
 )
-from .failures import classify_sdk_error, error_for_status, make_error, message_from_body, scrub
-from .openai_client import OpenAIClient
-from .replies import body_of, openai_reply
-from .sdk import import_sdk
-from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
     from ..targets import Worker

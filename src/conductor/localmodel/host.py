@@ -1,8 +1,8 @@
 """A local model's host process: one GGUF model, loaded and run in a child process.
 
 ``client: local`` models never run in the process that runs the orchestration.  Each
-loaded model lives in a child, ``python -m conductor.llm.local_host``, that the parent
-(:mod:`conductor.llm.local_model`) starts and talks to over its stdin and stdout.  A
+loaded model lives in a child, ``python -m conductor.localmodel.host``, that the parent
+(:mod:`conductor.localmodel.models`) starts and talks to over its stdin and stdout.  A
 native crash inside llama.cpp (a segfault, an instruction the CPU lacks, the
 out-of-memory killer) then ends the child, not the run: the parent sees the child go
 and turns it into one sentence (:class:`~conductor.errors.LocalModelCrashedError`).
@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import IO, Any
 
-from .local_runtime import SamplerSettings
+from .runtime import SamplerSettings
 
 __all__ = [
     "HostOptions",
@@ -98,7 +98,7 @@ class HostOptions:
 
 def host_command(options: HostOptions) -> list[str]:
     """The command line that starts a host process for ``options``."""
-    return [sys.executable, "-m", "conductor.llm.local_host", *options.argv()]
+    return [sys.executable, "-m", "conductor.localmodel.host", *options.argv()]
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -136,7 +136,7 @@ def _sampling_fields() -> frozenset[str]:
 
 
 def sampler_settings(values: dict[str, Any]) -> SamplerSettings:
-    """A :class:`~conductor.llm.local_runtime.SamplerSettings` from a request's
+    """A :class:`~conductor.localmodel.runtime.SamplerSettings` from a request's
     ``sampling`` object (unknown keys are ignored, ``logit_bias`` keys become ints)."""
     kept = {k: v for k, v in values.items() if k in _sampling_fields()}
     if "logit_bias" in kept:
@@ -191,8 +191,8 @@ def _read_requests(
 
 
 def _failure_kind(exc: BaseException) -> str:
-    from .local_generate import ContextOverflow, GenerationCancelled, TemplateError
-    from .local_runtime import GrammarError
+    from .generate import ContextOverflow, GenerationCancelled, TemplateError
+    from .runtime import GrammarError
 
     if isinstance(exc, GenerationCancelled):
         return "cancelled"
@@ -263,7 +263,7 @@ def _run(generator: Any, job: dict[str, Any], cancelled: Any) -> Any:
 
 
 def _arguments(argv: Sequence[str] | None) -> HostOptions:
-    parser = argparse.ArgumentParser(prog="python -m conductor.llm.local_host")
+    parser = argparse.ArgumentParser(prog="python -m conductor.localmodel.host")
     parser.add_argument("--path", required=True)
     parser.add_argument("--n-ctx", type=int, required=True)
     parser.add_argument("--n-threads", type=int, required=True)
@@ -286,8 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = _arguments(argv)
     wire = _Wire(_protocol_stream())
     from ..errors import MissingDependencyError, UsageError
-    from .local_generate import Generator, TemplateError
-    from .local_runtime import LoadSettings, choose_runtime, load_runtime
+    from .generate import Generator, TemplateError
+    from .runtime import LoadSettings
+    from .runtimes import choose_runtime, load_runtime
 
     started = time.perf_counter()
     try:

@@ -1,7 +1,7 @@
 """Provider batch calls in workflow waves, written down before they are sent.
 
 A ``bench --batch`` run sends the calls of batch-capable workers through their
-provider's batch API (:mod:`conductor.llm.batchapi`) at half the live price.  A batch
+provider's batch API (:mod:`conductor.batches.api`) at half the live price.  A batch
 takes minutes to hours, so what matters is how many *rounds* a run needs, not how many
 calls: :class:`WaveBatcher` holds each call until every sample in flight waits on one
 (the samples are *parked*) and no batch is out, then sends all the held calls at once,
@@ -55,28 +55,26 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..errors import BadResponseError, ModelCallError, RetryableError, UsageError, target_name
-from .batchapi import BatchAPI, BatchEntry, BatchStatus, LineOutcome
-from .keys import KnownSecrets
-from .replies import check_reply
-from .types import ModelRequest, RawCompletion
+from ..llm.batcher import BatchAnswer, SendLive
+from ..llm.keys import KnownSecrets
+from ..llm.replies import check_reply
+from ..llm.types import ModelRequest, RawCompletion
+from .api import BatchAPI, BatchEntry, BatchStatus, LineOutcome
 
 if TYPE_CHECKING:
+    from ..llm.cache import ResponseCache
     from ..targets import Worker
-    from .cache import ResponseCache
 
 __all__ = [
     "LINE_RETRIES",
     "POLL_ENV",
-    "BatchAnswer",
     "BatchBoard",
     "BatchPoll",
     "BatchView",
     "Journal",
     "JournalEntry",
     "SampleTicket",
-    "SendLive",
     "WaveBatcher",
-    "batched",
     "check_batch_targets",
 ]
 
@@ -102,20 +100,9 @@ _T = TypeVar("_T")
 POLL_ENV = "CONDUCTOR_BATCH_POLL_S"
 
 
-def batched(target: Worker, flag: bool) -> bool:
-    """Whether ``target``'s calls go through its provider's batch API in a bench: as its
-    ``batch:`` setting says, else as ``--batch`` (``flag``) says for a client that has
-    one."""
-    from .factory import batch_protocol
-
-    if target.batch is not None:
-        return target.batch
-    return flag and batch_protocol(target) is not None
-
-
 def check_batch_targets(targets: Iterable[Worker]) -> None:
     """Refuse a ``batch: true`` on a worker whose client has no batch API, naming it."""
-    from .factory import batch_protocol
+    from ..llm.factory import batch_protocol
 
     for target in targets:
         if target.batch and batch_protocol(target) is None:
@@ -159,15 +146,6 @@ class Journal(Protocol):
     def collected(self, label: str, state: str, succeeded: int, failed: int) -> None: ...
     def abandoned(self, label: str, reason: str) -> None: ...
     def close(self) -> None: ...
-
-
-class SendLive(Exception):
-    """Not an error: the call is to be made live, for ``reason`` (its lines went
-    unanswered too often, or its target's batch API refuses batches)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -224,15 +202,6 @@ class BatchBoard:
     in_flight: tuple[BatchView, ...]
     held: int
     live: int = 0
-
-
-@dataclass(frozen=True)
-class BatchAnswer:
-    """A call's answer from a batch (``raw.batch`` is set) and when its line was sent
-    (``time.perf_counter()``; a line a resumed batch holds: when this run took it up)."""
-
-    raw: RawCompletion
-    sent_at: float
 
 
 class SampleTicket:
@@ -330,7 +299,7 @@ class WaveBatcher:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
         if api_for is None:
-            from .factory import batch_api
+            from . import batch_api
 
             api_for = batch_api
         self._targets = {(t.id, t.model): t for t in targets}

@@ -1,8 +1,8 @@
 """One chat completion on a loaded model: the prompt, the prompt cache, the loop (and
 the pooled hidden states of plain texts, for a router's features).
 
-Runs in a model's host process (:mod:`conductor.llm.local_host`) on any runtime's
-:class:`~conductor.llm.local_runtime.NativeModel`, so every runtime renders, caches,
+Runs in a model's host process (:mod:`conductor.localmodel.host`) on any runtime's
+:class:`~conductor.localmodel.runtime.NativeModel`, so every runtime renders, caches,
 samples and stops the same way.
 
 - **The prompt** is the GGUF file's own chat template (``tokenizer.chat_template``, a
@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .local_runtime import EMBED_TOKENS, NativeModel, SamplerSettings, sampler_links
+from .runtime import EMBED_TOKENS, NativeModel, SamplerSettings, sampler_links
 
 __all__ = [
     "CHATML_TEMPLATE",
@@ -292,7 +292,7 @@ class Generator:
 
         Raises :class:`ContextOverflow` when the prompt leaves no room to answer,
         :class:`GenerationCancelled` once ``cancelled()`` says so, and the runtime's
-        :class:`~conductor.llm.local_runtime.GrammarError` for a grammar it cannot
+        :class:`~conductor.localmodel.runtime.GrammarError` for a grammar it cannot
         parse (before anything is evaluated).
         """
         model = self.model

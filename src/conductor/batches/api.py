@@ -11,9 +11,9 @@ or the :class:`~conductor.errors.ModelCallError` it would have raised.
 
 What to put in a batch and when (waves), what is written to the run directory before
 a submission, and what is retried are decided one level up, in
-:mod:`conductor.llm.batching`: an implementation here makes no decision of its own.
-Implementations: :mod:`conductor.llm.batch_openai`, :mod:`conductor.llm.batch_anthropic`
-and :mod:`conductor.llm.batch_google`, made by :func:`conductor.llm.factory.batch_api`.
+:mod:`conductor.batches.waves`: an implementation here makes no decision of its own.
+Implementations: :mod:`conductor.batches.openai`, :mod:`conductor.batches.anthropic`
+and :mod:`conductor.batches.google`, made by :func:`conductor.batches.batch_api`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from ..errors import BadRequestError, ModelCallError
-from .failures import make_error
-from .types import ModelRequest, RawCompletion
+from ..llm.failures import make_error
+from ..llm.types import ModelRequest, RawCompletion
 
 __all__ = [
     "BatchAPI",
