@@ -227,10 +227,10 @@ def test_the_driver_runs_as_bytecode_for_this_interpreter_and_as_source_for_anot
     # must be this interpreter's own, or another version would refuse to load it.
     import importlib.util
 
-    from conductor.sandbox._run import driver_bytecode
+    from conductor.sandbox._driver import driver_bytecode, driver_source
 
-    code = driver_bytecode(sys.executable)
+    code = driver_bytecode(sys.executable, driver_source())
     assert code is not None and code[:4] == importlib.util.MAGIC_NUMBER
-    assert driver_bytecode("/bin/sh") is None
+    assert driver_bytecode("/bin/sh", driver_source()) is None
     result = run_sandboxed("import sys; print(sys.argv[0].endswith('main.py'))")
     assert result.returncode == 0 and result.stdout.strip() == "True", result

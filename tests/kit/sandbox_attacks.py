@@ -26,7 +26,7 @@ from typing import Any
 
 from conductor.grading.code import CodeGrader
 from conductor.grading.types import Sample
-from conductor.sandbox import run_sandboxed
+from conductor.sandbox import SandboxLimits, run_sandboxed
 
 Outcome = tuple[bool, str]
 
@@ -338,7 +338,7 @@ GRADING: dict[str, tuple[str, str]] = {
         builtins.isinstance = lambda *a: True
         builtins.issubclass = lambda *a: True
         main = sys.modules.get("__main__")
-        for name in ("_untrusted", "_checked", "restore", "frame", "report"):
+        for name in ("untrusted", "_checked", "restore", "frame", "report"):
             try:
                 setattr(main, name, lambda *a, **k: None)
             except Exception:
@@ -547,7 +547,7 @@ BCB_FORGERY: dict[str, tuple[str, str]] = {
         """
         import sys
         g = sys._getframe(0).f_back.f_globals if sys._getframe(0).f_back else {}
-        for name in ("_run_debug", "_untrusted", "_checked", "_asserting"):
+        for name in ("_run_debug", "untrusted", "_checked", "_asserting"):
             if name in g:
                 g[name] = lambda *a, **k: (a[0] if name == "_checked" else "")
         def task_func(xs):
@@ -1189,7 +1189,7 @@ def _os_parent_env() -> Outcome:
             "print(subprocess.run(['sh', '-c', 'cat /proc/[0-9]*/environ'],"
             " capture_output=True).stdout)\n"
         )
-        res = run_sandboxed(code, allow_subprocess=True)
+        res = run_sandboxed(code, limits=SandboxLimits(allow_subprocess=True))
         leaked = SECRET in res.stdout + res.stderr
         return not leaked, "key visible" if leaked else "key not visible (env and /proc)"
     finally:
@@ -1218,7 +1218,7 @@ def _os_symlink_write() -> Outcome:
         f"subprocess.run(['ln', '-s', {str(target)!r}, 'link'])\n"
         "open('link', 'w').write('x')\n"
     )
-    res = run_sandboxed(code, allow_subprocess=True)
+    res = run_sandboxed(code, limits=SandboxLimits(allow_subprocess=True))
     made = target.exists()
     target.unlink(missing_ok=True)
     return not made, "file created" if made else f"not created (rc {res.returncode})"
@@ -1227,7 +1227,7 @@ def _os_symlink_write() -> Outcome:
 def _os_shell_write() -> Outcome:
     target = _outside()
     code = f"import subprocess\nsubprocess.run(['sh', '-c', 'echo x > {target}'])\n"
-    run_sandboxed(code, allow_subprocess=True)
+    run_sandboxed(code, limits=SandboxLimits(allow_subprocess=True))
     made = target.exists()
     target.unlink(missing_ok=True)
     return not made, "file created" if made else "not created"
@@ -1244,7 +1244,7 @@ def _os_network() -> Outcome:
         f" s.sendall(b'{SECRET}')"
     )
     code = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {inner!r}])\n"
-    run_sandboxed(code, allow_subprocess=True, wall_time_s=10)
+    run_sandboxed(code, limits=SandboxLimits(allow_subprocess=True, wall_time_s=10))
     try:
         conn, _ = srv.accept()
         conn.close()
@@ -1263,7 +1263,7 @@ def _os_kill_everything(everything: bool = True) -> Outcome:
         targets = f"{os.getpid()} {canary.pid}" if everything else str(canary.pid)
         kill = "kill -9 -1; " if everything else ""
         code = f"import subprocess\nsubprocess.run(['sh', '-c', '{kill}kill -9 {targets}'])\n"
-        run_sandboxed(code, allow_subprocess=True)
+        run_sandboxed(code, limits=SandboxLimits(allow_subprocess=True))
         canary.wait(timeout=5) if not everything else None
         alive = canary.poll() is None
         return alive, "bench and a process of the same user survive" if alive else "canary killed"
@@ -1296,7 +1296,7 @@ def _os_home_secret() -> Outcome:
             f"print(subprocess.run(['cat', {str(home / 'credentials')!r}],"
             " capture_output=True).stdout)\n"
         )
-        res = run_sandboxed(code, allow_subprocess=True)
+        res = run_sandboxed(code, limits=SandboxLimits(allow_subprocess=True))
         leaked = SECRET in res.stdout
         return not leaked, "read" if leaked else "home directory hidden"
     finally:
@@ -1358,7 +1358,7 @@ def _os_nested_namespace() -> Outcome:
         " capture_output=True, text=True)\n"
         "print(r.stdout, r.stderr)\n"
     )
-    res = run_sandboxed(code, allow_subprocess=True)
+    res = run_sandboxed(code, limits=SandboxLimits(allow_subprocess=True))
     made = target.exists()
     target.unlink(missing_ok=True)
     # the namespace itself is the step refused (bubblewrap's mounts are locked too)

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from conductor.sandbox import SandboxResult, run_sandboxed
+from conductor.sandbox import SandboxLimits, SandboxResult, run_sandboxed
 
 Outcome = tuple[bool, str]
 REPO = Path(__file__).resolve().parents[2]
@@ -37,16 +37,17 @@ SECRET = "sk-conductor-escape-" + uuid.uuid4().hex
 ENGINE = os.environ.get("SANDBOX_ESCAPES_ENGINE") or None
 
 
-def run(code: str, **kw: Any) -> SandboxResult:
+def run(code: str, **limits: Any) -> SandboxResult:
     """``code`` in the sandbox, run by a fresh interpreter the program starts: it has no
-    audit hook, as native code would not (only the engine stands in the way)."""
-    kw.setdefault("wall_time_s", 20)
+    audit hook, as native code would not (only the engine stands in the way);
+    ``limits`` as :class:`SandboxLimits`'s fields."""
+    limits = {"wall_time_s": 20, **limits, "allow_subprocess": True}
     main = (
         "import subprocess, sys\n"
         f"r = subprocess.run([sys.executable, '-c', {textwrap.dedent(code)!r}])\n"
         "sys.exit(r.returncode)\n"
     )
-    return run_sandboxed(main, engine=ENGINE, allow_subprocess=True, **kw)
+    return run_sandboxed(main, engine=ENGINE, limits=SandboxLimits(**limits))
 
 
 @contextmanager
