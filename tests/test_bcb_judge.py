@@ -224,20 +224,21 @@ def test_cli_refuses_every_forged_pass_for_an_ordinary_user(
 # ------------------------------------------------------------ the verdict file
 
 
-def _inside() -> Any:
-    import importlib.util
+def _driver() -> Any:
+    """The BigCodeBench driver as the sandbox runs it: assembled with the sandbox's own
+    driver into one module (not started)."""
+    import types
 
-    spec = importlib.util.spec_from_file_location(
-        "sandbox_inside_for_tests", REPO / "src" / "conductor" / "sandbox" / "inside.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from conductor.grading.drivers import BIGCODEBENCH
+    from conductor.sandbox._driver import driver_source
+
+    module = types.ModuleType("sandbox_driver_for_tests")
+    exec(compile(driver_source(BIGCODEBENCH), "driver.py", "exec"), module.__dict__)
     return module
 
 
 def test_verdict_file_trusts_only_the_judges_nonce() -> None:
-    outcome = _inside()._bcb_outcome
+    outcome = _driver()._bcb_outcome
     nonce = "ab" * 16
     empty = b"".hex()
     assert outcome(f"V {nonce} pass {empty}\n", nonce)[0] == "pass"

@@ -29,6 +29,7 @@ import functools
 import importlib
 import importlib.util
 import re
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -676,3 +677,112 @@ def test_every_module_architecture_md_names_exists() -> None:
 
     missing = sorted(p for p in named if not exists(p))
     assert len(named) > 60 and missing == []
+
+
+# --- what runs inside the sandbox ----------------------------------------------------------
+
+#: The files that run inside a sandbox, assembled into its driver: the sandbox's own and
+#: the code grader's job drivers (each package's ``__init__`` runs in the parent).
+INSIDE = ("conductor.sandbox.inside", "conductor.grading.drivers")
+
+
+def is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def inside_imports(source: str) -> tuple[list[str], list[str]]:
+    """(modules imported at run time, modules imported under ``if TYPE_CHECKING:``)."""
+    run: list[str] = []
+    typing_only: list[str] = []
+
+    def visit(nodes: list[ast.stmt], into: list[str]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.If) and is_type_checking(node.test):
+                visit(node.body, typing_only)
+                visit(node.orelse, into)
+                continue
+            if isinstance(node, ast.Import):
+                into.extend(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                into.append("." * node.level + (node.module or ""))
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                inner = getattr(node, field, None)
+                if isinstance(inner, list):
+                    visit([n for n in inner if isinstance(n, ast.stmt)], into)
+                    for handler in inner:
+                        if isinstance(handler, ast.ExceptHandler):
+                            visit(handler.body, into)
+
+    visit(ast.parse(source).body, run)
+    return run, typing_only
+
+
+def inside_problems(name: str, source: str) -> list[str]:
+    """What keeps a file from running inside a sandbox as part of its driver: a run-time
+    import of anything but the standard library (``conductor`` is not importable there,
+    nor, for certain, anything else), or a type checker's import of anything but the
+    files it is assembled with (the one namespace it joins): the sandbox's own driver
+    and the other files of its package."""
+    run, typing_only = inside_imports(source)
+    package = name.rsplit(".", 1)[0]
+    found = [
+        f"{name} imports {module} at run time"
+        for module in run
+        if module.startswith(".") or module.split(".")[0] not in sys.stdlib_module_names
+    ]
+    found += [
+        f"{name} imports {module} for the type checker"
+        for module in typing_only
+        if not (within(module, "conductor.sandbox.inside") or within(module, package))
+    ]
+    return found
+
+
+def test_the_inside_check_sees_what_would_break_a_driver() -> None:
+    source = (
+        "from __future__ import annotations\nimport os\nfrom typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from conductor.sandbox.inside.driver import CFG\n"
+        "def f() -> None:\n    import json\n    try:\n        import numpy\n"
+        "    except ImportError:\n        from conductor.grading import code\n"
+    )
+    assert inside_imports(source) == (
+        ["__future__", "os", "typing", "json", "numpy", "conductor.grading"],
+        ["conductor.sandbox.inside.driver"],
+    )
+    assert inside_problems("m", source) == [
+        "m imports numpy at run time",
+        "m imports conductor.grading at run time",
+    ]
+    wrong = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from conductor import text\n"
+    assert inside_problems("p.m", wrong) == ["p.m imports conductor for the type checker"]
+    sibling = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p.n import f\n"
+    assert inside_problems("p.m", sibling) == []
+
+
+def test_what_runs_inside_imports_only_the_standard_library() -> None:
+    files = {
+        name: path
+        for name, path in all_modules().items()
+        if any(within(name, top) and name != top for top in INSIDE)
+    }
+    assert {"conductor.sandbox.inside.driver", "conductor.grading.drivers.bcb"} <= set(files)
+    found = [
+        problem
+        for name, path in sorted(files.items())
+        for problem in inside_problems(name, path.read_text(encoding="utf-8"))
+    ]
+    assert found == []
+
+
+def test_the_sandbox_imports_nothing_from_grading() -> None:
+    """The sandbox knows no benchmark: the graders bring their job drivers to it."""
+    found = sorted(
+        f"{name} imports {target}"
+        for name, targets in package_imports().items()
+        if within(name, "conductor.sandbox")
+        for target, _ in targets
+        if within(target, "conductor.grading")
+    )
+    assert found == []

@@ -360,7 +360,8 @@ def test_the_mutant_job_differs_from_the_original_only_in_its_test(
 @pytest.mark.process
 @needs_sandbox
 def test_the_driver_runs_the_next_test_only_on_the_parents_word() -> None:
-    from conductor.sandbox import run_job
+    from conductor.grading.drivers import BIGCODEBENCH
+    from conductor.sandbox import SandboxLimits, run_job
 
     job = {
         "kind": "bcb",
@@ -379,9 +380,15 @@ def test_the_driver_runs_the_next_test_only_on_the_parents_word() -> None:
     def ran(result: Any) -> list[tuple[str, str]]:
         return [(f["test"], f["outcome"]) for f in result.frames if f.get("event") == "test"]
 
-    settings: dict[str, Any] = {"cpu_time_s": 30, "wall_time_s": 60, "memory_mb": 2048}
-    # the default: stop at the first test that does not pass
+    settings: dict[str, Any] = {
+        "driver": BIGCODEBENCH,
+        "limits": SandboxLimits(cpu_time_s=30, wall_time_s=60, memory_mb=2048),
+    }
+    # no word: the driver stops after the first test
     assert ran(run_job(job, **settings)) == [("test_a", "failure")]
+    # the original run's rule: stop at the first test that does not pass
+    passing = run_job(job, proceed=lambda f: f["outcome"] == "pass", **settings)
+    assert ran(passing) == [("test_a", "failure")]
     # go on through failures (a mutant's run), stop at the first pass
     everything = run_job(job, proceed=lambda f: f["outcome"] != "pass", **settings)
     assert ran(everything) == [("test_a", "failure"), ("test_b", "pass")]

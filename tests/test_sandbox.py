@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conductor.sandbox import NONE, default_engine, ns_mode, run_sandboxed
+from conductor.sandbox import NONE, SandboxLimits, default_engine, ns_mode, run_sandboxed
 
 needs_os = pytest.mark.skipif(
     default_engine() == NONE, reason="namespaces unavailable (unshare, user namespaces)"
@@ -68,11 +68,15 @@ def test_runs_code_with_stdin_and_files() -> None:
 
 
 def test_write_outside_never_reaches_the_host(outside: Path) -> None:
-    res = run_sandboxed(f"open({str(outside)!r}, 'w').write('x')")
+    res = run_sandboxed(
+        f"open({str(outside)!r}, 'w').write('x')\nprint('wrote', open({str(outside)!r}).read())"
+    )
     assert not outside.exists()
-    if res.engine != "bubblewrap":
-        # no file system of its own: the audit hook refuses the write by its path (with
-        # bubblewrap the write lands in the run's own /tmp)
+    if res.engine == "bubblewrap":
+        # the write lands in the run's own /tmp (and the program ran: it reads it back)
+        assert res.ok and res.stdout.split() == ["wrote", "x"], res
+    else:
+        # no file system of its own: the audit hook refuses the write by its path
         assert res.returncode != 0
         assert any(str(outside) in b for b in res.blocked), res.blocked
         assert "PermissionError" in res.stderr
@@ -106,11 +110,13 @@ def test_write_outside_is_stopped_by_readonly_mounts(outside: Path) -> None:
         f"r = subprocess.run(['sh', '-c', 'echo x > {outside}'])\n"
         "print('rc', r.returncode)\n"
     )
-    res = run_sandboxed(code, allow_subprocess=True)
+    res = run_sandboxed(code, limits=SandboxLimits(allow_subprocess=True))
     if res.engine == "bubblewrap":
         # the sandbox's /tmp is its own tmpfs: the write lands there, never on the host
         assert "allowlist-fs" in res.isolation, res
+        assert "rc 0" in res.stdout, res
     else:
+        assert "rc " in res.stdout, res
         assert "readonly-fs" in res.isolation, res
         assert "rc 0" not in res.stdout, res
     assert not outside.exists()
@@ -119,7 +125,7 @@ def test_write_outside_is_stopped_by_readonly_mounts(outside: Path) -> None:
 def test_connect_never_reaches_the_host(listener: socket.socket) -> None:
     port = listener.getsockname()[1]
     code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)"
-    res = run_sandboxed(code, wall_time_s=10)
+    res = run_sandboxed(code, limits=SandboxLimits(wall_time_s=10))
     assert res.returncode != 0
     if res.engine != "bubblewrap":
         # no network of its own: the audit hook refuses the address
@@ -135,7 +141,7 @@ def test_a_server_on_the_sandboxs_own_localhost_works() -> None:
         "c = socket.create_connection(('localhost', s.getsockname()[1]))\n"
         "a, _ = s.accept(); c.send(b'hi'); print(a.recv(2).decode())\n"
     )
-    res = run_sandboxed(code, wall_time_s=20)
+    res = run_sandboxed(code, limits=SandboxLimits(wall_time_s=20))
     if res.engine != "bubblewrap":
         pytest.skip("only bubblewrap gives a run a network of its own")
     assert res.ok and res.stdout.strip() == "hi", res
@@ -146,7 +152,7 @@ def test_connect_is_stopped_by_network_namespace(listener: socket.socket) -> Non
     port = listener.getsockname()[1]
     inner = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=1)"
     code = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {inner!r}])\n"
-    res = run_sandboxed(code, allow_subprocess=True, wall_time_s=10)
+    res = run_sandboxed(code, limits=SandboxLimits(allow_subprocess=True, wall_time_s=10))
     assert "netns" in res.isolation
     assert "ConnectionRefused" in res.stderr or "unreachable" in res.stderr, res.stderr
     assert no_connection(listener)
@@ -180,7 +186,7 @@ def test_temp_dir_is_removed_afterwards(engine: str | None) -> None:
 
 def test_sigterm_ignoring_sleeper_is_killed_at_wall_limit() -> None:
     code = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)"
-    res = run_sandboxed(code, wall_time_s=1.0, cpu_time_s=30)
+    res = run_sandboxed(code, limits=SandboxLimits(wall_time_s=1.0, cpu_time_s=30))
     assert res.timed_out
     assert res.returncode is None
     assert res.wall_s < 5
@@ -194,7 +200,7 @@ def test_no_process_outlives_the_run() -> None:
         f"subprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n"
         "time.sleep(60)\n"
     )
-    res = run_sandboxed(code, allow_subprocess=True, wall_time_s=1.0)
+    res = run_sandboxed(code, limits=SandboxLimits(allow_subprocess=True, wall_time_s=1.0))
     assert res.timed_out
 
     def survivors() -> list[str]:
@@ -219,7 +225,7 @@ def test_no_process_outlives_the_run() -> None:
 
 
 def test_cpu_limit_kills_busy_loop() -> None:
-    res = run_sandboxed("while True:\n    pass", cpu_time_s=1, wall_time_s=15)
+    res = run_sandboxed("while True:\n    pass", limits=SandboxLimits(cpu_time_s=1, wall_time_s=15))
     assert not res.timed_out
     assert res.killed_by_signal in ("SIGXCPU", "SIGKILL"), res
     assert res.wall_s < 10
@@ -227,12 +233,12 @@ def test_cpu_limit_kills_busy_loop() -> None:
 
 def test_memory_limit() -> None:
     code = "try:\n    x = bytearray(600 * 1024 * 1024)\nexcept MemoryError:\n    print('capped')"
-    res = run_sandboxed(code, memory_mb=300)
+    res = run_sandboxed(code, limits=SandboxLimits(memory_mb=300))
     assert res.stdout.strip() == "capped", res
 
 
 def test_output_is_capped() -> None:
-    res = run_sandboxed("print('x' * 3_000_000)", output_limit=100_000)
+    res = run_sandboxed("print('x' * 3_000_000)", limits=SandboxLimits(output_limit=100_000))
     assert res.ok
     assert len(res.stdout) == 100_000
     assert res.stdout_truncated

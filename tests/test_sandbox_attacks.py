@@ -18,8 +18,14 @@ from typing import Any
 
 import pytest
 from kit.clock import scaled
-from kit.sandbox_attacks import ATTACKS, OS_CONTROLS, grading_attack, run_os_control
-from kit.sandbox_escapes import NOBODY, run_as_nobody
+from kit.sandbox_attacks import (
+    ATTACKS,
+    OS_CONTROLS,
+    grading_attack,
+    run_on_a_sandbox_that_runs_nothing,
+    run_os_control,
+)
+from kit.sandbox_escapes import NOBODY, NOT_RUN, run_as_nobody
 
 from conductor.errors import UsageError
 from conductor.grading import get_grader
@@ -91,6 +97,33 @@ def test_os_attack_works_without_its_wall_for_an_ordinary_user(
 ) -> None:
     happened, detail = controls_as_nobody[name]
     assert happened, f"{name} (uid {NOBODY}): the positive control failed: {detail}"
+
+
+# The positive control of the attacks themselves: an OS attack is defended only where its
+# program proved it ran, so a sandbox broken to run nothing (its driver starts, its
+# program job returns at once) fails every one of them, though no effect happened.
+
+
+def _all_undefended(got: dict[str, Any], who: str) -> None:
+    assert set(got) == set(OS_CONTROLS)
+    for name, (defended, detail) in got.items():
+        assert not defended, f"{name} ({who}): defended by a sandbox that ran nothing: {detail}"
+        assert detail.startswith(NOT_RUN), f"{name} ({who}): {detail}"
+
+
+@pytest.mark.process
+@needs_os
+def test_a_sandbox_that_runs_nothing_fails_every_os_attack() -> None:
+    _all_undefended(run_on_a_sandbox_that_runs_nothing(), "this user")
+
+
+@pytest.mark.process
+@needs_os
+def test_a_sandbox_that_runs_nothing_fails_every_os_attack_for_an_ordinary_user() -> None:
+    got = run_as_nobody(REPO / "tests" / "kit" / "sandbox_attacks.py", ["--runs-nothing"])
+    if isinstance(got, str):
+        pytest.skip(got)
+    _all_undefended(got, f"uid {NOBODY}")
 
 
 # ------------------------------------------------------------ without OS isolation

@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 from kit.clock import scaled
-from kit.sandbox_escapes import ATTACKS, CONTROLS, run_as_nobody, run_control
+from kit.sandbox_escapes import (
+    ATTACKS,
+    CONTROLS,
+    NOBODY,
+    NOT_RUN,
+    run_as_nobody,
+    run_control,
+    runs_nothing,
+)
 
 from conductor.errors import UsageError
 from conductor.grading.code import CodeGrader
@@ -90,6 +98,35 @@ def test_attack_works_without_its_wall_for_an_ordinary_user(
 ) -> None:
     happened, detail = controls_as_nobody[name]
     assert happened, f"{name} (uid 65534): the positive control failed: {detail}"
+
+
+# The positive control of the attacks themselves: each is defended only where every
+# program it ran proved it ran, so a sandbox broken to run nothing (its driver starts,
+# its program job returns at once) fails every one, though no effect happened.
+
+
+def _all_undefended(got: dict[str, Any], who: str) -> None:
+    assert set(got) == set(ATTACKS)
+    for name, (defended, detail) in got.items():
+        assert not defended, f"{name} ({who}): defended by a sandbox that ran nothing: {detail}"
+        assert detail.startswith(NOT_RUN), f"{name} ({who}): {detail}"
+
+
+@pytest.mark.process
+@needs_bwrap
+def test_a_sandbox_that_runs_nothing_fails_every_attack() -> None:
+    with runs_nothing():
+        got = {name: attack() for name, attack in ATTACKS.items()}
+    _all_undefended(got, "this user")
+
+
+@pytest.mark.process
+@needs_bwrap
+def test_a_sandbox_that_runs_nothing_fails_every_attack_for_an_ordinary_user() -> None:
+    got = run_as_nobody(REPO / "tests" / "kit" / "sandbox_escapes.py", ["--runs-nothing"])
+    if isinstance(got, str):
+        pytest.skip(got)
+    _all_undefended(got, f"uid {NOBODY}")
 
 
 @pytest.mark.process
@@ -228,10 +265,10 @@ def test_the_driver_runs_as_bytecode_for_this_interpreter_and_as_source_for_anot
     # must be this interpreter's own, or another version would refuse to load it.
     import importlib.util
 
-    from conductor.sandbox._run import driver_bytecode
+    from conductor.sandbox._driver import driver_bytecode, driver_source
 
-    code = driver_bytecode(sys.executable)
+    code = driver_bytecode(sys.executable, driver_source())
     assert code is not None and code[:4] == importlib.util.MAGIC_NUMBER
-    assert driver_bytecode("/bin/sh") is None
+    assert driver_bytecode("/bin/sh", driver_source()) is None
     result = run_sandboxed("import sys; print(sys.argv[0].endswith('main.py'))")
     assert result.returncode == 0 and result.stdout.strip() == "True", result

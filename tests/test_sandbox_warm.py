@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from conductor.grading.code import CodeGrader
+from conductor.grading.drivers import LIVECODEBENCH
 from conductor.grading.types import Sample, Verdict
-from conductor.sandbox import NONE, default_engine, run_job
+from conductor.sandbox import NONE, SandboxLimits, default_engine, run_job
 from conductor.sandbox._warm import WarmPool
 
 needs_os = pytest.mark.skipif(
@@ -71,7 +72,13 @@ def test_each_job_gets_a_fresh_warm_sandbox() -> None:
     for n in range(4):
         # a pause, so that the next sandbox is ready (started ahead) when the job comes
         time.sleep(0.5 if n else 0)
-        result = run_job(_job(SNOOP), cpu_time_s=5, wall_time_s=30, preload="import json\n", warm=2)
+        result = run_job(
+            _job(SNOOP),
+            driver=LIVECODEBENCH,
+            preload="import json\n",
+            warm=2,
+            limits=SandboxLimits(cpu_time_s=5, wall_time_s=30),
+        )
         tests = [f for f in result.frames if f.get("event") == "test"]
         assert len(tests) == 1, (result.frames, result.stderr)
         seen.append((result.started_ahead, json.loads(tests[0]["stdout"])))
@@ -126,7 +133,11 @@ def test_tests_still_run_one_after_another() -> None:
         print(open("log").read().count("start"))
         """
     )
-    result = run_job(_job(code, tests=4), cpu_time_s=5, wall_time_s=30)
+    result = run_job(
+        _job(code, tests=4),
+        driver=LIVECODEBENCH,
+        limits=SandboxLimits(cpu_time_s=5, wall_time_s=30),
+    )
     outs = [f["stdout"].strip() for f in result.frames if f.get("event") == "test"]
     assert outs == ["1", "2", "3", "4"]
 

@@ -7,11 +7,15 @@ tests) and, where that is root, again as an ordinary user (uid 65534) through
 Grading attacks submit code that solves nothing and must not be graded ``correct``.
 OS attacks run with ``allow_subprocess=True``: the child processes stand for code that
 slipped past the in-process audit hook (native code, ``_posixsubprocess``), so only the
-OS layer stands in the way.
+OS layer stands in the way.  An OS attack is defended only where its processes proved
+they ran and its effect did not happen; ``--controls`` runs each with its wall taken
+down (the effect must happen), ``--runs-nothing`` each on a sandbox broken to run
+nothing (none may be defended).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -26,7 +30,8 @@ from typing import Any
 
 from conductor.grading.code import CodeGrader
 from conductor.grading.types import Sample
-from conductor.sandbox import run_sandboxed
+from conductor.sandbox import SandboxLimits, SandboxResult, run_sandboxed
+from kit.sandbox_escapes import NOT_RUN, proof, said
 
 Outcome = tuple[bool, str]
 
@@ -338,7 +343,7 @@ GRADING: dict[str, tuple[str, str]] = {
         builtins.isinstance = lambda *a: True
         builtins.issubclass = lambda *a: True
         main = sys.modules.get("__main__")
-        for name in ("_untrusted", "_checked", "restore", "frame", "report"):
+        for name in ("untrusted", "_checked", "restore", "frame", "report"):
             try:
                 setattr(main, name, lambda *a, **k: None)
             except Exception:
@@ -547,7 +552,7 @@ BCB_FORGERY: dict[str, tuple[str, str]] = {
         """
         import sys
         g = sys._getframe(0).f_back.f_globals if sys._getframe(0).f_back else {}
-        for name in ("_run_debug", "_untrusted", "_checked", "_asserting"):
+        for name in ("_run_debug", "untrusted", "_checked", "_asserting"):
             if name in g:
                 g[name] = lambda *a, **k: (a[0] if name == "_checked" else "")
         def task_func(xs):
@@ -1173,8 +1178,24 @@ def grading_attack(name: str, unisolated: bool = False) -> Callable[[], Outcome]
 
 
 # ------------------------------------------------------------------------- OS attacks
+#
+# An OS attack is defended only where its program ran and its effect did not happen: a
+# sandbox that runs nothing must fail every one of them (see runs_nothing and
+# tests/test_sandbox_attacks.py).  Each process that takes a step of the attack prints
+# its proof (kit.sandbox_escapes.proof) once it is there.
 
 SECRET = "sk-conductor-test-" + uuid.uuid4().hex
+
+
+def _outcome(res: SandboxResult, effect: bool, detail: str, *steps: str) -> Outcome:
+    """Defended where every step printed its proof and the effect did not happen."""
+    missing = [step for step in steps if said(step) not in res.stdout]
+    if missing:
+        return False, (
+            f"{NOT_RUN}no proof from {', '.join(missing)} (rc {res.returncode}, "
+            f"stdout {res.stdout[-120:]!r}, stderr {res.stderr[-200:]!r})"
+        )
+    return not effect, detail
 
 
 def _os_parent_env() -> Outcome:
@@ -1186,12 +1207,14 @@ def _os_parent_env() -> Outcome:
         code = (
             "import os, subprocess\n"
             "print(dict(os.environ))\n"
-            "print(subprocess.run(['sh', '-c', 'cat /proc/[0-9]*/environ'],"
-            " capture_output=True).stdout)\n"
+            f"cmd = 'cat /proc/[0-9]*/environ; {proof('shell')[1]}'\n"
+            "print(subprocess.run(['sh', '-c', cmd], capture_output=True).stdout.decode())\n"
+            f"{proof('main')[0]}\n"
         )
-        res = run_sandboxed(code, allow_subprocess=True)
+        res = run_sandboxed(code, limits=SandboxLimits(allow_subprocess=True))
         leaked = SECRET in res.stdout + res.stderr
-        return not leaked, "key visible" if leaked else "key not visible (env and /proc)"
+        detail = "key visible" if leaked else "key not visible (env and /proc)"
+        return _outcome(res, leaked, detail, "shell", "main")
     finally:
         del os.environ["CONDUCTOR_FAKE_API_KEY"]
         holder.kill()
@@ -1204,33 +1227,49 @@ def _outside() -> Path:
 
 def _os_sqlite_write() -> Outcome:
     target = _outside()
-    code = f"import sqlite3\nsqlite3.connect({str(target)!r}).execute('create table t(x)')\n"
+    code = (
+        "import sqlite3\n"
+        "try:\n"
+        f"    sqlite3.connect({str(target)!r}).execute('create table t(x)')\n"
+        "except Exception as exc:\n"
+        "    print('refused:', exc)\n"
+        f"{proof('main')[0]}\n"
+    )
     res = run_sandboxed(code)
     made = target.exists()
     target.unlink(missing_ok=True)
-    return not made, "file created" if made else f"not created (rc {res.returncode})"
+    detail = "file created" if made else f"not created: {res.stdout.strip()[:120]}"
+    return _outcome(res, made, detail, "main")
 
 
 def _os_symlink_write() -> Outcome:
     target = _outside()
     code = (
         "import subprocess\n"
-        f"subprocess.run(['ln', '-s', {str(target)!r}, 'link'])\n"
-        "open('link', 'w').write('x')\n"
+        f"subprocess.run(['sh', '-c', 'ln -s {target} link; {proof('shell')[1]}'])\n"
+        "try:\n"
+        "    open('link', 'w').write('x')\n"
+        "except OSError as exc:\n"
+        "    print('refused:', exc)\n"
+        f"{proof('main')[0]}\n"
     )
-    res = run_sandboxed(code, allow_subprocess=True)
+    res = run_sandboxed(code, limits=SandboxLimits(allow_subprocess=True))
     made = target.exists()
     target.unlink(missing_ok=True)
-    return not made, "file created" if made else f"not created (rc {res.returncode})"
+    detail = "file created" if made else f"not created (rc {res.returncode})"
+    return _outcome(res, made, detail, "shell", "main")
 
 
 def _os_shell_write() -> Outcome:
     target = _outside()
-    code = f"import subprocess\nsubprocess.run(['sh', '-c', 'echo x > {target}'])\n"
-    run_sandboxed(code, allow_subprocess=True)
+    code = (
+        "import subprocess\n"
+        f"subprocess.run(['sh', '-c', 'echo x > {target}; {proof('shell')[1]}'])\n"
+    )
+    res = run_sandboxed(code, limits=SandboxLimits(allow_subprocess=True))
     made = target.exists()
     target.unlink(missing_ok=True)
-    return not made, "file created" if made else "not created"
+    return _outcome(res, made, "file created" if made else "not created", "shell")
 
 
 def _os_network() -> Outcome:
@@ -1240,49 +1279,64 @@ def _os_network() -> Outcome:
     srv.settimeout(0.5)
     port = srv.getsockname()[1]
     inner = (
-        f"import socket; s = socket.create_connection(('127.0.0.1', {port}), timeout=1);"
-        f" s.sendall(b'{SECRET}')"
+        "import socket\n"
+        "try:\n"
+        f"    s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+        f"    s.sendall(b'{SECRET}')\n"
+        "except OSError as exc:\n"
+        "    print('refused:', exc)\n"
+        f"{proof('child')[0]}\n"
     )
     code = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {inner!r}])\n"
-    run_sandboxed(code, allow_subprocess=True, wall_time_s=10)
+    res = run_sandboxed(code, limits=SandboxLimits(allow_subprocess=True, wall_time_s=10))
     try:
         conn, _ = srv.accept()
         conn.close()
-        return False, "connected to 127.0.0.1"
+        connected = True
     except TimeoutError:
-        return True, "no connection reached 127.0.0.1"
+        connected = False
     finally:
         srv.close()
+    detail = "connected to 127.0.0.1" if connected else "no connection reached 127.0.0.1"
+    return _outcome(res, connected, detail, "child")
 
 
 def _os_kill_everything(everything: bool = True) -> Outcome:
     """``kill -9 -1`` and the bench's and a canary's pid.  (Its positive control kills
-    only the canary, by pid: ``kill -9 -1`` is not run outside a sandbox.)"""
+    only the canary, by pid: ``kill -9 -1`` is not run outside a sandbox.)  The shell
+    says it is there before it kills: after ``kill -9 -1`` nothing of the run is left to
+    say anything."""
     canary = subprocess.Popen(["sleep", "60"])
     try:
         targets = f"{os.getpid()} {canary.pid}" if everything else str(canary.pid)
         kill = "kill -9 -1; " if everything else ""
-        code = f"import subprocess\nsubprocess.run(['sh', '-c', '{kill}kill -9 {targets}'])\n"
-        run_sandboxed(code, allow_subprocess=True)
-        canary.wait(timeout=5) if not everything else None
+        shell = f"{proof('shell')[1]}; {kill}kill -9 {targets}"
+        code = f"import subprocess\nsubprocess.run(['sh', '-c', {shell!r}])\n"
+        res = run_sandboxed(code, limits=SandboxLimits(allow_subprocess=True))
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            canary.wait(timeout=5) if not everything else None
         alive = canary.poll() is None
-        return alive, "bench and a process of the same user survive" if alive else "canary killed"
-    except subprocess.TimeoutExpired:
-        return True, "the canary survived"
+        detail = "bench and a process of the same user survive" if alive else "canary killed"
+        return _outcome(res, not alive, detail, "shell")
     finally:
         canary.kill()
         canary.wait()
 
 
 def _os_see_processes() -> Outcome:
-    code = "import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"
+    code = (
+        "import os\n"
+        "print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+        f"{proof('main')[0]}\n"
+    )
     res = run_sandboxed(code)
     try:
-        pids = json.loads(res.stdout)
-    except ValueError:
-        return False, f"unexpected output {res.stdout[:100]!r}"
-    seen = os.getpid() in pids or len(pids) > 5
-    return not seen, f"visible pids: {pids[:8]}"
+        pids = json.loads(res.stdout.splitlines()[0])
+    except (ValueError, IndexError):
+        pids = []
+    # the program sees itself at least: an empty list is not a wall
+    seen = not pids or os.getpid() in pids or len(pids) > 5
+    return _outcome(res, seen, f"visible pids: {pids[:8]}", "main")
 
 
 def _os_home_secret() -> Outcome:
@@ -1291,14 +1345,14 @@ def _os_home_secret() -> Outcome:
     old = os.environ.get("HOME")
     os.environ["HOME"] = str(home)
     try:
+        cmd = f"cat {home / 'credentials'}; {proof('shell')[1]}"
         code = (
             "import subprocess\n"
-            f"print(subprocess.run(['cat', {str(home / 'credentials')!r}],"
-            " capture_output=True).stdout)\n"
+            f"print(subprocess.run(['sh', '-c', {cmd!r}], capture_output=True).stdout.decode())\n"
         )
-        res = run_sandboxed(code, allow_subprocess=True)
+        res = run_sandboxed(code, limits=SandboxLimits(allow_subprocess=True))
         leaked = SECRET in res.stdout
-        return not leaked, "read" if leaked else "home directory hidden"
+        return _outcome(res, leaked, "read" if leaked else "home directory hidden", "shell")
     finally:
         if old is None:
             del os.environ["HOME"]
@@ -1352,19 +1406,20 @@ except OSError as exc:
 
 def _os_nested_namespace() -> Outcome:
     target = _outside()
+    inner = _NESTED + proof("child")[0] + "\n"
     code = (
         "import subprocess, sys\n"
-        f"r = subprocess.run([sys.executable, '-c', {_NESTED!r}, {str(target)!r}],"
+        f"r = subprocess.run([sys.executable, '-c', {inner!r}, {str(target)!r}],"
         " capture_output=True, text=True)\n"
         "print(r.stdout, r.stderr)\n"
     )
-    res = run_sandboxed(code, allow_subprocess=True)
+    res = run_sandboxed(code, limits=SandboxLimits(allow_subprocess=True))
     made = target.exists()
     target.unlink(missing_ok=True)
     # the namespace itself is the step refused (bubblewrap's mounts are locked too)
     nested = "unshare 0 " in res.stdout
     detail = "file created" if made else " ".join(res.stdout.split())[:150]
-    return not (made or nested), detail
+    return _outcome(res, made or nested, detail, "child")
 
 
 OS_ATTACKS: dict[str, Callable[[], Outcome]] = {
@@ -1415,9 +1470,20 @@ def run_all() -> dict[str, Outcome]:
     return {name: attack() for name, attack in ATTACKS.items()}
 
 
+def run_on_a_sandbox_that_runs_nothing() -> dict[str, Outcome]:
+    """Every OS attack on a sandbox broken to run nothing (the positive control of their
+    proofs that they ran): none may be defended."""
+    from kit.sandbox_escapes import runs_nothing
+
+    with runs_nothing():
+        return {name: OS_ATTACKS[name]() for name in OS_CONTROLS}
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["--controls"]:
         print(json.dumps({name: run_os_control(name) for name in OS_CONTROLS}))
+    elif sys.argv[1:] == ["--runs-nothing"]:
+        print(json.dumps(run_on_a_sandbox_that_runs_nothing()))
     else:
         names = sys.argv[1:] or list(ATTACKS)
         print(json.dumps({name: ATTACKS[name]() for name in names}))

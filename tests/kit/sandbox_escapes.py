@@ -12,6 +12,8 @@ in the way.  Set ``SANDBOX_ESCAPES_ENGINE`` to try them on another engine.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import json
 import os
 import pty
@@ -28,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from conductor.sandbox import SandboxResult, run_sandboxed
+from conductor.sandbox import SandboxLimits, SandboxResult, run_sandboxed
 from kit.clock import scaled
 
 Outcome = tuple[bool, str]
@@ -38,16 +40,65 @@ SECRET = "sk-conductor-escape-" + uuid.uuid4().hex
 ENGINE = os.environ.get("SANDBOX_ESCAPES_ENGINE") or None
 
 
-def run(code: str, **kw: Any) -> SandboxResult:
+#: Proofs that a run's processes ran (:func:`proof`): numbers computed as they run.
+_NONCE = 10**12 + uuid.uuid4().int % 10**12
+#: How an attack's detail starts where its program printed no proof that it ran: such an
+#: attack is not defended (an effect that did not happen proves nothing of a wall).
+NOT_RUN = "did not run: "
+# whether each run() since the attack started printed its proof (see proved)
+_RUNS: list[bool] = []
+
+
+def proof(step: str) -> tuple[str, str]:
+    """(Python, sh) statements that print ``step``'s proof that it ran, which
+    :func:`said` names: computed as they run, so neither the source nor a traceback
+    quoting it can stand in for it."""
+    k = len(step)
+    python = f"print('ran', {step!r}, {_NONCE} + {k}, flush=True)"
+    return python, f"echo ran {step} $(({_NONCE} + {k}))"
+
+
+def said(step: str) -> str:
+    """The line :func:`proof`'s statements print."""
+    return f"ran {step} {_NONCE + len(step)}"
+
+
+def run(code: str, *, proof_first: bool = False, **limits: Any) -> SandboxResult:
     """``code`` in the sandbox, run by a fresh interpreter the program starts: it has no
-    audit hook, as native code would not (only the engine stands in the way)."""
-    kw.setdefault("wall_time_s", 20)
+    audit hook, as native code would not (only the engine stands in the way);
+    ``limits`` as :class:`SandboxLimits`'s fields.
+
+    The interpreter prints its proof that it ran (:func:`proof`) after ``code``
+    (``proof_first``: before it, for code that never ends); the proof is taken out of
+    the result's stdout and noted for :func:`proved`."""
+    limits = {"wall_time_s": 20, **limits, "allow_subprocess": True}
+    body = textwrap.dedent(code)
+    body = f"{proof('child')[0]}\n{body}" if proof_first else f"{body}\n{proof('child')[0]}\n"
     main = (
         "import subprocess, sys\n"
-        f"r = subprocess.run([sys.executable, '-c', {textwrap.dedent(code)!r}])\n"
+        f"r = subprocess.run([sys.executable, '-c', {body!r}])\n"
         "sys.exit(r.returncode)\n"
     )
-    return run_sandboxed(main, engine=ENGINE, allow_subprocess=True, **kw)
+    res = run_sandboxed(main, engine=ENGINE, limits=SandboxLimits(**limits))
+    line = said("child") + "\n"
+    _RUNS.append(line in res.stdout)
+    return dataclasses.replace(res, stdout=res.stdout.replace(line, "", 1))
+
+
+def proved(attack: Callable[[], Outcome]) -> Callable[[], Outcome]:
+    """``attack``, defended only where every program it ran printed its proof: a
+    sandbox that runs nothing (:func:`runs_nothing`) fails it, whatever its effect."""
+
+    @functools.wraps(attack)
+    def checked() -> Outcome:
+        _RUNS.clear()
+        defended, detail = attack()
+        if not _RUNS or not all(_RUNS):
+            silent = len(_RUNS) - sum(_RUNS)
+            return False, f"{NOT_RUN}{silent} of {len(_RUNS)} runs gave no proof; {detail}"
+        return defended, detail
+
+    return checked
 
 
 @contextmanager
@@ -183,11 +234,14 @@ print("reached", reached)
 """
 
 _UNDER_PTY = r"""
-import json, sys
+import contextlib, json, os, sys
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
 import sandbox_escapes
-res = sandbox_escapes.run(sandbox_escapes._TTY_ATTACK)
-sys.stderr.write(json.dumps([res.stdout, res.stderr[-300:]]) + "\n")
+broken = os.environ.get(sandbox_escapes.RUNS_NOTHING_ENV)
+with sandbox_escapes.runs_nothing() if broken else contextlib.nullcontext():
+    res = sandbox_escapes.run(sandbox_escapes._TTY_ATTACK)
+ran = sandbox_escapes._RUNS == [True]
+sys.stderr.write(json.dumps([res.stdout, res.stderr[-300:], ran]) + "\n")
 """
 
 
@@ -220,9 +274,10 @@ def _terminal() -> Outcome:
         return False, "the fake line reached the terminal"
     lines = [line for line in text.splitlines() if line.startswith("[")]
     try:
-        stdout = json.loads(lines[-1])[0]
+        stdout, _, ran = json.loads(lines[-1])
     except (IndexError, ValueError):
         return False, f"no result from the run: {text[-300:]!r}"
+    _RUNS.append(ran)  # the run was the pty child's: its proof, as it saw it
     return "reached []" in stdout, stdout.strip()[:200]
 
 
@@ -419,7 +474,7 @@ def _fork_bomb() -> Outcome:
     time.sleep(30)
     """
     started = time.monotonic()
-    res = run(code, wall_time_s=5)
+    res = run(code, proof_first=True, wall_time_s=5)
     took = time.monotonic() - started
     ok = res.timed_out and took < 30 and "capped at" in res.stdout
     return ok, f"timed out: {res.timed_out} after {took:.1f} s; {res.stdout.strip()[:60]}"
@@ -480,21 +535,21 @@ def _user_namespace() -> Outcome:
 
 
 ATTACKS: dict[str, Callable[[], Outcome]] = {
-    "connect to a host listener's unix socket file": _unix_path_socket,
-    "connect to a host abstract unix socket": _unix_abstract_socket,
-    "connect to 127.0.0.1 (network)": _tcp_loopback,
-    "write to / type into the user's terminal (tty, pts, fd links, setsid)": _terminal,
-    "read earlier runs' samples.jsonl, the --data file, /tmp": _read_host_files,
-    "write outside the sandbox (/proc/1/root, symlink, /usr, /dev)": _write_outside,
-    "fill the work dir and /dev/shm": _fill_work_dir,
-    "/dev holds only null, zero, urandom; no /sys, no /dev/pts": _devices_and_sys,
-    "/proc/1/root shows the sandbox, not the host": _proc_1_root,
-    "memfd / shm / SysV shm beyond the memory limit": _memory_files,
-    "a daemon (setsid, double fork) outlives the run": _daemon_survives,
-    "a fork bomb": _fork_bomb,
-    "ptrace the test driver": _ptrace_driver,
-    "an fd the caller holds open leaks in": _inherited_fds,
-    "a new user namespace to mount an unlimited tmpfs": _user_namespace,
+    "connect to a host listener's unix socket file": proved(_unix_path_socket),
+    "connect to a host abstract unix socket": proved(_unix_abstract_socket),
+    "connect to 127.0.0.1 (network)": proved(_tcp_loopback),
+    "write to / type into the user's terminal (tty, pts, fd links, setsid)": proved(_terminal),
+    "read earlier runs' samples.jsonl, the --data file, /tmp": proved(_read_host_files),
+    "write outside the sandbox (/proc/1/root, symlink, /usr, /dev)": proved(_write_outside),
+    "fill the work dir and /dev/shm": proved(_fill_work_dir),
+    "/dev holds only null, zero, urandom; no /sys, no /dev/pts": proved(_devices_and_sys),
+    "/proc/1/root shows the sandbox, not the host": proved(_proc_1_root),
+    "memfd / shm / SysV shm beyond the memory limit": proved(_memory_files),
+    "a daemon (setsid, double fork) outlives the run": proved(_daemon_survives),
+    "a fork bomb": proved(_fork_bomb),
+    "ptrace the test driver": proved(_ptrace_driver),
+    "an fd the caller holds open leaks in": proved(_inherited_fds),
+    "a new user namespace to mount an unlimited tmpfs": proved(_user_namespace),
 }
 
 
@@ -519,7 +574,8 @@ def unsandboxed() -> Iterator[None]:
 def positive_control(attack: Callable[[], Outcome], how: str | tuple[str, ...]) -> Outcome:
     """(whether the attack's effect happened, detail) with its wall taken down: ``how``
     is ``"unsandboxed"`` (no OS isolation at all) or the walls to remove
-    (:func:`conductor.sandbox.walls_removed`)."""
+    (:func:`conductor.sandbox.walls_removed`).  An attack whose program did not run
+    (:data:`NOT_RUN`) had no effect, whatever it says."""
     from conductor.sandbox import walls_removed
 
     if how == "unsandboxed":
@@ -528,7 +584,36 @@ def positive_control(attack: Callable[[], Outcome], how: str | tuple[str, ...]) 
     else:
         with walls_removed(*how):
             defended, detail = attack()
-    return not defended, detail
+    return not defended and not detail.startswith(NOT_RUN), detail
+
+
+#: Set while :func:`runs_nothing` holds, for the runs a test starts in another process.
+RUNS_NOTHING_ENV = "CONDUCTOR_TESTS_SANDBOX_RUNS_NOTHING"
+
+
+@contextmanager
+def runs_nothing() -> Iterator[None]:
+    """A sandbox broken to run nothing: in every engine its driver starts and reports
+    as always, but the ``program`` job (:func:`conductor.sandbox.run_sandboxed`'s) returns
+    at once.  The positive control of the attacks' proofs that they ran: under it, no
+    attack that runs a program may be reported defended."""
+    from conductor.sandbox import _run
+
+    real = _run.driver_source
+    entry = b'\nif __name__ == "__main__":'
+
+    def broken(job_driver: Any = None) -> bytes:
+        head, sep, tail = real(job_driver).rpartition(entry)
+        assert sep, "the driver's entry point moved: the broken sandbox must follow it"
+        return head + b"\ndef job_program() -> None:\n    return None\n" + sep + tail
+
+    _run.driver_source = broken  # type: ignore[assignment]
+    os.environ[RUNS_NOTHING_ENV] = "1"
+    try:
+        yield
+    finally:
+        _run.driver_source = real  # type: ignore[assignment]
+        del os.environ[RUNS_NOTHING_ENV]
 
 
 #: How each attack's positive control takes its wall down; attacks left out say in
@@ -663,6 +748,9 @@ def run_as_nobody(script: Path, names: list[str] | None = None) -> dict[str, Any
 if __name__ == "__main__":
     if sys.argv[1:] == ["--controls"]:
         print(json.dumps({name: run_control(name) for name in CONTROLS}))
+    elif sys.argv[1:] == ["--runs-nothing"]:
+        with runs_nothing():
+            print(json.dumps({name: attack() for name, attack in ATTACKS.items()}))
     else:
         chosen = sys.argv[1:] or list(ATTACKS)
         print(json.dumps({name: ATTACKS[name]() for name in chosen}))

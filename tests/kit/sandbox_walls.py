@@ -30,10 +30,11 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from conductor.grading.code import CodeGrader
 from conductor.grading.types import Sample
-from conductor.sandbox import SandboxResult, run_sandboxed, walls_removed
+from conductor.sandbox import SandboxLimits, SandboxResult, run_sandboxed, walls_removed
 from kit.clock import scaled
 
 Effect = tuple[bool, str]
@@ -70,9 +71,10 @@ def _forged(solution: str) -> Effect:
     return verdict.status == "correct", f"{verdict.status} ({outcome}): {verdict.reason[:200]}"
 
 
-def _program(code: str, **kw: object) -> SandboxResult:
-    kw.setdefault("wall_time_s", 30)
-    return run_sandboxed(textwrap.dedent(code), **kw)  # type: ignore[arg-type]
+def _program(code: str, **limits: Any) -> SandboxResult:
+    """``code`` in the sandbox, ``limits`` as :class:`SandboxLimits`'s fields."""
+    limits.setdefault("wall_time_s", 30)
+    return run_sandboxed(textwrap.dedent(code), limits=SandboxLimits(**limits))
 
 
 def _said(res: SandboxResult, marker: str) -> Effect:

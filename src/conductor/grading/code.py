@@ -98,8 +98,8 @@ tests/test_sandbox_attacks.py):
   written to the result pipe by the solution itself is only an answer it could have
   returned; a record out of turn, anything else on that pipe, the process ending before
   a test's record, or a test over its time limit (counted and enforced by the driver,
-  wall clock and CPU) fails the test (:mod:`conductor.sandbox.inside`, "one child for a
-  sample's calls").
+  wall clock and CPU) fails the test (:mod:`conductor.grading.drivers.lcb`, "one child
+  for a sample's calls").
 * BigCodeBench: the assertions must run next to the solution, so whatever decides a
   test's verdict is within the solution's reach.  The design does not rest on that
   process keeping its secrets: a program that passes is run again against **mutant
@@ -117,7 +117,7 @@ tests/test_sandbox_attacks.py):
   ``detail["differential"]``: how many copies ran and how many test methods a change
   checked.  Copies run only for programs that passed, so a failing program costs what it
   did; a passing one costs one run per copy more.  Inside the process, as before
-  (:mod:`conductor.sandbox.inside`, section "job: bcb"):
+  (:mod:`conductor.grading.drivers.bcb`):
 
   - **the verdict is the judge's**: each test's child starts a judge thread before the
     solution runs; only it holds the test's nonce (made by the driver after the fork and
@@ -198,7 +198,7 @@ from conductor.grading.types import Sample, Verdict
 # The sandbox and the test decoder are loaded when a code grader is made or used: a
 # bench of another grader imports this module for with_unsafe_opt_in alone.
 if TYPE_CHECKING:
-    from conductor.sandbox import SandboxResult
+    from conductor.sandbox import JobDriver, SandboxLimits, SandboxResult
 
 __all__ = [
     "CodeGrader",
@@ -240,6 +240,11 @@ def _forbidden(test: object, blocked: list[str], fail: dict[str, Any], code: str
         extracted=code,
         detail={**fail, "outcome": "runtime_error"},
     )
+
+
+def _passed(frame: Mapping[str, Any]) -> bool:
+    """The word after a BigCodeBench test of the original run: go on while tests pass."""
+    return frame.get("outcome") == "pass"
 
 
 def with_unsafe_opt_in(grader: str, options: dict[str, Any], confirm: bool) -> dict[str, Any]:
@@ -416,30 +421,21 @@ class CodeGrader:
     def _run(
         self,
         job: dict[str, Any],
+        driver: JobDriver,
+        limits: SandboxLimits,
         *,
-        cpu_s: float,
-        wall_s: float,
-        mem: int,
-        allow_subprocess: bool | None = None,
         preload: str = "",
         warm: int = 0,
         proceed: Callable[[Mapping[str, Any]], bool] | None = None,
-        max_processes: int = 64,
     ) -> SandboxResult:
         from conductor.sandbox import run_job
 
         return run_job(
             job,
-            cpu_time_s=cpu_s,
-            wall_time_s=wall_s,
-            memory_mb=mem,
-            max_processes=max_processes,
-            allow_subprocess=self.allow_subprocess
-            if allow_subprocess is None
-            else allow_subprocess,
+            driver=driver,
+            limits=limits,
             python=self.python,
             engine=self.engine,
-            report_limit=_REPORT_LIMIT,
             preload=preload,
             warm=warm,
             proceed=proceed,
@@ -464,14 +460,20 @@ class CodeGrader:
             # the expected outputs stay here: the sandbox only ever sees the inputs
             "tests": [{"input": t["input"], "testtype": t["testtype"]} for t in tests],
         }
-        result = self._run(
-            job,
-            cpu_s=self.time_limit_s,
-            wall_s=backstop,
-            mem=self.memory_mb,
-            preload=_PRELUDE,
-            warm=_WARM_SANDBOXES,
+        from conductor.grading.drivers import LIVECODEBENCH
+        from conductor.sandbox import SandboxLimits
+
+        limits = SandboxLimits(
+            cpu_time_s=self.time_limit_s,
+            wall_time_s=backstop,
+            memory_mb=self.memory_mb,
+            allow_subprocess=self.allow_subprocess,
+            report_limit=_REPORT_LIMIT,
+            # a test's frame carries its stdout and its value, each JSON-escaped (up to
+            # 6 bytes a byte: control bytes become \u0000)
+            frame_limit=13 * _OUTPUT_LIMIT + (1 << 20),
         )
+        result = self._run(job, LIVECODEBENCH, limits, preload=_PRELUDE, warm=_WARM_SANDBOXES)
         frames = result.frames
         base = {**self._base(result), "total": total}
         failed = _compile_error(frames, code, {**base, "passed": 0})
@@ -513,7 +515,7 @@ class CodeGrader:
         broken = frame.get("error")
         if isinstance(broken, str) and broken:
             # the driver saw the solution break the result channel's rules (see
-            # conductor.sandbox.inside, "one child for a sample's calls")
+            # conductor.grading.drivers.lcb, "one child for a sample's calls")
             return Verdict(
                 "incorrect",
                 f"test {i}: runtime error: {quote_output(broken, 300)}",
@@ -599,20 +601,24 @@ class CodeGrader:
         return self._differential(job, code, names, verdict)
 
     def _run_bcb(
-        self, job: dict[str, Any], proceed: Callable[[Mapping[str, Any]], bool] | None = None
+        self, job: dict[str, Any], proceed: Callable[[Mapping[str, Any]], bool] = _passed
     ) -> SandboxResult:
-        limit = self.bigcodebench_time_limit_s
-        # the official harness lets solutions start processes (the OS layer holds them)
-        return self._run(
-            job,
-            cpu_s=limit,
-            wall_s=self._bcb_backstop(),
-            mem=self.bigcodebench_memory_mb,
-            allow_subprocess=self.allow_subprocess or self.bigcodebench_allow_subprocess,
-            proceed=proceed,
+        """One run of a BigCodeBench job; the driver runs the next test while
+        ``proceed`` (given the last test's frame) says so: by default, while tests pass."""
+        from conductor.grading.drivers import BIGCODEBENCH
+        from conductor.sandbox import SandboxLimits
+
+        limits = SandboxLimits(
+            cpu_time_s=self.bigcodebench_time_limit_s,
+            wall_time_s=self._bcb_backstop(),
+            memory_mb=self.bigcodebench_memory_mb,
             # the sample's memory is at most this many processes of the limit each
             max_processes=self.bigcodebench_max_processes,
+            # the official harness lets solutions start processes (the OS layer holds them)
+            allow_subprocess=self.allow_subprocess or self.bigcodebench_allow_subprocess,
+            report_limit=_REPORT_LIMIT,
         )
+        return self._run(job, BIGCODEBENCH, limits, proceed=proceed)
 
     def _bcb_backstop(self) -> float:
         limit = self.bigcodebench_time_limit_s

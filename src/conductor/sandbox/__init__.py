@@ -1,8 +1,11 @@
 """Run untrusted Python code (model-written solutions) in a throw-away sandbox.
 
-:func:`run_sandboxed` runs one Python program; :func:`run_job` runs one of the test
-drivers of :mod:`conductor.sandbox.inside` (the code grader's).  Either returns a
-:class:`SandboxResult`, whose ``engine`` names what confined the run:
+:func:`run_sandboxed` runs one Python program; :func:`run_job` runs one job of the
+sandbox's driver (:mod:`conductor.sandbox.inside`), of a kind the caller's
+:class:`JobDriver` brings (the code grader's test drivers, in
+:mod:`conductor.grading.drivers`: the sandbox knows no benchmark).  What a run may use
+is one :class:`SandboxLimits`.  Either returns a :class:`SandboxResult`, whose
+``engine`` names what confined the run:
 
 * ``bubblewrap`` (the default; see :mod:`conductor.sandbox._bwrap` for what a run
   sees, and why bubblewrap rather than firejail, nsjail, minijail or gVisor): every
@@ -33,11 +36,11 @@ processes without the audit hook included:
   ``vfork``, ``clone`` of a process (threads still start) and ``execve``, whatever
   calls them (``_posixsubprocess.fork_exec`` has no audit event); no process may take
   another's fds (``pidfd_getfd``), compare them (``kcmp``), trace or read it;
-* the verdict of a BigCodeBench test is written by its judge thread on a socket that
-  only that thread may touch: every other thread of the test, and everything they
-  start, runs under a filter refusing any system call on that fd, ``dup2`` onto it,
-  ``close_range`` over it and ``sendmsg``; a socket cannot be opened again through
-  ``/proc/self/fd`` (see :func:`conductor.sandbox.inside._bcb_child`);
+* a job's verdict channel (the BigCodeBench driver's, where a judge thread writes a
+  test's verdict) is a socket that only that thread may touch: every other thread of
+  the test, and everything they start, runs under a filter refusing any system call on
+  that fd, ``dup2`` onto it, ``close_range`` over it and ``sendmsg``; a socket cannot
+  be opened again through ``/proc/self/fd`` (see :mod:`conductor.grading.drivers.bcb`);
 * the audit hook also refuses every use of ``ctypes`` (each of its audit events),
   code objects not made by the compiler (``code.__new__``, ``code.replace``) and
   ``marshal.loads`` of anything but a library's own ``.pyc`` on a read-only mount.
@@ -65,7 +68,7 @@ one sample instead:
   ``max_processes`` tasks (``RLIMIT_NPROC``, threads included; as root the run's uid is
   fresh, and for an ordinary user the user namespace makes the kernel count only the
   tasks inside it) of ``memory_mb`` each: ``max_processes`` x ``memory_mb`` in all
-  (the code grader's BigCodeBench defaults, 64 x 4,096 MB, bound nothing a machine
+  (the code grader's BigCodeBench defaults, 16 x 4,096 MB, bound nothing a machine
   would notice: pass smaller ``max_processes`` / ``memory_mb`` where that matters);
 * files in memory: the tmpfs (``disk_mb``) is the only writable file system, and it
   holds ``/tmp``, the work directory and ``/dev/shm``; ``memfd_create``, SysV
@@ -79,6 +82,7 @@ user's opt-in, are :mod:`conductor.sandbox._engine` (switch: ``CONDUCTOR_SANDBOX
 
 from __future__ import annotations
 
+from ._driver import JobDriver
 from ._engine import (
     BUBBLEWRAP,
     BUBBLEWRAP_MISSING,
@@ -92,22 +96,26 @@ from ._engine import (
     require_engine,
     weaker_refusal,
 )
+from ._limits import DEFAULT_DISK_MB, DEFAULT_LIMITS, DEFAULT_OUTPUT_LIMIT, SandboxLimits
 from ._namespaces import ns_mode
 from ._paths import PythonPaths, missing_module, python_paths
 from ._result import SandboxResult
-from ._run import DEFAULT_DISK_MB, DEFAULT_OUTPUT_LIMIT, run_job, run_sandboxed
+from ._run import run_job, run_sandboxed
 from ._walls import WALLS, walls_removed
 
 __all__ = [
     "BUBBLEWRAP",
     "BUBBLEWRAP_MISSING",
     "DEFAULT_DISK_MB",
+    "DEFAULT_LIMITS",
     "DEFAULT_OUTPUT_LIMIT",
     "ENGINES",
     "ISOLATION_ENV",
+    "JobDriver",
     "NAMESPACES",
     "NONE",
     "PythonPaths",
+    "SandboxLimits",
     "SandboxResult",
     "WALLS",
     "bubblewrap_available",

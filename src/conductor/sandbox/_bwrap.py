@@ -32,7 +32,7 @@ What one run gets (each bind justified; nothing else of the host is there):
   started holding ``CAP_SYS_ADMIN`` and ``CAP_SETPCAP`` (and, as root, ``CAP_SETUID`` /
   ``CAP_SETGID``; every other capability dropped), re-mounts every writable mount
   ``noexec,nosuid`` first thing, and then gives every capability up for good before
-  it reads its job (see :func:`conductor.sandbox.inside.harden`).  Bubblewrap's
+  it reads its job (see :func:`conductor.sandbox.inside.driver.harden`).  Bubblewrap's
   ``--disable-userns`` is not used because it moves the run into a nested user
   namespace, where that re-mount is not allowed;
 * as root, no user namespace (it could only map root) but a fresh uid per run, taken by
@@ -168,10 +168,10 @@ def plan_bwrap(
     a pipe named by its one argument) with ``files`` in :data:`WORKDIR`.
 
     ``driver_is_bytecode``: ``driver_source`` is a ``.pyc`` for ``python`` (see
-    :func:`conductor.sandbox._run.driver_bytecode`), run as such.
+    :func:`conductor.sandbox._driver.driver_bytecode`), run as such.
 
     ``fresh_uid`` (root only) is the uid the driver takes inside (it starts as root and
-    drops to it, see :func:`conductor.sandbox.inside.harden`); otherwise the run keeps
+    drops to it, see :func:`conductor.sandbox.inside.driver.harden`); otherwise the run keeps
     the caller's uid (``inner_uid``) in a user namespace.  ``removed`` names walls left
     out (tests only, see :func:`conductor.sandbox.walls_removed`): ``bwrap-seccomp``
     (no ``--seccomp``).

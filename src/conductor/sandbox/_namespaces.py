@@ -7,7 +7,7 @@ home directories, so earlier runs' samples and data files can be read; path sock
 memory-backed files are not limited.  As root the namespaces are made directly and the
 code runs under a fresh uid; as anyone else an unprivileged user namespace holds them.
 The mounts are done by the driver itself (``setup_mounts`` in
-:mod:`conductor.sandbox.inside`).
+:mod:`conductor.sandbox.inside.driver`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""One sandboxed run, whatever the engine: the job and its files go in, the driver of
-:mod:`conductor.sandbox.inside` runs it, and its report comes back as a
-:class:`SandboxResult`."""
+"""One sandboxed run, whatever the engine: the job and its files go in, the sandbox's
+driver (:mod:`conductor.sandbox.inside`, with the caller's job driver) runs it, and its
+report comes back as a :class:`SandboxResult`."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from ._bwrap import SCRATCH, WORKDIR, BwrapPlan, bwrap_path, plan_bwrap
+from ._driver import JobDriver, driver_bytecode, driver_source
 from ._engine import BUBBLEWRAP, NAMESPACES, NONE, default_engine
 from ._launch import Launched, Started, start
+from ._limits import DEFAULT_LIMITS, SandboxLimits
 from ._namespaces import fresh_uid, hidden_homes, ns_command, ns_mode, user_tasks, visible_dirs
 from ._paths import python_paths
 from ._result import SandboxResult
@@ -27,40 +29,7 @@ from ._seccomp import VERDICT_FD, child_filter, verdict_filter
 from ._walls import removed_walls
 from ._warm import warm_pool
 
-__all__ = ["DEFAULT_OUTPUT_LIMIT", "run_job", "run_sandboxed"]
-
-#: Default cap on captured stdout / stderr, in bytes.
-DEFAULT_OUTPUT_LIMIT = 1_000_000
-#: Default size of the bubblewrap sandbox's tmpfs (work dir, /tmp, /dev/shm), in MiB.
-DEFAULT_DISK_MB = 256
-
-_DRIVER = Path(__file__).resolve().parent / "inside.py"
-
-
-def driver_bytecode(interpreter: str) -> bytes | None:
-    """The driver compiled for ``interpreter`` (a ``.pyc`` file's bytes), or None where
-    that interpreter is not this one (another version reads other bytecode).
-
-    Why: Python compiles a script it is given on every start, and the driver's 1,900
-    lines took 43 ms to compile: a third of a LiveCodeBench sample's grading time.
-    """
-    if os.path.realpath(interpreter) != os.path.realpath(sys.executable):
-        return None
-    return _compiled(_DRIVER.read_bytes())
-
-
-@functools.lru_cache(maxsize=2)
-def _compiled(source: bytes) -> bytes:
-    import importlib.util
-    import marshal
-
-    code = compile(source, "/.sandbox/driver.py", "exec", dont_inherit=True)
-    # PEP 552 header: magic, flags (1 = hash-based, not checked against a source), the
-    # source's hash; a .pyc named on the command line is run after its 16-byte header.
-    flags = (1).to_bytes(4, "little")
-    header = importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source)
-    return header + marshal.dumps(code)
-
+__all__ = ["run_job", "run_sandboxed"]
 
 _BASE_LAYERS = ["rlimits", "audit-hook", "minimal-env", "separate-judge", "bounded-output"]
 #: Processes of a bubblewrap run that are not model code's but count towards its
@@ -71,7 +40,8 @@ _TRUSTED_TASKS = 3
 def _child_filters(settings: _Settings) -> dict[str, str]:
     """The seccomp programs the driver installs (:mod:`conductor.sandbox._seccomp`), as
     hex: ``child`` in every process that runs model code, ``verdict`` on the threads
-    of a BigCodeBench test; none on an unknown machine or where a test removed them."""
+    of a judged test (but its judge); none on an unknown machine or where a test
+    removed them."""
     programs = {
         "child": child_filter(allow_subprocess=settings.allow_subprocess),
         "verdict": verdict_filter(VERDICT_FD),
@@ -127,55 +97,32 @@ def run_sandboxed(
     stdin: str | None = None,
     args: Sequence[str] = (),
     files: Mapping[str, str] | None = None,
-    cpu_time_s: float = 10.0,
-    wall_time_s: float = 20.0,
-    memory_mb: int = 1024,
-    max_file_mb: int = 64,
-    max_processes: int = 64,
-    output_limit: int = DEFAULT_OUTPUT_LIMIT,
-    allow_subprocess: bool = False,
+    limits: SandboxLimits = DEFAULT_LIMITS,
     isolate: bool = True,
     python: str | None = None,
     env: Mapping[str, str] | None = None,
     engine: str | None = None,
-    disk_mb: int = DEFAULT_DISK_MB,
 ) -> SandboxResult:
     """Run the Python program ``code`` in a fresh sandbox and wait for it.
 
     ``stdin`` is fed to the program; ``files`` (relative path -> text) are put in its
-    working directory first; ``args`` become ``sys.argv[1:]``.  ``cpu_time_s`` /
-    ``memory_mb`` / ``max_file_mb`` / ``max_processes`` become resource limits;
-    ``wall_time_s`` is enforced from outside by killing every process of the run.
-    ``engine`` is ``bubblewrap``, ``namespaces`` or ``none`` (default: see
-    :func:`~conductor.sandbox.default_engine`); ``isolate=False`` means ``none``.
-    ``disk_mb`` sizes bubblewrap's tmpfs.  ``env`` adds variables to the minimal
-    environment (never the parent's).  ``python`` is the interpreter (default: this one).
+    working directory first; ``args`` become ``sys.argv[1:]``.  ``limits`` bound what it
+    may use (:class:`SandboxLimits`; the wall-clock limit is enforced from outside by
+    killing every process of the run).  ``engine`` is ``bubblewrap``, ``namespaces`` or
+    ``none`` (default: see :func:`~conductor.sandbox.default_engine`); ``isolate=False``
+    means ``none``.  ``env`` adds variables to the minimal environment (never the
+    parent's).  ``python`` is the interpreter (default: this one).
     """
     return run_job(
         {"kind": "program", "args": list(args)},
         files={**(files or {}), "main.py": code},
         stdin=stdin,
-        cpu_time_s=cpu_time_s,
-        wall_time_s=wall_time_s,
-        memory_mb=memory_mb,
-        max_file_mb=max_file_mb,
-        max_processes=max_processes,
-        output_limit=output_limit,
-        allow_subprocess=allow_subprocess,
+        limits=limits,
         isolate=isolate,
         python=python,
         env=env,
         engine=engine,
-        disk_mb=disk_mb,
     )
-
-
-def _frame_limit(job: Mapping[str, Any], output_limit: int) -> int:
-    """The longest report line kept: a frame carries a test's output and its value,
-    each JSON-escaped (up to 6 bytes a byte: control bytes become ``\\u0000``)."""
-    per_test = job.get("output_limit")
-    biggest = max(int(output_limit), int(per_test) if isinstance(per_test, int) else 0)
-    return 13 * biggest + (1 << 20)
 
 
 def _start_or_fail(argv: Sequence[str], **kw: Any) -> tuple[Started | None, str]:
@@ -196,10 +143,11 @@ def _start_or_fail(argv: Sequence[str], **kw: Any) -> tuple[Started | None, str]
 
 
 class _Report:
-    """The driver's report lines, parsed as they arrive (see inside.py's doc).
+    """The driver's report lines, parsed as they arrive (see
+    :mod:`conductor.sandbox.inside.driver`).
 
     ``proceed`` answers each ``test`` frame of a driver that waits for word after each
-    test (``bcb``): whether it runs the next one; the answers wait in :meth:`replies`.
+    test: whether it runs the next one; the answers wait in :meth:`replies`.
     """
 
     def __init__(self, proceed: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
@@ -255,6 +203,7 @@ class _Settings:
     env: tuple[tuple[str, str], ...]
     disk_mb: int
     preload: str
+    driver: JobDriver | None = None
     removed: frozenset[str] = frozenset()
 
 
@@ -310,6 +259,7 @@ def _start_sandbox(
     os.set_inheritable(report_w, False)
     job_r, job_w = os.pipe()
     stdin_fd = _memfd("stdin", (stdin or "").encode("utf-8"))
+    source = driver_source(settings.driver)
     cfg: dict[str, Any] = {
         "report_fd": report_w,
         "job_fd": job_r,
@@ -370,7 +320,7 @@ def _start_sandbox(
                 nproc = user_tasks(os.getuid()) + int(settings.max_processes)
             else:
                 nproc = None  # root ignores it anyway
-            shutil.copyfile(_DRIVER, control / "inside.py")
+            (control / "inside.py").write_bytes(source)
             work, tmp, cwd = str(workdir), str(workdir / "tmp"), str(workdir)
             cfg.update(
                 workdir=work,
@@ -397,11 +347,11 @@ def _start_sandbox(
         config = json.dumps(cfg).encode("utf-8")
         if chosen == BUBBLEWRAP:
             try:
-                bytecode = driver_bytecode(interpreter)
+                bytecode = driver_bytecode(interpreter, source)
                 plan = plan_bwrap(
                     bwrap=str(bwrap),  # set above with the engine
                     python=interpreter,
-                    driver_source=_DRIVER.read_bytes() if bytecode is None else bytecode,
+                    driver_source=source if bytecode is None else bytecode,
                     driver_is_bytecode=bytecode is not None,
                     config=config,
                     files=files or {},
@@ -465,9 +415,7 @@ def _run_in(
     sandbox: _Sandbox,
     job: Mapping[str, Any],
     *,
-    output_limit: int,
-    report_limit: int,
-    wall_time_s: float,
+    limits: SandboxLimits,
     started: float,
     proceed: Callable[[Mapping[str, Any]], bool] | None,
 ) -> SandboxResult:
@@ -484,9 +432,9 @@ def _run_in(
         reader, sandbox.report_r = sandbox.report_r, -1
         writer, sandbox.job_w = sandbox.job_w, -1
         done = sandbox.started.collect(
-            report=(reader, report.line, _frame_limit(job, output_limit), int(report_limit)),
-            output_limit=output_limit,
-            wall_time_s=wall_time_s,
+            report=(reader, report.line, limits.longest_frame(), int(limits.report_limit)),
+            output_limit=int(limits.output_limit),
+            wall_time_s=float(limits.wall_time_s),
             feed=(writer, payload),
             replies=report.replies if proceed is not None else None,
         )
@@ -543,48 +491,45 @@ def _alive(sandbox: _Sandbox) -> bool:
 def run_job(
     job: Mapping[str, Any],
     *,
+    driver: JobDriver | None = None,
     files: Mapping[str, str] | None = None,
     stdin: str | None = None,
-    cpu_time_s: float = 10.0,
-    wall_time_s: float = 20.0,
-    memory_mb: int = 1024,
-    max_file_mb: int = 64,
-    max_processes: int = 64,
-    output_limit: int = DEFAULT_OUTPUT_LIMIT,
-    report_limit: int = 64 * DEFAULT_OUTPUT_LIMIT,
-    allow_subprocess: bool = False,
+    limits: SandboxLimits = DEFAULT_LIMITS,
     isolate: bool = True,
     python: str | None = None,
     env: Mapping[str, str] | None = None,
     engine: str | None = None,
-    disk_mb: int = DEFAULT_DISK_MB,
     preload: str = "",
     warm: int = 0,
     proceed: Callable[[Mapping[str, Any]], bool] | None = None,
 ) -> SandboxResult:
-    """Run one driver job of :mod:`conductor.sandbox.inside` in a fresh sandbox.
+    """Run one job in a fresh sandbox.
 
-    ``job["kind"]`` is ``program``, ``lcb`` or ``bcb`` (the job's own fields are listed
-    there).  The job reaches the driver on a pipe it reads once, to its end; its result
-    frames come back in :attr:`SandboxResult.frames`, at most ``report_limit`` bytes of
-    them (a frame too long for :func:`_frame_limit` is dropped as it streams, and a note
-    says so).  Other arguments as for :func:`run_sandboxed` (CPU time and memory apply
-    to each process the driver starts; ``wall_time_s`` to the whole run, from when the
-    job is sent).
+    ``job["kind"]`` names the function of the sandbox's driver that runs it:
+    ``program`` (:func:`run_sandboxed`'s) or one that ``driver``, the caller's
+    :class:`JobDriver`, registers (the job's other fields are that function's).  The job
+    reaches the driver on a pipe it reads once, to its end; its result frames come back
+    in :attr:`SandboxResult.frames`, at most ``limits.report_limit`` bytes of them (a
+    frame longer than :meth:`SandboxLimits.longest_frame` is dropped as it streams, and
+    a note says so).  Other arguments as for :func:`run_sandboxed` (CPU time and memory
+    apply to each process the driver starts; ``limits.wall_time_s`` to the whole run,
+    from when the job is sent).
 
     ``preload`` is Python source the driver runs before its job arrives (the imports
     every job of a kind shares; the caller's trusted code, never the job's).  ``warm``
     (jobs without ``files`` or ``stdin`` only): keep that many sandboxes of these
-    settings started ahead, each waiting for exactly one job and discarded after it
+    settings (the driver and the limits a sandbox starts with included) started ahead,
+    each waiting for exactly one job and discarded after it
     (:mod:`conductor.sandbox._warm`); the job takes one that is ready
     (:attr:`SandboxResult.started_ahead`) or starts its own.  A sandbox is never shared
     by two jobs, warm or not.
 
-    ``proceed`` (``bcb`` jobs, whose driver waits for word after each test): given each
-    test's frame as it arrives, whether the driver runs the next test.  The default goes
-    on while tests pass.  The word comes from here, after the test, so nothing in the
-    sandbox (the driver's memory, which every test's process starts as a copy of) holds
-    the rule it is given.
+    ``proceed``, for a job whose driver waits for word after each test
+    (:func:`~conductor.sandbox.inside.driver.proceed`): given each frame whose
+    ``event`` is ``test`` as it arrives, whether the driver runs the next test.  The
+    word comes from here, after the test, so nothing in the sandbox (the driver's
+    memory, which every test's process starts as a copy of) holds the rule it is given.
+    Without ``proceed`` no word is sent, and such a driver stops after its first test.
     """
     started = time.monotonic()
     chosen = NONE if not isolate else (engine or default_engine())
@@ -593,14 +538,15 @@ def run_job(
     settings = _Settings(
         engine=chosen,
         interpreter=os.path.abspath(python or sys.executable),
-        cpu_time_s=float(cpu_time_s),
-        memory_mb=int(memory_mb),
-        max_file_mb=int(max_file_mb),
-        max_processes=int(max_processes),
-        allow_subprocess=bool(allow_subprocess),
+        cpu_time_s=float(limits.cpu_time_s),
+        memory_mb=int(limits.memory_mb),
+        max_file_mb=int(limits.max_file_mb),
+        max_processes=int(limits.max_processes),
+        allow_subprocess=bool(limits.allow_subprocess),
         env=tuple(sorted((env or {}).items())),
-        disk_mb=int(disk_mb),
+        disk_mb=int(limits.disk_mb),
         preload=preload,
+        driver=driver,
         removed=removed_walls(),
     )
     sandbox: _Sandbox | None = None
@@ -618,19 +564,6 @@ def run_job(
     if sandbox is None:
         sandbox = _start_sandbox(settings, files, stdin)
     try:
-        return _run_in(
-            sandbox,
-            job,
-            output_limit=output_limit,
-            report_limit=report_limit,
-            wall_time_s=wall_time_s,
-            started=started,
-            proceed=proceed if proceed is not None or job.get("kind") != "bcb" else _passed,
-        )
+        return _run_in(sandbox, job, limits=limits, started=started, proceed=proceed)
     finally:
         sandbox.close()
-
-
-def _passed(frame: Mapping[str, Any]) -> bool:
-    """The default word after a ``bcb`` test: go on while tests pass."""
-    return frame.get("outcome") == "pass"

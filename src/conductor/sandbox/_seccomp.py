@@ -1,10 +1,11 @@
 """The seccomp filters of a sandboxed run: one for every process of the sample, one for
-each process that runs model code, and one for the threads of a BigCodeBench test.
+each process that runs model code, and one for the threads of a test whose verdict a
+judge thread writes (the BigCodeBench driver's).
 
 Each is a classic-BPF program, built here because the kernel's format is stable and a
 filter is a few dozen instructions; depending on libseccomp's Python binding (not on
 PyPI) would make bubblewrap alone not enough.  The parent builds all three; the driver
-(:mod:`conductor.sandbox.inside`, standard library only) installs the last two with
+(:mod:`conductor.sandbox.inside.driver`, standard library only) installs the last two with
 ``prctl(PR_SET_SECCOMP)``.  Filters stack: a process runs under every filter installed
 in it and in its ancestors, and the strictest answer wins.
 
@@ -57,7 +58,7 @@ the child before the solution runs, in every engine):
   without ``CLONE_THREAD`` (threads still start), ``execve`` and ``execveat`` are
   refused: the process is alone, whatever it calls (``_posixsubprocess``, native code).
 
-**The threads of a BigCodeBench test** (:func:`verdict_filter`): the test's judge thread
+**The threads of a judged test** (:func:`verdict_filter`): the test's judge thread
 writes the verdict on one fd (:data:`VERDICT_FD`, a socket whose other end only the
 driver holds).  The main thread installs this filter on itself once the judge has
 started, so every thread the solution starts has it and the judge does not: any system
@@ -336,7 +337,7 @@ def child_filter(*, allow_subprocess: bool, machine: str | None = None) -> bytes
 
 
 def verdict_filter(fd: int = VERDICT_FD, machine: str | None = None) -> bytes | None:
-    """The filter of every thread of a BigCodeBench test but its judge: nothing may
+    """The filter of every thread of a judged test but its judge: nothing may
     touch, copy or replace fd ``fd`` (see the module's doc), or None on an unknown
     machine."""
     p = _Program(machine)

@@ -21,10 +21,10 @@ WALLS: dict[str, str] = {
     "the namespaces engine's work dir)",
     "bwrap-seccomp": "the seccomp filter every process of a bubblewrap sandbox runs under",
     "child-seccomp": "the seccomp filter of each process that runs model code",
-    "verdict-seccomp": "the seccomp filter that keeps a BigCodeBench test's threads off "
-    "its verdict channel",
-    "verdict-socket": "a BigCodeBench test's verdict channel is a socket (a pipe without "
-    "it: /proc/self/fd can open a pipe again)",
+    "verdict-seccomp": "the seccomp filter that keeps a judged test's threads off its "
+    "judge's verdict channel",
+    "verdict-socket": "a judged test's verdict channel is a socket (a pipe without it: "
+    "/proc/self/fd can open a pipe again)",
     "dumpable": "processes that run model code are not dumpable",
     "proc1-hidden": "bubblewrap's init (PID 1) is hidden from /proc",
     "guard": "the audit hook in each process that runs model code",
