@@ -8,7 +8,8 @@ named ``conductor``) that the usual call layer drives, plus the prompt settings:
 - ``local``: the embedded llama.cpp model (constrained decoding on by default);
 - ``checkpoint``: a trained model directory or ``hf:ORG/NAME`` loaded in-process.
 
-The ``--conductor SPEC`` shorthand of DESIGN.md is parsed by :func:`parse_conductor_spec`.
+The ``--conductor SPEC`` shorthand (its forms: the options of ``ask`` under "Using real
+providers" in the README) is parsed by :func:`parse_conductor_spec`.
 """
 
 from __future__ import annotations

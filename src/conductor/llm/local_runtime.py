@@ -115,7 +115,7 @@ class LoadSettings:
 
     ``extra_buffers`` turns on llama.cpp's extra CPU buffer types (weights repacked for
     the CPU's matrix instructions, the AMX buffer on Xeons that have it); see
-    :func:`conductor.llm.local_host.load_native_model` for when they are used.
+    :func:`conductor.llm.local_host.resolve_extra_buffers` for when they are used.
     """
 
     path: str
