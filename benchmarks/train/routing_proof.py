@@ -140,7 +140,7 @@ def make_config(
     *,
     cost_penalty_per_usd: float = 0.0,
 ) -> Any:
-    from conductor.train.config import DataMix, GRPOSettings, RewardSettings, TrainConfig
+    from conductor.train.settings import DataMix, GRPOSettings, RewardSettings, TrainConfig
 
     return TrainConfig(
         reward=RewardSettings(cost_penalty_per_usd=cost_penalty_per_usd),
@@ -333,9 +333,9 @@ class Setup:
     def __init__(self, args: argparse.Namespace, out: Path, *, priced: bool = False) -> None:
         from dataclasses import replace
 
-        from conductor.train.config import DataMix
         from conductor.train.dataset import build_rows
         from conductor.train.pools import load_train_pool, training_conductor
+        from conductor.train.settings import DataMix
 
         self.server = start_workers()
         out.mkdir(parents=True, exist_ok=True)
