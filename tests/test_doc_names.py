@@ -647,11 +647,8 @@ def passage_problems(passage: Passage, *, attributes: bool) -> list[str]:
 
 
 def code_line_problems(line: Passage) -> list[str]:
-    where = line.at(0)
-    return [
-        f"{where}: names `{line.text.strip()}`: {p}"
-        for p in command_problems(line.text, line.scope)
-    ]
+    shown = re.sub(r"\s+#.*$", "", line.text.strip())
+    return [f"{line.at(0)}: names `{shown}`: {p}" for p in command_problems(line.text, line.scope)]
 
 
 def test_every_name_the_docs_give_exists() -> None:
