@@ -399,3 +399,33 @@ def test_mutation_options_are_checked() -> None:
         CodeGrader(bigcodebench_mutants=True)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="mutation_seed"):
         CodeGrader(mutation_seed="x")  # type: ignore[arg-type]
+
+
+@pytest.mark.process
+@needs_sandbox
+def test_a_failing_test_cleans_up_before_the_next_one_runs() -> None:
+    # the copies' runs go on after failures: a test that fails must still run its
+    # tearDown, or the next test sees its files (BigCodeBench/992: a database)
+    test = _test(
+        """\
+        def setUp(self):
+            self.db = "rows.txt"
+        def tearDown(self):
+            import os
+            if os.path.exists(self.db):
+                os.remove(self.db)
+        def test_a_one(self):
+            task_func(self.db, "a")
+            with open(self.db) as fh:
+                self.assertEqual(len(fh.read().split()), 1)
+        def test_b_three(self):
+            for name in ["x", "y", "z"]:
+                task_func(self.db, name)
+            with open(self.db) as fh:
+                self.assertEqual(len(fh.read().split()), 3)
+        """
+    )
+    honest = "def task_func(path, name):\n    open(path, 'a').write(name + ' ')\n"
+    for seed in range(4):
+        verdict = _grade(honest, mutants=2, seed=seed, test=test)
+        assert verdict.status == "correct", (seed, verdict.reason)

@@ -303,6 +303,7 @@ def test_openapi_models_and_errors(url: str, tee: Tee, openapi: OpenApi) -> None
     openapi.check("ErrorResponse", refused)
 
 
+@pytest.mark.process  # a structured reply is checked in serve's checker processes
 def test_openai_parse(tmp_path: Path, fake_server: FakeLLMServer, openapi: OpenApi) -> None:
     pydantic = need("pydantic")
 
@@ -585,6 +586,7 @@ def test_the_schemas_can_refuse(openapi: OpenApi) -> None:
     assert openapi.errors(nullable, {**asked, "max_completion_tokens": "9"}) != []
 
 
+@pytest.mark.process  # a strict tool's arguments are checked in serve's checker processes
 def test_openai_responses_function_call(
     tmp_path: Path, fake_server: FakeLLMServer, openapi: OpenApi
 ) -> None:

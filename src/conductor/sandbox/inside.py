@@ -2551,14 +2551,28 @@ def _bcb_child(
 
 
 def _run_debug(ns: dict[str, Any], cls: Any, case: Any) -> None:
-    """Module and class fixtures around ``case.debug()`` (setUp, the method, tearDown,
-    cleanups): any exception propagates, so a test passes only by finishing."""
+    """Module and class fixtures around the test (setUp, the method, tearDown,
+    cleanups): any exception propagates, so a test passes only by finishing.
+
+    Unlike ``case.debug()``, tearDown and the cleanups run when the method fails, as
+    in the official harness's ``suite.run``: a test that fails must not leave its files
+    (a database, a directory) to the next test of the sandbox, which a mutant copy's
+    run, going on after failures, would otherwise see."""
     setup, teardown = ns.get("setUpModule"), ns.get("tearDownModule")
     if callable(setup):
         setup()
     cls.setUpClass()
     try:
-        case.debug()
+        case._callSetUp()
+        try:
+            case._callTestMethod(getattr(case, case._testMethodName))
+        finally:
+            try:
+                case._callTearDown()
+            finally:
+                while case._cleanups:
+                    function, args, kwargs = case._cleanups.pop()
+                    case._callCleanup(function, *args, **kwargs)
     finally:
         cls.tearDownClass()
         cls.doClassCleanups()
