@@ -1017,10 +1017,6 @@ def job_program() -> None:
 # ----------------------------------------------------------------------------- job: lcb
 
 
-def _child_result(fd: int, obj: dict[str, Any]) -> None:
-    os.write(fd, json.dumps(obj).encode())
-
-
 def _compile_solution(job: dict[str, Any]) -> Any:
     """The solution's code object, or None after reporting a ``compile_error`` frame."""
     try:
