@@ -507,7 +507,7 @@ _ANSWER_KEY = {"openai": "choices", "anthropic": "content", "gemini": "candidate
 
 @pytest.mark.parametrize("protocol", list(_ENDPOINTS))
 def test_malformed_shapes(fake_server: FakeLLMServer, protocol: str) -> None:
-    from conductor.testing.fake_server import SHAPES
+    from conductor.testing import SHAPES
 
     fake_server.script("m", [Fault.malformed(shape) for shape in SHAPES])
     got: dict[str, Any] = {}

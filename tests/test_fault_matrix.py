@@ -33,7 +33,7 @@ from conductor.llm.cache import ResponseCache, cache_key
 from conductor.llm.caller import ModelCaller
 from conductor.llm.types import Completion, ModelRequest
 from conductor.targets import Worker
-from conductor.testing.fake_server import FakeLLMServer, Fault, Reply, ResponderResult
+from conductor.testing import FakeLLMServer, Fault, Reply, ResponderResult
 
 KEY = "sk-fake-matrix-key-0123456789abcdef"
 KEY_ENV = "CONDUCTOR_TEST_MATRIX_KEY"

@@ -502,15 +502,38 @@ def test_nothing_in_the_package_imports_its_test_kit() -> None:
     assert importers == []
 
 
-def test_every_documented_exception_is_still_needed() -> None:
-    imports = package_imports()
-    for (a, b), why in EXCEPTIONS.items():
-        assert why
-        assert any(
+def stale_exceptions(imports: Imports, exceptions: Mapping[tuple[str, str], str]) -> list[str]:
+    """The entries of an exceptions table that give no reason, or that no import needs
+    any more (an exception outliving its import would let the next one pass unseen)."""
+    stale: list[str] = []
+    for (a, b), why in exceptions.items():
+        if not why.strip():
+            stale.append(f"{a} -> {b}: no reason given")
+        elif not any(
             within(name, a) and within(t, b)
             for name, targets in imports.items()
             for t, _ in targets
-        ), f"no import of {b} from {a} is left: drop the exception"
+        ):
+            stale.append(f"no import of {b} from {a} is left: drop the exception")
+    return stale
+
+
+def test_every_documented_exception_is_still_needed() -> None:
+    assert stale_exceptions(package_imports(), EXCEPTIONS) == []
+
+
+def test_a_stale_or_unexplained_exception_is_named() -> None:
+    """The table is empty today, so the test above reads nothing: here the same check
+    is given one entry an import needs, one no import needs and one without a reason."""
+    table = {
+        ("conductor.cli", "conductor.render"): "cli renders (an import that exists)",
+        ("conductor.errors", "conductor.cli"): "an import nobody makes",
+        ("conductor.cli", "conductor.llm"): " ",
+    }
+    assert stale_exceptions(package_imports(), table) == [
+        "no import of conductor.cli from conductor.errors is left: drop the exception",
+        "conductor.cli -> conductor.llm: no reason given",
+    ]
 
 
 def test_no_module_imports_a_private_name_or_another_packages_private_module() -> None:
@@ -660,23 +683,6 @@ def architecture_floors() -> list[tuple[str, tuple[str, ...]]]:
 
 def test_architecture_md_draws_the_floors_this_test_checks() -> None:
     assert architecture_floors() == FLOORS
-
-
-def test_every_module_architecture_md_names_exists() -> None:
-    """A path in ARCHITECTURE.md (``llm/caller.py``, ``runs/``) names a real module or
-    package, so the document cannot keep a module that moved."""
-    text = ARCHITECTURE.read_text(encoding="utf-8")
-    named = set(re.findall(r"`([a-z_]+(?:/[a-z_]+)*(?:\.py|/))`", text))
-    files = {p.name for p in PACKAGE.rglob("*.py")}
-    root = PACKAGE.parent.parent
-
-    def exists(p: str) -> bool:
-        if "/" in p.rstrip("/"):
-            return (PACKAGE / p).exists() or (root / p).exists()
-        return (PACKAGE / p).is_dir() if p.endswith("/") else p in files
-
-    missing = sorted(p for p in named if not exists(p))
-    assert len(named) > 60 and missing == []
 
 
 # --- what runs inside the sandbox ----------------------------------------------------------

@@ -31,8 +31,7 @@ from conductor.llm.types import ModelRequest
 from conductor.render.report import rate_limit_table
 from conductor.runs.summary import summarize_run
 from conductor.targets import Worker
-from conductor.testing import FakeLLMServer, Fault, Reply
-from conductor.testing.fake_server import FakeRequest
+from conductor.testing import FakeLLMServer, FakeRequest, Fault, Reply
 
 
 def req(text: str) -> ModelRequest:

@@ -226,6 +226,8 @@ def test_no_progress_events_unless_asked(tmp_path: Path, fake_server: FakeLLMSer
         )
     assert all(c.choices for c in chunks)
     assert not any((c.model_extra or {}).get("conductor", {}).get("event") for c in chunks)
+    # ...and the stream is the answer (an empty stream would carry no events either).
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == "The answer is Paris."
 
 
 def test_models_list(tmp_path: Path, fake_server: FakeLLMServer) -> None:

@@ -162,7 +162,11 @@ def test_plain_streams_carry_no_progress_and_n_runs_are_independent(
         "POST", f"{url}/chat/completions", json={**body, "n": 1, "stream": True}, timeout=30
     ) as res:
         data = [line[6:] for line in res.iter_lines() if line.startswith("data: ")]
-    assert all(json.loads(d)["choices"] for d in data[:-1])
+    chunks = [json.loads(d) for d in data[:-1]]
+    assert all(c["choices"] for c in chunks)
+    # ...and the stream is the answer (an empty stream would carry no progress either).
+    assert data[-1] == "[DONE]"
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == "ANSWER: 391"
 
 
 def test_errors_have_openai_shape(served: tuple[str, Path], scripted: FakeLLMServer) -> None:

@@ -1,10 +1,10 @@
-"""strip_think and final_answer_text."""
+"""strip_think."""
 
 from __future__ import annotations
 
 import pytest
 
-from conductor.text import final_answer_text, strip_think
+from conductor.text import strip_think
 
 
 @pytest.mark.parametrize(
@@ -27,20 +27,3 @@ from conductor.text import final_answer_text, strip_think
 )
 def test_strip_think(text: str, expected: str) -> None:
     assert strip_think(text) == expected
-
-
-@pytest.mark.parametrize(
-    ("responses", "expected"),
-    [
-        ([], None),
-        ([None, None], None),
-        (["first", "second"], "second"),
-        (["first", "  \n"], "first"),
-        (["first", None], "first"),
-        (["first", "<think>cut off while thinking"], "first"),
-        (["first", "<think>why</think>\n  ANSWER: 42 \n"], "ANSWER: 42"),
-        (["", "<think>a</think>"], None),
-    ],
-)
-def test_final_answer_text(responses: list[str | None], expected: str | None) -> None:
-    assert final_answer_text(responses) == expected

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from conductor.errors import TrainConfigError, UsageError
-from conductor.train.config import WarmStartSettings, load_train_config_text
+from conductor.train.config import load_train_config_text
+from conductor.train.settings import WarmStartSettings
 from conductor.train.warmstart import warm_start_target
 from conductor.workflow import parse_workflow
 

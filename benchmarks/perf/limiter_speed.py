@@ -34,8 +34,7 @@ from conductor.llm.caller import CallerSet  # noqa: E402
 from conductor.llm.limiter import CallGate  # noqa: E402
 from conductor.llm.types import ModelRequest  # noqa: E402
 from conductor.targets import Worker  # noqa: E402
-from conductor.testing import FakeLLMServer, Fault, Reply  # noqa: E402
-from conductor.testing.fake_server import FakeRequest  # noqa: E402
+from conductor.testing import FakeLLMServer, FakeRequest, Fault, Reply  # noqa: E402
 
 
 class Capacity:

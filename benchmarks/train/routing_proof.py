@@ -22,19 +22,20 @@ whose worker is drawn uniformly at random (so the warm start teaches the format 
 nothing about who is reliable).  GRPO (``conductor.train.trainer.train``) must then
 discover by reward alone that workflows ending at Model 1 score 1 and the others 0.5.
 
-Run (about 20-30 minutes on two CPU cores)::
+Run (about 45 minutes on two quiet CPU cores at the default 40 steps; docs/training.md
+gives the measured curve)::
 
     python benchmarks/train/routing_proof.py [--steps 40] [--out runs/routing-proof]
 
-``--smoke`` (what CI runs, seconds): the workers, the pool, the training and held-out
-rows and TRL's GRPO config are built, and the run stops before any model is loaded
-(loading the policy alone takes a minute on two cores); nothing is written outside a
-temporary directory.
+``--smoke`` (what CI runs, about 7 minutes): the format warm start and five GRPO steps
+in a temporary directory; it exits non-zero unless the mean reward of the last two
+steps is :data:`SMOKE_RISE` above the first step's, and writes no results file.
 
 It prints the reward curve (step, mean reward, parse rate, share of parsed workflows
 whose last step uses the reliable worker) and a before/after comparison on the held-out
-items, and writes both to ``benchmarks/train/routing_proof_results.json``; ``--cost-sweep``
-writes ``benchmarks/train/routing_cost_sweep_results.json`` (the stored one is the run
+items, and writes both to ``--results`` (by default ``routing_proof_results.json``
+beside this script, not kept in the repository); ``--cost-sweep`` writes
+``benchmarks/train/routing_cost_sweep_results.json`` (the stored one is the run
 docs/training.md quotes: its penalty-0 run trains exactly as the plain proof).
 """
 
@@ -139,7 +140,7 @@ def make_config(
     *,
     cost_penalty_per_usd: float = 0.0,
 ) -> Any:
-    from conductor.train.config import DataMix, GRPOSettings, RewardSettings, TrainConfig
+    from conductor.train.settings import DataMix, GRPOSettings, RewardSettings, TrainConfig
 
     return TrainConfig(
         reward=RewardSettings(cost_penalty_per_usd=cost_penalty_per_usd),
@@ -332,9 +333,9 @@ class Setup:
     def __init__(self, args: argparse.Namespace, out: Path, *, priced: bool = False) -> None:
         from dataclasses import replace
 
-        from conductor.train.config import DataMix
         from conductor.train.dataset import build_rows
         from conductor.train.pools import load_train_pool, training_conductor
+        from conductor.train.settings import DataMix
 
         self.server = start_workers()
         out.mkdir(parents=True, exist_ok=True)

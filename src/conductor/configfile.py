@@ -40,6 +40,7 @@ __all__ = [
     "key_list",
     "node_line",
     "read_config_file",
+    "show_number",
     "show_value",
 ]
 
@@ -73,6 +74,15 @@ def show_value(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
     return str(value)
+
+
+def show_number(value: Any) -> str:
+    """How a bad value of a numeric setting is quoted: an integer as
+    :func:`~conductor.bounds.shown_number` names it (one of many digits by its length),
+    anything else (``true``, a string, a list) as :func:`show_value`."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return shown_number(value)
+    return show_value(value)
 
 
 def key_list(keys: tuple[str, ...]) -> str:
@@ -375,13 +385,7 @@ class ConfigReader:
         if value is None:
             return None
         if value not in bound:
-            shown = (
-                show_value(value)
-                if isinstance(value, bool)
-                else shown_number(value)
-                if isinstance(value, int)
-                else show_value(value)
-            )
+            shown = show_number(value)
             raise self.error(f"{field} must be {bound.describe()}, got {shown}", node, field)
         return int(value)
 
@@ -407,13 +411,7 @@ class ConfigReader:
         if not ok:
             top = f"{maximum if maximum is not None else _LARGEST_NUMBER:g}"
             kind = f"a positive number up to {top}" if positive else f"a number between 0 and {top}"
-            shown = (
-                show_value(value)
-                if isinstance(value, bool)
-                else shown_number(value)
-                if isinstance(value, int)
-                else show_value(value)
-            )
+            shown = show_number(value)
             raise self.error(f"{field} must be {kind}, got {shown}", node, field)
         return float(value)
 

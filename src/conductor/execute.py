@@ -189,6 +189,17 @@ class Orchestrator:
         allow_empty = previous is not None
         messages = self.conductor_messages(question, max_steps, previous)
         prefill = conductor_prefill(messages)
+
+        def parse(sent: list[Message], reply: str) -> Workflow:
+            """The workflow of ``reply`` to ``sent`` (its prefill put back in front)."""
+            return parse_workflow(
+                join_prefill(sent, reply),
+                n_workers=len(self.pool.workers),
+                max_steps=max_steps,
+                allow_empty=allow_empty,
+                subtask_choices=cond.subtasks,
+            )
+
         if given is not None:
             call = _call_record(list(messages), now_iso())
             if prefill and given.startswith(prefill):
@@ -199,13 +210,7 @@ class Orchestrator:
             call.finished_at = call.started_at
             rnd.conductor_calls.append(call)
             try:
-                return parse_workflow(
-                    join_prefill(messages, given),
-                    n_workers=len(self.pool.workers),
-                    max_steps=max_steps,
-                    allow_empty=allow_empty,
-                    subtask_choices=cond.subtasks,
-                )
+                return parse(messages, given)
             except WorkflowParseError as exc:
                 rnd.parse_errors.append(exc.reason)
                 rnd.stop_reason = f"the given Conductor reply could not be parsed: {exc.reason}"
@@ -244,13 +249,7 @@ class Orchestrator:
             call.prefill = conductor_prefill(messages)
             budget.charge(completion.cost_usd)
             try:
-                workflow = parse_workflow(
-                    join_prefill(messages, completion.text),
-                    n_workers=len(self.pool.workers),
-                    max_steps=max_steps,
-                    allow_empty=allow_empty,
-                    subtask_choices=cond.subtasks,
-                )
+                workflow = parse(messages, completion.text)
             except WorkflowParseError as exc:
                 rnd.parse_errors.append(exc.reason)
                 emit(Event("conductor_parse_failed", rnd.index, detail=exc.reason))

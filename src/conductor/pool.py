@@ -1,10 +1,10 @@
 """Pool files: the workers a Conductor may use, and an optional default Conductor.
 
-:class:`Pool` is the in-memory form of ``pools/*.yaml`` (see DESIGN.md); its workers
-and Conductor settings are the call targets of :mod:`conductor.targets`.  The order of
-``Pool.workers`` is the order the Conductor sees ("Model 0", "Model 1", ...).  The file
-is read with the line-aware reader of :mod:`conductor.configfile`; shipped pools are
-found by :mod:`conductor.shipped`.  What a run record, the cache or a log keeps of a pool
+:class:`Pool` is the in-memory form of ``pools/*.yaml`` (see "Pool files" in the README);
+its workers and Conductor settings are the call targets of :mod:`conductor.targets`.  The
+order of ``Pool.workers`` is the order the Conductor sees ("Model 0", "Model 1", ...).
+The file is read with the line-aware reader of :mod:`conductor.configfile`; shipped pools
+are found by :mod:`conductor.shipped`.  What a run record, the cache or a log keeps of a pool
 is :func:`pool_to_public_dict`, redacted by :mod:`conductor.redact`; every value the file
 took from the environment (``${NAME}``), and every credential the name rules find, is
 also held by :data:`conductor.redact.SECRETS`, which the writers mask by value.

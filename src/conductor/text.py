@@ -2,9 +2,7 @@
 
 Reasoning models wrap their private reasoning in ``<think>...</think>`` (some write
 ``<thinking>``).  That text is never part of an answer or of a workflow: a model often
-drafts decoy plans inside it.  :func:`strip_think` removes it, and
-:func:`final_answer_text` picks the answer of a workflow (the last non-empty step
-response, reasoning removed).
+drafts decoy plans inside it.  :func:`strip_think` removes it.
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ __all__ = [
     "check_question",
     "joined",
     "plural",
-    "final_answer_text",
     "printable",
     "question_limit",
     "strip_think",
@@ -112,23 +109,6 @@ def strip_think(text: str) -> str:
     if depth == 0:
         kept.append(text[pos:])
     return "".join(kept)
-
-
-def final_answer_text(responses: Sequence[str | None]) -> str | None:
-    """The final answer of a workflow: the last step response that is not empty once its
-    reasoning blocks are removed, stripped of surrounding whitespace.
-
-    A response that holds only reasoning (for example a worker cut off while thinking)
-    counts as empty, so the answer falls back to the step before it.  ``None`` when no
-    response has any answer text.
-    """
-    for response in reversed(responses):
-        if response is None:
-            continue
-        cleaned = strip_think(response).strip()
-        if cleaned:
-            return cleaned
-    return None
 
 
 # Characters a terminal acts on instead of showing: C0 controls other than tab and

@@ -20,6 +20,7 @@ in a child of its own, so that no test runs twice.  The child itself runs in one
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -89,6 +90,23 @@ class _ChildReports:
         data = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
         self.out.write(json.dumps(data) + "\n")
         self.out.flush()
+
+
+def _coverage_env() -> dict[str, str]:
+    """Where a child's coverage data goes when this run is measured (``--cov`` through
+    ``PYTEST_ADDOPTS``, as CI measures it; the child inherits it): a data file of its own
+    beside this run's, which pytest-cov combines into this run's at its end (it takes
+    every ``.coverage.*`` there).  A child writing this run's file would erase the one
+    before it."""
+    coverage = sys.modules.get("coverage")
+    current = coverage.Coverage.current() if coverage is not None else None
+    if current is None:
+        return {}
+    data_file = os.path.abspath(str(current.get_option("run:data_file")))
+    return {"COVERAGE_FILE": f"{data_file}.isolated-{os.getpid()}-{next(_CHILDREN)}"}
+
+
+_CHILDREN = itertools.count()
 
 
 #: The key of pytest-xdist's ``workerinput`` that tells a worker how tests are
@@ -196,7 +214,7 @@ class _Isolator:
         with tempfile.TemporaryDirectory(prefix="pytest-isolated-") as tmp:
             path = Path(tmp) / "reports.jsonl"
             path.touch()
-            env = {**os.environ, CHILD_ENV: str(path)}
+            env = {**os.environ, CHILD_ENV: str(path), **_coverage_env()}
             if _crash_tests_asked(self.config):
                 env[CRASH_ENV] = "1"
             # tee-sys: what a test prints is both captured for its report and written to the

@@ -1,6 +1,6 @@
 """The paper's reference figures, as data, for ``conductor report``'s "paper" column.
 
-Numbers are copied from the paper's tables (see PAPER.md beside the design notes):
+Numbers are copied from the paper's tables (arXiv 2512.04388, which the README cites):
 Table 1 (unconstrained budgets), Table 7 (constrained, train domains), Table 8
 (constrained, out of domain) and Table 6 (cost, averaged over the four train tasks).
 Each number keeps the text the paper prints (``"37.8"`` stays ``"37.8"``, not

@@ -231,7 +231,7 @@ def serve(
             soft_wrap=True,
         )
 
-    served = run_server(settings, host=host, port=port, on_listening=listening)
+    served = run_server(settings, host=host, port=port, on_listening=listening, conductor=cond)
     stderr().print(
         f"conductor serve: stopped, after serving {plural(served, 'request')}",
         markup=False,

@@ -8,7 +8,8 @@ named ``conductor``) that the usual call layer drives, plus the prompt settings:
 - ``local``: the embedded llama.cpp model (constrained decoding on by default);
 - ``checkpoint``: a trained model directory or ``hf:ORG/NAME`` loaded in-process.
 
-The ``--conductor SPEC`` shorthand of DESIGN.md is parsed by :func:`parse_conductor_spec`.
+The ``--conductor SPEC`` shorthand (its forms: the options of ``ask`` under "Using real
+providers" in the README) is parsed by :func:`parse_conductor_spec`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..pool import Pool, pool_to_public_dict
-from ..targets import ConductorConfig, Worker
+from ..targets import ClientKind, ConductorConfig, Worker
 
 __all__ = ["SAMPLING_KEYS", "Conductor", "parse_conductor_spec", "resolve_conductor"]
 
@@ -141,6 +142,27 @@ def parse_conductor_spec(spec: str) -> ConductorConfig:
     )
 
 
+def _called_target(
+    cfg: ConductorConfig, params: dict[str, Any], *, model: str, client: ClientKind
+) -> Worker:
+    """The Conductor as a model a client calls (a prompted model, an endpoint): the
+    config's server, key, price, time-outs, retries and concurrency."""
+    return Worker(
+        id="conductor",
+        model=model,
+        client=client,
+        api_base=cfg.api_base,
+        api_key_env=cfg.api_key_env,
+        params=params,
+        price=cfg.price,
+        timeout_s=cfg.timeout_s,
+        total_timeout_s=cfg.total_timeout_s,
+        max_retries=cfg.max_retries,
+        max_concurrency=cfg.max_concurrency,
+        structured_outputs=cfg.structured_outputs or "auto",
+    )
+
+
 def _target_from_config(cfg: ConductorConfig, pool: Pool) -> Worker:
     params = {**_sampling(cfg), **cfg.params}
     if cfg.backend == "prompted":
@@ -156,38 +178,14 @@ def _target_from_config(cfg: ConductorConfig, pool: Pool) -> Worker:
                 params={**base.params, **params},
                 structured_outputs=cfg.structured_outputs or base.structured_outputs,
             )
-        return Worker(
-            id="conductor",
-            model=cfg.model,
-            client=cfg.client if cfg.client != "openai" else "litellm",
-            api_base=cfg.api_base,
-            api_key_env=cfg.api_key_env,
-            params=params,
-            price=cfg.price,
-            timeout_s=cfg.timeout_s,
-            total_timeout_s=cfg.total_timeout_s,
-            max_retries=cfg.max_retries,
-            max_concurrency=cfg.max_concurrency,
-            structured_outputs=cfg.structured_outputs or "auto",
-        )
+        kind: ClientKind = cfg.client if cfg.client != "openai" else "litellm"
+        return _called_target(cfg, params, model=cfg.model, client=kind)
     if cfg.backend == "endpoint":
         if not cfg.api_base:
             raise UsageError("an endpoint conductor needs `api_base` (an OpenAI-compatible URL)")
-        return Worker(
-            id="conductor",
-            # Servers such as vLLM serve one model; its name is what the server was given.
-            model=cfg.model or "conductor",
-            client="openai" if cfg.client == "litellm" else cfg.client,
-            api_base=cfg.api_base,
-            api_key_env=cfg.api_key_env,
-            params=params,
-            price=cfg.price,
-            timeout_s=cfg.timeout_s,
-            total_timeout_s=cfg.total_timeout_s,
-            max_retries=cfg.max_retries,
-            max_concurrency=cfg.max_concurrency,
-            structured_outputs=cfg.structured_outputs or "auto",
-        )
+        # Servers such as vLLM serve one model; its name is what the server was given.
+        kind = "openai" if cfg.client == "litellm" else cfg.client
+        return _called_target(cfg, params, model=cfg.model or "conductor", client=kind)
     if cfg.backend == "local":
         return Worker(
             id="conductor",

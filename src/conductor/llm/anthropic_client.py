@@ -6,15 +6,12 @@ System text (the worker's ``system_prompt`` and any ``system`` messages) goes in
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import ModelCallError
 from .apikey import resolve_api_key
 from .capabilities import ClientCapabilities
-from .failures import classify_sdk_error
 from .replies import anthropic_reply, body_of
-from .sdk import import_sdk, keyword_names, strip_prefix, with_backstop
+from .sdk import SdkClient, keyword_names, strip_prefix, with_backstop
 from .tools import anthropic_tool_fields
 from .types import ModelRequest, RawCompletion
 
@@ -49,9 +46,10 @@ _PREFIXES = ("anthropic/",)
 _DROPPED = frozenset({"reasoning_effort", "presence_penalty", "frequency_penalty", "seed"})
 
 
-class AnthropicClient:
+class AnthropicClient(SdkClient):
     """One attempt at a message through ``anthropic.AsyncAnthropic``."""
 
+    sdk = "anthropic"
     capabilities: ClassVar[ClientCapabilities] = ClientCapabilities(
         key_envs=("ANTHROPIC_API_KEY",), prefill="native", tools=True, batch="anthropic"
     )
@@ -120,39 +118,13 @@ class AnthropicClient:
             kwargs["extra_body"] = extra
         return kwargs
 
-    async def prepare(self) -> None:
-        """Import the SDK off the event loop (seconds on a busy machine)."""
-        await asyncio.to_thread(import_sdk, "anthropic")
-
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
         """Send ``request`` once; raise a ``ModelCallError`` subclass on failure."""
         client = self._sdk()
         kwargs = self.build_kwargs(request)
-        try:
+        with self.errors(timeout_s):
             resp = await with_backstop(
                 client.messages.create(timeout=timeout_s, **kwargs), timeout_s
             )
-        except ModelCallError:
-            raise
-        except Exception as exc:  # classified below; anything else is re-raised
-            raise self._classify(exc, timeout_s) from None
         target = self.target.id
         return anthropic_reply(body_of(resp, target), target)
-
-    def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
-        import anthropic
-
-        return classify_sdk_error(
-            exc,
-            anthropic,
-            target=self.target.id,
-            timeout_s=timeout_s,
-            key=self._key,
-            url=str(self._client.base_url) if self._client is not None else None,
-        )
-
-    async def aclose(self) -> None:
-        """Close the SDK client's connections."""
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.close()

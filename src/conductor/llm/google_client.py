@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import ModelCallError
 from .apikey import resolve_api_key
 from .capabilities import ClientCapabilities
 from .failures import (
@@ -24,7 +23,7 @@ from .failures import (
     unreadable_body_error,
 )
 from .replies import body_of, gemini_reply
-from .sdk import import_sdk, strip_prefix, with_backstop
+from .sdk import SdkClient, strip_prefix, with_backstop
 from .types import ModelRequest, RawCompletion
 
 if TYPE_CHECKING:
@@ -53,9 +52,10 @@ _PREFIXES = ("gemini/", "google/", "vertex_ai/")
 _DEFAULT_BASE = "https://generativelanguage.googleapis.com"
 
 
-class GoogleClient:
+class GoogleClient(SdkClient):
     """One attempt at ``generate_content`` through ``google.genai.Client(...).aio``."""
 
+    sdk = "google.genai"
     # response_format asks for a JSON reply (response_mime_type), nothing finer.
     capabilities: ClassVar[ClientCapabilities] = ClientCapabilities(
         key_envs=("GEMINI_API_KEY", "GOOGLE_API_KEY"),
@@ -147,34 +147,23 @@ class GoogleClient:
             "config": types.GenerateContentConfig(**config) if config else None,
         }
 
-    async def prepare(self) -> None:
-        """Import the SDK off the event loop (seconds on a busy machine)."""
-        await asyncio.to_thread(import_sdk, "google.genai")
-
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
         """Send ``request`` once; raise a ``ModelCallError`` subclass on failure."""
         client = self.sdk_client()
         kwargs = self.build_request(request, timeout_s)
-        try:
+        with self.errors(timeout_s):
             resp = await with_backstop(client.aio.models.generate_content(**kwargs), timeout_s)
-        except ModelCallError:
-            raise
-        except Exception as exc:  # classified below; anything else is re-raised
-            raise self._classify(exc, timeout_s) from None
         target = self.target.id
         body = body_of(resp, target, mode="json", exclude_none=True, exclude={"sdk_http_response"})
         return gemini_reply(body, target, self._model)
 
-    def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
+    def classify(self, exc: Exception, timeout_s: float) -> BaseException:
         return classify_google_error(
             exc, target=self.target.id, timeout_s=timeout_s, url=self.target.api_base, key=self._key
         )
 
-    async def aclose(self) -> None:
-        """Close the SDK client's connections."""
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.aio.aclose()
+    async def close(self, client: Any) -> None:
+        await client.aio.aclose()
 
 
 def classify_google_error(

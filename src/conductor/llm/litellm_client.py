@@ -12,7 +12,6 @@ import os
 import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import ModelCallError
 from .apikey import PLACEHOLDER_KEY, PROVIDER_KEY_ENVS, resolve_api_key
 from .capabilities import ClientCapabilities
 from .failures import (
@@ -25,7 +24,7 @@ from .failures import (
 )
 from .prefill_rules import continue_fields
 from .replies import bad_response, body_of, openai_reply
-from .sdk import import_litellm, with_backstop
+from .sdk import import_litellm, our_errors, with_backstop
 from .structured import ServerGrammar
 from .tools import openai_tool_fields
 from .types import ModelRequest, RawCompletion
@@ -114,12 +113,8 @@ class LiteLLMClient:
         kwargs = self.build_kwargs(request, timeout_s)
         if key is not None:
             kwargs["api_key"] = key
-        try:
+        with our_errors(lambda exc: self._classify(exc, timeout_s)):
             resp = await with_backstop(litellm.acompletion(**kwargs), timeout_s)
-        except ModelCallError:
-            raise
-        except Exception as exc:  # classified below; anything else is re-raised
-            raise self._classify(exc, timeout_s) from None
         target = self.target.id
         raw = openai_reply(body_of(resp, target), target, _provider_headers(resp))
         await self._grammar.check(raw, request, api_key=key)

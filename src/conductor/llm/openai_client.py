@@ -8,16 +8,13 @@ API knows go as keyword arguments; everything else (``top_k``,
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import ModelCallError
 from .apikey import resolve_api_key
 from .capabilities import ClientCapabilities
-from .failures import classify_sdk_error
 from .prefill_rules import continue_fields
 from .replies import body_of, openai_reply
-from .sdk import import_sdk, keyword_names, strip_prefix, with_backstop
+from .sdk import SdkClient, keyword_names, strip_prefix, with_backstop
 from .structured import ServerGrammar
 from .tools import openai_tool_fields
 from .types import ModelRequest, RawCompletion
@@ -57,9 +54,10 @@ OPENAI_KWARGS = frozenset(
 _PREFIXES = ("openai/", "hosted_vllm/")
 
 
-class OpenAIClient:
+class OpenAIClient(SdkClient):
     """One attempt at a chat completion through ``openai.AsyncOpenAI``."""
 
+    sdk = "openai"
     capabilities: ClassVar[ClientCapabilities] = ClientCapabilities(
         key_envs=("OPENAI_API_KEY",),
         prefill="api_base",
@@ -138,45 +136,19 @@ class OpenAIClient:
             kwargs["extra_body"] = extra
         return kwargs
 
-    async def prepare(self) -> None:
-        """Import the SDK off the event loop (seconds on a busy machine)."""
-        await asyncio.to_thread(import_sdk, "openai")
-
     async def send(self, request: ModelRequest, *, timeout_s: float) -> RawCompletion:
         """Send ``request`` once; raise a ``ModelCallError`` subclass on failure."""
         client = self._sdk()
         await self._grammar.resolve(request, api_key=self._key)
         kwargs = self.build_kwargs(request)
-        try:
+        with self.errors(timeout_s):
             # The raw response, for its headers: a server may report the call's cost there.
             resp = await with_backstop(
                 client.chat.completions.with_raw_response.create(timeout=timeout_s, **kwargs),
                 timeout_s,
             )
             parsed = resp.parse()
-        except ModelCallError:
-            raise
-        except Exception as exc:  # classified below; anything else is re-raised
-            raise self._classify(exc, timeout_s) from None
         target = self.target.id
         raw = openai_reply(body_of(parsed, target), target, resp.headers)
         await self._grammar.check(raw, request, api_key=self._key)
         return raw
-
-    def _classify(self, exc: Exception, timeout_s: float) -> BaseException:
-        import openai
-
-        return classify_sdk_error(
-            exc,
-            openai,
-            target=self.target.id,
-            timeout_s=timeout_s,
-            key=self._key,
-            url=str(self._client.base_url) if self._client is not None else None,
-        )
-
-    async def aclose(self) -> None:
-        """Close the SDK client's connections."""
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.close()

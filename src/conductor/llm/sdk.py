@@ -1,6 +1,8 @@
 """What the SDK clients share beyond keys: their imports, the model name without a
-litellm provider prefix, which keywords an SDK method takes, and a bound on a call's
-whole duration.
+litellm provider prefix, which keywords an SDK method takes, a bound on a call's whole
+duration, the one way an SDK's exception becomes ours (:func:`our_errors`), and
+:class:`SdkClient`, the part of a client over the ``openai``, ``anthropic`` or
+``google-genai`` SDK that does not depend on the provider.
 
 No SDK is imported at module level: each is imported on first use.
 """
@@ -11,14 +13,22 @@ import asyncio
 import contextlib
 import importlib
 import os
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from ..errors import ModelCallError
+from .failures import classify_sdk_error
+
+if TYPE_CHECKING:
+    from ..targets import Worker
 
 __all__ = [
     "BACKSTOP_GRACE_S",
+    "SdkClient",
     "import_litellm",
     "import_sdk",
     "keyword_names",
+    "our_errors",
     "strip_prefix",
     "with_backstop",
 ]
@@ -103,3 +113,62 @@ async def with_backstop(awaitable: Awaitable[T], timeout_s: float) -> T:
 
 # asyncio.timeout (3.11+) avoids wrapping the call in an extra task.
 _HAS_TIMEOUT_CM = hasattr(asyncio, "timeout")
+
+
+@contextlib.contextmanager
+def our_errors(classify: Callable[[Exception], BaseException]) -> Iterator[None]:
+    """Around a call into a provider's library: one of our errors passes as it is, any
+    other exception is raised as ``classify`` names it (an exception it returns
+    unchanged is a bug, raised as it was), without the library's traceback chained."""
+    try:
+        yield
+    except ModelCallError:
+        raise
+    except Exception as exc:  # classified; anything else is re-raised
+        raise classify(exc) from None
+
+
+class SdkClient:
+    """What a client over a provider's SDK does alike for every provider: import the SDK
+    off the event loop, name its exceptions as ours, close its connections.
+
+    A subclass sets :attr:`sdk` and keeps its SDK client in ``_client`` and the key it
+    was made with in ``_key``; the ``openai`` and ``anthropic`` SDKs raise the same
+    exception classes (:func:`~conductor.llm.failures.classify_sdk_error`), another SDK
+    overrides :meth:`classify` and, where its client closes otherwise, :meth:`close`.
+    """
+
+    #: The SDK's module name (``openai``, ``anthropic``, ``google.genai``).
+    sdk: ClassVar[str]
+    target: Worker
+    _client: Any
+    _key: str | None
+
+    async def prepare(self) -> None:
+        """Import the SDK off the event loop (seconds on a busy machine)."""
+        await asyncio.to_thread(import_sdk, self.sdk)
+
+    def errors(self, timeout_s: float) -> contextlib.AbstractContextManager[None]:
+        """Around a call of the SDK: its exceptions raised as ours."""
+        return our_errors(lambda exc: self.classify(exc, timeout_s))
+
+    def classify(self, exc: Exception, timeout_s: float) -> BaseException:
+        """Our error for an exception of a call through the SDK client."""
+        return classify_sdk_error(
+            exc,
+            importlib.import_module(self.sdk),
+            target=self.target.id,
+            timeout_s=timeout_s,
+            key=self._key,
+            url=str(self._client.base_url) if self._client is not None else None,
+        )
+
+    async def close(self, client: Any) -> None:
+        """Close an SDK client's connections."""
+        await client.close()
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connections."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await self.close(client)

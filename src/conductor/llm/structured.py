@@ -89,7 +89,7 @@ SERVERS: dict[ServerKind, str] = {
 # The first vLLM that reads structured_outputs (0.11 reads both; 0.12 only that one).
 _VLLM_STRUCTURED = (0, 11)
 # A server that answers none of the probes is sent vLLM's current field: vLLM is what
-# serves a trained Conductor (DESIGN.md), and the reply check catches a wrong guess.
+# serves a trained Conductor (docs/training.md), and the reply check catches a wrong guess.
 _FALLBACK: ServerKind = "vllm"
 _PROBE_TIMEOUT_S = 10.0
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)")

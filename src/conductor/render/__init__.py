@@ -12,7 +12,10 @@ Numbering: rounds are shown 1-based by their position in ``record.rounds`` ("Rou
 One module per thing rendered: ``plan`` (a round's steps and the topology tree),
 ``calls`` (the call table and the answer panel), ``trace`` (detailed traces),
 ``samples`` (bench samples: grade panel and listing), ``export`` (Mermaid and JSON),
-``progress`` (the live view); ``format`` and ``fitted`` are the helpers they share.
+``progress`` (the live view), ``bench_progress`` (a bench's progress lines),
+``comparison`` and ``report`` (runs side by side), ``estimate`` (``bench --estimate``),
+``router`` (a fitted router), ``junit`` and ``markdown`` (the CI summaries); ``format``
+and ``fitted`` are the helpers they share.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive
 
-from ..conductors.spec import resolve_conductor
+from ..conductors.spec import Conductor, resolve_conductor
 from ..errors import ConductorError, UsageError
 from ..llm.cache import ResponseCache
 from ..record import RunRecord, new_run_id
@@ -66,12 +66,14 @@ __all__ = ["create_app"]
 log = logging.getLogger("conductor")
 
 
-def create_app(settings: ServeSettings) -> FastAPI:
-    """The app serving ``settings.pool``.  The Conductor is resolved and the records
-    directory checked here, so a bad one is a :class:`~conductor.errors.UsageError` (or
-    an ``OSError`` naming the path) before any socket listens."""
+def create_app(settings: ServeSettings, conductor: Conductor | None = None) -> FastAPI:
+    """The app serving ``settings.pool``.  The Conductor is resolved (unless the caller
+    has: ``conductor``, resolved from the same settings) and the records directory
+    checked here, so a bad one is a :class:`~conductor.errors.UsageError` (or an
+    ``OSError`` naming the path) before any socket listens."""
     _check_settings(settings)
-    conductor = resolve_conductor(settings.pool, settings.conductor)
+    if conductor is None:
+        conductor = resolve_conductor(settings.pool, settings.conductor)
     if settings.records_dir is not None:
         check_records_dir(settings.records_dir)
     if settings.use_cache:

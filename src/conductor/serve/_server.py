@@ -23,6 +23,7 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+from ..conductors.spec import Conductor
 from ..errors import ConductorError, UsageError
 from ._app import create_app
 from ._guard import ACCEPT_BURST, guarded_protocol
@@ -98,12 +99,14 @@ def run_server(
     host: str = "127.0.0.1",
     port: int = 8000,
     on_listening: Callable[[str], None] | None = None,
+    conductor: Conductor | None = None,
 ) -> int:
     """Serve in the foreground until SIGTERM or SIGINT, then stop gracefully and
     return how many requests it served (see :class:`~conductor.serve._service.Slots`).
     ``on_listening`` gets the base URL (``http://HOST:PORT/v1``) once the server
-    accepts connections."""
-    app = create_app(settings)
+    accepts connections; ``conductor``, the Conductor of ``settings`` where the caller
+    has resolved it already."""
+    app = create_app(settings, conductor)
     config = _config(settings, app)
     sock = _bind(host, port)
     url = _url(host, sock)

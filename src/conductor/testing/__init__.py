@@ -6,13 +6,9 @@ pool can be tested end to end with the real SDKs and no network or API key.
 
 from __future__ import annotations
 
-from conductor.testing.fake_server import (
+from .fake_batch import BatchCall, BatchLine, BatchPlan, FakeBatch
+from .fake_script import (
     SHAPES,
-    BatchCall,
-    BatchLine,
-    BatchPlan,
-    FakeBatch,
-    FakeLLMServer,
     FakeRequest,
     FakeToolCall,
     Fault,
@@ -21,6 +17,7 @@ from conductor.testing.fake_server import (
     ResponderResult,
     Shape,
 )
+from .fake_server import FakeLLMServer
 
 __all__ = [
     "SHAPES",

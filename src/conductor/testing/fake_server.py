@@ -49,39 +49,19 @@ from aiohttp import web
 
 from .fake_anthropic import AnthropicRoutes
 from .fake_anthropic_batch import AnthropicBatchRoutes
-from .fake_batch import BatchBase, BatchCall, BatchLine, BatchPlan, FakeBatch
+from .fake_batch import BatchBase
 from .fake_gemini import GeminiRoutes
 from .fake_gemini_batch import GeminiBatchRoutes
 from .fake_openai import OpenAIRoutes
 from .fake_openai_batch import OpenAIBatchRoutes
 from .fake_script import (
-    SHAPES,
     FakeRequest,
-    FakeToolCall,
-    Fault,
-    Reply,
     Responder,
-    ResponderResult,
     Script,
-    Shape,
     echo,
 )
 
-__all__ = [
-    "SHAPES",
-    "BatchCall",
-    "BatchLine",
-    "BatchPlan",
-    "FakeBatch",
-    "FakeLLMServer",
-    "FakeRequest",
-    "FakeToolCall",
-    "Fault",
-    "Reply",
-    "Responder",
-    "ResponderResult",
-    "Shape",
-]
+__all__ = ["FakeLLMServer"]
 
 
 class FakeLLMServer(

@@ -69,9 +69,8 @@ from ..bounds import (
     STEPS,
     TOKENS,
     TRAIN_STEPS,
-    shown_number,
 )
-from ..configfile import ConfigReader, compose_yaml, read_config_file, show_value
+from ..configfile import ConfigReader, compose_yaml, read_config_file, show_number, show_value
 from ..errors import ConfigFileError, TrainConfigError
 from ..shipped import ShippedKind, resolve_shipped
 from ..userfiles import is_regular
@@ -90,23 +89,7 @@ from .settings import (
     WarmStartSettings,
 )
 
-__all__ = [
-    "LOSS_TYPES",
-    "LR_SCHEDULERS",
-    "VLLM_MODES",
-    "DataMix",
-    "GRPOSettings",
-    "HoldoutSet",
-    "NgramSettings",
-    "PoolSampling",
-    "RecursionSettings",
-    "RewardSettings",
-    "TrainConfig",
-    "TrainConfigError",
-    "WarmStartSettings",
-    "load_train_config",
-    "load_train_config_text",
-]
+__all__ = ["load_train_config", "load_train_config_text"]
 
 
 _TOP_KEYS = (
@@ -189,13 +172,7 @@ class _TrainReader(ConfigReader):
                 kind = f"a number > {low:g}" if low_open else f"a number >= {low:g}"
             else:
                 kind = "a number"
-            shown = (
-                show_value(value)
-                if isinstance(value, bool)
-                else shown_number(value)
-                if isinstance(value, int)
-                else show_value(value)
-            )
+            shown = show_number(value)
             raise self.error(f"{field} must be {kind}, got {shown}", node, field)
         return float(value)
 

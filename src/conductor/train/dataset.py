@@ -30,23 +30,9 @@ from .recursion import can_revise, revision_messages
 from .reward import score_record
 from .settings import DataMix, TrainConfig
 
-__all__ = ["ROW_COLUMNS", "build_rows", "mix_spec"]
+__all__ = ["build_rows", "mix_spec"]
 
 log = logging.getLogger("conductor")
-
-#: The columns of every row, in order.
-ROW_COLUMNS: tuple[str, ...] = (
-    "prompt",
-    "question",
-    "sample_id",
-    "gold",
-    "grader",
-    "grader_options",
-    "sample",
-    "worker_ids",
-    "round1",
-    "round1_reward",
-)
 
 
 def mix_spec(mix: DataMix) -> BenchmarkSpec:
