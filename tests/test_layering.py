@@ -143,9 +143,7 @@ def parsed(path: Path) -> ast.Module:
 def _import_statements(path: Path) -> tuple[ast.Import | ast.ImportFrom, ...]:
     """The import statements of ``path``: most tests here read every module's, and
     walking the trees was most of this file's time."""
-    return tuple(
-        n for n in ast.walk(parsed(path)) if isinstance(n, (ast.Import, ast.ImportFrom))
-    )
+    return tuple(n for n in ast.walk(parsed(path)) if isinstance(n, (ast.Import, ast.ImportFrom)))
 
 
 def imports_of(name: str, path: Path, known: set[str]) -> Iterator[tuple[str, str | None]]:
