@@ -732,7 +732,7 @@ def test_the_docs_are_read() -> None:
     passages, code = all_passages()
     docs = {p.doc.relative_to(ROOT).as_posix() for p in passages}
     assert {"ARCHITECTURE.md", "README.md", "docs/training.md"} <= docs
-    assert "src/conductor/sandbox/inside.py" in docs and "benchmarks/perf/grading.py" in docs
+    assert "src/conductor/sandbox/inside/driver.py" in docs and "benchmarks/perf/grading.py" in docs
     assert "tests/test_code_grader.py" in docs
     lines = [c.text for c in code]
     assert any(t.startswith("conductor bench --resume runs/gpqa --retry-errors") for t in lines)
@@ -768,7 +768,7 @@ RIGHT = [
     "`tests/cases/grade_code.json`, `userfiles.open_regular`, `runs/rundir.record_line`",
     "`llm/factory.py`'s `CLIENTS`, `conductor.configfile.ConfigReader.integer`",
     "`conductor cache stats|clear`, `conductor bench smoke --strategy singles --limit 3`",
-    "`conductor --debug ask - --pool pools/paper.yaml`, `python -m conductor.llm.local_host`",
+    "`conductor --debug ask - --pool pools/paper.yaml`, `python -m conductor.localmodel.host`",
     "`python benchmarks/train/routing_proof.py --smoke`, `DIR/samples.jsonl`, `summary.json`",
     "a pool's `conductor.subtasks`, a span's `conductor.cost_usd`, `vllm/sampling_params.py`",
 ]

@@ -542,8 +542,8 @@ def fork_child(body: Callable[[], int], cpu_s: int | None = None) -> int:
 
 
 def compile_solution(source: str) -> Any:
-    """Model code compiled as ``solution.py``, or None after reporting a
-    ``compile_error`` frame."""
+    """Model code compiled (its tracebacks name the solution's file), or None after
+    reporting a ``compile_error`` frame."""
     try:
         return compile(source, "solution.py", "exec")
     except (SyntaxError, ValueError) as exc:
