@@ -235,7 +235,7 @@ print("reached", reached)
 
 _UNDER_PTY = r"""
 import contextlib, json, os, sys
-sys.path[:0] = [sys.argv[1], sys.argv[2]]
+sys.path[:0] = sys.argv[1:]  # src, tests (for kit/, which this file imports), tests/kit
 import sandbox_escapes
 broken = os.environ.get(sandbox_escapes.RUNS_NOTHING_ENV)
 with sandbox_escapes.runs_nothing() if broken else contextlib.nullcontext():
@@ -251,10 +251,8 @@ def _terminal() -> Outcome:
     pid, master = pty.fork()
     if pid == 0:  # child: session leader with the pty as its controlling terminal
         try:
-            os.execv(
-                sys.executable,
-                [sys.executable, "-c", _UNDER_PTY, str(REPO / "src"), str(REPO / "tests" / "kit")],
-            )
+            paths = [str(REPO / p) for p in ("src", "tests", "tests/kit")]
+            os.execv(sys.executable, [sys.executable, "-c", _UNDER_PTY, *paths])
         finally:
             os._exit(127)
     seen = b""
