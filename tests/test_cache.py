@@ -89,7 +89,7 @@ def test_the_cache_is_a_context_manager_that_closes(tmp_path: Path) -> None:
     value = RawCompletion("hello", Usage(3, 1), {"id": "x"}, model="m", finish_reason="stop")
     with ResponseCache(tmp_path) as cache:
         cache.set("k", value)
-        inner = cache._cache
+        inner = cache._store._cache  # type: ignore[attr-defined]
     # diskcache closes its SQLite connection on close(); the entry is on disk for the next.
     assert not getattr(inner._local, "con", None)
     with ResponseCache(tmp_path) as again:

@@ -158,7 +158,7 @@ async def test_degenerate_entries_of_older_versions_are_not_replayed(
             # Written as an older version did, around ResponseCache.set's refusal (once
             # the answer of the round before is on disk, which it would overwrite).
             cache.flush()
-            cache._cache.set(
+            cache._store._cache.set(  # type: ignore[attr-defined]
                 key, {**old, "usage": {"input_tokens": 1, "output_tokens": 1}, "raw": {}}
             )
             assert cache.get(key) is None

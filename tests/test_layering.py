@@ -53,6 +53,9 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     # The batch APIs build their lines with the clients' own builders; the caller knows
     # the batcher only through a protocol of its own (llm/batcher.py).
     ("provider batches", ("batches",)),
+    # What processes on several hosts share (the call cache's entries on a server):
+    # it stores what llm/ decides to keep, and knows nothing of runs.
+    ("shared state", ("state",)),
     ("the Conductor", ("conductors",)),
     # The workflow type (the three lists, parsed from a reply or read from a record)
     # sits with the records that hold it.

@@ -442,7 +442,7 @@ def test_a_damaged_cache_says_what_to_do_and_cache_clear_recreates_it(
 
 def test_a_read_only_cache_is_a_write_fault_not_damage(tmp_path: Path) -> None:
     with ResponseCache(tmp_path / "calls") as cache:
-        cache._cache.set = lambda *a, **k: (_ for _ in ()).throw(  # type: ignore[method-assign]
+        cache._store._cache.set = lambda *a, **k: (_ for _ in ()).throw(  # type: ignore[attr-defined]
             sqlite3.OperationalError("attempt to write a readonly database")
         )
         with pytest.raises(CacheError) as info:  # noqa: PT012 - the write, then its commit

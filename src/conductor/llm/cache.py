@@ -51,7 +51,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..errors import CacheError, UsageError
 from ..private import FILE_MODE, default_cache_dir, make_private_dir, own_dir, private_file
@@ -65,6 +65,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DB_FILE",
     "CacheStats",
+    "CacheStore",
+    "DiskStore",
     "ResponseCache",
     "cache_fault",
     "cache_key",
@@ -347,17 +349,41 @@ def _close_at_exit(ref: weakref.ref[ResponseCache]) -> None:
             cache.close()
 
 
-class ResponseCache:
-    """A diskcache-backed store of :class:`RawCompletion` values.
+class CacheStore(Protocol):
+    """Where the entries of a :class:`ResponseCache` live: a key (a SHA-256 digest) to a
+    JSON-shaped dict, already masked.  The disk (:class:`DiskStore`, the default) and a
+    shared state server (:mod:`conductor.state`) are the two; the cache decides what is
+    stored and how an entry reads back, a store only keeps it."""
 
-    With ``write_behind`` (the default) writes are committed by a thread of their own
-    (see the module's docstring); without it each ``set`` is its own transaction.
-    """
+    #: Where it is, for people (a directory, or a server's address with no secret).
+    where: str
+
+    def read(self, key: str) -> Any:
+        """The stored value of ``key``, or None."""
+        ...
+
+    def write(self, key: str, value: dict[str, Any]) -> None: ...
+
+    def flush(self) -> None:
+        """Wait until every value written so far is stored; raise what kept one out."""
+        ...
+
+    def stats(self) -> CacheStats: ...
+
+    def clear(self, older_than_s: float | None) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class DiskStore:
+    """The entries in diskcache's SQLite database in a directory, written behind the
+    caller's back by :class:`_WriteBehind` (or each in its own transaction)."""
 
     def __init__(self, directory: str | Path | None = None, *, write_behind: bool = True) -> None:
         import diskcache
 
         self.directory = Path(directory) if directory is not None else default_cache_dir()
+        self.where = str(self.directory)
         try:
             own_dir(self.directory, "the call cache", _CACHE_FILES)
             # Made first, so that SQLite opens a private file rather than creating a
@@ -377,16 +403,10 @@ class ResponseCache:
                 "CONDUCTOR_CACHE_DIR to a writable directory or pass --no-cache"
             ) from None
         self._writer = _WriteBehind(self._cache, self.directory) if write_behind else None
-        self._closed = False
-        if self._writer is not None:
-            # A process that ends without closing the cache still writes what it holds.
-            atexit.register(_close_at_exit, weakref.ref(self))
 
-    def __enter__(self) -> ResponseCache:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    @property
+    def writes_behind(self) -> bool:
+        return self._writer is not None
 
     def _guard(self, action: Callable[[], _T]) -> _T:
         """``action()``, a fault of the cache's disk or database raised as the
@@ -397,6 +417,92 @@ class ResponseCache:
             return action()
         except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
             raise cache_fault(self.directory, exc) from None
+
+    def read(self, key: str) -> Any:
+        if self._writer is not None:
+            found, value = self._writer.lookup(key)
+            if found:
+                return value
+        return self._guard(lambda: self._cache.get(key))
+
+    def write(self, key: str, value: dict[str, Any]) -> None:
+        if self._writer is not None:
+            self._writer.put(key, value)
+        else:
+            self._guard(lambda: self._cache.set(key, value))
+
+    def flush(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    def stats(self) -> CacheStats:
+        self.flush()
+        return self._guard(self._stats)
+
+    def _stats(self) -> CacheStats:
+        entries = 0
+        oldest: float | None = None
+        newest: float | None = None
+        for key in self._cache.iterkeys():
+            value = self._cache.get(key)
+            entries += 1
+            if isinstance(value, dict) and "stored_at" in value:
+                t = float(value["stored_at"])
+                oldest = t if oldest is None else min(oldest, t)
+                newest = t if newest is None else max(newest, t)
+        return CacheStats(self.where, entries, int(self._cache.volume()), oldest, newest)
+
+    def clear(self, older_than_s: float | None) -> int:
+        self.flush()
+        return self._guard(lambda: self._clear(older_than_s))
+
+    def _clear(self, older_than_s: float | None) -> int:
+        if older_than_s is None:
+            return int(self._cache.clear())
+        cutoff = time.time() - older_than_s
+        removed = 0
+        for key in list(self._cache.iterkeys()):
+            value = self._cache.get(key)
+            stored = value.get("stored_at", 0.0) if isinstance(value, dict) else 0.0
+            if stored < cutoff and self._cache.delete(key):
+                removed += 1
+        return removed
+
+    def close(self) -> None:
+        try:
+            if self._writer is not None:
+                self._writer.close()
+        finally:
+            self._cache.close()
+
+
+class ResponseCache:
+    """A store of :class:`RawCompletion` values: on disk by default (:class:`DiskStore`;
+    with ``write_behind``, the default, its writes are committed by a thread of their
+    own, see the module's docstring), or in the ``store`` given (a shared state server).
+    """
+
+    def __init__(
+        self,
+        directory: str | Path | None = None,
+        *,
+        write_behind: bool = True,
+        store: CacheStore | None = None,
+    ) -> None:
+        self._store: CacheStore = (
+            store if store is not None else DiskStore(directory, write_behind=write_behind)
+        )
+        #: Where the entries are (a directory, or a state server's address).
+        self.where = self._store.where
+        self._closed = False
+        # A process that ends without closing the cache still writes what it holds.
+        atexit.register(_close_at_exit, weakref.ref(self))
+
+    def __enter__(self) -> ResponseCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def get(self, key: str) -> RawCompletion | None:
         """The stored complete answer for ``key``, or None (a miss)."""
@@ -446,70 +552,30 @@ class ResponseCache:
         self._write(key, {"value": value, "stored_at": time.time()})
 
     def flush(self) -> None:
-        """Wait until every entry set so far is on disk; a fault of the disk met by the
-        writer raises :class:`CacheError` here (and at every later write)."""
-        if self._writer is not None:
-            self._writer.flush()
+        """Wait until every entry set so far is stored; a fault of the store met by
+        its writer raises :class:`CacheError` here (and at every later write)."""
+        self._store.flush()
 
     def _read(self, key: str) -> Any:
-        if self._writer is not None:
-            found, value = self._writer.lookup(key)
-            if found:
-                return value
-        return self._guard(lambda: self._cache.get(key))
+        return self._store.read(key)
 
     def _write(self, key: str, value: dict[str, Any]) -> None:
-        # The one door into the database: what is stored has every secret value of the
+        # The one door into the store: what is stored has every secret value of the
         # process masked (a reply echoing a project id, a kept record quoting a URL).
         # Keys are SHA-256 digests of what was asked, secrets included, so that two
         # secrets never share an entry; a digest does not hold the value.
-        value = SECRETS.masker().data(value)
-        if self._writer is not None:
-            self._writer.put(key, value)
-        else:
-            self._guard(lambda: self._cache.set(key, value))
+        self._store.write(key, SECRETS.masker().data(value))
 
     def stats(self) -> CacheStats:
-        self.flush()
-        return self._guard(self._stats)
-
-    def _stats(self) -> CacheStats:
-        entries = 0
-        oldest: float | None = None
-        newest: float | None = None
-        for key in self._cache.iterkeys():
-            value = self._cache.get(key)
-            entries += 1
-            if isinstance(value, dict) and "stored_at" in value:
-                t = float(value["stored_at"])
-                oldest = t if oldest is None else min(oldest, t)
-                newest = t if newest is None else max(newest, t)
-        return CacheStats(str(self.directory), entries, int(self._cache.volume()), oldest, newest)
+        return self._store.stats()
 
     def clear(self, older_than_s: float | None = None) -> int:
         """Delete every entry, or those stored more than ``older_than_s`` ago; return how many."""
-        self.flush()
-        return self._guard(lambda: self._clear(older_than_s))
-
-    def _clear(self, older_than_s: float | None) -> int:
-        if older_than_s is None:
-            return int(self._cache.clear())
-        cutoff = time.time() - older_than_s
-        removed = 0
-        for key in list(self._cache.iterkeys()):
-            value = self._cache.get(key)
-            stored = value.get("stored_at", 0.0) if isinstance(value, dict) else 0.0
-            if stored < cutoff and self._cache.delete(key):
-                removed += 1
-        return removed
+        return self._store.clear(older_than_s)
 
     def close(self) -> None:
         """Write what is held (a fault raises :class:`CacheError`), then close."""
         if self._closed:
             return
         self._closed = True
-        try:
-            if self._writer is not None:
-                self._writer.close()
-        finally:
-            self._cache.close()
+        self._store.close()
