@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 import redis
 from kit.clock import scaled
+from kit.poolkit import CONDUCTOR_MODEL, lists, run_cli
 from kit.redisserver import RedisServer
+from kit.servekit import make_pool_file
 
 from conductor.errors import UsageError
 from conductor.llm.cache import ResponseCache
@@ -22,6 +24,7 @@ from conductor.llm.types import RawCompletion, Usage
 from conductor.redact import SECRETS
 from conductor.state import StateURL, open_shared_cache, state_url_from
 from conductor.state.redis_cache import _ENTRY, COMPRESS_OVER, RedisCacheStore, decode, encode
+from conductor.testing import FakeLLMServer
 
 pytestmark = pytest.mark.process  # each test starts a redis-server
 
@@ -217,3 +220,56 @@ def test_the_environment_names_the_server_when_no_option_does(
     monkeypatch.setenv("CONDUCTOR_STATE_URL", "ftp://x")
     with pytest.raises(UsageError, match="CONDUCTOR_STATE_URL"):
         state_url_from(None)
+
+
+# --- the commands ---------------------------------------------------------------------
+
+
+def test_two_hosts_naming_one_server_pay_a_call_once(
+    server: RedisServer, fake_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    """Two `conductor ask` processes, each with a cache directory of its own (two hosts),
+    one state server: the second is answered from the first's calls; without --state
+    (the positive control) it asks the provider again."""
+    fake_server.script(CONDUCTOR_MODEL, lists([0], ["Answer it."], [[]]))
+    fake_server.script("w0", "The answer is 4.")
+    pool = make_pool_file(tmp_path, fake_server, n=1)
+
+    def ask(host: str, *state: str) -> None:
+        env = {"CONDUCTOR_CACHE_DIR": str(tmp_path / host), "OPENAI_API_KEY": "sk-fake"}
+        done = run_cli("ask", "What is 2 + 2?", "--pool", str(pool), *state, env=env)
+        assert done.returncode == 0, done.stderr
+        assert "The answer is 4." in done.stdout
+
+    ask("host-a", "--state", server.url)
+    assert len(fake_server.requests) == 2  # the plan and the one step
+    ask("host-b", "--state", server.url)
+    assert len(fake_server.requests) == 2  # both from the shared cache
+    ask("host-c")
+    assert len(fake_server.requests) == 4  # a host of its own asks again
+    done = run_cli("cache", "stats", "--state", server.url)
+    assert "entries:   2" in done.stdout and server.url in done.stdout, done.stdout
+
+
+def test_bench_and_serve_take_the_state_server(
+    server: RedisServer, fake_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_server.script(CONDUCTOR_MODEL, lists([0], ["Answer it."], [[]]))
+    fake_server.script("w0", "The answer is 4.")
+    pool = make_pool_file(tmp_path, fake_server, n=1)
+    env = {"CONDUCTOR_CACHE_DIR": str(tmp_path / "a"), "OPENAI_API_KEY": "sk-fake"}
+    args = ["bench", "smoke", "--pool", str(pool), "--strategy", "single:w0", "--limit", "3"]
+    first = run_cli(*args, "--out", str(tmp_path / "r1"), "--state", server.url, env=env)
+    assert first.returncode == 0, first.stderr
+    asked = len(fake_server.requests)
+    env["CONDUCTOR_CACHE_DIR"] = str(tmp_path / "b")
+    env["CONDUCTOR_STATE_URL"] = server.url  # the environment, not the option
+    again = run_cli(*args, "--out", str(tmp_path / "r2"), env=env)
+    assert again.returncode == 0, again.stderr
+    assert len(fake_server.requests) == asked == 3
+    bad = run_cli(*args, "--out", str(tmp_path / "r3"), "--state", "http://x:1/0", env=env)
+    assert bad.returncode == 2 and "not a state server address" in bad.stderr
+    refused = run_cli("serve", "--pool", str(pool), "--state", "redis://:nope-wrong-pw@127.0.0.1:"
+                      f"{server.port}/0", "--port", "0", env=env)  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    assert "nope-wrong-pw" not in refused.stderr + refused.stdout

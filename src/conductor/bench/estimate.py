@@ -238,6 +238,10 @@ def _open_cache(request: BenchRequest) -> ResponseCache | None:
     yet (nothing could be replayed, and an estimate creates nothing)."""
     if request.no_cache:
         return None
+    if request.state is not None:
+        from ..state import open_shared_cache
+
+        return open_shared_cache(request.state)
     from ..llm.cache import DB_FILE, ResponseCache
     from ..private import default_cache_dir
 

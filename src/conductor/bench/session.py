@@ -30,6 +30,7 @@ from ..execute import RunSettings
 from ..pool import Pool
 from ..runs.config import Invocation, read_run_config
 from ..runs.summary import RunSummary, SummaryBuilder, write_summary
+from ..state import StateURL, open_call_cache, state_url_from
 from ..strategies import DEFAULT_CONCURRENCY
 from ..userfiles import check_regular, is_regular
 from .faults import BenchStopped
@@ -84,6 +85,8 @@ class BenchArgs:
     budget_usd: float | None = None
     max_calls: int | None = None
     no_cache: bool = False
+    #: ``--state`` as given (``None``: ``$CONDUCTOR_STATE_URL``, else local files).
+    state: str | None = None
     unsafe_code: bool = False
     exclude_trained: bool = False
     overwrite: bool = False
@@ -122,6 +125,8 @@ class BenchRequest:
     shard: tuple[int, int] | None = None
     settings: RunSettings = field(default_factory=RunSettings)
     no_cache: bool = False
+    #: Where the call cache is kept (``None``: this machine's cache directory).
+    state: StateURL | None = None
     unsafe_code: bool = False
     overwrite: bool = False
     #: Stop after this many of the pairs left (``--pilot N``); ``None``: run them all.
@@ -168,6 +173,7 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
         )
     pool_obj = open_pool(args.pool if args.pool is not None else stored.pool)
     shard_t = _parse_shard(invocation.shard)
+    state = state_url_from(args.state)
     strategy = invocation.strategy or "conductor"
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -198,6 +204,7 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
             shard=shard_t,
             settings=settings,
             no_cache=args.no_cache,
+            state=state,
             unsafe_code=args.unsafe_code,
             overwrite=args.overwrite,
             max_pairs=args.pilot,
@@ -349,7 +356,6 @@ class BenchSession:
         on_warning: Callable[[str], None] | None,
         tracer: RecordSink | None = None,
     ) -> BenchProgress:
-        from ..llm.cache import ResponseCache
         from ..llm.caller import CallerSet
         from ..llm.cost import SpendMeter
         from ..llm.keys import require_keys
@@ -362,7 +368,7 @@ class BenchSession:
         r = self.request
         given = r.invocation
         options = self._options
-        opened = contextlib.nullcontext() if r.no_cache else ResponseCache()
+        opened = contextlib.nullcontext() if r.no_cache else open_call_cache(r.state)
         with opened as cache:
             meter = SpendMeter(given.max_usd) if given.max_usd is not None else None
             callers = CallerSet(cache, meter=meter)

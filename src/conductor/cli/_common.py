@@ -175,12 +175,16 @@ def load_pool(name_or_path: str | None) -> Pool:
     return open_pool(name_or_path)
 
 
-def open_cache() -> ResponseCache:
-    from ..llm.cache import ResponseCache
+def open_cache(state: str | None = None) -> ResponseCache:
+    """The call cache: on the state server ``--state`` (or ``$CONDUCTOR_STATE_URL``)
+    names, else in this machine's cache directory."""
+    from ..state import open_call_cache, state_url_from
 
-    return ResponseCache()
+    return open_call_cache(state_url_from(state))
 
 
-def cache_unless(no_cache: bool) -> contextlib.AbstractContextManager[ResponseCache | None]:
+def cache_unless(
+    no_cache: bool, state: str | None = None
+) -> contextlib.AbstractContextManager[ResponseCache | None]:
     """The call cache, closed when the block ends; nothing with ``--no-cache``."""
-    return contextlib.nullcontext() if no_cache else open_cache()
+    return contextlib.nullcontext() if no_cache else open_cache(state)

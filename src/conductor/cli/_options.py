@@ -20,6 +20,7 @@ __all__ = [
     "MaxCallsOption",
     "MaxStepsOption",
     "NoCacheOption",
+    "StateOption",
     "PoolOption",
     "RoundsOption",
     "StrategyOption",
@@ -92,6 +93,17 @@ MaxCallsOption = Annotated[
         min=CALLS.low,
         max=CALLS.high,
         help="Most model calls per question, the Conductor's included.",
+    ),
+]
+#: ``--state URL``: what processes share (the call cache) on a Redis-protocol server.
+StateOption = Annotated[
+    str | None,
+    typer.Option(
+        "--state",
+        metavar="URL",
+        help="Keep the call cache on this Redis-protocol server (redis://HOST:PORT/DB, "
+        "rediss:// for TLS), shared by every process that names it; default: "
+        "$CONDUCTOR_STATE_URL, else this machine's cache directory.",
     ),
 ]
 #: ``--no-cache``: the call cache off.

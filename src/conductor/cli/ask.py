@@ -29,6 +29,7 @@ from ._options import (
     NoCacheOption,
     PoolOption,
     RoundsOption,
+    StateOption,
     StrategyOption,
 )
 from ._tracing import NoOtelOption, OtelContentOption, OtelOption, otel_from_options, tracing
@@ -71,6 +72,7 @@ def ask(
         typer.Option("--template", help="Conductor prompt template: a built-in name or a file."),
     ] = None,
     no_cache: NoCacheOption = False,
+    state: StateOption = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the run record as JSON on stdout.")
     ] = False,
@@ -85,10 +87,12 @@ def ask(
     from ..llm.keys import require_keys
     from ..record import check_record_path, write_record
     from ..render import answer_panel, step_table, to_json, topology
+    from ..state import state_url_from
     from ..text import check_question
 
     text = _question_text(question, question_file)
     check_question(text)
+    state_url_from(state)  # a bad --state is said before anything runs
     if out is not None:
         check_record_path(out)
     pool_obj = load_pool(pool)
@@ -112,7 +116,7 @@ def ask(
         try:
             record = _run_with_progress(
                 lambda events: _ask_async(
-                    text, pool_obj, plan, settings, no_cache, events, started.append
+                    text, pool_obj, plan, settings, (no_cache, state), events, started.append
                 ),
                 show=not as_json,
             )
@@ -170,14 +174,14 @@ async def _ask_async(
     pool: Pool,
     plan: Conductor | str,
     settings: RunSettings,
-    no_cache: bool,
+    cache_choice: tuple[bool, str | None],
     events: EventSink | None,
     on_record: Callable[[RunRecord], None] | None = None,
 ) -> RunRecord:
     """One question, by the Conductor ``plan`` or the baseline it names."""
     from ..llm.caller import CallerSet
 
-    with cache_unless(no_cache) as cache:
+    with cache_unless(*cache_choice) as cache:
         chosen = _strategy(plan, pool, settings, CallerSet(cache))
         try:
             return await chosen.run(question, sample_index=0, events=events, on_record=on_record)

@@ -24,6 +24,7 @@ from ._options import (
     NoCacheOption,
     PoolOption,
     RoundsOption,
+    StateOption,
     StrategyOption,
 )
 from ._tracing import NoOtelOption, OtelContentOption, OtelOption, otel_from_options, tracing
@@ -113,6 +114,7 @@ def bench(
     budget_usd: BudgetUsdOption = None,
     max_calls: MaxCallsOption = None,
     no_cache: NoCacheOption = False,
+    state: StateOption = None,
     batch: Annotated[
         bool | None,
         typer.Option(
@@ -214,6 +216,7 @@ def bench(
             budget_usd=budget_usd,
             max_calls=max_calls,
             no_cache=no_cache,
+            state=state,
             unsafe_code=confirm_run_unsafe_code,
             exclude_trained=exclude_trained,
             batch=batch,

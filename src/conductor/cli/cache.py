@@ -10,6 +10,7 @@ import typer
 from ..errors import CacheError, UsageError
 from ..text import plural
 from ._common import Group, open_cache, print_path, stdout
+from ._options import StateOption
 
 __all__ = ["cache_app"]
 
@@ -27,11 +28,11 @@ def _parse_age(text: str) -> float:
 
 
 @cache_app.command("stats")
-def cache_stats() -> None:
+def cache_stats(state: StateOption = None) -> None:
     """Show where the cache is and how much it holds."""
     from datetime import datetime
 
-    with open_cache() as cache:
+    with open_cache(state) as cache:
         s = cache.stats()
 
     def when(t: float | None) -> str:
@@ -51,6 +52,7 @@ def cache_clear(
         str | None,
         typer.Option("--older-than", help="Only entries older than this age (e.g. 7d, 12h)."),
     ] = None,
+    state: StateOption = None,
 ) -> None:
     """Delete cached calls (all, or those older than an age).  A damaged cache database
     cannot be read to be cleared: it is deleted and made again empty."""
@@ -58,7 +60,7 @@ def cache_clear(
 
     age = _parse_age(older_than) if older_than else None
     try:
-        with open_cache() as cache:
+        with open_cache(state) as cache:
             removed = cache.clear(age)
     except CacheError as exc:
         if not exc.corrupt:

@@ -12,7 +12,7 @@ from ..bounds import BODY_BYTES, CALLS, CONCURRENCY, QUEUE, VOTES
 from ..errors import UsageError
 from ..text import plural
 from ._common import load_pool, stderr
-from ._options import ConductorOption, NoCacheOption, PoolOption
+from ._options import ConductorOption, NoCacheOption, PoolOption, StateOption
 from ._tracing import NoOtelOption, OtelContentOption, OtelOption, otel_from_options
 
 if TYPE_CHECKING:
@@ -99,6 +99,7 @@ def serve(
         ),
     ] = 30.0,
     no_cache: NoCacheOption = False,
+    state: StateOption = None,
     cors_origin: Annotated[
         list[str] | None,
         typer.Option(
@@ -176,6 +177,7 @@ def serve(
     from ..conductors.spec import resolve_conductor
     from ..errors import MissingDependencyError, install_hint
     from ..llm.keys import require_keys
+    from ..state import state_url_from
 
     api_key = None
     if api_key_env is not None:
@@ -212,6 +214,7 @@ def serve(
         max_body_bytes=max_body_bytes,
         grace_s=grace_s,
         use_cache=not no_cache,
+        state=state_url_from(state),
         keys=api_keys,
         cors_origins=tuple(cors_origin or ()),
         max_k=max_k,

@@ -36,9 +36,9 @@ from starlette.types import Receive
 
 from ..conductors.spec import Conductor, resolve_conductor
 from ..errors import ConductorError, UsageError
-from ..llm.cache import ResponseCache
 from ..record import RunRecord, new_run_id
 from ..redact import masked_json
+from ..state import open_call_cache
 from ..strategies import Strategy
 from ..text import check_question
 from ._completions import CompletionRenderer, parse_completion_request
@@ -77,7 +77,9 @@ def create_app(settings: ServeSettings, conductor: Conductor | None = None) -> F
     if settings.records_dir is not None:
         check_records_dir(settings.records_dir)
     if settings.use_cache:
-        with ResponseCache():  # a cache directory that cannot be used: one sentence now
+        # A cache directory that cannot be used, or credentials the state server
+        # refuses: one sentence now.
+        with open_call_cache(settings.state):
             pass
     created = int(time.time())
     keyring = KeyRing(settings.pool, _keys_of(settings))

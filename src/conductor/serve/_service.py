@@ -29,6 +29,7 @@ from ..pool import Pool
 from ..private import own_dir
 from ..record import BudgetRecord, RunRecord, record_to_dict
 from ..runs.rundir import SAMPLES, open_samples, record_line, repair_tail, write_line
+from ..state import open_call_cache
 from ..steps import Budget
 from ..strategies import Strategy
 from ..text import plural
@@ -175,7 +176,9 @@ class Service:
         """A service for the server's lifetime: the cache and the records file are
         closed, and the clients too, when the block ends."""
         with contextlib.ExitStack() as stack:
-            cache = stack.enter_context(ResponseCache()) if settings.use_cache else None
+            cache = (
+                stack.enter_context(open_call_cache(settings.state)) if settings.use_cache else None
+            )
             records = None
             if settings.records_dir is not None:
                 records = RecordWriter(settings.records_dir)

@@ -8,6 +8,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..otel import OtelSettings
 from ..pool import Pool
+from ..state import StateURL
 from ._keys import ApiKey
 
 __all__ = ["ServeSettings"]
@@ -52,6 +53,9 @@ class ServeSettings:
     max_body_bytes: int = 1 << 20
     grace_s: float = 30.0
     use_cache: bool = True
+    #: Where the call cache is kept: a state server every replica shares, or ``None``
+    #: (this machine's cache directory).
+    state: StateURL | None = None
     keys: tuple[ApiKey, ...] = ()
     cors_origins: tuple[str, ...] = ()
     max_k: int = 16

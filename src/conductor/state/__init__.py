@@ -16,7 +16,14 @@ a server is named.
 
 from __future__ import annotations
 
-from .redis_cache import RedisCacheStore, open_shared_cache
+from .redis_cache import RedisCacheStore, open_call_cache, open_shared_cache
 from .url import STATE_ENV, StateURL, state_url_from
 
-__all__ = ["STATE_ENV", "RedisCacheStore", "StateURL", "open_shared_cache", "state_url_from"]
+__all__ = [
+    "STATE_ENV",
+    "RedisCacheStore",
+    "StateURL",
+    "open_call_cache",
+    "open_shared_cache",
+    "state_url_from",
+]

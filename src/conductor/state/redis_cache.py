@@ -28,14 +28,14 @@ import time
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UsageError
+from ..errors import CacheError, UsageError
 from ..llm.cache import CacheStats, ResponseCache
 from .url import STATE_ENV, StateURL
 
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["COMPRESS_OVER", "PREFIX", "RedisCacheStore", "open_shared_cache"]
+__all__ = ["COMPRESS_OVER", "PREFIX", "RedisCacheStore", "open_call_cache", "open_shared_cache"]
 
 log = logging.getLogger("conductor")
 
@@ -186,6 +186,18 @@ class RedisCacheStore:
         )
 
     def clear(self, older_than_s: float | None) -> int:
+        """Delete entries by their time in the index; a server that cannot be reached
+        is :class:`~conductor.errors.CacheError` (clearing nothing is not a success)."""
+        try:
+            return self._clear(older_than_s)
+        except self._errors as exc:
+            raise CacheError(
+                f"the shared call cache at {self.where} cannot be reached "
+                f"({type(exc).__name__}): nothing more was cleared",
+                path=self.where,
+            ) from None
+
+    def _clear(self, older_than_s: float | None) -> int:
         top = "+inf" if older_than_s is None else f"({time.time() - older_than_s!r}"
         removed = 0
         while True:
@@ -209,6 +221,12 @@ class RedisCacheStore:
 
     def close(self) -> None:
         self._redis.close()
+
+
+def open_call_cache(url: StateURL | None) -> ResponseCache:
+    """A command's call cache: on the state server ``url`` names, else on this machine's
+    disk (:class:`~conductor.llm.cache.ResponseCache`'s default directory)."""
+    return ResponseCache() if url is None else open_shared_cache(url)
 
 
 def open_shared_cache(url: StateURL) -> ResponseCache:
