@@ -179,7 +179,7 @@ def test_a_password_in_the_url_is_used_and_never_shown() -> None:
         with open_shared_cache(url) as cache:
             cache.set("k", answer())
             assert cache.get("k") == answer()
-            assert password not in cache.where
+            assert password not in cache.stats().directory  # what `cache stats` shows
         # A wrong password is a mistake in the command: one sentence, neither password.
         wrong_password = "wrong-" + "x" * 20
         wrong = StateURL.parse(server.url.replace(password, wrong_password))

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from ..llm.cache import ResponseCache
     from ..pool import Pool
+    from ..state import StateURL
 
 __all__ = [
     "EXIT_BELOW",
@@ -175,16 +176,16 @@ def load_pool(name_or_path: str | None) -> Pool:
     return open_pool(name_or_path)
 
 
-def open_cache(state: str | None = None) -> ResponseCache:
+def open_cache(state: StateURL | None = None) -> ResponseCache:
     """The call cache: on the state server ``--state`` (or ``$CONDUCTOR_STATE_URL``)
     names, else in this machine's cache directory."""
-    from ..state import open_call_cache, state_url_from
+    from ..state import open_call_cache
 
-    return open_call_cache(state_url_from(state))
+    return open_call_cache(state)
 
 
 def cache_unless(
-    no_cache: bool, state: str | None = None
+    no_cache: bool, state: StateURL | None = None
 ) -> contextlib.AbstractContextManager[ResponseCache | None]:
     """The call cache, closed when the block ends; nothing with ``--no-cache``."""
     return contextlib.nullcontext() if no_cache else open_cache(state)

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from ..llm.caller import CallerSet
     from ..pool import Pool
     from ..record import RunRecord
+    from ..state import StateURL
     from ..strategies import Strategy
 
 __all__ = ["ask"]
@@ -92,7 +93,7 @@ def ask(
 
     text = _question_text(question, question_file)
     check_question(text)
-    state_url_from(state)  # a bad --state is said before anything runs
+    state_url = state_url_from(state)  # a bad --state is said before anything runs
     if out is not None:
         check_record_path(out)
     pool_obj = load_pool(pool)
@@ -116,7 +117,7 @@ def ask(
         try:
             record = _run_with_progress(
                 lambda events: _ask_async(
-                    text, pool_obj, plan, settings, (no_cache, state), events, started.append
+                    text, pool_obj, plan, settings, no_cache, state_url, events, started.append
                 ),
                 show=not as_json,
             )
@@ -174,14 +175,15 @@ async def _ask_async(
     pool: Pool,
     plan: Conductor | str,
     settings: RunSettings,
-    cache_choice: tuple[bool, str | None],
+    no_cache: bool,
+    state: StateURL | None,
     events: EventSink | None,
     on_record: Callable[[RunRecord], None] | None = None,
 ) -> RunRecord:
     """One question, by the Conductor ``plan`` or the baseline it names."""
     from ..llm.caller import CallerSet
 
-    with cache_unless(*cache_choice) as cache:
+    with cache_unless(no_cache, state) as cache:
         chosen = _strategy(plan, pool, settings, CallerSet(cache))
         try:
             return await chosen.run(question, sample_index=0, events=events, on_record=on_record)

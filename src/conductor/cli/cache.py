@@ -32,7 +32,9 @@ def cache_stats(state: StateOption = None) -> None:
     """Show where the cache is and how much it holds."""
     from datetime import datetime
 
-    with open_cache(state) as cache:
+    from ..state import state_url_from
+
+    with open_cache(state_url_from(state)) as cache:
         s = cache.stats()
 
     def when(t: float | None) -> str:
@@ -57,10 +59,11 @@ def cache_clear(
     """Delete cached calls (all, or those older than an age).  A damaged cache database
     cannot be read to be cleared: it is deleted and made again empty."""
     from ..llm.cache import discard_cache
+    from ..state import state_url_from
 
     age = _parse_age(older_than) if older_than else None
     try:
-        with open_cache(state) as cache:
+        with open_cache(state_url_from(state)) as cache:
             removed = cache.clear(age)
     except CacheError as exc:
         if not exc.corrupt:

@@ -404,10 +404,6 @@ class DiskStore:
             ) from None
         self._writer = _WriteBehind(self._cache, self.directory) if write_behind else None
 
-    @property
-    def writes_behind(self) -> bool:
-        return self._writer is not None
-
     def _guard(self, action: Callable[[], _T]) -> _T:
         """``action()``, a fault of the cache's disk or database raised as the
         :class:`CacheError` that says what to do (:func:`cache_fault`)."""
@@ -492,8 +488,6 @@ class ResponseCache:
         self._store: CacheStore = (
             store if store is not None else DiskStore(directory, write_behind=write_behind)
         )
-        #: Where the entries are (a directory, or a state server's address).
-        self.where = self._store.where
         self._closed = False
         # A process that ends without closing the cache still writes what it holds.
         atexit.register(_close_at_exit, weakref.ref(self))
@@ -506,7 +500,7 @@ class ResponseCache:
 
     def get(self, key: str) -> RawCompletion | None:
         """The stored complete answer for ``key``, or None (a miss)."""
-        value = self._read(key)
+        value = self._store.read(key)
         if not isinstance(value, dict):
             return None
         try:
@@ -545,7 +539,7 @@ class ResponseCache:
 
     def get_value(self, key: str) -> Any:
         """A stored value other than a completion (e.g. a finished benchmark sample)."""
-        value = self._read(key)
+        value = self._store.read(key)
         return value.get("value") if isinstance(value, dict) else None
 
     def set_value(self, key: str, value: Any) -> None:
@@ -555,9 +549,6 @@ class ResponseCache:
         """Wait until every entry set so far is stored; a fault of the store met by
         its writer raises :class:`CacheError` here (and at every later write)."""
         self._store.flush()
-
-    def _read(self, key: str) -> Any:
-        return self._store.read(key)
 
     def _write(self, key: str, value: dict[str, Any]) -> None:
         # The one door into the store: what is stored has every secret value of the
