@@ -8,6 +8,7 @@ import logging
 import pickle
 import subprocess
 import sys
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +24,14 @@ from conductor.llm.cache import ResponseCache
 from conductor.llm.types import RawCompletion, Usage
 from conductor.redact import SECRETS
 from conductor.state import StateURL, open_shared_cache, state_url_from
-from conductor.state.redis_cache import _ENTRY, COMPRESS_OVER, RedisCacheStore, decode, encode
+from conductor.state.redis_cache import (
+    _ENTRY,
+    COMPRESS_OVER,
+    MAX_ENTRY_BYTES,
+    RedisCacheStore,
+    decode,
+    encode,
+)
 from conductor.testing import FakeLLMServer
 
 pytestmark = pytest.mark.process  # each test starts a redis-server
@@ -114,6 +122,25 @@ def test_what_is_not_an_entry_is_a_miss_and_never_unpickled(
     with open_shared_cache(StateURL.parse(server.url)) as cache:
         assert cache.get("k") is None
     assert decode(stored) is None
+
+
+def test_a_bomb_on_the_server_is_a_miss_not_this_process_s_memory(server: RedisServer) -> None:
+    """Entries a hostile writer of the shared server could leave: a zlib bomb that grows
+    past the bound, JSON nested past the interpreter's recursion limit."""
+    big = b'{"text":"' + b"a" * (MAX_ENTRY_BYTES + (16 << 20)) + b'"}'
+    bomb = b"z" + zlib.compress(big, 9)
+    assert len(bomb) < 200_000  # what is stored is small...
+    # ...and what it inflates to without the bound (the positive control) is past it.
+    assert len(zlib.decompress(bomb[1:])) > MAX_ENTRY_BYTES
+    deep = b"j" + b"[" * 200_000 + b"]" * 200_000
+    for stored in (bomb, deep):
+        raw(server).set(_ENTRY + "k", stored)
+        with open_shared_cache(StateURL.parse(server.url)) as cache:
+            assert cache.get("k") is None
+        assert decode(stored) is None  # not even read as a dict (it holds a "text")
+    # An entry under the bound, compressed the same way, still reads.
+    fine = {"text": "b" * (1 << 20)}
+    assert decode(b"z" + zlib.compress(json.dumps(fine).encode())) == fine
 
 
 def test_stats_and_clear_older_than_read_only_the_index(server: RedisServer) -> None:

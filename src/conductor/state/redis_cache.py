@@ -35,7 +35,14 @@ from .url import STATE_ENV, StateURL
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["COMPRESS_OVER", "PREFIX", "RedisCacheStore", "open_call_cache", "open_shared_cache"]
+__all__ = [
+    "COMPRESS_OVER",
+    "MAX_ENTRY_BYTES",
+    "PREFIX",
+    "RedisCacheStore",
+    "open_call_cache",
+    "open_shared_cache",
+]
 
 log = logging.getLogger("conductor")
 
@@ -47,6 +54,10 @@ _BYTES = PREFIX + "bytes"
 #: Entries longer than this (JSON bytes) are stored compressed.
 COMPRESS_OVER = 1024
 _PLAIN, _ZLIB = b"j", b"z"
+#: The most an entry may grow to when decompressed: far above any reply (a reply is
+#: bounded by its max_tokens), far below what a hand-made zlib bomb written to a shared
+#: server would take of this process's memory.
+MAX_ENTRY_BYTES = 64 << 20
 #: How long one request to the server may take before the cache counts it as lost.
 SOCKET_TIMEOUT_S = 2.0
 #: Digests deleted per request by ``clear``.
@@ -68,11 +79,14 @@ def decode(data: bytes | None) -> Any:
     form, body = data[:1], data[1:]
     try:
         if form == _ZLIB:
-            body = zlib.decompress(body)
+            inflate = zlib.decompressobj()
+            body = inflate.decompress(body, MAX_ENTRY_BYTES)
+            if inflate.unconsumed_tail:
+                return None  # it would grow past the bound
         elif form != _PLAIN:
             return None
         value = json.loads(body)
-    except (zlib.error, ValueError):
+    except (zlib.error, ValueError, RecursionError):  # RecursionError: nesting too deep
         return None
     return value if isinstance(value, dict) else None
 
