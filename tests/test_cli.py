@@ -265,6 +265,7 @@ def test_cache_stats_and_clear(tmp_path: Path, fake_server: FakeLLMServer) -> No
     assert conductor("ask", "q", "--pool", str(pool), env=env).returncode == 0
     stats = conductor("cache", "stats", env=env)
     assert "entries:   2" in stats.stdout
+    assert "directory:" in stats.stdout and str(tmp_path / "cc") in stats.stdout
     assert "removed 0" in conductor("cache", "clear", "--older-than", "7d", env=env).stdout
     assert "removed 2" in conductor("cache", "clear", env=env).stdout
     bad = conductor("cache", "clear", "--older-than", "soon", env=env)

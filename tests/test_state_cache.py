@@ -156,7 +156,7 @@ def test_stats_and_clear_older_than_read_only_the_index(server: RedisServer) -> 
     assert cache.clear(older_than_s=3600) == 5
     assert cache.stats().entries == 1 and cache.get("new") == answer()
     assert cache.clear() == 1
-    assert cache.stats() == type(s)(store.where, 0, 0, None, None)
+    assert cache.stats() == type(s)(store.where, 0, 0, None, None, kind="server")
     cache.close()
 
 
@@ -206,7 +206,7 @@ def test_a_password_in_the_url_is_used_and_never_shown() -> None:
         with open_shared_cache(url) as cache:
             cache.set("k", answer())
             assert cache.get("k") == answer()
-            assert password not in cache.stats().directory  # what `cache stats` shows
+            assert password not in cache.stats().where  # what `cache stats` shows
         # A wrong password is a mistake in the command: one sentence, neither password.
         wrong_password = "wrong-" + "x" * 20
         wrong = StateURL.parse(server.url.replace(password, wrong_password))
@@ -276,6 +276,7 @@ def test_two_hosts_naming_one_server_pay_a_call_once(
     assert len(fake_server.requests) == 4  # a host of its own asks again
     done = run_cli("cache", "stats", "--state", server.url)
     assert "entries:   2" in done.stdout and server.url in done.stdout, done.stdout
+    assert "server:" in done.stdout and "directory:" not in done.stdout
 
 
 def test_bench_and_serve_take_the_state_server(

@@ -1,4 +1,5 @@
-"""``conductor cache stats|clear``: inspect or clear the on-disk call cache."""
+"""``conductor cache stats|clear``: inspect or clear the call cache (this host's files,
+or the ``--state`` server's entries)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def cache_stats(state: StateOption = None) -> None:
         return datetime.fromtimestamp(t).isoformat(timespec="seconds") if t else "-"
 
     console = stdout()
-    print_path(console, "directory:", s.directory)
+    print_path(console, f"{s.kind}:", s.where)
     console.print(f"entries:   {s.entries}")
     console.print(f"size:      {s.size_bytes / 1e6:.2f} MB")
     console.print(f"oldest:    {when(s.oldest)}")

@@ -191,11 +191,16 @@ def cache_key(target: Worker, request: ModelRequest) -> str:
 
 @dataclass(frozen=True)
 class CacheStats:
-    directory: str
+    """What a store holds, and where: ``kind`` names the place (``directory`` for the
+    files of this host, ``server`` for a shared state server), ``where`` shows it (a
+    server's address without its password)."""
+
+    where: str
     entries: int
     size_bytes: int
     oldest: float | None
     newest: float | None
+    kind: str = "directory"
 
 
 def _private_disk() -> type[Any]:

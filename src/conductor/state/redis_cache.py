@@ -190,13 +190,14 @@ class RedisCacheStore:
             entries, first, last, size = pipe.execute()
         except self._errors as exc:
             self._down(exc)
-            return CacheStats(self.where, 0, 0, None, None)
+            return CacheStats(self.where, 0, 0, None, None, kind="server")
         return CacheStats(
             self.where,
             int(entries),
             max(0, int(size or 0)),
             float(first[0][1]) if first else None,
             float(last[0][1]) if last else None,
+            kind="server",
         )
 
     def clear(self, older_than_s: float | None) -> int:
