@@ -28,7 +28,7 @@ from .cost import SpendMeter, cost_usd, price_for
 from .factory import capabilities_of, make_client
 from .failures import mask_error
 from .keys import KnownSecrets
-from .limiter import AdaptiveLimiter, CallGate, ProviderLimits, provider_key
+from .limiter import AdaptiveLimiter, CallGate, LocalRate, ProviderLimits, RateSource, provider_key
 from .replies import check_reply
 from .retry import MAX_RETRY_AFTER_S, Deadline, RetryPolicy, send_with_retries
 from .types import Completion, ModelRequest, RawCompletion, Retry
@@ -91,7 +91,10 @@ class ModelCaller:
         self._sleep = sleep
         if limiter is None:
             key = provider_key(target)
-            limiter = AdaptiveLimiter(key, target.max_concurrency) if key is not None else None
+            if key is not None:
+                limiter = AdaptiveLimiter(key, target.max_concurrency)
+                if target.rpm is not None:
+                    limiter.rate = LocalRate(key, target.rpm)
         self.gate = CallGate(target.max_concurrency, limiter)
         self._price: Price | None = _UNSET
         self._timeout_s = target.timeout_s
@@ -339,6 +342,8 @@ class CallerSet:
     ``limits`` holds one adaptive limiter per provider key, shared by every target of
     that key; ``start_limit`` caps where each key's limit starts (default: the sum of
     its targets' ``max_concurrency``).  ``limits.history()`` is what a bench records.
+    ``rates`` makes each key's request rate (:class:`~conductor.llm.limiter.RateSource`;
+    default: kept in this process; a state server's is shared by every process).
     ``meter`` is charged by every caller (a run's spend cap); :meth:`use_batches` sends
     the calls of batched targets through a :class:`~conductor.batches.waves.WaveBatcher`.
     """
@@ -350,12 +355,13 @@ class CallerSet:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         start_limit: int | None = None,
         meter: SpendMeter | None = None,
+        rates: RateSource | None = None,
     ) -> None:
         self.cache = cache
         self._sleep = sleep
         self._callers: dict[tuple[str, str], ModelCaller] = {}
         self._answered: set[str] = set()
-        self.limits = ProviderLimits(start=start_limit, max_pause_s=MAX_RETRY_AFTER_S)
+        self.limits = ProviderLimits(start=start_limit, max_pause_s=MAX_RETRY_AFTER_S, rates=rates)
         self.meter = meter
         self._batcher: Batcher | None = None
         self._batch_flag = False
