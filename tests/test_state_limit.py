@@ -11,17 +11,20 @@ import textwrap
 from collections.abc import Iterator
 
 import pytest
+import redis
 from kit.clock import scaled
 from kit.redisserver import RedisServer
 
 from conductor.errors import StateUnavailable
+from conductor.llm.cache import ResponseCache, cache_key
 from conductor.llm.caller import CallerSet
 from conductor.llm.limiter import LocalRate
 from conductor.llm.types import ModelRequest
 from conductor.state import StateURL
+from conductor.state.redis_cache import RedisCacheStore
 from conductor.state.redis_limiter import RedisRates
 from conductor.targets import Worker
-from conductor.testing import FakeLLMServer
+from conductor.testing import FakeLLMServer, Fault
 
 pytestmark = pytest.mark.process  # each test starts a redis-server
 
@@ -47,70 +50,79 @@ def worker(fake: FakeLLMServer, **kw: object) -> Worker:
                   api_key_env="FAKE_KEY", max_retries=0, **kw)  # type: ignore[arg-type]  # fmt: skip
 
 
-# Each child makes N calls (distinct questions) through one CallerSet, its rate on the
-# state server when one is given; it waits for a line on stdin to start, so that the
-# three hammer at once however long each took to import (and open its connection).
+# Each child makes N calls at once through one CallerSet, its rate on the state server
+# when one is given (``rpm`` 0: none); ``mode`` "rate" asks N questions of its own,
+# "same" the N questions every child asks, through the shared call cache ("nolease":
+# the cache with its leases taken out, the positive control).  It waits for a line on
+# stdin to start, so that the three ask at once however long each took to import (and
+# to open its connection, with one call first).
 CHILD = textwrap.dedent("""
     import asyncio, os, sys
+    from conductor.llm.cache import ResponseCache
     from conductor.llm.caller import CallerSet
     from conductor.llm.types import ModelRequest
     from conductor.state import StateURL, open_rates
+    from conductor.state.redis_cache import RedisCacheStore
     from conductor.targets import Worker
     base, state, rpm, n, tag, mode = sys.argv[1:7]
     os.environ["FAKE_KEY"] = "k"
     w = Worker(id="w", model="m", client="openai", api_base=base, api_key_env="FAKE_KEY",
-               rpm=float(rpm), max_concurrency=8, max_retries=0)
+               rpm=float(rpm) or None, max_concurrency=8, max_retries=0)
+    class NoLease(RedisCacheStore):
+        def claim(self, key, ttl_s):
+            return ""
+    def ask(text):
+        return ModelRequest(messages=({"role": "user", "content": text},))
     async def main():
-        callers = CallerSet(None, rates=open_rates(StateURL.parse(state) if state else None))
+        url = StateURL.parse(state) if state else None
+        cache = None
+        if mode != "rate":
+            cache = ResponseCache(store=(NoLease if mode == "nolease" else RedisCacheStore)(url))
+        callers = CallerSet(cache, rates=open_rates(url) if mode == "rate" else None)
         caller = callers.get(w)
-        # One call first, so that each child's connection is open before the count.
-        await caller.complete(ModelRequest(messages=({"role": "user", "content": "warm " + tag},)))
+        await caller.complete(ask("warm " + tag))
         print("ready", flush=True)
         sys.stdin.readline()
-        def ask(i):
-            return [{"role": "user", "content": f"{tag} {i}" if mode == "rate" else f"q{i}"}]
-        await asyncio.gather(*(caller.complete(ModelRequest(messages=tuple(ask(i))))
-                               for i in range(int(n))))
+        texts = [f"{tag} {i}" if mode == "rate" else f"q{i}" for i in range(int(n))]
+        answers = await asyncio.gather(*(caller.complete(ask(t)) for t in texts))
+        assert [a.text for a in answers] == ["Echo: " + t for t in texts]
         await callers.aclose()
     asyncio.run(main())
 """)
 
 
-def hammer(fake: FakeLLMServer, state: str, rpm: float, n: int, procs: int = 3) -> float:
-    """Start ``procs`` children making ``n`` calls each at once; the rate (requests a
-    minute) at which their requests arrived at the fake server."""
-    children = [
+def children(
+    fake: FakeLLMServer, state: str, n: int, *, rpm: float = 0, mode: str = "rate"
+) -> list[float]:
+    """Start three children making ``n`` calls each at once; when the requests they sent
+    arrived at the fake server (the warm-up calls left out)."""
+    procs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                CHILD,
-                fake.openai_base,
-                state,
-                str(rpm),
-                str(n),
-                f"p{i}",
-                "rate",
-            ],
+            [sys.executable, "-c", CHILD, fake.openai_base, state, str(rpm), str(n), f"p{i}", mode],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )  # fmt: skip
-        for i in range(procs)
+        for i in range(3)
     ]
-    for child in children:
+    for child in procs:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-    fake.reset()  # the warm-up calls are not counted
-    for child in children:
+    fake.reset()
+    for child in procs:
         assert child.stdin is not None
         child.stdin.write("go\n")
         child.stdin.flush()
-    for child in children:
+    for child in procs:
         _, err = child.communicate(timeout=scaled(120))
         assert child.returncode == 0, err[-2000:]
-    times = sorted(r.received_at for r in fake.requests)
-    assert len(times) == procs * n
+    return sorted(r.received_at for r in fake.requests)
+
+
+def hammer(fake: FakeLLMServer, state: str, rpm: float, n: int) -> float:
+    """The rate (requests a minute) at which three children's ``n`` calls each arrived."""
+    times = children(fake, state, n, rpm=rpm)
+    assert len(times) == 3 * n
     return (len(times) - 1) / (times[-1] - times[0]) * 60
 
 
@@ -193,3 +205,62 @@ async def test_a_server_that_stays_down_fails_the_call_in_one_sentence(
     assert "could not be reached for 0.5 s" in message and message.count(". ") == 0
     assert fake.requests == []
     await callers.aclose()
+
+
+# --------------------------------------------------------------------------- in flight
+
+
+def test_three_processes_asking_the_same_at_once_pay_each_call_once(
+    server: RedisServer, fake: FakeLLMServer
+) -> None:
+    fake.latency_s = 0.3  # every call is still in flight when the others ask
+    assert len(children(fake, server.url, 6, mode="same")) == 6
+    # The positive control: the same cache with its leases taken out pays more.
+    redis.Redis.from_url(server.url).flushdb()
+    assert len(children(fake, server.url, 6, mode="nolease")) > 6
+
+
+def two_callers(server: RedisServer, fake: FakeLLMServer) -> list[CallerSet]:
+    """Two callers of one worker, each with a store of its own (two processes, in one)."""
+    url = StateURL.parse(server.url)
+    return [CallerSet(ResponseCache(store=RedisCacheStore(url))) for _ in range(2)]
+
+
+async def test_a_failed_call_is_not_shared_a_waiter_makes_its_own(
+    server: RedisServer, fake: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_KEY", "k")
+    fake.latency_s = 0.3
+    fake.script("m", [Fault(400), "fine"])  # a 400 is not retried
+    one, two = (c.get(worker(fake)) for c in two_callers(server, fake))
+    results = await asyncio.gather(one.complete(req("q")), two.complete(req("q")),
+                                   return_exceptions=True)  # fmt: skip
+    assert len(fake.requests) == 2
+    assert sorted(type(r).__name__ for r in results) == ["BadRequestError", "Completion"]
+
+
+async def test_a_lease_whose_holder_died_is_taken_over(
+    server: RedisServer, fake: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_KEY", "k")
+    target = worker(fake)
+    # A holder that died: its lease is never renewed nor released, and runs out.
+    lease = "conductor:cache:lease:" + cache_key(target, req("q"))
+    redis.Redis.from_url(server.url).set(lease, "dead", px=500)
+    caller = two_callers(server, fake)[0].get(target)
+    answer = await asyncio.wait_for(caller.complete(req("q")), scaled(30))
+    assert answer.text == "Echo: q" and not answer.cached
+    assert len(fake.requests) == 1
+
+
+def test_only_the_holder_frees_or_renews_a_lease(server: RedisServer) -> None:
+    store = RedisCacheStore(StateURL.parse(server.url))
+    token = store.claim("k", 10.0)
+    assert token and store.claim("k", 10.0) is None  # held
+    store.release("k", "another holder's token")
+    store.renew("k", "another holder's token", 0.001)
+    assert store.claim("k", 10.0) is None  # still held: neither acted
+    store.release("k", token)
+    assert store.claim("k", 10.0)
+    server.stop()
+    assert store.claim("k", 10.0) == ""  # lost: the call is made with no lease

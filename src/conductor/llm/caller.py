@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ..targets import Price, Worker
     from .base import ModelClient
     from .batcher import Batcher
-    from .cache import ResponseCache
+    from .cache import CallLease, ResponseCache
 
 __all__ = ["REFUSED_AFTER_ANSWER_RETRIES", "CallerSet", "ModelCaller", "server_key"]
 
@@ -150,8 +150,19 @@ class ModelCaller:
                         queued=answer.sent_at - start,
                     )
                 )
-        with batcher.live() if batcher is not None else contextlib.nullcontext():
-            completion = await self._live(request, key)
+        lease: CallLease | None = None
+        if cache is not None and key is not None:
+            # Another process (or task) asking the same at once: one of them pays.
+            claimed = await cache.claim(key)
+            if isinstance(claimed, RawCompletion):
+                return self._completion(claimed, cached=True, attempts=0, start=start)
+            lease = claimed
+        try:
+            with batcher.live() if batcher is not None else contextlib.nullcontext():
+                completion = await self._live(request, key)
+        finally:
+            if lease is not None:
+                lease.release()  # after _live stored the answer, if it was one
         return self._charged(completion)
 
     def _charged(self, completion: Completion) -> Completion:
