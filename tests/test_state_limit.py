@@ -9,11 +9,15 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 from kit.clock import scaled
+from kit.poolkit import run_cli
 from kit.redisserver import RedisServer
+from kit.servekit import make_pool_file
+from kit.servekit import worker as kit_worker
 
 from conductor.errors import StateUnavailable
 from conductor.llm.cache import ResponseCache, cache_key
@@ -264,3 +268,16 @@ def test_only_the_holder_frees_or_renews_a_lease(server: RedisServer) -> None:
     assert store.claim("k", 10.0)
     server.stop()
     assert store.claim("k", 10.0) == ""  # lost: the call is made with no lease
+
+
+def test_bench_keeps_a_worker_s_rate_on_the_state_server(
+    server: RedisServer, fake: FakeLLMServer, tmp_path: Path
+) -> None:
+    pool = make_pool_file(tmp_path, fake, workers=[{**kit_worker(fake, "w0"), "rpm": 600}])
+    env = {"CONDUCTOR_CACHE_DIR": str(tmp_path / "c"), "OPENAI_API_KEY": "sk-fake"}
+    args = ["bench", "smoke", "--pool", str(pool), "--strategy", "single:w0", "--limit", "3"]
+    done = run_cli(*args, "--out", str(tmp_path / "r"), "--state", server.url, env=env)
+    assert done.returncode == 0, done.stderr
+    assert len(fake.requests) == 3
+    (key,) = redis.Redis.from_url(server.url).keys("conductor:rate:*")
+    assert redis.Redis.from_url(server.url).hget(key, "rpm") == b"600"

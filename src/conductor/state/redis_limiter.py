@@ -98,7 +98,9 @@ return math.floor(rpm * 1000)
 
 class RedisRates:
     """A :class:`~conductor.llm.limiter.RateSource` on the server at ``url``: the
-    rates it makes share one connection, and one lost/back state for the log."""
+    rates it makes share one connection, and one lost/back state for the log.
+    ``give_up_s`` bounds how long a call waits for a lost server; ``sleep`` is what
+    every wait uses."""
 
     def __init__(
         self,
@@ -112,7 +114,7 @@ class RedisRates:
 
         self.where = url.public
         self.give_up_s = give_up_s
-        self._sleep = sleep
+        self.sleep = sleep
         self._errors: tuple[type[BaseException], ...] = (
             redis_lib.ConnectionError,
             redis_lib.TimeoutError,
@@ -168,7 +170,7 @@ class RedisRates:
                         "call was not sent",
                         where=self.where,
                     ) from None
-                await self._sleep(min(delay, deadline - now))
+                await self.sleep(min(delay, deadline - now))
                 delay = min(delay * 2, MAX_BACKOFF_S)
                 continue
             self._up()
@@ -215,7 +217,7 @@ class RedisRate:
                 self.rpm = int(rpm) / 1000
                 if int(admitted):
                     return int(generation)
-                await rates._sleep(int(wait_us) / 1e6)
+                await rates.sleep(int(wait_us) / 1e6)
 
     def feedback(self, generation: int, *, rate_limited: bool, wait_s: float | None) -> None:
         if not rate_limited and self.rpm >= self.ceiling:
