@@ -130,6 +130,7 @@ def hammer(fake: FakeLLMServer, state: str, rpm: float, n: int) -> float:
     return (len(times) - 1) / (times[-1] - times[0]) * 60
 
 
+@pytest.mark.long  # waits on real time (a rate, latency, a lease running out)
 def test_three_processes_share_one_rate_on_the_state_server(
     server: RedisServer, fake: FakeLLMServer
 ) -> None:
@@ -173,6 +174,7 @@ async def test_the_local_rate_follows_the_same_rules() -> None:
     assert rate.rpm == 301
 
 
+@pytest.mark.long  # waits on real time (a rate, latency, a lease running out)
 async def test_a_server_down_holds_every_call_back_then_restarts_fresh(
     server: RedisServer, fake: FakeLLMServer, caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
@@ -214,6 +216,7 @@ async def test_a_server_that_stays_down_fails_the_call_in_one_sentence(
 # --------------------------------------------------------------------------- in flight
 
 
+@pytest.mark.long  # waits on real time (a rate, latency, a lease running out)
 def test_three_processes_asking_the_same_at_once_pay_each_call_once(
     server: RedisServer, fake: FakeLLMServer
 ) -> None:
@@ -230,6 +233,7 @@ def two_callers(server: RedisServer, fake: FakeLLMServer) -> list[CallerSet]:
     return [CallerSet(ResponseCache(store=RedisCacheStore(url))) for _ in range(2)]
 
 
+@pytest.mark.long  # waits on real time (a rate, latency, a lease running out)
 async def test_a_failed_call_is_not_shared_a_waiter_makes_its_own(
     server: RedisServer, fake: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -243,6 +247,7 @@ async def test_a_failed_call_is_not_shared_a_waiter_makes_its_own(
     assert sorted(type(r).__name__ for r in results) == ["BadRequestError", "Completion"]
 
 
+@pytest.mark.long  # waits on real time (a rate, latency, a lease running out)
 async def test_a_lease_whose_holder_died_is_taken_over(
     server: RedisServer, fake: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
