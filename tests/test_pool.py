@@ -653,3 +653,18 @@ def test_a_bad_concurrency_is_told_at_its_own_line(yaml_text: str, line: int, er
     with pytest.raises(PoolError) as info:
         load_pool_text(yaml_text, source="pools/p.yaml", environ={})
     assert str(info.value).startswith(f"pools/p.yaml:{line}: {error}"), str(info.value)
+
+
+def test_a_worker_states_its_request_rate(tmp_path: Path) -> None:
+    good = tmp_path / "rate.yaml"
+    good.write_text("workers:\n  - id: a\n    model: m\n    rpm: 500\n", encoding="utf-8")
+    assert load_pool(good, environ={}).workers[0].rpm == 500.0
+    for text, said in [
+        ("    rpm: 0\n", "workers[0].rpm must be a positive number up to 1e+06, got 0"),
+        ("    rmp: 5\n", 'workers[0]: unknown key "rmp" (did you mean "rpm"?)'),
+    ]:
+        bad = tmp_path / "bad.yaml"
+        bad.write_text("workers:\n  - id: a\n    model: m\n" + text, encoding="utf-8")
+        with pytest.raises(PoolError) as info:
+            load_pool(bad, environ={})
+        assert str(info.value) == f"{bad}:4: {said}"

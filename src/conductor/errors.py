@@ -18,6 +18,7 @@ Errors of one room are declared in the module that raises them, under these::
     ConductorError
     ├── DatasetError             a benchmark's rows cannot be read (datasets/sources.py)
     │   └── DataFileError        ... from a local file; also a UsageError
+    ├── StateUnavailable         the state server a limit is kept on stays unreachable
     └── UsageError
         ├── RunConfigError       a run directory's config.json (runs/config.py)
         ├── RunDirBusyError      another process holds the run directory (runs/lock.py)
@@ -54,6 +55,7 @@ __all__ = [
     "RequestTimeoutError",
     "RetryableError",
     "ServerError",
+    "StateUnavailable",
     "TemplateFileError",
     "TrainConfigError",
     "UsageError",
@@ -138,6 +140,16 @@ class CacheError(ConductorError):
         super().__init__(message)
         self.path = path
         self.corrupt = corrupt
+
+
+class StateUnavailable(ConductorError):
+    """The state server (``--state``) that keeps a limit every process shares could not
+    be reached for longer than the wait allowed: the call is not sent unmetered, it
+    fails.  ``where`` is the server's address, with no secret."""
+
+    def __init__(self, message: str, *, where: str) -> None:
+        super().__init__(message)
+        self.where = where
 
 
 class MissingDependencyError(UsageError):

@@ -112,6 +112,7 @@ RUNTIME_FIELDS = frozenset(
         "path",
         "api_key_env",
         "max_concurrency",
+        "rpm",
         "timeout_s",
         "total_timeout_s",
         "max_retries",
@@ -156,7 +157,7 @@ _TOP_KEYS = ("name", "description", "defaults", "context", "workers", "conductor
 _DEFAULT_KEYS = (*_SAMPLING_KEYS, "timeout_s", "max_retries", "max_concurrency", "total_timeout_s")
 _WORKER_KEYS = (
     *("id", "model", "client", "api_base", "api_key_env", "params", "price"),
-    *("max_concurrency", "timeout_s", "max_retries", "total_timeout_s"),
+    *("max_concurrency", "rpm", "timeout_s", "max_retries", "total_timeout_s"),
     *_SAMPLING_KEYS,
     *("description", "system_prompt", "structured_outputs", "batch"),
     *_LOCAL_ONLY_KEYS,
@@ -169,6 +170,9 @@ _PRICE_KEYS = ("input_per_mtok", "output_per_mtok")
 _BATCH_PRICE_KEYS = ("batch_input_per_mtok", "batch_output_per_mtok")
 # The defaults a conductor: section takes where it sets none (every one, so far).
 _CONDUCTOR_DEFAULT_KEYS = tuple(k for k in _DEFAULT_KEYS if k in _CONDUCTOR_KEYS)
+#: The highest request rate a worker may state (requests a minute): a million a
+#: minute is past any provider's tier, and keeps the rate's interval above a microsecond.
+MAX_RPM = 1_000_000.0
 #: The highest sampling temperature a pool may set (providers take 0 to 2).
 MAX_TEMPERATURE = 100.0
 #: The range of each count of the conductor section (:mod:`conductor.bounds`).
@@ -388,6 +392,8 @@ class _PoolReader(ConfigReader):
                 value = self.common_setting(key, vn, sub)
                 if value is not None:
                     kwargs[key] = value
+            elif key == "rpm":
+                kwargs[key] = self.number(vn, sub, positive=True, maximum=MAX_RPM)
             elif key == "api_base":
                 kwargs[key] = self.url(vn, sub)
             elif key == "api_key_env":

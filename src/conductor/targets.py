@@ -129,6 +129,9 @@ class Worker:
     params: dict[str, Any] = field(default_factory=dict)
     price: Price | None = None
     max_concurrency: int = 16
+    #: The most requests a minute the target's provider key may be sent, by every
+    #: process sharing the state (the smallest of its targets' wins); None: no rate.
+    rpm: float | None = None
     timeout_s: float = 600.0
     max_retries: int = 6
     # The most one call may take across its attempts and back-off waits (never less

@@ -30,7 +30,7 @@ from ..execute import RunSettings
 from ..pool import Pool
 from ..runs.config import Invocation, read_run_config
 from ..runs.summary import RunSummary, SummaryBuilder, write_summary
-from ..state import StateURL, open_call_cache, state_url_from
+from ..state import StateURL, open_call_cache, open_rates, state_url_from
 from ..strategies import DEFAULT_CONCURRENCY
 from ..userfiles import check_regular, is_regular
 from .faults import BenchStopped
@@ -371,7 +371,7 @@ class BenchSession:
         opened = contextlib.nullcontext() if r.no_cache else open_call_cache(r.state)
         with opened as cache:
             meter = SpendMeter(given.max_usd) if given.max_usd is not None else None
-            callers = CallerSet(cache, meter=meter)
+            callers = CallerSet(cache, meter=meter, rates=open_rates(r.state))
             strat, options = build_strategy(r, callers, options)
             # Every missing key at once, before the first sample (and before the run
             # directory holds anything).

@@ -182,9 +182,10 @@ async def _ask_async(
 ) -> RunRecord:
     """One question, by the Conductor ``plan`` or the baseline it names."""
     from ..llm.caller import CallerSet
+    from ..state import open_rates
 
     with cache_unless(no_cache, state) as cache:
-        chosen = _strategy(plan, pool, settings, CallerSet(cache))
+        chosen = _strategy(plan, pool, settings, CallerSet(cache, rates=open_rates(state)))
         try:
             return await chosen.run(question, sample_index=0, events=events, on_record=on_record)
         finally:

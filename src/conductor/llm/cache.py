@@ -32,10 +32,18 @@ exit) flushes.  A fault of the writer (a full disk) is raised as ``CacheError`` 
 next ``set`` or ``flush``: a bench flushes before it writes its summary, so a run
 reports only what is cached.  What a ``SIGKILL`` can lose is the entries of the
 transaction in flight (milliseconds of answers, asked again on resume).
+
+A store shared by processes may also keep *leases* (:class:`LeasingStore`): a call
+that missed claims its key before it is made (:meth:`ResponseCache.claim`), so that
+identical calls made at once by several processes are paid once.  The one holding the
+lease makes the call and stores the answer; the others wait for the entry, and take
+the lease over when it is given back without one (the call failed: errors are never
+stored) or runs out (its holder died; a living holder renews it, :class:`CallLease`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import errno
@@ -51,7 +59,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ..errors import CacheError, UsageError
 from ..private import FILE_MODE, default_cache_dir, make_private_dir, own_dir, private_file
@@ -66,7 +74,10 @@ __all__ = [
     "DB_FILE",
     "CacheStats",
     "CacheStore",
+    "CallLease",
     "DiskStore",
+    "LEASE_TTL_S",
+    "LeasingStore",
     "ResponseCache",
     "cache_fault",
     "cache_key",
@@ -380,6 +391,48 @@ class CacheStore(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class LeasingStore(Protocol):
+    """A :class:`CacheStore` that can also hold a lease on a key (see the module doc).
+
+    ``claim`` returns a token when this caller now holds the lease, ``None`` when
+    another does, and ``""`` when the store cannot keep leases now (its server is
+    lost): the call is then made with no lease, as the cache fails open.  ``renew`` and
+    ``release`` act only for the holder of ``token``."""
+
+    def claim(self, key: str, ttl_s: float) -> str | None: ...
+
+    def renew(self, key: str, token: str, ttl_s: float) -> None: ...
+
+    def release(self, key: str, token: str) -> None: ...
+
+
+#: How long a lease lasts unless renewed: how long callers wait for a holder that died.
+LEASE_TTL_S = 10.0
+#: The longest wait between two looks at a key another caller holds.
+LEASE_POLL_MAX_S = 0.25
+
+
+class CallLease:
+    """This caller's lease on a key (:meth:`ResponseCache.claim`), renewed every third
+    of its life while the call is made; :meth:`release` once the answer is stored."""
+
+    def __init__(self, store: LeasingStore, key: str, token: str) -> None:
+        self._store = store
+        self.key = key
+        self._token = token
+        self._renewing = asyncio.get_running_loop().create_task(self._renew())
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(LEASE_TTL_S / 3)
+            self._store.renew(self.key, self._token, LEASE_TTL_S)
+
+    def release(self) -> None:
+        self._renewing.cancel()
+        self._store.release(self.key, self._token)
+
+
 class DiskStore:
     """The entries in diskcache's SQLite database in a directory, written behind the
     caller's back by :class:`_WriteBehind` (or each in its own transaction)."""
@@ -541,6 +594,30 @@ class ResponseCache:
         if completion.batch:
             value["batch"] = True
         self._write(key, value)
+
+    async def claim(self, key: str) -> RawCompletion | CallLease | None:
+        """Before a call that missed: its answer if another caller stored it meanwhile,
+        else the lease to make it (:class:`CallLease`, released once the answer is
+        stored), or None where the store keeps no leases.  While another caller holds
+        the key, this waits (looking again with a growing pause) for its entry."""
+        store = self._store
+        if not isinstance(store, LeasingStore):
+            return None
+        pause = 0.01
+        while True:
+            token = store.claim(key, LEASE_TTL_S)
+            if token == "":
+                return None
+            # Read after claiming: an answer stored just before the claim is not paid again.
+            found = self.get(key)
+            if token is not None:
+                if found is None:
+                    return CallLease(store, key, token)
+                store.release(key, token)
+            if found is not None:
+                return found
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, LEASE_POLL_MAX_S)
 
     def get_value(self, key: str) -> Any:
         """A stored value other than a completion (e.g. a finished benchmark sample)."""

@@ -28,7 +28,7 @@ from .cost import SpendMeter, cost_usd, price_for
 from .factory import capabilities_of, make_client
 from .failures import mask_error
 from .keys import KnownSecrets
-from .limiter import AdaptiveLimiter, CallGate, ProviderLimits, provider_key
+from .limiter import AdaptiveLimiter, CallGate, LocalRate, ProviderLimits, RateSource, provider_key
 from .replies import check_reply
 from .retry import MAX_RETRY_AFTER_S, Deadline, RetryPolicy, send_with_retries
 from .types import Completion, ModelRequest, RawCompletion, Retry
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ..targets import Price, Worker
     from .base import ModelClient
     from .batcher import Batcher
-    from .cache import ResponseCache
+    from .cache import CallLease, ResponseCache
 
 __all__ = ["REFUSED_AFTER_ANSWER_RETRIES", "CallerSet", "ModelCaller", "server_key"]
 
@@ -91,7 +91,10 @@ class ModelCaller:
         self._sleep = sleep
         if limiter is None:
             key = provider_key(target)
-            limiter = AdaptiveLimiter(key, target.max_concurrency) if key is not None else None
+            if key is not None:
+                limiter = AdaptiveLimiter(key, target.max_concurrency)
+                if target.rpm is not None:
+                    limiter.rate = LocalRate(key, target.rpm)
         self.gate = CallGate(target.max_concurrency, limiter)
         self._price: Price | None = _UNSET
         self._timeout_s = target.timeout_s
@@ -147,8 +150,19 @@ class ModelCaller:
                         queued=answer.sent_at - start,
                     )
                 )
-        with batcher.live() if batcher is not None else contextlib.nullcontext():
-            completion = await self._live(request, key)
+        lease: CallLease | None = None
+        if cache is not None and key is not None:
+            # Another process (or task) asking the same at once: one of them pays.
+            claimed = await cache.claim(key)
+            if isinstance(claimed, RawCompletion):
+                return self._completion(claimed, cached=True, attempts=0, start=start)
+            lease = claimed
+        try:
+            with batcher.live() if batcher is not None else contextlib.nullcontext():
+                completion = await self._live(request, key)
+        finally:
+            if lease is not None:
+                lease.release()  # after _live stored the answer, if it was one
         return self._charged(completion)
 
     def _charged(self, completion: Completion) -> Completion:
@@ -339,6 +353,8 @@ class CallerSet:
     ``limits`` holds one adaptive limiter per provider key, shared by every target of
     that key; ``start_limit`` caps where each key's limit starts (default: the sum of
     its targets' ``max_concurrency``).  ``limits.history()`` is what a bench records.
+    ``rates`` makes each key's request rate (:class:`~conductor.llm.limiter.RateSource`;
+    default: kept in this process; a state server's is shared by every process).
     ``meter`` is charged by every caller (a run's spend cap); :meth:`use_batches` sends
     the calls of batched targets through a :class:`~conductor.batches.waves.WaveBatcher`.
     """
@@ -350,12 +366,13 @@ class CallerSet:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         start_limit: int | None = None,
         meter: SpendMeter | None = None,
+        rates: RateSource | None = None,
     ) -> None:
         self.cache = cache
         self._sleep = sleep
         self._callers: dict[tuple[str, str], ModelCaller] = {}
         self._answered: set[str] = set()
-        self.limits = ProviderLimits(start=start_limit, max_pause_s=MAX_RETRY_AFTER_S)
+        self.limits = ProviderLimits(start=start_limit, max_pause_s=MAX_RETRY_AFTER_S, rates=rates)
         self.meter = meter
         self._batcher: Batcher | None = None
         self._batch_flag = False

@@ -30,6 +30,16 @@ attempts queue instead of hammering the provider.  Each target's own
 Slots are held per *attempt*, not per call: a call that failed and sleeps before its
 retry holds no slot, so the capacity it would idle goes to other calls, and its retry
 queues like any new attempt (behind the pause, if one is pending).
+
+A key may also have a request *rate* (a worker's ``rpm:``; the smallest its targets
+state): a :class:`RateMeter` admits each attempt, once it holds its slot, no sooner
+than the rate allows (GCRA: each admission moves a theoretical arrival time one
+interval on).  The rate is AIMD too: a rate-limit reply halves it, once per generation
+(attempts admitted under an older rate do not cut again), its ``Retry-After`` holds
+every admission back until then, and each success adds one request a minute until the
+stated rate is back.  :class:`LocalRate` keeps it in this process; a state server
+keeps one for every process sharing it (:mod:`conductor.state.redis_limiter`, the same
+rules in a script the server runs, on the server's clock).
 """
 
 from __future__ import annotations
@@ -41,7 +51,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..errors import RateLimitError
 from ..redact import redact_url
@@ -53,8 +63,12 @@ if TYPE_CHECKING:
 __all__ = [
     "AdaptiveLimiter",
     "CallGate",
+    "MIN_RPM",
     "LimitEvent",
+    "LocalRate",
     "ProviderLimits",
+    "RateMeter",
+    "RateSource",
     "SampleCapacity",
     "SampleShare",
     "provider_key",
@@ -90,6 +104,101 @@ def provider_key(target: Worker) -> str | None:
     else:
         provider = caps.quota or kind
     return f"{provider} · {key_var}"
+
+
+# --------------------------------------------------------------------------- rate
+
+#: The lowest a rate is cut to (requests a minute): one every ten seconds still finds
+#: out when the provider serves again.
+MIN_RPM = 6.0
+
+
+class RateMeter(Protocol):
+    """The request rate of one provider key (see the module doc): ``admit`` before each
+    attempt, ``feedback`` with what the attempt found."""
+
+    key: str
+
+    def lower(self, rpm: float) -> None:
+        """Another target of the key states ``rpm``: the smallest stated rate wins."""
+        ...
+
+    async def admit(self) -> int:
+        """Wait until one more request may be sent; the rate's generation it went under."""
+        ...
+
+    def feedback(self, generation: int, *, rate_limited: bool, wait_s: float | None) -> None:
+        """A rate-limit reply (cut the rate once per generation; hold admissions back
+        ``wait_s``) or a success (grow the rate back one request a minute)."""
+        ...
+
+
+class RateSource(Protocol):
+    """Makes the :class:`RateMeter` of a key stating ``rpm``: :class:`LocalRate`, or
+    one on a state server."""
+
+    def __call__(self, key: str, rpm: float) -> RateMeter: ...
+
+
+class LocalRate:
+    """A :class:`RateMeter` kept in this process (no state server named).
+
+    ``clock`` and ``sleep`` are the monotonic clock and the wait (tests pass their own).
+    Waiters are admitted one at a time, in arrival order.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        rpm: float,
+        *,
+        decrease: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
+        self.key = key
+        self.ceiling = max(MIN_RPM, rpm)
+        self.rpm = self.ceiling
+        self.decrease = decrease
+        self.generation = 0
+        self.cuts = 0
+        self._tat = 0.0  # the theoretical arrival time of the next request
+        self._clock = clock
+        self._sleep = sleep
+        self._turn = asyncio.Lock()
+
+    def lower(self, rpm: float) -> None:
+        self.ceiling = min(self.ceiling, max(MIN_RPM, rpm))
+        self.rpm = min(self.rpm, self.ceiling)
+
+    def _wait_s(self) -> float:
+        """0 and the request admitted, or how long until it may be."""
+        now = self._clock()
+        if self._tat > now:
+            return self._tat - now
+        interval = 60.0 / self.rpm
+        # From the schedule, not from now: a waiter woken late does not push every later
+        # request back (the rate would drift down by the wake-up delay).  After a lull
+        # the schedule restarts one interval back, so at most two go at once.
+        self._tat = max(self._tat, now - interval) + interval
+        return 0.0
+
+    async def admit(self) -> int:
+        async with self._turn:
+            while (wait := self._wait_s()) > 0:
+                await self._sleep(wait)
+            return self.generation
+
+    def feedback(self, generation: int, *, rate_limited: bool, wait_s: float | None) -> None:
+        if rate_limited:
+            if generation == self.generation:
+                self.generation += 1
+                self.cuts += 1
+                self.rpm = max(MIN_RPM, self.rpm * self.decrease)
+            if wait_s is not None and wait_s > 0:
+                self._tat = max(self._tat, self._clock() + wait_s)
+        elif self.rpm < self.ceiling:
+            self.rpm = min(self.ceiling, self.rpm + 1.0)
 
 
 # --------------------------------------------------------------------------- limiter
@@ -156,6 +265,10 @@ class AdaptiveLimiter:
         self._t0 = time.monotonic() if t0 is None else t0
         self._events: deque[LimitEvent] = deque(maxlen=max(1, history_size))
         self.events_dropped = 0
+        #: The key's request rate, if one of its targets states one (set by whoever
+        #: made the limiter; read at each attempt, so a target that joins later with a
+        #: rate limits the targets that joined before it too).
+        self.rate: RateMeter | None = None
         self._record("start")
 
     def _initial(self) -> int:
@@ -305,14 +418,25 @@ class CallGate:
         self._own = asyncio.Semaphore(self.cap)
 
     async def attempt(self, send: Callable[[], Awaitable[T]]) -> T:
-        """Run one attempt within both limits and report its outcome to the limiter."""
+        """Run one attempt within both limits and the key's rate, and report its
+        outcome to the limiter and the rate."""
         async with self._own:
             shared = self.shared
             if shared is None:
                 return await send()
             generation = await shared.acquire()
             try:
-                result = await send()
+                rate = shared.rate
+                # Admitted last, once the slot is held: the request goes right away.
+                rate_generation = await rate.admit() if rate is not None else 0
+                try:
+                    result = await send()
+                except RateLimitError as exc:
+                    if rate is not None:
+                        rate.feedback(rate_generation, rate_limited=True, wait_s=exc.retry_after_s)
+                    raise
+                if rate is not None:
+                    rate.feedback(rate_generation, rate_limited=False, wait_s=None)
             except RateLimitError as exc:
                 shared.release(generation, ok=False, rate_limited=True, wait_s=exc.retry_after_s)
                 raise
@@ -327,12 +451,19 @@ class ProviderLimits:
     """The limiters of one run, one per provider key, made as targets join.
 
     ``start`` caps every key's starting limit (default: start at the sum of the
-    targets' ``max_concurrency``).
+    targets' ``max_concurrency``).  ``rates`` makes the rate of a key whose target
+    states ``rpm`` (default: :class:`LocalRate`, this process only).
     """
 
     def __init__(
-        self, *, start: int | None = None, decrease: float = 0.5, max_pause_s: float = 120.0
+        self,
+        *,
+        start: int | None = None,
+        decrease: float = 0.5,
+        max_pause_s: float = 120.0,
+        rates: RateSource | None = None,
     ) -> None:
+        self.rates: RateSource = rates if rates is not None else LocalRate
         self.start = start
         self.decrease = decrease
         self.max_pause_s = max_pause_s
@@ -360,6 +491,11 @@ class ProviderLimits:
         else:
             limiter.add_capacity(target.max_concurrency)
             self._members[key].append(target.id)
+        if target.rpm is not None:
+            if limiter.rate is None:
+                limiter.rate = self.rates(key, target.rpm)
+            else:
+                limiter.rate.lower(target.rpm)
         return limiter
 
     def get(self, key: str) -> AdaptiveLimiter | None:

@@ -29,7 +29,7 @@ from ..pool import Pool
 from ..private import own_dir
 from ..record import BudgetRecord, RunRecord, record_to_dict
 from ..runs.rundir import SAMPLES, open_samples, record_line, repair_tail, write_line
-from ..state import open_call_cache
+from ..state import open_call_cache, open_rates
 from ..steps import Budget
 from ..strategies import Strategy
 from ..text import plural
@@ -160,7 +160,7 @@ class Service:
         self.catalog = Catalog(
             settings.pool,
             conductor,
-            CallerSet(cache),
+            CallerSet(cache, rates=open_rates(settings.state)),
             RunSettings(),
             max_k=settings.max_k,
             router=settings.router,

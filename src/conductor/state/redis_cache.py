@@ -13,6 +13,12 @@ with zlib when it is over :data:`COMPRESS_OVER` bytes (a provider's raw reply is
 it and compresses several times); the first byte says which.  Nothing read from the
 server is unpickled or evaluated: a value that is not one of the two forms is a miss.
 
+Identical calls made at once by several processes are paid once: a call that missed
+claims ``conductor:cache:lease:<digest>`` (``SET NX PX`` with a random token; the
+holder renews it and deletes it, both by a script that acts only for the token it
+holds, so a holder whose lease ran out and passed to another never frees the other's);
+see :class:`~conductor.llm.cache.LeasingStore` for the rest, which is the cache's.
+
 The cache fails open: a server that cannot be reached (down, restarted, timing out)
 makes every read a miss and every write a no-op, with one warning when it is first
 lost and one line when it is back; the run goes on paying for its calls.  Budgets and
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import threading
 import time
 import zlib
@@ -51,6 +58,16 @@ PREFIX = "conductor:cache:"
 _ENTRY = PREFIX + "e:"
 _WHEN = PREFIX + "when"
 _BYTES = PREFIX + "bytes"
+_LEASE = PREFIX + "lease:"
+# Only the holder of the token frees or extends a lease.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
 #: Entries longer than this (JSON bytes) are stored compressed.
 COMPRESS_OVER = 1024
 _PLAIN, _ZLIB = b"j", b"z"
@@ -112,6 +129,8 @@ class RedisCacheStore:
         )
         self._lock = threading.Lock()
         self._lost = False
+        self._release = self._redis.register_script(_RELEASE)
+        self._renew = self._redis.register_script(_RENEW)
 
     def check(self) -> None:
         """Ask the server once: credentials it refuses raise
@@ -176,6 +195,30 @@ class RedisCacheStore:
             self._down(exc)
             return
         self._up()
+
+    # --- leases (a LeasingStore) -----------------------------------------------------
+
+    def claim(self, key: str, ttl_s: float) -> str | None:
+        token = secrets.token_hex(16)
+        try:
+            held = self._redis.set(_LEASE + key, token, nx=True, px=max(1, int(ttl_s * 1000)))
+        except self._errors as exc:
+            self._down(exc)
+            return ""  # failing open: the call is made with no lease
+        self._up()
+        return token if held else None
+
+    def renew(self, key: str, token: str, ttl_s: float) -> None:
+        try:
+            self._renew(keys=[_LEASE + key], args=[token, max(1, int(ttl_s * 1000))])
+        except self._errors as exc:
+            self._down(exc)
+
+    def release(self, key: str, token: str) -> None:
+        try:
+            self._release(keys=[_LEASE + key], args=[token])
+        except self._errors as exc:
+            self._down(exc)
 
     def flush(self) -> None:
         """Nothing is held back: each write is on the server when it returns."""
