@@ -1,0 +1,203 @@
+"""Many ``conductor bench`` processes on one run (``--state``), on a real redis-server
+and the fake provider server: each pair recorded once, a killed process's pairs taken
+up by the others, one spend cap for all, and a lost server stopping the run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kit.benchkit import make_math_file, script_math
+from kit.clock import scaled
+from kit.poolkit import invoke_cli, pool_dict, worker, write_pool
+from kit.redisserver import RedisServer
+
+from conductor.runs.lock import join_run_dir
+from conductor.runs.rundir import SampleLines
+from conductor.testing import FakeLLMServer
+
+pytestmark = pytest.mark.process  # bench processes and a redis-server
+
+N = 60
+#: A dollar a thousand tokens, in and out: the fake server counts words as tokens.
+PRICE = {"input_per_mtok": 1000.0, "output_per_mtok": 1000.0}
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as s:
+        yield s
+
+
+def pool(tmp_path: Path, fake: FakeLLMServer) -> Path:
+    workers = [worker(fake, "w0", price=PRICE), worker(fake, "w1", price=PRICE)]
+    return write_pool(tmp_path / "pool.yaml", pool_dict(fake, workers, price=PRICE))
+
+
+def start(tmp_path: Path, i: int, *args: str, lease_s: float = 30.0) -> subprocess.Popen[str]:
+    env = {**os.environ, "CONDUCTOR_CACHE_DIR": str(tmp_path / f"cache{i}"),
+           "CONDUCTOR_STATE_LEASE_S": str(lease_s), "COLUMNS": "200"}  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "conductor", "bench", *args],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def finish(procs: list[subprocess.Popen[str]]) -> list[tuple[int, str]]:
+    done = []
+    for p in procs:
+        out, err = p.communicate(timeout=scaled(240))
+        done.append((p.returncode, " ".join((out + err).split())))
+    return done
+
+
+def lines(run: Path) -> tuple[list[dict[str, Any]], int]:
+    """Every record line of the run as written (duplicates kept), and the lines the
+    reader skipped (torn or garbled)."""
+    reader = SampleLines(run / "samples.jsonl")
+    records = [data for _n, data in reader]
+    return records, reader.skipped
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + scaled(120)
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def outcome(records: list[dict[str, Any]]) -> set[tuple[str, int, str, str]]:
+    return {(r["sample_id"], r["epoch"], r["grade"]["status"], r["final_answer"]) for r in records}
+
+
+def test_three_processes_record_every_sample_once_as_one_process_does(
+    tmp_path: Path, fake_server: FakeLLMServer, server: RedisServer
+) -> None:
+    script_math(fake_server)
+    fake_server.latency_s = 0.05  # the three overlap
+    data = make_math_file(tmp_path / "math.jsonl", N)
+    common = ("math500", "--pool", str(pool(tmp_path, fake_server)), "--data", str(data),
+              "--concurrency", "2")  # fmt: skip
+    alone = tmp_path / "alone"
+    res = invoke_cli("bench", *common, "--out", str(alone),
+                     env={"CONDUCTOR_CACHE_DIR": str(tmp_path / "c")})  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "run"
+    procs = [
+        start(tmp_path, i, *common, "--out", str(run), "--state", server.url) for i in range(3)
+    ]
+    results = finish(procs)
+    assert [code for code, _ in results] == [0, 0, 0], results
+    records, skipped = lines(run)
+    keys = Counter((r["sample_id"], r["epoch"]) for r in records)
+    assert len(keys) == N and set(keys.values()) == {1} and skipped == 0
+    assert outcome(records) == outcome(lines(alone)[0])
+    # Each process ran some: the run was shared, not taken whole by the first.
+    report = invoke_cli("report", str(run))
+    assert report.returncode == 0 and f"{N}" in report.stdout, report.stderr
+
+
+def test_a_killed_process_leaves_its_samples_to_the_others(
+    tmp_path: Path, fake_server: FakeLLMServer, server: RedisServer
+) -> None:
+    script_math(fake_server)
+    fake_server.latency_s = 0.1
+    data = make_math_file(tmp_path / "math.jsonl", N)
+    run = tmp_path / "run"
+    common = ("math500", "--pool", str(pool(tmp_path, fake_server)), "--data", str(data),
+              "--concurrency", "2", "--out", str(run), "--state", server.url)  # fmt: skip
+    procs = [start(tmp_path, i, *common, lease_s=1.5) for i in range(3)]
+    wait_for(lambda: len(lines(run)[0]) >= 10, "records being written")
+    procs[0].send_signal(signal.SIGKILL)  # mid-run, its two samples in flight
+    results = finish(procs)
+    assert results[0][0] == -signal.SIGKILL
+    assert [code for code, _ in results[1:]] == [0, 0], results
+    records, skipped = lines(run)
+    keys = Counter((r["sample_id"], r["epoch"]) for r in records)
+    assert len(keys) == N, "a sample was lost"
+    assert set(keys.values()) == {1}, "a sample was recorded twice"
+    # A line torn by the kill (if its write was cut) is skipped, and its pair ran again.
+    assert skipped <= 1
+
+
+def test_the_cap_holds_for_all_the_processes_together(
+    tmp_path: Path, fake_server: FakeLLMServer, server: RedisServer
+) -> None:
+    script_math(fake_server)
+    fake_server.latency_s = 0.05
+    data = make_math_file(tmp_path / "math.jsonl", N)
+    run = tmp_path / "run"
+    common = ("math500", "--pool", str(pool(tmp_path, fake_server)), "--data", str(data),
+              "--concurrency", "1", "--out", str(run), "--state", server.url,
+              "--max-usd", "5")  # fmt: skip
+    results = finish([start(tmp_path, i, *common) for i in range(3)])
+    records, _ = lines(run)
+    costs = [r["totals"]["cost_usd"] for r in records]
+    assert all(code == 1 and "reaching its --max-usd $5.0000" in text for code, text in results)
+    # The bound: the cap, passed by at most the samples in flight when it was reached,
+    # one per process at --concurrency 1.
+    assert 5 <= sum(costs) <= 5 + 3 * max(costs) + 1e-9
+    assert len(records) < N
+    assert len({(r["sample_id"], r["epoch"]) for r in records}) == len(records)
+
+
+def test_a_lost_state_server_stops_the_run_closed(
+    tmp_path: Path, fake_server: FakeLLMServer, server: RedisServer
+) -> None:
+    script_math(fake_server)
+    fake_server.latency_s = 0.1
+    data = make_math_file(tmp_path / "math.jsonl", N)
+    run = tmp_path / "run"
+    common = ("math500", "--pool", str(pool(tmp_path, fake_server)), "--data", str(data),
+              "--concurrency", "2", "--out", str(run), "--state", server.url)  # fmt: skip
+    procs = [start(tmp_path, i, *common) for i in range(2)]
+    wait_for(lambda: len(lines(run)[0]) >= 5, "records being written")
+    server.stop()
+    results = finish(procs)
+    for code, text in results:
+        assert code == 1, text
+        assert f"stopped: the state server at {server.url} cannot be trusted" in text
+        assert f"continue with `conductor bench --resume {run} --state {server.url}`" in text
+    asked = len(fake_server.requests)
+    records, _ = lines(run)
+    assert 5 <= len(records) < N
+    assert len({(r["sample_id"], r["epoch"]) for r in records}) == len(records)
+    time.sleep(0.5)
+    assert len(fake_server.requests) == asked  # nothing left running
+
+
+def test_a_run_without_state_and_one_with_it_never_share_a_directory(
+    tmp_path: Path, fake_server: FakeLLMServer, server: RedisServer
+) -> None:
+    script_math(fake_server)
+    data = make_math_file(tmp_path / "math.jsonl", 2)
+    run = tmp_path / "run"
+    run.mkdir()
+    common = ("bench", "math500", "--pool", str(pool(tmp_path, fake_server)), "--data",
+              str(data), "--out", str(run))  # fmt: skip
+    env = {"CONDUCTOR_CACHE_DIR": str(tmp_path / "c")}
+    lock, first = join_run_dir(run)  # as a process sharing the run holds it
+    try:
+        assert first
+        from conductor.runs.lock import share_lock
+
+        share_lock(lock)
+        alone = invoke_cli(*common, env=env)
+        assert alone.returncode == 2
+        assert "is in use by another conductor process" in " ".join(alone.stderr.split())
+        overwrite = invoke_cli(*common, "--overwrite", "--state", server.url, env=env)
+        assert overwrite.returncode == 2
+        assert "is being run by other conductor processes (--state); stop them first" in (
+            " ".join(overwrite.stderr.split())
+        )
+    finally:
+        lock.close()
+    assert fake_server.requests == []
