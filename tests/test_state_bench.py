@@ -201,3 +201,26 @@ def test_a_run_without_state_and_one_with_it_never_share_a_directory(
     finally:
         lock.close()
     assert fake_server.requests == []
+
+
+def test_a_sample_longer_than_its_lease_is_run_and_recorded_once(
+    tmp_path: Path, fake_server: FakeLLMServer, server: RedisServer
+) -> None:
+    # Each sample takes three leases' time: only the heartbeat keeps the others off it
+    # (without it, they take it over and ask again), and only the check on the lease
+    # before the write keeps a second line out.
+    script_math(fake_server)
+    fake_server.latency_s = 1.5
+    n = 6
+    data = make_math_file(tmp_path / "math.jsonl", n)
+    run = tmp_path / "run"
+    common = ("math500", "--pool", str(pool(tmp_path, fake_server)), "--data", str(data),
+              "--concurrency", "2", "--out", str(run), "--state", server.url)  # fmt: skip
+    results = finish([start(tmp_path, i, *common, lease_s=1.0) for i in range(2)])
+    assert [code for code, _ in results] == [0, 0], results
+    records, _ = lines(run)
+    assert Counter(r["sample_id"] for r in records) == {
+        f"math500/test/synthetic/{i}.json": 1 for i in range(n)
+    }
+    asked = Counter(r.messages[-1]["content"] for r in fake_server.requests_for("w0"))
+    assert len(asked) == n and set(asked.values()) == {1}, asked

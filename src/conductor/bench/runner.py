@@ -257,7 +257,8 @@ async def _run_shared(
             meter.attach(share.claims)
         loop = make_loop(None, share=share)
         work = _pilot(remaining_work(spec, options, epochs, done), options)
-        return await loop.run(share.claimed(work), total=total, skipped=len(done))
+        work_claimed = share.claimed(work, halted=lambda: loop.stopped is not None)
+        return await loop.run(work_claimed, total=total, skipped=len(done))
     except BenchStopped:
         raise
     except Exception:
@@ -585,6 +586,8 @@ class SampleLoop:
         finally:
             slot.release()
             self.pending.release()
+            if self.share is not None:
+                self.share.settle(sample.id, epoch)
 
     async def _result(
         self, sample: Sample, epoch: int, slot: _Slot, grade_pool: ThreadPoolExecutor

@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 from ..errors import UsageError
@@ -90,6 +90,10 @@ class RunShare:
         self._renew = renew
         self.claims: RunClaims | None = None
         self.lost_pairs = 0
+        #: The pairs handed out and not settled yet, and those whose lease another
+        #: process took before their record was written (to be watched until done).
+        self._open: dict[tuple[str, int], tuple[Sample, int]] = {}
+        self._again: list[tuple[Sample, int]] = []
 
     def start(self, spent_usd: float) -> None:
         """Open the run's session (the first process): a fresh token, kept beside the
@@ -136,34 +140,47 @@ class RunShare:
     # -- the work ----------------------------------------------------------------
 
     async def claimed(
-        self, work: Iterator[tuple[Sample, int]]
+        self, work: Iterator[tuple[Sample, int]], halted: Callable[[], bool]
     ) -> AsyncIterator[tuple[Sample, int]]:
         """The pairs of ``work`` this process gets to run: those no one holds, then,
-        again and again, those another process held, until each is done somewhere (or
-        the server is lost)."""
-        claims = self.claims
-        assert claims is not None
+        again and again, those another process holds (or took from this one), until
+        each is done somewhere, or the run is ``halted``, or the server lost.  It ends
+        only once every pair it handed out is settled (:meth:`settle`): one whose lease
+        was taken before its record was written is watched again, never dropped."""
         waiting: list[tuple[Sample, int]] = []
         try:
-            for sample, epoch in work:
-                got = claims.claim(sample.id, epoch)
-                if got == "claimed":
-                    yield sample, epoch
-                elif got == "held":
-                    waiting.append((sample, epoch))
-            while waiting:
-                # A held lease ends when its holder finishes or lapses when it died.
+            for pair in work:
+                if self._take(pair, waiting):
+                    yield pair
+            while (waiting or self._open or self._again) and not halted():
+                # A held lease ends when its holder finishes, or lapses if it died.
                 await asyncio.sleep(min(1.0, self.lease_s / 4))
-                still: list[tuple[Sample, int]] = []
-                for sample, epoch in waiting:
-                    got = claims.claim(sample.id, epoch)
-                    if got == "claimed":
-                        yield sample, epoch
-                    elif got == "held":
-                        still.append((sample, epoch))
-                waiting = still
+                pending, waiting = [*waiting, *self._again], []
+                self._again.clear()
+                for pair in pending:
+                    if halted():
+                        return
+                    if self._take(pair, waiting):
+                        yield pair
         except StateLost:
             return  # ``lost`` is set: the runner stops
+
+    def _take(self, pair: tuple[Sample, int], waiting: list[tuple[Sample, int]]) -> bool:
+        """Claim ``pair``: ``True`` when it is this process's to run; one held by
+        another goes on ``waiting``."""
+        assert self.claims is not None
+        sample, epoch = pair
+        got = self.claims.claim(sample.id, epoch)
+        if got == "claimed":
+            self._open[(sample.id, epoch)] = pair
+            return True
+        if got == "held":
+            waiting.append(pair)
+        return False
+
+    def settle(self, sample_id: str, epoch: int) -> None:
+        """The pair handed out has ended here (written, failed or abandoned)."""
+        self._open.pop((sample_id, epoch), None)
 
     # -- the record --------------------------------------------------------------
 
@@ -174,6 +191,9 @@ class RunShare:
         assert claims is not None
         if not claims.confirm(sample_id, epoch):
             self.lost_pairs += 1
+            pair = self._open.pop((sample_id, epoch), None)
+            if pair is not None:
+                self._again.append(pair)  # watched until its new holder is done
             log.warning(
                 "%s (epoch %d): its lease lapsed and another process took it; its record "
                 "is not written here",
