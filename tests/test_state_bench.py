@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from kit.benchkit import make_math_file, script_math
 from kit.clock import scaled
 from kit.poolkit import invoke_cli, pool_dict, worker, write_pool
@@ -149,8 +150,9 @@ def test_the_cap_holds_for_all_the_processes_together(
     assert len({(r["sample_id"], r["epoch"]) for r in records}) == len(records)
 
 
+@pytest.mark.parametrize("loss", ["killed", "restarted empty"])
 def test_a_lost_state_server_stops_the_run_closed(
-    tmp_path: Path, fake_server: FakeLLMServer, server: RedisServer
+    tmp_path: Path, fake_server: FakeLLMServer, server: RedisServer, loss: str
 ) -> None:
     script_math(fake_server)
     fake_server.latency_s = 0.1
@@ -160,7 +162,10 @@ def test_a_lost_state_server_stops_the_run_closed(
               "--concurrency", "2", "--out", str(run), "--state", server.url)  # fmt: skip
     procs = [start(tmp_path, i, *common) for i in range(2)]
     wait_for(lambda: len(lines(run)[0]) >= 5, "records being written")
-    server.stop()
+    if loss == "killed":
+        server.stop()
+    else:  # reachable, but holding nothing: a fresh claim or spend would start from zero
+        redis.Redis.from_url(server.url).flushall()
     results = finish(procs)
     for code, text in results:
         assert code == 1, text
