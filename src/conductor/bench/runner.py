@@ -21,7 +21,9 @@ on ``.lock`` keeps a second process out of the directory (the OS drops it when t
 holder dies, so a killed run leaves nothing stale).  A run that fails before its first
 record removes what it created, and a directory without records is taken over by the
 next run (see :mod:`conductor.runs.lock`).  Sharding takes every N-th sample of the
-dataset order; ``merge_runs`` joins the shards of one run.
+dataset order; ``merge_runs`` joins the shards of one run.  With a state server
+(``--state``), any number of processes run one directory together instead, each
+claiming pairs on the server (:mod:`conductor.bench.shared`).
 
 Given the questions a Conductor checkpoint was trained on (``BenchOptions.trained_on``),
 ``config.json`` records how many of the run's samples are among them (``trained_on``),
