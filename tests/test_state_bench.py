@@ -21,7 +21,7 @@ from kit.clock import scaled
 from kit.poolkit import invoke_cli, pool_dict, worker, write_pool
 from kit.redisserver import RedisServer
 
-from conductor.runs.lock import join_run_dir
+from conductor.runs.lock import join_run_dir, share_lock
 from conductor.runs.rundir import SampleLines
 from conductor.testing import FakeLLMServer
 
@@ -179,33 +179,38 @@ def test_a_lost_state_server_stops_the_run_closed(
     assert len(fake_server.requests) == asked  # nothing left running
 
 
-def test_a_run_without_state_and_one_with_it_never_share_a_directory(
+def test_who_may_join_a_shared_run_and_who_is_refused(
     tmp_path: Path, fake_server: FakeLLMServer, server: RedisServer
 ) -> None:
     script_math(fake_server)
     data = make_math_file(tmp_path / "math.jsonl", 2)
     run = tmp_path / "run"
-    run.mkdir()
     common = ("bench", "math500", "--pool", str(pool(tmp_path, fake_server)), "--data",
               str(data), "--out", str(run))  # fmt: skip
     env = {"CONDUCTOR_CACHE_DIR": str(tmp_path / "c")}
-    lock, first = join_run_dir(run)  # as a process sharing the run holds it
+    first = invoke_cli(*common, "--state", server.url, env=env)
+    assert first.returncode == 0, first.stderr
+    asked = len(fake_server.requests)
+    lock, alone = join_run_dir(run)  # as a process still running the run holds it
     try:
-        assert first
-        from conductor.runs.lock import share_lock
-
+        assert alone
         share_lock(lock)
-        alone = invoke_cli(*common, env=env)
-        assert alone.returncode == 2
-        assert "is in use by another conductor process" in " ".join(alone.stderr.split())
-        overwrite = invoke_cli(*common, "--overwrite", "--state", server.url, env=env)
-        assert overwrite.returncode == 2
-        assert "is being run by other conductor processes (--state); stop them first" in (
-            " ".join(overwrite.stderr.split())
-        )
+        refusals = {
+            "is in use by another conductor process": invoke_cli(*common, env=env),
+            "is being run by other conductor processes (--state); stop them first": (
+                invoke_cli(*common, "--overwrite", "--state", server.url, env=env)
+            ),
+            "cannot join the processes running it: the seed was 0, now 7": (
+                invoke_cli(*common, "--seed", "7", "--state", server.url, env=env)
+            ),
+        }
+        for sentence, res in refusals.items():
+            assert res.returncode == 2 and sentence in " ".join(res.stderr.split()), res.stderr
+        joined = invoke_cli(*common, "--state", server.url, env=env)  # the same run
+        assert joined.returncode == 0, joined.stderr
     finally:
         lock.close()
-    assert fake_server.requests == []
+    assert len(fake_server.requests) == asked  # every sample was done already
 
 
 def test_a_sample_longer_than_its_lease_is_run_and_recorded_once(

@@ -179,7 +179,12 @@ def check_join(spec: BenchmarkSpec, options: BenchOptions, config: BenchConfig, 
             f"--overwrite: {out} is being run by other conductor processes (--state); "
             "stop them first, or leave out --overwrite to join them"
         )
-    check_same_run(read_run_config(out), config, out)
+    difference = run_difference(read_run_config(out), config)
+    if difference is not None:
+        raise UsageError(
+            f"{out}: cannot join the processes running it: {difference}; give the "
+            "command line they were started with, or choose another --out"
+        )
     return _total_pairs(spec, options, epochs, config)
 
 
