@@ -4,10 +4,12 @@ up by the others, one spend cap for all, and a lost server stopping the run."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -23,6 +25,7 @@ from kit.redisserver import RedisServer
 
 from conductor.runs.lock import join_run_dir, share_lock
 from conductor.runs.rundir import SampleLines
+from conductor.runs.summary import write_summary
 from conductor.testing import FakeLLMServer
 
 pytestmark = pytest.mark.process  # bench processes and a redis-server
@@ -234,3 +237,33 @@ def test_a_sample_longer_than_its_lease_is_run_and_recorded_once(
     }
     asked = Counter(r.messages[-1]["content"] for r in fake_server.requests_for("w0"))
     assert len(asked) == n and set(asked.values()) == {1}, asked
+
+
+def test_processes_ending_together_leave_one_whole_summary(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    # Threads stand for the processes: they write through the same temporary file.
+    # (With shared=False some writes fail: a rename finds the file another renamed.)
+    script_math(fake_server)
+    data = make_math_file(tmp_path / "math.jsonl", 2)
+    run = tmp_path / "run"
+    env = {"CONDUCTOR_CACHE_DIR": str(tmp_path / "c")}
+    res = invoke_cli("bench", "math500", "--pool", str(pool(tmp_path, fake_server)), "--data",
+                     str(data), "--out", str(run), env=env)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        for _ in range(40):
+            try:
+                write_summary(run, shared=True)
+            except OSError as exc:
+                failures.append(exc)
+
+    threads = [threading.Thread(target=write) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    json.loads((run / "summary.json").read_text())
+    assert failures == []

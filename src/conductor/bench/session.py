@@ -349,7 +349,8 @@ class BenchSession:
         stopped before it claimed its directory)."""
         if self.summary.covers_file:
             return self.summary.write()
-        return write_summary(self.request.run_dir)
+        # A shared run's builder never covers the file: every process scores it whole.
+        return write_summary(self.request.run_dir, shared=self.request.state is not None)
 
     async def _run(
         self,
