@@ -447,7 +447,7 @@ class SampleLoop:
         batcher = self.batcher
         own = batcher.admit() if batcher is not None else None
         try:
-            async for sample, epoch in work:
+            while True:
                 await self._take(self.pending, own)
                 await self._take(self.slots, own)
                 self._check_share()
@@ -455,10 +455,14 @@ class SampleLoop:
                     refused = self.meter.refusal()
                     if refused is not None:
                         self._cap_halt(refused)
-                if self.stopped is not None:
+                # The next pair is drawn once it can start: with --state drawing claims
+                # it, and no pair should be held by a process that cannot run it yet.
+                pair = await self._next(work, own) if self.stopped is None else None
+                if pair is None:
                     self.slots.release()
                     self.pending.release()
                     break
+                sample, epoch = pair
                 ticket = batcher.admit() if batcher is not None else None
                 task = asyncio.create_task(self.sample(sample, epoch, grade_pool, fh, ticket))
                 self.tasks.add(task)
@@ -481,6 +485,17 @@ class SampleLoop:
             stop = self.share.stop(self.progress.done)
             if stop is not None:
                 self.halt(stop, cancel=True)
+
+    async def _next(
+        self, work: AsyncIterator[tuple[Sample, int]], own: SampleTicket | None
+    ) -> tuple[Sample, int] | None:
+        """The next pair of ``work`` (``None``: no more).  A shared run's may wait for
+        other processes' pairs to settle: the dispatcher is then parked, so that the
+        waves of the samples in flight leave without it."""
+        if own is not None and self.share is not None:
+            with own.idle():
+                return await anext(work, None)
+        return await anext(work, None)
 
     @staticmethod
     async def _take(slots: asyncio.Semaphore, own: SampleTicket | None) -> None:
