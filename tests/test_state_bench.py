@@ -175,6 +175,7 @@ def test_a_lost_state_server_stops_the_run_closed(
     for code, text in results:
         assert code == 1, text
         assert f"stopped: the state server at {server.url} cannot be trusted" in text
+        assert text.count("WARNING: the state server") == 1  # one line in the log
         assert f"continue with `conductor bench --resume {run} --state {server.url}`" in text
     asked = len(fake_server.requests)
     records, _ = lines(run)

@@ -45,9 +45,10 @@ from ..errors import UsageError
 from ..grading.types import Sample
 from ..private import write_private
 from ..runs.rundir import STATE_TOKEN
-from ..state.claims import LEASE_S, RunClaims, StateLost, new_token
+from ..state.claims import LEASE_S, RunClaims, StateLost, is_token, new_token
 from ..state.url import StateURL
 from ..text import plural
+from ..userfiles import UnreadableFileError, read_regular
 from .faults import BenchStopped
 
 __all__ = ["LEASE_ENV", "RunShare", "state_stop"]
@@ -84,12 +85,10 @@ def _lease_s() -> float:
 class RunShare:
     """This process's part in a run shared through the state server at ``url``."""
 
-    def __init__(self, url: StateURL, out: Path, *, renew: bool = True) -> None:
+    def __init__(self, url: StateURL, out: Path) -> None:
         self.url, self.out = url, out
         self.lease_s = _lease_s()
-        self._renew = renew
         self.claims: RunClaims | None = None
-        self.lost_pairs = 0
         #: The pairs handed out and not settled yet, and those whose lease another
         #: process took before their record was written (to be watched until done).
         self._open: dict[tuple[str, int], tuple[Sample, int]] = {}
@@ -100,25 +99,28 @@ class RunShare:
         records for the joiners."""
         token = new_token()
         write_private(self.out / STATE_TOKEN, token + "\n")
-        self.claims = RunClaims(self.url, token, lease_s=self.lease_s, renew=self._renew)
+        self.claims = RunClaims(self.url, token, lease_s=self.lease_s)
         self._guard(lambda c: c.start(spent_usd))
 
     def join(self) -> None:
         """Join the session the first process opened."""
         try:
-            token = (self.out / STATE_TOKEN).read_text(encoding="utf-8").strip()
-        except OSError:
-            token = ""
-        if not token:
+            # Read as what it must be: a small regular file holding a token we draw.
+            raw = read_regular(self.out / STATE_TOKEN, "state token", 256)
+        except (UnreadableFileError, OSError):
+            raw = b""
+        token = raw.decode("ascii", "replace").strip()
+        if not is_token(token):
             raise UsageError(
-                f"{self.out} is run by other conductor processes, but holds no "
+                f"{self.out} is run by other conductor processes, but holds no readable "
                 f"{STATE_TOKEN} to join them by: were they started without --state?"
             )
-        self.claims = RunClaims(self.url, token, lease_s=self.lease_s, renew=self._renew)
+        self.claims = RunClaims(self.url, token, lease_s=self.lease_s)
         self._guard(lambda c: c.join())
 
-    def _guard(self, step: object) -> None:
-        assert self.claims is not None and callable(step)
+    def _guard(self, step: Callable[[RunClaims], None]) -> None:
+        """Take ``step`` on the server; a server lost already is the run's stop."""
+        assert self.claims is not None
         try:
             step(self.claims)
         except StateLost as exc:
@@ -190,7 +192,6 @@ class RunShare:
         claims = self.claims
         assert claims is not None
         if not claims.confirm(sample_id, epoch):
-            self.lost_pairs += 1
             pair = self._open.pop((sample_id, epoch), None)
             if pair is not None:
                 self._again.append(pair)  # watched until its new holder is done

@@ -31,7 +31,7 @@ from .url import StateURL
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["LEASE_S", "RunClaims", "StateLost", "new_token"]
+__all__ = ["LEASE_S", "RunClaims", "StateLost", "is_token", "new_token"]
 
 log = logging.getLogger("conductor")
 
@@ -40,6 +40,7 @@ LEASE_S = 30.0
 #: How long a session's keys outlive their last use (a run left for a week is gone).
 _KEEP_MS = 7 * 24 * 3600 * 1000
 _TIMEOUT_S = 5.0
+_GONE = "it no longer holds this run's session: restarted or cleared"
 
 # KEYS[1] is always the session's ``alive`` key: gone means lost (-1).
 _CLAIM = """
@@ -87,6 +88,12 @@ def new_token() -> str:
     return secrets.token_hex(16)
 
 
+def is_token(text: str) -> bool:
+    """Whether ``text`` is a token :func:`new_token` draws (what a run directory holds
+    is checked before it names keys on the server)."""
+    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
+
+
 def _member(sample_id: str, epoch: int) -> str:
     return f"{epoch}:{sample_id}"
 
@@ -101,15 +108,12 @@ class RunClaims:
     :class:`StateLost` (and the heartbeat remembers it: :attr:`lost`).
     """
 
-    def __init__(
-        self, url: StateURL, token: str, *, lease_s: float = LEASE_S, renew: bool = True
-    ) -> None:
+    def __init__(self, url: StateURL, token: str, *, lease_s: float = LEASE_S) -> None:
         import redis as redis_lib
 
         self.where = url.public
         self.owner = secrets.token_hex(8)
         self.lease_ms = max(1, int(lease_s * 1000))
-        self._renew_on = renew
         self._errors: tuple[type[BaseException], ...] = (redis_lib.RedisError, OSError)
         self._redis: redis.Redis = redis_lib.Redis.from_url(
             url.url, socket_timeout=_TIMEOUT_S, socket_connect_timeout=_TIMEOUT_S
@@ -138,7 +142,7 @@ class RunClaims:
     def join(self) -> None:
         """Join the session another process opened; lost if it is not there."""
         if not self._call(self._redis.exists, self._alive):
-            raise self._lose("it holds no session of this run (restarted, or cleared?)")
+            raise self._lose(_GONE)
         self._start_beat()
 
     def close(self) -> None:
@@ -203,21 +207,19 @@ class RunClaims:
         """Add ``usd`` to the run's spend; returns the run's total."""
         got = self._script(_CHARGE, [self._alive, self._spent], [repr(float(usd))])
         if got is None:
-            raise self._lose("its session of this run is gone (restarted?)")
+            raise self._lose(_GONE)
         return float(got)
 
     def spent(self) -> float:
         """The run's spend, all processes together."""
         got = self._script(_SPENT, [self._alive, self._spent], [])
         if got is None:
-            raise self._lose("its session of this run is gone (restarted?)")
+            raise self._lose(_GONE)
         return float(got)
 
     # --- plumbing --------------------------------------------------------------------
 
     def _start_beat(self) -> None:
-        if not self._renew_on:
-            return  # a test's hand-made fault: leases then lapse while samples run
         self._beat = threading.Thread(target=self._heartbeat, name="conductor-lease", daemon=True)
         self._beat.start()
 
@@ -239,7 +241,7 @@ class RunClaims:
     def _script(self, body: str, keys: list[str], args: list[Any]) -> Any:
         got = self._call(self._redis.eval, body, len(keys), *keys, *args)
         if got == -1:
-            raise self._lose("its session of this run is gone (restarted?)")
+            raise self._lose(_GONE)
         return got
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
