@@ -19,6 +19,7 @@ Errors of one room are declared in the module that raises them, under these::
     ├── DatasetError             a benchmark's rows cannot be read (datasets/sources.py)
     │   └── DataFileError        ... from a local file; also a UsageError
     ├── StateUnavailable         the state server a limit is kept on stays unreachable
+    │   └── StateLost            ... or a run's claims on it (state/claims.py)
     └── UsageError
         ├── RunConfigError       a run directory's config.json (runs/config.py)
         ├── RunDirBusyError      another process holds the run directory (runs/lock.py)
@@ -145,7 +146,8 @@ class CacheError(ConductorError):
 class StateUnavailable(ConductorError):
     """The state server (``--state``) that keeps a limit every process shares could not
     be reached for longer than the wait allowed: the call is not sent unmetered, it
-    fails.  ``where`` is the server's address, with no secret."""
+    fails (or, :class:`~conductor.state.claims.StateLost`, a run's claims on it were
+    lost).  ``where`` is the server's address, with no secret."""
 
     def __init__(self, message: str, *, where: str) -> None:
         super().__init__(message)

@@ -40,6 +40,7 @@ from .runconfig import BenchOptions, check_same_run, run_difference
 
 __all__ = [
     "check_claim",
+    "check_join",
     "check_overwritable",
     "claim_run_dir",
     "completed_keys",
@@ -166,6 +167,25 @@ def check_claim(
             raise _occupied(out, run_difference(old, config), _recorded_pairs(out), total)
         check_same_run(old, config, out)
     return total
+
+
+def check_join(spec: BenchmarkSpec, options: BenchOptions, config: BenchConfig, epochs: int) -> int:
+    """Refuse to join the processes running ``options.out_dir`` (``--state``) unless
+    they run the same run as ``config``, or to ``--overwrite`` what they write.
+    Returns how many (sample, epoch) pairs the run has in all."""
+    out = options.out_dir
+    if options.overwrite:
+        raise UsageError(
+            f"--overwrite: {out} is being run by other conductor processes (--state); "
+            "stop them first, or leave out --overwrite to join them"
+        )
+    difference = run_difference(read_run_config(out), config)
+    if difference is not None:
+        raise UsageError(
+            f"{out}: cannot join the processes running it: {difference}; give the "
+            "command line they were started with, or choose another --out"
+        )
+    return _total_pairs(spec, options, epochs, config)
 
 
 def claim_run_dir(

@@ -27,6 +27,7 @@ from ..runs.config import BenchConfig, BenchmarkInfo, Invocation, TrainedOn
 from ..strategies import Strategy
 
 if TYPE_CHECKING:
+    from ..state.url import StateURL
     from .trained import TrainedQuestions
 
 __all__ = [
@@ -84,6 +85,9 @@ class BenchOptions:
     #: order (``bench --pilot N``); the rest are left for ``--resume``.  Not part of
     #: the run (``config.json`` does not keep it).
     max_pairs: int | None = None
+    #: The state server the run's processes share their claims and spend on
+    #: (``--state``; :mod:`conductor.bench.shared`); ``None``: this process runs alone.
+    state: StateURL | None = None
 
 
 def build_config(

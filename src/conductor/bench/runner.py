@@ -21,7 +21,9 @@ on ``.lock`` keeps a second process out of the directory (the OS drops it when t
 holder dies, so a killed run leaves nothing stale).  A run that fails before its first
 record removes what it created, and a directory without records is taken over by the
 next run (see :mod:`conductor.runs.lock`).  Sharding takes every N-th sample of the
-dataset order; ``merge_runs`` joins the shards of one run.
+dataset order; ``merge_runs`` joins the shards of one run.  With a state server
+(``--state``), any number of processes run one directory together instead, each
+claiming pairs on the server (:mod:`conductor.bench.shared`).
 
 Given the questions a Conductor checkpoint was trained on (``BenchOptions.trained_on``),
 ``config.json`` records how many of the run's samples are among them (``trained_on``),
@@ -40,10 +42,11 @@ from the cache (``samplecache``); joining shards (``merge``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import islice
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
@@ -56,16 +59,25 @@ from ..llm.cache import ResponseCache
 from ..private import own_dir
 from ..record import RunRecord, now_iso, record_to_dict
 from ..runs.config import BenchConfig
-from ..runs.lock import absent_dirs, absent_files, lock_run_dir, undo_empty_run
+from ..runs.lock import (
+    absent_dirs,
+    absent_files,
+    join_run_dir,
+    lock_run_dir,
+    share_lock,
+    undo_empty_run,
+)
 from ..runs.rundir import LOCK, RUN_FILES, SAMPLES, open_samples, record_line, write_line
 from ..runs.summary import SummaryBuilder
 from ..strategies import Strategy
 from . import samplecache
 from .claim import (
+    check_join,
     check_overwritable,
     claim_run_dir,
     completed_keys,
     is_error_record,
+    recorded_keys,
     remaining_work,
     trained_count,
 )
@@ -87,6 +99,7 @@ if TYPE_CHECKING:
     from ..llm.cost import SpendMeter
     from ..otel import RecordSink
     from .batchrun import BatchSetup
+    from .shared import RunShare
 
 __all__ = [
     "BenchProgress",
@@ -183,6 +196,11 @@ async def run_benchmark(
     except OSError as exc:
         raise UsageError(f"{out}: cannot create the run directory ({exc.strerror})") from None
     new_files = absent_files(out)
+    make_loop = partial(SampleLoop, spec, strategy, grader, pool_dict, options, config, cache,
+                        on_progress, batching=batching, meter=meter, tracer=tracer)  # fmt: skip
+    if options.state is not None:
+        undo = partial(undo_empty_run, out, created, new_files)
+        return await _run_shared(spec, options, config, epochs, meter, undo, make_loop)
     # Only a holder of the lock may undo anything: a busy directory is another run's.
     lock = lock_run_dir(out)
     try:
@@ -193,24 +211,9 @@ async def run_benchmark(
             if meter is not None:
                 # A whole-run cap: what the records already written cost counts.
                 meter.charge(summary.cost_usd)
-        work = remaining_work(spec, options, epochs, done)
-        if options.max_pairs is not None:
-            work = islice(work, options.max_pairs)  # a pilot: the first pairs left
-        loop = SampleLoop(
-            spec,
-            strategy,
-            grader,
-            pool_dict,
-            options,
-            config,
-            cache,
-            on_progress,
-            summary,
-            batching=batching,
-            meter=meter,
-            tracer=tracer,
-        )
-        return await loop.run(work, total=total, skipped=len(done))
+        loop = make_loop(summary)
+        work = _pilot(remaining_work(spec, options, epochs, done), options)
+        return await loop.run(_each(work), total=total, skipped=len(done))
     except BenchStopped:
         raise  # its message says how to resume from this directory: it stays
     except Exception:
@@ -218,6 +221,67 @@ async def run_benchmark(
         raise
     finally:
         lock.close()
+
+
+async def _run_shared(
+    spec: BenchmarkSpec,
+    options: BenchOptions,
+    config: BenchConfig,
+    epochs: int,
+    meter: SpendMeter | None,
+    undo: Callable[[], None],
+    make_loop: Callable[..., SampleLoop],
+) -> BenchProgress:
+    """:func:`run_benchmark` for a run shared with other processes through the state
+    server (:mod:`conductor.bench.shared`): claim the directory as a lone run does, or
+    join the processes running it; then run the pairs this process claims there.  The
+    summary is not folded in as records are written (the others write too): the
+    caller's builder, left unread, scores the whole file at the end."""
+    from ..state.spend import SharedSpendMeter
+    from .shared import RunShare
+
+    out = options.out_dir
+    assert options.state is not None
+    share = RunShare(options.state, out)
+    lock, first = join_run_dir(out)
+    try:
+        if first:
+            total = claim_run_dir(spec, options, config, epochs)
+            done = completed_keys(out, drop_errors=options.retry_errors)
+            already = SummaryBuilder(out)
+            already.read_existing()  # the spend starts at what the records cost
+            share.start(already.cost_usd)
+            share_lock(lock)
+        else:
+            total, done = check_join(spec, options, config, epochs), recorded_keys(out)
+            share.join()
+        if isinstance(meter, SharedSpendMeter):
+            meter.attach(share.claims)
+        loop = make_loop(None, share=share)
+        work = _pilot(remaining_work(spec, options, epochs, done), options)
+        work_claimed = share.claimed(work, halted=lambda: loop.stopped is not None)
+        return await loop.run(work_claimed, total=total, skipped=len(done))
+    except BenchStopped:
+        raise
+    except Exception:
+        if first:
+            undo()
+        raise
+    finally:
+        share.close()
+        lock.close()
+
+
+def _pilot(
+    work: Iterator[tuple[Sample, int]], options: BenchOptions
+) -> Iterator[tuple[Sample, int]]:
+    """``work``, cut to the first ``--pilot N`` pairs when one is given."""
+    return work if options.max_pairs is None else islice(work, options.max_pairs)
+
+
+async def _each(work: Iterator[tuple[Sample, int]]) -> AsyncIterator[tuple[Sample, int]]:
+    for pair in work:
+        yield pair
 
 
 class _Result(NamedTuple):
@@ -280,8 +344,12 @@ class SampleLoop:
         batching: BatchSetup | None = None,
         meter: SpendMeter | None = None,
         tracer: RecordSink | None = None,
+        share: RunShare | None = None,
     ) -> None:
         self.spec, self.strategy, self.grader = spec, strategy, grader
+        #: The run's part on the state server, shared with other processes (``None``:
+        #: this process runs the directory alone).
+        self.share = share
         self.batching, self.meter = batching, meter
         self.tracer = tracer
         #: The run's batcher, opened when the pass starts (``None``: nothing batched).
@@ -315,7 +383,7 @@ class SampleLoop:
     # -- the pass ------------------------------------------------------------------
 
     async def run(
-        self, work: Iterator[tuple[Sample, int]], *, total: int, skipped: int
+        self, work: AsyncIterator[tuple[Sample, int]], *, total: int, skipped: int
     ) -> BenchProgress:
         """Run the (sample, epoch) pairs of ``work`` (``skipped`` were recorded before,
         ``total`` is the run's in all) and return this invocation's totals."""
@@ -364,7 +432,10 @@ class SampleLoop:
         self.notify(self.progress)
 
     async def dispatch(
-        self, work: Iterator[tuple[Sample, int]], grade_pool: ThreadPoolExecutor, fh: IO[bytes]
+        self,
+        work: AsyncIterator[tuple[Sample, int]],
+        grade_pool: ThreadPoolExecutor,
+        fh: IO[bytes],
     ) -> None:
         """Start one task per (sample, epoch) of ``work``, as slots free up, until the
         work ends or a fault stops it; then wait for those in flight.
@@ -376,17 +447,22 @@ class SampleLoop:
         batcher = self.batcher
         own = batcher.admit() if batcher is not None else None
         try:
-            for sample, epoch in work:
+            while True:
                 await self._take(self.pending, own)
                 await self._take(self.slots, own)
+                self._check_share()
                 if self.stopped is None and self.meter is not None:
                     refused = self.meter.refusal()
                     if refused is not None:
                         self._cap_halt(refused)
-                if self.stopped is not None:
+                # The next pair is drawn once it can start: with --state drawing claims
+                # it, and no pair should be held by a process that cannot run it yet.
+                pair = await self._next(work, own) if self.stopped is None else None
+                if pair is None:
                     self.slots.release()
                     self.pending.release()
                     break
+                sample, epoch = pair
                 ticket = batcher.admit() if batcher is not None else None
                 task = asyncio.create_task(self.sample(sample, epoch, grade_pool, fh, ticket))
                 self.tasks.add(task)
@@ -398,8 +474,28 @@ class SampleLoop:
         finally:
             if own is not None:
                 own.release()
+        self._check_share()  # the claims end early when the server is lost
         while self.tasks:
             await asyncio.wait(list(self.tasks))
+
+    def _check_share(self) -> None:
+        """Stop at once when the state server was lost: nothing in flight may spend
+        what no one counts (fail closed)."""
+        if self.share is not None and self.stopped is None:
+            stop = self.share.stop(self.progress.done)
+            if stop is not None:
+                self.halt(stop, cancel=True)
+
+    async def _next(
+        self, work: AsyncIterator[tuple[Sample, int]], own: SampleTicket | None
+    ) -> tuple[Sample, int] | None:
+        """The next pair of ``work`` (``None``: no more).  A shared run's may wait for
+        other processes' pairs to settle: the dispatcher is then parked, so that the
+        waves of the samples in flight leave without it."""
+        if own is not None and self.share is not None:
+            with own.idle():
+                return await anext(work, None)
+        return await anext(work, None)
 
     @staticmethod
     async def _take(slots: asyncio.Semaphore, own: SampleTicket | None) -> None:
@@ -507,6 +603,8 @@ class SampleLoop:
         finally:
             slot.release()
             self.pending.release()
+            if self.share is not None:
+                self.share.settle(sample.id, epoch)
 
     async def _result(
         self, sample: Sample, epoch: int, slot: _Slot, grade_pool: ThreadPoolExecutor
@@ -606,7 +704,10 @@ class SampleLoop:
         """Append the sample's line and count it; a directory that takes no write
         stops the run."""
         try:
-            write_line(fh, result.line)
+            if self.share is None:
+                write_line(fh, result.line)
+            elif not self._write_shared(fh, result):
+                return
         except OSError as exc:
             self.halt(io_stop(exc, self.samples_path, self.out, self.progress.done), cancel=True)
             return
@@ -622,6 +723,22 @@ class SampleLoop:
         progress.errors += int(status in ("run_failed", "grader_error"))
         progress.cost_usd += cost
         self.notify(progress)
+
+    def _write_shared(self, fh: IO[bytes], result: _Result) -> bool:
+        """Write the line by the shared run's protocol (:mod:`conductor.bench.shared`);
+        ``False`` when it was not written (the pair is another process's now, or the
+        server was lost: the run then stops)."""
+        from ..state.claims import StateLost
+
+        assert self.share is not None
+        record = result.record
+        try:
+            return self.share.write(
+                fh.fileno(), str(record.sample_id), int(record.epoch or 0), result.line
+            )
+        except StateLost:
+            self._check_share()
+            return False
 
     def describe(self, record: RunRecord, sample: Sample) -> None:
         """What every record of this run says beside its prompt: the benchmark, the

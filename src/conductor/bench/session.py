@@ -267,6 +267,7 @@ def bench_options(request: BenchRequest) -> BenchOptions:
         pool_sha256=_file_sha256(request.pool.path),
         overwrite=request.overwrite,
         max_pairs=request.max_pairs,
+        state=request.state,
     )
 
 
@@ -348,7 +349,8 @@ class BenchSession:
         stopped before it claimed its directory)."""
         if self.summary.covers_file:
             return self.summary.write()
-        return write_summary(self.request.run_dir)
+        # A shared run's builder never covers the file: every process scores it whole.
+        return write_summary(self.request.run_dir, shared=self.request.state is not None)
 
     async def _run(
         self,
@@ -361,6 +363,7 @@ class BenchSession:
         from ..llm.keys import require_keys
         from ..pool import pool_to_public_dict
         from ..runs.summary import record_rate_limits
+        from ..state.spend import SharedSpendMeter
         from ..strategies import capped_warning, concurrency_warning, default_concurrency
         from .batchrun import BATCH_CONCURRENCY, batch_setup
         from .runner import run_benchmark
@@ -370,7 +373,14 @@ class BenchSession:
         options = self._options
         opened = contextlib.nullcontext() if r.no_cache else open_call_cache(r.state)
         with opened as cache:
-            meter = SpendMeter(given.max_usd) if given.max_usd is not None else None
+            meter: SpendMeter | None = None
+            if given.max_usd is not None:
+                # With --state the cap is the run's, all its processes together.
+                meter = (
+                    SpendMeter(given.max_usd)
+                    if r.state is None
+                    else SharedSpendMeter(given.max_usd)
+                )
             callers = CallerSet(cache, meter=meter, rates=open_rates(r.state))
             strat, options = build_strategy(r, callers, options)
             # Every missing key at once, before the first sample (and before the run

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import time
 from contextlib import suppress
 from pathlib import Path
 from typing import IO
@@ -20,7 +21,9 @@ __all__ = [
     "absent_dirs",
     "absent_files",
     "holds_records",
+    "join_run_dir",
     "lock_run_dir",
+    "share_lock",
     "undo_empty_run",
 ]
 
@@ -104,3 +107,51 @@ def lock_run_dir(out: Path) -> IO[str]:
     fh.write(f"{os.getpid()}\n")
     fh.flush()
     return fh
+
+
+#: How long a process joining a run waits for the first one to finish claiming it.
+JOIN_WAIT_S = 30.0
+
+
+def join_run_dir(out: Path) -> tuple[IO[str], bool]:
+    """Hold ``out/.lock`` for a run shared through the state server: exclusively when
+    no other process holds it (returns ``True``: this process claims the run, then
+    calls :func:`share_lock`), else shared beside the processes already running it
+    (``False``).  A process holding it exclusively for longer than
+    :data:`JOIN_WAIT_S` (one without ``--state``) keeps this one out."""
+    try:
+        return lock_run_dir(out), True
+    except RunDirBusyError:
+        pass
+    if sys.platform == "win32":  # pragma: no cover - no flock: the directory is not guarded
+        return open_private(out / LOCK, "a+", encoding="utf-8"), False
+    path = out / LOCK
+    fh = open_private(path, "a+", encoding="utf-8")
+    deadline = time.monotonic() + JOIN_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return fh, False
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                fh.close()
+                raise UsageError(
+                    f"{path}: cannot lock the run directory ({exc.strerror})"
+                ) from None
+        if time.monotonic() > deadline:
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown"
+            fh.close()
+            raise RunDirBusyError(
+                f"{out} is in use by a conductor process that does not share it (pid "
+                f"{holder}, started without --state); wait for it to finish or stop it, "
+                "or choose another --out"
+            )
+        time.sleep(0.2)
+
+
+def share_lock(fh: IO[str]) -> None:
+    """Turn this process's exclusive hold of the lock into a shared one: the run is
+    claimed, others may join it."""
+    if sys.platform != "win32":
+        fcntl.flock(fh.fileno(), fcntl.LOCK_SH)

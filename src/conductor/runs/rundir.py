@@ -9,7 +9,10 @@
     DIR/rate_limits.json   each invocation's adaptive rate-limit history per provider key
     DIR/batches.jsonl      the provider batches a ``--batch`` run submitted, written before
                            and after each submission (:mod:`conductor.runs.batches`)
-    DIR/.lock              held by the one process writing the directory
+    DIR/state_token        with ``--state``: the run's session on the state server, which
+                           the processes that join the run find it by
+    DIR/.lock              held by the one process writing the directory (with
+                           ``--state``, shared by the processes that joined the run)
 
 The directory is ``0700`` and every file in it ``0600`` whatever the umask (the records
 hold prompts, answers and grades; :mod:`conductor.private` creates them), and a run
@@ -17,13 +20,15 @@ directory an older version left readable is tightened when a run opens it again.
 
 Every reader of ``samples.jsonl`` (resume, merge, the report, ``conductor trace``) goes
 through :class:`SampleLines`, so they agree on what the file holds: a blank line is
-nothing, and a line that is not a JSON object (a torn last line, a line garbled on
-disk) is skipped with a warning naming it, and counted.  A (sample, epoch) recorded
-twice (a resume after ``--retry-errors``, merged shards) counts once, its last record:
-:func:`latest_lines`.  The list of a run's samples reads each record without its rounds'
-calls (:func:`iter_heads`): what it shows is checked as a whole record's reading checks
-it; a fault inside a call is named by ``conductor trace --sample``, which reads that
-record whole.
+nothing (processes sharing a run with ``--state`` start each record with one, so a
+line torn by one of them is ended before the next record; see
+:mod:`conductor.bench.shared`), and a line that is not a JSON object (a torn last
+line, a line garbled on disk) is skipped with a warning naming it, and counted.  A
+(sample, epoch) recorded twice (a resume after ``--retry-errors``, merged shards)
+counts once, its last record: :func:`latest_lines`.  The list of a run's samples reads
+each record without its rounds' calls (:func:`iter_heads`): what it shows is checked as
+a whole record's reading checks it; a fault inside a call is named by ``conductor trace
+--sample``, which reads that record whole.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ __all__ = [
     "RATE_LIMITS",
     "RUN_FILES",
     "SAMPLES",
+    "STATE_TOKEN",
     "SUMMARY",
     "SampleLines",
     "find_sample",
@@ -82,6 +88,7 @@ SAMPLES = "samples.jsonl"
 SUMMARY = "summary.json"
 RATE_LIMITS = "rate_limits.json"
 BATCHES = "batches.jsonl"
+STATE_TOKEN = "state_token"
 LOCK = ".lock"
 #: Everything a bench run writes in its directory besides the lock (the temporary files
 #: are what an atomic replace leaves when a process is killed in the middle of one).
@@ -91,9 +98,11 @@ RUN_FILES = (
     SUMMARY,
     RATE_LIMITS,
     BATCHES,
+    STATE_TOKEN,
     f"{SAMPLES}.tmp",
     f".{SUMMARY}.tmp",
     f".{RATE_LIMITS}.tmp",
+    f".{STATE_TOKEN}.tmp",
 )
 
 
