@@ -26,8 +26,11 @@ each with its ``sequence_number``, counted from 0.
 ``previous_response_id`` continues a conversation: the server keeps the conversation
 of each response it answered (input items and answer, its function calls included, so
 a follow-up may send just their ``function_call_output`` items; not ``instructions``,
-which a follow-up gives afresh, as OpenAI's API does) in a bounded
-:class:`Conversations`, in memory; ``store: false`` keeps nothing.  A conversation
+which a follow-up gives afresh, as OpenAI's API does) with the response itself, in the
+server's :class:`~._stores.ConversationStore` (in memory, or on the state server every
+replica shares), for ``--keep-responses-s``; ``store: false`` keeps nothing.
+:func:`input_items` lists a stored conversation's items as
+``GET /v1/responses/ID/input_items`` answers them.  A conversation
 belongs to the API key that made it: another key's ``previous_response_id`` gets the
 answer an unknown id gets (OpenAI's 400 ``previous_response_not_found``), so it learns
 nothing of it, not even that it exists.

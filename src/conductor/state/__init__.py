@@ -7,7 +7,10 @@ none, each process keeps its state in local files as before.  What lives here:
   (:class:`StateURL`);
 - :mod:`~conductor.state.redis_cache`: the call cache's entries on the server
   (:class:`RedisCacheStore`, a :class:`~conductor.llm.cache.CacheStore`), so that
-  processes on any host pay an identical call once.
+  processes on any host pay an identical call once;
+- :mod:`~conductor.state.conversations` and :mod:`~conductor.state.budgets`: what
+  ``conductor serve`` replicas share (stored responses, keys' budgets by reservation),
+  failing closed where the cache fails open (:mod:`~conductor.state.shared`).
 
 A floor above the model calls: it stores what :mod:`conductor.llm.cache` decides to
 keep, and knows nothing of runs.  ``redis`` (the ``state`` extra) is imported only when
