@@ -22,7 +22,7 @@ import httpx
 import pytest
 from kit.poolkit import pool_dict, worker, write_pool
 from kit.redisserver import RedisServer
-from kit.servekit import ServeProcess, served
+from kit.servekit import ServeProcess, served, wait_for
 
 from conductor.pool import Pool, load_pool
 from conductor.serve import ApiKey
@@ -129,18 +129,40 @@ def test_the_positive_control_without_reservation_the_budget_is_overshot(
 
 
 def test_a_budget_is_settled_to_what_was_spent(tmp_path: Path, fake_server: FakeLLMServer) -> None:
-    """A request reserving more than it spends gives the rest back: a key of 3 calls
-    with requests that may each make 2 answers more than one request."""
+    """A request reserving more than it spends gives the rest back, answered at once,
+    streamed, or left by its client mid-call: a key of 5 calls with requests that may
+    each make 2 answers four requests, not two."""
     fake_server.script("w0", Reply("ok", output_tokens=256))
-    key = ApiKey("team", "team-token", max_calls=3)
+    key = ApiKey("team", "team-token", max_calls=5)
     with served(priced_pool(tmp_path, fake_server), keys=(key,), max_calls_per_request=2) as url:
         client = sdk(url, "team-token")
         client.responses.create(model="single:w0", input="one")  # holds 2, spends 1
-        client.responses.create(model="single:w0", input="two")  # holds 2 of the 2 left
+        streamed = list(client.responses.create(model="single:w0", input="two", stream=True))
+        fake_server.script("w0", Reply("slow", latency_s=30))
+        with pytest.raises(httpx.ReadTimeout):  # the client leaves; its call was made
+            httpx.post(
+                f"{url}/responses",
+                json={"model": "single:w0", "input": "three"},
+                headers={"authorization": "Bearer team-token"},
+                timeout=1.0,
+            )
+        wait_for(lambda: len(fake_server.requests_for("w0")) == 3, what="the third call")
+        fake_server.script("w0", Reply("ok", output_tokens=256))
+        wait_for(lambda: _fits(client), what="the left request's hold given back")
         with pytest.raises(openai.RateLimitError) as refused:
-            client.responses.create(model="single:w0", input="three")  # 1 left, needs 2
+            client.responses.create(model="single:w0", input="five")  # 1 left, needs 2
+    assert streamed[-1].type == "response.completed"
     message = refused.value.body["message"]
-    assert "3 calls in its budget, 2 spent" in message and "2 calls" in message
+    assert "5 calls in its budget, 4 spent and 0 held" in message, message
+
+
+def _fits(client: Any) -> bool:
+    """Whether a request of 2 calls is let in (it then spends one)."""
+    try:
+        client.responses.create(model="single:w0", input="four")
+    except openai.RateLimitError:
+        return False
+    return True
 
 
 def test_a_state_server_that_is_down_fails_closed(

@@ -85,9 +85,9 @@ def create_app(settings: ServeSettings, conductor: Conductor | None = None) -> F
         conductor = resolve_conductor(settings.pool, settings.conductor)
     if settings.records_dir is not None:
         check_records_dir(settings.records_dir)
-    if settings.use_cache:
+    if settings.use_cache or settings.state is not None:
         # A cache directory that cannot be used, or credentials the state server
-        # refuses: one sentence now.
+        # refuses (which also keeps stored responses and budgets): one sentence now.
         with open_call_cache(settings.state):
             pass
     created = int(time.time())
@@ -420,8 +420,7 @@ class _Job:
         # A response that is never started (the client left first) drops its generator
         # unstarted, so its ``finally`` would not run: give the place back then too.
         weakref.finalize(events, self.ticket.release)
-        loop = asyncio.get_running_loop()
-        weakref.finalize(events, loop.call_soon_threadsafe, self.settle)
+        weakref.finalize(events, _soon, asyncio.get_running_loop(), self.settle)
         return StreamingResponse(
             events,
             media_type="text/event-stream",
@@ -484,6 +483,13 @@ class _Job:
                 task.cancel()
             self.ticket.release()
             self.settle()
+
+
+def _soon(loop: asyncio.AbstractEventLoop, work: Callable[[], None]) -> None:
+    """``work`` on ``loop`` from wherever a finalizer runs; nothing once the loop is
+    closed (the server is gone, and its state server's lease settles the rest)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(work)
 
 
 def _finished(queue: asyncio.Queue[tuple[str, int, Any]], index: int, task: Any) -> None:
