@@ -22,7 +22,7 @@ import httpx
 import pytest
 from kit.poolkit import pool_dict, worker, write_pool
 from kit.redisserver import RedisServer
-from kit.servekit import ServeProcess, served, wait_for
+from kit.servekit import ServeProcess, make_pool, served, wait_for
 
 from conductor.pool import Pool, load_pool
 from conductor.serve import ApiKey
@@ -163,6 +163,23 @@ def _fits(client: Any) -> bool:
     except openai.RateLimitError:
         return False
     return True
+
+
+def test_a_usd_budget_refuses_a_model_of_unknown_price(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    """Its worst case cannot be bounded, so it is not guessed: a 400 naming the model,
+    before any call; a key capping only calls is served."""
+    fake_server.script("w0", "ok")
+    keys = (ApiKey("usd", "usd-token", max_usd=1.0), ApiKey("calls", "calls-token", max_calls=5))
+    with served(make_pool(tmp_path, fake_server, n=1), keys=keys) as url:
+        with pytest.raises(openai.BadRequestError) as refused:
+            sdk(url, "usd-token").responses.create(model="single:w0", input="Q")
+        served_ok = sdk(url, "calls-token").responses.create(model="single:w0", input="Q")
+    assert refused.value.body["code"] == "price_unknown"
+    assert "'w0'" in refused.value.body["message"] and "price:" in refused.value.body["message"]
+    assert served_ok.output_text == "ok"
+    assert len(fake_server.requests_for("w0")) == 1
 
 
 def test_a_state_server_that_is_down_fails_closed(

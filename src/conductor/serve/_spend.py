@@ -2,12 +2,15 @@
 
 Before a request's first call, its worst case is reserved against its key's budget
 (:func:`worst_case`): every call its budget allows (``--max-calls-per-request`` or its
-``conductor.max_calls``), each at the dearest target it may call, a prompt of every byte
-the client sent plus the templates plus every earlier call's whole answer, and an answer
-of the target's ``max_tokens``.  Tokens are counted as bytes (a token is at least one),
-so no run can spend past it.  A request whose worst case does not fit under what the key
-has spent and holds is refused (429) before anything is asked; when it ends (answered,
-failed, cancelled, its client gone) the reservation is settled to what it spent.
+``conductor.max_calls``, and never more than its key's ``max_calls``), each at the
+dearest target it may call, a prompt of every byte the client sent plus the templates
+plus every earlier call's whole answer, and an answer of the target's ``max_tokens``.
+Tokens are counted as bytes (a token is at least one), so no run can spend past it.  A
+key with a USD budget may not call a model whose price is not known (400
+``price_unknown``): its worst case cannot be bounded.  A request whose worst case does
+not fit under what the key has spent and holds is refused (429) before anything is
+asked; when it ends (answered, failed, cancelled, its client gone) the reservation is
+settled to what it spent.
 Reserving and settling are each one step of the store (:mod:`._stores`), so concurrent
 requests, on one replica or many, cannot together spend past the cap.
 
@@ -19,15 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import uuid
 from dataclasses import dataclass, field
 
+from ..errors import target_name
 from ..llm.cost import price_for
 from ..state.budgets import NANO, nano_usd
 from ..state.shared import StateUnavailable
 from ..steps import Budget
 from ..strategies import Strategy
+from ..targets import Worker
 from ..text import plural
 from ._keys import ApiKey
 from ._protocol import ApiError
@@ -35,23 +39,21 @@ from ._stores import KeyBudgets, owner_of
 
 __all__ = ["DEFAULT_MAX_TOKENS", "PROMPT_ALLOWANCE", "Reservation", "Spending", "worst_case"]
 
-log = logging.getLogger("conductor")
-
 #: The answer tokens counted for a target whose pool sets no ``max_tokens``.
 DEFAULT_MAX_TOKENS = 16384
 #: The tokens of the templates a step's prompt adds to what the client sent.
 PROMPT_ALLOWANCE = 8192
 
 
-def worst_case(strategy: Strategy, sent_bytes: int, max_calls: int) -> float:
+def worst_case(strategy: Strategy, sent_bytes: int, max_calls: int) -> float | Worker:
     """The most USD ``max_calls`` calls of ``strategy`` can cost for a request of
-    ``sent_bytes`` (see the module docstring); a target of unknown price counts 0, as a
-    request's own budget counts it."""
+    ``sent_bytes`` (see the module docstring), or the first target whose price is not
+    known (a worst case without it would be a guess)."""
     dearest = 0.0
     for target in strategy.targets:
         price = price_for(target)
         if price is None:
-            continue
+            return target
         answer = int(target.params.get("max_tokens") or DEFAULT_MAX_TOKENS)
         prompt = sent_bytes + PROMPT_ALLOWANCE + (max_calls - 1) * answer
         cost = (prompt * price.input_per_mtok + answer * price.output_per_mtok) / 1e6
@@ -102,8 +104,23 @@ class Spending:
                 type="insufficient_quota",
                 code="insufficient_quota",
             )
+        if key.max_calls is not None and key.max_calls < budget.max_calls:
+            # A request may make no more calls than its key ever may.
+            budget.max_calls = key.max_calls
         calls = budget.max_calls
         usd = worst_case(strategy, sent_bytes, calls)
+        if not isinstance(usd, float):
+            if key.max_usd is not None:
+                raise ApiError(
+                    400,
+                    f"the API key {key.name!r} has a USD budget, and the price of "
+                    f"{usd.model!r} ({target_name(usd.id)}) is not known, so this "
+                    "request's cost cannot be held against it; set price: for it in "
+                    "the pool file",
+                    param="model",
+                    code="price_unknown",
+                )
+            usd = 0.0  # only calls are capped
         owner = owner_of(key)
         reservation = uuid.uuid4().hex
         max_nusd = None if key.max_usd is None else nano_usd(key.max_usd)
