@@ -205,5 +205,12 @@ def open_stores(state: StateURL | None) -> Stores:
         return Stores(MemoryConversations(), MemoryBudgets())
     from ..state.budgets import RedisBudgets
     from ..state.conversations import RedisConversations
+    from ..state.shared import SharedServer
 
-    return Stores(RedisConversations(state), RedisBudgets(state))
+    # One connection pool, and one line when the server is lost, for both.
+    server = SharedServer(
+        state,
+        "stored responses cannot be read, and requests of keys with a budget are "
+        "refused (503), until it answers",
+    )
+    return Stores(RedisConversations(server), RedisBudgets(server))

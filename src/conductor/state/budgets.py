@@ -25,7 +25,6 @@ import math
 from dataclasses import dataclass
 
 from .shared import PREFIX, SharedServer
-from .url import StateURL
 
 __all__ = ["NANO", "Held", "RedisBudgets", "nano_usd"]
 
@@ -118,10 +117,8 @@ class Held:
 class RedisBudgets:
     """Per-key budgets on the state server (see the module docstring)."""
 
-    def __init__(self, url: StateURL, *, lease_s: float = 3600.0) -> None:
-        self.server = SharedServer(
-            url, "requests of keys with a budget are refused (503) until it answers"
-        )
+    def __init__(self, server: SharedServer, *, lease_s: float = 3600.0) -> None:
+        self.server = server
         #: How long an unsettled reservation is held before it counts as spent.
         self.lease_s = lease_s
 

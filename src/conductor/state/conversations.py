@@ -21,7 +21,6 @@ import json
 from typing import Any
 
 from .shared import PREFIX, SharedServer, StateUnavailable
-from .url import StateURL
 
 __all__ = ["MAX_CONVERSATION_BYTES", "RedisConversations"]
 
@@ -44,8 +43,8 @@ return 0
 class RedisConversations:
     """The conversations store of ``conductor serve --state`` (see the module docstring)."""
 
-    def __init__(self, url: StateURL) -> None:
-        self.server = SharedServer(url, "stored responses cannot be read until it answers (503)")
+    def __init__(self, server: SharedServer) -> None:
+        self.server = server
 
     async def get(self, response_id: str, owner: str) -> dict[str, Any] | None:
         """The body kept for ``response_id`` if ``owner`` made it, else ``None``."""
