@@ -111,6 +111,7 @@ def test_200_requests_at_once_never_spend_past_the_key_s_budget(
     assert charged <= BUDGET_USD  # $0 overshoot
     assert len(answered) == 19 == int(BUDGET_USD // CALL_USD)  # and none refused needlessly
     assert {r.status_code for r in refused} == {429}
+    assert refused[0].response.headers["x-should-retry"] == "false"  # the SDK retries not
     error = refused[0].body
     assert error["code"] == "insufficient_quota" and error["type"] == "insufficient_quota"
     assert "'team'" in error["message"] and "$5.000000" in error["message"]

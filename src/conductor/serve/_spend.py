@@ -39,6 +39,8 @@ from ._stores import KeyBudgets, owner_of
 
 __all__ = ["DEFAULT_MAX_TOKENS", "PROMPT_ALLOWANCE", "Reservation", "Spending", "worst_case"]
 
+#: A budget spent stays spent: the openai SDK, told so, does not send the request again.
+_FINAL = {"x-should-retry": "false"}
 #: The answer tokens counted for a target whose pool sets no ``max_tokens``.
 DEFAULT_MAX_TOKENS = 16384
 #: The tokens of the templates a step's prompt adds to what the client sent.
@@ -103,6 +105,7 @@ class Spending:
                 "ceiling could pass it: set conductor.max_calls",
                 type="insufficient_quota",
                 code="insufficient_quota",
+                headers=_FINAL,
             )
         if key.max_calls is not None and key.max_calls < budget.max_calls:
             # A request may make no more calls than its key ever may.
@@ -144,6 +147,7 @@ class Spending:
                 f"progress, and this request may make {plural(calls, 'call')}",
                 type="insufficient_quota",
                 code="insufficient_quota",
+                headers=_FINAL,
             )
         if held.refused == "usd":
             raise ApiError(
@@ -153,6 +157,7 @@ class Spending:
                 f"requests in progress, and this request may cost up to ${usd:.6f}",
                 type="insufficient_quota",
                 code="insufficient_quota",
+                headers=_FINAL,
             )
         return Reservation(self, owner, reservation, budget)
 
