@@ -29,6 +29,9 @@ PREFIX = "conductor:"
 #: How long one request to the server may take before it counts as lost.
 SOCKET_TIMEOUT_S = 2.0
 
+#: Connections to the server one process opens at most (the rest wait their turn).
+MAX_CONNECTIONS = 32
+
 _T = TypeVar("_T")
 
 
@@ -44,6 +47,7 @@ class SharedServer:
         self.url = url
         self.what = what
         self._client: redis.asyncio.Redis | None = None
+        self._pool: redis.asyncio.BlockingConnectionPool | None = None
         self._lock = threading.Lock()
         self._lost = False
 
@@ -52,11 +56,17 @@ class SharedServer:
         if self._client is None:
             import redis.asyncio as aredis
 
-            self._client = aredis.Redis.from_url(
+            # A bounded pool that requests wait on: a flood of requests shares a few
+            # connections instead of opening one each on the server.
+            pool = aredis.BlockingConnectionPool.from_url(
                 self.url.url,
+                max_connections=MAX_CONNECTIONS,
+                timeout=SOCKET_TIMEOUT_S,
                 socket_timeout=SOCKET_TIMEOUT_S,
                 socket_connect_timeout=SOCKET_TIMEOUT_S,
             )
+            self._pool = pool
+            self._client = aredis.Redis(connection_pool=pool)
         return self._client
 
     async def ask(self, work: Awaitable[_T]) -> _T:
@@ -89,3 +99,6 @@ class SharedServer:
         if self._client is not None:
             client, self._client = self._client, None
             await client.aclose()
+        if self._pool is not None:  # a pool handed to a client is not closed with it
+            pool, self._pool = self._pool, None
+            await pool.disconnect()
