@@ -9,7 +9,10 @@ format, check its JSON schemas off the event loop on the request's own budget
 replies later on the same budget), and hand a :class:`_Job` the renderer of that
 format; the job turns the conversation into a question (:mod:`._conversation`), takes a
 place among the slots (429 when the queue is full) and runs the orchestration on the
-shared :class:`~._service.Service`, answering at once or as server-sent events.
+shared :class:`~._service.Service`, answering at once or as server-sent events.  A key
+with a budget has the request's worst case reserved first (:mod:`._spend`).
+``GET`` and ``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``
+read the server's stored responses (:mod:`._stores`), only the caller key's.
 
 A client that goes away cancels its runs: a plain request watches its connection while
 the runs go; a streamed one is cancelled by Starlette when the connection drops, and

@@ -64,6 +64,9 @@ __all__ = [
     "strategy_for",
 ]
 
+#: The largest USD budget a key may have.
+MAX_KEY_USD = 1_000_000.0
+
 _ENTRY_KEYS = ("name", "token", "token_env", "allowed_workers", "max_calls", "max_usd")
 
 
@@ -169,7 +172,10 @@ class _KeysReader(ConfigReader):
             max_calls = self.integer(get["max_calls"], f"{where}.max_calls", KEY_CALLS)
         max_usd = None
         if "max_usd" in get:
-            max_usd = self.number(get["max_usd"], f"{where}.max_usd", positive=True)
+            # Up to a million: counted in whole nano-dollars, exact below 2**53.
+            max_usd = self.number(
+                get["max_usd"], f"{where}.max_usd", positive=True, maximum=MAX_KEY_USD
+            )
         return ApiKey(
             name=name,
             token=token,
