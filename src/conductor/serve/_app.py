@@ -378,9 +378,15 @@ class _Job:
         self.reservation: Reservation | None = None
 
     def settle(self) -> None:
-        """Settle the key's budget to what the runs spent (once; safe to repeat)."""
+        """Settle the key's budget to what the runs spent, in the background (once;
+        safe to repeat): what a request cancelled or cut short does."""
         if self.reservation is not None:
             self.reservation.close()
+
+    async def settled(self) -> None:
+        """Settle the key's budget before the answer is sent."""
+        if self.reservation is not None:
+            await self.reservation.settle()
 
     async def answered(self, receive: Receive) -> Response:
         """Run, watching the connection from the start (waiting for a slot included):
@@ -400,6 +406,7 @@ class _Job:
         if work.cancelled():
             return Response(status_code=499)  # the client is gone: nobody reads this
         records = work.result()
+        await self.settled()
         headers = {**self.headers, "x-conductor-cost-usd": _cost_header(records)}
         failed = next((r for r in records if r.status == "failed"), None)
         if failed is not None:
@@ -476,6 +483,7 @@ class _Job:
                         for event in render.answer(i, record):
                             yield event
             done = [records[i] for i in range(n)]
+            await self.settled()
             failed = next((r for r in done if r.status == "failed"), None)
             if failed is None:
                 await render.keep(done)

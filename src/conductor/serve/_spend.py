@@ -74,9 +74,18 @@ class Reservation:
     budget: Budget
     _closed: bool = field(default=False, repr=False)
 
+    async def settle(self) -> None:
+        """Settle now: a request that ends normally does before its answer is sent, so
+        the client's next request, on any replica, finds the hold given back."""
+        if not self._closed:
+            await self.spending.settle_now(self)
+            # Only once it is done: cancelled halfway, close() settles again (the
+            # store's settle does nothing for a reservation already settled).
+            self._closed = True
+
     def close(self) -> None:
-        """Settle in the background: a cancelled request settles too, and the client's
-        answer does not wait for the store."""
+        """Settle in the background (a request cancelled, its client gone), unless
+        settled already."""
         if self._closed:
             return
         self._closed = True
@@ -162,11 +171,11 @@ class Spending:
         return Reservation(self, owner, reservation, budget)
 
     def settle_soon(self, reservation: Reservation) -> None:
-        task = asyncio.ensure_future(self._settle(reservation))
+        task = asyncio.ensure_future(self.settle_now(reservation))
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
-    async def _settle(self, r: Reservation) -> None:
+    async def settle_now(self, r: Reservation) -> None:
         # A store that cannot be reached has logged it; the hold is counted as spent
         # when its lease ends.
         with contextlib.suppress(StateUnavailable):
