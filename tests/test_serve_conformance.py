@@ -334,6 +334,39 @@ def test_openai_responses(url: str, tee: Tee, openapi: OpenApi) -> None:
     openapi.check("Response", body)
 
 
+def test_openai_stored_responses(url: str, tee: Tee, openapi: OpenApi) -> None:
+    """retrieve, input_items.list and delete, each body checked against the spec."""
+    client = sdk(url, tee)
+    first = client.responses.create(
+        model="conductor", instructions="Be brief.", input=[
+            {"role": "developer", "content": "Answer in English."},
+            {"role": "user", "content": "Capital of France?"},
+        ],
+    )  # fmt: skip
+    second = client.responses.create(
+        model="conductor", input="And of Italy?", previous_response_id=first.id
+    )
+    got = client.responses.retrieve(second.id)
+    assert got.id == second.id and got.output_text == second.output_text
+    assert got.previous_response_id == first.id
+    items = client.responses.input_items.list(second.id)
+    texts = [getattr(i, "content", [None])[0] for i in items.data]
+    assert [t.text for t in texts] == [
+        "And of Italy?", "The answer is Paris.", "Capital of France?", "Answer in English.",
+    ]  # fmt: skip
+    assert items.data[1].role == "assistant" and items.data[1].type == "message"
+    oldest = client.responses.input_items.list(second.id, order="asc", limit=2)
+    assert [i.id for i in oldest.data] == [items.data[3].id, items.data[2].id]
+    assert oldest.has_more and oldest.last_id == items.data[2].id
+    client.responses.delete(second.id)
+    gone = httpx.get(f"{url}/responses/{second.id}", headers={"authorization": f"Bearer {KEY}"})
+    assert gone.status_code == 404
+    openapi.check("Response", tee.json(f"/responses/{second.id}")[0])
+    for page in tee.json("/input_items"):
+        openapi.check("ResponseItemList", page)
+    openapi.check("ErrorResponse", gone.json())
+
+
 def test_openai_responses_stream(url: str, tee: Tee, openapi: OpenApi) -> None:
     stream = sdk(url, tee).responses.create(
         model="conductor", input="Capital of France?", stream=True

@@ -245,6 +245,15 @@ def test_api_key_env_beside_a_keys_file(tmp_path: Path, fake_server: FakeLLMServ
         ),
         ("keys:\n  - name: a\n    token_env: A_TOKEN\n    allowed_workers: []\n", 4, "one or more"),
         ("keys: []\n", 1, "one or more keys"),
+        ("keys:\n  - name: a\n    token_env: A_TOKEN\n    max_calls: 0\n", 4, "max_calls must be"),
+        ("keys:\n  - name: a\n    token_env: A_TOKEN\n    max_usd: -1\n", 4, "max_usd must be"),
+        ("keys:\n  - name: a\n    token_env: A_TOKEN\n    max_usd: 2e6\n", 4, "up to 1e+06"),
+        ("keys:\n  - name: a\n    token_env: A_TOKEN\n    max_usd: lots\n", 4, "keys[0].max_usd"),
+        (
+            "keys:\n  - name: a\n    token_env: A_TOKEN\n    max_cals: 5\n",
+            4,
+            'unknown key "max_cals" (did you mean "max_calls"?)',
+        ),
         ("keyz:\n  - name: a\n", 1, 'did you mean "keys"?'),
     ],
 )

@@ -216,7 +216,8 @@ def test_a_stored_conversation_belongs_to_the_key_that_made_it(
 ) -> None:
     """Key B naming key A's response gets exactly what an id never answered gets (so it
     learns nothing, not even that it exists), streamed or not, and no call is made; A
-    continues its own conversation; no route reads or deletes a response by id."""
+    continues its own conversation; B can neither retrieve, list nor delete A's
+    response (404, as for an unknown id), and A still can."""
     fake_server.script("w0", ["A's answer SECRET-ANSWER-5.", "A again."])
     with served(make_pool(tmp_path, fake_server), **two_keys(setup)) as url:
         a = openai.OpenAI(base_url=url, api_key="token-A", max_retries=0)
@@ -227,12 +228,20 @@ def test_a_stored_conversation_belongs_to_the_key_that_made_it(
         unknown = previous_refused(b, never)
         streamed = previous_refused(b, first.id, stream=True)
         again = a.responses.create(model="single:w0", input="And?", previous_response_id=first.id)
-        routes = [
-            method(f"{url}/responses/{first.id}{tail}", headers={"authorization": f"Bearer {t}"})
-            for method in (httpx.get, httpx.delete)
-            for tail in ("", "/input_items")
-            for t in ("token-A", "token-B")
-        ]
+
+        def route(method: Any, tail: str, token: str) -> httpx.Response:
+            where = f"{url}/responses/{first.id}{tail}"
+            return method(where, headers={"authorization": f"Bearer {token}"})  # type: ignore[no-any-return]
+
+        b_routes = [route(httpx.get, t, "token-B") for t in ("", "/input_items")]
+        b_routes.append(route(httpx.delete, "", "token-B"))
+        a_routes = [route(httpx.get, t, "token-A") for t in ("", "/input_items")]
+        a_deleted = route(httpx.delete, "", "token-A")
+        a_after = route(httpx.get, "", "token-A")
+        unknown_route = route(httpx.get, "", "token-B").text.replace(first.id, never)
+        never_route = httpx.get(
+            f"{url}/responses/{never}", headers={"authorization": "Bearer token-B"}
+        )
     assert json.dumps(other).replace(first.id, never) == json.dumps(unknown)
     assert streamed == other
     assert other["code"] == "previous_response_not_found"
@@ -240,8 +249,12 @@ def test_a_stored_conversation_belongs_to_the_key_that_made_it(
     asked = [text_of(r) for r in fake_server.requests_for("w0")]
     assert len(asked) == 2  # B's refused requests made no call
     assert "SECRET-QUESTION-4" in asked[1] and "SECRET-ANSWER-5" in asked[1]
-    assert {r.status_code for r in routes} == {404}
-    assert all("SECRET" not in r.text for r in routes)
+    assert {r.status_code for r in b_routes} == {404}
+    assert all("SECRET" not in r.text for r in b_routes)
+    assert unknown_route == never_route.text  # B learns nothing: the same as an unknown id
+    assert [r.status_code for r in a_routes] == [200, 200]
+    assert a_routes[0].json()["id"] == first.id
+    assert a_deleted.status_code == 200 and a_after.status_code == 404
 
 
 def test_the_positive_control_a_store_without_owners_leaks(
@@ -249,13 +262,13 @@ def test_the_positive_control_a_store_without_owners_leaks(
 ) -> None:
     """The same request with the store's owner check removed: key B's follow-up sends
     A's question and answer to the worker (what issue 37 found)."""
-    from conductor.serve._responses import Conversations
+    from conductor.serve._stores import MemoryConversations
 
-    def any_owner(self: Conversations, response_id: str, owner: Any = None) -> Any:
+    async def any_owner(self: MemoryConversations, response_id: str, owner: str) -> Any:
         kept = self._kept.get(response_id)
-        return None if kept is None else kept.messages
+        return None if kept is None else kept.body
 
-    monkeypatch.setattr(Conversations, "get", any_owner)
+    monkeypatch.setattr(MemoryConversations, "get", any_owner)
     fake_server.script("w0", ["A's answer SECRET-ANSWER-5.", "leaked"])
     with served(make_pool(tmp_path, fake_server), **two_keys("keys file")) as url:
         a = openai.OpenAI(base_url=url, api_key="token-A", max_retries=0)
@@ -474,32 +487,49 @@ def test_without_cors_there_are_no_cors_headers(tmp_path: Path, fake_server: Fak
     assert json.loads(post.text)["choices"][0]["text"] == "hi"
 
 
-def test_kept_conversations_are_bounded() -> None:
-    from conductor.serve._protocol import ChatMessage
-    from conductor.serve._responses import Conversations
+def _memory_store(**limits: int) -> Any:
+    """A store in memory, driven synchronously (nothing it does awaits)."""
+    import asyncio
 
-    kept = Conversations(limit=2)
+    from conductor.serve._stores import MemoryConversations
+
+    store = MemoryConversations(**limits)
+
+    def run(name: str, *args: Any) -> Any:
+        return asyncio.run(getattr(store, name)(*args))
+
+    return run
+
+
+def test_kept_conversations_are_bounded() -> None:
+    run = _memory_store(limit=2)
     for name in ("a", "b", "c"):
-        kept.keep(name, (ChatMessage("user", name),))
-    assert kept.get("a") is None  # the oldest is forgotten first
-    assert kept.get("b") == (ChatMessage("user", "b"),) and kept.get("c") is not None
+        run("keep", name, "", {"m": name}, 60.0)
+    assert run("get", "a", "") is None  # the oldest is forgotten first
+    assert run("get", "b", "") == {"m": "b"} and run("get", "c", "") is not None
 
 
 def test_kept_conversations_are_bounded_in_characters() -> None:
     """Many large inputs cannot grow the server without bound: the oldest go first once
     the characters kept pass the limit, and the newest stays even when it alone is over."""
-    from conductor.serve._protocol import ChatMessage
-    from conductor.serve._responses import Conversations
-
-    kept = Conversations(limit=100, max_chars=10)
+    run = _memory_store(limit=100, max_chars=30)
     for name in ("a", "b", "c"):
-        kept.keep(name, (ChatMessage("user", name * 4),))
-    assert kept.get("a") is None
-    assert kept.get("b") is not None and kept.get("c") is not None
-    kept.keep("d", (ChatMessage("user", "d" * 50),))
-    assert [kept.get(k) is not None for k in "abcd"] == [False, False, False, True]
-    kept.keep("e", (ChatMessage("user", "e"),))
-    assert kept.get("d") is None and kept.get("e") is not None
+        run("keep", name, "", {"m": name * 4}, 60.0)  # 13 characters of JSON each
+    assert run("get", "a", "") is None
+    assert run("get", "b", "") is not None and run("get", "c", "") is not None
+    run("keep", "d", "", {"m": "d" * 50}, 60.0)
+    assert [run("get", k, "") is not None for k in "abcd"] == [False, False, False, True]
+    run("keep", "e", "", {"m": "e"}, 60.0)
+    assert run("get", "d", "") is None and run("get", "e", "") is not None
+
+
+def test_kept_conversations_expire_and_belong_to_their_owner() -> None:
+    run = _memory_store()
+    run("keep", "gone", "o1", {"m": 1}, 0.0)
+    run("keep", "kept", "o1", {"m": 2}, 60.0)
+    assert run("get", "gone", "o1") is None  # past its retention time
+    assert run("get", "kept", "o2") is None and not run("delete", "kept", "o2")
+    assert run("delete", "kept", "o1") and run("get", "kept", "o1") is None
 
 
 def test_a_run_that_raises_ends_each_stream_in_its_format(

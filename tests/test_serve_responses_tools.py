@@ -78,7 +78,12 @@ def test_function_call_then_its_output_by_previous_response_id(
             ],
             tools=[WEATHER],
         )
+        items = client.responses.input_items.list(second.id, order="asc").data
     assert second.output_text == "It is 18 C and sunny in Paris."
+    # The stored items: the question, the call and its output, in OpenAI's item types.
+    assert [i.type for i in items] == ["message", "function_call", "function_call_output"]
+    assert (items[1].call_id, items[1].name) == ("call_a", "get_weather")
+    assert (items[2].call_id, items[2].output) == ("call_a", "18 C, sunny")
     assert [item.type for item in second.output] == ["message"]
     # The tools reach the answering step only.
     assert all(r.tools == ["get_weather"] for r in fake_server.requests_for("w1"))

@@ -76,6 +76,8 @@ STEPS = Bound(1, 1_000)
 ROUNDS = Bound(1, 100)
 #: Model calls of one question (``--max-calls``).
 CALLS = Bound(1, 1_000_000)
+#: Model calls of an API key's budget (a keys file's ``max_calls``), over its life.
+KEY_CALLS = Bound(1, 1_000_000_000_000)
 #: Calls, samples or requests in flight at once (``max_concurrency``, ``--concurrency``).
 CONCURRENCY = Bound(1, 100_000)
 #: Requests waiting for a slot.

@@ -100,6 +100,16 @@ def serve(
     ] = 30.0,
     no_cache: NoCacheOption = False,
     state: StateOption = None,
+    keep_responses_s: Annotated[
+        float,
+        typer.Option(
+            "--keep-responses-s",
+            min=0.0,
+            help="How long a stored Responses answer is kept for previous_response_id, "
+            "GET and DELETE /v1/responses/ID (in memory, or on the --state server every "
+            "replica shares).",
+        ),
+    ] = 30 * 24 * 3600.0,
     cors_origin: Annotated[
         list[str] | None,
         typer.Option(
@@ -215,6 +225,7 @@ def serve(
         grace_s=grace_s,
         use_cache=not no_cache,
         state=state_url_from(state),
+        keep_responses_s=keep_responses_s,
         keys=api_keys,
         cors_origins=tuple(cors_origin or ()),
         max_k=max_k,

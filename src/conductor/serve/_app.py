@@ -9,7 +9,10 @@ format, check its JSON schemas off the event loop on the request's own budget
 replies later on the same budget), and hand a :class:`_Job` the renderer of that
 format; the job turns the conversation into a question (:mod:`._conversation`), takes a
 place among the slots (429 when the queue is full) and runs the orchestration on the
-shared :class:`~._service.Service`, answering at once or as server-sent events.
+shared :class:`~._service.Service`, answering at once or as server-sent events.  A key
+with a budget has the request's worst case reserved first (:mod:`._spend`).
+``GET`` and ``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``
+read the server's stored responses (:mod:`._stores`), only the caller key's.
 
 A client that goes away cancels its runs: a plain request watches its connection while
 the runs go; a streamed one is cancelled by Starlette when the connection drops, and
@@ -39,6 +42,7 @@ from ..errors import ConductorError, UsageError
 from ..record import RunRecord, new_run_id
 from ..redact import masked_json
 from ..state import open_call_cache
+from ..state.shared import StateUnavailable
 from ..strategies import Strategy
 from ..text import check_question
 from ._completions import CompletionRenderer, parse_completion_request
@@ -57,9 +61,17 @@ from ._protocol import (
     failure_body,
     parse_chat_request,
 )
-from ._responses import Conversations, ResponsesRenderer, parse_responses_request
+from ._responses import (
+    ResponsesRenderer,
+    input_items,
+    parse_responses_request,
+    stored,
+    unreachable,
+)
 from ._service import Service, Ticket, check_records_dir
 from ._settings import ServeSettings
+from ._spend import Reservation
+from ._stores import owner_of
 
 __all__ = ["create_app"]
 
@@ -76,9 +88,9 @@ def create_app(settings: ServeSettings, conductor: Conductor | None = None) -> F
         conductor = resolve_conductor(settings.pool, settings.conductor)
     if settings.records_dir is not None:
         check_records_dir(settings.records_dir)
-    if settings.use_cache:
+    if settings.use_cache or settings.state is not None:
         # A cache directory that cannot be used, or credentials the state server
-        # refuses: one sentence now.
+        # refuses (which also keeps stored responses and budgets): one sentence now.
         with open_call_cache(settings.state):
             pass
     created = int(time.time())
@@ -125,6 +137,7 @@ def create_app(settings: ServeSettings, conductor: Conductor | None = None) -> F
         key: ApiKey | None,
         chat: ChatRequest,
         renderer: Callable[[list[str]], Renderer],
+        sent_bytes: int,
     ) -> Response:
         """Run ``chat`` and answer in the form ``renderer`` makes for its run ids."""
         service: Service = request.app.state.service
@@ -152,12 +165,21 @@ def create_app(settings: ServeSettings, conductor: Conductor | None = None) -> F
         job = _Job(service, strategy, chat, question, run_ids, ticket, renderer(run_ids))
         # A client's W3C trace context: the runs' traces continue the client's.
         job.traceparent = request.headers.get("traceparent")
+        try:
+            # The worst case is held against the key's budget before the first call.
+            job.reservation = await service.spending.reserve(
+                key, strategy, job.budget, sent_bytes + len(question.encode())
+            )
+        except BaseException:
+            ticket.release()
+            raise
         if chat.stream:
             return job.streamed()
         try:
             return await job.answered(request.receive)
         finally:
             ticket.release()
+            job.settle()
 
     async def body(request: Request) -> tuple[ApiKey | None, bytes]:
         """The caller's key (checked first: no body is read for a caller without
@@ -169,28 +191,100 @@ def create_app(settings: ServeSettings, conductor: Conductor | None = None) -> F
     async def chat_completions(request: Request) -> Response:
         key, raw = await body(request)
         chat = parse_chat_request(raw)
-        return await answer(request, key, chat, lambda ids: ChatRenderer(chat, ids))
-
-    kept = Conversations()
+        return await answer(request, key, chat, lambda ids: ChatRenderer(chat, ids), len(raw))
 
     @app.post("/v1/responses")
     async def responses(request: Request) -> Response:
         key, raw = await body(request)
-        asked = parse_responses_request(raw, kept, key)
-        return await answer(
-            request, key, asked.chat, lambda ids: ResponsesRenderer(asked, ids, kept, key)
-        )
+        kept = request.app.state.service.stores.conversations
+        owner = owner_of(key)
+        asked = await parse_responses_request(raw, kept, owner)
+
+        def renderer(ids: list[str]) -> Renderer:
+            return ResponsesRenderer(asked, ids, kept, owner, settings.keep_responses_s)
+
+        return await answer(request, key, asked.chat, renderer, len(raw))
+
+    # A stored response: another key's id is "not found", exactly as an unknown one.
+
+    @app.get("/v1/responses/{response_id}")
+    async def get_response(response_id: str, request: Request) -> Response:
+        found = await _stored_response(request, keyring, response_id)
+        return _json(found["response"])
+
+    @app.get("/v1/responses/{response_id}/input_items")
+    async def get_input_items(response_id: str, request: Request) -> Response:
+        found = await _stored_response(request, keyring, response_id)
+        items = input_items(response_id, found)
+        if items is None:
+            raise _no_response(response_id)
+        return _json(_item_page(items, request))
+
+    @app.delete("/v1/responses/{response_id}")
+    async def delete_response(response_id: str, request: Request) -> Response:
+        key = _check_key(request, keyring)
+        kept = request.app.state.service.stores.conversations
+        try:
+            deleted = await kept.delete(response_id, owner_of(key))
+        except StateUnavailable as exc:
+            raise unreachable(exc) from None
+        if not deleted:
+            raise _no_response(response_id)
+        return _json({"id": response_id, "object": "response", "deleted": True})
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         key, raw = await body(request)
         text = parse_completion_request(raw)
-        return await answer(request, key, text, lambda ids: CompletionRenderer(text, ids))
+        return await answer(request, key, text, lambda ids: CompletionRenderer(text, ids), len(raw))
 
     if settings.cors_origins:
         app.add_middleware(CorsMiddleware, origins=settings.cors_origins)
 
     return app
+
+
+def _no_response(response_id: str) -> ApiError:
+    return ApiError(
+        404, f"Response with id '{response_id}' not found.", param="response_id", code="not_found"
+    )
+
+
+async def _stored_response(request: Request, keyring: KeyRing, response_id: str) -> dict[str, Any]:
+    """What is stored of ``response_id`` for the caller's key, or 404."""
+    key = _check_key(request, keyring)
+    kept = request.app.state.service.stores.conversations
+    found = await stored(kept, response_id, owner_of(key))
+    if found is None or not isinstance(found.get("response"), dict):
+        raise _no_response(response_id)
+    return found
+
+
+def _item_page(items: list[dict[str, Any]], request: Request) -> dict[str, Any]:
+    """One page of ``items`` as OpenAI lists them: ``order`` (``desc`` unless asked),
+    ``after`` an item id, ``limit`` 1 to 100 (20)."""
+    query = request.query_params
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise ApiError(400, "order must be asc or desc", param="order")
+    limit_text = query.get("limit", "20")
+    if not limit_text.isdigit() or not 1 <= int(limit_text) <= 100:
+        raise ApiError(400, "limit must be an integer from 1 to 100", param="limit")
+    ordered = items if order == "asc" else items[::-1]
+    after = query.get("after")
+    if after is not None:
+        ids = [item["id"] for item in ordered]
+        if after not in ids:
+            raise ApiError(400, f"after names no item of this response: {after!r}", param="after")
+        ordered = ordered[ids.index(after) + 1 :]
+    page = ordered[: int(limit_text)]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else "",
+        "last_id": page[-1]["id"] if page else "",
+        "has_more": len(ordered) > len(page),
+    }
 
 
 def _check_settings(settings: ServeSettings) -> None:
@@ -220,6 +314,11 @@ class Renderer(Protocol):
     and the server-sent events of a stream, each a list of encoded events (empty where
     the format has nothing to say).  :class:`_Job` does the rest, the same for every
     endpoint."""
+
+    async def keep(self, records: list[RunRecord]) -> None:
+        """Store what the format keeps of runs that all succeeded, before their answer
+        is sent."""
+        ...
 
     def body(self, records: list[RunRecord]) -> dict[str, Any]:
         """The answer of runs that all succeeded."""
@@ -275,6 +374,19 @@ class _Job:
         self.budget = service.budget(chat.budget)  # one for all the request's runs
         self.headers = {"x-conductor-run-id": ",".join(run_ids)}
         self.traceparent: str | None = None
+        #: The hold on the key's budget, settled when the runs end (``None``: no budget).
+        self.reservation: Reservation | None = None
+
+    def settle(self) -> None:
+        """Settle the key's budget to what the runs spent, in the background (once;
+        safe to repeat): what a request cancelled or cut short does."""
+        if self.reservation is not None:
+            self.reservation.close()
+
+    async def settled(self) -> None:
+        """Settle the key's budget before the answer is sent."""
+        if self.reservation is not None:
+            await self.reservation.settle()
 
     async def answered(self, receive: Receive) -> Response:
         """Run, watching the connection from the start (waiting for a slot included):
@@ -294,10 +406,12 @@ class _Job:
         if work.cancelled():
             return Response(status_code=499)  # the client is gone: nobody reads this
         records = work.result()
+        await self.settled()
         headers = {**self.headers, "x-conductor-cost-usd": _cost_header(records)}
         failed = next((r for r in records if r.status == "failed"), None)
         if failed is not None:
             return _json(failure_body(records, failed), status=502, headers=headers)
+        await self.renderer.keep(records)
         return _json(self.renderer.body(records), headers=headers)
 
     async def _run_in_slot(self) -> list[RunRecord]:
@@ -316,6 +430,7 @@ class _Job:
         # A response that is never started (the client left first) drops its generator
         # unstarted, so its ``finally`` would not run: give the place back then too.
         weakref.finalize(events, self.ticket.release)
+        weakref.finalize(events, _soon, asyncio.get_running_loop(), self.settle)
         return StreamingResponse(
             events,
             media_type="text/event-stream",
@@ -368,13 +483,24 @@ class _Job:
                         for event in render.answer(i, record):
                             yield event
             done = [records[i] for i in range(n)]
+            await self.settled()
             failed = next((r for r in done if r.status == "failed"), None)
+            if failed is None:
+                await render.keep(done)
             for event in render.failed(done, failed) if failed else render.closing(done):
                 yield event
         finally:
             for task in tasks:
                 task.cancel()
             self.ticket.release()
+            self.settle()
+
+
+def _soon(loop: asyncio.AbstractEventLoop, work: Callable[[], None]) -> None:
+    """``work`` on ``loop`` from wherever a finalizer runs; nothing once the loop is
+    closed (the server is gone, and its state server's lease settles the rest)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(work)
 
 
 def _finished(queue: asyncio.Queue[tuple[str, int, Any]], index: int, task: Any) -> None:

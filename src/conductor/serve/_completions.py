@@ -102,6 +102,9 @@ class CompletionRenderer(ChunkStream):
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
         return sse(self._object(choices, **extra))
 
+    async def keep(self, records: list[RunRecord]) -> None:
+        """Nothing is stored of this format's answers."""
+
     def body(self, records: list[RunRecord]) -> dict[str, Any]:
         choices = [_choice(i, r.final_answer or "", "stop") for i, r in enumerate(records)]
         return self._object(choices, usage=usage_of(records), conductor=conductor_field(records))

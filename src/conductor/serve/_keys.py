@@ -8,6 +8,8 @@ use::
       - name: team-a
         token_env: TEAM_A_TOKEN      # the token is this variable's value
         allowed_workers: [w0, w1]
+        max_calls: 10000             # a budget: calls and USD over the key's life
+        max_usd: 25.0
       - name: admin
         token_env: ADMIN_TOKEN       # no allowed_workers: every worker
 
@@ -15,6 +17,11 @@ use::
 ``token_env``.  The file is read like a pool file (:mod:`conductor.configfile`), so each
 mistake is ``FILE:LINE: message`` naming the field, with a did-you-mean for a misspelt
 key or worker id.  A ``--api-key-env`` token beside the file is a key with every worker.
+
+``max_calls`` and ``max_usd`` are the key's budget, over its life (the server's, or
+on a ``--state`` server every replica shares, as long as that server keeps it): each
+request reserves its worst case first and is refused (429) when it does not fit
+(:mod:`._spend`).
 
 A request narrows what its key allows with ``conductor.allowed_workers`` in its body
 (:func:`allowed_workers`): a worker its key may not use is refused (403), not dropped,
@@ -31,6 +38,7 @@ from pathlib import Path
 
 import yaml
 
+from ..bounds import KEY_CALLS
 from ..configfile import (
     ConfigReader,
     compose_yaml,
@@ -56,7 +64,10 @@ __all__ = [
     "strategy_for",
 ]
 
-_ENTRY_KEYS = ("name", "token", "token_env", "allowed_workers")
+#: The largest USD budget a key may have.
+MAX_KEY_USD = 1_000_000.0
+
+_ENTRY_KEYS = ("name", "token", "token_env", "allowed_workers", "max_calls", "max_usd")
 
 
 class KeysFileError(ConfigFileError):
@@ -66,11 +77,14 @@ class KeysFileError(ConfigFileError):
 @dataclass(frozen=True)
 class ApiKey:
     """One client's key: its ``name`` (in logs and records, never the token), the
-    ``token`` it sends, and the workers it may use (``None``: every worker)."""
+    ``token`` it sends, the workers it may use (``None``: every worker), and its
+    budget: ``max_calls`` calls and ``max_usd`` USD over its life (``None``: no cap)."""
 
     name: str
     token: str = field(repr=False)
     allowed_workers: tuple[str, ...] | None = None
+    max_calls: int | None = None
+    max_usd: float | None = None
 
 
 class _KeysReader(ConfigReader):
@@ -153,7 +167,22 @@ class _KeysReader(ConfigReader):
         workers = None
         if "allowed_workers" in get:
             workers = self.workers(get["allowed_workers"], f"{where}.allowed_workers", pool)
-        return ApiKey(name=name, token=token, allowed_workers=workers)
+        max_calls = None
+        if "max_calls" in get:
+            max_calls = self.integer(get["max_calls"], f"{where}.max_calls", KEY_CALLS)
+        max_usd = None
+        if "max_usd" in get:
+            # Up to a million: counted in whole nano-dollars, exact below 2**53.
+            max_usd = self.number(
+                get["max_usd"], f"{where}.max_usd", positive=True, maximum=MAX_KEY_USD
+            )
+        return ApiKey(
+            name=name,
+            token=token,
+            allowed_workers=workers,
+            max_calls=max_calls,
+            max_usd=max_usd,
+        )
 
     def workers(self, node: yaml.Node, where: str, pool: Pool) -> tuple[str, ...] | None:
         if isinstance(node, yaml.ScalarNode) and self.scalar(node, where) is None:

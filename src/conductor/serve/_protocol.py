@@ -805,6 +805,9 @@ class ChatRenderer(ChunkStream):
         self.id = "chatcmpl-" + run_ids[0]
         self.created = int(time.time())
 
+    async def keep(self, records: list[RunRecord]) -> None:
+        """Nothing is stored of this format's answers."""
+
     def body(self, records: list[RunRecord]) -> dict[str, Any]:
         return completion_body(self.id, self.created, self.request.model, records)
 

@@ -26,8 +26,11 @@ each with its ``sequence_number``, counted from 0.
 ``previous_response_id`` continues a conversation: the server keeps the conversation
 of each response it answered (input items and answer, its function calls included, so
 a follow-up may send just their ``function_call_output`` items; not ``instructions``,
-which a follow-up gives afresh, as OpenAI's API does) in a bounded
-:class:`Conversations`, in memory; ``store: false`` keeps nothing.  A conversation
+which a follow-up gives afresh, as OpenAI's API does) with the response itself, in the
+server's :class:`~._stores.ConversationStore` (in memory, or on the state server every
+replica shares), for ``--keep-responses-s``; ``store: false`` keeps nothing.
+:func:`input_items` lists a stored conversation's items as
+``GET /v1/responses/ID/input_items`` answers them.  A conversation
 belongs to the API key that made it: another key's ``previous_response_id`` gets the
 answer an unknown id gets (OpenAI's 400 ``previous_response_not_found``), so it learns
 nothing of it, not even that it exists.
@@ -36,14 +39,13 @@ nothing of it, not even that it exists.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..llm.answer_format import AnswerFormat
 from ..llm.types import ToolCall
 from ..record import RunRecord
-from ._keys import ApiKey
+from ..state.shared import StateUnavailable
 from ._protocol import (
     ApiError,
     ChatMessage,
@@ -63,19 +65,16 @@ from ._protocol import (
     stream_of,
     usage_of,
 )
+from ._stores import ConversationStore
 
 __all__ = [
-    "Conversations",
-    "MAX_KEPT",
     "ResponsesRenderer",
     "ResponsesRequest",
+    "input_items",
     "parse_responses_request",
+    "stored",
+    "unreachable",
 ]
-
-#: How many answered conversations a server keeps for ``previous_response_id``.
-MAX_KEPT = 1024
-#: The characters of messages the kept conversations may hold in all (64 Mi).
-MAX_KEPT_CHARS = 64 << 20
 
 #: Parameters an orchestration cannot honour: each is refused when it asks for something.
 _UNSUPPORTED = (
@@ -87,59 +86,6 @@ _UNSUPPORTED = (
 
 #: Content parts that hold text: the user's (``input_text``) and an earlier answer's.
 _TEXT_PARTS = ("input_text", "output_text", "text")
-
-
-@dataclass(frozen=True)
-class _Kept:
-    """One response's conversation, the key that made it, and its size."""
-
-    messages: tuple[ChatMessage, ...]
-    owner: ApiKey | None
-    chars: int
-
-
-class Conversations:
-    """The conversations of the last ``limit`` responses answered, by response id (the
-    oldest is forgotten first), holding at most ``max_chars`` characters of messages in
-    all: a client sending many large inputs must not grow the server without bound
-    (each conversation counts whole, shared earlier turns included, so a long chain is
-    forgotten sooner than its memory would need; the newest is always kept).
-
-    A conversation belongs to the API key that made it (``None``: a server without
-    keys): :meth:`get` with another key finds nothing, exactly as for an id never
-    answered, so a key can neither read another's conversation nor learn that it
-    exists."""
-
-    def __init__(self, limit: int = MAX_KEPT, max_chars: int = MAX_KEPT_CHARS) -> None:
-        self.limit = limit
-        self.max_chars = max_chars
-        self._kept: OrderedDict[str, _Kept] = OrderedDict()
-        self._chars = 0
-
-    def get(self, response_id: str, owner: ApiKey | None = None) -> tuple[ChatMessage, ...] | None:
-        """The conversation of ``response_id`` if ``owner`` made it, else ``None``
-        (``owner`` left out: the anonymous caller of a server without keys, who on a
-        server with keys owns nothing)."""
-        found = self._kept.get(response_id)
-        # The very key object the server's key ring handed out: one per token.
-        if found is None or found.owner is not owner:
-            return None
-        return found.messages
-
-    def keep(
-        self, response_id: str, messages: tuple[ChatMessage, ...], owner: ApiKey | None = None
-    ) -> None:
-        size = sum(len(m.content) for m in messages)
-        old = self._kept.pop(response_id, None)
-        if old is not None:
-            self._chars -= old.chars
-        self._kept[response_id] = _Kept(messages, owner, size)
-        self._chars += size
-        while len(self._kept) > 1 and (
-            len(self._kept) > self.limit or self._chars > self.max_chars
-        ):
-            _, freed = self._kept.popitem(last=False)
-            self._chars -= freed.chars
 
 
 @dataclass(frozen=True)
@@ -162,12 +108,13 @@ def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:
     return ApiError(400, message, param=param, code=code)
 
 
-def parse_responses_request(
-    raw: bytes, kept: Conversations, owner: ApiKey | None = None
+async def parse_responses_request(
+    raw: bytes, kept: ConversationStore, owner: str
 ) -> ResponsesRequest:
     """The request in ``raw``, or an :class:`ApiError` (400) naming what is wrong;
     ``previous_response_id`` is looked up in ``kept`` among the conversations of the
-    caller's key, ``owner`` (another key's is "not found", as an unknown id is)."""
+    caller's key, ``owner`` (another key's is "not found", as an unknown id is; a store
+    that cannot be reached is a 503)."""
     body = json_object(raw)
     refuse_unsupported(body, _UNSUPPORTED)
     answer_format = _answer_format(body)
@@ -186,7 +133,7 @@ def parse_responses_request(
     if previous_id is not None:
         if not isinstance(previous_id, str):
             raise _bad("previous_response_id must be a string", "previous_response_id")
-        found = kept.get(previous_id, owner)
+        found = _messages(await stored(kept, previous_id, owner))
         if found is None:
             raise ApiError(
                 400,
@@ -446,12 +393,15 @@ class ResponsesRenderer:
         self,
         asked: ResponsesRequest,
         run_ids: list[str],
-        kept: Conversations,
-        owner: ApiKey | None = None,
+        kept: ConversationStore,
+        owner: str,
+        keep_s: float,
     ) -> None:
         self.asked = asked
         self.kept = kept
         self.owner = owner
+        self.keep_s = keep_s
+        self._completed: dict[str, Any] | None = None
         self.id = "resp_" + run_ids[0]
         self.created_at = int(time.time())
         self._sequence = 0
@@ -499,13 +449,21 @@ class ResponsesRenderer:
         return sse(data, event=kind)
 
     def _done(self, records: list[RunRecord]) -> dict[str, Any]:
-        """The completed response, its conversation kept first (so a follow-up sent
-        the moment the client has it finds it)."""
+        """The completed response (the one :meth:`keep` stored, when it did)."""
+        if self._completed is None:
+            (record,) = records
+            self._completed = self.response("completed", records, output_items(record))
+        return self._completed
+
+    async def keep(self, records: list[RunRecord]) -> None:
+        """Store the completed response and its conversation before the client is sent
+        it, so that a follow-up sent the moment the client has it finds it."""
+        if not self.asked.store:
+            return
         (record,) = records
-        output = output_items(record)
-        if self.asked.store:
-            self.kept.keep(self.id, (*self.asked.turn, _answer_message(record)), self.owner)
-        return self.response("completed", records, output)
+        messages = (*self.asked.turn, _answer_message(record))
+        body = {"response": self._done(records), "messages": [_dump(m) for m in messages]}
+        await self.kept.keep(self.id, self.owner, body, self.keep_s)
 
     def body(self, records: list[RunRecord]) -> dict[str, Any]:
         return self._done(records)
@@ -587,3 +545,118 @@ class ResponsesRenderer:
 
     def broken(self, message: str) -> list[bytes]:
         return [self._event("error", code="server_error", message=message, param=None)]
+
+
+# -- stored responses -------------------------------------------------------------------
+
+
+def unreachable(exc: StateUnavailable) -> ApiError:
+    """The 503 of a store that cannot be reached: "not found" would be untrue."""
+    return ApiError(
+        503,
+        f"{exc}: stored responses cannot be read until it answers",
+        type="server_error",
+        code="state_unavailable",
+    )
+
+
+async def stored(kept: ConversationStore, response_id: str, owner: str) -> dict[str, Any] | None:
+    """What ``kept`` holds of ``response_id`` for ``owner``, or ``None``; 503 when the
+    store cannot be reached."""
+    try:
+        return await kept.get(response_id, owner)
+    except StateUnavailable as exc:
+        raise unreachable(exc) from None
+
+
+def _dump(m: ChatMessage) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = [[c.id, c.name, c.arguments] for c in m.tool_calls]
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    return out
+
+
+def _messages(body: dict[str, Any] | None) -> tuple[ChatMessage, ...] | None:
+    """The conversation of a stored body, or ``None`` when it is not one (the state
+    server is shared: what another writer left there is not trusted to be well formed)."""
+    raw = (body or {}).get("messages")
+    if not isinstance(raw, list):
+        return None
+    out: list[ChatMessage] = []
+    for m in raw:
+        if not isinstance(m, dict):
+            return None
+        role, content = m.get("role"), m.get("content")
+        calls = m.get("tool_calls", [])
+        call_id = m.get("tool_call_id")
+        if not (
+            role in ("system", "developer", "user", "assistant", "tool")
+            and isinstance(content, str)
+            and isinstance(calls, list)
+            and all(
+                isinstance(c, list) and len(c) == 3 and all(isinstance(x, str) for x in c)
+                for c in calls
+            )
+            and (call_id is None or isinstance(call_id, str))
+        ):
+            return None
+        tool_calls = tuple(ToolCall(c[0], c[1], c[2]) for c in calls)
+        out.append(ChatMessage(role, content, tool_calls=tool_calls, tool_call_id=call_id))
+    return tuple(out)
+
+
+def input_items(response_id: str, body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The items a stored response answered, in order, in the shapes OpenAI lists them
+    (its answer, the last message, left out), or ``None`` for a body that is not one."""
+    messages = _messages(body)
+    if messages is None:
+        return None
+    base = response_id.removeprefix("resp_")
+    items: list[dict[str, Any]] = []
+    for i, m in enumerate(messages[:-1]):
+        if m.role == "tool":
+            items.append(
+                {
+                    "id": f"fco_{base}_{i}",
+                    "type": "function_call_output",
+                    "call_id": m.tool_call_id or "",
+                    "output": m.content,
+                    "status": "completed",
+                }
+            )
+            continue
+        if m.role == "assistant":
+            if m.content or not m.tool_calls:
+                items.append(
+                    {
+                        "id": f"msg_{base}_{i}",
+                        "type": "message",
+                        "role": "assistant",
+                        "status": "completed",
+                        "content": [_text_part(m.content)],
+                    }
+                )
+            items += [
+                {
+                    "id": f"fc_{base}_{i}_{k}",
+                    "type": "function_call",
+                    "call_id": c.id,
+                    "name": c.name,
+                    "arguments": c.arguments,
+                    "status": "completed",
+                }
+                for k, c in enumerate(m.tool_calls)
+            ]
+            continue
+        items.append(
+            {
+                "id": f"msg_{base}_{i}",
+                "type": "message",
+                "role": m.role,
+                "status": "completed",
+                "content": [{"type": "input_text", "text": m.content}],
+            }
+        )
+    return items

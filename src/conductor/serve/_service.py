@@ -2,6 +2,10 @@
 catalog of models, the slots requests wait for, the processes that check structured
 answers, and the records file.
 
+The stores of what outlives a request (stored conversations, keys' budgets:
+:mod:`._stores`) are opened with the service, on the state server when ``--state``
+names one.
+
 One :class:`Service` lives from the app's startup to its shutdown, in the server's
 event loop.  Every request's runs go through :meth:`Service.run_all`, so they share one
 :class:`~conductor.llm.caller.CallerSet` (clients, per-worker limits, the call cache)
@@ -37,6 +41,8 @@ from ..workflow import workflow_from_dict
 from ._models import Catalog
 from ._protocol import ApiError, RequestBudget, event_payload
 from ._settings import ServeSettings
+from ._spend import Spending
+from ._stores import Stores, open_stores
 
 if TYPE_CHECKING:
     from ..otel import ProcessTracer, RecordSink
@@ -151,8 +157,12 @@ class Service:
         cache: ResponseCache | None,
         records: RecordWriter | None,
         tracer: RecordSink | None = None,
+        stores: Stores | None = None,
     ) -> None:
         self.settings = settings
+        #: Stored conversations and keys' budgets: this process's, or the state server's.
+        self.stores = stores if stores is not None else open_stores(None)
+        self.spending = Spending(self.stores.budgets)
         self.cache = cache
         self.records = records
         #: Where each run's record becomes a trace (``--otel``), or ``None``.
@@ -190,12 +200,14 @@ class Service:
                 opened_tracer = open_tracer(settings.otel)
                 stack.callback(_close_tracer, opened_tracer)
                 tracer = opened_tracer
-            service = cls(settings, conductor, cache, records, tracer)
+            service = cls(settings, conductor, cache, records, tracer, open_stores(settings.state))
             try:
                 yield service
             finally:
                 await service.checkers.aclose()
                 await service.catalog.aclose()
+                await service.spending.aclose()  # what ran is settled before the stores close
+                await service.stores.aclose()
 
     def request_checks(self) -> RequestChecks:
         """The checks of one request, on one budget, in the service's checkers."""

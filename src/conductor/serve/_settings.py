@@ -56,6 +56,9 @@ class ServeSettings:
     #: Where the call cache is kept: a state server every replica shares, or ``None``
     #: (this machine's cache directory).
     state: StateURL | None = None
+    #: How long a stored Responses conversation is kept for a follow-up, a retrieve or
+    #: a list of its input items (``--keep-responses``, seconds; OpenAI keeps 30 days).
+    keep_responses_s: float = 30 * 24 * 3600.0
     keys: tuple[ApiKey, ...] = ()
     cors_origins: tuple[str, ...] = ()
     max_k: int = 16
@@ -73,7 +76,13 @@ class ServeSettings:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-        for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "max_usd_per_request"):
+        for name in (
+            "header_timeout_s",
+            "body_timeout_s",
+            "keep_alive_s",
+            "max_usd_per_request",
+            "keep_responses_s",
+        ):
             value = getattr(self, name)
             if value is not None and not 0 < value < float("inf"):
                 raise UsageError(f"--{name.replace('_', '-')} must be a number above 0")

@@ -10,10 +10,16 @@ none, each process keeps its state in local files as before.  What lives here:
   processes on any host pay an identical call once;
 - :mod:`~conductor.state.redis_limiter`: each provider key's request rate (a worker's
   ``rpm:``) on the server (:class:`RedisRates`), one rate for every process, failing
-  closed.
+  closed;
+- :mod:`~conductor.state.claims` and :mod:`~conductor.state.spend`: a bench run's
+  leases on its samples and its one spend counter, shared by its processes;
+- :mod:`~conductor.state.conversations` and :mod:`~conductor.state.budgets`: what
+  ``conductor serve`` replicas share (stored responses, keys' budgets by reservation),
+  failing closed where the cache fails open (:mod:`~conductor.state.shared`).
 
 A floor above the model calls: it stores what :mod:`conductor.llm.cache` decides to
-keep, and knows nothing of runs.  ``redis`` (the ``state`` extra) is imported only when
+keep, and knows nothing of records or requests (a run's samples are strings to it, a
+serve key an opaque identity).  ``redis`` (the ``state`` extra) is imported only when
 a server is named.
 """
 
