@@ -120,6 +120,7 @@ WRITERS = {
     "runs/lock.py": "the lock: a pid and a host name, nothing of a pool",
     "bench/claim.py": "record_line, BenchConfig.to_json",
     "bench/merge.py": "record_line, BenchConfig.to_json",
+    "bench/shared.py": "state_token (random, nothing of a pool); record_line's lines",
     "localmodel/crashes.py": "masked_json (a model path may come from the environment)",
     "otel/_child.py": "masked_json (the tracer's report)",
     "view/page.py": "mask + mask_text",
