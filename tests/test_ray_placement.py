@@ -1,16 +1,26 @@
 """Work placed on a real local Ray cluster (a head and two worker nodes, separate
 processes, started here once for the module): code grading as tasks that need the
-``sandbox`` resource, with the verdicts of local grading on the agreement corpora."""
+``sandbox`` resource, with the verdicts of local grading on the agreement corpora; and
+``bench --ray``, whose samples run on the nodes (calls over HTTP to the fake server
+from there), whose records equal a one-process run's, and which loses and doubles
+nothing when a node dies mid-run."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
 import sys
+import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.benchkit import bench_pool, cli, make_math_file, number_in, read_samples, script_math
+from kit.clock import scaled
 
 ray = pytest.importorskip("ray")
 
@@ -20,6 +30,7 @@ from conductor.grading.code import CodeGrader  # noqa: E402
 from conductor.placement import raycluster  # noqa: E402
 from conductor.placement.raycluster import SANDBOX_RESOURCE, RayGrader  # noqa: E402
 from conductor.sandbox import bubblewrap_available  # noqa: E402
+from conductor.testing import FakeLLMServer  # noqa: E402
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -37,12 +48,20 @@ def _perf_script() -> Any:
 
 
 class Nodes:
-    """The module's cluster: ``sandboxed`` declares one ``sandbox`` unit, ``plain``
-    none (a node without bubblewrap)."""
+    """The module's cluster: ``sandboxed`` declares two ``sandbox`` units and no CPU
+    (it grades, runs no sample), ``plain`` CPUs and no sandbox (a node without
+    bubblewrap: every sample runs there)."""
 
-    def __init__(self) -> None:
-        self.cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-        self.sandboxed = self.cluster.add_node(num_cpus=2, resources={SANDBOX_RESOURCE: 2})
+    def __init__(self, cache: Path) -> None:
+        # The nodes' worker processes inherit this process's environment: their call
+        # cache is the module's, never the user's.
+        os.environ["CONDUCTOR_CACHE_DIR"] = str(cache)
+        # A dead node is noticed within a second or two, not Ray's default half minute.
+        quick = {"health_check_period_ms": 500, "health_check_failure_threshold": 2}
+        self.cluster = Cluster(
+            initialize_head=True, head_node_args={"num_cpus": 0, "_system_config": quick}
+        )
+        self.sandboxed = self.cluster.add_node(num_cpus=0, resources={SANDBOX_RESOURCE: 2})
         self.plain = self.cluster.add_node(num_cpus=2)
         self.cluster.wait_for_nodes()
         raycluster.connect(self.cluster.address)
@@ -53,8 +72,13 @@ class Nodes:
 
 
 @pytest.fixture(scope="module")
-def nodes() -> Iterator[Nodes]:
-    started = Nodes()
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
+    saved = os.environ.get("CONDUCTOR_CACHE_DIR")
+    started = Nodes(tmp_path_factory.mktemp("node-cache"))
+    if saved is None:
+        del os.environ["CONDUCTOR_CACHE_DIR"]
+    else:
+        os.environ["CONDUCTOR_CACHE_DIR"] = saved
     try:
         yield started
     finally:
@@ -93,3 +117,86 @@ def test_a_grade_never_runs_on_a_node_without_the_sandbox(nodes: Nodes) -> None:
     verdict = ray.get(unplaced.remote("code", {}, sample[0], sample[1]))
     assert verdict["status"] == "grader_error"
     assert "holds no 'sandbox' resource" in verdict["reason"]
+
+
+# -- bench --ray -----------------------------------------------------------------
+
+
+def _outcomes(run: Path) -> list[tuple[str, int, str, str | None, str]]:
+    """What must not depend on where a sample ran: its id, epoch, verdict and answer."""
+    return sorted(
+        (r["sample_id"], r["epoch"], r["grade"]["status"], r["grade"]["extracted"],
+         r["final_answer"])
+        for r in read_samples(run)
+    )  # fmt: skip
+
+
+def test_bench_on_ray_records_what_one_process_records(
+    nodes: Nodes, tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    script_math(fake_server)
+    data = make_math_file(tmp_path / "math.jsonl", 6)
+    pool = bench_pool(tmp_path, fake_server)
+    args = ["bench", "math500", "--pool", str(pool), "--data", str(data), "--epochs", "2",
+            "--strategy", "moa"]  # fmt: skip
+    here = cli(*args, "--out", str(tmp_path / "here"), cache=tmp_path / "c1")
+    assert here.returncode == 0, here.stderr
+    asked_here = len(fake_server.requests)
+    placed = cli(
+        *args, "--out", str(tmp_path / "ray"), "--ray", nodes.cluster.address, "--no-cache",
+        cache=tmp_path / "c2",
+    )  # fmt: skip
+    assert placed.returncode == 0, placed.stderr
+    # The calls were made (over HTTP, from the nodes), as many as in one process.
+    assert len(fake_server.requests) == 2 * asked_here
+    assert _outcomes(tmp_path / "ray") == _outcomes(tmp_path / "here")
+    assert len(_outcomes(tmp_path / "ray")) == 12
+    # where samples run is not part of the run: the two configs agree
+    strip = ("run_dir", "created_at", "started_at", "invocation")
+    configs = [
+        {k: v for k, v in json.loads((tmp_path / d / "config.json").read_text()).items()
+         if k not in strip}
+        for d in ("here", "ray")
+    ]  # fmt: skip
+    assert configs[0] == configs[1]
+
+
+def test_a_node_lost_mid_run_loses_and_doubles_no_sample(
+    nodes: Nodes, tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    """The plain node (where every sample runs) is killed, its raylet first, while
+    samples run on it; a new node joins: those samples run again there (their questions
+    reach the server twice), and the run directory ends with every sample exactly
+    once.  The last test of the module: it replaces the plain node."""
+    script_math(fake_server)
+    # Long enough that the samples in flight at the kill are still waiting on their
+    # call, so their worker processes die with the node before they can answer.
+    fake_server.latency_s = 1.5
+    n = 8
+    data = make_math_file(tmp_path / "math.jsonl", n)
+    pool = bench_pool(tmp_path, fake_server)
+    out = tmp_path / "run"
+    env = {**os.environ, "CONDUCTOR_CACHE_DIR": str(tmp_path / "c")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "conductor", "bench", "math500", "--pool", str(pool),
+         "--data", str(data), "--strategy", "single:w0", "--concurrency", "4", "--no-cache",
+         "--ray", nodes.cluster.address, "--out", str(out)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    samples = out / "samples.jsonl"
+    deadline = time.monotonic() + scaled(120)
+    while time.monotonic() < deadline:
+        if samples.exists() and samples.read_text().count("\n") >= 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None and samples.read_text().count("\n") < n
+    nodes.cluster.remove_node(nodes.plain, allow_graceful=False)
+    nodes.plain = nodes.cluster.add_node(num_cpus=2)
+    _, err = proc.communicate(timeout=scaled(180))
+    assert proc.returncode == 0, err
+    keys = [(r["sample_id"], r["epoch"]) for r in read_samples(out)]
+    assert len(keys) == len(set(keys)) == n  # 0 lost, 0 doubled
+    assert all(r["grade"]["status"] == "correct" for r in read_samples(out))
+    asked = Counter(number_in(r) for r in fake_server.requests_for("w0"))
+    assert set(asked) == set(range(n))
+    assert max(asked.values()) == 2, asked  # retried: asked again elsewhere

@@ -38,10 +38,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..errors import MissingDependencyError, UsageError, install_hint
 from ..grading import Grader, get_grader
 from ..grading.types import Sample, Verdict
+from ..llm.answer_format import PLAIN, AnswerFormat
 
 if TYPE_CHECKING:
+    from ..events import EventSink
+    from ..pool import Pool
     from ..record import RunRecord
-    from ..strategies import Strategy
+    from ..steps import Budget
+    from ..strategies import CallPlan, Strategy
+    from ..targets import Worker
 
 __all__ = [
     "DEFAULT_MAX_RETRIES",
@@ -159,10 +164,12 @@ class RayGrader:
         self.name: str = local.name
         self.version: str = local.version
         self._spec = (name, dict(options))
+        # A sandbox unit and no CPU: a grade mostly waits on its sandboxed process, and
+        # the units a node declares are the grades it runs at once.
         self._remote = (
             _ray()
             .remote(_grade_on_node)
-            .options(resources={SANDBOX_RESOURCE: 1}, num_cpus=1, max_retries=max_retries)
+            .options(resources={SANDBOX_RESOURCE: 1}, num_cpus=0, max_retries=max_retries)
         )
 
     def grade(self, response: str | None, sample: Sample) -> Verdict:
@@ -198,7 +205,8 @@ def _run_on_node(
     question: str,
     sample_index: int,
     sample_id: str | None,
-    epoch: int,
+    epoch: int | None,
+    answer_format: AnswerFormat,
 ) -> RunRecord:
     """A sample task's body, run on a node: the strategy ``factory`` builds (once per
     worker process and run, ``token`` naming the run) answers ``question``."""
@@ -211,7 +219,13 @@ def _run_on_node(
         if strategy is None:
             strategy = _node_strategies[token] = factory()
     return loop.run(
-        strategy.run(question, sample_index=sample_index, sample_id=sample_id, epoch=epoch)
+        strategy.run(
+            question,
+            sample_index=sample_index,
+            sample_id=sample_id,
+            epoch=epoch,
+            answer_format=answer_format,
+        )
     )
 
 
@@ -240,15 +254,52 @@ class RayStrategy:
             .options(num_cpus=1, max_retries=max_retries, retry_exceptions=False)
         )
 
-    def __getattr__(self, attr: str) -> Any:
-        # Everything but running (targets, describe, call_demand, ...) is the local one's.
-        return getattr(self._local, attr)
+    # Everything but running is the local strategy's: what the run's config records,
+    # what a key check and the concurrency default read.
+
+    @property
+    def pool(self) -> Pool:
+        return self._local.pool
+
+    @property
+    def targets(self) -> tuple[Worker, ...]:
+        return self._local.targets
+
+    @property
+    def call_demand(self) -> tuple[tuple[Worker, int], ...]:
+        return self._local.call_demand
+
+    @property
+    def call_roles(self) -> tuple[tuple[str, Worker], ...]:
+        return self._local.call_roles
+
+    def planned_calls(self, question: str, *, workflow_steps: int) -> CallPlan | None:
+        return self._local.planned_calls(question, workflow_steps=workflow_steps)
+
+    def describe(self) -> dict[str, Any]:
+        return self._local.describe()
+
+    def answer_refusal(self, answer: AnswerFormat) -> str | None:
+        return self._local.answer_refusal(answer)
 
     async def run(
-        self, question: str, *, sample_index: int, sample_id: str | None = None, epoch: int = 0
+        self,
+        question: str,
+        *,
+        sample_index: int,
+        sample_id: str | None = None,
+        epoch: int | None = None,
+        events: EventSink | None = None,
+        on_record: Callable[[RunRecord], None] | None = None,
+        budget: Budget | None = None,
+        answer_format: AnswerFormat = PLAIN,
     ) -> RunRecord:
+        """Run ``question`` on a node.  What lives in this process (``events``,
+        ``on_record``, a ``budget`` shared by runs) cannot follow it there: refused."""
+        if events is not None or on_record is not None or budget is not None:
+            raise ValueError("a run on a Ray node takes no events, on_record or budget")
         ref = self._remote.remote(
-            self._factory, self._token, question, sample_index, sample_id, epoch
+            self._factory, self._token, question, sample_index, sample_id, epoch, answer_format
         )
         record: RunRecord = await ref
         return record
