@@ -161,6 +161,15 @@ def test_bench_on_ray_records_what_one_process_records(
     assert configs[0] == configs[1]
 
 
+@pytest.mark.parametrize("given", [{"max_usd": 5.0}, {"batch": True}])
+def test_ray_refuses_what_needs_every_call_here(given: dict[str, Any]) -> None:
+    from conductor.bench.session import BenchArgs, plan_bench
+    from conductor.errors import UsageError
+
+    with pytest.raises(UsageError, match="--ray runs the samples' calls on the cluster"):
+        plan_bench(BenchArgs(benchmark="math500", ray="auto", **given))
+
+
 def test_a_node_lost_mid_run_loses_and_doubles_no_sample(
     nodes: Nodes, tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
