@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -159,6 +160,38 @@ def test_bench_on_ray_records_what_one_process_records(
         for d in ("here", "ray")
     ]  # fmt: skip
     assert configs[0] == configs[1]
+
+
+@pytest.mark.skipif(not shutil.which("redis-server"), reason="needs redis-server")
+def test_with_state_the_nodes_share_one_call_cache(
+    nodes: Nodes, tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    """Calls made on the nodes land in the --state server: a second run (another
+    seed, so no sample is replayed whole: each runs on a node again) asks the provider
+    nothing; the same run with --no-cache, the positive control, asks again."""
+    from kit.redisserver import RedisServer
+
+    script_math(fake_server)
+    data = make_math_file(tmp_path / "math.jsonl", 4)
+    pool = bench_pool(tmp_path, fake_server)
+    args = ["bench", "math500", "--pool", str(pool), "--data", str(data),
+            "--strategy", "single:w0", "--ray", nodes.cluster.address]  # fmt: skip
+    with RedisServer() as server:
+        first = cli(*args, "--state", server.url, "--out", str(tmp_path / "a"),
+                    cache=tmp_path / "c1")  # fmt: skip
+        assert first.returncode == 0, first.stderr
+        asked = len(fake_server.requests)
+        assert asked == 4
+        second = cli(*args, "--state", server.url, "--seed", "1",
+                     "--out", str(tmp_path / "b"), cache=tmp_path / "c2")  # fmt: skip
+        assert second.returncode == 0, second.stderr
+        assert len(fake_server.requests) == asked  # every call from the shared cache
+        assert all(r["replayed_from"] is None for r in read_samples(tmp_path / "b"))
+    third = cli(*args, "--no-cache", "--seed", "1", "--out", str(tmp_path / "c"),
+                cache=tmp_path / "c3")  # fmt: skip
+    assert third.returncode == 0, third.stderr
+    assert len(fake_server.requests) == 2 * asked
+    assert _outcomes(tmp_path / "b") == _outcomes(tmp_path / "c")
 
 
 @pytest.mark.parametrize("given", [{"max_usd": 5.0}, {"batch": True}])
