@@ -86,8 +86,8 @@ def connect(address: str) -> None:
         ray.init(
             address=address,
             logging_level=logging.WARNING,
+            # The nodes' output stays in their logs: nothing below the CLI prints here.
             log_to_driver=False,
-            # The driver's working directory is the user's: nothing of it is shipped.
             include_dashboard=False,
         )
     except (ConnectionError, RuntimeError, ValueError) as exc:
