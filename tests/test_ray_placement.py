@@ -7,13 +7,16 @@ nothing when a node dies mid-run."""
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
 import time
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -174,6 +177,57 @@ def test_bench_on_ray_records_what_one_process_records(
         for d in ("here", "ray")
     ]  # fmt: skip
     assert configs[0] == configs[1]
+
+
+def _lcb_row(qid: str, stdin: str, stdout: str) -> str:
+    """One problem in LiveCodeBench's schema, its private tests encoded as the dataset
+    encodes them (JSON, pickled, zlib, base64)."""
+    tests = [{"input": stdin, "output": stdout, "testtype": "stdin"}]
+    private = base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode()
+    row = {
+        "question_title": qid, "question_content": f"Problem {qid}.", "platform": "atcoder",
+        "question_id": qid, "contest_id": "abc999", "contest_date": "2024-10-05T00:00:00",
+        "starter_code": "", "difficulty": "easy", "public_test_cases": json.dumps(tests),
+        "private_test_cases": private, "metadata": "{}",
+    }  # fmt: skip
+    return json.dumps(row) + "\n"
+
+
+@pytest.mark.skipif(not bubblewrap_available(), reason="code grading needs bubblewrap")
+def test_a_code_benchmark_on_ray_grades_as_one_process(
+    nodes: Nodes, tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    """bench livecodebench --ray: the code grades run on the sandbox node, the verdicts
+    (a pass, a wrong answer, a crash) those of a one-process run."""
+    data = tmp_path / "lcb.jsonl"
+    data.write_text(
+        _lcb_row("double", "21\n", "42\n") + _lcb_row("triple", "2\n", "6\n")
+        + _lcb_row("crash", "1\n", "1\n")
+    )  # fmt: skip
+    programs = {
+        "double": "print(int(input()) * 2)",
+        "triple": "print(int(input()) * 2)",
+        "crash": "raise SystemExit(3)",
+    }
+
+    def answer(request: Any) -> str:
+        qid = next(q for q in programs if f"Problem {q}." in request.last_user_message)
+        return f"```python\n{programs[qid]}\n```"
+
+    fake_server.script("w0", answer)
+    pool = bench_pool(tmp_path, fake_server, n=1)
+    args = ["bench", "livecodebench", "--pool", str(pool), "--data", str(data),
+            "--strategy", "single:w0"]  # fmt: skip
+    here = cli(*args, "--out", str(tmp_path / "here"), cache=tmp_path / "c1")
+    assert here.returncode == 0, here.stderr
+    placed = cli(*args, "--out", str(tmp_path / "ray"), "--ray", nodes.cluster.address,
+                 cache=tmp_path / "c2")  # fmt: skip
+    assert placed.returncode == 0, placed.stderr
+    grades = [{r["sample_id"]: r["grade"] for r in read_samples(tmp_path / d)}
+              for d in ("here", "ray")]  # fmt: skip
+    assert grades[0] == grades[1]
+    statuses = sorted(g["status"] for g in grades[1].values())
+    assert statuses == ["correct", "incorrect", "incorrect"], grades[1]
 
 
 @pytest.mark.parametrize("given", [{"max_usd": 5.0}, {"batch": True}])
