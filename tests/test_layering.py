@@ -70,6 +70,9 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     # A router reads bench run directories and question keys; strategies run it.
     ("routing", ("router",)),
     ("strategies", ("strategies",)),
+    # Where work runs beyond this process (a Ray cluster): it runs graders and
+    # strategies, and the benchmark runner places its work there.
+    ("placement", ("placement",)),
     ("benchmarks", ("bench",)),
     ("training", ("train",)),
     ("presentation", ("render", "cli", "serve", "view")),

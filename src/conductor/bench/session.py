@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import re
 import time
 from collections.abc import Callable
@@ -98,6 +99,9 @@ class BenchArgs:
     #: N`` (each run stops after its first N pairs left).
     estimate: bool = False
     pilot: int | None = None
+    #: ``--ray ADDRESS`` (or ``auto``): samples and code grading run as tasks on that
+    #: Ray cluster; ``None``: in this process.
+    ray: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,9 @@ class BenchRequest:
     overwrite: bool = False
     #: Stop after this many of the pairs left (``--pilot N``); ``None``: run them all.
     max_pairs: int | None = None
+    #: The Ray cluster the samples and code grades run on (``--ray``); ``None``: here.
+    #: Where a sample runs does not decide it: the run's config does not record it.
+    ray: str | None = None
 
 
 def plan_bench(args: BenchArgs) -> list[BenchRequest]:
@@ -144,6 +151,7 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
 
     if args.retry_errors and args.resume is None:
         raise UsageError("--retry-errors needs --resume DIR")
+    _check_ray(args)
     _check_pilot(args)
     if args.overwrite and args.resume is not None:
         raise UsageError(
@@ -208,9 +216,23 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
             unsafe_code=args.unsafe_code,
             overwrite=args.overwrite,
             max_pairs=args.pilot,
+            ray=args.ray,
         )
         for strat in strategies
     ]
+
+
+def _check_ray(args: BenchArgs) -> None:
+    """``--ray`` with what needs every call made in this process: the spend cap counts
+    the calls this process makes, and provider batches are sent from here."""
+    if args.ray is None or args.estimate:
+        return
+    for given, name in ((args.max_usd, "--max-usd"), (args.batch, "--batch")):
+        if given:
+            raise UsageError(
+                f"--ray runs the samples' calls on the cluster's nodes; {name} needs them made "
+                "in this process: leave one of the two out"
+            )
 
 
 def _check_pilot(args: BenchArgs) -> None:
@@ -248,6 +270,22 @@ def bench_grader(request: BenchRequest) -> Grader:
         with_unsafe_opt_in(spec.grader, spec.grader_options, request.unsafe_code),
         warm=False,
     )
+
+
+def node_strategy(request: BenchRequest) -> Strategy:
+    """The strategy of ``request`` as a Ray node builds it to run samples (``bench
+    --ray``): the same builder as here, its calls through the node's callers and the
+    call cache ``request`` names (``--state``: the one shared server).  The cache stays
+    open as long as the node's worker process."""
+    from ..llm.caller import CallerSet
+
+    cache = None if request.no_cache else _NODE_CACHES.enter_context(open_call_cache(request.state))
+    strategy, _options = build_strategy(request, CallerSet(cache), bench_options(request))
+    return strategy
+
+
+# What the node's strategies hold open for the worker process's life (their call caches).
+_NODE_CACHES = contextlib.ExitStack()
 
 
 def bench_options(request: BenchRequest) -> BenchOptions:
@@ -316,6 +354,8 @@ class BenchSession:
         self.summary = SummaryBuilder(request.run_dir)
         self._grader = bench_grader(request)
         self._options = bench_options(request)
+        if request.ray is not None:
+            self._grader, self._options = _on_ray(request, self._grader, self._options)
 
     def run(
         self,
@@ -383,6 +423,12 @@ class BenchSession:
                 )
             callers = CallerSet(cache, meter=meter, rates=open_rates(r.state))
             strat, options = build_strategy(r, callers, options)
+            if r.ray is not None:
+                from ..placement.raycluster import RayStrategy
+
+                # Each sample runs on a node, the same builder making its strategy there;
+                # records come back here, the only writer of the run directory.
+                strat = RayStrategy(strat, functools.partial(node_strategy, r))
             # Every missing key at once, before the first sample (and before the run
             # directory holds anything).
             require_keys(strat.targets)
@@ -426,6 +472,26 @@ class BenchSession:
                 )
             finally:
                 record_rate_limits(r.run_dir, callers.limits.history())
+
+
+def _on_ray(
+    request: BenchRequest, grader: Grader, options: BenchOptions
+) -> tuple[Grader, BenchOptions]:
+    """Join ``request``'s Ray cluster; a grader that runs code grades there, as many
+    at once as the cluster's nodes declare sandbox units for.  Other graders (a number
+    or a letter compared) stay in this process."""
+    from ..grading.code import with_unsafe_opt_in
+    from ..placement.raycluster import RayGrader, connect, sandbox_slots
+
+    assert request.ray is not None
+    connect(request.ray)
+    spec = request.spec
+    if spec.grader != "code":
+        return grader, options
+    slots = sandbox_slots()
+    grader_options = with_unsafe_opt_in(spec.grader, spec.grader_options, request.unsafe_code)
+    ray_grader = RayGrader(spec.grader, grader_options)
+    return ray_grader, dataclasses.replace(options, grader_concurrency=slots)
 
 
 def _check_priced(targets: tuple[Worker, ...] | list[Worker]) -> None:

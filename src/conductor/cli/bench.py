@@ -153,6 +153,17 @@ def bench(
             "continue the run with --resume DIR.",
         ),
     ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Run the samples as tasks on the Ray cluster at ADDRESS (host:port, or "
+            "auto), each node calling the providers; code is graded on the nodes that "
+            "declare the resource 'sandbox'.  This process writes the run directory.  "
+            "Needs the ray extra.",
+        ),
+    ] = None,
     confirm_run_unsafe_code: Annotated[
         bool,
         typer.Option(
@@ -223,6 +234,7 @@ def bench(
             max_usd=max_usd,
             estimate=estimate,
             pilot=pilot,
+            ray=ray,
         )
     )
     if estimate:
