@@ -70,7 +70,11 @@ def bench_pool(tmp_path: Path, server: FakeLLMServer, n: int = 2) -> Path:
 
 
 def read_samples(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    """Every line of ``samples.jsonl`` as JSON, strictly (a torn or garbled line fails
+    the test), but for blank lines: they are nothing in the format, and processes that
+    share a run with ``--state`` start each record with one (runs/rundir.py)."""
+    text = (run_dir / "samples.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines() if line]
 
 
 def cli(*args: str, cache: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
