@@ -383,6 +383,7 @@ class BenchSession:
                 )
             callers = CallerSet(cache, meter=meter, rates=open_rates(r.state))
             strat, options = build_strategy(r, callers, options)
+            callers.declare(strat.targets)
             # Every missing key at once, before the first sample (and before the run
             # directory holds anything).
             require_keys(strat.targets)
