@@ -7,7 +7,7 @@ provider (:class:`conductor.testing.FakeLLMServer`, in this process, recording e
 request) serve three ``conductor bench math500`` processes.  The data repeats: N/3
 distinct questions, each three times under different ids, the copies side by side, so
 that the processes ask identical calls at the same moment.  Default 3 processes x 3,000
-questions and ``rpm: 3000``; ``--smoke`` (CI): 3 x 60 and ``rpm: 300`` (seconds).
+questions and ``rpm: 3000``; ``--smoke`` (CI): 3 x 60 and ``rpm: 600`` (seconds).
 
 1. Identical calls: with ``--state`` (one run directory, one shared call cache) each
    distinct request body reaches the provider once; the contrast is today's way, three
@@ -368,7 +368,7 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="3 x 60 questions (seconds, for CI)")
     args = parser.parse_args()
     if args.smoke:
-        args.questions, args.rpm = 60, 300.0
+        args.questions, args.rpm = 60, 600.0
     binary = shutil.which("redis-server")
     try:
         import redis  # noqa: F401
