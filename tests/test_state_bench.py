@@ -4,6 +4,7 @@ up by the others, one spend cap for all, and a lost server stopping the run."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -23,9 +24,13 @@ from kit.clock import scaled
 from kit.poolkit import invoke_cli, pool_dict, worker, write_pool
 from kit.redisserver import RedisServer
 
+from conductor.bench.shared import LEASE_ENV, RunShare
+from conductor.grading.types import Sample
 from conductor.runs.lock import join_run_dir, share_lock
-from conductor.runs.rundir import SampleLines
+from conductor.runs.rundir import STATE_TOKEN, SampleLines, record_line
 from conductor.runs.summary import write_summary
+from conductor.state import StateURL
+from conductor.state.claims import RunClaims
 from conductor.testing import FakeLLMServer
 
 pytestmark = pytest.mark.process  # bench processes and a redis-server
@@ -270,3 +275,41 @@ def test_processes_ending_together_leave_one_whole_summary(
         t.join()
     json.loads((run / "summary.json").read_text())
     assert failures == []
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_a_pair_written_by_a_process_killed_before_marking_it_done_is_not_run_again(
+    tmp_path: Path, server: RedisServer, monkeypatch: pytest.MonkeyPatch, recorded: bool
+) -> None:
+    # The window of the record protocol between the append and ``finish``: the holder's
+    # line is in the file, the pair not done, its lease lapsing (no heartbeat: dead).
+    # Whoever retakes it finds the line and marks it done; with no line, it runs it.
+    # (Without the look-up, the retaker ran it too: two lines for one pair.)
+    monkeypatch.setenv(LEASE_ENV, "0.3")
+    run = tmp_path / "run"
+    run.mkdir()
+    first = RunShare(StateURL.parse(server.url), run)
+    first.start(0.0)
+    token = (run / STATE_TOKEN).read_text().strip()
+    dead = RunClaims(StateURL.parse(server.url), token, lease_s=0.3)
+    assert dead.claim("s/1", 0) == "claimed"
+    if recorded:
+        with (run / "samples.jsonl").open("a") as fh:
+            fh.write("\n" + record_line({"sample_id": "s/1", "epoch": 0, "status": "ok"}))
+
+    async def taken() -> list[str]:
+        work = iter([(Sample(id="s/1", input={}, gold=None), 0)])
+        got = []
+        async for sample, epoch in first.claimed(work, halted=lambda: False):
+            got.append(sample.id)
+            first.settle(sample.id, epoch)  # as the runner does once it has ended
+        return got
+
+    try:
+        got = asyncio.run(taken())  # waits out the dead holder's lease
+        assert got == ([] if recorded else ["s/1"])
+        assert first.claims is not None
+        assert first.claims.claim("s/1", 0) == ("done" if recorded else "claimed")
+    finally:
+        first.close()
+        dead.close()

@@ -24,7 +24,7 @@ from conductor.llm.cache import ResponseCache, cache_key
 from conductor.llm.caller import CallerSet
 from conductor.llm.limiter import LocalRate
 from conductor.llm.types import ModelRequest
-from conductor.state import StateURL
+from conductor.state import StateURL, open_rates
 from conductor.state.redis_cache import RedisCacheStore
 from conductor.state.redis_limiter import RedisRates
 from conductor.targets import Worker
@@ -286,3 +286,29 @@ def test_bench_keeps_a_worker_s_rate_on_the_state_server(
     assert len(fake.requests) == 3
     (key,) = redis.Redis.from_url(server.url).keys("conductor:rate:*")
     assert redis.Redis.from_url(server.url).hget(key, "rpm") == b"600"
+
+
+def test_a_workers_rate_holds_the_conductors_calls_on_its_key_from_the_first(
+    server: RedisServer, fake: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The Conductor states no rate and calls first; the worker on its key states one.
+    # Declared before the first call, the worker's rate spaces the Conductor's calls too
+    # (undeclared, the key had no rate until the worker's own first call: the calls
+    # went out at once; found by benchmarks/perf/shared_state.py).
+    monkeypatch.setenv("FAKE_KEY", "k")
+    conductor = worker(fake)
+    rated = Worker(id="w2", model="m2", client="openai", api_base=fake.openai_base,
+                   api_key_env="FAKE_KEY", max_retries=0, rpm=60.0)  # fmt: skip
+
+    async def main() -> None:
+        callers = CallerSet(None, rates=open_rates(StateURL.parse(server.url)))
+        callers.declare([conductor, rated])
+        caller = callers.get(conductor)
+        await asyncio.gather(*(caller.complete(req(f"q{i}")) for i in range(5)))
+        await callers.aclose()
+
+    asyncio.run(main())
+    times = sorted(r.received_at for r in fake.requests)
+    # One a second, the first two at once (the schedule's start): five calls span about
+    # three seconds (never less than 2.5, however busy the machine; undeclared, none).
+    assert len(times) == 5 and times[-1] - times[0] >= 2.5, times

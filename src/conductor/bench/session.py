@@ -280,7 +280,11 @@ def node_strategy(request: BenchRequest) -> Strategy:
     from ..llm.caller import CallerSet
 
     cache = None if request.no_cache else _NODE_CACHES.enter_context(open_call_cache(request.state))
-    strategy, _options = build_strategy(request, CallerSet(cache), bench_options(request))
+    # The node's calls count against the same rate as the driver's (the server's, with
+    # --state), each key's stated rate known before the first call.
+    callers = CallerSet(cache, rates=open_rates(request.state))
+    strategy, _options = build_strategy(request, callers, bench_options(request))
+    callers.declare(strategy.targets)
     return strategy
 
 
@@ -423,6 +427,7 @@ class BenchSession:
                 )
             callers = CallerSet(cache, meter=meter, rates=open_rates(r.state))
             strat, options = build_strategy(r, callers, options)
+            callers.declare(strat.targets)
             if r.ray is not None:
                 from ..placement.raycluster import RayStrategy
 

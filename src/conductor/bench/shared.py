@@ -23,6 +23,10 @@ The record protocol, one of a kind (:meth:`RunShare.write`):
 3. ``finish``: the pair is marked done, a compare-and-set that succeeds only while the
    lease is ours.
 
+A process killed between 2 and 3 leaves a record whose pair is not done: whoever takes
+the lapsed lease finds the record (a retaken pair is looked up in ``samples.jsonl``)
+and marks it done instead of running it again.
+
 So a pair is marked done only once its line is durable, and written only by the
 holder of a live lease with a full lease left for the write.  This needs a file system
 whose appends are atomic (local disks, and cluster file systems that honour
@@ -49,6 +53,7 @@ from ..state.claims import LEASE_S, RunClaims, StateLost, is_token, new_token
 from ..state.url import StateURL
 from ..text import plural
 from ..userfiles import UnreadableFileError, read_regular
+from .claim import recorded_keys
 from .faults import BenchStopped
 
 __all__ = ["LEASE_ENV", "RunShare", "state_stop"]
@@ -173,7 +178,12 @@ class RunShare:
         assert self.claims is not None
         sample, epoch = pair
         got = self.claims.claim(sample.id, epoch)
-        if got == "claimed":
+        if got == "retaken" and (sample.id, epoch) in recorded_keys(self.out):
+            # Its holder wrote the record, then died (or stalled) before marking it
+            # done: marked now, never run (and recorded) twice.  Rare: a file read each.
+            self.claims.finish(sample.id, epoch)
+            return False
+        if got in ("claimed", "retaken"):
             self._open[(sample.id, epoch)] = pair
             return True
         if got == "held":

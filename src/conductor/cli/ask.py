@@ -185,7 +185,9 @@ async def _ask_async(
     from ..state import open_rates
 
     with cache_unless(no_cache, state) as cache:
-        chosen = _strategy(plan, pool, settings, CallerSet(cache, rates=open_rates(state)))
+        callers = CallerSet(cache, rates=open_rates(state))
+        callers.declare(pool.workers)
+        chosen = _strategy(plan, pool, settings, callers)
         try:
             return await chosen.run(question, sample_index=0, events=events, on_record=on_record)
         finally:

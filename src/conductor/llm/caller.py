@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -387,6 +387,11 @@ class CallerSet:
     def _route(self, caller: ModelCaller) -> None:
         caller.batcher = self._batcher
         caller.batch = self._batcher is not None and batched(caller.target, self._batch_flag)
+
+    def declare(self, targets: Iterable[Worker]) -> None:
+        """The targets a run may call, before its first call: each provider key's
+        ``rpm:`` then holds from its first call, whichever target makes it."""
+        self.limits.declare(targets)
 
     def get(self, target: Worker) -> ModelCaller:
         """The caller for ``target``, made on first use."""

@@ -49,7 +49,7 @@ import contextlib
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -470,6 +470,18 @@ class ProviderLimits:
         self._t0 = time.monotonic()
         self._limiters: dict[str, AdaptiveLimiter] = {}
         self._members: dict[str, list[str]] = {}
+        #: The smallest rate each key's targets state, as declared before any calls.
+        self._stated: dict[str, float] = {}
+
+    def declare(self, targets: Iterable[Worker]) -> None:
+        """Note the rates ``targets`` state before any of them calls, so that a key's
+        rate holds from its first call whichever of its targets makes it (a Conductor
+        sharing a worker's key calls first; with no declaration its calls went
+        unrated until the worker's first call)."""
+        for target in targets:
+            key = provider_key(target)
+            if key is not None and target.rpm is not None:
+                self._stated[key] = min(target.rpm, self._stated.get(key, target.rpm))
 
     def join(self, target: Worker) -> AdaptiveLimiter | None:
         """The limiter ``target`` shares (its capacity added), or ``None`` in-process."""
@@ -491,11 +503,12 @@ class ProviderLimits:
         else:
             limiter.add_capacity(target.max_concurrency)
             self._members[key].append(target.id)
-        if target.rpm is not None:
+        stated = [r for r in (target.rpm, self._stated.get(key)) if r is not None]
+        if stated:
             if limiter.rate is None:
-                limiter.rate = self.rates(key, target.rpm)
+                limiter.rate = self.rates(key, min(stated))
             else:
-                limiter.rate.lower(target.rpm)
+                limiter.rate.lower(min(stated))
         return limiter
 
     def get(self, key: str) -> AdaptiveLimiter | None:

@@ -167,10 +167,12 @@ class Service:
         self.records = records
         #: Where each run's record becomes a trace (``--otel``), or ``None``.
         self.tracer = tracer
+        callers = CallerSet(cache, rates=open_rates(settings.state))
+        callers.declare(settings.pool.workers)
         self.catalog = Catalog(
             settings.pool,
             conductor,
-            CallerSet(cache, rates=open_rates(settings.state)),
+            callers,
             RunSettings(),
             max_k=settings.max_k,
             router=settings.router,

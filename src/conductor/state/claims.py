@@ -12,6 +12,10 @@ directory keeps it, so joiners on any host find it).  Under ``conductor:run:<tok
 - ``done``: the set of pairs whose record is durable in the run directory.  A pair
   joins it only through :meth:`RunClaims.finish`, a compare-and-set that succeeds only
   while the caller still holds the lease.
+- ``started``: the set of pairs ever leased in this session.  A lease taken on a pair
+  already in it is a *retake* (its holder died, stalled or gave it back): the holder
+  may have written its record and died before :meth:`RunClaims.finish`, so the taker
+  looks in the records first (:meth:`RunClaims.claim` says ``"retaken"``).
 - ``spent``: the run's spend in USD (:mod:`conductor.state.spend`).
 
 Each step is one Lua script, so it is atomic on the server whatever the processes do
@@ -46,7 +50,11 @@ _GONE = "it no longer holds this run's session: restarted or cleared"
 _CLAIM = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return 2 end
-if redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ARGV[3]) then return 1 end
+if redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ARGV[3]) then
+  local first = redis.call('SADD', KEYS[4], ARGV[1])
+  redis.call('PEXPIRE', KEYS[4], ARGV[4])
+  if first == 0 then return 3 end
+  return 1 end
 if redis.call('GET', KEYS[3]) == ARGV[2] then
   redis.call('PEXPIRE', KEYS[3], ARGV[3]) return 1 end
 return 0
@@ -120,6 +128,7 @@ class RunClaims:
         )
         base = f"conductor:run:{token}:"
         self._alive, self._done, self._spent = base + "alive", base + "done", base + "spent"
+        self._started = base + "started"
         self._lease = base + "lease:"
         self._held: set[str] = set()
         self._guard = threading.Lock()
@@ -135,7 +144,7 @@ class RunClaims:
         pipe = self._redis.pipeline(transaction=True)
         pipe.set(self._alive, self.owner, px=_KEEP_MS)
         pipe.set(self._spent, repr(float(spent_usd)), px=_KEEP_MS)
-        pipe.delete(self._done)
+        pipe.delete(self._done, self._started)
         self._call(pipe.execute)
         self._start_beat()
 
@@ -163,18 +172,20 @@ class RunClaims:
     # --- pairs -----------------------------------------------------------------------
 
     def claim(self, sample_id: str, epoch: int) -> str:
-        """Try to take the pair: ``"claimed"`` (ours now), ``"done"`` (its record is
-        written) or ``"held"`` (another live process runs it)."""
+        """Try to take the pair: ``"claimed"`` (ours now, first taken), ``"retaken"``
+        (ours now, but leased before in this session: its record may be written though
+        not marked done), ``"done"`` (its record is written) or ``"held"`` (another live
+        process runs it)."""
         member = _member(sample_id, epoch)
         got = self._script(
             _CLAIM,
-            [self._alive, self._done, self._lease + member],
-            [member, self.owner, self.lease_ms],
+            [self._alive, self._done, self._lease + member, self._started],
+            [member, self.owner, self.lease_ms, _KEEP_MS],
         )
-        if got == 1:
+        if got in (1, 3):
             with self._guard:
                 self._held.add(member)
-            return "claimed"
+            return "claimed" if got == 1 else "retaken"
         return "done" if got == 2 else "held"
 
     def confirm(self, sample_id: str, epoch: int) -> bool:
