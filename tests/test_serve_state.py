@@ -88,6 +88,7 @@ def _flood(
         priced_pool(tmp_path, fake_server),
         keys=(key,),
         state=state,
+        new_budgets=state is not None,
         max_concurrency=256,
         max_queue=256,
         max_calls_per_request=1,
@@ -195,7 +196,8 @@ def test_a_state_server_that_is_down_fails_closed(
     fake_server.script("w0", Reply("ok", output_tokens=256))
     keys = (ApiKey("team", "team-token", max_calls=100), ApiKey("free", "free-token"))
     state = state_url_from(redis_server.url)
-    with served(priced_pool(tmp_path, fake_server), keys=keys, state=state) as url:
+    pool = priced_pool(tmp_path, fake_server)
+    with served(pool, keys=keys, state=state, new_budgets=True) as url:
         first = sdk(url, "team-token").responses.create(model="single:w0", input="Q")
         redis_server.stop()
         with caplog.at_level(logging.WARNING, logger="conductor"):
@@ -293,7 +295,7 @@ def test_two_replicas_agree(
     keys.write_text(KEYS_FILE)
     env = {"TEAM_TOKEN": "team-token", "FREE_TOKEN": "free-token", "OPENAI_API_KEY": "sk-fake"}
     args = ("--pool", str(pool), "--keys", str(keys), "--state", redis_server.url,
-            "--no-cache", "--max-calls-per-request", "1")  # fmt: skip
+            "--no-cache", "--max-calls-per-request", "1", "--new-budgets")  # fmt: skip
     with ServeProcess(*args, env=env) as one, ServeProcess(*args, env=env) as two:
         replicas = [sdk(one.wait_url(), "team-token"), sdk(two.wait_url(), "team-token")]
         previous = None
@@ -332,6 +334,7 @@ def test_a_reservation_its_replica_never_settled_counts_as_spent(
         server = SharedServer(state_url_from(redis_server.url), "a test")
         budgets = RedisBudgets(server, lease_s=1)
         try:
+            await budgets.open(new=True)
             held = await budgets.reserve("o", "r1", 3, 0, 5, None)
             refused = await budgets.reserve("o", "r2", 3, 0, 5, None)  # 3 held + 3 > 5
             await asyncio.sleep(2.5)  # the server's clock counts whole seconds

@@ -110,6 +110,17 @@ def serve(
             "replica shares).",
         ),
     ] = 30 * 24 * 3600.0,
+    new_budgets: Annotated[
+        bool,
+        typer.Option(
+            "--new-budgets",
+            help="With --state: start the keys' budgets from zero if the state server "
+            "holds no record of them (its first use, or after it restarted without its "
+            "data). Without it, such a server refuses keys with a budget (503), so a "
+            "lost record never reopens spending by itself. Give it once, not in a "
+            "standing config.",
+        ),
+    ] = False,
     cors_origin: Annotated[
         list[str] | None,
         typer.Option(
@@ -208,6 +219,12 @@ def serve(
             f"{install_hint('serve')}"
         ) from None
     api_keys = load_keys(keys, pool_obj) if keys is not None else ()
+    state_url = state_url_from(state)
+    if new_budgets and state_url is None:
+        raise UsageError(
+            "--new-budgets starts the budgets' record on a state server: give --state "
+            "(without one, budgets are this process's and start from zero at each start)"
+        )
     traced = otel_from_options(otel, otel_content, no_otel)
 
     if router is not None:
@@ -224,8 +241,9 @@ def serve(
         max_body_bytes=max_body_bytes,
         grace_s=grace_s,
         use_cache=not no_cache,
-        state=state_url_from(state),
+        state=state_url,
         keep_responses_s=keep_responses_s,
+        new_budgets=new_budgets,
         keys=api_keys,
         cors_origins=tuple(cors_origin or ()),
         max_k=max_k,

@@ -86,6 +86,11 @@ class ApiKey:
     max_calls: int | None = None
     max_usd: float | None = None
 
+    @property
+    def has_budget(self) -> bool:
+        """Whether either cap is set (its requests are held against the budget)."""
+        return self.max_calls is not None or self.max_usd is not None
+
 
 class _KeysReader(ConfigReader):
     error_class = KeysFileError

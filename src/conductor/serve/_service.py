@@ -204,6 +204,8 @@ class Service:
                 tracer = opened_tracer
             service = cls(settings, conductor, cache, records, tracer, open_stores(settings.state))
             try:
+                if settings.new_budgets or any(k.has_budget for k in settings.keys):
+                    await service.spending.open(new=settings.new_budgets)
                 yield service
             finally:
                 await service.checkers.aclose()

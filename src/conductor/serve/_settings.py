@@ -59,6 +59,10 @@ class ServeSettings:
     #: How long a stored Responses conversation is kept for a follow-up, a retrieve or
     #: a list of its input items (``--keep-responses``, seconds; OpenAI keeps 30 days).
     keep_responses_s: float = 30 * 24 * 3600.0
+    #: Start the keys' budgets from zero on a ``state`` server that holds no record of
+    #: them (its first use, or after it lost its data); without it such a server refuses
+    #: the keys with a budget (``--new-budgets``, see :mod:`conductor.state.budgets`).
+    new_budgets: bool = False
     keys: tuple[ApiKey, ...] = ()
     cors_origins: tuple[str, ...] = ()
     max_k: int = 16

@@ -15,19 +15,23 @@ Reserving and settling are each one step of the store (:mod:`._stores`), so conc
 requests, on one replica or many, cannot together spend past the cap.
 
 A state server that cannot be reached refuses the requests of keys with a budget (503):
-a budget that cannot be checked is not spent.  Keys without one are not held back.
+a budget that cannot be checked is not spent.  Keys without one are not held back.  So
+does one that answers but holds no record of the budgets (restarted without its data:
+:class:`~conductor.state.budgets.BudgetsLost`), until an operator starts them afresh
+(``conductor serve --new-budgets``); the loss is one log line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from dataclasses import dataclass, field
 
 from ..errors import target_name
 from ..llm.cost import price_for
-from ..state.budgets import NANO, nano_usd
+from ..state.budgets import NANO, BudgetsLost, nano_usd
 from ..state.shared import StateUnavailable
 from ..steps import Budget
 from ..strategies import Strategy
@@ -37,7 +41,22 @@ from ._keys import ApiKey
 from ._protocol import ApiError
 from ._stores import KeyBudgets, owner_of
 
-__all__ = ["DEFAULT_MAX_TOKENS", "PROMPT_ALLOWANCE", "Reservation", "Spending", "worst_case"]
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "NEW_BUDGETS",
+    "PROMPT_ALLOWANCE",
+    "Reservation",
+    "Spending",
+    "worst_case",
+]
+
+log = logging.getLogger("conductor")
+
+#: What an operator does to start the budgets afresh on a state server without them.
+NEW_BUDGETS = (
+    "restart a `conductor serve --state` with --new-budgets, which starts every key's "
+    "budget from zero (what was spent before is forgotten)"
+)
 
 #: A budget spent stays spent: the openai SDK, told so, does not send the request again.
 _FINAL = {"x-should-retry": "false"}
@@ -98,6 +117,8 @@ class Spending:
     def __init__(self, budgets: KeyBudgets) -> None:
         self.budgets = budgets
         self._settling: set[asyncio.Task[None]] = set()
+        # Whether the record's loss has been logged (once, again after it is back).
+        self._lost_logged = False
 
     async def reserve(
         self, key: ApiKey | None, strategy: Strategy, budget: Budget, sent_bytes: int
@@ -105,7 +126,7 @@ class Spending:
         """Hold the request's worst case against ``key``'s budget (``None``: the key has
         none), or refuse it: :class:`ApiError` 429 over budget, 503 when the budget
         cannot be checked."""
-        if key is None or (key.max_calls is None and key.max_usd is None):
+        if key is None or not key.has_budget:
             return None
         if budget.max_calls is None:
             raise ApiError(
@@ -140,6 +161,15 @@ class Spending:
             held = await self.budgets.reserve(
                 owner, reservation, calls, nano_usd(usd), key.max_calls, max_nusd
             )
+        except BudgetsLost as exc:
+            self.lost(exc)
+            raise ApiError(
+                503,
+                f"{exc}: requests of the API key {key.name!r}, which has a budget, are "
+                f"refused until an operator starts the budgets afresh: {NEW_BUDGETS}",
+                type="server_error",
+                code="state_unavailable",
+            ) from None
         except StateUnavailable as exc:
             raise ApiError(
                 503,
@@ -148,6 +178,7 @@ class Spending:
                 type="server_error",
                 code="state_unavailable",
             ) from None
+        self._lost_logged = False
         if held.refused == "calls":
             raise ApiError(
                 429,
@@ -169,6 +200,30 @@ class Spending:
                 headers=_FINAL,
             )
         return Reservation(self, owner, reservation, budget)
+
+    async def open(self, *, new: bool) -> None:
+        """At the server's start: with ``new``, make the budgets' record where the store
+        has none (a store that cannot be reached then fails the start: the operator's
+        act did not happen); without, log a record that is missing."""
+        try:
+            await self.budgets.open(new=new)
+        except BudgetsLost as exc:
+            self.lost(exc)
+        except StateUnavailable:
+            if new:
+                raise
+            # Logged by the store; requests of keys with a budget get 503 until it answers.
+
+    def lost(self, exc: BudgetsLost) -> None:
+        """Log the budgets' record lost, once until it is found again."""
+        if not self._lost_logged:
+            self._lost_logged = True
+            log.warning(
+                "%s: requests of keys with a budget are refused (503); to start the "
+                "budgets afresh, %s",
+                exc,
+                NEW_BUDGETS,
+            )
 
     def settle_soon(self, reservation: Reservation) -> None:
         task = asyncio.ensure_future(self.settle_now(reservation))

@@ -83,6 +83,11 @@ class KeyBudgets(Protocol):
 
     async def settle(self, owner: str, reservation: str, calls: int, nusd: int) -> None: ...
 
+    async def open(self, *, new: bool) -> None:
+        """Check that the store holds the budgets' record (``new``: make one where none
+        is); :class:`~conductor.state.budgets.BudgetsLost` where it does not."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -181,6 +186,9 @@ class MemoryBudgets:
         t[3] -= held[1]
         t[0] += calls
         t[1] += nusd
+
+    async def open(self, *, new: bool) -> None:
+        pass  # the record is this process's: it cannot be lost while it runs
 
     async def aclose(self) -> None:
         pass

@@ -17,21 +17,35 @@ The budget runs over the key's life on the server; deleting its keys starts it a
 
 A server that cannot be reached raises :class:`~conductor.state.shared.StateUnavailable`:
 the caller refuses the request (fail closed).
+
+A server restarted without its data (no persistence, flushed) has forgotten every key's
+spend and every hold: counting on from there would start each budget again at zero.  So
+the budgets' record has a sentinel, ``conductor:budget:record`` (a random token), made
+only by :meth:`RedisBudgets.open` with ``new=True``: an operator's deliberate act
+(``conductor serve --new-budgets``).  Every reserve and settle script checks it first
+and, where it is missing, changes nothing and raises :class:`BudgetsLost`: a lost
+record is never taken for an empty one.  (The sentinel is in another hash slot than a
+key's three keys: one Redis server, not a cluster.)
 """
 
 from __future__ import annotations
 
 import math
+import secrets
 from dataclasses import dataclass
 
-from .shared import PREFIX, SharedServer
+from .shared import PREFIX, SharedServer, StateUnavailable
 
-__all__ = ["NANO", "Held", "RedisBudgets", "nano_usd"]
+__all__ = ["NANO", "RECORD_KEY", "BudgetsLost", "Held", "RedisBudgets", "nano_usd"]
 
 #: Nano-dollars in a dollar.
 NANO = 1_000_000_000
+#: The sentinel of the budgets' record (see the module docstring).
+RECORD_KEY = PREFIX + "budget:record"
 
+# KEYS[4] is always the sentinel: gone means the record was lost (nil, nothing written).
 _TOTALS = """
+if redis.call('EXISTS', KEYS[4]) == 0 then return false end
 local function totals()
   local t = redis.call('HMGET', KEYS[1], 'calls', 'nusd', 'hcalls', 'hnusd')
   return tonumber(t[1] or 0), tonumber(t[2] or 0), tonumber(t[3] or 0), tonumber(t[4] or 0)
@@ -101,6 +115,11 @@ def nano_usd(usd: float) -> int:
     return max(0, math.ceil(round(usd * NANO, 3)))
 
 
+class BudgetsLost(StateUnavailable):
+    """The state server answers but holds no record of the budgets (it restarted
+    without its data, or was never opened with ``new=True``): no spend can be counted."""
+
+
 @dataclass(frozen=True)
 class Held:
     """What a key has spent and holds in reservations, as the server counted it when a
@@ -125,7 +144,24 @@ class RedisBudgets:
     @staticmethod
     def _keys(owner: str) -> list[str]:
         base = f"{PREFIX}budget:{{{owner}}}:"
-        return [base + "t", base + "h", base + "r"]
+        return [base + "t", base + "h", base + "r", RECORD_KEY]
+
+    async def open(self, *, new: bool) -> None:
+        """Check that the server holds the budgets' record (:class:`BudgetsLost` where
+        not); with ``new``, make it first where there is none (every budget then starts
+        from zero; a record already there is kept as it is)."""
+        if new:
+            make = self.server.client.set(RECORD_KEY, secrets.token_hex(16), nx=True)
+            await self.server.ask(make)
+        found = await self.server.ask(self.server.client.exists(RECORD_KEY))
+        if not found:
+            raise self._lost()
+
+    def _lost(self) -> BudgetsLost:
+        return BudgetsLost(
+            f"the state server at {self.server.url.public} holds no record of the keys' "
+            "budgets (it restarted without its data, or was never opened for them)"
+        )
 
     async def reserve(
         self,
@@ -146,8 +182,10 @@ class RedisBudgets:
             -1 if max_nusd is None else max_nusd,
             math.ceil(self.lease_s),
         ]
-        script = self.server.client.eval(_RESERVE, 3, *self._keys(owner), *args)
+        script = self.server.client.eval(_RESERVE, 4, *self._keys(owner), *args)
         raw = await self.server.ask(script)  # type: ignore[arg-type]
+        if raw is None:
+            raise self._lost()
         refused, spent_c, spent_u, held_c, held_u = (
             x.decode() if isinstance(x, bytes) else str(x) for x in raw
         )
@@ -155,9 +193,11 @@ class RedisBudgets:
 
     async def settle(self, owner: str, reservation: str, calls: int, nusd: int) -> None:
         """Release ``reservation`` and count what the request spent instead (nothing
-        when its lease had ended: it was counted in full then)."""
-        script = self.server.client.eval(_SETTLE, 3, *self._keys(owner), reservation, calls, nusd)
-        await self.server.ask(script)  # type: ignore[arg-type]
+        when its lease had ended: it was counted in full then).  :class:`BudgetsLost`
+        where the record is gone (the hold went with it)."""
+        script = self.server.client.eval(_SETTLE, 4, *self._keys(owner), reservation, calls, nusd)
+        if await self.server.ask(script) is None:  # type: ignore[arg-type]
+            raise self._lost()
 
     async def spent(self, owner: str) -> tuple[int, int]:
         """The calls and nano-dollars ``owner`` has spent (settled) so far."""
