@@ -1,7 +1,9 @@
 """A real ``redis-server`` (Debian's package) on a free 127.0.0.1 port, started by a test.
 
 No persistence, no other client: each server is its own. ``stop`` and ``start`` again on
-the same port are how a test takes the state server down and brings it back mid-run.
+the same port are how a test takes the state server down and brings it back mid-run,
+empty; a ``SAVE`` sent before ``stop`` writes ``dir``'s dump, which ``start`` loads (a
+restart with the data kept).
 """
 
 from __future__ import annotations
