@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from kit.poolkit import pool_dict, worker, write_pool
+from kit.poolkit import pool_dict, run_cli, worker, write_pool
 from kit.redisserver import RedisServer
 from kit.servekit import ServeProcess, served, wait_for
 
@@ -262,3 +262,32 @@ def test_the_positive_control_without_the_sentinel_an_empty_restart_reopens_the_
     else:
         assert after == ["ok", "ok", "ok"]
         assert calls == 6  # twice the cap
+
+
+def test_new_budgets_is_an_act_at_start_that_needs_the_state_server(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    """Without --state it is refused; with a state server that cannot be reached at the
+    start, the record is not made, and the server found later does not make it: the
+    key with a budget stays refused (503), the key without one is served."""
+    fake_server.script("w0", Reply("ok", output_tokens=256))
+    pool = write_pool(
+        tmp_path / "pool.yaml", pool_dict(fake_server, [worker(fake_server, "w0", price=PRICE)])
+    )
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(KEYS_FILE)
+    env = {"TEAM_TOKEN": "team-token", "FREE_TOKEN": "free-token", "OPENAI_API_KEY": "sk-fake"}
+    refused = run_cli("serve", "--pool", str(pool), "--new-budgets", env=env)
+    assert refused.returncode == 2 and "give --state" in refused.stderr, refused.stderr
+    later = RedisServer()  # its port, nothing listening yet
+    args = ("--pool", str(pool), "--keys", str(keys), "--state", later.url, "--no-cache",
+            "--max-calls-per-request", "1", "--new-budgets")  # fmt: skip
+    with ServeProcess(*args, env=env) as replica:
+        url = replica.wait_url()  # started, and opened, without the server
+        with later:
+            team = after_restart(lambda: post(url, "team-token"))
+            free = post(url, "free-token")
+    assert "the budgets' record was not made" in replica.stderr, replica.stderr
+    assert team.status_code == 503 and "holds no record" in team.json()["error"]["message"]
+    assert free.status_code == 200
+    assert len(fake_server.requests_for("w0")) == 1

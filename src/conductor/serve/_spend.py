@@ -203,16 +203,22 @@ class Spending:
 
     async def open(self, *, new: bool) -> None:
         """At the server's start: with ``new``, make the budgets' record where the store
-        has none (a store that cannot be reached then fails the start: the operator's
-        act did not happen); without, log a record that is missing."""
+        has none; without, log a record that is missing.  A store that cannot be
+        reached does not stop the start (keys with a budget get 503 meanwhile); with
+        ``new`` it is said that the record was not made: the operator's act did not
+        happen, and a later reach of the server does not make it."""
         try:
             await self.budgets.open(new=new)
         except BudgetsLost as exc:
             self.lost(exc)
-        except StateUnavailable:
+        except StateUnavailable as exc:
             if new:
-                raise
-            # Logged by the store; requests of keys with a budget get 503 until it answers.
+                log.error(
+                    "--new-budgets: %s, so the budgets' record was not made: requests of "
+                    "keys with a budget are refused (503) until a `conductor serve` "
+                    "started with --new-budgets reaches it",
+                    exc,
+                )
 
     def lost(self, exc: BudgetsLost) -> None:
         """Log the budgets' record lost, once until it is found again."""
