@@ -19,7 +19,8 @@ Errors of one room are declared in the module that raises them, under these::
     ├── DatasetError             a benchmark's rows cannot be read (datasets/sources.py)
     │   └── DataFileError        ... from a local file; also a UsageError
     ├── StateUnavailable         the state server a limit is kept on stays unreachable
-    │   └── StateLost            ... or a run's claims on it (state/claims.py)
+    │   ├── StateLost            ... or a run's claims on it (state/claims.py)
+    │   └── BudgetsLost          ... or serve's budgets on it (state/budgets.py)
     └── UsageError
         ├── RunConfigError       a run directory's config.json (runs/config.py)
         ├── RunDirBusyError      another process holds the run directory (runs/lock.py)
@@ -145,9 +146,11 @@ class CacheError(ConductorError):
 
 class StateUnavailable(ConductorError):
     """The state server (``--state``) that keeps a limit every process shares could not
-    be reached for longer than the wait allowed: the call is not sent unmetered, it
-    fails (or, :class:`~conductor.state.claims.StateLost`, a run's claims on it were
-    lost).  ``where`` is the server's address, with no secret."""
+    be reached (for the rate, for longer than the wait allowed): the call is not sent
+    unmetered, the request refused, the run stopped (its kinds:
+    :class:`~conductor.state.claims.StateLost`, a run's claims on it lost;
+    :class:`~conductor.state.budgets.BudgetsLost`, serve's budgets).  ``where`` is the
+    server's address, with no secret."""
 
     def __init__(self, message: str, *, where: str) -> None:
         super().__init__(message)

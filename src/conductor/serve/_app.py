@@ -38,11 +38,10 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive
 
 from ..conductors.spec import Conductor, resolve_conductor
-from ..errors import ConductorError, UsageError
+from ..errors import ConductorError, StateUnavailable, UsageError
 from ..record import RunRecord, new_run_id
 from ..redact import masked_json
 from ..state import open_call_cache
-from ..state.shared import StateUnavailable
 from ..strategies import Strategy
 from ..text import check_question
 from ._completions import CompletionRenderer, parse_completion_request

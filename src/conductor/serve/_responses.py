@@ -42,10 +42,10 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..errors import StateUnavailable
 from ..llm.answer_format import AnswerFormat
 from ..llm.types import ToolCall
 from ..record import RunRecord
-from ..state.shared import StateUnavailable
 from ._protocol import (
     ApiError,
     ChatMessage,

@@ -29,10 +29,9 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 
-from ..errors import target_name
+from ..errors import StateUnavailable, target_name
 from ..llm.cost import price_for
 from ..state.budgets import NANO, BudgetsLost, nano_usd
-from ..state.shared import StateUnavailable
 from ..steps import Budget
 from ..strategies import Strategy
 from ..targets import Worker

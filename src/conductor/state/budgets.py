@@ -15,7 +15,7 @@ exact.  A reservation whose lease ends unsettled (its replica was killed) counts
 spent in full: the budget errs towards refusing, never towards spending past its cap.
 The budget runs over the key's life on the server; deleting its keys starts it afresh.
 
-A server that cannot be reached raises :class:`~conductor.state.shared.StateUnavailable`:
+A server that cannot be reached raises :class:`~conductor.errors.StateUnavailable`:
 the caller refuses the request (fail closed).
 
 A server restarted without its data (no persistence, flushed) has forgotten every key's
@@ -34,7 +34,8 @@ import math
 import secrets
 from dataclasses import dataclass
 
-from .shared import PREFIX, SharedServer, StateUnavailable
+from ..errors import StateUnavailable
+from .shared import PREFIX, SharedServer
 
 __all__ = ["NANO", "RECORD_KEY", "BudgetsLost", "Held", "RedisBudgets", "nano_usd"]
 
@@ -160,7 +161,8 @@ class RedisBudgets:
     def _lost(self) -> BudgetsLost:
         return BudgetsLost(
             f"the state server at {self.server.url.public} holds no record of the keys' "
-            "budgets (it restarted without its data, or was never opened for them)"
+            "budgets (it restarted without its data, or was never opened for them)",
+            where=self.server.url.public,
         )
 
     async def reserve(

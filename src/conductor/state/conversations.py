@@ -9,7 +9,7 @@ nothing, exactly as for an id never stored.  It knows nothing of the Responses A
 shapes; ``conductor.serve`` owns those.
 
 Reads and deletes that cannot reach the server raise
-:class:`~conductor.state.shared.StateUnavailable` (the caller answers 503: "not found"
+:class:`~conductor.errors.StateUnavailable` (the caller answers 503: "not found"
 would be a lie); a keep that cannot is logged and lost (the answer has been given).
 """
 
@@ -20,7 +20,8 @@ import hmac
 import json
 from typing import Any
 
-from .shared import PREFIX, SharedServer, StateUnavailable
+from ..errors import StateUnavailable
+from .shared import PREFIX, SharedServer
 
 __all__ = ["MAX_CONVERSATION_BYTES", "RedisConversations"]
 

@@ -3,8 +3,8 @@ named server, and the one sentence each says when the server cannot be reached.
 
 Unlike the call cache, which fails open, these stores hold what must not be guessed (a
 key's budget, a stored conversation): a server that does not answer raises
-:class:`StateUnavailable`, and the caller refuses the request.  The loss is logged once,
-and once again when the server is back.
+:class:`~conductor.errors.StateUnavailable`, and the caller refuses the request.  The
+loss is logged once, and once again when the server is back.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import threading
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, TypeVar
 
-from ..errors import ConductorError
+from ..errors import StateUnavailable
 from .url import StateURL
 
 if TYPE_CHECKING:
     import redis.asyncio
 
-__all__ = ["PREFIX", "SharedServer", "StateUnavailable"]
+__all__ = ["PREFIX", "SharedServer"]
 
 log = logging.getLogger("conductor")
 
@@ -33,10 +33,6 @@ SOCKET_TIMEOUT_S = 2.0
 MAX_CONNECTIONS = 32
 
 _T = TypeVar("_T")
-
-
-class StateUnavailable(ConductorError):
-    """The state server did not answer (down, restarted, timing out)."""
 
 
 class SharedServer:
@@ -86,7 +82,8 @@ class SharedServer:
                     self.what,
                 )
             raise StateUnavailable(
-                f"the state server at {self.url.public} cannot be reached"
+                f"the state server at {self.url.public} cannot be reached",
+                where=self.url.public,
             ) from None
         if self._lost:
             with self._lock:
