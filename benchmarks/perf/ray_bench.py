@@ -1,0 +1,247 @@
+"""``conductor bench --ray`` on a local cluster of three nodes sharing one state server,
+measured against a one-process run.
+
+Run:  python benchmarks/perf/ray_bench.py [--smoke] [--questions N] [--rpm R] [--nodes K]
+
+The figures of benchmarks/perf/shared_state.py (three bench processes on one state
+server), here for one bench driver whose samples run as Ray tasks on K worker nodes;
+its data, pool, fake provider, record checks and judged lines are that script's (it is
+imported, not copied).  A local cluster (``ray.cluster_utils.Cluster``: a head with no
+CPU, which runs nothing, and K worker nodes of ``--cpus`` CPUs each, all processes of
+this machine), a real ``redis-server`` and the fake OpenAI provider (in this process,
+recording every request).  Default 3 nodes, 3,000 questions (1,000 distinct texts x 3,
+the copies side by side) and ``rpm: 3000``; ``--smoke``: 2 nodes, 60 questions,
+``rpm: 600``.
+
+1. One process (its own cache, no Ray): the reference records.
+2. ``bench --ray ADDRESS --state URL`` with ``rpm: R`` on the worker (the Conductor
+   shares its key): every (id, epoch) recorded once, no torn line, the records'
+   (id, epoch, verdict, answer) equal to the one-process run's; each distinct request
+   body reaches the provider once, whichever node asks it; the arrivals' rate over the
+   run's steady part (its middle 80%) within 5% of R.
+3. ``--max-usd`` with ``--ray`` is refused (the cap counts the calls of one process):
+   the refusal is printed, no figure.
+4. A node removed mid-run (``Cluster.remove_node`` without grace: its raylet and worker
+   processes killed) once a third of the records are written: the samples it was
+   running are retried on the other nodes; no pair lost, none recorded twice, no torn
+   line, the records equal to the one-process run's.
+
+The exit status is 1 when a judged line says FAIL (with ``--smoke`` the rate's line is
+the log's, not a verdict).  Without ray, the ``redis`` package or ``redis-server`` the
+script says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+# The shared figures' script, beside this one (its import puts src/ on the path).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import shared_state as ss  # noqa: E402
+
+from conductor.testing import FakeLLMServer  # noqa: E402
+
+
+class LocalCluster:
+    """A head that runs nothing and ``nodes`` worker nodes of ``cpus`` CPUs each; a
+    dead node is noticed within a second or two (not Ray's default half minute)."""
+
+    def __init__(self, nodes: int, cpus: int) -> None:
+        from ray.cluster_utils import Cluster
+
+        quick = {"health_check_period_ms": 500, "health_check_failure_threshold": 2}
+        self.cluster = Cluster(
+            initialize_head=True, head_node_args={"num_cpus": 0, "_system_config": quick}
+        )
+        self.workers = [self.cluster.add_node(num_cpus=cpus) for _ in range(nodes)]
+        self.cluster.wait_for_nodes()
+
+    @property
+    def address(self) -> str:
+        return str(self.cluster.address)
+
+    def kill(self, i: int) -> None:
+        """Node ``i`` gone at once: its raylet and worker processes killed."""
+        self.cluster.remove_node(self.workers.pop(i), allow_graceful=False)
+
+    def shutdown(self) -> None:
+        self.cluster.shutdown()
+
+
+@contextmanager
+def local_cluster(nodes: int, cpus: int, cache: Path) -> Iterator[LocalCluster]:
+    # The nodes' worker processes inherit this environment: a call cache they might open
+    # without --state is this run's, never the user's.
+    os.environ["CONDUCTOR_CACHE_DIR"] = str(cache)
+    started = LocalCluster(nodes, cpus)
+    try:
+        yield started
+    finally:
+        started.shutdown()
+
+
+def check_records(
+    judge: ss.Verdicts, name: str, run: Path, n: int, alone: ss.Outcome
+) -> list[dict[str, Any]]:
+    """The run's pairs lost / recorded twice / torn, and its outcome against one process's."""
+    rows, torn = ss.records(run)
+    pairs = Counter((r["sample_id"], r["epoch"]) for r in rows)
+    judge(f"{name}: lost / twice / torn",
+          f"{n - len(pairs)} / {sum(v > 1 for v in pairs.values())} / {torn}", "0 / 0 / 0",
+          len(pairs) == n and len(rows) == n and torn == 0)  # fmt: skip
+    judge(f"{name}: (id, epoch, verdict, answer)",
+          "same as one process" if ss.outcome(rows) == alone else "differ",
+          "same as one process", ss.outcome(rows) == alone)  # fmt: skip
+    return rows
+
+
+def phase_calls_and_rate(
+    fake: FakeLLMServer,
+    work: Path,
+    url: str,
+    cluster: LocalCluster,
+    data: Path,
+    n: int,
+    rpm: float,
+    judge: ss.Verdicts,
+    alone: ss.Outcome,
+) -> None:
+    pool = ss.write_pool(work / "pool-rpm.json", fake.openai_base, rpm)
+    ss.flush(url)
+    mark = len(fake.requests)
+    bench = ss.Bench(work, pool, data)
+    t0 = time.monotonic()
+    bench.start("ray", work / "ray", "--concurrency", "16", "--ray", cluster.address,
+                "--state", url)  # fmt: skip
+    (code,) = bench.wait()
+    wall = time.monotonic() - t0
+    if code != 0:
+        raise RuntimeError(f"--ray: exit {code}: {bench.tail(0)}")
+    asked = fake.requests[mark:]
+    print(f"  --ray: {len(asked)} provider calls, {wall:.1f} s wall, {ss.load()}", flush=True)
+    check_records(judge, "--ray run", work / "ray", n, alone)
+    by_body = Counter(ss.body_key(r) for r in asked)
+    distinct = 2 * n // ss.COPIES  # a Conductor call and a worker call for each text
+    judge("--ray: calls per distinct request (max)", str(max(by_body.values())), "1",
+          max(by_body.values()) == 1)  # fmt: skip
+    calls = sum(by_body.values())
+    judge("--ray: provider calls / distinct bodies", f"{calls} / {len(by_body)}",
+          f"{distinct} / {distinct}", calls == len(by_body) == distinct)  # fmt: skip
+    rate = ss.steady_rpm(asked)
+    judge("--ray: aggregate rate (rpm, steady part)", f"{rate:.0f} ({ss.load()})",
+          f"{rpm:.0f} +-5%", abs(rate - rpm) <= 0.05 * rpm, timing=True)  # fmt: skip
+
+
+def phase_cap_refused(work: Path, pool: Path, data: Path, address: str) -> None:
+    """``--max-usd`` with ``--ray``: the CLI's refusal, printed (there is no figure)."""
+    cmd = [sys.executable, "-m", "conductor", "bench", "math500", "--pool", str(pool),
+           "--data", str(data), "--out", str(work / "capped"), "--ray", address,
+           "--max-usd", "1"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    said = " ".join((done.stderr or done.stdout).split())
+    print(f"--max-usd with --ray: refused (exit {done.returncode}): {said[-200:]}")
+
+
+def phase_kill(
+    fake: FakeLLMServer,
+    work: Path,
+    url: str,
+    cluster: LocalCluster,
+    data: Path,
+    n: int,
+    judge: ss.Verdicts,
+    alone: ss.Outcome,
+) -> None:
+    pool = ss.write_pool(work / "pool.json", fake.openai_base, None)
+    ss.flush(url)
+    mark = len(fake.requests)
+    # Samples take a while, so that some are in flight on the node when it dies.
+    fake.latency_s = 0.05
+    run = work / "killed"
+    bench = ss.Bench(work, pool, data)
+    bench.start("kill", run, "--concurrency", "16", "--ray", cluster.address, "--state", url)
+    deadline = time.monotonic() + 600
+    while ss.written(run) < n // 3:
+        if time.monotonic() > deadline or bench.procs[0].poll() is not None:
+            raise RuntimeError(f"the run ended (or stalled) before the kill: {bench.tail(0)}")
+        time.sleep(0.02)
+    at = ss.written(run)
+    cluster.kill(0)
+    (code,) = bench.wait()
+    fake.latency_s = 0.0
+    asked = Counter(ss.body_key(r) for r in fake.requests[mark:])
+    print(f"  removed node 0 at {at} records; exit {code}; {sum(asked.values())} provider "
+          f"calls for {len(asked)} bodies (a retried sample may ask again), "
+          f"{ss.load()}")  # fmt: skip
+    if code != 0:
+        print(f"  its output: {bench.tail(0)}")
+    check_records(judge, "node killed", run, n, alone)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--questions", type=int, default=3000, help="questions in the data")
+    parser.add_argument("--rpm", type=float, default=3000.0, help="the worker's stated rate")
+    parser.add_argument("--nodes", type=int, default=3, help="worker nodes")
+    parser.add_argument("--cpus", type=int, default=2, help="CPUs (sample slots) a node")
+    parser.add_argument("--smoke", action="store_true", help="2 nodes x 60 questions (CI)")
+    args = parser.parse_args()
+    if args.smoke:
+        args.questions, args.rpm, args.nodes = 60, 600.0, 2
+    binary = shutil.which("redis-server")
+    try:
+        import ray  # noqa: F401
+        import redis  # noqa: F401
+    except ImportError as exc:
+        print(f"skipped: the package {exc.name!r} is missing (pip install "
+              "'conductor-orchestrate[ray,state]')")  # fmt: skip
+        return 0
+    if binary is None:
+        print("skipped: redis-server is not installed (Debian: apt-get install redis-server)")
+        return 0
+    # The killed node's requests in flight end in a reset the fake server would log
+    # with a traceback: expected here.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    n = args.questions - args.questions % ss.COPIES
+    print(f"{args.nodes} Ray nodes x {args.cpus} CPUs, {n} questions ({n // ss.COPIES} "
+          f"distinct, {ss.COPIES} copies each), rpm {args.rpm:.0f}; {os.cpu_count()} CPUs, "
+          f"{ss.load()}")  # fmt: skip
+    judge = ss.Verdicts(timings=not args.smoke)
+    with (
+        tempfile.TemporaryDirectory(prefix="ray-bench-") as tmp,
+        ss.redis_server(binary) as url,
+        FakeLLMServer() as fake,
+    ):
+        work = Path(tmp)
+        fake.script("conductor-7b", ss.PLAN)
+        fake.script("w0", ss.reply)
+        data = ss.write_data(work / "repeats.jsonl", n // ss.COPIES, ss.COPIES)
+        pool = ss.write_pool(work / "pool.json", fake.openai_base, None)
+        _cpu, wall, rows = ss.cpu_alone(work, pool, data, n, None)
+        alone = ss.outcome(rows)
+        print(f"one process, own cache:   {wall:.1f} s wall, {ss.load()}", flush=True)
+        t0 = time.monotonic()
+        with local_cluster(args.nodes, args.cpus, work / "node-cache") as cluster:
+            print(f"cluster up in {time.monotonic() - t0:.1f} s, {ss.load()}", flush=True)
+            phase_calls_and_rate(fake, work, url, cluster, data, n, args.rpm, judge, alone)
+            phase_cap_refused(work, pool, data, cluster.address)
+            phase_kill(fake, work, url, cluster, data, n, judge, alone)
+    print(f"done, {ss.load()}")
+    return 1 if judge.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
