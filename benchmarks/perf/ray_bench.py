@@ -18,7 +18,9 @@ the copies side by side) and ``rpm: 3000``; ``--smoke``: 2 nodes, 60 questions,
    shares its key): every (id, epoch) recorded once, no torn line, the records'
    (id, epoch, verdict, answer) equal to the one-process run's; each distinct request
    body reaches the provider once, whichever node asks it; the arrivals' rate over the
-   run's steady part (its middle 80%) within 5% of R.
+   run's steady part (its middle 80%) within 5% of R; then (not with ``--smoke``) the
+   same run with no ``rpm:``, the cluster's own pace, to tell a limit that holds too
+   much from a cluster that cannot go faster.
 3. ``--max-usd`` with ``--ray`` is refused (the cap counts the calls of one process):
    the refusal is printed, no figure.
 4. A node SIGKILLed mid-run (the worker processes its raylet started, then the raylet
@@ -69,7 +71,7 @@ class LocalCluster:
         from ray.cluster_utils import Cluster
 
         quick = {"health_check_period_ms": 500, "health_check_failure_threshold": 2}
-        self.cluster = Cluster(
+        self.cluster: Any = Cluster(
             initialize_head=True, head_node_args={"num_cpus": 0, "_system_config": quick}
         )
         self.workers = [self.cluster.add_node(num_cpus=cpus) for _ in range(nodes)]
@@ -137,6 +139,8 @@ def phase_calls_and_rate(
     rpm: float,
     judge: ss.Verdicts,
     alone: ss.Outcome,
+    *,
+    contrast: bool,
 ) -> None:
     pool = ss.write_pool(work / "pool-rpm.json", fake.openai_base, rpm)
     ss.flush(url)
@@ -162,6 +166,20 @@ def phase_calls_and_rate(
     rate = ss.steady_rpm(asked)
     judge("--ray: aggregate rate (rpm, steady part)", f"{rate:.0f} ({ss.load()})",
           f"{rpm:.0f} +-5%", abs(rate - rpm) <= 0.05 * rpm, timing=True)  # fmt: skip
+    if not contrast:
+        return
+    # The limit only holds calls back: a rate below it is the limit's fault only if the
+    # cluster could go faster.  The same run with no rpm: says how fast it can go here.
+    ss.flush(url)
+    mark = len(fake.requests)
+    free = ss.Bench(work, ss.write_pool(work / "pool-free.json", fake.openai_base, None), data)
+    free.start("ray-free", work / "ray-free", "--concurrency", "16", "--ray", cluster.address,
+               "--state", url)  # fmt: skip
+    (code,) = free.wait()
+    if code != 0:
+        raise RuntimeError(f"--ray without rpm: exit {code}: {free.tail(0)}")
+    print(f"  contrast, no rpm: the cluster's own pace {ss.steady_rpm(fake.requests[mark:]):.0f} "
+          f"rpm ({ss.load()})")  # fmt: skip
 
 
 def phase_cap_refused(work: Path, pool: Path, data: Path, address: str) -> None:
@@ -265,7 +283,9 @@ def main() -> int:
         t0 = time.monotonic()
         with local_cluster(args.nodes, args.cpus, work / "node-cache") as cluster:
             print(f"cluster up in {time.monotonic() - t0:.1f} s, {ss.load()}", flush=True)
-            phase_calls_and_rate(fake, work, url, cluster, data, n, args.rpm, judge, alone)
+            phase_calls_and_rate(
+                fake, work, url, cluster, data, n, args.rpm, judge, alone, contrast=not args.smoke
+            )
             phase_cap_refused(work, pool, data, cluster.address)
             phase_kill(fake, work, url, cluster, data, n, judge, alone)
     print(f"done, {ss.load()}")
