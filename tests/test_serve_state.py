@@ -2,8 +2,9 @@
 process or on a real redis-server (started here), through the real openai SDK against
 servers on the fake provider.
 
-- a key's budget is reserved at each request's worst case before its first call, so 200
-  requests at once never spend past it; with the reservation taken out they do;
+- a key's budget is held for each request's first plan before its first call (and for
+  each later plan before it runs: tests/test_serve_plan_hold.py), so 200 requests at
+  once never spend past it; with the holds taken out they do;
 - a state server that is down refuses the requests of budgeted keys (503), and stored
   responses cannot be read (503, not "not found");
 - two `conductor serve --state` processes on one redis-server: a conversation goes on
@@ -124,21 +125,22 @@ def test_the_positive_control_without_reservation_the_budget_is_overshot(
 ) -> None:
     """The same flood with nothing reserved (each request checks only what was spent
     when it started, as a plain counter would): far more than $5 is spent."""
-    monkeypatch.setattr("conductor.serve._spend.worst_case", lambda *a: 0.0)
+    monkeypatch.setattr("conductor.serve._spend.call_usd", lambda *a: 0.0)
     results, charged = _flood(tmp_path, fake_server, "memory", None)
     assert charged > BUDGET_USD
     assert sum(not isinstance(r, Exception) for r in results) > 19
 
 
 def test_a_budget_is_settled_to_what_was_spent(tmp_path: Path, fake_server: FakeLLMServer) -> None:
-    """A request reserving more than it spends gives the rest back, answered at once,
-    streamed, or left by its client mid-call: a key of 5 calls with requests that may
-    each make 2 answers four requests, not two."""
+    """A request's hold is settled to what it spent, answered at once, streamed, or
+    left by its client mid-call: a key of 5 calls answers five requests of one call and
+    then says all 5 are spent and none is held (a hold never settled would still be
+    held, and counted as spent only when its lease ended an hour later)."""
     fake_server.script("w0", Reply("ok", output_tokens=256))
     key = ApiKey("team", "team-token", max_calls=5)
     with served(priced_pool(tmp_path, fake_server), keys=(key,), max_calls_per_request=2) as url:
         client = sdk(url, "team-token")
-        client.responses.create(model="single:w0", input="one")  # holds 2, spends 1
+        client.responses.create(model="single:w0", input="one")  # holds 1, spends 1
         streamed = list(client.responses.create(model="single:w0", input="two", stream=True))
         fake_server.script("w0", Reply("slow", latency_s=30))
         with pytest.raises(httpx.ReadTimeout):  # the client leaves; its call was made
@@ -150,21 +152,21 @@ def test_a_budget_is_settled_to_what_was_spent(tmp_path: Path, fake_server: Fake
             )
         wait_for(lambda: len(fake_server.requests_for("w0")) == 3, what="the third call")
         fake_server.script("w0", Reply("ok", output_tokens=256))
-        wait_for(lambda: _fits(client), what="the left request's hold given back")
-        with pytest.raises(openai.RateLimitError) as refused:
-            client.responses.create(model="single:w0", input="five")  # 1 left, needs 2
+        for question in ("four", "five"):
+            client.responses.create(model="single:w0", input=question)
+        refusals: list[str] = []
+        wait_for(lambda: "5 spent and 0 held" in _refusal(client, refusals), what="settled")
     assert streamed[-1].type == "response.completed"
-    message = refused.value.body["message"]
-    assert "5 calls in its budget, 4 spent and 0 held" in message, message
+    assert "5 calls in its budget, 5 spent and 0 held" in refusals[-1], refusals[-1]
+    assert len(fake_server.requests_for("w0")) == 5  # a refused request asks nothing
 
 
-def _fits(client: Any) -> bool:
-    """Whether a request of 2 calls is let in (it then spends one)."""
-    try:
-        client.responses.create(model="single:w0", input="four")
-    except openai.RateLimitError:
-        return False
-    return True
+def _refusal(client: Any, seen: list[str]) -> str:
+    """The message of a request the spent budget refuses (kept in ``seen``)."""
+    with pytest.raises(openai.RateLimitError) as refused:
+        client.responses.create(model="single:w0", input="six")
+    seen.append(refused.value.body["message"])
+    return seen[-1]
 
 
 def test_a_usd_budget_refuses_a_model_of_unknown_price(

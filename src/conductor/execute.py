@@ -220,7 +220,7 @@ class Orchestrator:
         grammar = self._grammar(allow_empty, max_steps)
         caller = self.callers.get(cond.target)
         for attempt in range(cond.parse_retries + 1):
-            refusal = budget.refusal()
+            refusal = await budget.hold([cond.target])
             if refusal is not None:
                 rnd.stop_reason = refusal
                 return None

@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from .context import SharedStep
 from .errors import ModelCallError, UsageError
@@ -41,6 +41,7 @@ __all__ = [
     "INTERRUPTED",
     "Budget",
     "Compose",
+    "PlanHold",
     "SampleIndexer",
     "StepPlan",
     "StepRunner",
@@ -52,9 +53,27 @@ __all__ = [
 ]
 
 
+class PlanHold(Protocol):
+    """Where the calls a plan may make are held before the first of them is made (a
+    ``serve`` key's budget, shared by every request of the key: see
+    :mod:`conductor.serve`)."""
+
+    async def hold(self, calls: Sequence[Worker], most: int | None) -> str | None:
+        """Hold the worst case of ``calls`` (the target of each call the plan may make,
+        a call that may be asked again counted once per try), of which no more than
+        ``most`` can be made (``None``: all); the reason it cannot be held (then none of
+        them may be made), or ``None`` when it is."""
+        ...
+
+
 @dataclass
 class Budget:
-    """Running spend of one question against its limits."""
+    """Running spend of one question against its limits.
+
+    With a :attr:`holder`, the calls of each plan (a round's steps, a Conductor try) are
+    held there first (:meth:`hold`); once a hold is refused, no further call of the
+    budget starts (:attr:`held_back`).
+    """
 
     max_calls: int | None = None
     max_usd: float | None = None
@@ -62,15 +81,27 @@ class Budget:
     usd: float = 0.0
     #: The first refusal given: a call the budget stopped (``None``: none yet).
     stopped: str | None = None
+    holder: PlanHold | None = None
+    #: Why the holder refused a plan (``None``: it never did).
+    held_back: str | None = None
+
+    async def hold(self, calls: Sequence[Worker]) -> str | None:
+        """Hold ``calls`` (see :class:`PlanHold`) before the first is made: the refusal
+        (kept, so every later call is refused too), or ``None`` when they may go."""
+        if self.refusal() is None and self.holder is not None and calls:
+            # No more calls can be made than the budget has left, whichever they are.
+            most = None if self.max_calls is None else self.max_calls - self.calls
+            self.held_back = await self.holder.hold(calls, most)
+        return self.refusal()
 
     def refusal(self) -> str | None:
         """Why one more call may not start, or ``None`` if it may.  Callers ask just
         before a call and skip it on a refusal, so the first one is kept in
         :attr:`stopped`."""
-        reason = None
-        if self.max_calls is not None and self.calls >= self.max_calls:
+        reason = self.held_back
+        if reason is None and self.max_calls is not None and self.calls >= self.max_calls:
             reason = f"call budget reached ({plural(self.max_calls, 'call')})"
-        elif self.max_usd is not None and self.usd >= self.max_usd:
+        elif reason is None and self.max_usd is not None and self.usd >= self.max_usd:
             reason = f"USD budget reached (${self.usd:.4f} of ${self.max_usd:.4f})"
         if reason is not None and self.stopped is None:
             self.stopped = reason
@@ -209,6 +240,9 @@ class StepRunner:
         the steps finished.
         """
         n = len(plans)
+        # The round's calls are held before the first starts; refused, every step is
+        # recorded skipped with the reason (the budget refuses each).
+        await self.budget.hold(self._round_calls(plans))
         done = [asyncio.Event() for _ in range(n)]
         shared: list[SharedStep | None] = [None] * n
         records: list[StepRecord | None] = [None] * n
@@ -233,6 +267,14 @@ class StepRunner:
         finally:
             rnd.steps = [r for r in records if r is not None]
             self.history.extend(s for s in shared if s is not None)
+
+    def _round_calls(self, plans: Sequence[StepPlan]) -> list[Worker]:
+        """The target of every call ``plans`` may make: one a step, and each try of the
+        last one when the run's answer format may ask it again."""
+        calls = [self.workers[plan.worker] for plan in plans]
+        if calls and not self.answer_format.plain:
+            calls += [calls[-1]] * ANSWER_RETRIES
+        return calls
 
     async def _step(
         self,

@@ -10,7 +10,7 @@ replies later on the same budget), and hand a :class:`_Job` the renderer of that
 format; the job turns the conversation into a question (:mod:`._conversation`), takes a
 place among the slots (429 when the queue is full) and runs the orchestration on the
 shared :class:`~._service.Service`, answering at once or as server-sent events.  A key
-with a budget has the request's worst case reserved first (:mod:`._spend`).
+with a budget has each of the request's plans held against it first (:mod:`._spend`).
 ``GET`` and ``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``
 read the server's stored responses (:mod:`._stores`), only the caller key's.
 
@@ -165,9 +165,15 @@ def create_app(settings: ServeSettings, conductor: Conductor | None = None) -> F
         # A client's W3C trace context: the runs' traces continue the client's.
         job.traceparent = request.headers.get("traceparent")
         try:
-            # The worst case is held against the key's budget before the first call.
+            # The first plan is held against the key's budget before its first call;
+            # each plan then holds its own calls (the budget's holder).
             job.reservation = await service.spending.reserve(
-                key, strategy, job.budget, sent_bytes + len(question.encode())
+                key,
+                strategy,
+                job.budget,
+                question,
+                sent_bytes + len(question.encode()),
+                runs=chat.n,
             )
         except BaseException:
             ticket.release()
@@ -408,6 +414,10 @@ class _Job:
         await self.settled()
         headers = {**self.headers, "x-conductor-cost-usd": _cost_header(records)}
         failed = next((r for r in records if r.status == "failed"), None)
+        refused = self.reservation.refused if self.reservation is not None else None
+        if failed is not None and refused is not None:
+            # A plan the key's budget could not hold: the budget's refusal, not a failure.
+            raise refused
         if failed is not None:
             return _json(failure_body(records, failed), status=502, headers=headers)
         await self.renderer.keep(records)

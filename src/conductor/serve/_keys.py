@@ -20,8 +20,8 @@ key or worker id.  A ``--api-key-env`` token beside the file is a key with every
 
 ``max_calls`` and ``max_usd`` are the key's budget, over its life (the server's, or
 on a ``--state`` server every replica shares, as long as that server keeps it): each
-request reserves its worst case first and is refused (429) when it does not fit
-(:mod:`._spend`).
+request holds its first plan, then each plan's worst case before the plan runs, and
+is refused (429) when it does not fit (:mod:`._spend`).
 
 A request narrows what its key allows with ``conductor.allowed_workers`` in its body
 (:func:`allowed_workers`): a worker its key may not use is refused (403), not dropped,

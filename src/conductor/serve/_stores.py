@@ -172,7 +172,9 @@ class MemoryBudgets:
         elif max_nusd is not None and t[1] + t[3] + nusd > max_nusd:
             refused = "usd"
         if refused is None:
-            self._held[owner, reservation] = (calls, nusd)
+            # A reservation asked again grows: a request holds plan after plan.
+            c, u = self._held.get((owner, reservation), (0, 0))
+            self._held[owner, reservation] = (c + calls, u + nusd)
             t[2] += calls
             t[3] += nusd
         return Held(refused, t[0], t[1], t[2], t[3])

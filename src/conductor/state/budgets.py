@@ -1,9 +1,10 @@
 """Each API key's call and USD budget on a state server, shared by every replica.
 
-A request reserves its worst case before its first call and settles to what it spent
-when it ends.  Both are one Lua script each, so the check and the hold are one step on
-the server: two replicas reserving at once cannot both fit under a cap that has room for
-one.  Keys, per owner (the key's identity, never its token), in one hash slot:
+A request reserves its first call, grows its reservation by each plan's worst case
+before the plan's first call, and settles to what it spent when it ends. Both are one
+Lua script each, so the check and the hold are one step on the server: two replicas
+reserving at once cannot both fit under a cap that has room for one. Keys, per owner
+(the key's identity, never its token), in one hash slot:
 
 - ``conductor:budget:{OWNER}:t``: ``calls`` and ``nusd`` spent, ``hcalls`` and ``hnusd``
   held by reservations not yet settled;
@@ -80,7 +81,14 @@ elseif cap_u >= 0 and nusd + hnusd + want_u > cap_u then
   refused = 'usd'
 end
 if refused == '' then
-  redis.call('HSET', KEYS[2], ARGV[1], int(want_c) .. ' ' .. int(want_u))
+  -- A reservation asked again grows: a request holds plan after plan.
+  local had_c, had_u = 0, 0
+  local had = redis.call('HGET', KEYS[2], ARGV[1])
+  if had then
+    had_c, had_u = string.match(had, '^(%d+) (%d+)$')
+    had_c, had_u = tonumber(had_c), tonumber(had_u)
+  end
+  redis.call('HSET', KEYS[2], ARGV[1], int(had_c + want_c) .. ' ' .. int(had_u + want_u))
   redis.call('ZADD', KEYS[3], now + tonumber(ARGV[6]), ARGV[1])
   hcalls, hnusd = hcalls + want_c, hnusd + want_u
 end
@@ -174,8 +182,8 @@ class RedisBudgets:
         max_calls: int | None,
         max_nusd: int | None,
     ) -> Held:
-        """Hold ``calls`` and ``nusd`` for ``reservation`` if they fit under the caps
-        with all that is spent and held."""
+        """Hold ``calls`` and ``nusd`` more for ``reservation`` (new, or growing) if they
+        fit under the caps with all that is spent and held."""
         args: list[str | int] = [
             reservation,
             calls,
