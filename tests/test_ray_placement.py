@@ -230,13 +230,133 @@ def test_a_code_benchmark_on_ray_grades_as_one_process(
     assert statuses == ["correct", "incorrect", "incorrect"], grades[1]
 
 
-@pytest.mark.parametrize("given", [{"max_usd": 5.0}, {"batch": True}])
-def test_ray_refuses_what_needs_every_call_here(given: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"batch": True}, "--batch needs them made in this process"),
+        ({"batch": True, "state": "redis://127.0.0.1:1/0"}, "--batch needs them made"),
+        ({"max_usd": 5.0}, "--max-usd counts their spend on a state server the nodes "
+         "reach: add --state redis://HOST:PORT/DB"),
+    ],
+)  # fmt: skip
+def test_ray_refuses_what_needs_every_call_here(
+    given: dict[str, Any], says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from conductor.bench.session import BenchArgs, plan_bench
     from conductor.errors import UsageError
+    from conductor.state.url import STATE_ENV
 
-    with pytest.raises(UsageError, match="--ray runs the samples' calls on the cluster"):
+    monkeypatch.delenv(STATE_ENV, raising=False)
+    with pytest.raises(UsageError, match="--ray runs the samples' calls on the cluster") as err:
         plan_bench(BenchArgs(benchmark="math500", ray="auto", **given))
+    assert says in str(err.value)
+
+
+#: A dollar a thousand tokens, in and out: the fake server counts words as tokens.
+PRICE = {"input_per_mtok": 1000.0, "output_per_mtok": 1000.0}
+
+
+def _priced_pool(tmp_path: Path, fake: FakeLLMServer) -> Path:
+    from kit.poolkit import pool_dict, worker, write_pool
+
+    workers = [worker(fake, "w0", price=PRICE)]
+    return write_pool(tmp_path / "pool.yaml", pool_dict(fake, workers, price=PRICE))
+
+
+def _run_spend(run: Path, url: str) -> float:
+    """What the run's counter on the state server holds (all the nodes' charges)."""
+    from conductor.runs.rundir import STATE_TOKEN
+    from conductor.state import StateURL
+    from conductor.state.claims import RunClaims
+
+    claims = RunClaims(StateURL.parse(url), (run / STATE_TOKEN).read_text().strip())
+    try:
+        return claims.spent()
+    finally:
+        claims.close()
+
+
+@pytest.mark.skipif(not shutil.which("redis-server"), reason="needs redis-server")
+def test_the_cap_holds_for_the_calls_the_nodes_make(
+    nodes: Nodes, tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    """bench --ray --state --max-usd: the nodes charge the run's counter on the state
+    server, so the driver stops placing samples within one wave of the cap (the samples
+    in flight, --concurrency of them, finish); every call the provider answered is in
+    the counter and in the records.  (With the node's charge left out, the counter
+    stays at 0 and the run goes to the end: seen once by hand.)"""
+    from kit.redisserver import RedisServer
+
+    script_math(fake_server)
+    fake_server.latency_s = 0.05
+    n, concurrency, cap = 16, 2, 0.25
+    data = make_math_file(tmp_path / "math.jsonl", n)
+    run = tmp_path / "run"
+    with RedisServer() as server:
+        done = cli("bench", "math500", "--pool", str(_priced_pool(tmp_path, fake_server)),
+                   "--data", str(data), "--strategy", "single:w0", "--no-cache",
+                   "--concurrency", str(concurrency), "--max-usd", str(cap),
+                   "--ray", nodes.cluster.address, "--state", server.url, "--out", str(run),
+                   cache=tmp_path / "c")  # fmt: skip
+        counted = _run_spend(run, server.url)
+    text = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 1, text
+    assert f"reaching its --max-usd ${cap:.4f}: no more samples were started" in text
+    records = read_samples(run)
+    costs = [r["totals"]["cost_usd"] for r in records]
+    assert 0 < len(records) < n  # stopped: the rest were not started
+    assert cap <= sum(costs) <= cap + concurrency * max(costs) + 1e-9
+    # One call a sample, each answered call recorded and counted: nothing unmetered.
+    assert len(fake_server.requests_for("w0")) == len(records)
+    assert counted == pytest.approx(sum(costs))
+
+
+@pytest.mark.skipif(not shutil.which("redis-server"), reason="needs redis-server")
+@pytest.mark.parametrize("loss", ["killed", "restarted empty"])
+async def test_a_node_that_cannot_count_its_spend_makes_no_call(
+    fake_server: FakeLLMServer, loss: str
+) -> None:
+    """A node's meter charges each call to the run's counter; once the state server is
+    gone (or holds the session no more), the node's next call is refused before the
+    provider is asked, and nothing is counted in its place.  (With the read before each
+    call left out, the call is made: seen once by hand.)"""
+    import redis
+    from kit.redisserver import RedisServer
+
+    from conductor.errors import ModelCallError
+    from conductor.llm.caller import ModelCaller
+    from conductor.llm.types import ModelRequest
+    from conductor.state import StateURL
+    from conductor.state.claims import RunClaims, new_token
+    from conductor.state.spend import NodeSpendMeter, RunSpend
+    from conductor.targets import Price, Worker
+
+    fake_server.script("m", lambda _request: "four")
+    target = Worker(id="w0", model="m", client="openai", api_base=fake_server.openai_base,
+                    price=Price(1000.0, 1000.0), max_retries=0)  # fmt: skip
+    ask = ModelRequest(messages=({"role": "user", "content": "two and two"},))
+    with RedisServer() as server:
+        url, token = StateURL.parse(server.url), new_token()
+        run = RunClaims(url, token)
+        run.start(0.0)  # the driver opens the run's session
+        meter = NodeSpendMeter(RunSpend(url, token))
+        caller = ModelCaller(target, meter=meter)
+        try:
+            paid = await caller.complete(ask)
+            assert paid.cost_usd is not None and paid.cost_usd > 0
+            assert run.spent() == pytest.approx(paid.cost_usd)
+            if loss == "killed":
+                server.stop()
+            else:
+                redis.Redis.from_url(server.url).flushall()
+            with pytest.raises(ModelCallError, match="its spend could not be counted"):
+                await caller.complete(ask)
+        finally:
+            await caller.aclose()
+            meter.close()
+            run.close()
+    assert len(fake_server.requests) == 1  # the refused call never reached the provider
+    assert meter.spent_usd == pytest.approx(paid.cost_usd)
 
 
 def test_a_node_lost_mid_run_loses_and_doubles_no_sample(

@@ -21,8 +21,14 @@ the copies side by side) and ``rpm: 3000``; ``--smoke``: 2 nodes, 60 questions,
    run's steady part (its middle 80%) within 5% of R; then (not with ``--smoke``) the
    same run with no ``rpm:``, the cluster's own pace, to tell a limit that holds too
    much from a cluster that cannot go faster.
-3. ``--max-usd`` with ``--ray`` is refused (the cap counts the calls of one process):
-   the refusal is printed, no figure.
+3. ``--max-usd`` with ``--ray --state``: the nodes charge the run's spend counter on
+   the state server, and the driver stops placing samples once it reaches the cap.  On
+   questions of their own (at most 300 distinct ones), the cap a third of what they
+   would cost, ``--concurrency`` the cluster's sample slots (nodes x CPUs): what was
+   spent (the records' cost; the server's counter; the fake server's view, every
+   request's words as tokens at the pool's price) against the cap and the bound, the
+   cap passed by at most one wave (--concurrency x the dearest sample).  Without
+   ``--state`` the CLI's refusal is printed (there is no figure).
 4. A node SIGKILLed mid-run (the worker processes its raylet started, then the raylet
    and the rest, ``Cluster.remove_node`` without grace) once a third of the records are
    written, while its samples wait inside calls (held 3 s at the provider): those
@@ -58,6 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import shared_state as ss  # noqa: E402
 
 from conductor.testing import FakeLLMServer  # noqa: E402
+from conductor.testing.fake_wire import word_count  # noqa: E402
 
 #: How long a call waits at the provider around the kill (see :func:`phase_kill`).
 HELD_S = 3.0
@@ -182,14 +189,65 @@ def phase_calls_and_rate(
           f"rpm ({ss.load()})")  # fmt: skip
 
 
-def phase_cap_refused(work: Path, pool: Path, data: Path, address: str) -> None:
-    """``--max-usd`` with ``--ray``: the CLI's refusal, printed (there is no figure)."""
+def phase_cap(
+    fake: FakeLLMServer,
+    work: Path,
+    url: str,
+    cluster: LocalCluster,
+    n: int,
+    slots: int,
+    per_sample: float,
+    judge: ss.Verdicts,
+) -> None:
+    """``--max-usd`` with ``--ray --state``: the spend reached against the cap and the
+    bound of one wave; then, without ``--state``, the CLI's refusal."""
+    from conductor.runs.rundir import STATE_TOKEN
+    from conductor.state import StateURL
+    from conductor.state.claims import RunClaims
+
+    data = ss.write_data(work / "distinct.jsonl", n, 1)
+    pool = ss.write_pool(work / "pool.json", fake.openai_base, None)
+    ss.flush(url)
+    mark = len(fake.requests)
+    fake.latency_s = 0.02  # samples overlap: a wave is in flight when the cap is reached
+    # The cap: about a third of what the data would cost (``per_sample``: the dearest
+    # sample of the one-process run).
+    cap = round(n * per_sample / 3, 2)
+    run = work / "capped"
+    bench = ss.Bench(work, pool, data)
+    bench.start("cap", run, "--concurrency", str(slots), "--ray", cluster.address,
+                "--state", url, "--max-usd", str(cap))  # fmt: skip
+    (code,) = bench.wait()
+    fake.latency_s = 0.0
+    stopped = code == 1 and "--max-usd" in bench.tail(0)
+    rows, _ = ss.records(run)
+    costs = [r["totals"]["cost_usd"] for r in rows]
+    dearest = max(costs)
+    bound = cap + slots * dearest
+    words = [sum(word_count(m["content"]) for m in r.messages) + word_count(ss.reply_text(r))
+             for r in fake.requests[mark:]]  # fmt: skip
+    paid = sum(words) * ss.PRICE_PER_MTOK / 1e6
+    claims = RunClaims(StateURL.parse(url), (run / STATE_TOKEN).read_text().strip())
+    counted = claims.spent()
+    claims.close()
+    print(f"  cap ${cap:.2f}: {len(rows)} of {n} samples recorded, exit {code}; reached "
+          f"${sum(costs):.4f} (records), ${counted:.4f} (the state server's counter); "
+          f"bound = cap + --concurrency {slots} x ${dearest:.4f} = ${bound:.4f}; "
+          f"{ss.load()}")  # fmt: skip
+    if not stopped:
+        print(f"  its output: {bench.tail(0)}")
+    judge("--ray --max-usd: records' cost", f"${sum(costs):.4f}", f"${cap:.2f}..${bound:.4f}",
+          stopped and cap <= sum(costs) + 1e-9 and sum(costs) <= bound + 1e-9)  # fmt: skip
+    judge("--ray --max-usd: provider's view / counter", f"${paid:.4f} / ${counted:.4f}",
+          "equal, <= bound", abs(paid - counted) < 1e-6 and paid <= bound + 1e-9)  # fmt: skip
+    # Without --state the nodes' spend has nowhere to be counted: refused.
     cmd = [sys.executable, "-m", "conductor", "bench", "math500", "--pool", str(pool),
-           "--data", str(data), "--out", str(work / "capped"), "--ray", address,
+           "--data", str(data), "--out", str(work / "refused"), "--ray", cluster.address,
            "--max-usd", "1"]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != "CONDUCTOR_STATE_URL"}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     said = " ".join((done.stderr or done.stdout).split())
-    print(f"--max-usd with --ray: refused (exit {done.returncode}): {said[-200:]}")
+    print(f"--max-usd with --ray, no --state: refused (exit {done.returncode}): {said[-200:]}")
 
 
 def phase_kill(
@@ -279,6 +337,7 @@ def main() -> int:
         pool = ss.write_pool(work / "pool.json", fake.openai_base, None)
         _cpu, wall, rows = ss.cpu_alone(work, pool, data, n, None)
         alone = ss.outcome(rows)
+        dearest = max(r["totals"]["cost_usd"] for r in rows)
         print(f"one process, own cache:   {wall:.1f} s wall, {ss.load()}", flush=True)
         t0 = time.monotonic()
         with local_cluster(args.nodes, args.cpus, work / "node-cache") as cluster:
@@ -286,7 +345,9 @@ def main() -> int:
             phase_calls_and_rate(
                 fake, work, url, cluster, data, n, args.rpm, judge, alone, contrast=not args.smoke
             )
-            phase_cap_refused(work, pool, data, cluster.address)
+            print(f"--max-usd with --ray --state ({ss.load()}):", flush=True)
+            phase_cap(fake, work, url, cluster, min(n, 300), args.nodes * args.cpus, dearest,
+                      judge)  # fmt: skip
             phase_kill(fake, work, url, cluster, data, n, judge, alone)
     print(f"done, {ss.load()}")
     return 1 if judge.failed else 0

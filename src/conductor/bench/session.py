@@ -42,7 +42,9 @@ if TYPE_CHECKING:
     from ..conductors.spec import Conductor
     from ..grading import Grader
     from ..llm.caller import CallerSet
+    from ..llm.cost import SpendMeter
     from ..otel import RecordSink
+    from ..state.spend import RunSpend
     from ..strategies import Strategy
     from ..targets import Worker
 
@@ -151,7 +153,6 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
 
     if args.retry_errors and args.resume is None:
         raise UsageError("--retry-errors needs --resume DIR")
-    _check_ray(args)
     _check_pilot(args)
     if args.overwrite and args.resume is not None:
         raise UsageError(
@@ -173,6 +174,8 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
         # Checked before its path is resolved (a looping link) or recorded.
         check_regular(data, "data file")
     invocation = _resolve(args, stored, data)
+    state = state_url_from(args.state)
+    _check_ray(args, invocation, state)
     spec = load_benchmark(benchmark)
     if spec.training_only and data is None:
         raise UsageError(
@@ -181,7 +184,6 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
         )
     pool_obj = open_pool(args.pool if args.pool is not None else stored.pool)
     shard_t = _parse_shard(invocation.shard)
-    state = state_url_from(args.state)
     strategy = invocation.strategy or "conductor"
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -222,17 +224,23 @@ def plan_bench(args: BenchArgs) -> list[BenchRequest]:
     ]
 
 
-def _check_ray(args: BenchArgs) -> None:
-    """``--ray`` with what needs every call made in this process: the spend cap counts
-    the calls this process makes, and provider batches are sent from here."""
+def _check_ray(args: BenchArgs, invocation: Invocation, state: StateURL | None) -> None:
+    """``--ray`` with what needs the calls counted or made in this process: provider
+    batches are sent from here, and the spend cap counts the nodes' calls only on a
+    state server (the nodes charge the run's counter there).  Checked on
+    ``invocation``: a resumed run keeps its ``--batch`` and ``--max-usd``."""
     if args.ray is None or args.estimate:
         return
-    for given, name in ((args.max_usd, "--max-usd"), (args.batch, "--batch")):
-        if given:
-            raise UsageError(
-                f"--ray runs the samples' calls on the cluster's nodes; {name} needs them made "
-                "in this process: leave one of the two out"
-            )
+    if invocation.batch:
+        raise UsageError(
+            "--ray runs the samples' calls on the cluster's nodes; --batch needs them made "
+            "in this process: leave one of the two out"
+        )
+    if invocation.max_usd is not None and state is None:
+        raise UsageError(
+            "--ray runs the samples' calls on the cluster's nodes; --max-usd counts their "
+            "spend on a state server the nodes reach: add --state redis://HOST:PORT/DB"
+        )
 
 
 def _check_pilot(args: BenchArgs) -> None:
@@ -272,24 +280,58 @@ def bench_grader(request: BenchRequest) -> Grader:
     )
 
 
-def node_strategy(request: BenchRequest) -> Strategy:
+def node_strategy(request: BenchRequest, spend: RunSpend | None = None) -> Strategy:
     """The strategy of ``request`` as a Ray node builds it to run samples (``bench
     --ray``): the same builder as here, its calls through the node's callers and the
-    call cache ``request`` names (``--state``: the one shared server).  The cache stays
+    call cache ``request`` names (``--state``: the one shared server), each call paid
+    for charged to the run's spend counter ``spend`` (``--max-usd``).  The cache stays
     open as long as the node's worker process."""
     from ..llm.caller import CallerSet
+    from ..state.spend import NodeSpendMeter
 
+    meter: NodeSpendMeter | None = None
+    if request.invocation.max_usd is not None:
+        if spend is None:
+            # Never spend what no one counts: a capped run's node needs the counter.
+            raise RuntimeError("a run with --max-usd sent a sample without its spend counter")
+        meter = NodeSpendMeter(spend)
+        _NODE_CACHES.callback(meter.close)
     cache = None if request.no_cache else _NODE_CACHES.enter_context(open_call_cache(request.state))
     # The node's calls count against the same rate as the driver's (the server's, with
     # --state), each key's stated rate known before the first call.
-    callers = CallerSet(cache, rates=open_rates(request.state))
+    callers = CallerSet(cache, meter=meter, rates=open_rates(request.state))
     strategy, _options = build_strategy(request, callers, bench_options(request))
     callers.declare(strategy.targets)
     return strategy
 
 
-# What the node's strategies hold open for the worker process's life (their call caches).
+# What the node's strategies hold open for the worker process's life (their call caches
+# and spend counters).
 _NODE_CACHES = contextlib.ExitStack()
+
+
+class _NodeFactory:
+    """:func:`node_strategy` for ``request``, as the Ray tasks carry it.  It is pickled
+    each time a sample is sent, and the run's session on the state server is known by
+    then (the runner attaches it before the first sample): the node gets the run's
+    spend counter (:class:`~conductor.state.spend.RunSpend`), never a connection."""
+
+    def __init__(self, request: BenchRequest, meter: SpendMeter | None) -> None:
+        self.request = request
+        self.meter = meter
+
+    def spend(self) -> RunSpend | None:
+        from ..state.spend import SharedSpendMeter
+
+        if not isinstance(self.meter, SharedSpendMeter):
+            return None
+        return self.meter.remote()
+
+    def __call__(self) -> Strategy:
+        return node_strategy(self.request, self.spend())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return functools.partial, (node_strategy, self.request, self.spend())
 
 
 def bench_options(request: BenchRequest) -> BenchOptions:
@@ -433,7 +475,7 @@ class BenchSession:
 
                 # Each sample runs on a node, the same builder making its strategy there;
                 # records come back here, the only writer of the run directory.
-                strat = RayStrategy(strat, functools.partial(node_strategy, r))
+                strat = RayStrategy(strat, _NodeFactory(r, meter))
             # Every missing key at once, before the first sample (and before the run
             # directory holds anything).
             require_keys(strat.targets)

@@ -126,6 +126,11 @@ class ModelCaller:
             hit = cache.get(key)
             if hit is not None:
                 return self._completion(hit, cached=True, attempts=0, start=start)
+        refused = self.meter.call_refusal() if self.meter is not None else None
+        if refused is not None:
+            # Checked before any provider is asked: a call whose spend cannot be counted
+            # is not made (fail closed).
+            raise self._final(ModelCallError(refused))
         batcher = self.batcher
         if batcher is not None and self.batch:
             try:

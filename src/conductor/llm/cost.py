@@ -161,6 +161,12 @@ class SpendMeter:
         if usd:
             self.spent_usd += usd
 
+    def call_refusal(self) -> str | None:
+        """Why no call may be made now, or ``None``.  Here never: the cap stops new
+        samples (:meth:`refusal`), and the calls of those in flight are made.  A meter
+        that cannot count a call's spend says so (a Ray node's, its server lost)."""
+        return None
+
     def refusal(self) -> str | None:
         """Why no more may be spent, or ``None``."""
         cap = self.cap_usd

@@ -120,6 +120,9 @@ class RunClaims:
         import redis as redis_lib
 
         self.where = url.public
+        #: The server and the session's token: what names this run's keys to a process
+        #: that opens its own view of them (a Ray node charging the run's spend).
+        self.url, self.token = url, token
         self.owner = secrets.token_hex(8)
         self.lease_ms = max(1, int(lease_s * 1000))
         self._errors: tuple[type[BaseException], ...] = (redis_lib.RedisError, OSError)
