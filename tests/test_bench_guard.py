@@ -554,14 +554,19 @@ def test_a_complete_run_is_named_complete_and_overwrite_starts_it_again(
     said = " ".join(resumed.stderr.split())
     assert f"nothing to resume: the run in {out} is complete (3 samples recorded)" in said
     assert read_samples(out) == first and len(fake_server.requests) == n
-    # --overwrite starts it again from nothing, deleting only what bench wrote.
+    # --overwrite starts it again from nothing, deleting only what bench wrote (with
+    # the temporary file of a summary whose writer was killed mid-write).
     (out / "notes.txt").write_text("mine")
+    (out / ".summary.json.4242.0a1b2c3d4e5f.tmp").write_text('{"half')
+    (out / ".notes.txt.4242.0a1b2c3d4e5f.tmp").write_text("mine too")
     redone = cli(*args, "--overwrite", "--no-cache", cache=tmp_path / "c")
     assert redone.returncode == 0, redone.stderr
     second = read_samples(out)
     assert len(second) == 3 and len(fake_server.requests) == n + 6
     assert {r["run_id"] for r in second}.isdisjoint(r["run_id"] for r in first)
     assert (out / "notes.txt").read_text() == "mine"
+    assert (out / ".notes.txt.4242.0a1b2c3d4e5f.tmp").read_text() == "mine too"
+    assert not (out / ".summary.json.4242.0a1b2c3d4e5f.tmp").exists()
     assert (out / "summary.json").is_file() and (out / "config.json").is_file()
 
 

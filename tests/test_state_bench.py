@@ -250,8 +250,9 @@ def test_a_sample_longer_than_its_lease_is_run_and_recorded_once(
 def test_processes_ending_together_leave_one_whole_summary(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
-    # Threads stand for the processes: they write through the same temporary file.
-    # (With shared=False some writes fail: a rename finds the file another renamed.)
+    # Threads stand for the processes, each writing through a temporary file of its
+    # own.  (Through one fixed temporary name, as before, a rename found the file another
+    # renamed, or renamed another writer's half-written bytes.)
     script_math(fake_server)
     data = make_math_file(tmp_path / "math.jsonl", 2)
     run = tmp_path / "run"
@@ -264,17 +265,35 @@ def test_processes_ending_together_leave_one_whole_summary(
     def write() -> None:
         for _ in range(40):
             try:
-                write_summary(run, shared=True)
+                write_summary(run)
             except OSError as exc:
                 failures.append(exc)
 
+    writing = threading.Event()
+    writing.set()
+    torn: list[str] = []
+
+    def read() -> None:  # a reader never finds half a summary
+        while writing.is_set():
+            text = (run / "summary.json").read_text()
+            try:
+                json.loads(text)
+            except ValueError:
+                torn.append(text)
+
     threads = [threading.Thread(target=write) for _ in range(4)]
+    reader = threading.Thread(target=read)
+    reader.start()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    writing.clear()
+    reader.join()
+    assert torn == []
     json.loads((run / "summary.json").read_text())
     assert failures == []
+    assert sorted(p.name for p in run.iterdir() if p.name.endswith(".tmp")) == []
 
 
 @pytest.mark.parametrize("recorded", [True, False])

@@ -19,8 +19,10 @@ under it, and the packages that own them sit on different floors.
 from __future__ import annotations
 
 import contextlib
+import glob
 import logging
 import os
+import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +36,8 @@ __all__ = [
     "open_private",
     "own_dir",
     "private_file",
+    "temp_beside",
+    "temps_left",
     "tighten",
     "write_private",
 ]
@@ -92,17 +96,21 @@ def private_file(path: str | Path) -> None:
 
 
 def write_private(path: str | Path, data: str | bytes, *, atomic: bool = True) -> None:
-    """Write ``data`` to ``path``, ``0600``.  ``atomic``: into ``.NAME.tmp`` beside it,
-    then renamed over it, so a reader never sees half a file; the temporary file is
-    removed when the write fails (the ``OSError`` is raised)."""
+    """Write ``data`` to ``path``, ``0600``.  ``atomic``: into a temporary file of its
+    own beside it (:func:`temp_beside`), then renamed over it, so a reader never sees
+    half a file, even with other writers of ``path`` at the same moment (processes of
+    one run on a shared directory: each rename is of one writer's whole file, the last
+    one's kept); the temporary file is removed when the write fails (the ``OSError``
+    is raised)."""
     target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp") if atomic else target
+    tmp = temp_beside(target) if atomic else target
+    mode: OpenMode = "x" if atomic else "w"
     try:
         if isinstance(data, bytes):
-            with open_private(tmp, "wb") as fh:
+            with open_private(tmp, "xb" if atomic else "wb") as fh:
                 fh.write(data)
         else:
-            with open_private(tmp, "w", encoding="utf-8") as fh:
+            with open_private(tmp, mode, encoding="utf-8") as fh:
                 fh.write(data)
         if atomic:
             os.replace(tmp, target)
@@ -111,6 +119,18 @@ def write_private(path: str | Path, data: str | bytes, *, atomic: bool = True) -
             with contextlib.suppress(OSError):
                 tmp.unlink()
         raise
+
+
+def temp_beside(target: Path) -> Path:
+    """A new temporary file's name beside ``target``, ``.NAME.PID.RANDOM.tmp``: no other
+    writer, in this process or another, picks the same one."""
+    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+
+
+def temps_left(target: Path) -> list[Path]:
+    """The temporary files of :func:`temp_beside` for ``target`` that a killed writer
+    left beside it."""
+    return sorted(target.parent.glob(f".{glob.escape(target.name)}.*.tmp"))
 
 
 def make_private_dir(path: str | Path) -> Path:

@@ -436,7 +436,7 @@ class BenchSession:
         if self.summary.covers_file:
             return self.summary.write()
         # A shared run's builder never covers the file: every process scores it whole.
-        return write_summary(self.request.run_dir, shared=self.request.state is not None)
+        return write_summary(self.request.run_dir)
 
     async def _run(
         self,

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import RecordError, UsageError
-from ..private import open_private
+from ..private import open_private, temps_left
 from ..record import MAX_RECORD_BYTES, RunRecord, record_from_dict
 from ..redact import SECRETS
 from ..userfiles import (
@@ -91,7 +91,8 @@ BATCHES = "batches.jsonl"
 STATE_TOKEN = "state_token"
 LOCK = ".lock"
 #: Everything a bench run writes in its directory besides the lock (the temporary files
-#: are what an atomic replace leaves when a process is killed in the middle of one).
+#: are what an atomic replace of an earlier version left when a process was killed in
+#: the middle of one; now each replace has a temporary file of its own: ``temps_left``).
 RUN_FILES = (
     CONFIG,
     SAMPLES,
@@ -340,7 +341,9 @@ def clear_run(path: Path) -> list[str]:
     """Delete the files a bench run wrote in ``path`` (:data:`RUN_FILES`; nothing else
     there, and not the lock); return the names deleted."""
     removed = []
-    for name in RUN_FILES:
+    # With the temporary files a writer killed mid-write left (each writer names its own).
+    left = [p.name for name in RUN_FILES for p in temps_left(path / name)]
+    for name in (*RUN_FILES, *left):
         try:
             (path / name).unlink()
         except FileNotFoundError:

@@ -543,27 +543,13 @@ def summary_from_dict(data: dict[str, Any]) -> RunSummary:
         raise RecordError(f"summary is malformed: {exc}") from None
 
 
-def write_summary(run_dir: Path, *, shared: bool = False) -> RunSummary:
-    """Summarise ``run_dir`` and write ``run_dir/summary.json`` (atomically).
-
-    ``shared``: other processes of the run (``bench --state``) may write it at the same
-    moment, through the same temporary file: one whose rename finds that file gone
-    (another renamed it, perhaps with this one's bytes in it) writes it again, so the
-    last rename is always of a whole summary."""
+def write_summary(run_dir: Path) -> RunSummary:
+    """Summarise ``run_dir`` and write ``run_dir/summary.json`` (atomically: other
+    processes of the run, ``bench --state``, may write it at the same moment, each
+    through a temporary file of its own, so the file left is one whole summary)."""
     summary = summarize_run(run_dir)
-    tries = _SHARED_TRIES if shared else 1
-    for attempt in range(1, tries + 1):
-        try:
-            _write_summary_file(run_dir, summary)
-            break
-        except FileNotFoundError:
-            if attempt == tries:
-                raise
+    _write_summary_file(run_dir, summary)
     return summary
-
-
-#: How often a shared run's summary is written again when its temporary file was taken.
-_SHARED_TRIES = 8
 
 
 def _write_summary_file(run_dir: Path, summary: RunSummary) -> None:
