@@ -10,7 +10,6 @@ budget, each plan's hold keeps it alone, and without the holds they spend past i
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import pytest
 from kit.poolkit import CONDUCTOR_MODEL, lists, pool_dict, worker, write_pool
 from kit.redisserver import RedisServer
-from kit.servekit import served
+from kit.servekit import responses_at_once, served
 
 from conductor.pool import Pool, load_pool
 from conductor.serve import ApiKey
@@ -110,22 +109,6 @@ def test_a_plan_past_its_admission_is_held_before_its_first_step_or_never_sent(
     assert calls_made(fake_server) == {CONDUCTOR_MODEL: 7, "w0": 3, "w1": 3}
 
 
-def _flood(url: str, n: int) -> list[Any]:
-    async def run() -> list[Any]:
-        client = openai.AsyncOpenAI(base_url=url, api_key="team-token", max_retries=0)
-        async with client:
-
-            async def one(i: int) -> Any:
-                try:
-                    return await client.responses.create(model="conductor", input=f"Q{i}?")
-                except openai.APIStatusError as exc:
-                    return exc
-
-            return list(await asyncio.gather(*(one(i) for i in range(n))))
-
-    return asyncio.run(run())
-
-
 def _conductor_flood(
     tmp_path: Path, fake_server: FakeLLMServer, redis_server: RedisServer | None
 ) -> tuple[list[Any], float]:
@@ -143,7 +126,7 @@ def _conductor_flood(
         max_concurrency=256,
         max_queue=256,
     ) as url:
-        results = _flood(url, 200)
+        results = responses_at_once(url, "team-token", "conductor", 200)
         charged = sum(calls_made(fake_server).values()) * CALL_USD
         # A request whose 16 runs cannot fit ($12.29) says what is held: every hold
         # is settled, so nothing.

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from kit.poolkit import pool_dict, worker, write_pool
 from kit.redisserver import RedisServer
-from kit.servekit import ServeProcess, make_pool, served, wait_for
+from kit.servekit import ServeProcess, make_pool, responses_at_once, served, wait_for
 
 from conductor.pool import Pool, load_pool
 from conductor.serve import ApiKey
@@ -64,19 +64,6 @@ def sdk(url: str, token: str) -> Any:
     return openai.OpenAI(base_url=url, api_key=token, max_retries=0)
 
 
-async def _many(url: str, n: int) -> list[Any]:
-    client = openai.AsyncOpenAI(base_url=url, api_key="team-token", max_retries=0)
-    async with client:
-
-        async def one(i: int) -> Any:
-            try:
-                return await client.responses.create(model="single:w0", input=f"Q{i}?")
-            except openai.APIStatusError as exc:
-                return exc
-
-        return list(await asyncio.gather(*(one(i) for i in range(n))))
-
-
 def _flood(
     tmp_path: Path, fake_server: FakeLLMServer, store: str, redis_server: RedisServer | None
 ) -> tuple[list[Any], float]:
@@ -94,7 +81,7 @@ def _flood(
         max_queue=256,
         max_calls_per_request=1,
     ) as url:
-        results = asyncio.run(_many(url, 200))
+        results = responses_at_once(url, "team-token", "single:w0", 200)
     return results, len(fake_server.requests_for("w0")) * CALL_USD
 
 

@@ -3,6 +3,7 @@ and the real CLI as a child process (shared by the test_serve*.py files)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import subprocess
@@ -155,3 +156,23 @@ def plan_two_steps(server: FakeLLMServer) -> None:
     """The Conductor plans w0 (a draft) then w1 (the answer, seeing the draft)."""
     server.script(CONDUCTOR_MODEL, lists([0, 1], ["Draft it.", "Answer."], [[], [0]]))
     server.script("w0", "draft: Paris")
+
+
+def responses_at_once(url: str, token: str, model: str, n: int) -> list[Any]:
+    """``n`` Responses requests for ``model`` sent at once through the real async openai
+    SDK (no retries): each one's response, or the ``APIStatusError`` it was refused with."""
+    import openai
+
+    async def run() -> list[Any]:
+        client = openai.AsyncOpenAI(base_url=url, api_key=token, max_retries=0)
+        async with client:
+
+            async def one(i: int) -> Any:
+                try:
+                    return await client.responses.create(model=model, input=f"Q{i}?")
+                except openai.APIStatusError as exc:
+                    return exc
+
+            return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+    return asyncio.run(run())
