@@ -358,3 +358,40 @@ def test_the_marker_goes_into_the_run_record_and_reads_back(tmp_path: Path) -> N
     del data["benchmark"]["paper_set"]
     (tmp_path / "config.json").write_text(json.dumps(data))
     assert read_run_config(tmp_path).benchmark.paper_set is False
+
+
+def test_rlpr_paper_scores_the_first_2000_of_the_shuffled_test_part(tmp_path: Path) -> None:
+    """The authors' evaluation kept ``dataset.select(range(eval_max_samples))`` (2,000)
+    of their test part, which their split helper leaves in the shuffled order: the set
+    is the first 2,000 shuffled test positions, not the first 2,000 rows in dataset
+    order (what ``--limit 2000`` picks).  Enough rows here for the test part to hold
+    more than 2,000; the training part is the authors' rest either way."""
+    rows = [_rlpr_row(i, "x" * 31 if i % 50 == 7 else str(i)) for i in range(10_700)]
+    data = _jsonl(tmp_path / "rlpr.jsonl", rows)
+    # The authors' rule, written from their code: filter, shuffle positions, cut,
+    # then the first eval_max_samples of the test part in that order.
+    kept = [i for i, r in enumerate(rows) if len(r["reward_model"]["ground_truth"]) <= 30]
+    cut = _authors_cut(len(kept))
+    assert len(cut["test"]) > 2000
+    authors = {f"Question number {kept[p]}?" for p in cut["test"][:2000]}
+    spec = load_benchmark("rlpr-paper")
+    assert spec.source.select is not None and spec.source.select.take == 2000
+    picked = [s.input["question"] for s in iter_samples(spec, data_file=data)]
+    assert len(picked) == 2000 and set(picked) == authors
+    # Not the first 2,000 of the test part in dataset order (the old reading).
+    in_dataset_order = {f"Question number {kept[p]}?" for p in sorted(cut["test"])[:2000]}
+    assert set(picked) != in_dataset_order
+    train_spec = training_spec(spec)
+    assert train_spec is not None and train_spec.source.select is not None
+    assert train_spec.source.select.take is None
+    train = {s.input["question"] for s in iter_samples(train_spec, data_file=data)}
+    assert train == {f"Question number {kept[p]}?" for p in cut["train"]}
+    assert dataset_provenance(spec)["select"]["take"] == 2000
+
+
+def test_take_is_a_count(tmp_path: Path) -> None:
+    shipped = load_benchmark("rlpr-paper").path
+    assert shipped is not None
+    text = Path(shipped).read_text("utf-8").replace("take: 2000", "take: 0")
+    with pytest.raises(BenchmarkFileError, match=r"select\.take must be a count"):
+        load_benchmark_text(text)

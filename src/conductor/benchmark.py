@@ -48,7 +48,9 @@ class Selection:
     """A seeded part of a source's rows (after its filters): the row positions are
     shuffled (``shuffle``, ``seed``), then cut, in order, into the ``cut`` parts - each
     ``int(n * size)`` positions for a fraction, ``size`` for a count (an int) - and
-    ``rest``, what is left; the benchmark reads part ``part``.
+    ``rest``, what is left; the benchmark reads part ``part``, or with ``take`` only the
+    first ``take`` positions of that part in the shuffled order (the paper authors
+    scored the first 2,000 of their shuffled RLPR test part: ``eval_max_samples``).
 
     The same rule on the same rows always gives the same positions; rows are read in
     dataset order (the selection is a set, not an order).
@@ -58,15 +60,20 @@ class Selection:
     seed: int
     cut: tuple[tuple[str, float | int], ...]
     part: str
+    take: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The rule as a run record keeps it."""
-        return {
+        """The rule as a run record keeps it (``take`` only when set, so that the
+        records of the rules without one stay as they were)."""
+        rule: dict[str, Any] = {
             "shuffle": self.shuffle,
             "seed": self.seed,
             "cut": dict(self.cut),
             "part": self.part,
         }
+        if self.take is not None:
+            rule["take"] = self.take
+        return rule
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ and ``grader`` is optional)::
       #   seed: 42
       #   cut: {test: 0.2, valid: 0.2}  # parts cut in order: int(n * f) each, or a count
       #   part: test                #     the part read: a cut one, or rest (what is left)
+      #   take: 2000                #     optional: only the part's first N, shuffled order
     train_source:                   # optional: held-out questions for `conductor train`
       hf: ...                       #   same keys as source, plus:
       fields: {answer: null, solution: solution}   # overrides of `fields` below
@@ -134,7 +135,9 @@ _TOP_KEYS = (
     "filters",
 )
 _SOURCE_KEYS = ("hf", "revision", "config", "split", "url", "file", "row", "select")
-_SELECT_KEYS = ("shuffle", "seed", "cut", "part")
+_SELECT_KEYS = ("shuffle", "seed", "cut", "part", "take")
+#: The keys a ``select`` must have (``take`` is optional).
+_SELECT_REQUIRED = ("shuffle", "seed", "cut", "part")
 #: A train_source may also re-map fields, filter its own rows and name what to balance.
 _TRAIN_SOURCE_KEYS = (*_SOURCE_KEYS, "fields", "filters", "balance")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
@@ -218,9 +221,11 @@ class _BenchReader(LoaderSections):
 
     def _select(self, node: yaml.Node, field: str) -> Selection:
         """A source's ``select``: shuffle, seed, the parts to cut and the one to read."""
-        keys = self.mapping(node, field, _SELECT_KEYS, "a mapping with shuffle, seed, cut, part")
+        keys = self.mapping(
+            node, field, _SELECT_KEYS, "a mapping with shuffle, seed, cut, part (and take)"
+        )
         get = {k: vn for k, (_kn, vn) in keys.items()}
-        for key in _SELECT_KEYS:
+        for key in _SELECT_REQUIRED:
             if key not in get:
                 raise self.error(f"{field} needs {key}", node, f"{field}.{key}")
         shuffle = self.choice(get["shuffle"], f"{field}.shuffle", SELECT_SHUFFLES)
@@ -270,8 +275,19 @@ class _BenchReader(LoaderSections):
                 get["part"],
                 f"{field}.part",
             )
+        take: int | None = None
+        if "take" in get:
+            value = self.value(get["take"], f"{field}.take")
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise self.error(
+                    f"{field}.take must be a count of at least 1 (the first rows of the "
+                    f"part, in the shuffled order), got {show_value(value)}",
+                    get["take"],
+                    f"{field}.take",
+                )
+            take = value
         kind: Literal["python", "numpy"] = "python" if shuffle == "python" else "numpy"
-        return Selection(shuffle=kind, seed=seed, cut=tuple(cut), part=part)
+        return Selection(shuffle=kind, seed=seed, cut=tuple(cut), part=part, take=take)
 
     def _revision(self, node: yaml.Node, field: str) -> str:
         value = self.value(node, field)

@@ -11,7 +11,9 @@ that the same rows come out:
 
 The shuffled positions are then cut, in the order the rule lists its parts, each part
 ``int(n * fraction)`` (the authors' rounding: down) or a count; ``rest`` is what is
-left after the last.
+left after the last.  A rule's ``take`` keeps the first so many positions of its part in
+the shuffled order: the authors' evaluation read the first ``eval_max_samples`` rows of
+the shuffled test part (their ``custom_data/dataset.py``), not the first in dataset order.
 """
 
 from __future__ import annotations
@@ -61,11 +63,15 @@ def _shuffled(select: Selection, n: int) -> list[int]:
 
 def selected_positions(select: Selection, n: int) -> list[int]:
     """The positions (0-based, among ``n`` rows) of part ``select.part``, in the
-    shuffled order the rule cuts them from."""
+    shuffled order the rule cuts them from; with ``select.take``, the first that many."""
     order = _shuffled(select, n)
     start = 0
     for name, size in part_sizes(select, n).items():
         if name == select.part:
+            # The part is cut first and only then shortened, so a take never moves a
+            # row across parts: the training part stays the same with or without it.
+            if select.take is not None:
+                size = min(size, select.take)
             return order[start : start + size]
         start += size
     raise ValueError(f"the selection has no part {select.part!r}")
