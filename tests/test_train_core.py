@@ -411,7 +411,7 @@ def test_every_shipped_config_loads() -> None:
     assert (paper.grpo.kl_beta, paper.grpo.clip_epsilon, paper.grpo.temperature) == (0, 0.2, 1)
     assert paper.grpo.use_vllm and paper.grpo.vllm_mode == "colocate" and paper.grpo.bf16
     assert paper.reward == RewardSettings()
-    assert {m.benchmark for m in paper.data} == {"math500", "mmlu", "rlpr", "livecodebench"}
+    assert {m.benchmark for m in paper.data} == {"math500", "mmlu", "rlpr-paper", "livecodebench"}
     assert sum(m.limit or 0 for m in paper.data) == 960
     rec = configs["recursion"]
     assert rec.recursion == RecursionSettings(fraction=1.0, discount=0.2)

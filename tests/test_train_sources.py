@@ -308,7 +308,7 @@ def test_shipped_configs_train_on_the_papers_held_out_mix() -> None:
     assert [(m.benchmark, m.split, m.limit) for m in paper.data] == [
         ("math500", "train", 240),
         ("mmlu", "train", 240),
-        ("rlpr", "train", 240),
+        ("rlpr-paper", "train", 240),  # the authors' training part, not all of RLPR
         ("livecodebench", "train", 240),
     ]
     g = paper.grpo
@@ -320,7 +320,7 @@ def test_shipped_configs_train_on_the_papers_held_out_mix() -> None:
     rec = load_train_config(REPO / "configs" / "train" / "recursion.yaml")
     assert sorted((m.benchmark, m.limit) for m in rec.data) == [
         ("livecodebench", 175),
-        ("rlpr", 175),
+        ("rlpr-paper", 175),
     ]
     assert rec.recursion is not None and rec.recursion.discount == 0.2
     assert rec.recursion.fraction == 1.0 and rec.grpo.steps == 20

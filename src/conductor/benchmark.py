@@ -98,6 +98,17 @@ class DataSource:
     #: A seeded part of the rows (e.g. the paper authors' held-out fifth), else all.
     select: Selection | None = None
 
+    def dataset_key(self) -> tuple[str, ...]:
+        """Which rows this source is cut from, whatever part it selects or revision it
+        pins: two sources with one key hold the same questions (RLPR's whole training
+        split and the authors' test fifth of it), so a question trained on from the one
+        may be a question evaluated on from the other."""
+        if self.kind == "hf":
+            return ("hf", str(self.id), self.config or "", self.split, self.row or "")
+        if self.kind == "url":
+            return ("url", str(self.url), self.row or "")
+        return ("file", str(self.path), self.row or "")
+
 
 @dataclass(frozen=True)
 class BenchmarkSpec:

@@ -7,8 +7,11 @@ question identity used everywhere that matters:
 * :func:`check_training_data`: before ``conductor train`` loads a model, the training
   questions (read as :func:`conductor.train.dataset.build_rows` reads them) are compared
   with every question they must not include: the evaluation split of each benchmark in
-  the mix and every set listed under the config's ``holdout:``.  An overlap stops the
-  run (:class:`ContaminationError`, exit 2) unless ``allow_holdout_overlap: true``.  A
+  the mix, of every shipped benchmark whose evaluation questions are cut from the rows a
+  mix entry draws from (a training-only benchmark too: RLPR's training split holds the
+  ``rlpr-paper`` test questions), and every set listed under the config's ``holdout:``.
+  An overlap stops the run (:class:`ContaminationError`, exit 2, naming the paper set's
+  training part where that is the fix) unless ``allow_holdout_overlap: true``.  A
   held-out set that is not on this machine (a Hub dataset not cached, offline) stops it
   too (:class:`HoldoutUnavailableError`, with the command that fetches it) unless
   ``accept_unchecked_holdout: true``: the guard never passes without comparing.
@@ -174,6 +177,9 @@ class _HeldOut:
     items: Callable[[], Iterator[_Item]]
     remote: bool
     fetch: str = ""
+    #: How to train without this set's questions, where there is a better way than
+    #: dropping them (a paper set's own training part).
+    fix: str = ""
 
 
 def _clip(text: str) -> str:
@@ -308,11 +314,32 @@ def _plain_items(path: Path) -> Iterator[_Item]:
         yield _Item(key, key.has_options, where, row[column])
 
 
+def _sharing_data(mix_spec: BenchmarkSpec) -> list[str]:
+    """The shipped benchmarks whose evaluation questions are cut from the rows a mix
+    entry reads (``mix_spec``: the source it trains from).
+
+    A training-only benchmark has no evaluation split of its own, yet its rows can hold
+    another benchmark's test questions: RLPR's whole training split holds the authors'
+    test fifth (``rlpr-paper``).  Comparing every evaluation set on the same rows, not
+    only the mix benchmark's own split, makes any way of reaching those rows checked.
+    """
+    from ..bench.spec import list_benchmarks, load_benchmark
+
+    key = mix_spec.source.dataset_key()
+    names = []
+    for name in list_benchmarks():
+        spec = load_benchmark(name)
+        if not spec.training_only and spec.source.dataset_key() == key:
+            names.append(name)
+    return names
+
+
 def _held_out_sets(config: TrainConfig) -> list[_HeldOut]:
-    """The evaluation split of each benchmark in the mix, then the ``holdout:`` sets,
-    each once.  A mix benchmark's split that ``holdout:`` gives as a local file
-    (``{benchmark: NAME, file: PATH}``) is read from that file only."""
-    from ..bench.spec import load_benchmark
+    """The evaluation split of each benchmark in the mix and of every shipped benchmark
+    cut from the same rows as a mix entry (:func:`_sharing_data`), then the
+    ``holdout:`` sets, each once.  A benchmark's split that ``holdout:`` gives as a
+    local file (``{benchmark: NAME, file: PATH}``) is read from that file only."""
+    from ..bench.spec import load_benchmark, training_spec
 
     sets: list[_HeldOut] = []
     seen: set[tuple[str, str | None]] = set()
@@ -320,34 +347,55 @@ def _held_out_sets(config: TrainConfig) -> list[_HeldOut]:
     def ident(spec: BenchmarkSpec) -> str:
         return str(spec.path or spec.name)
 
-    local_copies = {
-        ident(load_benchmark(e.benchmark))
+    copies = [
+        (load_benchmark(e.benchmark), e.file)
         for e in config.holdout
         if e.benchmark is not None and e.file is not None
-    }
+    ]
+    local_copies = {ident(spec) for spec, _file in copies}
+    # A local copy of one set's rows is a copy of every set cut from those rows (each
+    # reads its own part of it): the whole of MATH-500 for math500 and math500-paper.
+    copy_of_rows = {spec.source.dataset_key(): file for spec, file in reversed(copies)}
 
     def add_benchmark(name: str, data_file: str | None) -> None:
         spec = load_benchmark(name)
-        key = (ident(spec), data_file)
         # A training-only benchmark (one without an evaluation split, e.g. RLPR) reads
-        # its training questions as its source: there is nothing held out to compare.
-        if key in seen or (data_file is None and spec.training_only):
+        # its training questions as its source: that source is not held out; the
+        # evaluation sets cut from the same rows are (added through _sharing_data).
+        if data_file is None and spec.training_only:
             return
-        if data_file is None and key[0] in local_copies:
+        if data_file is None and ident(spec) in local_copies:
+            return  # the holdout: entry adds it, read from its file
+        if data_file is None:
+            data_file = copy_of_rows.get(spec.source.dataset_key())
+        key = (ident(spec), data_file)
+        if key in seen:
             return
         seen.add(key)
         remote = data_file is None and spec.source.kind in ("hf", "url")
+        fix = (
+            f"train on {spec.name}'s training part instead ({{benchmark: {name}, split: train}})"
+            if spec.train_source is not None and spec.train_source.select is not None
+            else ""
+        )
         sets.append(
             _HeldOut(
                 label=_split_label(spec, data_file),
                 items=lambda: _benchmark_items(spec, data_file, config.seed),
                 remote=remote,
                 fetch=_fetch_hint(name, spec) if remote else "",
+                fix=fix,
             )
         )
 
     for mix in config.data:
         add_benchmark(mix.benchmark, None)
+        # The rows the entry is drawn from as its benchmark declares them (a data file
+        # given instead stands for those rows, in that benchmark's schema).
+        mixed = load_benchmark(mix.benchmark)
+        train = training_spec(mixed) if mix.split == "train" else None
+        for name in _sharing_data(train or mixed):
+            add_benchmark(name, None)
     for entry in config.holdout:
         if entry.benchmark is not None:
             add_benchmark(entry.benchmark, entry.file)
@@ -436,6 +484,7 @@ def check_training_data(config: TrainConfig) -> GuardResult:
     hits: dict[str, str] = {}  # training full key -> the held-out item it matched
     near: dict[str, NearPair] = {}
     per_set: dict[str, int] = {}
+    fixes: list[str] = []
     for held in _held_out_sets(config):
         found: dict[str, str] = {}
         close: list[tuple[str, NearPair]] = []
@@ -470,6 +519,8 @@ def check_training_data(config: TrainConfig) -> GuardResult:
         checked.append(held.label)
         if found:
             per_set[held.label] = len(found)
+            if held.fix:
+                fixes.append(held.fix)
             for full, where in found.items():
                 hits.setdefault(full, where)
         for train, pair in close:
@@ -492,8 +543,9 @@ def check_training_data(config: TrainConfig) -> GuardResult:
     if hits or near:
         message = where + _overlap_message(config, by_full, hits, per_set, list(near.values()))
         if not config.allow_holdout_overlap:
+            better = "".join(f"{fix}, or " for fix in fixes)
             raise ContaminationError(
-                f"{message}; remove them from the training data, or set "
+                f"{message}; {better}remove them from the training data, or set "
                 "allow_holdout_overlap: true to train on them anyway"
             )
         log.warning("%s (allow_holdout_overlap: true, so training goes on)", message)

@@ -41,14 +41,21 @@ def mix_spec(mix: DataMix) -> BenchmarkSpec:
     ``split="train"`` reads the benchmark's ``train_source`` (its fields, filters and
     balance fields).  ``mix.file``, when set, is read instead (it is passed to
     :func:`~conductor.datasets.samples.sample_subset` as ``data_file``) in the benchmark's own
-    (evaluation) schema, whatever the split.  A benchmark without a train_source cannot be
+    (evaluation) schema, whatever the split, except for a train_source with a seeded
+    ``select``: the file is then a copy of the dataset that selection cuts its training
+    part from, and is read as the train_source.  A benchmark without a train_source cannot be
     used with ``split: train`` and no file: that would train on its evaluation questions
     (:class:`UsageError`; the config loader refuses it earlier, naming the line).
     """
     spec = load_benchmark(mix.benchmark)
-    if mix.split != "train" or mix.file is not None:
+    if mix.split != "train":
         return spec
     train = training_spec(spec)
+    # A training part cut by a seeded selection (the paper sets') is read from a local
+    # copy of the dataset with that selection: the evaluation source would give the
+    # file its own selection, the test part, and train on the very questions held out.
+    if mix.file is not None and (train is None or train.source.select is None):
+        return spec
     if train is not None:
         return train
     raise UsageError(
