@@ -227,3 +227,46 @@ def test_all_of_rlpr_is_refused_with_the_count_and_the_fix(
     path.write_text(yaml.safe_dump(body, sort_keys=False), encoding="utf-8")
     with pytest.raises(HoldoutUnavailableError, match=r"rlpr-paper evaluation split \(openbmb"):
         check_training_data(load_train_config(path))
+
+
+# -- the paper pool prompts a paper.yaml checkpoint as it was trained ------------------
+
+
+def test_the_paper_pool_prompts_as_paper_yaml_trains(
+    files: dict[str, Path], tmp_path: Path
+) -> None:
+    """A checkpoint trained with configs/train/paper.yaml and served behind
+    pools/paper.yaml gets, question for question, the prompt it was trained on: the
+    trainer's rows against the messages the orchestrator sends the pool's Conductor."""
+    import asyncio
+
+    from conductor.conductors.spec import resolve_conductor
+    from conductor.execute import Orchestrator
+    from conductor.pool import load_pool, resolve_pool_path
+    from conductor.train.dataset import build_rows
+    from conductor.train.pools import load_train_pool, training_conductor
+
+    settings = load_train_config(
+        _offline(ROOT / "configs" / "train" / "paper.yaml", tmp_path, files)
+    )
+    train_pool = load_train_pool(settings)
+    rows = build_rows(
+        settings, train_pool, training_conductor(settings, train_pool), rng_seed=settings.seed
+    )
+    pool = load_pool(resolve_pool_path("paper"), environ={})
+    conductor = resolve_conductor(pool)
+    assert conductor.template == settings.template == "paper"
+
+    async def sent(questions: list[str]) -> list[list[dict[str, Any]]]:
+        async with Orchestrator(pool, conductor) as orchestrator:
+            return [
+                [dict(m) for m in orchestrator.conductor_messages(q, conductor.max_steps)]
+                for q in questions
+            ]
+
+    picked = rows[::97]  # a few questions of each benchmark
+    assert len({json.loads(r["sample"])["input"]["question"][:12] for r in picked}) > 1
+    served = asyncio.run(sent([r["question"] for r in picked]))
+    for row, messages in zip(picked, served, strict=True):
+        assert messages == row["prompt"]
+        assert messages[-1]["role"] == "assistant"  # the prefill the policy continued
