@@ -329,7 +329,7 @@ def test_every_shipped_pool_loads_without_environment(path: Path) -> None:
     json.dumps(pool_to_public_dict(pool))
 
 
-@pytest.mark.parametrize("name", ["frontier", "paper", "open"])
+@pytest.mark.parametrize("name", ["frontier", "paper", "paper-unconstrained", "open"])
 def test_my_shipped_pools_are_described(name: str) -> None:
     pool = load_pool(resolve_pool_path(name), environ={})
     assert pool.description
@@ -394,6 +394,39 @@ def test_paper_pool_sends_the_authors_worker_context() -> None:
         "qwen3-32b-thinking",
         "deepseek-r1-distill-qwen-32b",
     ]
+
+
+def test_paper_unconstrained_pool_has_table_1_budgets() -> None:
+    """Table 1's settings, as the authors' unconstrained evaluation scripts and clients
+    set them (junho328/orchestrator@f1e64d9: conductor/eval/*/eval_conductor.sh,
+    conductor/llm_clients.py), over paper.yaml's workers in paper.yaml's order."""
+    paper = load_pool(resolve_pool_path("paper"), environ={})
+    pool = load_pool(resolve_pool_path("paper-unconstrained"), environ={})
+    assert [(w.id, w.model, w.api_base) for w in pool.workers] == [
+        (w.id, w.model, w.api_base) for w in paper.workers
+    ]
+    gemini, claude, gpt5, qwen, gemma, qwen_think, r1 = pool.workers
+    assert gemini.params["thinking"] == {"type": "enabled", "budget_tokens": 32768}
+    assert gemini.params["max_tokens"] == 65535
+    assert claude.params["thinking"] == {"type": "enabled", "budget_tokens": 32768}
+    assert (claude.params["temperature"], claude.params["max_tokens"]) == (1, 64000)
+    assert claude.context.prefill is None  # no prefill while Claude thinks
+    assert gpt5.params["reasoning_effort"] == "high"
+    assert (gpt5.params["temperature"], gpt5.params["max_tokens"]) == (1, 128000)
+    for open_worker, constrained in zip(
+        (qwen, gemma, qwen_think, r1), paper.workers[3:], strict=True
+    ):
+        assert open_worker.params["max_tokens"] == 64000
+        assert open_worker.params["temperature"] == 0.2
+        assert {k: v for k, v in open_worker.params.items() if k != "max_tokens"} == {
+            k: v for k, v in constrained.params.items() if k != "max_tokens"
+        }
+    for w in (gemini, gpt5, qwen, gemma, qwen_think, r1):
+        assert w.context == paper.workers[0].context
+    # The Conductor is prompted and sampled as in paper.yaml.
+    assert pool.conductor is not None and paper.conductor is not None
+    assert pool.conductor == paper.conductor
+    assert pool.conductor.template == "paper"
 
 
 def test_frontier_and_open_pools() -> None:
