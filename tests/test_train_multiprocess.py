@@ -46,7 +46,6 @@ pytest.importorskip("trl")
 pytest.importorskip("accelerate")
 pytest.importorskip("datasets")
 
-pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 TEMPLATE = "Models:\n${workers}\nAt most ${max_steps} steps.\nQ: ${question}\n"
 GOOD = 'model_id = [0]\nsubtasks = ["Solve it"]\naccess_list = [[]]'
@@ -186,6 +185,8 @@ def _train(config: Path, output: Path, processes: int) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
+@pytest.mark.process
 def test_two_processes_take_the_one_process_step(
     tmp_path: Path, fake_server: FakeLLMServer, cache_dir: Path
 ) -> None:
@@ -197,3 +198,31 @@ def test_two_processes_take_the_one_process_step(
     assert one["reward_std"] and one["grad_norm"] and one["warm_grad_norm"]
     for key in ("warm_loss", "warm_grad_norm", "loss", "grad_norm"):
         assert two[key] == pytest.approx(one[key], rel=RTOL, abs=1e-7), key
+
+
+def test_row_seeded_sampling_draws_from_the_tempered_softmax_whatever_the_batch() -> None:
+    """The sampler behind the equality: a row's pick depends on its seed alone (not on
+    the rows beside it), and over many seeds follows softmax(scores / temperature)."""
+    import torch
+
+    from conductor.train.grpo import RowSeededSampling, row_seed
+
+    scores = torch.tensor([[2.0, 1.0, 0.0, -1.0], [0.0, 0.0, 3.0, 0.0]])
+    seeds = [row_seed(3, 0, 0, r) for r in range(2)]
+    prompt = torch.zeros((2, 5), dtype=torch.long)
+    both = RowSeededSampling(seeds, 0.5)(prompt, scores)
+    alone = RowSeededSampling(seeds[1:], 0.5)(prompt[1:, :2], scores[1:])  # other padding
+    assert torch.equal(both[1:], alone)
+    assert (both == 0).sum(dim=-1).tolist() == [1, 1]  # one token left in each row
+
+    draws = 4000
+    picks = torch.stack(
+        [
+            RowSeededSampling([row_seed(3, 1, 0, r)], 0.5)(prompt[:1], scores[:1]).argmax(-1)
+            for r in range(draws)
+        ]
+    ).flatten()
+    observed = torch.bincount(picks, minlength=4).double() / draws
+    expected = torch.softmax(scores[0].double() / 0.5, dim=-1)
+    # Binomial spread at 4,000 draws is at most 0.008: 0.03 is 3.5 sigma of slack.
+    assert torch.allclose(observed, expected, atol=0.03), (observed, expected)
