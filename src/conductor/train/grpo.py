@@ -124,24 +124,31 @@ class RowSeededSampling:
         self.seeds = list(seeds)
         self.temperature = temperature
         self._prompt_width: int | None = None
+        #: Tokens picked so far (per row): 0 after a generate call that bypassed it.
+        self.tokens = 0
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
 
+        self.tokens += 1
         if self._prompt_width is None:
             self._prompt_width = int(input_ids.shape[1])
         # The position in the completion, not in the padded batch: the padding width
         # depends on which rows share the batch.
         position = int(input_ids.shape[1]) - self._prompt_width
         vocab = scores.shape[-1]
-        noise = torch.empty((len(self.seeds), vocab), dtype=torch.float32)
+        # The noise is drawn where the scores are (a GPU's generator on a GPU): moving a
+        # batch x vocabulary tensor per token would cost more than the drawing.
+        device = scores.device
+        noise = torch.empty((len(self.seeds), vocab), dtype=torch.float32, device=device)
         for i, seed in enumerate(self.seeds):
-            generator = torch.Generator().manual_seed((seed * _MIX + position) % _SEED_RANGE)
-            noise[i] = torch.rand(vocab, generator=generator, dtype=torch.float32)
+            generator = torch.Generator(device=device)
+            generator.manual_seed((seed * _MIX + position) % _SEED_RANGE)
+            noise[i] = torch.rand(vocab, generator=generator, dtype=torch.float32, device=device)
         tiny = torch.finfo(torch.float32).tiny
         gumbel = -torch.log(-torch.log(noise.clamp(min=tiny, max=1.0 - 1e-7)))
         tempered = scores.float() / self.temperature
-        picks = (tempered + gumbel.to(scores.device)).argmax(dim=-1, keepdim=True)
+        picks = (tempered + gumbel).argmax(dim=-1, keepdim=True)
         kept = torch.full_like(scores, float("-inf"))
         return kept.scatter(1, picks, 0.0)
 
@@ -228,7 +235,16 @@ def grpo_trainer_class() -> Any:
             ]
             sampling = RowSeededSampling(seeds, self.temperature)
             with _row_seeded_generate(self.accelerator.unwrap_model(self.model_wrapped), sampling):
-                return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+                out = super()._generate_single_turn(prompt_ids, *args, **kwargs)
+            if prompt_ids and not sampling.tokens:
+                # TRL generated through another object than the one wrapped: the
+                # completions came from the process's random stream, and a run on
+                # several processes would no longer match one process.  Stop, not drift.
+                raise RuntimeError(
+                    "row-seeded sampling was bypassed: this TRL generates through another "
+                    f"model object (conductor train supports trl{SUPPORTED_TRL})"
+                )
+            return out
 
         def _tokenize_prompts(self, prompts: list[Any]) -> Any:
             if not prompts or not isinstance(prompts[0], str):
