@@ -16,14 +16,27 @@ semantics the recursion trainer relies on.  Plain GRPO overrides ``_tokenize_pro
 only, whose text branch and return value are alike in every 1.x release: outside the
 range it runs, with a warning.
 
+Sampling is a function of the row, not of the launch: with transformers generation
+(not vLLM), each completion's tokens are drawn by the Gumbel-max rule from noise seeded
+by (seed, optimizer step, generation call, the row's place in the step's generation
+batch, token position) (:class:`RowSeededSampling`).  TRL's own sampling draws from each
+process's random stream (seeded ``seed + process index``) over whatever rows that
+process holds, so one process and two would sample different completions from the same
+prompts and no run on several processes could be checked against one process.  The
+distribution sampled is unchanged: Gumbel-max over the tempered logits is a draw from
+their softmax.
+
 TRL is imported inside the functions.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.metadata
 import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from ..errors import MissingDependencyError
@@ -31,9 +44,11 @@ from .policy import INSTALL_HINT
 
 __all__ = [
     "SUPPORTED_TRL",
+    "RowSeededSampling",
     "check_trl_version",
     "grpo_trainer_class",
     "require_trl_version",
+    "row_seed",
 ]
 
 logger = logging.getLogger("conductor")
@@ -77,6 +92,92 @@ def require_trl_version(*, recursion: bool) -> None:
     check_trl_version(version, recursion=recursion)
 
 
+# A large prime: folds the parts of a seed into one integer with few collisions.
+_MIX = 1_000_003
+_SEED_RANGE = 1 << 63
+
+
+def row_seed(seed: int, step: int, call: int, row: int) -> int:
+    """The seed of one row's sampling noise: the run's ``seed``, the optimizer ``step``,
+    the ``call`` to the generator within that step, and the ``row``'s index in the
+    step's whole generation batch (over every process)."""
+    value = seed
+    for part in (step, call, row):
+        value = (value * _MIX + part) % _SEED_RANGE
+    return value
+
+
+class RowSeededSampling:
+    """A transformers logits processor that samples each row from its own seeded noise.
+
+    Given the (tempered) scores of a batch, it keeps for row ``i`` only the token that
+    maximises ``scores / temperature + Gumbel noise``, the noise drawn from a generator
+    seeded by ``seeds[i]`` and the token position: the pick is a draw from
+    ``softmax(scores / temperature)`` that depends on the row's seed alone, not on the
+    other rows of the batch, their padding, or any random state of the process.
+    transformers then "samples" the single remaining token.  It must be the last
+    processor: ``temperature`` is applied here (the generation config's own is set to
+    1), and top-k / top-p / min-p filtering is not supported.
+    """
+
+    def __init__(self, seeds: Sequence[int], temperature: float) -> None:
+        self.seeds = list(seeds)
+        self.temperature = temperature
+        self._prompt_width: int | None = None
+        #: Tokens picked so far (per row): 0 after a generate call that bypassed it.
+        self.tokens = 0
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        self.tokens += 1
+        if self._prompt_width is None:
+            self._prompt_width = int(input_ids.shape[1])
+        # The position in the completion, not in the padded batch: the padding width
+        # depends on which rows share the batch.
+        position = int(input_ids.shape[1]) - self._prompt_width
+        vocab = scores.shape[-1]
+        # The noise is drawn where the scores are (a GPU's generator on a GPU): moving a
+        # batch x vocabulary tensor per token would cost more than the drawing.
+        device = scores.device
+        noise = torch.empty((len(self.seeds), vocab), dtype=torch.float32, device=device)
+        for i, seed in enumerate(self.seeds):
+            generator = torch.Generator(device=device)
+            generator.manual_seed((seed * _MIX + position) % _SEED_RANGE)
+            noise[i] = torch.rand(vocab, generator=generator, dtype=torch.float32, device=device)
+        tiny = torch.finfo(torch.float32).tiny
+        gumbel = -torch.log(-torch.log(noise.clamp(min=tiny, max=1.0 - 1e-7)))
+        tempered = scores.float() / self.temperature
+        picks = (tempered + gumbel).argmax(dim=-1, keepdim=True)
+        kept = torch.full_like(scores, float("-inf"))
+        return kept.scatter(1, picks, 0.0)
+
+
+@contextmanager
+def _row_seeded_generate(model: Any, sampling: RowSeededSampling) -> Iterator[None]:
+    """Within the block, ``model.generate`` samples with ``sampling`` (TRL's call site
+    takes no logits processor, so the instance's ``generate`` is wrapped for the one
+    call; nothing else is changed and the class's method is back afterwards)."""
+    from transformers import LogitsProcessorList
+
+    original = model.generate
+
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        config = kwargs.get("generation_config")
+        if config is not None and getattr(config, "do_sample", False):
+            config = copy.deepcopy(config)
+            config.temperature = 1.0  # applied by ``sampling``, after every other processor
+            kwargs["generation_config"] = config
+        kwargs["logits_processor"] = LogitsProcessorList([sampling])
+        return original(*args, **kwargs)
+
+    model.generate = generate
+    try:
+        yield
+    finally:
+        del model.generate
+
+
 @functools.cache
 def grpo_trainer_class() -> Any:
     """A ``GRPOTrainer`` subclass whose text prompts are tokenized as the checkpoint
@@ -100,7 +201,50 @@ def grpo_trainer_class() -> Any:
     base: Any = GRPOTrainer
 
     class ConductorGRPOTrainer(base):  # type: ignore[misc]
-        """GRPO whose text prompts get the checkpoint backend's token ids."""
+        """GRPO whose text prompts get the checkpoint backend's token ids and whose
+        transformers sampling is row-seeded."""
+
+        _sampling_step = -1
+        _sampling_calls = 0
+
+        def _generate_single_turn(self, prompt_ids: list[Any], *args: Any, **kwargs: Any) -> Any:
+            # vLLM and continuous batching sample elsewhere; this covers transformers'
+            # generate (see the module docstring).
+            if self.use_vllm or getattr(self, "use_transformers_continuous_batching", False):
+                return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+            unsupported = [
+                name
+                for name, neutral in (
+                    ("top_k", (0, None)),
+                    ("top_p", (1.0, None)),
+                    ("min_p", (None,)),
+                )
+                if getattr(self.generation_config, name, None) not in neutral
+            ]
+            if unsupported:
+                raise ValueError(f"row-seeded sampling supports no {', '.join(unsupported)}")
+            step = self.state.global_step
+            if step != self._sampling_step:
+                self._sampling_step, self._sampling_calls = step, 0
+            call = self._sampling_calls
+            self._sampling_calls += 1
+            # Each process holds an equal, consecutive share of the generation batch.
+            first = self.accelerator.process_index * len(prompt_ids)
+            seeds = [
+                row_seed(self.args.seed, step, call, first + i) for i in range(len(prompt_ids))
+            ]
+            sampling = RowSeededSampling(seeds, self.temperature)
+            with _row_seeded_generate(self.accelerator.unwrap_model(self.model_wrapped), sampling):
+                out = super()._generate_single_turn(prompt_ids, *args, **kwargs)
+            if prompt_ids and not sampling.tokens:
+                # TRL generated through another object than the one wrapped: the
+                # completions came from the process's random stream, and a run on
+                # several processes would no longer match one process.  Stop, not drift.
+                raise RuntimeError(
+                    "row-seeded sampling was bypassed: this TRL generates through another "
+                    f"model object (conductor train supports trl{SUPPORTED_TRL})"
+                )
+            return out
 
         def _tokenize_prompts(self, prompts: list[Any]) -> Any:
             if not prompts or not isinstance(prompts[0], str):

@@ -19,7 +19,8 @@ Keys of a line (absent values are ``null``):
 - ``calls_per_rollout``, ``cost_usd`` (total over the rollouts), ``rollouts``;
 - ``revisions``: round-2 rollouts among them (recursion training), and
   ``revision_gain``: their mean reward minus that of the round-1 plan each revised;
-- ``loss``, ``learning_rate``, ``completion_length``, ``kl`` (from TRL when it logs them).
+- ``loss``, ``grad_norm`` (the gradient's norm before clipping, over every process),
+  ``learning_rate``, ``completion_length``, ``kl`` (from TRL when it logs them).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ METRIC_KEYS: tuple[str, ...] = (
     "revisions",
     "revision_gain",
     "loss",
+    "grad_norm",
     "learning_rate",
     "completion_length",
     "kl",

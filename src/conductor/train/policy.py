@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,10 +24,12 @@ if TYPE_CHECKING:
 __all__ = [
     "INSTALL_HINT",
     "cuda_available",
+    "is_main_process",
     "load_policy",
     "opens_with_prefill",
     "policy_prompt",
     "require_train_deps",
+    "world_size",
 ]
 
 #: What to install for training.
@@ -57,6 +60,18 @@ def cuda_available() -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
+
+
+def world_size() -> int:
+    """How many training processes this launch has (``accelerate launch`` sets
+    ``WORLD_SIZE``; a plain run is one)."""
+    return max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
+
+
+def is_main_process() -> bool:
+    """Whether this is the launch's first process (``RANK`` 0, or a plain run): the one
+    that writes the run's shared files."""
+    return int(os.environ.get("RANK", "0") or 0) == 0
 
 
 def _gguf_file(spec: str) -> Path:

@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,10 +46,12 @@ from .grpo import grpo_trainer_class, require_trl_version
 from .grpo_recursion import recursion_trainer
 from .policy import (
     cuda_available,
+    is_main_process,
     load_policy,
     opens_with_prefill,
     policy_prompt,
     require_train_deps,
+    world_size,
 )
 from .warmstart import WarmStartReport, format_warm_start
 
@@ -167,12 +168,6 @@ def build_grpo_config(config: TrainConfig, *, output_dir: Path) -> Any:
     elif 0 < g.warmup_ratio < 1:
         values["warmup_steps"] = g.warmup_ratio
     return GRPOConfig(**{k: v for k, v in values.items() if k in fields})
-
-
-def world_size() -> int:
-    """How many training processes this launch has (``accelerate launch`` sets
-    ``WORLD_SIZE``; a plain run is one)."""
-    return max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
 
 
 def batch_layout(config: TrainConfig, world: int) -> tuple[int, int]:
@@ -292,6 +287,7 @@ def _make_callback(
                 row["reward_mean"] = logs.get("reward")
                 row["reward_std"] = logs.get("reward_std")
             row["loss"] = logs.get("loss")
+            row["grad_norm"] = logs.get("grad_norm")
             row["learning_rate"] = logs.get("learning_rate")
             row["completion_length"] = logs.get("completions/mean_length")
             row["kl"] = logs.get("kl")
@@ -407,11 +403,13 @@ def train(
                 max_steps=conductor.max_steps,
                 seed=config.seed,
             )
-            write_private(
-                output_dir / WARM_START_FILE, masked_json(warm.to_dict(), indent=2) + "\n"
-            )
-            if on_warm_start is not None:
-                on_warm_start(warm)
+            # Every process holds the same report (losses summed over the processes).
+            if is_main_process():
+                write_private(
+                    output_dir / WARM_START_FILE, masked_json(warm.to_dict(), indent=2) + "\n"
+                )
+                if on_warm_start is not None:
+                    on_warm_start(warm)
         render = opens_with_prefill(config)
         if render:
             for row in rows:

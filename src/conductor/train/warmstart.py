@@ -15,6 +15,13 @@ fixed set of generic instructions.  A prompt that ends with a prefill gets the r
 the canonical text after it (a prefill that the canonical text does not begin with is
 refused: the warm start would teach a reply the template never asks for).
 
+On several processes (``accelerate launch``) the warm start is data-parallel: every
+process builds the same examples and batches (one seed), each batch's micro-batches are
+dealt out in turn (micro-batch ``k`` to process ``k mod N``), and the gradients are
+summed over the processes before each optimizer step, so every process takes the very
+step one process would take over the whole batch (tests/test_train_multiprocess.py
+checks the loss and gradient norm against a one-process run).
+
 Prompts are tokenized by :func:`conductor.llm.checkpoint_client.prompt_token_ids`, the
 one rule both GRPO (:mod:`.grpo`) and the checkpoint backend follow, so that the warm
 start trains on the very prompt ids GRPO samples from and inference sends.  torch is
@@ -25,7 +32,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +40,7 @@ from ..conductors.prompt import conductor_prefill
 from ..errors import UsageError
 from ..llm.checkpoint_client import prompt_token_ids
 from ..workflow import ALL, Step, Workflow, format_workflow
+from .policy import world_size
 from .settings import DEFAULT_MICRO_BATCH, WarmStartSettings
 
 __all__ = ["WarmStartReport", "format_warm_start", "warm_start_target"]
@@ -51,14 +59,23 @@ _ONE_STEP_SHARE = 0.75
 
 @dataclass(frozen=True)
 class WarmStartReport:
-    """What the warm start did: examples seen, the loss of each batch, seconds taken."""
+    """What the warm start did: examples seen, the loss of each batch and the norm of its
+    gradient (over every process), seconds taken, and over how many processes."""
 
     examples: int
     losses: tuple[float, ...]
     seconds: float
+    grad_norms: tuple[float, ...] = ()
+    processes: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"examples": self.examples, "losses": list(self.losses), "seconds": self.seconds}
+        return {
+            "examples": self.examples,
+            "losses": list(self.losses),
+            "grad_norms": list(self.grad_norms),
+            "seconds": self.seconds,
+            "processes": self.processes,
+        }
 
 
 def warm_start_target(
@@ -102,6 +119,7 @@ def format_warm_start(
     """
     import torch
 
+    rank, world, reduce = _process_group()
     if not rows:
         raise UsageError("warm_start: there are no training rows")
     rng = random.Random(seed)
@@ -121,6 +139,8 @@ def format_warm_start(
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     losses: list[float] = []
+    norms: list[float] = []
+    params = [p for p in model.parameters() if p.requires_grad]
     started = time.monotonic()
     model.train()
     try:
@@ -134,7 +154,10 @@ def format_warm_start(
             # Micro-batches, as GRPO's (the activations of one are the memory peak); each
             # chunk's mean loss weighted by its share of the batch's scored tokens, so the
             # gradient is the whole batch's token mean.
-            for chunk_start in range(0, len(batch), DEFAULT_MICRO_BATCH):
+            chunk_starts = range(0, len(batch), DEFAULT_MICRO_BATCH)
+            for number, chunk_start in enumerate(chunk_starts):
+                if number % world != rank:
+                    continue  # another process's micro-batch
                 chunk = batch[chunk_start : chunk_start + DEFAULT_MICRO_BATCH]
                 width = max(len(p) + len(t) for p, t in chunk)
                 ids = torch.full((len(chunk), width), pad, dtype=torch.long)
@@ -153,11 +176,59 @@ def format_warm_start(
                 ).loss
                 (loss * share).backward()
                 total += float(loss.item()) * share
+            if reduce is not None:
+                total = _sum_over_processes(reduce, params, total)
+            norms.append(round(float(torch.nn.utils.get_total_norm([p.grad for p in params])), 6))
             optimizer.step()
-            losses.append(round(total, 4))
+            losses.append(round(total, 6))
     finally:
         model.eval()
         del optimizer  # its moments are twice the model: not kept through GRPO
     return WarmStartReport(
-        examples=len(examples), losses=tuple(losses), seconds=round(time.monotonic() - started, 1)
+        examples=len(examples),
+        losses=tuple(losses),
+        seconds=round(time.monotonic() - started, 1),
+        grad_norms=tuple(norms),
+        processes=world,
     )
+
+
+def _process_group() -> tuple[int, int, Callable[[Any], None] | None]:
+    """``(rank, processes, sum_in_place)`` of this launch; ``sum_in_place`` (an all-reduce
+    over the processes) is None for a single process.
+
+    torch.distributed is set up through accelerate's shared state, the one TRL's trainer
+    uses afterwards (gloo on CPUs, NCCL on GPUs), so the warm start and GRPO share one
+    process group."""
+    if world_size() <= 1:
+        return 0, 1, None
+    import torch
+    from accelerate import PartialState
+
+    state = PartialState()
+    if state.num_processes <= 1:
+        return 0, 1, None
+    device = state.device
+
+    def sum_in_place(tensor: Any) -> None:
+        # NCCL reduces GPU tensors only: the warm start's model is on the CPU.
+        on_device = tensor.to(device)
+        torch.distributed.all_reduce(on_device, op=torch.distributed.ReduceOp.SUM)
+        if on_device is not tensor:
+            tensor.copy_(on_device)
+
+    return state.process_index, state.num_processes, sum_in_place
+
+
+def _sum_over_processes(reduce: Callable[[Any], None], params: Sequence[Any], loss: float) -> float:
+    """Sum each parameter's gradient, and the batch loss, over the processes (a process
+    that scored no micro-batch of this batch adds zeros); return the summed loss."""
+    import torch
+
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        reduce(p.grad)
+    total = torch.tensor([loss], dtype=torch.float64)
+    reduce(total)
+    return float(total.item())
