@@ -40,6 +40,7 @@ __all__ = [
     "WorkflowParseError",
     "format_workflow",
     "parse_workflow",
+    "step_spans",
     "workflow_from_dict",
     "workflow_to_dict",
 ]
@@ -124,6 +125,9 @@ class _Found:
     value: list[Any] | None  # None when its brackets never close or nest too deep
     start: int
     too_deep: bool = False
+    #: The list's text is ``text[bracket:end]`` (both -1 when it never closed).
+    bracket: int = -1
+    end: int = -1
 
 
 # The characters that matter when matching brackets; the scan jumps between them.
@@ -170,42 +174,54 @@ def _balanced_end(text: str, start: int, *, honour_strings: bool) -> tuple[int |
     return None, deepest
 
 
-def _split_top_level(inner: str) -> list[str]:
-    """Split the inside of a list at commas that are not nested or quoted."""
-    parts: list[str] = []
+def _top_level_spans(inner: str) -> list[tuple[int, int]]:
+    """The (start, end) offsets in ``inner`` of its items split at commas that are not
+    nested or quoted, surrounding spaces excluded and empty items dropped."""
+    spans: list[tuple[int, int]] = []
     depth = 0
     quote: str | None = None
-    current: list[str] = []
+    begin = 0
+    blank = True  # nothing but spaces since ``begin``
     i = 0
+
+    def close(end: int) -> None:
+        item = inner[begin:end]
+        stripped = item.strip()
+        if stripped:
+            first = begin + len(item) - len(item.lstrip())
+            spans.append((first, first + len(stripped)))
+
     while i < len(inner):
         ch = inner[i]
         if quote is not None:
-            current.append(ch)
             if ch == "\\" and i + 1 < len(inner):
-                current.append(inner[i + 1])
                 i += 2
                 continue
             if ch == quote:
                 quote = None
-        elif ch in "\"'" and (not current or not "".join(current).strip()):
+        elif ch in "\"'" and blank:
             # Only a quote that starts an item opens a string, so an apostrophe inside
             # unquoted words ("Bob's") does not swallow the rest of the list.
             quote = ch
-            current.append(ch)
         elif ch in "[(":
             depth += 1
-            current.append(ch)
         elif ch in "])":
             depth -= 1
-            current.append(ch)
         elif ch == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
+            close(i)
+            begin, blank = i + 1, True
+            i += 1
+            continue
+        if not ch.isspace():
+            blank = False
         i += 1
-    parts.append("".join(current))
-    return [p.strip() for p in parts if p.strip()]
+    close(len(inner))
+    return spans
+
+
+def _split_top_level(inner: str) -> list[str]:
+    """Split the inside of a list at commas that are not nested or quoted."""
+    return [inner[a:b] for a, b in _top_level_spans(inner)]
 
 
 def _lenient_list(source: str, depth: int) -> list[Any]:
@@ -273,7 +289,9 @@ def _find_lists(text: str) -> list[_Found]:
             found.append(_Found(kind, None, match.start(), too_deep=too_deep))
             pos = bracket + 1 if end is None else end
             continue
-        found.append(_Found(kind, _read_list(text[bracket:end]), match.start()))
+        found.append(
+            _Found(kind, _read_list(text[bracket:end]), match.start(), bracket=bracket, end=end)
+        )
         pos = end
 
 
@@ -472,6 +490,37 @@ def parse_workflow(
                     "give; copy one of them exactly"
                 )
     return workflow
+
+
+def step_spans(text: str, n_steps: int) -> list[list[tuple[int, int]]] | None:
+    """Where each step of the plan at the end of ``text`` is written: for step ``i``, the
+    (start, end) character offsets in ``text`` of its ``model_id``, ``subtasks`` and
+    ``access_list`` entries.
+
+    The lists are those :func:`parse_workflow` takes (the last complete triple), found in
+    ``text`` itself so that the offsets are the reply's own; None when that triple cannot
+    be located there with ``n_steps`` entries in each list (a plan inside a fence or after
+    a reasoning block is found all the same, a reply cut to its last
+    :data:`MAX_REPLY_CHARS` characters is not).  Training weights each step's tokens by
+    its credit through these spans (:mod:`conductor.train.credit`).
+    """
+    if len(text) > MAX_REPLY_CHARS:
+        return None
+    complete = [g for g in _group(_find_lists(text)) if _complete(g)]
+    if not complete:
+        return None
+    chosen = complete[-1]
+    spans: list[list[tuple[int, int]]] = [[] for _ in range(n_steps)]
+    for kind in _KINDS:
+        found = chosen[kind]
+        # Inside the brackets: the offsets of the items, shifted back into ``text``.
+        inner_start = found.bracket + 1
+        items = _top_level_spans(text[inner_start : found.end - 1])
+        if len(items) != n_steps:
+            return None
+        for i, (a, b) in enumerate(items):
+            spans[i].append((inner_start + a, inner_start + b))
+    return spans
 
 
 def _why_incomplete(found: list[_Found]) -> str:

@@ -41,6 +41,10 @@ rewarded and how GRPO is run.  Schema (``base_model``, ``pool``, ``data`` and
     holdout_ngram: {n: 13, threshold: 0.5}   # optional: also stop on training questions
                                    # sharing >= threshold of their word n-grams with a
                                    # held-out question ({} for these defaults)
+    credit: outcome                # per-step credit: outcome (the paper's: one reward for
+                                   # every token) | structure | descendant | counterfactual
+    credit_weight: 1.0             # a step's credit times this is added to the advantage
+                                   # of its tokens (not with recursion)
 
 Every mistake raises :class:`TrainConfigError` (a :class:`~conductor.errors.ConfigFileError`)
 whose message starts ``FILE:LINE:`` and names the field, with a did-you-mean hint for a
@@ -75,6 +79,7 @@ from ..errors import ConfigFileError, TrainConfigError
 from ..shipped import ShippedKind, resolve_shipped
 from ..userfiles import is_regular
 from .settings import (
+    CREDIT_ESTIMATORS,
     LOSS_TYPES,
     LR_SCHEDULERS,
     VLLM_MODES,
@@ -111,6 +116,8 @@ _TOP_KEYS = (
     "allow_holdout_overlap",
     "accept_unchecked_holdout",
     "holdout_ngram",
+    "credit",
+    "credit_weight",
 )
 _MIX_KEYS = tuple(f.name for f in fields(DataMix))
 _REWARD_KEYS = tuple(f.name for f in fields(RewardSettings))
@@ -470,6 +477,22 @@ class _TrainReader(ConfigReader):
             kwargs["accept_unchecked_holdout"] = bool(flag)
         if "holdout_ngram" in get:
             kwargs["holdout_ngram"] = self.ngram(get["holdout_ngram"])
+        if "credit" in get:
+            credit = self.choice(get["credit"], "credit", CREDIT_ESTIMATORS)
+            if credit is not None:
+                kwargs["credit"] = credit
+            if credit not in (None, "outcome") and kwargs.get("recursion") is not None:
+                # The recursion trainer scores its two rounds its own way; per-step
+                # credit is mixed into plain GRPO's advantages only.
+                raise self.error(
+                    "credit other than outcome cannot be combined with recursion",
+                    get["credit"],
+                    "credit",
+                )
+        if "credit_weight" in get:
+            weight = self.real(get["credit_weight"], "credit_weight", low=0.0, high=100.0)
+            if weight is not None:
+                kwargs["credit_weight"] = weight
         return TrainConfig(**kwargs)
 
 

@@ -26,6 +26,12 @@ prompts and no run on several processes could be checked against one process.  T
 distribution sampled is unchanged: Gumbel-max over the tempered logits is a draw from
 their softmax.
 
+With a per-step credit (:mod:`conductor.train.credit`) the trainer's ``credit_source``
+(the reward, whose ``last_batch`` holds this process's rollouts in the order of its
+completions) gives each completion's step credits and step spans, and
+:func:`credit_advantages` turns TRL's one advantage per completion into one per token,
+which TRL 1.16's ``_compute_loss`` accepts as a (batch, tokens) tensor.
+
 TRL is imported inside the functions.
 """
 
@@ -46,6 +52,8 @@ __all__ = [
     "SUPPORTED_TRL",
     "RowSeededSampling",
     "check_trl_version",
+    "credit_advantages",
+    "token_ends",
     "grpo_trainer_class",
     "require_trl_version",
     "row_seed",
@@ -153,6 +161,60 @@ class RowSeededSampling:
         return kept.scatter(1, picks, 0.0)
 
 
+def token_ends(tokenizer: Any, ids: Sequence[int]) -> list[int]:
+    """For each token of ``ids``, the length of the text the tokens up to it decode to
+    (special tokens skipped, as TRL decodes completions): token ``t`` wrote the
+    characters ``ends[t-1]:ends[t]`` of the completion's text.  Decoding prefixes, not
+    single tokens, keeps multi-token characters and merged spaces in their place; a
+    prefix that ends inside a character decodes longer than its share, so the ends are
+    held non-decreasing."""
+    ends: list[int] = []
+    last = 0
+    for t in range(len(ids)):
+        last = max(last, len(tokenizer.decode(list(ids[: t + 1]), skip_special_tokens=True)))
+        ends.append(last)
+    return ends
+
+
+def credit_advantages(
+    advantages: Any,
+    completion_ids: Any,
+    completion_mask: Any,
+    results: Sequence[Any],
+    tokenizer: Any,
+    weight: float,
+) -> Any:
+    """Per-token advantages (batch x tokens) from TRL's per-completion ``advantages``.
+
+    Row ``i``'s tokens get ``advantages[i]``, plus ``weight`` times the credit of the
+    step whose entries they write (:func:`conductor.train.credit.token_advantages`)
+    when ``results[i]`` (a :class:`~conductor.train.reward.RolloutResult`) has step
+    credits and spans; padding positions keep the row's advantage (the mask drops
+    them from the loss).
+    """
+    import torch
+
+    from .credit import token_advantages
+
+    rows = completion_ids.shape[0]
+    if len(results) != rows:
+        raise RuntimeError(
+            f"per-step credit: {len(results)} rollout results for {rows} completions"
+        )
+    out = advantages.reshape(rows, 1).expand(rows, completion_ids.shape[1]).clone()
+    for i, result in enumerate(results):
+        credits, spans = getattr(result, "credits", None), getattr(result, "spans", None)
+        if not credits or not spans:
+            continue
+        length = int(completion_mask[i].sum().item())
+        ids = completion_ids[i, :length].tolist()
+        values = token_advantages(
+            float(advantages[i]), token_ends(tokenizer, ids), spans, credits, weight
+        )
+        out[i, :length] = torch.tensor(values, dtype=out.dtype, device=out.device)
+    return out
+
+
 @contextmanager
 def _row_seeded_generate(model: Any, sampling: RowSeededSampling) -> Iterator[None]:
     """Within the block, ``model.generate`` samples with ``sampling`` (TRL's call site
@@ -206,6 +268,23 @@ def grpo_trainer_class() -> Any:
 
         _sampling_step = -1
         _sampling_calls = 0
+        #: Set by the training run for a per-step credit: the reward whose
+        #: ``last_batch`` holds the rollouts of this process's completions.
+        credit_source: Any = None
+        credit_weight = 1.0
+
+        def _generate_and_score_completions(self, inputs: Any) -> Any:
+            output = super()._generate_and_score_completions(inputs)
+            if self.credit_source is not None and self.credit_weight:
+                output["advantages"] = credit_advantages(
+                    output["advantages"],
+                    output["completion_ids"],
+                    output["completion_mask"],
+                    self.credit_source.last_batch,
+                    self.processing_class,
+                    self.credit_weight,
+                )
+            return output
 
         def _generate_single_turn(self, prompt_ids: list[Any], *args: Any, **kwargs: Any) -> Any:
             # vLLM and continuous batching sample elsewhere; this covers transformers'

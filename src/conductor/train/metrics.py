@@ -19,6 +19,9 @@ Keys of a line (absent values are ``null``):
 - ``calls_per_rollout``, ``cost_usd`` (total over the rollouts), ``rollouts``;
 - ``revisions``: round-2 rollouts among them (recursion training), and
   ``revision_gain``: their mean reward minus that of the round-1 plan each revised;
+- with a per-step ``credit``: ``calls_by_step`` and ``cached_by_step``, the worker calls
+  made and the call-cache hits by step index (a counterfactual credit's re-runs
+  included), and ``credit_by_step``, the mean credit of each step index;
 - ``loss``, ``grad_norm`` (the gradient's norm before clipping, over every process),
   ``learning_rate``, ``completion_length``, ``kl`` (from TRL when it logs them).
 """
@@ -68,6 +71,9 @@ METRIC_KEYS: tuple[str, ...] = (
     "rollouts",
     "revisions",
     "revision_gain",
+    "calls_by_step",
+    "cached_by_step",
+    "credit_by_step",
     "loss",
     "grad_norm",
     "learning_rate",
@@ -155,6 +161,19 @@ def summarise_rollouts(results: Iterable[Any]) -> dict[str, Any]:
     ]
     rewards = [float(r.reward) for r in results]
     parsed = [r for r in results if r.parsed]
+    made: list[int] = []
+    cached: list[int] = []
+    credit_sums: list[float] = []
+    credit_counts: list[int] = []
+    for r in results:
+        calls = getattr(r, "step_calls", None)
+        if calls is not None:
+            _add_into(made, calls.made)
+            _add_into(cached, calls.cached)
+        credits = getattr(r, "credits", None)
+        if credits:
+            _add_into(credit_sums, credits)
+            _add_into(credit_counts, [1] * len(credits))
     usage: Counter[str] = Counter()
     last: Counter[str] = Counter()
     for r in parsed:
@@ -176,7 +195,17 @@ def summarise_rollouts(results: Iterable[Any]) -> dict[str, Any]:
         "rollouts": len(results),
         "revisions": len(revisions),
         "revision_gain": _mean(gains),
+        "calls_by_step": made or None,
+        "cached_by_step": cached or None,
+        "credit_by_step": [t / c for t, c in zip(credit_sums, credit_counts, strict=True)] or None,
     }
+
+
+def _add_into(totals: list[Any], values: Sequence[Any]) -> None:
+    """Add ``values`` into ``totals`` index by index, growing it as needed."""
+    totals.extend([0] * (len(values) - len(totals)))
+    for i, value in enumerate(values):
+        totals[i] += value
 
 
 def _fmt(value: Any, digits: int = 3) -> str:

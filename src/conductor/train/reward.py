@@ -16,6 +16,12 @@ All completions of a batch run at once (up to ``concurrency``) on ONE background
 loop that lives as long as the reward object, because model clients and their
 connections are bound to the loop that made them.
 
+With a per-step ``credit`` other than ``outcome`` (:mod:`conductor.train.credit`), each
+one-round rollout also gets a credit for each step of its plan, the character spans of
+each step's entries in the reply, and its worker calls by step (cache hits apart); the
+``counterfactual`` credit runs the plan again with each single-worker edit, through the
+same cache, so the steps an edit leaves alone are cache hits.
+
 A job may continue an earlier record (``continue_from``): the completion is then that
 record's next (revision) round, and the rollout is scored on that round's outcome alone.
 On-policy recursion training (:mod:`conductor.train.recursion`) builds such jobs from the
@@ -43,8 +49,10 @@ from ..llm.caller import CallerSet
 from ..pool import Pool
 from ..record import RoundRecord, RunRecord, record_from_dict, record_to_dict
 from ..text import plural
+from ..workflow import format_workflow, step_spans, workflow_from_dict
+from . import credit as step_credit
 from .pools import subpool_from_ids
-from .settings import RewardSettings
+from .settings import CREDIT_ESTIMATORS, RewardSettings
 
 if TYPE_CHECKING:
     from ..llm.cache import ResponseCache
@@ -88,6 +96,12 @@ class RolloutResult:
     ``round`` is the Conductor round the completion wrote (1, or 2 for a revision);
     ``round_reward`` that round's own reward before any mixing; ``previous_reward``,
     for a revision, the reward of the round it revised.
+
+    With a per-step credit (:mod:`conductor.train.credit`) and a plan that ran:
+    ``credits`` holds each step's credit, ``spans`` where each step is written in the
+    reply (None when it cannot be located: the tokens then get the outcome advantage
+    alone), and ``step_calls`` the worker calls by step, those of counterfactual
+    re-runs included, cache hits apart.
     """
 
     reward: float | None
@@ -101,6 +115,9 @@ class RolloutResult:
     round: int = 1
     round_reward: float | None = None
     previous_reward: float | None = None
+    credits: list[float] | None = None
+    spans: list[list[tuple[int, int]]] | None = None
+    step_calls: step_credit.StepCalls | None = None
 
 
 # --------------------------------------------------------------------------- scoring
@@ -265,7 +282,11 @@ class WorkflowReward:
         cache: ResponseCache | None = None,
         concurrency: int = 32,
         run_settings: RunSettings | None = None,
+        credit: str = "outcome",
     ) -> None:
+        if credit not in CREDIT_ESTIMATORS:
+            raise UsageError(f"unknown credit {credit!r}: one of {', '.join(CREDIT_ESTIMATORS)}")
+        self.credit = credit
         self.pool = pool
         self.conductor = conductor
         self.settings = settings
@@ -301,6 +322,7 @@ class WorkflowReward:
             cache=cache,
             concurrency=concurrency,
             run_settings=RunSettings(max_steps=config.max_steps),
+            credit=config.credit,
         )
 
     # ---------------------------------------------------------------- lookups
@@ -424,6 +446,10 @@ class WorkflowReward:
             out = await asyncio.to_thread(
                 _outcome, record, job.sample, job.grader, self.settings, start
             )
+            credits = None
+            if self.credit != "outcome" and start == 0 and out.parsed:
+                async with limit:
+                    credits = await self._credit(job, record, out.reward)
         except Exception as exc:  # one broken rollout must not end a long training run
             log.warning("reward: rollout for %s failed: %r", job.sample_id, exc, exc_info=True)
             failed = self.settings.failed_run
@@ -439,7 +465,60 @@ class WorkflowReward:
             record=record,
             round=start + 1,
             round_reward=out.reward,
+            credits=credits[0] if credits else None,
+            spans=credits[1] if credits else None,
+            step_calls=credits[2] if credits else None,
         )
+
+    async def _credit(
+        self, job: RolloutJob, record: RunRecord, reward: float
+    ) -> tuple[list[float], list[list[tuple[int, int]]] | None, step_credit.StepCalls] | None:
+        """The step credits of a one-round rollout whose plan ran, the spans of its steps
+        in the reply, and its worker calls by step (see :class:`RolloutResult`)."""
+        rnd = record.rounds[-1]
+        if rnd.workflow is None:
+            return None
+        workflow = workflow_from_dict(rnd.workflow)
+        n = len(workflow.steps)
+        calls = step_credit.step_calls(rnd, n)
+        if self.credit == "structure":
+            failed = await asyncio.to_thread(
+                step_credit.step_failures, rnd, n, job.sample, job.grader
+            )
+            credits = step_credit.structure_credit(failed)
+        elif self.credit == "descendant":
+            failed = await asyncio.to_thread(
+                step_credit.step_failures, rnd, n, job.sample, job.grader
+            )
+            quality = [0.0 if f else 1.0 for f in failed]
+            visible = workflow.dependencies()
+            credits = step_credit.descendant_credit(quality, visible, step_credit.answer_step(rnd))
+        else:
+            n_workers = len(job.orchestrator.pool.workers)
+            edits = step_credit.worker_edits(workflow, n_workers)
+            flat = [plan for plans in edits for plan in plans]
+            records = await asyncio.gather(
+                *(
+                    job.orchestrator.run(
+                        job.question,
+                        replace(self.run_settings, rounds=1),
+                        sample_id=job.sample_id,
+                        plan=format_workflow(plan),
+                    )
+                    for plan in flat
+                )
+            )
+            scores = []
+            for edited in records:
+                scores.append(
+                    await asyncio.to_thread(_outcome, edited, job.sample, job.grader, self.settings)
+                )
+                if edited.rounds:
+                    calls.add(step_credit.step_calls(edited.rounds[-1], n))
+            rewards = iter([s.reward for s in scores])
+            per_step = [[next(rewards) for _ in plans] for plans in edits]
+            credits = step_credit.counterfactual_credit(reward, per_step)
+        return credits, step_spans(job.text, n), calls
 
     # ---------------------------------------------------------------- lifetime
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 __all__ = [
+    "CREDIT_ESTIMATORS",
     "DEFAULT_MICRO_BATCH",
     "LOSS_TYPES",
     "LR_SCHEDULERS",
@@ -40,6 +41,9 @@ LR_SCHEDULERS: tuple[str, ...] = (
 )
 #: TRL's ways of using vLLM for rollouts: inside the training process, or a server.
 VLLM_MODES: tuple[str, ...] = ("colocate", "server")
+#: Per-step credit estimators (:mod:`conductor.train.credit`); ``outcome``, one reward
+#: for every token of a plan, is the paper's.
+CREDIT_ESTIMATORS: tuple[str, ...] = ("outcome", "structure", "descendant", "counterfactual")
 #: GRPO loss aggregations named by TRL's ``GRPOConfig.loss_type`` (older TRL releases
 #: know fewer; TRL itself refuses one it lacks).  The paper's authors used ``bnpo``:
 #: token losses averaged over the active tokens of the local batch.
@@ -227,4 +231,8 @@ class TrainConfig:
     allow_holdout_overlap: bool = False
     accept_unchecked_holdout: bool = False
     holdout_ngram: NgramSettings | None = None
+    #: One of :data:`CREDIT_ESTIMATORS`; a step's credit times ``credit_weight`` is added
+    #: to the advantage of that step's tokens (:mod:`conductor.train.credit`).
+    credit: str = "outcome"
+    credit_weight: float = 1.0
     path: Path | None = None

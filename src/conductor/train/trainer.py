@@ -433,6 +433,10 @@ def train(
         }
         if config.recursion is None:
             trainer = grpo_trainer_class()(**trainer_kwargs)
+            if config.credit != "outcome":
+                # The config refuses credit with recursion: only plain GRPO mixes it.
+                trainer.credit_source = inner
+                trainer.credit_weight = config.credit_weight
         else:
             trainer = recursion_trainer(
                 config.recursion.discount, inner, render_prompts=render, **trainer_kwargs
