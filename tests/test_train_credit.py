@@ -314,7 +314,9 @@ def test_reward_structure_and_descendant_credit_on_the_routing_task(make_reward:
     # subgraph holds it too.  Wrong plan: no step gained anything.
     assert right_plan.credits == [1.0, 1.0, 0.0]
     assert wrong_plan.credits == [0.0, 0.0, 0.0]
-    # The outcome credit computes nothing per step.
+    # The outcome credit computes no step credit, and counts the plan's own calls only.
     outcome = make_reward("outcome")
     outcome(prompts=["p"], completions=[PLAN], **_columns(1))
-    assert outcome.last_batch[0].credits is None and outcome.last_batch[0].step_calls is None
+    (result,) = outcome.last_batch
+    assert result.credits is None and result.step_calls is not None
+    assert (result.step_calls.made, result.step_calls.cached) == ([1, 1, 1], [0, 0, 0])

@@ -97,11 +97,11 @@ class RolloutResult:
     ``round_reward`` that round's own reward before any mixing; ``previous_reward``,
     for a revision, the reward of the round it revised.
 
-    With a per-step credit (:mod:`conductor.train.credit`) and a plan that ran:
-    ``credits`` holds each step's credit, ``spans`` where each step is written in the
-    reply (None when it cannot be located: the tokens then get the outcome advantage
-    alone), and ``step_calls`` the worker calls by step, those of counterfactual
-    re-runs included, cache hits apart.
+    ``step_calls`` holds the worker calls by step of the round it wrote (cache hits
+    apart; a counterfactual credit's re-runs included).  With a per-step credit
+    (:mod:`conductor.train.credit`) and a plan that ran: ``credits`` holds each step's
+    credit, ``spans`` where each step is written in the reply (None when it cannot be
+    located: the tokens then get the outcome advantage alone).
     """
 
     reward: float | None
@@ -193,6 +193,14 @@ def score_record(
     every round of the record).
     """
     return _outcome(record, sample, grader, settings).reward
+
+
+def _round_calls(record: RunRecord, start: int) -> step_credit.StepCalls | None:
+    """The worker calls by step of the round a rollout wrote (None: it wrote none)."""
+    rnd = record.rounds[-1] if len(record.rounds) > start else None
+    if rnd is None or rnd.workflow is None:
+        return None
+    return step_credit.step_calls(rnd, len(workflow_from_dict(rnd.workflow).steps))
 
 
 # --------------------------------------------------------------------------- rows
@@ -450,6 +458,7 @@ class WorkflowReward:
             if self.credit != "outcome" and start == 0 and out.parsed:
                 async with limit:
                     credits = await self._credit(job, record, out.reward)
+            calls = credits[2] if credits else _round_calls(record, start)
         except Exception as exc:  # one broken rollout must not end a long training run
             log.warning("reward: rollout for %s failed: %r", job.sample_id, exc, exc_info=True)
             failed = self.settings.failed_run
@@ -467,7 +476,7 @@ class WorkflowReward:
             round_reward=out.reward,
             credits=credits[0] if credits else None,
             spans=credits[1] if credits else None,
-            step_calls=credits[2] if credits else None,
+            step_calls=calls,
         )
 
     async def _credit(
