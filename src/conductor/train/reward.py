@@ -456,8 +456,13 @@ class WorkflowReward:
             )
             credits = None
             if self.credit != "outcome" and start == 0 and out.parsed:
-                async with limit:
-                    credits = await self._credit(job, record, out.reward)
+                try:
+                    async with limit:
+                        credits = await self._credit(job, record, out.reward)
+                except Exception as exc:  # the outcome stands: its tokens keep one advantage
+                    log.warning(
+                        "reward: step credit for %s failed: %r", job.sample_id, exc, exc_info=True
+                    )
             calls = credits[2] if credits else _round_calls(record, start)
         except Exception as exc:  # one broken rollout must not end a long training run
             log.warning("reward: rollout for %s failed: %r", job.sample_id, exc, exc_info=True)
