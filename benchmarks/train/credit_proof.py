@@ -26,7 +26,9 @@ Run (docs/training.md gives the measured table)::
     python benchmarks/train/credit_proof.py [--steps 80] [--seeds 0,1] [--lr 1e-3]
 
 ``--smoke`` (CI size): two GRPO steps per estimator; it checks that every estimator
-trains and that the counterfactual one made cache hits, not the learning.
+trains, that each per-step credit changed some tokens' advantages in TRL's loss
+(``credit_token_share``) and that the counterfactual one made cache hits, not the
+learning.
 """
 
 from __future__ import annotations
@@ -207,12 +209,15 @@ def run_one(credit: str, policy: Path, files: dict[str, Path], work: Path, args:
 
     def on_metrics(row: dict[str, Any]) -> None:
         curve.append(row)
+        if row.get("credit_token_share") is not None:
+            shares.append(float(row["credit_token_share"]))
         for totals, key in ((made, "calls_by_step"), (cached, "cached_by_step")):
             values = row.get(key) or []
             totals.extend([0] * (len(values) - len(totals)))
             for i, v in enumerate(values):
                 totals[i] += v
 
+    shares: list[float] = []
     wall, cpu = time.monotonic(), time.process_time()
     train(config_for(credit, policy, files, work / f"run-{credit}", args), on_metrics=on_metrics)
     rewards = [row.get("reward_mean") for row in curve]
@@ -231,6 +236,7 @@ def run_one(credit: str, policy: Path, files: dict[str, Path], work: Path, args:
         "credit": credit,
         "steps_to_target": reached,
         "rewards": [None if r is None else round(float(r), 3) for r in rewards],
+        "credit_token_share": round(sum(shares) / len(shares), 3) if shares else None,
         "calls_by_step": made,
         "cached_by_step": cached,
         "wall_s": round(time.monotonic() - wall, 1),
@@ -280,6 +286,7 @@ def main() -> None:
                 print(
                     f"seed {seed} {credit:>14}: steps to {TARGET}: {shown}; "
                     f"calls by step {row['calls_by_step']} (cache hits {row['cached_by_step']}); "
+                    f"tokens moved by credit {row['credit_token_share']}; "
                     f"wall {row['wall_s']} s, cpu {row['cpu_s']} s; rewards {row['rewards']}",
                     flush=True,
                 )
@@ -299,6 +306,9 @@ def main() -> None:
         counterfactual = [r for r in table if r["credit"] == "counterfactual"]
         if any(not sum(r["cached_by_step"]) for r in counterfactual):
             sys.exit("smoke: the counterfactual re-runs made no cache hits")
+        stepwise = [r for r in table if r["credit"] != "outcome"]
+        if any(not r["credit_token_share"] for r in stepwise):
+            sys.exit("smoke: a per-step credit changed no token's advantage")
 
 
 if __name__ == "__main__":

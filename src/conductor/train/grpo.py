@@ -276,13 +276,23 @@ def grpo_trainer_class() -> Any:
         def _generate_and_score_completions(self, inputs: Any) -> Any:
             output = super()._generate_and_score_completions(inputs)
             if self.credit_source is not None and self.credit_weight:
-                output["advantages"] = credit_advantages(
-                    output["advantages"],
+                before = output["advantages"]
+                mask = output["completion_mask"].bool()
+                after = credit_advantages(
+                    before,
                     output["completion_ids"],
-                    output["completion_mask"],
+                    mask,
                     self.credit_source.last_batch,
                     self.processing_class,
                     self.credit_weight,
+                )
+                output["advantages"] = after
+                # The share of this batch's completion tokens a step credit moved: what
+                # shows in the metrics that the credit reached the loss at all.
+                moved = ((after != before.reshape(-1, 1)) & mask).sum()
+                mode = "train" if self.model.training else "eval"
+                self._metrics[mode]["credit/token_share"].append(
+                    float(moved) / max(1, int(mask.sum()))
                 )
             return output
 

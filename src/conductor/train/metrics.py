@@ -21,7 +21,9 @@ Keys of a line (absent values are ``null``):
   ``revision_gain``: their mean reward minus that of the round-1 plan each revised;
 - with a per-step ``credit``: ``calls_by_step`` and ``cached_by_step``, the worker calls
   made and the call-cache hits by step index (a counterfactual credit's re-runs
-  included), and ``credit_by_step``, the mean credit of each step index;
+  included), and ``credit_by_step``, the mean credit of each step index; and from the
+  trainer ``credit_token_share``, the share of completion tokens whose advantage a step
+  credit changed;
 - ``loss``, ``grad_norm`` (the gradient's norm before clipping, over every process),
   ``learning_rate``, ``completion_length``, ``kl`` (from TRL when it logs them).
 """
@@ -74,6 +76,7 @@ METRIC_KEYS: tuple[str, ...] = (
     "calls_by_step",
     "cached_by_step",
     "credit_by_step",
+    "credit_token_share",
     "loss",
     "grad_norm",
     "learning_rate",

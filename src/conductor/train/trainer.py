@@ -291,6 +291,7 @@ def _make_callback(
             row["learning_rate"] = logs.get("learning_rate")
             row["completion_length"] = logs.get("completions/mean_length")
             row["kl"] = logs.get("kl")
+            row["credit_token_share"] = logs.get("credit/token_share")
             row["elapsed_s"] = round(time.monotonic() - started, 2)
             written = metrics.append(row)
             if on_metrics is not None:
