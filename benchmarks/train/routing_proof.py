@@ -626,23 +626,32 @@ def cost_conditioned(
             report["warm_start"] = warm_start(setup.config, setup.train_rows, out, args.seed)
             warm = str(out / "warm")
         print("warm start:", json.dumps(report["warm_start"]), flush=True)
-        checkpoint, curve = grpo(setup, warm, out / "conditioned", args, cost_weights=weights)
+
+        def keep(curve: list[dict[str, Any]]) -> None:
+            report["curve"] = curve
+            results.write_text(json.dumps(report, indent=2) + "\n")
+
+        checkpoint, curve = grpo(
+            setup, warm, out / "conditioned", args, cost_weights=weights, on_point=keep
+        )
         report["checkpoint"] = str(checkpoint)
         report["curve"] = curve
+        # The warm start once, at the first weight: it was taught the format with
+        # uniformly random workers, whatever weight its prompts stated.
+        first = setup.held_rows_at(eval_weights[0])
+        report["before"] = evaluate(warm, setup.config, first, args.eval_samples, args.seed)
+        print(f"warm start at {eval_weights[0]:g}:", json.dumps(report["before"]), flush=True)
         for weight in eval_weights:
             rows = setup.held_rows_at(weight)
-            before = evaluate(warm, setup.config, rows, args.eval_samples, args.seed)
             after = evaluate(str(checkpoint), setup.config, rows, args.eval_samples, args.seed)
-            point = {"cost_weight": weight, "before": before, "after": after}
             print(
-                f"cost weight {weight:g}: correct {after['correct_rate']:.3f} "
-                f"(warm start {before['correct_rate']:.3f}), "
-                f"USD/question {after['cost_usd_per_question']:.6f} "
-                f"(warm start {before['cost_usd_per_question']:.6f}), "
-                f"last step by Model 1 {after['reliable_last_share']:.2f}",
+                f"cost weight {weight:g}: correct {after['correct_rate']:.3f}, "
+                f"USD/question {after['cost_usd_per_question']:.6f}, "
+                f"last step by Model 1 {after['reliable_last_share']:.2f}, "
+                f"mean reward {after['mean_reward']:.3f}",
                 flush=True,
             )
-            report["points"].append(point)
+            report["points"].append({"cost_weight": weight, "after": after})
             results.write_text(json.dumps(report, indent=2) + "\n")
     finally:
         setup.close()
