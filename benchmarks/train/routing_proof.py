@@ -37,6 +37,14 @@ items, and writes both to ``--results`` (by default ``routing_proof_results.json
 beside this script, not kept in the repository); ``--cost-sweep`` writes
 ``benchmarks/train/routing_cost_sweep_results.json`` (the stored one is the run
 docs/training.md quotes: its penalty-0 run trains exactly as the plain proof).
+
+``--cost-conditioned W1,W2,...`` trains ONE checkpoint on the priced pool with
+``reward.cost_weights: [W1, W2, ...]`` (each question draws a weight, stated in its
+prompt and charged per USD), then evaluates it on the held-out items at each of
+``--eval-weights`` (default 0, 150, 400; the task's break-even is about
+0.5 / (0.002746 - 0.000279) = 203 per USD), the weight stated in the prompt as
+``--cost-weight`` states it, and writes
+``benchmarks/train/routing_cost_conditioned_results.json``.
 """
 
 from __future__ import annotations
@@ -139,11 +147,12 @@ def make_config(
     args: argparse.Namespace,
     *,
     cost_penalty_per_usd: float = 0.0,
+    cost_weights: tuple[float, ...] = (),
 ) -> Any:
     from conductor.train.settings import DataMix, GRPOSettings, RewardSettings, TrainConfig
 
     return TrainConfig(
-        reward=RewardSettings(cost_penalty_per_usd=cost_penalty_per_usd),
+        reward=RewardSettings(cost_penalty_per_usd=cost_penalty_per_usd, cost_weights=cost_weights),
         base_model=base_model,
         pool=str(pool_file),
         data=(DataMix(benchmark=str(BENCHMARK), split="train"),),
@@ -330,7 +339,14 @@ def mean_of(points: list[dict[str, Any]], key: str) -> float:
 class Setup:
     """The workers, the pool file, the training and held-out rows of one run."""
 
-    def __init__(self, args: argparse.Namespace, out: Path, *, priced: bool = False) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        out: Path,
+        *,
+        priced: bool = False,
+        cost_weights: tuple[float, ...] = (),
+    ) -> None:
         from dataclasses import replace
 
         from conductor.train.dataset import build_rows
@@ -340,12 +356,27 @@ class Setup:
         self.server = start_workers()
         out.mkdir(parents=True, exist_ok=True)
         self.pool_file = write_pool(self.server, out, priced=priced)
-        self.config = make_config(self.pool_file, "gguf:smollm2", out, args)
+        self.config = make_config(
+            self.pool_file, "gguf:smollm2", out, args, cost_weights=cost_weights
+        )
         pool = load_train_pool(self.config)
         conductor = training_conductor(self.config, pool)
         self.train_rows = build_rows(self.config, pool, conductor, rng_seed=args.seed)
         held = replace(self.config, data=(DataMix(benchmark=str(BENCHMARK), split="test"),))
         self.held_rows = build_rows(held, pool, conductor, rng_seed=args.seed)
+        self._held, self._pool, self._conductor, self._seed = held, pool, conductor, args.seed
+
+    def held_rows_at(self, weight: float) -> list[dict[str, Any]]:
+        """The held-out rows with every prompt stating ``weight`` (and every reward
+        charging it): one weight drawn from a list of one is the weight the library's
+        rows, and ``--cost-weight``, state."""
+        from dataclasses import replace
+
+        from conductor.train.dataset import build_rows
+
+        reward = replace(self._held.reward, cost_weights=(weight,))
+        held = replace(self._held, reward=reward)
+        return build_rows(held, self._pool, self._conductor, rng_seed=self._seed)
 
     def close(self) -> None:
         self.server.stop()
@@ -358,6 +389,7 @@ def grpo(
     args: argparse.Namespace,
     *,
     cost_penalty_per_usd: float = 0.0,
+    cost_weights: tuple[float, ...] = (),
     on_point: Any = None,
 ) -> tuple[Path, list[dict[str, Any]]]:
     """GRPO from ``base_model`` (``conductor.train.trainer.train``); the checkpoint and
@@ -374,7 +406,12 @@ def grpo(
             on_point(curve)
 
     config = make_config(
-        setup.pool_file, base_model, out, args, cost_penalty_per_usd=cost_penalty_per_usd
+        setup.pool_file,
+        base_model,
+        out,
+        args,
+        cost_penalty_per_usd=cost_penalty_per_usd,
+        cost_weights=cost_weights,
     )
     checkpoint = train(config, on_metrics=on_metrics)
     return checkpoint, curve
@@ -402,6 +439,18 @@ def main() -> None:
         default=None,
         help="priced workers; one GRPO run per cost_penalty_per_usd value, from one warm start",
     )
+    parser.add_argument(
+        "--cost-conditioned",
+        metavar="W1,W2,...",
+        default=None,
+        help="priced workers; ONE GRPO run with reward.cost_weights, evaluated at --eval-weights",
+    )
+    parser.add_argument(
+        "--eval-weights",
+        metavar="W1,W2,...",
+        default="0,150,400",
+        help="--cost-conditioned: the cost weights the checkpoint is evaluated at",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (all CPUs)")
     parser.add_argument(
         "--warm", type=Path, default=None, help="cost sweep: reuse this warm-start directory"
@@ -419,6 +468,12 @@ def main() -> None:
         smoke(args)
     elif args.cost_sweep is not None:
         cost_sweep(args, [float(v) for v in args.cost_sweep.split(",") if v.strip()])
+    elif args.cost_conditioned is not None:
+        cost_conditioned(
+            args,
+            tuple(float(v) for v in args.cost_conditioned.split(",") if v.strip()),
+            [float(v) for v in args.eval_weights.split(",") if v.strip()],
+        )
     else:
         proof(args)
 
@@ -535,6 +590,76 @@ def cost_sweep(args: argparse.Namespace, penalties: list[float]) -> None:
             results.write_text(json.dumps(report, indent=2) + "\n")
     finally:
         setup.close()
+        results.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"results written to {results}", file=sys.stderr)
+
+
+CONDITIONED_RESULTS = HERE / "routing_cost_conditioned_results.json"
+
+
+def cost_conditioned(
+    args: argparse.Namespace, weights: tuple[float, ...], eval_weights: list[float]
+) -> None:
+    """One warm start and ONE GRPO run on the priced pool, each question drawing its
+    cost weight from ``weights``; the checkpoint evaluated at each of ``eval_weights``
+    (accuracy, spend per question, routing) without retraining."""
+    import resource
+
+    results = args.results or CONDITIONED_RESULTS
+    out = args.out
+    t0, cpu0 = time.monotonic(), time.process_time()
+    setup = Setup(args, out, priced=True, cost_weights=weights)
+    report: dict[str, Any] = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "prices_per_mtok": SWEEP_PRICES,
+        "cost_weights": list(weights),
+        "train_weights_drawn": {
+            f"{w:g}": sum(1 for r in setup.train_rows if r["cost_weight"] == w) for w in weights
+        },
+        "points": [],
+    }
+    try:
+        if args.warm is not None:
+            warm = str(args.warm)
+            report["warm_start"] = {"reused": warm}
+        else:
+            report["warm_start"] = warm_start(setup.config, setup.train_rows, out, args.seed)
+            warm = str(out / "warm")
+        print("warm start:", json.dumps(report["warm_start"]), flush=True)
+
+        def keep(curve: list[dict[str, Any]]) -> None:
+            report["curve"] = curve
+            results.write_text(json.dumps(report, indent=2) + "\n")
+
+        checkpoint, curve = grpo(
+            setup, warm, out / "conditioned", args, cost_weights=weights, on_point=keep
+        )
+        report["checkpoint"] = str(checkpoint)
+        report["curve"] = curve
+        # The warm start once, at the first weight: it was taught the format with
+        # uniformly random workers, whatever weight its prompts stated.
+        first = setup.held_rows_at(eval_weights[0])
+        report["before"] = evaluate(warm, setup.config, first, args.eval_samples, args.seed)
+        print(f"warm start at {eval_weights[0]:g}:", json.dumps(report["before"]), flush=True)
+        for weight in eval_weights:
+            rows = setup.held_rows_at(weight)
+            after = evaluate(str(checkpoint), setup.config, rows, args.eval_samples, args.seed)
+            print(
+                f"cost weight {weight:g}: correct {after['correct_rate']:.3f}, "
+                f"USD/question {after['cost_usd_per_question']:.6f}, "
+                f"last step by Model 1 {after['reliable_last_share']:.2f}, "
+                f"mean reward {after['mean_reward']:.3f}",
+                flush=True,
+            )
+            report["points"].append({"cost_weight": weight, "after": after})
+            results.write_text(json.dumps(report, indent=2) + "\n")
+    finally:
+        setup.close()
+        report["wall_s"] = round(time.monotonic() - t0)
+        report["cpu_s"] = round(time.process_time() - cpu0)
+        report["peak_rss_gb_lifetime"] = round(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9, 2
+        )
         results.write_text(json.dumps(report, indent=2) + "\n")
     print(f"results written to {results}", file=sys.stderr)
 

@@ -127,6 +127,7 @@ class Orchestrator:
             show_descriptions=cond.show_descriptions,
             previous=previous,
             subtasks=cond.subtasks,
+            cost_weight=cond.cost_weight,
         )
         return fit_prefill(messages, cond.target)
 

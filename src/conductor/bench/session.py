@@ -104,6 +104,8 @@ class BenchArgs:
     #: ``--ray ADDRESS`` (or ``auto``): samples and code grading run as tasks on that
     #: Ray cluster; ``None``: in this process.
     ray: str | None = None
+    #: ``--cost-weight``: the weight a cost-conditioned Conductor's prompt states.
+    cost_weight: float | None = None
 
 
 @dataclass(frozen=True)
@@ -369,7 +371,10 @@ def build_strategy(
     given = request.invocation
     if request.strategy == "conductor":
         cond = resolve_conductor(
-            request.pool, given.conductor, max_steps=request.settings.max_steps
+            request.pool,
+            given.conductor,
+            max_steps=request.settings.max_steps,
+            cost_weight=given.cost_weight,
         )
         options = _with_trained_questions(options, cond, given.exclude_trained)
         return ConductorStrategy(request.pool, cond, request.settings, callers), options
@@ -377,6 +382,8 @@ def build_strategy(
         return _router(request, callers, options)
     if given.conductor is not None:
         raise UsageError("--conductor applies to --strategy conductor only")
+    if given.cost_weight is not None:
+        raise UsageError("--cost-weight applies to --strategy conductor only")
     if given.exclude_trained:
         raise UsageError("--exclude-trained applies to --strategy conductor only")
     strategy = parse_strategy(
@@ -596,7 +603,10 @@ def _router(
 
     def conductor_arm() -> Strategy:
         cond = resolve_conductor(
-            request.pool, given.conductor, max_steps=request.settings.max_steps
+            request.pool,
+            given.conductor,
+            max_steps=request.settings.max_steps,
+            cost_weight=given.cost_weight,
         )
         return ConductorStrategy(request.pool, cond, request.settings, callers)
 
@@ -609,6 +619,10 @@ def _router(
         settings=request.settings,
         pool_sha256=options.pool_sha256,
     )
+    if given.cost_weight is not None and "conductor" not in strategy.arms:
+        raise UsageError(
+            f"--cost-weight: router {request.strategy} has no conductor arm to give it to"
+        )
     if given.conductor is not None and "conductor" not in strategy.arms:
         raise UsageError(
             f"--conductor: router {request.strategy} has no conductor arm to give it to"
@@ -658,6 +672,7 @@ def _resolve(args: BenchArgs, stored: Invocation, data: Path | None) -> Invocati
         exclude_trained=args.exclude_trained or stored.exclude_trained,
         batch=args.batch if args.batch is not None else stored.batch,
         max_usd=given("max_usd"),
+        cost_weight=given("cost_weight"),
     )
 
 

@@ -17,6 +17,7 @@ from ..bounds import CALLS, ROUNDS, STEPS
 __all__ = [
     "BudgetUsdOption",
     "ConductorOption",
+    "CostWeightOption",
     "MaxCallsOption",
     "MaxStepsOption",
     "NoCacheOption",
@@ -45,6 +46,18 @@ ConductorOption = Annotated[
         help="Who writes the workflows: http(s)://HOST/v1[#MODEL], prompted:WORKER_ID, "
         "prompted:LITELLM_MODEL, local, hf:ORG/NAME or a checkpoint directory. "
         "Default: the pool's conductor.",
+    ),
+]
+#: ``--cost-weight``: a cost-conditioned Conductor's point on its accuracy-cost front.
+CostWeightOption = Annotated[
+    float | None,
+    typer.Option(
+        "--cost-weight",
+        min=0.0,
+        metavar="W",
+        help="For a Conductor trained with reward.cost_weights: state this weight per US "
+        "dollar in its prompt (higher: cheaper workflows). Refused for a checkpoint "
+        "trained without it. Default: no weight in the prompt.",
     ),
 ]
 #: ``--strategy``: how a question is answered.

@@ -24,6 +24,7 @@ from ._common import (
 from ._options import (
     BudgetUsdOption,
     ConductorOption,
+    CostWeightOption,
     MaxCallsOption,
     MaxStepsOption,
     NoCacheOption,
@@ -65,6 +66,7 @@ def ask(
         Path | None, typer.Option("--out", "-o", help="Write the run record (JSON) here.")
     ] = None,
     max_steps: MaxStepsOption = None,
+    cost_weight: CostWeightOption = None,
     rounds: RoundsOption = None,
     budget_usd: BudgetUsdOption = None,
     max_calls: MaxCallsOption = None,
@@ -105,10 +107,12 @@ def ask(
     )
     plan: Conductor | str
     if strategy is None or strategy.strip() == "conductor":
-        plan = resolve_conductor(pool_obj, conductor, max_steps=max_steps, template=template)
+        plan = resolve_conductor(
+            pool_obj, conductor, max_steps=max_steps, template=template, cost_weight=cost_weight
+        )
     else:
         plan = strategy
-        _check_baseline_options(strategy, conductor, template, max_steps, rounds)
+        _check_baseline_options(strategy, conductor, template, max_steps, rounds, cost_weight)
     # A baseline's spelling checked, and every missing key at once, before any call.
     require_keys(_strategy(plan, pool_obj, settings, CallerSet(None)).targets)
     traced = otel_from_options(otel, otel_content, no_otel)
@@ -148,6 +152,7 @@ def _check_baseline_options(
     template: str | None,
     max_steps: int | None,
     rounds: int | None,
+    cost_weight: float | None = None,
 ) -> None:
     """Refuse what only the Conductor uses beside a baseline, and ``singles``."""
     if strategy.strip() == "singles":
@@ -161,6 +166,7 @@ def _check_baseline_options(
             ("--conductor", conductor),
             ("--template", template),
             ("--max-steps", max_steps),
+            ("--cost-weight", cost_weight),
             # ``--rounds 1`` is every run's, a baseline's too.
             ("--rounds", None if rounds == 1 else rounds),
         )

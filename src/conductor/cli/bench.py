@@ -19,6 +19,7 @@ from ._common import EXIT_FAILED, interrupted, print_path, stderr, stdout
 from ._options import (
     BudgetUsdOption,
     ConductorOption,
+    CostWeightOption,
     MaxCallsOption,
     MaxStepsOption,
     NoCacheOption,
@@ -110,6 +111,7 @@ def bench(
         str | None, typer.Option("--shard", help="Run shard I of N (I/N, from 0).")
     ] = None,
     max_steps: MaxStepsOption = None,
+    cost_weight: CostWeightOption = None,
     rounds: RoundsOption = None,
     budget_usd: BudgetUsdOption = None,
     max_calls: MaxCallsOption = None,
@@ -223,6 +225,7 @@ def bench(
             overwrite=overwrite,
             shard=shard,
             max_steps=max_steps,
+            cost_weight=cost_weight,
             rounds=rounds,
             budget_usd=budget_usd,
             max_calls=max_calls,

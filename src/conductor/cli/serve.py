@@ -12,7 +12,7 @@ from ..bounds import BODY_BYTES, CALLS, CONCURRENCY, QUEUE, VOTES
 from ..errors import UsageError
 from ..text import plural
 from ._common import load_pool, stderr
-from ._options import ConductorOption, NoCacheOption, PoolOption, StateOption
+from ._options import ConductorOption, CostWeightOption, NoCacheOption, PoolOption, StateOption
 from ._tracing import NoOtelOption, OtelContentOption, OtelOption, otel_from_options
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ __all__ = ["serve"]
 def serve(
     pool: PoolOption = None,
     conductor: ConductorOption = None,
+    cost_weight: CostWeightOption = None,
     router: Annotated[
         Path | None,
         typer.Option(
@@ -209,7 +210,7 @@ def serve(
                 "token clients must send"
             )
     pool_obj = load_pool(pool)
-    cond = resolve_conductor(pool_obj, conductor)
+    cond = resolve_conductor(pool_obj, conductor, cost_weight=cost_weight)
     require_keys([*pool_obj.workers, cond.target])  # every missing key at once, up front
     try:
         from ..serve import ServeSettings, load_keys, run_server
@@ -232,6 +233,7 @@ def serve(
     settings = ServeSettings(
         pool=pool_obj,
         conductor=conductor,
+        cost_weight=cost_weight,
         router=router,
         records_dir=records,
         otel=traced,

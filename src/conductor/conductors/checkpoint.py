@@ -32,6 +32,10 @@ Fields (all but ``format_version`` optional):
 - ``base_model`` (str): the model it was fine-tuned from (informational).
 - ``allow_indices`` (bool, default false): whether it was trained with explicit step
   indices in access lists (``[0, 2]``) rather than only ``[]`` / ``["all"]``.
+- ``cost_weights`` (list of numbers >= 0): the checkpoint was trained cost-conditioned
+  (``reward.cost_weights``): each question's prompt stated one of these weights per
+  US dollar, and its reward subtracted that weight times the USD spent.  Only such a
+  checkpoint takes ``--cost-weight``; see :func:`check_cost_weight_against_meta`.
 - ``training_questions`` (str): the file, inside the checkpoint directory, holding the
   hashes of the questions it was trained on (written by ``conductor train``; see
   :func:`write_training_questions`), which ``conductor bench`` counts or excludes; the
@@ -76,6 +80,7 @@ __all__ = [
     "SUPPORTED_FORMAT_VERSIONS",
     "TEXT_TEMPLATE_FILE",
     "CheckpointMeta",
+    "check_cost_weight_against_meta",
     "check_pool_against_meta",
     "TRAINING_QUESTIONS_FILE",
     "read_checkpoint_meta",
@@ -103,6 +108,7 @@ _KNOWN_KEYS = (
     "base_model",
     "allow_indices",
     "sampling",
+    "cost_weights",
 )
 
 
@@ -121,6 +127,8 @@ class CheckpointMeta:
     max_steps: int | None = None
     base_model: str | None = None
     allow_indices: bool = False
+    #: The cost weights it was trained on (None: not cost-conditioned).
+    cost_weights: tuple[float, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -141,6 +149,8 @@ class CheckpointMeta:
         out["allow_indices"] = self.allow_indices
         if self.sampling:
             out["sampling"] = dict(self.sampling)
+        if self.cost_weights is not None:
+            out["cost_weights"] = list(self.cost_weights)
         for key, value in self.extra.items():
             out.setdefault(key, value)
         return out
@@ -238,6 +248,20 @@ def read_checkpoint_meta(path: Path) -> CheckpointMeta | None:
     if not isinstance(allow_indices, bool):
         raise _bad(file, "allow_indices", f"expected true or false, got {allow_indices!r}")
 
+    cost_weights: tuple[float, ...] | None = None
+    raw_weights = data.get("cost_weights")
+    if raw_weights is not None:
+        if (
+            not isinstance(raw_weights, list)
+            or not raw_weights
+            or not all(
+                isinstance(w, int | float) and not isinstance(w, bool) and 0 <= w < float("inf")
+                for w in raw_weights
+            )
+        ):
+            raise _bad(file, "cost_weights", "expected a non-empty list of numbers >= 0")
+        cost_weights = tuple(float(w) for w in raw_weights)
+
     return CheckpointMeta(
         format_version=version,
         template=template,
@@ -248,6 +272,7 @@ def read_checkpoint_meta(path: Path) -> CheckpointMeta | None:
         max_steps=max_steps,
         base_model=base_model,
         allow_indices=allow_indices,
+        cost_weights=cost_weights,
         extra={k: v for k, v in data.items() if k not in _KNOWN_KEYS},
     )
 
@@ -307,6 +332,35 @@ def write_checkpoint_meta(path: Path, meta: CheckpointMeta) -> Path:
     # Write-then-rename, so a crash never leaves a half-written file for readers.
     write_private(file, json.dumps(meta.to_dict(), indent=2, ensure_ascii=False) + "\n")
     return file
+
+
+def check_cost_weight_against_meta(weight: float, meta: CheckpointMeta | None) -> list[str]:
+    """Warnings (one sentence each) for running a checkpoint at cost ``weight``.
+
+    Raises :class:`UsageError` when ``meta`` says the checkpoint was trained without
+    cost weights: the line would be words it never learnt from, and its answers would
+    not move along a front (refused, not warned, because the run would look like a
+    point on a trade-off it cannot make).  Without a ``conductor.json`` nothing is known,
+    so that is a warning, as is a weight outside the trained ones (an extrapolation).
+    """
+    if meta is None:
+        return [
+            "it has no conductor.json, so whether it was trained cost-conditioned "
+            "(reward.cost_weights) is unknown; --cost-weight only adds its line to the prompt"
+        ]
+    if meta.cost_weights is None:
+        raise UsageError(
+            f"--cost-weight {weight:g}: this checkpoint was trained without cost weights "
+            "(its conductor.json has no cost_weights), so the weight would be words it "
+            "never learnt from; leave --cost-weight out, or train with reward.cost_weights"
+        )
+    low, high = min(meta.cost_weights), max(meta.cost_weights)
+    if not low <= weight <= high:
+        return [
+            f"--cost-weight {weight:g} lies outside the weights it was trained on "
+            f"({low:g} to {high:g}): an extrapolation"
+        ]
+    return []
 
 
 def check_pool_against_meta(pool_worker_ids: Sequence[str], meta: CheckpointMeta) -> list[str]:

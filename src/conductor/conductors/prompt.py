@@ -39,6 +39,7 @@ path, because a trained checkpoint needs exactly the template it was trained wit
 
 from __future__ import annotations
 
+import math
 import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -69,11 +70,13 @@ __all__ = [
     "build_conductor_messages",
     "build_reask_messages",
     "builtin_templates",
+    "check_cost_weight",
     "chat_template_from_dict",
     "describe_workers",
     "load_conductor_template",
     "load_template",
     "conductor_prefill",
+    "cost_weight_line",
     "fit_prefill",
 ]
 
@@ -324,6 +327,43 @@ class PreviousRound:
     reply: str | None = None
 
 
+def check_cost_weight(weight: float, what: str = "--cost-weight") -> float:
+    """``weight`` as a float, or :class:`UsageError` naming ``what`` when it is not a
+    finite number >= 0 (a negative weight would pay the Conductor for spending)."""
+    if isinstance(weight, bool) or not isinstance(weight, int | float):
+        raise UsageError(f"{what} must be a number, got {weight!r}")
+    value = float(weight)
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"{what} must be a finite number >= 0 (per US dollar), got {weight!r}")
+    return value
+
+
+def cost_weight_line(weight: float) -> str:
+    """The sentence that tells a cost-conditioned Conductor its cost weight.
+
+    The one owner of this wording: training rows (:func:`conductor.train.dataset.
+    build_rows`) and every prompt at inference (:func:`build_conductor_messages` with
+    ``cost_weight``) get exactly this line, so a checkpoint trained on it reads the
+    same words when ``--cost-weight`` picks a point on its accuracy-cost front.  The
+    number is written with ``:g`` (``150``, not ``150.0``) so that equal weights give
+    equal tokens whichever type they arrived as.
+    """
+    w = f"{check_cost_weight(weight, 'the cost weight'):g}"
+    return (
+        f"Cost weight: {w} per US dollar. A correct answer scores 1, and every US dollar "
+        f"the workers' calls cost subtracts {w} from the score."
+    )
+
+
+def _with_cost_line(content: str, cost_weight: float | None) -> str:
+    """The first round's user message with the cost line after it (none without)."""
+    if cost_weight is None:
+        return content
+    body = content.rstrip()
+    # The template's own trailing whitespace stays last (a revision round follows it).
+    return f"{body}\n\n{cost_weight_line(cost_weight)}{content[len(body) :]}"
+
+
 def _fill(text: str, values: Mapping[str, str], name: str) -> str:
     try:
         return string.Template(text).substitute(values)
@@ -340,11 +380,15 @@ def build_conductor_messages(
     show_descriptions: bool = False,
     previous: PreviousRound | None = None,
     subtasks: Sequence[str] = (),
+    cost_weight: float | None = None,
 ) -> list[Message]:
     """The messages that ask the Conductor for a workflow.
 
     A text template gives one user message; a chat template gives its conversation,
-    ending in an assistant message (the prefill) when the round has one.
+    ending in an assistant message (the prefill) when the round has one.  With
+    ``cost_weight`` (a cost-conditioned Conductor), :func:`cost_weight_line` closes the
+    first round's user message; without it the messages are exactly those of a
+    Conductor that never heard of cost weights.
     """
     values = {
         form: describe_workers(workers, show_descriptions=show_descriptions, form=form)
@@ -358,7 +402,7 @@ def build_conductor_messages(
     loaded = load_conductor_template(template)
     chat = loaded.chat
     if chat is None:
-        text = _fill(loaded.text, values, template)
+        text = _with_cost_line(_fill(loaded.text, values, template), cost_weight)
         if previous is not None:
             text += string.Template(load_template("revise")).safe_substitute(
                 previous_workflow=previous.workflow_text,
@@ -370,7 +414,8 @@ def build_conductor_messages(
     messages: list[Message] = []
     if chat.system is not None:
         messages.append({"role": "system", "content": _fill(chat.system, values, template)})
-    messages.append({"role": "user", "content": _fill(chat.user, values, template)})
+    user = _with_cost_line(_fill(chat.user, values, template), cost_weight)
+    messages.append({"role": "user", "content": user})
     if previous is None:
         if chat.prefill is not None:
             messages.append({"role": "assistant", "content": _fill(chat.prefill, values, template)})

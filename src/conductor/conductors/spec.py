@@ -45,6 +45,9 @@ class Conductor:
     max_subtask_chars: int = 300
     # The instructions a constrained Conductor chooses from (empty: it writes its own).
     subtasks: tuple[str, ...] = ()
+    # A cost-conditioned Conductor's weight per US dollar, stated in its prompt by
+    # ``cost_weight_line`` (None: no such line, the prompt of every other Conductor).
+    cost_weight: float | None = None
 
     def describe(self) -> dict[str, Any]:
         """A JSON-ready description for run records (no secrets).
@@ -79,6 +82,9 @@ class Conductor:
         # choice of subtasks read as they always have.
         if self.subtasks:
             described["subtasks"] = list(self.subtasks)
+        # Likewise: another weight is another prompt, so another run (and resume key).
+        if self.cost_weight is not None:
+            described["cost_weight"] = self.cost_weight
         return described
 
     def check_prefill(self) -> None:
@@ -218,18 +224,32 @@ def _target_from_config(cfg: ConductorConfig, pool: Pool) -> Worker:
 
 
 def _apply_checkpoint_meta(
-    cfg: ConductorConfig, pool: Pool, template: str | None, max_steps: int | None
+    cfg: ConductorConfig,
+    pool: Pool,
+    template: str | None,
+    max_steps: int | None,
+    cost_weight: float | None = None,
 ) -> tuple[ConductorConfig, str | None, int | None]:
     """Honour a checkpoint's ``conductor.json``: the template it was trained with, its
     step limit and sampling settings (where the pool sets none), and a warning for each
-    way the user's pool differs from its pool order."""
+    way the user's pool differs from its pool order.  A ``cost_weight`` is refused for a
+    checkpoint whose file says it was trained without one (see
+    :func:`check_cost_weight_against_meta`)."""
     from ..llm.checkpoint_load import resolve_checkpoint_dir
-    from .checkpoint import check_pool_against_meta, read_checkpoint_meta, template_ref
+    from .checkpoint import (
+        check_cost_weight_against_meta,
+        check_pool_against_meta,
+        read_checkpoint_meta,
+        template_ref,
+    )
 
     assert cfg.model is not None
     directory = resolve_checkpoint_dir(cfg.model)
     cfg = replace(cfg, model=str(directory))
     meta = read_checkpoint_meta(directory)
+    if cost_weight is not None:
+        for problem in check_cost_weight_against_meta(cost_weight, meta):
+            log.warning("checkpoint %s: %s", directory, problem)
     if meta is None:
         return cfg, template, max_steps
     if template is None and cfg.template == "default":
@@ -254,8 +274,20 @@ def resolve_conductor(
     *,
     max_steps: int | None = None,
     template: str | None = None,
+    cost_weight: float | None = None,
 ) -> Conductor:
-    """The Conductor for a run: ``spec`` if given, else the pool's own ``conductor:``."""
+    """The Conductor for a run: ``spec`` if given, else the pool's own ``conductor:``.
+
+    ``cost_weight`` (``--cost-weight``) states the weight in the Conductor's prompt, for
+    a checkpoint trained cost-conditioned (``reward.cost_weights``); a checkpoint whose
+    ``conductor.json`` says it was not is refused, since the line would be words it
+    never learnt from, not a point on a front.  Other backends cannot say how they
+    were trained and get the line as it is.
+    """
+    if cost_weight is not None:
+        from .prompt import check_cost_weight
+
+        cost_weight = check_cost_weight(cost_weight)
     if spec is not None:
         cfg = parse_conductor_spec(spec)
         if pool.conductor is not None and pool.conductor.backend == cfg.backend:
@@ -274,7 +306,9 @@ def resolve_conductor(
             "(e.g. --conductor prompted:WORKER_ID or --conductor http://HOST:PORT/v1)"
         )
     if cfg.backend == "checkpoint":
-        cfg, template, max_steps = _apply_checkpoint_meta(cfg, pool, template, max_steps)
+        cfg, template, max_steps = _apply_checkpoint_meta(
+            cfg, pool, template, max_steps, cost_weight
+        )
     target = _target_from_config(cfg, pool)
     conductor = Conductor(
         backend=cfg.backend,
@@ -288,6 +322,7 @@ def resolve_conductor(
         min_subtask_chars=cfg.min_subtask_chars,
         max_subtask_chars=cfg.max_subtask_chars,
         subtasks=cfg.subtasks,
+        cost_weight=cost_weight,
     )
     conductor.check_prefill()
     return conductor

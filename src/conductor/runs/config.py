@@ -78,6 +78,8 @@ class Invocation:
     #: ``--batch``: calls through the providers' batch APIs; ``--max-usd``: the run's cap.
     batch: bool = False
     max_usd: float | None = None
+    #: ``--cost-weight``: the weight a cost-conditioned Conductor's prompt states.
+    cost_weight: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object ``config.json`` keeps (its fields in declaration order)."""
@@ -341,6 +343,7 @@ class _Reader:
             exclude_trained=bool(self.get(inv, "exclude_trained", bool, w)),
             batch=bool(self.get(inv, "batch", bool, w)),
             max_usd=self.get(inv, "max_usd", float, w),
+            cost_weight=self.get(inv, "cost_weight", float, w),
         )
 
     def trained_on(self, trained: Mapping[str, Any]) -> TrainedOn:

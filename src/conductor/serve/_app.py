@@ -84,7 +84,9 @@ def create_app(settings: ServeSettings, conductor: Conductor | None = None) -> F
     ``OSError`` naming the path) before any socket listens."""
     _check_settings(settings)
     if conductor is None:
-        conductor = resolve_conductor(settings.pool, settings.conductor)
+        conductor = resolve_conductor(
+            settings.pool, settings.conductor, cost_weight=settings.cost_weight
+        )
     if settings.records_dir is not None:
         check_records_dir(settings.records_dir)
     if settings.use_cache or settings.state is not None:

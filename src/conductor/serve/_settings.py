@@ -18,7 +18,9 @@ __all__ = ["ServeSettings"]
 class ServeSettings:
     """A server's pool and limits.
 
-    ``conductor`` is a ``--conductor`` spec (``None``: the pool's own).  ``records_dir``
+    ``conductor`` is a ``--conductor`` spec (``None``: the pool's own), ``cost_weight``
+    its ``--cost-weight`` (one server is one point of a cost-conditioned Conductor's
+    front).  ``records_dir``
     receives every run's record in ``samples.jsonl``; ``api_key`` is the bearer token
     requests must carry (``None``: none needed).  ``max_concurrency`` requests run at
     once and ``max_queue`` more wait for a slot; beyond that a request gets 429.
@@ -44,6 +46,9 @@ class ServeSettings:
 
     pool: Pool
     conductor: str | None = None
+    #: ``--cost-weight``: the weight the (cost-conditioned) Conductor's prompt states
+    #: in every request this server runs (``None``: no weight line).
+    cost_weight: float | None = None
     records_dir: Path | None = None
     otel: OtelSettings | None = None
     router: Path | None = None

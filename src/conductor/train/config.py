@@ -23,7 +23,10 @@ rewarded and how GRPO is run.  Schema (``base_model``, ``pool``, ``data`` and
     confirm_run_unsafe_code: false # true: grade code rewards in a sandbox weaker than
                                    # bubblewrap (as bench --confirm-run-unsafe-code)
     reward: {unparsed: 0.0, parsed_wrong: 0.5, correct: 1.0, format_bonus: 0.0,
-             cost_penalty_per_usd: 0.0, cost_penalty_per_call: 0.0, failed_run: 0.0}
+             cost_penalty_per_usd: 0.0, cost_penalty_per_call: 0.0, failed_run: 0.0,
+             cost_weights: [0, 100, 200, 400]}   # optional: one checkpoint for every
+                                   # cost: each question draws a weight (per USD), stated
+                                   # in its prompt and used in place of cost_penalty_per_usd
     grpo: {group_size: 8, questions_per_step: 4, learning_rate: 1.0e-6, ...}
     randomise_pool: {k_min: 2, k_max: 4}   # optional: a random k-of-n pool per question
     recursion: {fraction: 1.0, discount: 0.2}    # optional: forced second rounds (1.0:
@@ -269,14 +272,41 @@ class _TrainReader(ConfigReader):
         if isinstance(node, yaml.ScalarNode) and self.scalar(node, "reward") is None:
             return RewardSettings()
         keys = self.mapping(node, "reward", _REWARD_KEYS)
-        kwargs: dict[str, float] = {}
+        kwargs: dict[str, Any] = {}
         for key, (_kn, vn) in keys.items():
             sub = f"reward.{key}"
+            if key == "cost_weights":
+                kwargs[key] = self.cost_weights(vn, sub)
+                continue
             low = 0.0 if key.startswith("cost_penalty") else None
             value = self.real(vn, sub, low=low)
             if value is not None:
                 kwargs[key] = value
+        if kwargs.get("cost_weights") and kwargs.get("cost_penalty_per_usd"):
+            # Two answers to "what does a dollar cost": refused rather than one winning.
+            raise self.error(
+                "reward.cost_weights replaces reward.cost_penalty_per_usd (each question's "
+                "weight is its penalty per USD); give one of the two",
+                keys["cost_weights"][0],
+                "reward.cost_weights",
+            )
         return RewardSettings(**kwargs)
+
+    def cost_weights(self, node: yaml.Node, field: str) -> tuple[float, ...]:
+        """A non-empty list of weights per USD (numbers >= 0), in the order given."""
+        if not isinstance(node, yaml.SequenceNode) or not node.value:
+            raise self.error(
+                f"{field} must be a list of numbers >= 0 (per US dollar), e.g. [0, 100, 200]",
+                node,
+                field,
+            )
+        weights = []
+        for i, item in enumerate(node.value):
+            value = self.real(item, f"{field}[{i}]", low=0.0)
+            if value is None:
+                raise self.error(f"{field}[{i}] must be a number >= 0", item, field)
+            weights.append(value)
+        return tuple(weights)
 
     def grpo(self, node: yaml.Node) -> GRPOSettings:
         if isinstance(node, yaml.ScalarNode) and self.scalar(node, "grpo") is None:
@@ -493,6 +523,16 @@ class _TrainReader(ConfigReader):
             weight = self.real(get["credit_weight"], "credit_weight", low=0.0, high=100.0)
             if weight is not None:
                 kwargs["credit_weight"] = weight
+        reward = kwargs.get("reward")
+        if reward is not None and reward.cost_weights and kwargs.get("recursion") is not None:
+            # A revision round's prompt is built from the first round's record, which
+            # does not carry the row's weight: refused rather than trained unstated.
+            raise self.error(
+                "reward.cost_weights cannot be combined with recursion yet (a revision "
+                "prompt would not state the question's weight); drop one of the two",
+                get["recursion"],
+                "recursion",
+            )
         return TrainConfig(**kwargs)
 
 

@@ -4,7 +4,10 @@ Each row holds the Conductor's prompt (``prompt``: one user message) and everyth
 reward needs to execute and grade a completion without looking anything up again: the
 rendered benchmark question, the sample (JSON), the gold answer (JSON), the grader and
 its options, the ids of the workers the prompt lists (in order) and, for recursion rows,
-the first round's record and the reward it earned.
+the first round's record and the reward it earned.  A cost-conditioned run
+(``reward.cost_weights``) adds ``cost_weight``: the weight the row's prompt states and
+its reward charges per USD.  TRL repeats a row for each completion of its group, so the
+whole group shares it.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from .recursion import can_revise, revision_messages
 from .reward import score_record
 from .settings import DataMix, TrainConfig
 
-__all__ = ["build_rows", "mix_spec"]
+__all__ = ["build_rows", "draw_cost_weight", "mix_spec"]
 
 log = logging.getLogger("conductor")
 
@@ -63,6 +66,20 @@ def mix_spec(mix: DataMix) -> BenchmarkSpec:
         "evaluation questions; give data[].file (training questions in its schema) or "
         "split: test"
     )
+
+
+def draw_cost_weight(weights: tuple[float, ...], seed: int, sample_id: str) -> float:
+    """The cost weight of question ``sample_id``: one of ``weights``, drawn by a random
+    stream seeded with the run's ``seed`` and the question's id alone.
+
+    Why by the question and not by a shared stream: the draw then does not depend on
+    which other questions the mix holds, their order or how many processes build rows,
+    so a rerun, a resumed run and every process of a multi-process run give a
+    question the same weight.
+    """
+    if not weights:
+        raise UsageError("no cost weights to draw from")
+    return random.Random(f"cost-weight:{seed}:{sample_id}").choice(weights)
 
 
 def _dumps(value: Any) -> str:
@@ -119,6 +136,9 @@ def build_rows(
             if config.randomise_pool is not None:
                 k = config.randomise_pool
                 sub = sample_subpool(pool, rng, k.k_min, k.k_max)
+            weight = None
+            if config.reward.cost_weights:
+                weight = draw_cost_weight(config.reward.cost_weights, config.seed, sample.id)
             messages = build_conductor_messages(
                 question,
                 sub.pool.workers,
@@ -126,21 +146,23 @@ def build_rows(
                 template=conductor.template,
                 show_descriptions=conductor.show_descriptions,
                 subtasks=conductor.subtasks,
+                cost_weight=weight,
             )
-            rows.append(
-                {
-                    "prompt": [dict(m) for m in messages],
-                    "question": question,
-                    "sample_id": sample.id,
-                    "gold": _dumps(sample.gold),
-                    "grader": spec.grader,
-                    "grader_options": _dumps(options),
-                    "sample": _dumps({"input": sample.input, "metadata": sample.metadata}),
-                    "worker_ids": sub.worker_ids,
-                    "round1": "",
-                    "round1_reward": 0.0,
-                }
-            )
+            row: dict[str, Any] = {
+                "prompt": [dict(m) for m in messages],
+                "question": question,
+                "sample_id": sample.id,
+                "gold": _dumps(sample.gold),
+                "grader": spec.grader,
+                "grader_options": _dumps(options),
+                "sample": _dumps({"input": sample.input, "metadata": sample.metadata}),
+                "worker_ids": sub.worker_ids,
+                "round1": "",
+                "round1_reward": 0.0,
+            }
+            if weight is not None:
+                row["cost_weight"] = weight
+            rows.append(row)
             samples.append((sample, grader))
     if not rows:
         names = ", ".join(m.benchmark for m in config.data)

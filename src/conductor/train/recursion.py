@@ -107,6 +107,7 @@ def revision_messages(
         show_descriptions=conductor.show_descriptions,
         previous=previous,
         subtasks=conductor.subtasks,
+        cost_weight=conductor.cost_weight,
     )
 
 

@@ -264,6 +264,15 @@ class RolloutJob:
     grader: Grader
     sample_id: str
     continue_from: RunRecord | None = None
+    #: The row's cost weight (a cost-conditioned run): charged per USD in place of
+    #: ``RewardSettings.cost_penalty_per_usd``; None: the settings' own penalty.
+    cost_weight: float | None = None
+
+    def reward_settings(self, settings: RewardSettings) -> RewardSettings:
+        """``settings`` as they score this job: with the row's weight as the USD penalty."""
+        if self.cost_weight is None:
+            return settings
+        return replace(settings, cost_penalty_per_usd=self.cost_weight)
 
 
 # --------------------------------------------------------------------------- the reward
@@ -400,6 +409,7 @@ class WorkflowReward:
         samples = column("sample", "{}")
         worker_ids = column("worker_ids", None)
         round1 = column("round1", "")
+        weights = column("cost_weight", None)
         return [
             RolloutJob(
                 orchestrator=self.orchestrator(worker_ids[i]),
@@ -409,6 +419,7 @@ class WorkflowReward:
                 grader=self._grader(str(graders[i]), options[i]),
                 sample_id=str(ids[i]),
                 continue_from=self._first_round(round1[i]) if round1[i] else None,
+                cost_weight=None if weights[i] is None else float(weights[i]),
             )
             for i in range(n)
         ]
@@ -452,7 +463,7 @@ class WorkflowReward:
                     )
             # Graders may block (math-verify, code under test): keep the loop free.
             out = await asyncio.to_thread(
-                _outcome, record, job.sample, job.grader, self.settings, start
+                _outcome, record, job.sample, job.grader, job.reward_settings(self.settings), start
             )
             credits = None
             if self.credit != "outcome" and start == 0 and out.parsed:

@@ -87,6 +87,12 @@ class RewardSettings:
       0 / 0.5 / 1.5 is ``parsed_wrong: 0``, ``correct: 1``, ``format_bonus: 0.5``.
     * ``cost_penalty_per_usd`` / ``cost_penalty_per_call``: subtracted per USD spent and
       per worker call made (the Conductor's own reply is not a call); paper: none.
+    * ``cost_weights``: train ONE checkpoint for every cost.  Each question (so all
+      completions of its group) draws one of these weights, seeded by the question
+      (:func:`conductor.train.dataset.draw_cost_weight`); its prompt states the weight
+      (:func:`conductor.conductors.prompt.cost_weight_line`) and its reward subtracts
+      weight x USD in place of ``cost_penalty_per_usd``.  At inference
+      ``--cost-weight W`` states W the same way.  Empty: no weight in any prompt.
     * ``failed_run``: the whole reward when the workflow parsed but produced no answer
       at all (every step failed or was skipped); the paper gives 0 when "the workflow
       fails".  No bonus or penalty is applied to it, so that failing is never scored
@@ -100,6 +106,7 @@ class RewardSettings:
     cost_penalty_per_usd: float = 0.0
     cost_penalty_per_call: float = 0.0
     failed_run: float = 0.0
+    cost_weights: tuple[float, ...] = ()
 
 
 #: The largest micro-batch (completions per forward and backward pass) chosen when a

@@ -336,6 +336,7 @@ def _save_checkpoint(
             pool_order=tuple(w.id for w in pool.workers),
             max_steps=config.max_steps,
             base_model=config.base_model,
+            cost_weights=config.reward.cost_weights or None,
             extra=extra,
         ),
     )
