@@ -81,7 +81,7 @@ class Size:
 #: over the tokenizer built here; the routing proof's batch (8 x 4) with longer replies.
 GPU = Size(896, 24, 14, 2, 4864, 2000, 8, 4, 256, 6, 3e-4)
 #: The smallest size (--cpu-smoke): seconds on two CPU cores.
-SMOKE = Size(64, 2, 4, 2, 128, 400, 4, 2, 24, 15, 5e-3)
+SMOKE = Size(64, 2, 4, 2, 128, 400, 4, 2, 24, 30, 5e-3)
 
 
 def versions() -> dict[str, str]:
