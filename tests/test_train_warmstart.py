@@ -137,7 +137,7 @@ def test_warm_start_teaches_a_tiny_model_the_format(tmp_path: Path) -> None:
 
 
 @pytest.mark.isolated
-def test_micro_batches_give_the_whole_batchs_update(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_micro_batches_give_the_whole_batchs_update() -> None:
     """The warm start scores a batch in micro-batches (its memory peak is one of them);
     weighted by their scored tokens they give the update of the whole batch at once."""
     import torch
@@ -156,9 +156,10 @@ def test_micro_batches_give_the_whole_batchs_update(monkeypatch: pytest.MonkeyPa
     settings = WarmStartSettings(passes=1, learning_rate=1e-2, batch_size=8)
     weights = []
     for micro in (8, 3, 1):
-        monkeypatch.setattr(warmstart, "DEFAULT_MICRO_BATCH", micro)
         model = tiny_llama(tok, seed=0, max_positions=512)
-        report = warmstart.format_warm_start(model, tok, rows, settings, max_steps=2, seed=0)
+        report = warmstart.format_warm_start(
+            model, tok, rows, settings, max_steps=2, seed=0, micro_batch=micro
+        )
         assert len(report.losses) == 1
         weights.append((report.losses[0], [p.detach().clone() for p in model.parameters()]))
     (loss8, whole), *parts = weights

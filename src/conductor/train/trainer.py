@@ -404,6 +404,8 @@ def train(
                 config.warm_start,
                 max_steps=conductor.max_steps,
                 seed=config.seed,
+                # GRPO's micro-batch: one setting bounds the activations of both phases.
+                micro_batch=batch_layout(config, world_size())[0],
             )
             # Every process holds the same report (losses summed over the processes).
             if is_main_process():

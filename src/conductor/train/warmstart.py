@@ -108,15 +108,21 @@ def format_warm_start(
     *,
     max_steps: int,
     seed: int,
+    micro_batch: int = DEFAULT_MICRO_BATCH,
 ) -> WarmStartReport:
     """Train ``model`` in place on random-workflow replies to ``rows``' prompts.
 
     ``rows`` are :func:`conductor.train.dataset.build_rows` rows (their ``prompt`` the
     Conductor messages, ``worker_ids`` the workers listed).  Each row is used
     ``settings.passes`` times, each time with a fresh random workflow; batches of
-    ``settings.batch_size`` are shuffled with ``random.Random(seed)``.  The model is
-    left in eval mode.
+    ``settings.batch_size`` are shuffled with ``random.Random(seed)`` and scored in
+    micro-batches of ``micro_batch`` sequences (the trainer passes GRPO's, so that one
+    setting bounds the activations of both phases; the update does not depend on it).
+    The model is left in eval mode, with no gradients, and the optimizer's memory is
+    handed back to the operating system before returning.
     """
+    if micro_batch < 1:
+        raise UsageError(f"warm_start: the micro-batch must be at least 1, not {micro_batch}")
     import torch
 
     rank, world, reduce = _process_group()
@@ -154,11 +160,11 @@ def format_warm_start(
             # Micro-batches, as GRPO's (the activations of one are the memory peak); each
             # chunk's mean loss weighted by its share of the batch's scored tokens, so the
             # gradient is the whole batch's token mean.
-            chunk_starts = range(0, len(batch), DEFAULT_MICRO_BATCH)
+            chunk_starts = range(0, len(batch), micro_batch)
             for number, chunk_start in enumerate(chunk_starts):
                 if number % world != rank:
                     continue  # another process's micro-batch
-                chunk = batch[chunk_start : chunk_start + DEFAULT_MICRO_BATCH]
+                chunk = batch[chunk_start : chunk_start + micro_batch]
                 width = max(len(p) + len(t) for p, t in chunk)
                 ids = torch.full((len(chunk), width), pad, dtype=torch.long)
                 labels = torch.full((len(chunk), width), -100, dtype=torch.long)
@@ -183,7 +189,13 @@ def format_warm_start(
             losses.append(round(total, 6))
     finally:
         model.eval()
-        del optimizer  # its moments are twice the model: not kept through GRPO
+        # The moments are twice the model and the gradients once more: GRPO builds its
+        # own optimizer, so neither is kept.  Freed is not returned: glibc keeps the
+        # many parameter-sized blocks in its heaps, and GRPO's own state would then be
+        # allocated beside them (the process's peak would be both phases' state).
+        model.zero_grad(set_to_none=True)
+        del optimizer
+        _return_freed_memory()
     return WarmStartReport(
         examples=len(examples),
         losses=tuple(losses),
@@ -191,6 +203,28 @@ def format_warm_start(
         grad_norms=tuple(norms),
         processes=world,
     )
+
+
+def _return_freed_memory() -> None:
+    """Hand memory that Python and torch have freed back to the operating system.
+
+    ``malloc_trim`` asks glibc to release the free pages of every heap (not only the
+    top of the main one); other C libraries (musl, macOS) return large blocks on free
+    and have no such call, so there it is skipped."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if not name:
+        return
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return  # not glibc
+    trim.argtypes = [ctypes.c_size_t]
+    trim(0)
 
 
 def _process_group() -> tuple[int, int, Callable[[Any], None] | None]:
