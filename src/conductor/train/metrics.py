@@ -19,6 +19,9 @@ Keys of a line (absent values are ``null``):
 - ``calls_per_rollout``, ``cost_usd`` (total over the rollouts), ``rollouts``;
 - ``revisions``: round-2 rollouts among them (recursion training), and
   ``revision_gain``: their mean reward minus that of the round-1 plan each revised;
+- ``staleness``: the most optimizer steps a batch trained since the last line waited
+  between its generation and its update (0 for synchronous GRPO; up to
+  ``grpo.max_staleness`` with ``grpo.async_rollouts``);
 - ``loss``, ``grad_norm`` (the gradient's norm before clipping, over every process),
   ``learning_rate``, ``completion_length``, ``kl`` (from TRL when it logs them).
 """
@@ -68,6 +71,7 @@ METRIC_KEYS: tuple[str, ...] = (
     "rollouts",
     "revisions",
     "revision_gain",
+    "staleness",
     "loss",
     "grad_norm",
     "learning_rate",
