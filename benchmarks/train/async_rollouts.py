@@ -120,10 +120,8 @@ def tiny_policy(rows: list[dict[str, Any]], directory: Path, *, passes: int, see
             total += float(loss)
         if total / len(examples) < 0.08:  # what is left: the coin flip between the two replies
             break
-    print(
-        f"supervised passes {_step + 1}, loss {total / len(examples):.3f}, reply {len(target)} tokens",
-        flush=True,
-    )
+    mean = total / len(examples)
+    print(f"supervised passes {_step + 1}, loss {mean:.3f}, reply {len(target)} tokens", flush=True)
     model.save_pretrained(directory)
     fast.save_pretrained(directory)
     return directory
@@ -275,12 +273,12 @@ def main() -> None:
                 print(json.dumps(figures), flush=True)
         finally:
             server.stop()
-    sync, pipelined = results
+    sync, overlapped = results
     print(
         f"workers {args.latency:g}s, {args.steps} steps of {args.questions}x{args.group}: "
         f"sync {sync['rollouts_per_s']} rollouts/s ({sync['wall_s']}s), async "
-        f"{pipelined['rollouts_per_s']} rollouts/s ({pipelined['wall_s']}s): "
-        f"x{pipelined['rollouts_per_s'] / sync['rollouts_per_s']:.2f}"
+        f"{overlapped['rollouts_per_s']} rollouts/s ({overlapped['wall_s']}s): "
+        f"x{overlapped['rollouts_per_s'] / sync['rollouts_per_s']:.2f}"
     )
     called = all(any(c for c in r["calls_per_rollout"] if c) for r in results)
     if not called or any(r["steps"] != args.steps for r in results):
