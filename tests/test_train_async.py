@@ -144,3 +144,32 @@ def test_a_background_rollout_error_stops_training_with_it(tmp_path: Path) -> No
     trainer._rollouts.close()
     # Batch 1 failed in the background; the step that trains it raised, none after.
     assert [e.batch for e in trainer._rollouts.log.events if e.what == "trained"] == [0]
+
+
+def test_async_rollouts_are_refused_where_they_cannot_be_right(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from conductor.errors import UsageError
+    from conductor.train.config import load_train_config_text
+    from conductor.train.pipeline import check_async_rollouts
+    from conductor.train.settings import RecursionSettings
+
+    (tmp_path / "q.jsonl").write_text('{"question": "What is 1 + 1?", "answer": "2"}\n')
+    config = load_train_config_text(
+        "base_model: gguf:smollm2\npool: local\n"
+        f"data: [{{benchmark: math500, file: {tmp_path / 'q.jsonl'}}}]\n"
+        "output_dir: out\ngrpo: {async_rollouts: true, max_staleness: 2}\n"
+    )
+    assert config.grpo.async_rollouts and config.grpo.max_staleness == 2
+    check_async_rollouts(config, 1)  # one process, no recursion: fine
+    with pytest.raises(UsageError, match="one process; this launch has 2"):
+        check_async_rollouts(config, 2)
+    with pytest.raises(UsageError, match="recursion"):
+        check_async_rollouts(replace(config, recursion=RecursionSettings()), 1)
+    with pytest.raises(UsageError, match="use_vllm"):
+        check_async_rollouts(replace(config, grpo=replace(config.grpo, use_vllm=True)), 1)
+    # The default stays the paper's synchronous GRPO.
+    off = replace(
+        config, grpo=replace(config.grpo, async_rollouts=False), recursion=RecursionSettings()
+    )
+    check_async_rollouts(off, 4)
