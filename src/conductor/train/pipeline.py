@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from .settings import TrainConfig
 
 __all__ = [
+    "PipelineEvent",
     "PipelineLog",
     "PrestartedReward",
     "async_trainer_class",
