@@ -449,6 +449,8 @@ def test_tiny_cpu_data_builds_rows() -> None:
         ("recursion:\n  discount: 1.5\n", 6, "between 0 and 1"),
         ("reward:\n  corect: 1\n", 6, 'did you mean "correct"'),
         ("grpo:\n  vllm_mode: colocated\n", 6, 'did you mean "colocate"'),
+        ("grpo:\n  max_staleness: 0\n", 6, "grpo.max_staleness must be"),
+        ("grpo:\n  async_rollouts: often\n", 6, "grpo.async_rollouts"),
     ],
 )
 def test_bad_config_names_file_line_and_field(

@@ -27,6 +27,9 @@ gives the measured curve)::
 
     python benchmarks/train/routing_proof.py [--steps 40] [--out runs/routing-proof]
 
+``--async-rollouts`` trains with ``grpo.async_rollouts`` (each batch one step stale,
+its worker calls overlapping the next generation); docs/training.md gives both curves.
+
 ``--smoke`` (what CI runs, about 7 minutes): the format warm start and five GRPO steps
 in a temporary directory; it exits non-zero unless the mean reward of the last two
 steps is :data:`SMOKE_RISE` above the first step's, and writes no results file.
@@ -172,6 +175,7 @@ def make_config(
             max_completion_tokens=args.max_tokens,
             steps=args.steps,
             logging_steps=1,
+            async_rollouts=bool(getattr(args, "async_rollouts", False)),
         ),
     )
 
@@ -452,6 +456,11 @@ def main() -> None:
         help="--cost-conditioned: the cost weights the checkpoint is evaluated at",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (all CPUs)")
+    parser.add_argument(
+        "--async-rollouts",
+        action="store_true",
+        help="grpo.async_rollouts: worker calls overlap the next generation (one step stale)",
+    )
     parser.add_argument(
         "--warm", type=Path, default=None, help="cost sweep: reuse this warm-start directory"
     )

@@ -40,6 +40,7 @@ __all__ = [
     "THREADS",
     "TOKENS",
     "TRAIN_STEPS",
+    "STALENESS",
     "VOTES",
     "Bound",
     "parse_count",
@@ -112,6 +113,9 @@ GROUP_SIZE = Bound(2, 10_000)
 BATCH = Bound(1, 1_000_000)
 #: Optimizer steps, and the other step counts of a training run.
 TRAIN_STEPS = Bound(1, 100_000_000)
+#: Optimizer steps a GRPO batch may wait between its generation and its update
+#: (``grpo.max_staleness``): each step of it holds one more generated batch in memory.
+STALENESS = Bound(1, 16)
 #: The n of the held-out guard's n-grams.
 NGRAM = Bound(1, 1_000)
 

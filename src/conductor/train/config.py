@@ -73,6 +73,7 @@ from ..bounds import (
     POOL_SIZE,
     SAMPLES,
     SEED,
+    STALENESS,
     STEPS,
     TOKENS,
     TRAIN_STEPS,
@@ -135,6 +136,7 @@ _GRPO_COUNTS = {
     "per_device_batch_size": BATCH,
     "logging_steps": TRAIN_STEPS,
     "save_steps": TRAIN_STEPS,
+    "max_staleness": STALENESS,
 }
 _SAMPLING_KEYS = ("k_min", "k_max")
 _RECURSION_KEYS = tuple(f.name for f in fields(RecursionSettings))
@@ -332,7 +334,7 @@ class _TrainReader(ConfigReader):
                 value = self.choice(vn, sub, LR_SCHEDULERS)
             elif key == "vllm_mode":
                 value = self.choice(vn, sub, VLLM_MODES)
-            elif key in ("bf16", "use_vllm"):
+            elif key in ("bf16", "use_vllm", "async_rollouts"):
                 value = self.boolean(vn, sub)
             else:  # pragma: no cover - _GRPO_KEYS and this chain agree
                 raise AssertionError(key)

@@ -24,6 +24,9 @@ Keys of a line (absent values are ``null``):
   included), and ``credit_by_step``, the mean credit of each step index; and from the
   trainer ``credit_token_share``, the share of completion tokens whose advantage a step
   credit changed;
+- ``staleness``: the most optimizer steps a batch trained since the last line waited
+  between its generation and its update (0 for synchronous GRPO; up to
+  ``grpo.max_staleness`` with ``grpo.async_rollouts``);
 - ``loss``, ``grad_norm`` (the gradient's norm before clipping, over every process),
   ``learning_rate``, ``completion_length``, ``kl`` (from TRL when it logs them).
 """
@@ -77,6 +80,7 @@ METRIC_KEYS: tuple[str, ...] = (
     "cached_by_step",
     "credit_by_step",
     "credit_token_share",
+    "staleness",
     "loss",
     "grad_norm",
     "learning_rate",

@@ -135,6 +135,12 @@ class GRPOSettings:
     recipe.  ``loss_type`` (None: TRL's default) and
     ``vllm_gpu_memory_utilization`` (the GPU share vLLM reserves when colocated; None:
     TRL's default) are passed to TRL as they are.
+
+    ``async_rollouts`` (default off: the paper's synchronous GRPO) runs each batch's
+    worker calls in the background while the policy generates the next batch and takes
+    its update; a batch is then trained by a policy up to ``max_staleness`` optimizer
+    steps newer than the one that sampled it, the PPO ratio against the sampling
+    policy's token log-probabilities correcting for it (:mod:`conductor.train.pipeline`).
     """
 
     group_size: int = 8
@@ -156,6 +162,8 @@ class GRPOSettings:
     vllm_gpu_memory_utilization: float | None = None
     logging_steps: int = 1
     save_steps: int | None = None
+    async_rollouts: bool = False
+    max_staleness: int = 1
 
 
 @dataclass(frozen=True)

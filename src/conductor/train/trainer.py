@@ -44,6 +44,7 @@ from ..redact import masked_json
 from ..text import plural
 from .grpo import grpo_trainer_class, require_trl_version
 from .grpo_recursion import recursion_trainer
+from .pipeline import PipelineLog, PrestartedReward, async_trainer_class, check_async_rollouts
 from .policy import (
     cuda_available,
     is_main_process,
@@ -269,6 +270,7 @@ def _make_callback(
     metrics: MetricsLog,
     started: float,
     on_metrics: Callable[[MetricsLine], None] | None,
+    pipeline: PipelineLog | None = None,
 ) -> Any:
     from transformers import TrainerCallback
 
@@ -292,6 +294,9 @@ def _make_callback(
             row["completion_length"] = logs.get("completions/mean_length")
             row["kl"] = logs.get("kl")
             row["credit_token_share"] = logs.get("credit/token_share")
+            # Synchronous GRPO trains each batch with the policy that sampled it.
+            waited = pipeline.drain_staleness() if pipeline is not None else []
+            row["staleness"] = max(waited, default=0)
             row["elapsed_s"] = round(time.monotonic() - started, 2)
             written = metrics.append(row)
             if on_metrics is not None:
@@ -371,6 +376,7 @@ def train(
     require_train_deps()
     require_trl_version(recursion=config.recursion is not None)
     check_recursion_layout(config)
+    check_async_rollouts(config, world_size())
     from .contamination import check_training_data
 
     # Before any model is loaded: training on held-out questions stops the run here.
@@ -393,6 +399,7 @@ def train(
 
     cache = ResponseCache()
     inner: Any = None
+    rollouts: PrestartedReward | None = None
     metrics: MetricsLog | None = None
     try:
         rows = build_rows(config, pool, conductor, rng_seed=config.seed)
@@ -424,18 +431,28 @@ def train(
         inner = WorkflowReward.from_config(config, pool, conductor, cache=cache)
         # With recursion, rollouts are executed while the batch is generated (round 2
         # needs round 1's record), and the reward only hands their scores to TRL.
-        reward = _RecordingReward(inner if config.recursion is None else RecursionReward())
+        if config.grpo.async_rollouts:
+            # The worker calls of each batch run in the background (see .pipeline).
+            rollouts = PrestartedReward(inner, PipelineLog())
+        reward = _RecordingReward(
+            rollouts or (inner if config.recursion is None else RecursionReward())
+        )
         metrics = MetricsLog(output_dir / METRICS_FILE)
         started = time.monotonic()
+        pipeline = rollouts.log if rollouts is not None else None
         trainer_kwargs: dict[str, Any] = {
             "model": model,
             "reward_funcs": [reward],
             "args": args,
             "train_dataset": dataset,
             "processing_class": tokenizer,
-            "callbacks": [_make_callback(reward, metrics, started, on_metrics)],
+            "callbacks": [_make_callback(reward, metrics, started, on_metrics, pipeline)],
         }
-        if config.recursion is None:
+        if rollouts is not None:
+            trainer = async_trainer_class()(
+                rollouts=rollouts, max_staleness=config.grpo.max_staleness, **trainer_kwargs
+            )
+        elif config.recursion is None:
             trainer = grpo_trainer_class()(**trainer_kwargs)
             if config.credit != "outcome":
                 # The config refuses credit with recursion: only plain GRPO mixes it.
@@ -454,6 +471,8 @@ def train(
     finally:
         if metrics is not None:
             metrics.close()
+        if rollouts is not None:
+            rollouts.close()  # before the reward whose loop its batches run on
         if inner is not None:
             inner.close()
         cache.close()
