@@ -44,13 +44,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import routing_proof as rp  # noqa: E402
 
-#: A chat template with no special tokens but the turn markers.
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
-
-
 #: The replies the tiny policy is taught: Model 1 is the reliable worker.
 REPLIES = tuple(
     f'model_id = [{i}]\nsubtasks = ["Answer the question."]\naccess_list = [[]]' for i in range(3)
@@ -58,11 +51,14 @@ REPLIES = tuple(
 
 
 def tiny_policy(rows: list[dict[str, Any]], directory: Path, *, passes: int, seed: int) -> Path:
-    """A tiny Llama taught the reply format by ``format_warm_start``; saved to
+    """A tiny Llama taught the reply format by a few supervised passes; saved to
     ``directory``."""
-    import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
+
+    # The tests' tiny-model kit: its chat template, model and supervised passes.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "tests"))
+    from kit.tinymodels import CHAT_TEMPLATE, overfit, tiny_llama
 
     corpus = [json.dumps(r["prompt"]) for r in rows] + 20 * list(REPLIES)
     tok = Tokenizer(models.BPE())
@@ -81,47 +77,17 @@ def tiny_policy(rows: list[dict[str, Any]], directory: Path, *, passes: int, see
         tokenizer_object=tok, eos_token="<|end|>", pad_token="<|end|>"
     )
     fast.chat_template = CHAT_TEMPLATE
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(fast),
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=1024,
-            eos_token_id=fast.eos_token_id,
-            pad_token_id=fast.pad_token_id,
-            tie_word_embeddings=True,
-        )
-    )
+    model = tiny_llama(fast, seed=seed, max_positions=1024)
     # Supervised steps on two replies per prompt (the reliable worker or a guesser):
     # the policy then writes workflows that parse, half of them earning the reward.
-    examples = []
-    for row in rows[:4]:
-        text = fast.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
-        prompt = fast(text, add_special_tokens=False)["input_ids"]
-        for reply in (REPLIES[1], REPLIES[0]):
-            target = fast(reply, add_special_tokens=False)["input_ids"]
-            examples.append((len(prompt), [*prompt, *target, fast.eos_token_id]))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model.train()
-    for _step in range(passes):
-        total = 0.0
-        for start, ids in examples:
-            x = torch.tensor([ids])
-            labels = x.clone()
-            labels[0, :start] = -100
-            loss = model(input_ids=x, labels=labels).loss
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            total += float(loss)
-        if total / len(examples) < 0.08:  # what is left: the coin flip between the two replies
-            break
-    mean = total / len(examples)
-    print(f"supervised passes {_step + 1}, loss {mean:.3f}, reply {len(target)} tokens", flush=True)
+    examples = [
+        (fast.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False), reply)
+        for row in rows[:4]
+        for reply in (REPLIES[1], REPLIES[0])
+    ]
+    # Stop below 0.08: what is left is the coin flip between the two replies.
+    mean = overfit(model, fast, examples, steps=passes, stop_below=0.08)
+    print(f"supervised warm start: loss {mean:.3f} (at most {passes} passes)", flush=True)
     model.save_pretrained(directory)
     fast.save_pretrained(directory)
     return directory
