@@ -299,6 +299,22 @@ def test_reward_credits_only_the_second_step_counterfactually_with_cache_hits(
 
 
 @pytest.mark.process
+def test_counterfactual_edits_are_charged_the_rows_cost_weight(make_reward: Any) -> None:
+    # A cost-conditioned row: the actual plan and its edits must be scored with the
+    # same weight, or the credit measures the weight, not the step.
+    reward = make_reward("counterfactual")
+    columns = _columns(1) | {"cost_weight": [1000.0]}
+    (score,) = reward(prompts=["p"], completions=[PLAN], **columns)
+    assert score < 0.95  # the weight is charged on the actual run
+    (result,) = reward.last_batch
+    assert result.credits is not None
+    # The edits cost about what the actual plan costs, so the Solve step keeps about
+    # the 0.5 it is worth; charging them nothing would move it by the whole charge.
+    assert result.credits[1] == pytest.approx(0.5, abs=0.2 * (1 - score))
+    assert result.credits[0] == pytest.approx(0.0, abs=0.2 * (1 - score))
+
+
+@pytest.mark.process
 def test_reward_structure_and_descendant_credit_on_the_routing_task(make_reward: Any) -> None:
     wrong = lists([1, 0, 2], ["Draft", "Solve", "Report"], [[], ["all"], ["all"]])
     structure = make_reward("structure")

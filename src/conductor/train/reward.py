@@ -520,6 +520,8 @@ class WorkflowReward:
             credits = step_credit.descendant_credit(quality, visible, step_credit.answer_step(rnd))
         else:
             n_workers = len(job.orchestrator.pool.workers)
+            # Scored as the actual run is: with the row's cost weight, if it has one.
+            settings = job.reward_settings(self.settings)
             edits = step_credit.worker_edits(workflow, n_workers)
             flat = [plan for plans in edits for plan in plans]
             records = await asyncio.gather(
@@ -536,7 +538,7 @@ class WorkflowReward:
             scores = []
             for edited in records:
                 scores.append(
-                    await asyncio.to_thread(_outcome, edited, job.sample, job.grader, self.settings)
+                    await asyncio.to_thread(_outcome, edited, job.sample, job.grader, settings)
                 )
                 if edited.rounds:
                     calls.add(step_credit.step_calls(edited.rounds[-1], n))
